@@ -1,0 +1,34 @@
+//! The error type of terse-data.
+
+use std::path::PathBuf;
+
+/// A data file that could not be read or is malformed.
+#[derive(Debug, thiserror::Error)]
+pub enum DataError {
+    /// The file could not be opened or read.
+    #[error("{path}: {source}")]
+    Io {
+        /// The file.
+        path: PathBuf,
+        /// The I/O error.
+        source: std::io::Error,
+    },
+    /// The file's content does not follow its format.
+    #[error("{path}: {detail}")]
+    Format {
+        /// The file.
+        path: PathBuf,
+        /// What is wrong, and where (byte offset or header field).
+        detail: String,
+    },
+    /// A dataset that is not installed where it is looked for.
+    #[error("{name} not found at {path}: {hint}")]
+    Missing {
+        /// The dataset.
+        name: &'static str,
+        /// Where it was looked for.
+        path: PathBuf,
+        /// How to get it.
+        hint: &'static str,
+    },
+}

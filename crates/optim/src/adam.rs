@@ -1,0 +1,95 @@
+//! Adam with decoupled weight decay (AdamW), ALGORITHMS.md "Adam / AdamW";
+//! Kingma & Ba, Algorithm 1, with Loshchilov & Hutter's decoupled decay.
+
+use std::time::Duration;
+
+use rayon::prelude::*;
+
+use crate::moments::{Moments, with_eps_mode};
+use crate::optimizer::allreduce_mean_gradient;
+use crate::parallel::{CHUNK, split_segments, split_segments_mut};
+use crate::{AdamConfig, FlatOptimizer, OptimError, StepContext};
+
+/// Adam's state: first and second moments of the averaged gradient.
+pub struct Adam {
+    config: AdamConfig,
+    m: Vec<f32>,
+    v: Vec<f32>,
+}
+
+impl Adam {
+    /// Zeroed state for `d` parameters.
+    pub fn new(config: AdamConfig, d: usize) -> Self {
+        Self {
+            config,
+            m: vec![0.0; d],
+            v: vec![0.0; d],
+        }
+    }
+}
+
+impl FlatOptimizer for Adam {
+    fn step(
+        &mut self,
+        ctx: &StepContext<'_>,
+        x: &mut [f32],
+        g: &mut [f32],
+    ) -> Result<Duration, OptimError> {
+        let comm_time = allreduce_mean_gradient(ctx.comm, g)?;
+        let c = &self.config;
+        let moments = Moments::new(c.beta_1, c.beta_2, c.eps, c.bias_correction, ctx.t);
+        let lr = ctx.lr as f32;
+        let weight_decay = c.weight_decay as f32;
+
+        let xs = split_segments_mut(ctx.layout, x);
+        let ms = split_segments_mut(ctx.layout, &mut self.m);
+        let vs = split_segments_mut(ctx.layout, &mut self.v);
+        let gs = split_segments(ctx.layout, g);
+        with_eps_mode!(c.eps_mode, INSIDE => {
+            ctx.layout
+                .segments()
+                .par_iter()
+                .zip(xs)
+                .zip(ms)
+                .zip(vs)
+                .zip(gs)
+                .for_each(|((((segment, x), m), v), g)| {
+                    let wd = if segment.decay { weight_decay } else { 0.0 };
+                    x.par_chunks_mut(CHUNK)
+                        .zip(m.par_chunks_mut(CHUNK))
+                        .zip(v.par_chunks_mut(CHUNK))
+                        .zip(g.par_chunks(CHUNK))
+                        .for_each(|(((x, m), v), g)| {
+                            adam_update::<INSIDE>(&moments, lr, wd, x, m, v, g)
+                        });
+                })
+        });
+        Ok(comm_time)
+    }
+
+    fn state(&self) -> Vec<(&'static str, &[f32])> {
+        vec![("m", &self.m), ("v", &self.v)]
+    }
+
+    fn state_mut(&mut self) -> Vec<(&'static str, &mut [f32])> {
+        vec![("m", &mut self.m), ("v", &mut self.v)]
+    }
+}
+
+/// The fused Adam update of one chunk: moments, direction and parameter in a
+/// single pass over x, m, v and g.
+#[inline]
+fn adam_update<const INSIDE: bool>(
+    moments: &Moments,
+    lr: f32,
+    wd: f32,
+    x: &mut [f32],
+    m: &mut [f32],
+    v: &mut [f32],
+    g: &[f32],
+) {
+    for (((x, m), v), &g) in x.iter_mut().zip(m).zip(v).zip(g) {
+        moments.accumulate(m, v, g);
+        *x -= lr * moments.direction::<INSIDE>(*m, *v, *x, wd);
+    }
+}

@@ -1,0 +1,162 @@
+//! LAMB (ALGORITHMS.md "LAMB"; You et al. 2020, Algorithm 2): Adam's
+//! direction scaled per segment by the clipped trust ratio `‖x‖/‖u‖`.
+//!
+//! Two passes per segment: the first updates m and v and accumulates ‖x‖² and
+//! ‖u‖²; the second recomputes u from the stored moments (cheaper than keeping a
+//! d-sized scratch buffer) and applies `x -= lr·c·u`.
+
+use std::time::Duration;
+
+use rayon::prelude::*;
+
+use crate::moments::{Moments, with_eps_mode};
+use crate::optimizer::allreduce_mean_gradient;
+use crate::parallel::{CHUNK, split_segments, split_segments_mut, sum_of_squares};
+use crate::{FlatOptimizer, LambConfig, OptimError, StepContext};
+
+/// LAMB's state: first and second moments of the averaged gradient.
+pub struct Lamb {
+    config: LambConfig,
+    m: Vec<f32>,
+    v: Vec<f32>,
+}
+
+impl Lamb {
+    /// Zeroed state for `d` parameters.
+    pub fn new(config: LambConfig, d: usize) -> Self {
+        Self {
+            config,
+            m: vec![0.0; d],
+            v: vec![0.0; d],
+        }
+    }
+}
+
+/// LAMB's layer-wise coefficient from the two norms.
+///
+/// When either norm is 0 (a freshly zeroed bias, a segment without gradient)
+/// the ratio is meaningless and the coefficient is exactly 1, unclipped, as in
+/// the authors' implementation; 1-bit LAMB relies on that value to skip such
+/// segments when averaging coefficients.
+pub(crate) fn trust_coefficient(x_norm: f64, u_norm: f64, c_min: f64, c_max: f64) -> f64 {
+    if x_norm == 0.0 || u_norm == 0.0 {
+        1.0
+    } else {
+        (x_norm / u_norm).clamp(c_min, c_max)
+    }
+}
+
+impl FlatOptimizer for Lamb {
+    fn step(
+        &mut self,
+        ctx: &StepContext<'_>,
+        x: &mut [f32],
+        g: &mut [f32],
+    ) -> Result<Duration, OptimError> {
+        let comm_time = allreduce_mean_gradient(ctx.comm, g)?;
+        let c = &self.config;
+        let mut moments = Moments::new(c.beta_1, c.beta_2, c.eps, c.bias_correction, ctx.t);
+        if c.grad_prenorm {
+            let norm = sum_of_squares(g).sqrt();
+            moments.grad_scale = (1.0 / norm.max(1.0)) as f32;
+        }
+        let lr = ctx.lr;
+        let weight_decay = c.weight_decay as f32;
+
+        let xs = split_segments_mut(ctx.layout, x);
+        let ms = split_segments_mut(ctx.layout, &mut self.m);
+        let vs = split_segments_mut(ctx.layout, &mut self.v);
+        let gs = split_segments(ctx.layout, g);
+        with_eps_mode!(c.eps_mode, INSIDE => {
+            ctx.layout
+                .segments()
+                .par_iter()
+                .zip(xs)
+                .zip(ms)
+                .zip(vs)
+                .zip(gs)
+                .for_each(|((((segment, x), m), v), g)| {
+                    let wd = if segment.decay { weight_decay } else { 0.0 };
+                    let partials: Vec<(f64, f64)> = x
+                        .par_chunks(CHUNK)
+                        .zip(m.par_chunks_mut(CHUNK))
+                        .zip(v.par_chunks_mut(CHUNK))
+                        .zip(g.par_chunks(CHUNK))
+                        .map(|(((x, m), v), g)| accumulate::<INSIDE>(&moments, wd, x, m, v, g))
+                        .collect();
+                    let coefficient = if c.trust_decay_only && !segment.decay {
+                        1.0
+                    } else {
+                        let (xx, uu) = partials
+                            .into_iter()
+                            .fold((0.0, 0.0), |(a, b), (x, u)| (a + x, b + u));
+                        trust_coefficient(xx.sqrt(), uu.sqrt(), c.c_min, c.c_max)
+                    };
+                    let scaled_lr = (lr * coefficient) as f32;
+                    x.par_chunks_mut(CHUNK)
+                        .zip(m.par_chunks(CHUNK))
+                        .zip(v.par_chunks(CHUNK))
+                        .for_each(|((x, m), v)| apply::<INSIDE>(&moments, scaled_lr, wd, x, m, v));
+                })
+        });
+        Ok(comm_time)
+    }
+
+    fn state(&self) -> Vec<(&'static str, &[f32])> {
+        vec![("m", &self.m), ("v", &self.v)]
+    }
+
+    fn state_mut(&mut self) -> Vec<(&'static str, &mut [f32])> {
+        vec![("m", &mut self.m), ("v", &mut self.v)]
+    }
+}
+
+/// Pass 1 over a chunk: updates the moments, returns `(Σx², Σu²)` in f64.
+#[inline]
+fn accumulate<const INSIDE: bool>(
+    moments: &Moments,
+    wd: f32,
+    x: &[f32],
+    m: &mut [f32],
+    v: &mut [f32],
+    g: &[f32],
+) -> (f64, f64) {
+    let mut xx = 0.0f64;
+    let mut uu = 0.0f64;
+    for (((&x, m), v), &g) in x.iter().zip(m).zip(v).zip(g) {
+        moments.accumulate(m, v, g);
+        let u = moments.direction::<INSIDE>(*m, *v, x, wd);
+        xx += f64::from(x) * f64::from(x);
+        uu += f64::from(u) * f64::from(u);
+    }
+    (xx, uu)
+}
+
+/// Pass 2 over a chunk: `x -= (lr·c)·u`.
+#[inline]
+fn apply<const INSIDE: bool>(
+    moments: &Moments,
+    scaled_lr: f32,
+    wd: f32,
+    x: &mut [f32],
+    m: &[f32],
+    v: &[f32],
+) {
+    for ((x, &m), &v) in x.iter_mut().zip(m).zip(v) {
+        *x -= scaled_lr * moments.direction::<INSIDE>(m, v, *x, wd);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::trust_coefficient;
+
+    #[test]
+    fn trust_is_one_when_a_norm_vanishes_and_clipped_otherwise() {
+        assert_eq!(trust_coefficient(0.0, 3.0, 0.01, 0.3), 1.0);
+        assert_eq!(trust_coefficient(2.0, 0.0, 0.01, 0.3), 1.0);
+        assert_eq!(trust_coefficient(1.0, 10.0, 0.01, 0.3), 0.1);
+        assert_eq!(trust_coefficient(10.0, 1.0, 0.01, 0.3), 0.3);
+        assert_eq!(trust_coefficient(1.0, 1000.0, 0.01, 0.3), 0.01);
+    }
+}

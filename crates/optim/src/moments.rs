@@ -1,0 +1,85 @@
+//! Adam's moment update and direction, shared by Adam and LAMB.
+//!
+//! ```text
+//! m = β1·m + (1-β1)·g          v = β2·v + (1-β2)·g²
+//! u = m̂ / (sqrt(v̂) + ε)        (eps_mode = outside)
+//! u = m̂ / sqrt(v̂ + ε)          (eps_mode = inside)
+//! u += wd·x                     (decay group)
+//! ```
+//! with `m̂ = m/(1-β1^t)`, `v̂ = v/(1-β2^t)` when bias correction is on.
+//! Coefficients are f32 so the per-element loop vectorises; the reference
+//! tests bound the rounding this costs against a float64 implementation.
+
+/// The per-step constants of the moment update.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Moments {
+    beta_1: f32,
+    beta_2: f32,
+    one_minus_beta_1: f32,
+    one_minus_beta_2: f32,
+    inv_bias_1: f32,
+    inv_bias_2: f32,
+    eps: f32,
+    /// Multiplies g before it enters the moments (LAMB's grad_prenorm).
+    pub(crate) grad_scale: f32,
+}
+
+impl Moments {
+    pub(crate) fn new(beta_1: f64, beta_2: f64, eps: f64, bias_correction: bool, t: u64) -> Self {
+        let (inv_bias_1, inv_bias_2) = if bias_correction {
+            let t = i32::try_from(t).unwrap_or(i32::MAX);
+            (1.0 / (1.0 - beta_1.powi(t)), 1.0 / (1.0 - beta_2.powi(t)))
+        } else {
+            (1.0, 1.0)
+        };
+        Self {
+            beta_1: beta_1 as f32,
+            beta_2: beta_2 as f32,
+            one_minus_beta_1: (1.0 - beta_1) as f32,
+            one_minus_beta_2: (1.0 - beta_2) as f32,
+            inv_bias_1: inv_bias_1 as f32,
+            inv_bias_2: inv_bias_2 as f32,
+            eps: eps as f32,
+            grad_scale: 1.0,
+        }
+    }
+
+    /// Updates `m` and `v` with gradient `g` in place.
+    #[inline(always)]
+    pub(crate) fn accumulate(&self, m: &mut f32, v: &mut f32, g: f32) {
+        let g = g * self.grad_scale;
+        *m = self.beta_1 * *m + self.one_minus_beta_1 * g;
+        *v = self.beta_2 * *v + self.one_minus_beta_2 * g * g;
+    }
+
+    /// The update direction `u` from the (already updated) moments.
+    #[inline(always)]
+    pub(crate) fn direction<const INSIDE: bool>(&self, m: f32, v: f32, x: f32, wd: f32) -> f32 {
+        let m_hat = m * self.inv_bias_1;
+        let v_hat = v * self.inv_bias_2;
+        let denom = if INSIDE {
+            (v_hat + self.eps).sqrt()
+        } else {
+            v_hat.sqrt() + self.eps
+        };
+        m_hat / denom + wd * x
+    }
+}
+
+/// Calls `$body` with a `const INSIDE: bool` matching `$mode`, so the loop
+/// inside is compiled once per mode with no branch per element.
+macro_rules! with_eps_mode {
+    ($mode:expr, $inside:ident => $body:expr) => {
+        match $mode {
+            $crate::EpsMode::Inside => {
+                const $inside: bool = true;
+                $body
+            }
+            $crate::EpsMode::Outside => {
+                const $inside: bool = false;
+                $body
+            }
+        }
+    };
+}
+pub(crate) use with_eps_mode;

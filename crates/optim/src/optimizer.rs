@@ -1,0 +1,175 @@
+//! The optimizer interface and the driver that owns step counting, the
+//! learning-rate schedule and the module round trip.
+
+use std::time::{Duration, Instant};
+
+use burn::module::Module;
+use burn::tensor::{Gradients, Tensor, TensorData};
+use terse_comm::{Communicator, ReduceOp};
+
+use crate::{
+    Adam, Lamb, LrSchedule, OptimError, OptimizerConfig, ParamLayout, Sgd, gather_grads,
+    gather_params, tensor_to_host, write_back,
+};
+
+/// What an optimizer step may look at besides the buffers.
+pub struct StepContext<'a> {
+    /// The step being taken, counted from 1.
+    pub t: u64,
+    /// The learning rate of this step.
+    pub lr: f64,
+    /// Where each parameter lives in the flat buffers.
+    pub layout: &'a ParamLayout,
+    /// The ranks this step is synchronised over.
+    pub comm: &'a dyn Communicator,
+}
+
+/// An update rule over flat buffers that owns its state and its communication.
+pub trait FlatOptimizer: Send {
+    /// Applies step `ctx.t` to the parameters `x` given this rank's local
+    /// gradient `g` (which the optimizer may overwrite, e.g. with the
+    /// allreduced gradient). Returns the wall time spent communicating.
+    fn step(
+        &mut self,
+        ctx: &StepContext<'_>,
+        x: &mut [f32],
+        g: &mut [f32],
+    ) -> Result<Duration, OptimError>;
+
+    /// The flat state tensors, named by role (`m`, `v`, ...), for saving.
+    fn state(&self) -> Vec<(&'static str, &[f32])>;
+
+    /// The same tensors, mutable, for loading.
+    fn state_mut(&mut self) -> Vec<(&'static str, &mut [f32])>;
+}
+
+/// Allreduces the local gradient to its mean over ranks, timing the call:
+/// the communication of the uncompressed optimizers.
+pub(crate) fn allreduce_mean_gradient(
+    comm: &dyn Communicator,
+    g: &mut [f32],
+) -> Result<Duration, OptimError> {
+    let start = Instant::now();
+    comm.allreduce_f32(g, ReduceOp::Mean)?;
+    Ok(start.elapsed())
+}
+
+/// What one step did.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct StepReport {
+    /// The step taken (from 1).
+    pub t: u64,
+    /// Its learning rate.
+    pub lr: f64,
+    /// Wall time spent in collectives.
+    pub comm_time: Duration,
+}
+
+/// A configured optimizer bound to one parameter layout: the update rule, its
+/// schedule and the step counter.
+pub struct Optimizer {
+    pub(crate) config: OptimizerConfig,
+    pub(crate) schedule: LrSchedule,
+    pub(crate) layout: ParamLayout,
+    pub(crate) rule: Box<dyn FlatOptimizer>,
+    pub(crate) t: u64,
+}
+
+impl Optimizer {
+    /// Validates `config` and `schedule` and allocates zeroed state for `layout`.
+    pub fn new(
+        config: OptimizerConfig,
+        schedule: LrSchedule,
+        layout: ParamLayout,
+    ) -> Result<Self, OptimError> {
+        config.validate()?;
+        schedule.validate()?;
+        let d = layout.len();
+        let rule: Box<dyn FlatOptimizer> = match &config {
+            OptimizerConfig::Adam(c) => Box::new(Adam::new(c.clone(), d)),
+            OptimizerConfig::Lamb(c) => Box::new(Lamb::new(c.clone(), d)),
+            OptimizerConfig::Sgd(c) => Box::new(Sgd::new(c.clone(), d)),
+        };
+        Ok(Self {
+            config,
+            schedule,
+            layout,
+            rule,
+            t: 0,
+        })
+    }
+
+    /// The number of steps taken so far.
+    pub fn step_count(&self) -> u64 {
+        self.t
+    }
+
+    /// The parameter layout this optimizer was built for.
+    pub fn layout(&self) -> &ParamLayout {
+        &self.layout
+    }
+
+    /// The optimizer's configuration.
+    pub fn config(&self) -> &OptimizerConfig {
+        &self.config
+    }
+
+    /// The learning-rate schedule.
+    pub fn schedule(&self) -> &LrSchedule {
+        &self.schedule
+    }
+
+    /// One step on host buffers: `x` the flat parameters, `g` this rank's flat
+    /// local gradient (overwritten by the optimizer's communication).
+    pub fn step_flat(
+        &mut self,
+        x: &mut [f32],
+        g: &mut [f32],
+        comm: &dyn Communicator,
+    ) -> Result<StepReport, OptimError> {
+        self.check_len("parameters", x.len())?;
+        self.check_len("gradient", g.len())?;
+        let t = self.t + 1;
+        let lr = self.schedule.lr(t);
+        let ctx = StepContext {
+            t,
+            lr,
+            layout: &self.layout,
+            comm,
+        };
+        let comm_time = self.rule.step(&ctx, x, g)?;
+        self.t = t;
+        Ok(StepReport { t, lr, comm_time })
+    }
+
+    /// One step on a module: gathers its parameters and the gradients of
+    /// `grads`, steps, and writes the parameters back (ids, autodiff and
+    /// require-grad kept).
+    pub fn step_module<M: Module>(
+        &mut self,
+        module: M,
+        grads: &Gradients,
+        comm: &dyn Communicator,
+    ) -> Result<(M, StepReport), OptimError> {
+        let params = gather_params(&self.layout, &module)?;
+        let device = params.device();
+        let mut x = tensor_to_host(params)?;
+        let mut g = tensor_to_host(gather_grads(&self.layout, &module, grads)?)?;
+        let report = self.step_flat(&mut x, &mut g, comm)?;
+        let n = x.len();
+        let flat = Tensor::<1>::from_data(TensorData::new(x, [n]), &device);
+        Ok((write_back(&self.layout, module, flat)?, report))
+    }
+
+    fn check_len(&self, what: &'static str, actual: usize) -> Result<(), OptimError> {
+        if actual == self.layout.len() {
+            Ok(())
+        } else {
+            Err(OptimError::LengthMismatch {
+                what,
+                expected: self.layout.len(),
+                actual,
+            })
+        }
+    }
+}

@@ -1,0 +1,192 @@
+//! Optimizer state on disk: one safetensors file whose tensors are the flat
+//! state buffers named by role (`m`, `v`, ...) and whose metadata holds the
+//! step (the schedule position), the optimizer's config, the schedule and the
+//! parameter layout, so a resume can refuse anything that would not continue
+//! the same run.
+
+use std::collections::HashMap;
+use std::fs;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+use safetensors::{Dtype, SafeTensors, tensor::TensorView};
+
+use crate::{OptimError, Optimizer};
+
+const FORMAT: &str = "terse-optimizer";
+const FORMAT_VERSION: &str = "1";
+
+impl Optimizer {
+    /// Writes the state to `path` atomically (a temporary file in the same
+    /// directory, synced, then renamed over `path`).
+    pub fn save(&self, path: &Path) -> Result<(), OptimError> {
+        let state = self.rule.state();
+        let views = state
+            .iter()
+            .map(|&(role, values)| {
+                let view =
+                    TensorView::new(Dtype::F32, vec![values.len()], bytemuck::cast_slice(values))
+                        .map_err(|e| bad(path, format!("tensor `{role}`: {e}")))?;
+                Ok((role, view))
+            })
+            .collect::<Result<Vec<_>, OptimError>>()?;
+        let bytes = safetensors::serialize(views, Some(self.metadata()?))
+            .map_err(|e| bad(path, e.to_string()))?;
+
+        let tmp = temp_path(path);
+        let io = |source| OptimError::Io {
+            path: tmp.clone(),
+            source,
+        };
+        let mut file = fs::File::create(&tmp).map_err(io)?;
+        file.write_all(&bytes).map_err(io)?;
+        file.sync_all().map_err(io)?;
+        fs::rename(&tmp, path).map_err(|source| OptimError::Io {
+            path: path.to_path_buf(),
+            source,
+        })
+    }
+
+    /// Replaces this optimizer's state and step with those saved in `path`.
+    ///
+    /// Refused, with the difference named, when the file was written by
+    /// another optimizer, config, schedule or parameter layout.
+    pub fn load(&mut self, path: &Path) -> Result<(), OptimError> {
+        let bytes = fs::read(path).map_err(|source| OptimError::Io {
+            path: path.to_path_buf(),
+            source,
+        })?;
+        let (_, header) = SafeTensors::read_metadata(&bytes)
+            .map_err(|e| bad(path, format!("not safetensors: {e}")))?;
+        let meta = header.metadata().clone().unwrap_or_default();
+        let field = |key: &str| {
+            meta.get(key)
+                .map(String::as_str)
+                .ok_or_else(|| bad(path, format!("metadata has no `{key}`")))
+        };
+        if field("format")? != FORMAT || field("format_version")? != FORMAT_VERSION {
+            return Err(bad(
+                path,
+                format!(
+                    "not a {FORMAT} v{FORMAT_VERSION} file (format `{}`, version `{}`)",
+                    meta.get("format").map_or("", String::as_str),
+                    meta.get("format_version").map_or("", String::as_str)
+                ),
+            ));
+        }
+        let saved_name = field("optimizer")?;
+        if saved_name != self.config.name() {
+            return Err(bad(
+                path,
+                format!(
+                    "saved by optimizer `{saved_name}`, cannot resume `{}`",
+                    self.config.name()
+                ),
+            ));
+        }
+        for (key, ours) in self.metadata()? {
+            if matches!(key.as_str(), "step") {
+                continue;
+            }
+            let theirs = field(&key)?;
+            if theirs != ours {
+                return Err(bad(path, describe_difference(&key, theirs, &ours)));
+            }
+        }
+        let step: u64 = field("step")?
+            .parse()
+            .map_err(|e| bad(path, format!("metadata `step`: {e}")))?;
+
+        let tensors = SafeTensors::deserialize(&bytes).map_err(|e| bad(path, e.to_string()))?;
+        let d = self.layout.len();
+        for (role, target) in self.rule.state_mut() {
+            let view = tensors
+                .tensor(role)
+                .map_err(|_| bad(path, format!("missing state tensor `{role}`")))?;
+            if view.dtype() != Dtype::F32 || view.shape() != [d] {
+                return Err(bad(
+                    path,
+                    format!(
+                        "state tensor `{role}` is {:?} {:?}, expected F32 [{d}]",
+                        view.dtype(),
+                        view.shape()
+                    ),
+                ));
+            }
+            for (value, raw) in target.iter_mut().zip(view.data().chunks_exact(4)) {
+                *value = f32::from_le_bytes([raw[0], raw[1], raw[2], raw[3]]);
+            }
+        }
+        self.t = step;
+        Ok(())
+    }
+
+    fn metadata(&self) -> Result<HashMap<String, String>, OptimError> {
+        let shapes: Vec<(&str, &[usize])> = self
+            .layout
+            .segments()
+            .iter()
+            .map(|s| (s.path.as_str(), s.shape.as_slice()))
+            .collect();
+        Ok(HashMap::from([
+            ("format".to_string(), FORMAT.to_string()),
+            ("format_version".to_string(), FORMAT_VERSION.to_string()),
+            ("optimizer".to_string(), self.config.name().to_string()),
+            ("step".to_string(), self.t.to_string()),
+            ("config".to_string(), to_json(&self.config)?),
+            ("schedule".to_string(), to_json(&self.schedule)?),
+            ("layout".to_string(), to_json(&shapes)?),
+        ]))
+    }
+}
+
+fn to_json<T: serde::Serialize>(value: &T) -> Result<String, OptimError> {
+    serde_json::to_string(value).map_err(|e| OptimError::BadState {
+        path: PathBuf::new(),
+        detail: format!("cannot describe the optimizer as JSON: {e}"),
+    })
+}
+
+/// Names the top-level keys that differ between two JSON metadata values.
+fn describe_difference(key: &str, saved: &str, ours: &str) -> String {
+    let parse = |s: &str| serde_json::from_str::<serde_json::Value>(s).ok();
+    if let (Some(serde_json::Value::Object(a)), Some(serde_json::Value::Object(b))) =
+        (parse(saved), parse(ours))
+    {
+        let mut fields: Vec<String> = a
+            .iter()
+            .filter(|(k, v)| b.get(*k) != Some(v))
+            .map(|(k, v)| {
+                format!(
+                    "{key}.{k}: saved {v}, now {}",
+                    b.get(k).unwrap_or(&serde_json::Value::Null)
+                )
+            })
+            .collect();
+        fields.extend(
+            b.iter()
+                .filter(|(k, _)| !a.contains_key(*k))
+                .map(|(k, v)| format!("{key}.{k}: saved nothing, now {v}")),
+        );
+        if !fields.is_empty() {
+            return format!(
+                "the {key} changed since it was saved ({})",
+                fields.join("; ")
+            );
+        }
+    }
+    format!("the {key} changed since it was saved (saved {saved}, now {ours})")
+}
+
+fn temp_path(path: &Path) -> PathBuf {
+    let mut name = path.file_name().unwrap_or_default().to_os_string();
+    name.push(format!(".tmp-{}", std::process::id()));
+    path.with_file_name(name)
+}
+
+fn bad(path: &Path, detail: String) -> OptimError {
+    OptimError::BadState {
+        path: path.to_path_buf(),
+        detail,
+    }
+}

@@ -1,0 +1,194 @@
+//! The flat layout on a real nested burn module (a transformer-style block
+//! with Embedding, Linear, LayerNorm, nested structs and a Vec): paths,
+//! offsets, values and ids survive a gather / write-back round trip, and the
+//! written-back module trains on (a second backward pass reaches every parameter).
+
+use burn::module::{Module, ModuleVisitor, Param, ParamId};
+use burn::nn::{Embedding, EmbeddingConfig, LayerNorm, LayerNormConfig, Linear, LinearConfig};
+use burn::tensor::{Device, Gradients, Int, Tensor, TensorData};
+use terse_comm::SingleRank;
+use terse_optim::{
+    AdamConfig, LrSchedule, OptimError, Optimizer, OptimizerConfig, ParamLayout, gather_grads,
+    gather_params, tensor_to_host, write_back,
+};
+
+#[derive(Module, Debug)]
+struct FeedForward {
+    up: Linear,
+    down: Linear,
+}
+
+#[derive(Module, Debug)]
+struct Block {
+    embedding: Embedding,
+    heads: Vec<Linear>,
+    norm: LayerNorm,
+    feed_forward: FeedForward,
+}
+
+const VOCAB: usize = 11;
+const HIDDEN: usize = 8;
+
+fn block(device: &Device) -> Block {
+    Block {
+        embedding: EmbeddingConfig::new(VOCAB, HIDDEN).init(device),
+        heads: (0..2)
+            .map(|_| LinearConfig::new(HIDDEN, HIDDEN).init(device))
+            .collect(),
+        norm: LayerNormConfig::new(HIDDEN).init(device),
+        feed_forward: FeedForward {
+            up: LinearConfig::new(HIDDEN, 3 * HIDDEN).init(device),
+            down: LinearConfig::new(3 * HIDDEN, HIDDEN).init(device),
+        },
+    }
+}
+
+impl Block {
+    fn loss(&self, device: &Device) -> Tensor<1> {
+        let tokens =
+            Tensor::<2, Int>::from_data(TensorData::new(vec![1i64, 4, 9, 0, 2, 7], [2, 3]), device);
+        let mut h = self.embedding.forward(tokens);
+        let heads: Vec<Tensor<3>> = self.heads.iter().map(|l| l.forward(h.clone())).collect();
+        for head in heads {
+            h = h + head;
+        }
+        h = self.norm.forward(h);
+        let out = self
+            .feed_forward
+            .down
+            .forward(self.feed_forward.up.forward(h).tanh());
+        (out.clone() * out).mean()
+    }
+}
+
+/// Every float parameter's id and values, in visit order.
+#[derive(Default)]
+struct Snapshot(Vec<(ParamId, Vec<f32>, bool)>);
+
+impl ModuleVisitor for Snapshot {
+    fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<D>>) {
+        let tensor = param.val();
+        let require_grad = tensor.is_require_grad();
+        let values = tensor.into_data().iter::<f32>().collect();
+        self.0.push((param.id, values, require_grad));
+    }
+}
+
+fn snapshot(module: &Block) -> Snapshot {
+    let mut s = Snapshot::default();
+    module.visit(&mut s);
+    s
+}
+
+const EXPECTED: [(&str, &[usize]); 10] = [
+    ("embedding.weight", &[VOCAB, HIDDEN]),
+    ("heads.0.weight", &[HIDDEN, HIDDEN]),
+    ("heads.0.bias", &[HIDDEN]),
+    ("heads.1.weight", &[HIDDEN, HIDDEN]),
+    ("heads.1.bias", &[HIDDEN]),
+    ("norm.gamma", &[HIDDEN]),
+    ("norm.beta", &[HIDDEN]),
+    ("feed_forward.up.weight", &[HIDDEN, 3 * HIDDEN]),
+    ("feed_forward.up.bias", &[3 * HIDDEN]),
+    ("feed_forward.down.weight", &[3 * HIDDEN, HIDDEN]),
+];
+
+#[test]
+fn layout_has_paths_shapes_offsets_and_decay_in_visit_order() {
+    let device = Device::flex().autodiff();
+    let layout = ParamLayout::from_module(&block(&device));
+    let segments = layout.segments();
+    // 11 parameters: the last one, feed_forward.down.bias, is checked separately.
+    assert_eq!(segments.len(), EXPECTED.len() + 1);
+    let mut offset = 0;
+    for (segment, (path, shape)) in segments.iter().zip(EXPECTED) {
+        assert_eq!(segment.path, path);
+        assert_eq!(segment.shape, shape);
+        assert_eq!(segment.offset, offset);
+        assert_eq!(segment.decay, shape.len() > 1, "{path}");
+        offset += segment.len;
+    }
+    assert_eq!(segments[10].path, "feed_forward.down.bias");
+    let total = VOCAB * HIDDEN
+        + 2 * (HIDDEN * HIDDEN + HIDDEN)
+        + 2 * HIDDEN
+        + (HIDDEN * 3 * HIDDEN + 3 * HIDDEN)
+        + (3 * HIDDEN * HIDDEN + HIDDEN);
+    assert_eq!(layout.len(), total);
+}
+
+#[test]
+fn gather_and_write_back_keep_values_ids_and_training() {
+    let device = Device::flex().autodiff();
+    let module = block(&device);
+    let layout = ParamLayout::from_module(&module);
+    let before = snapshot(&module);
+
+    // Gathered values are the parameters, concatenated in layout order.
+    let flat = tensor_to_host(gather_params(&layout, &module).unwrap()).unwrap();
+    let concatenated: Vec<f32> = before.0.iter().flat_map(|(_, v, _)| v.clone()).collect();
+    assert_eq!(flat, concatenated);
+
+    // Write back 2x + 1 and check every value, id and flag.
+    let updated: Vec<f32> = flat.iter().map(|v| 2.0 * v + 1.0).collect();
+    let n = updated.len();
+    let tensor = Tensor::<1>::from_data(
+        TensorData::new(updated.clone(), [n]),
+        &device.clone().inner(),
+    );
+    let module = write_back(&layout, module, tensor).unwrap();
+    let after = snapshot(&module);
+    assert_eq!(after.0.len(), before.0.len());
+    for ((id_a, _, rg_a), (id_b, values, rg_b)) in before.0.iter().zip(&after.0) {
+        assert_eq!(id_a, id_b, "ids are preserved");
+        assert!(*rg_a && *rg_b, "require_grad is preserved");
+        assert!(!values.is_empty());
+    }
+    let after_flat: Vec<f32> = after.0.iter().flat_map(|(_, v, _)| v.clone()).collect();
+    assert_eq!(after_flat, updated);
+
+    // A second forward/backward after write-back reaches every parameter.
+    let grads: Gradients = module.loss(&device).backward();
+    let flat_grad = tensor_to_host(gather_grads(&layout, &module, &grads).unwrap()).unwrap();
+    for segment in layout.segments() {
+        let norm: f32 = flat_grad[segment.range()].iter().map(|g| g * g).sum();
+        assert!(norm > 0.0, "no gradient reached `{}`", segment.path);
+    }
+}
+
+#[test]
+fn optimizer_steps_a_module_and_keeps_it_trainable() {
+    let device = Device::flex().autodiff();
+    device.seed(3);
+    let mut module = block(&device);
+    let layout = ParamLayout::from_module(&module);
+    let config = OptimizerConfig::Adam(AdamConfig::default());
+    let mut optimizer = Optimizer::new(config, LrSchedule::Constant { lr: 1e-2 }, layout).unwrap();
+    let first = module.loss(&device).into_scalar::<f32>();
+    for _ in 0..20 {
+        let grads = module.loss(&device).backward();
+        module = optimizer
+            .step_module(module, &grads, &SingleRank)
+            .unwrap()
+            .0;
+    }
+    let last = module.loss(&device).into_scalar::<f32>();
+    assert!(last < 0.5 * first, "loss went from {first} to {last}");
+}
+
+#[test]
+fn write_back_refuses_a_module_of_another_shape() {
+    let device = Device::flex();
+    let layout = ParamLayout::from_module(&block(&device));
+    let other = LinearConfig::new(HIDDEN, HIDDEN).init(&device);
+    let flat = Tensor::<1>::zeros([layout.len()], &device);
+    match write_back(&layout, other, flat) {
+        Err(OptimError::LayoutMismatch { index: 0, detail }) => {
+            assert!(
+                detail.contains("embedding.weight") && detail.contains("`weight`"),
+                "{detail}"
+            )
+        }
+        other => panic!("expected a layout mismatch, got {other:?}"),
+    }
+}

@@ -1,0 +1,18 @@
+//! The trainer of terse.
+//!
+//! This crate will hold the distributed training loop (per-rank data
+//! sharding, gradient accumulation, optimizer and schedule from the config,
+//! periodic evaluation), checkpoints written atomically and resumed
+//! bit-identically, the JSONL metrics log and the per-step timing breakdown;
+//! the trainer issue fills it. Today it has the single-rank image-classifier
+//! run that `terse train mlp` and the optimizer tests use: an MLP trained on
+//! real Fashion-MNIST through burn autodiff with any terse-optim optimizer.
+#![warn(missing_docs)]
+
+mod classifier;
+mod error;
+mod shuffle;
+
+pub use classifier::{ClassifierRun, EpochReport};
+pub use error::TrainError;
+pub use shuffle::shuffled_indices;

@@ -1,0 +1,111 @@
+//! Keeps the workspace's conventions (STYLE.md, "Ten habits" 8 and 10): every
+//! Rust file opens with a module doc, no stub macro is left in non-test code,
+//! no test is ignored without a reason, and no file grows past the size where
+//! one concept per file stops being believable.
+
+use std::path::{Path, PathBuf};
+
+const MAX_LINES: usize = 600;
+/// Files allowed past MAX_LINES, each with its reason.
+const LONG_FILES: &[(&str, &str)] = &[];
+
+fn workspace_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .unwrap()
+        .to_path_buf()
+}
+
+fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
+    for entry in std::fs::read_dir(dir).unwrap() {
+        let path = entry.unwrap().path();
+        let name = path.file_name().unwrap().to_string_lossy();
+        if path.is_dir() {
+            if !matches!(name.as_ref(), "target" | ".git" | "cache" | "results") {
+                rust_files(&path, out);
+            }
+        } else if name.ends_with(".rs") {
+            out.push(path);
+        }
+    }
+}
+
+fn sources() -> Vec<(String, String)> {
+    let root = workspace_root();
+    let mut files = Vec::new();
+    for dir in ["crates", "models", "xtask", "tests"] {
+        rust_files(&root.join(dir), &mut files);
+    }
+    assert!(
+        files.len() > 20,
+        "found only {} Rust files under {}",
+        files.len(),
+        root.display()
+    );
+    files
+        .into_iter()
+        .map(|p| {
+            let text = std::fs::read_to_string(&p).unwrap();
+            (p.strip_prefix(&root).unwrap().display().to_string(), text)
+        })
+        .collect()
+}
+
+/// The part of a file before its `#[cfg(test)]` module, if any.
+fn non_test_part(text: &str) -> &str {
+    text.find("#[cfg(test)]").map_or(text, |i| &text[..i])
+}
+
+#[test]
+fn every_file_opens_with_a_module_doc() {
+    let missing: Vec<String> = sources()
+        .into_iter()
+        .filter(|(_, text)| !text.trim_start().starts_with("//!"))
+        .map(|(path, _)| path)
+        .collect();
+    assert!(
+        missing.is_empty(),
+        "files without a `//!` module doc: {missing:?}"
+    );
+}
+
+#[test]
+fn no_stubs_in_non_test_code() {
+    let stub_macros = [concat!("todo", "!("), concat!("unimplemented", "!(")];
+    let offenders: Vec<String> = sources()
+        .into_iter()
+        .filter(|(path, _)| !path.contains("/tests/") && !path.starts_with("tests/"))
+        .filter(|(_, text)| stub_macros.iter().any(|m| non_test_part(text).contains(m)))
+        .map(|(path, _)| path)
+        .collect();
+    assert!(
+        offenders.is_empty(),
+        "stub macros in non-test code: {offenders:?}"
+    );
+}
+
+#[test]
+fn ignored_tests_give_a_reason() {
+    let bare = concat!("#[", "ignore]");
+    let offenders: Vec<String> = sources()
+        .into_iter()
+        .filter(|(_, text)| text.contains(bare))
+        .map(|(path, _)| path)
+        .collect();
+    assert!(
+        offenders.is_empty(),
+        "ignored tests without `= \"reason\"` in {offenders:?}"
+    );
+}
+
+#[test]
+fn files_stay_small() {
+    let long: Vec<String> = sources()
+        .into_iter()
+        .filter(|(path, text)| {
+            text.lines().count() > MAX_LINES && !LONG_FILES.iter().any(|(p, _)| p == path)
+        })
+        .map(|(path, text)| format!("{path} ({} lines)", text.lines().count()))
+        .collect();
+    assert!(long.is_empty(), "files over {MAX_LINES} lines: {long:?}");
+}

@@ -1,0 +1,119 @@
+//! `cargo xtask bench`: benchmark one layer of the stack.
+//!
+//! The papers' speed-ups come from three places: cheap compression kernels, an
+//! optimizer step that adds little over Adam, and collectives that move fewer
+//! bytes. Each suite times one of them and prints ratios against a baseline
+//! measured in the same run (STYLE.md). `optim` runs today (the bench target
+//! `crates/optim/benches/optim_step.rs`, built in the workspace's one profile);
+//! the others fail with [`NotImplemented`] until their issue lands.
+
+use std::process::Command;
+
+use anyhow::{Context, Result, bail};
+use clap::ValueEnum;
+
+use crate::not_implemented::{ISSUE_3, ISSUE_4, NotImplemented, Tracking, cli_name};
+
+/// Arguments of `cargo xtask bench`.
+#[derive(Debug, Clone, PartialEq, Eq, clap::Args)]
+pub struct Args {
+    /// The suite to run
+    #[arg(value_enum)]
+    pub name: Suite,
+
+    /// Fewer sizes and repetitions: a smoke run for CI, not numbers to quote
+    #[arg(long)]
+    pub quick: bool,
+}
+
+/// A benchmark suite.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Suite {
+    /// Compression kernels (1-bit pack/unpack, error feedback, masking), CPU and GPU
+    Kernels,
+    /// One step of each optimizer on a BERT-sized flat parameter vector, against Adam
+    Optim,
+    /// Collectives (allreduce, compressed and sparse allreduce) across local ranks
+    Comm,
+}
+
+impl Suite {
+    /// The issue that will implement this suite, if it is not implemented yet.
+    pub fn tracking(self) -> Option<Tracking> {
+        match self {
+            Suite::Kernels => Some(Tracking::In(ISSUE_4)),
+            Suite::Optim => None,
+            Suite::Comm => Some(Tracking::In(ISSUE_3)),
+        }
+    }
+}
+
+/// Runs `bench`.
+pub fn run(args: &Args) -> Result<()> {
+    if let Some(tracking) = args.name.tracking() {
+        let command = format!("bench {}", cli_name(&args.name));
+        return Err(NotImplemented::new(command, tracking).into());
+    }
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_string());
+    let mut command = Command::new(cargo);
+    command.args([
+        "test",
+        "--quiet",
+        "--package",
+        "terse-optim",
+        "--bench",
+        "optim_step",
+        "--",
+    ]);
+    if args.quick {
+        command.arg("--quick");
+    }
+    let status = command
+        .status()
+        .context("cannot start cargo for the optim benchmark")?;
+    if !status.success() {
+        bail!("the optim benchmark failed ({status})");
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::Command;
+    use crate::testing;
+
+    #[test]
+    fn quick_is_off_unless_given() {
+        for (argv, quick) in [
+            (&["bench", "kernels"][..], false),
+            (&["bench", "comm", "--quick"][..], true),
+        ] {
+            match testing::command(argv) {
+                Command::Bench(args) => assert_eq!(args.quick, quick, "{argv:?}"),
+                other => panic!("parsed as {other:?}"),
+            }
+        }
+    }
+
+    #[test]
+    fn each_suite_names_its_issue() {
+        let kernels = testing::not_implemented(&["bench", "kernels", "--quick"]);
+        assert_eq!(kernels.command, "bench kernels");
+        assert_eq!(kernels.tracking, Tracking::In(ISSUE_4));
+
+        let comm = testing::not_implemented(&["bench", "comm"]);
+        assert_eq!(comm.command, "bench comm");
+        assert_eq!(comm.tracking, Tracking::In(ISSUE_3));
+
+        assert_eq!(Suite::Optim.tracking(), None, "bench optim runs");
+    }
+
+    #[test]
+    fn rejects_unknown_suite() {
+        let message = testing::rejection(&["bench", "models"]);
+        for valid in ["kernels", "optim", "comm"] {
+            assert!(message.contains(valid), "{valid} not listed:\n{message}");
+        }
+    }
+}

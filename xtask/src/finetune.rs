@@ -1,0 +1,177 @@
+//! `cargo xtask finetune`: fine-tune a pre-trained BERT on SQuAD or GLUE.
+//!
+//! Fine-tuning is how the papers show that a model pre-trained with a
+//! compressed optimizer is as good as one pre-trained with Adam or LAMB. It will
+//! launch `terse finetune` and print the task's metric. Until issue 8 lands it
+//! parses its arguments and fails with [`NotImplemented`].
+
+use std::path::PathBuf;
+
+use anyhow::Result;
+use clap::{Subcommand, ValueEnum};
+
+use crate::not_implemented::{ISSUE_8, NotImplemented, Tracking};
+use crate::run_args::RunArgs;
+
+/// Arguments of `cargo xtask finetune`.
+#[derive(Debug, Clone, PartialEq, Eq, clap::Args)]
+pub struct Args {
+    #[command(subcommand)]
+    pub benchmark: Benchmark,
+}
+
+/// The downstream benchmark to fine-tune on.
+#[derive(Debug, Clone, PartialEq, Eq, Subcommand)]
+pub enum Benchmark {
+    /// SQuAD v1.1 question answering (reports exact match and F1)
+    Squad(Common),
+    /// A GLUE task or one of its stand-ins (reports the task's metric)
+    Glue {
+        /// The task to fine-tune on
+        #[arg(long, value_enum)]
+        task: GlueTask,
+
+        #[command(flatten)]
+        common: Common,
+    },
+}
+
+/// Options every fine-tuning benchmark takes.
+#[derive(Debug, Clone, PartialEq, Eq, clap::Args)]
+pub struct Common {
+    /// Checkpoint directory to start from (a `pretrain` output or imported
+    /// HuggingFace weights); defaults to the one the config names
+    #[arg(long, value_name = "CHECKPOINT")]
+    pub from: Option<PathBuf>,
+
+    #[command(flatten)]
+    pub run: RunArgs,
+}
+
+/// A GLUE task, or a stand-in for one whose data these machines can reach
+/// (see DATA.md).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum GlueTask {
+    /// SST-2 sentiment (accuracy)
+    Sst2,
+    /// MNLI entailment, matched and mismatched (accuracy)
+    Mnli,
+    /// Rotten Tomatoes sentences, the source SST-2 was built from (accuracy)
+    RtPolarity,
+    /// SNLI entailment, the MNLI stand-in (accuracy)
+    Snli,
+    /// IMDB review sentiment (accuracy)
+    Imdb,
+    /// CoLA acceptability (Matthews correlation)
+    Cola,
+    /// MRPC paraphrase (F1 and accuracy)
+    Mrpc,
+    /// STS-B similarity (Pearson and Spearman correlation)
+    Stsb,
+    /// QQP duplicate questions (accuracy and F1)
+    Qqp,
+    /// QNLI question entailment (accuracy)
+    Qnli,
+    /// RTE entailment (accuracy)
+    Rte,
+    /// WNLI coreference entailment (accuracy)
+    Wnli,
+}
+
+/// Runs `finetune`: not implemented yet.
+pub fn run(args: &Args) -> Result<()> {
+    let command = match args.benchmark {
+        Benchmark::Squad(_) => "finetune squad",
+        Benchmark::Glue { .. } => "finetune glue",
+    };
+    Err(NotImplemented::new(command, Tracking::In(ISSUE_8)).into())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::Command;
+    use crate::run_args::Optimizer;
+    use crate::testing;
+
+    fn benchmark(argv: &[&str]) -> Benchmark {
+        match testing::command(argv) {
+            Command::Finetune(args) => args.benchmark,
+            other => panic!("parsed as {other:?}"),
+        }
+    }
+
+    #[test]
+    fn squad_takes_checkpoint_and_run_options() {
+        let parsed = benchmark(&[
+            "finetune",
+            "squad",
+            "--from",
+            "runs/bert/step-1000",
+            "--optimizer",
+            "adam",
+            "--ranks",
+            "2",
+        ]);
+        let Benchmark::Squad(common) = parsed else {
+            panic!("parsed as {parsed:?}");
+        };
+        assert_eq!(common.from, Some(PathBuf::from("runs/bert/step-1000")));
+        assert_eq!(common.run.optimizer, Some(Optimizer::Adam));
+        assert_eq!(common.run.ranks, 2);
+        assert_eq!(common.run.config, None);
+    }
+
+    #[test]
+    fn glue_parses_every_task_name() {
+        let names = [
+            ("sst2", GlueTask::Sst2),
+            ("mnli", GlueTask::Mnli),
+            ("rt-polarity", GlueTask::RtPolarity),
+            ("snli", GlueTask::Snli),
+            ("imdb", GlueTask::Imdb),
+            ("cola", GlueTask::Cola),
+            ("mrpc", GlueTask::Mrpc),
+            ("stsb", GlueTask::Stsb),
+            ("qqp", GlueTask::Qqp),
+            ("qnli", GlueTask::Qnli),
+            ("rte", GlueTask::Rte),
+            ("wnli", GlueTask::Wnli),
+        ];
+        assert_eq!(names.len(), GlueTask::value_variants().len());
+        for (name, expected) in names {
+            let parsed = benchmark(&["finetune", "glue", "--task", name]);
+            let Benchmark::Glue { task, common } = parsed else {
+                panic!("parsed as {parsed:?}");
+            };
+            assert_eq!(task, expected);
+            assert_eq!(common.run.ranks, 1);
+        }
+    }
+
+    #[test]
+    fn glue_requires_a_known_task() {
+        let missing = testing::rejection(&["finetune", "glue"]);
+        assert!(missing.contains("--task"), "{missing}");
+        let unknown = testing::rejection(&["finetune", "glue", "--task", "sst5"]);
+        for valid in ["sst2", "mnli", "rt-polarity", "snli", "wnli"] {
+            assert!(unknown.contains(valid), "{valid} not listed:\n{unknown}");
+        }
+    }
+
+    #[test]
+    fn requires_a_benchmark() {
+        testing::rejection(&["finetune"]);
+        testing::rejection(&["finetune", "ner"]);
+    }
+
+    #[test]
+    fn is_not_implemented_yet_issue_8() {
+        let squad = testing::not_implemented(&["finetune", "squad"]);
+        assert_eq!(squad.command, "finetune squad");
+        assert_eq!(squad.tracking, Tracking::In(ISSUE_8));
+        let glue = testing::not_implemented(&["finetune", "glue", "--task", "cola"]);
+        assert_eq!(glue.command, "finetune glue");
+        assert_eq!(glue.tracking.issue().number, 8);
+    }
+}

@@ -1,0 +1,167 @@
+//! `cargo xtask`: the one entry point for setting up, training, reproducing and
+//! measuring terse.
+//!
+//! Every workflow is a named command here, so `cargo xtask --help` is the map
+//! of the project. It stays light (no workspace crate, no system library; see
+//! ARCHITECTURE.md) so that it compiles on a fresh machine before anything
+//! else does. This file only parses the command line and dispatches; each
+//! command lives in its own file.
+
+mod bench;
+mod data;
+mod fashion_mnist;
+mod finetune;
+mod not_implemented;
+mod pretrain;
+mod reproduce;
+mod run_args;
+mod terse_binary;
+#[cfg(test)]
+mod testing;
+mod train;
+
+use std::process::ExitCode;
+
+use anyhow::Result;
+use clap::{Parser, Subcommand};
+
+use crate::not_implemented::NotImplemented;
+
+/// The command line of `cargo xtask`.
+#[derive(Debug, Parser)]
+#[command(
+    name = "cargo xtask",
+    bin_name = "cargo xtask",
+    about = "terse: train with communication-efficient optimizers (1-bit Adam, 1-bit LAMB, SLAMB) and reproduce their papers"
+)]
+pub struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+/// The commands; each variant's first doc line is its entry in `--help`.
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Pre-train BERT with masked LM on N ranks with the chosen optimizer
+    Pretrain(pretrain::Args),
+    /// Fine-tune a pre-trained BERT on SQuAD v1.1 or a GLUE task and report its metric
+    Finetune(finetune::Args),
+    /// Train an image classifier (ResNet, VGG) on N ranks and report test accuracy
+    Train(train::Args),
+    /// Re-run one of the papers' experiments and write its table and plots to results/
+    Reproduce(reproduce::Args),
+    /// Benchmark kernels, optimizer steps or collectives against an in-run baseline
+    Bench(bench::Args),
+    /// List datasets and pretrained weights, or fetch them and verify their checksums
+    Data(data::Args),
+}
+
+/// Runs the parsed command.
+fn run(cli: &Cli) -> Result<()> {
+    match &cli.command {
+        Command::Pretrain(args) => pretrain::run(args),
+        Command::Finetune(args) => finetune::run(args),
+        Command::Train(args) => train::run(args),
+        Command::Reproduce(args) => reproduce::run(args),
+        Command::Bench(args) => bench::run(args),
+        Command::Data(args) => data::run(args),
+    }
+}
+
+/// Prints `err` as one `terse: …` line on stderr and picks the exit status:
+/// [`not_implemented::EXIT_CODE`] for a command that is not there yet, 1 for
+/// any other failure.
+fn report(err: &anyhow::Error) -> ExitCode {
+    if let Some(missing) = err.downcast_ref::<NotImplemented>() {
+        eprintln!("terse: {missing}");
+        ExitCode::from(not_implemented::EXIT_CODE)
+    } else {
+        eprintln!("terse: {err:#}");
+        ExitCode::FAILURE
+    }
+}
+
+fn main() -> ExitCode {
+    match run(&Cli::parse()) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(err) => report(&err),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::fs;
+    use std::path::Path;
+
+    use clap::CommandFactory;
+
+    use super::*;
+
+    #[test]
+    fn cli_definition_is_consistent() {
+        Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn help_lists_every_command_with_an_explanation() {
+        let help = Cli::command().render_help().to_string();
+        for name in [
+            "pretrain",
+            "finetune",
+            "train",
+            "reproduce",
+            "bench",
+            "data",
+        ] {
+            let line = help
+                .lines()
+                .find(|line| line.trim_start().starts_with(&format!("{name} ")))
+                .unwrap_or_else(|| panic!("`{name}` missing from --help:\n{help}"));
+            let explanation = line.trim_start()[name.len()..].trim();
+            assert!(
+                explanation.split_whitespace().count() >= 5,
+                "`{name}` has no real explanation: {line:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_command_is_required() {
+        let err = Cli::try_parse_from(["cargo xtask"]).unwrap_err();
+        assert_eq!(
+            err.kind(),
+            clap::error::ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand
+        );
+    }
+
+    #[test]
+    fn not_implemented_exits_with_its_own_code() {
+        let cli = testing::parse(&["pretrain"]);
+        let err = run(&cli).unwrap_err();
+        assert_eq!(report(&err), ExitCode::from(2));
+        assert_eq!(report(&anyhow::anyhow!("disk full")), ExitCode::FAILURE);
+    }
+
+    /// STYLE.md habit 10, for this crate: every source file opens with a
+    /// module doc saying why it exists.
+    #[test]
+    fn every_file_starts_with_a_module_doc() {
+        let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+        let mut checked = 0;
+        for dir in ["src", "tests"] {
+            for entry in fs::read_dir(root.join(dir)).unwrap() {
+                let path = entry.unwrap().path();
+                if path.extension().is_some_and(|ext| ext == "rs") {
+                    let text = fs::read_to_string(&path).unwrap();
+                    assert!(
+                        text.starts_with("//! "),
+                        "{} has no //! doc",
+                        path.display()
+                    );
+                    checked += 1;
+                }
+            }
+        }
+        assert!(checked >= 10, "only {checked} files found");
+    }
+}

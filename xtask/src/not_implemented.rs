@@ -1,0 +1,141 @@
+//! The error every command returns until its issue lands.
+//!
+//! The CLI already accepts each command's final arguments, so `--help` is the
+//! map of the project; but a command that parses and then does nothing would be
+//! a silent success. Instead each one fails with this error, which names the
+//! issue that will implement it, and `main` turns it into exit status
+//! [`EXIT_CODE`].
+
+use std::fmt;
+
+use clap::ValueEnum;
+
+/// Exit status of a command that exists in the CLI but not yet in code.
+pub const EXIT_CODE: u8 = 2;
+
+/// An issue in the project's tracker: its number and what it delivers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Issue {
+    /// The issue number.
+    pub number: u32,
+    /// What the issue delivers, as it reads after "issue N: ".
+    pub title: &'static str,
+}
+
+/// Communicator backends and collectives; owns `bench comm`.
+pub const ISSUE_3: Issue = Issue {
+    number: 3,
+    title: "the communicator and its collectives",
+};
+/// Compression kernels; owns `bench kernels`.
+pub const ISSUE_4: Issue = Issue {
+    number: 4,
+    title: "the compression kernels",
+};
+/// Datasets: manifests, fetching, verification; owns `data`.
+pub const ISSUE_5: Issue = Issue {
+    number: 5,
+    title: "1-bit Adam, 1-bit LAMB and SLAMB",
+};
+pub const ISSUE_7: Issue = Issue {
+    number: 7,
+    title: "fetching and verifying the datasets",
+};
+/// Trainer and the user-facing commands; owns `pretrain`, `finetune`, `train`.
+pub const ISSUE_8: Issue = Issue {
+    number: 8,
+    title: "the distributed trainer and user commands",
+};
+/// Reproducing the papers' training results.
+pub const ISSUE_9: Issue = Issue {
+    number: 9,
+    title: "reproducing the papers' training results",
+};
+/// Communication volume, bandwidth and per-step timing measurements.
+pub const ISSUE_10: Issue = Issue {
+    number: 10,
+    title: "measuring communication volume and step time",
+};
+
+/// How a missing command relates to the issue that will bring it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Tracking {
+    /// The issue implements the command.
+    In(Issue),
+}
+
+impl Tracking {
+    /// The issue the command is tracked under .
+    pub fn issue(self) -> Issue {
+        match self {
+            Tracking::In(issue) => issue,
+        }
+    }
+}
+
+/// A command that parsed but is not implemented yet.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NotImplemented {
+    /// The command as a user typed it, e.g. `bench kernels`.
+    pub command: String,
+    /// Where the work is tracked.
+    pub tracking: Tracking,
+}
+
+impl NotImplemented {
+    /// The error for `command`, tracked as `tracking`.
+    pub fn new(command: impl Into<String>, tracking: Tracking) -> Self {
+        Self {
+            command: command.into(),
+            tracking,
+        }
+    }
+}
+
+impl fmt::Display for NotImplemented {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let Issue { number, title } = self.tracking.issue();
+        write!(
+            f,
+            "`{}` is not implemented yet (tracked in issue {number}: {title})",
+            self.command
+        )
+    }
+}
+
+impl std::error::Error for NotImplemented {}
+
+/// The name a user types for `value` (e.g. `fashion-mnist`), so messages
+/// quote the command line as it was written.
+pub fn cli_name(value: &impl ValueEnum) -> String {
+    value
+        .to_possible_value()
+        .map(|possible| possible.get_name().to_owned())
+        .unwrap_or_else(|| String::from("<hidden>"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn message_names_command_and_issue() {
+        let err = NotImplemented::new("pretrain", Tracking::In(ISSUE_8));
+        assert_eq!(
+            err.to_string(),
+            "`pretrain` is not implemented yet \
+             (tracked in issue 8: the distributed trainer and user commands)"
+        );
+    }
+
+    #[test]
+    fn message_is_one_line() {
+        for issue in [
+            ISSUE_3, ISSUE_4, ISSUE_5, ISSUE_7, ISSUE_8, ISSUE_9, ISSUE_10,
+        ] {
+            let message = NotImplemented::new("x", Tracking::In(issue)).to_string();
+            assert!(!message.contains('\n'), "{message:?}");
+            assert!(message.contains(&format!("issue {}: ", issue.number)));
+        }
+    }
+}
