@@ -201,7 +201,7 @@ impl LrSchedule {
             }
         }
         match *self {
-            Self::ExpWarmupStepDecay { lr0, .. } if lr0 == 0.0 => Err(invalid(
+            Self::ExpWarmupStepDecay { lr0: 0.0, .. } => Err(invalid(
                 "schedule.lr0",
                 "0".into(),
                 "an exponential warmup needs lr0 > 0",

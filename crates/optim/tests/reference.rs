@@ -113,9 +113,11 @@ impl Reference {
                     let r = seg.range();
                     let x_norm = x[r.clone()].iter().map(|x| x * x).sum::<f64>().sqrt();
                     let u_norm = u[r.clone()].iter().map(|u| u * u).sum::<f64>().sqrt();
-                    let coefficient = if c.trust_decay_only && !seg.decay {
-                        1.0
-                    } else if x_norm == 0.0 || u_norm == 0.0 {
+                    // trust_decay_only: no ratio for the no-decay group; a
+                    // zero norm: the ratio is meaningless, coefficient 1.
+                    let unscaled =
+                        (c.trust_decay_only && !seg.decay) || x_norm == 0.0 || u_norm == 0.0;
+                    let coefficient = if unscaled {
                         1.0
                     } else {
                         (x_norm / u_norm).clamp(c.c_min, c.c_max)
