@@ -7,7 +7,7 @@ use rayon::prelude::*;
 
 use crate::moments::{Moments, with_eps_mode};
 use crate::optimizer::allreduce_mean_gradient;
-use crate::parallel::{CHUNK, split_segments, split_segments_mut};
+use crate::parallel::{CHUNK, split_segments, split_segments_mut, with_avx};
 use crate::{AdamConfig, FlatOptimizer, OptimError, StepContext};
 
 /// Adam's state: first and second moments of the averaged gradient.
@@ -60,7 +60,7 @@ impl FlatOptimizer for Adam {
                         .zip(v.par_chunks_mut(CHUNK))
                         .zip(g.par_chunks(CHUNK))
                         .for_each(|(((x, m), v), g)| {
-                            adam_update::<INSIDE>(&moments, lr, wd, x, m, v, g)
+                            with_avx(|| adam_update::<INSIDE>(&moments, lr, wd, x, m, v, g))
                         });
                 })
         });
@@ -78,7 +78,7 @@ impl FlatOptimizer for Adam {
 
 /// The fused Adam update of one chunk: moments, direction and parameter in a
 /// single pass over x, m, v and g.
-#[inline]
+#[inline(always)]
 fn adam_update<const INSIDE: bool>(
     moments: &Moments,
     lr: f32,

@@ -11,7 +11,7 @@ use rayon::prelude::*;
 
 use crate::moments::{Moments, with_eps_mode};
 use crate::optimizer::allreduce_mean_gradient;
-use crate::parallel::{CHUNK, split_segments, split_segments_mut, sum_of_squares};
+use crate::parallel::{CHUNK, LANES, split_segments, split_segments_mut, sum_of_squares, with_avx};
 use crate::{FlatOptimizer, LambConfig, OptimError, StepContext};
 
 /// LAMB's state: first and second moments of the averaged gradient.
@@ -82,7 +82,9 @@ impl FlatOptimizer for Lamb {
                         .zip(m.par_chunks_mut(CHUNK))
                         .zip(v.par_chunks_mut(CHUNK))
                         .zip(g.par_chunks(CHUNK))
-                        .map(|(((x, m), v), g)| accumulate::<INSIDE>(&moments, wd, x, m, v, g))
+                        .map(|(((x, m), v), g)| {
+                            with_avx(|| accumulate::<INSIDE>(&moments, wd, x, m, v, g))
+                        })
                         .collect();
                     let coefficient = if c.trust_decay_only && !segment.decay {
                         1.0
@@ -96,7 +98,9 @@ impl FlatOptimizer for Lamb {
                     x.par_chunks_mut(CHUNK)
                         .zip(m.par_chunks(CHUNK))
                         .zip(v.par_chunks(CHUNK))
-                        .for_each(|((x, m), v)| apply::<INSIDE>(&moments, scaled_lr, wd, x, m, v));
+                        .for_each(|((x, m), v)| {
+                            with_avx(|| apply::<INSIDE>(&moments, scaled_lr, wd, x, m, v))
+                        });
                 })
         });
         Ok(comm_time)
@@ -112,7 +116,11 @@ impl FlatOptimizer for Lamb {
 }
 
 /// Pass 1 over a chunk: updates the moments, returns `(Σx², Σu²)` in f64.
-#[inline]
+///
+/// The sums run in [`LANES`] independent f64 accumulators (combined in a
+/// fixed order), so the loop vectorises instead of waiting on one serial
+/// chain of additions; the result is still deterministic.
+#[inline(always)]
 fn accumulate<const INSIDE: bool>(
     moments: &Moments,
     wd: f32,
@@ -121,19 +129,46 @@ fn accumulate<const INSIDE: bool>(
     v: &mut [f32],
     g: &[f32],
 ) -> (f64, f64) {
-    let mut xx = 0.0f64;
-    let mut uu = 0.0f64;
-    for (((&x, m), v), &g) in x.iter().zip(m).zip(v).zip(g) {
+    let mut xx = [0.0f64; LANES];
+    let mut uu = [0.0f64; LANES];
+    let body = x.len() - x.len() % LANES;
+    for (((x, m), v), g) in x[..body]
+        .chunks_exact(LANES)
+        .zip(m[..body].chunks_exact_mut(LANES))
+        .zip(v[..body].chunks_exact_mut(LANES))
+        .zip(g[..body].chunks_exact(LANES))
+    {
+        // Fixed-size blocks: no bounds checks, one vector per operation.
+        let x: &[f32; LANES] = x.try_into().expect("exact chunk");
+        let m: &mut [f32; LANES] = m.try_into().expect("exact chunk");
+        let v: &mut [f32; LANES] = v.try_into().expect("exact chunk");
+        let g: &[f32; LANES] = g.try_into().expect("exact chunk");
+        let mut u = [0.0f32; LANES];
+        for k in 0..LANES {
+            moments.accumulate(&mut m[k], &mut v[k], g[k]);
+            u[k] = moments.direction::<INSIDE>(m[k], v[k], x[k], wd);
+        }
+        for k in 0..LANES {
+            xx[k] += f64::from(x[k]) * f64::from(x[k]);
+            uu[k] += f64::from(u[k]) * f64::from(u[k]);
+        }
+    }
+    for (((&x, m), v), &g) in x[body..]
+        .iter()
+        .zip(&mut m[body..])
+        .zip(&mut v[body..])
+        .zip(&g[body..])
+    {
         moments.accumulate(m, v, g);
         let u = moments.direction::<INSIDE>(*m, *v, x, wd);
-        xx += f64::from(x) * f64::from(x);
-        uu += f64::from(u) * f64::from(u);
+        xx[0] += f64::from(x) * f64::from(x);
+        uu[0] += f64::from(u) * f64::from(u);
     }
-    (xx, uu)
+    (xx.iter().sum(), uu.iter().sum())
 }
 
 /// Pass 2 over a chunk: `x -= (lr·c)·u`.
-#[inline]
+#[inline(always)]
 fn apply<const INSIDE: bool>(
     moments: &Moments,
     scaled_lr: f32,

@@ -13,6 +13,34 @@ use crate::ParamLayout;
 /// small enough to spread a BERT layer's weight over many cores.
 pub(crate) const CHUNK: usize = 1 << 14;
 
+/// Independent accumulators of an f64 reduction: enough to fill a vector
+/// register and hide the addition latency, fixed so results never depend on
+/// the machine.
+pub(crate) const LANES: usize = 8;
+
+/// Runs `f` compiled for 256-bit AVX vectors when the CPU has them.
+///
+/// Only AVX, never FMA: fused multiply-adds round differently, and the same
+/// config and seed must give the same bits on every x86-64 machine. Plain AVX
+/// computes exactly what SSE2 does, twice as wide (sqrt and division are
+/// correctly rounded in both), which matters because Adam's update is bound
+/// by its square roots and divisions as much as by memory.
+#[inline(always)]
+pub(crate) fn with_avx<R>(f: impl FnOnce() -> R) -> R {
+    #[cfg(target_arch = "x86_64")]
+    {
+        #[target_feature(enable = "avx")]
+        fn avx<R>(f: impl FnOnce() -> R) -> R {
+            f()
+        }
+        if std::arch::is_x86_feature_detected!("avx") {
+            // SAFETY: the running CPU supports AVX, checked just above.
+            return unsafe { avx(f) };
+        }
+    }
+    f()
+}
+
 /// Splits a flat buffer into one mutable slice per segment.
 pub(crate) fn split_segments_mut<'a>(
     layout: &ParamLayout,
@@ -35,9 +63,42 @@ pub(crate) fn split_segments<'a>(layout: &ParamLayout, buf: &'a [f32]) -> Vec<&'
 
 /// Sum of squares of `values` in f64, reduced in chunk order.
 pub(crate) fn sum_of_squares(values: &[f32]) -> f64 {
-    let partials: Vec<f64> = values
-        .par_chunks(CHUNK)
-        .map(|chunk| chunk.iter().map(|&x| f64::from(x) * f64::from(x)).sum())
-        .collect();
+    let partials: Vec<f64> = values.par_chunks(CHUNK).map(chunk_sum_of_squares).collect();
     partials.into_iter().sum()
+}
+
+/// One chunk's sum of squares in [`LANES`] accumulators.
+fn chunk_sum_of_squares(chunk: &[f32]) -> f64 {
+    let mut lanes = [0.0f64; LANES];
+    let body = chunk.len() - chunk.len() % LANES;
+    for block in chunk[..body].chunks_exact(LANES) {
+        for (acc, &x) in lanes.iter_mut().zip(block) {
+            *acc += f64::from(x) * f64::from(x);
+        }
+    }
+    for (acc, &x) in lanes.iter_mut().zip(&chunk[body..]) {
+        *acc += f64::from(x) * f64::from(x);
+    }
+    lanes.iter().sum()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sum_of_squares_is_exact_on_small_integers() {
+        // Squares of integers below 2^26 sum exactly in f64: 1² + … + n² = n(n+1)(2n+1)/6.
+        for n in [0usize, 1, 7, 8, 9, CHUNK - 1, CHUNK + 5, 3 * CHUNK + 17] {
+            let values: Vec<f32> = (1..=n).map(|i| (i % 1000) as f32).collect();
+            let expected: f64 = (1..=n).map(|i| ((i % 1000) as f64).powi(2)).sum();
+            assert_eq!(sum_of_squares(&values), expected, "n = {n}");
+        }
+        let n = 1000u64;
+        let values: Vec<f32> = (1..=n).map(|i| i as f32).collect();
+        assert_eq!(
+            sum_of_squares(&values),
+            (n * (n + 1) * (2 * n + 1) / 6) as f64
+        );
+    }
 }

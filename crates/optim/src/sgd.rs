@@ -7,7 +7,7 @@ use std::time::Duration;
 use rayon::prelude::*;
 
 use crate::optimizer::allreduce_mean_gradient;
-use crate::parallel::{CHUNK, split_segments, split_segments_mut};
+use crate::parallel::{CHUNK, split_segments, split_segments_mut, with_avx};
 use crate::{FlatOptimizer, OptimError, SgdConfig, StepContext};
 
 /// SGD's state: the momentum buffer.
@@ -54,11 +54,13 @@ impl FlatOptimizer for Sgd {
                     .zip(m.par_chunks_mut(CHUNK))
                     .zip(g.par_chunks(CHUNK))
                     .for_each(|((x, m), g)| {
-                        if nesterov {
-                            sgd_update::<true>(mu, lr, wd, x, m, g)
-                        } else {
-                            sgd_update::<false>(mu, lr, wd, x, m, g)
-                        }
+                        with_avx(|| {
+                            if nesterov {
+                                sgd_update::<true>(mu, lr, wd, x, m, g)
+                            } else {
+                                sgd_update::<false>(mu, lr, wd, x, m, g)
+                            }
+                        })
                     });
             });
         Ok(comm_time)
@@ -73,7 +75,7 @@ impl FlatOptimizer for Sgd {
     }
 }
 
-#[inline]
+#[inline(always)]
 fn sgd_update<const NESTEROV: bool>(
     mu: f32,
     lr: f32,
