@@ -16,7 +16,7 @@ pub(crate) const CHUNK: usize = 1 << 14;
 /// Independent accumulators of an f64 reduction: enough to fill a vector
 /// register and hide the addition latency, fixed so results never depend on
 /// the machine.
-pub(crate) const LANES: usize = 8;
+const LANES: usize = 8;
 
 /// Runs `f` compiled for 256-bit AVX vectors when the CPU has them.
 ///
@@ -68,7 +68,7 @@ pub(crate) fn sum_of_squares(values: &[f32]) -> f64 {
 }
 
 /// One chunk's sum of squares in [`LANES`] accumulators.
-fn chunk_sum_of_squares(chunk: &[f32]) -> f64 {
+pub(crate) fn chunk_sum_of_squares(chunk: &[f32]) -> f64 {
     let mut lanes = [0.0f64; LANES];
     let body = chunk.len() - chunk.len() % LANES;
     for block in chunk[..body].chunks_exact(LANES) {
