@@ -7,12 +7,11 @@
 //! `crates/optim/benches/optim_step.rs`, built in the workspace's one profile);
 //! the others fail with [`NotImplemented`] until their issue lands.
 
-use std::process::Command;
-
 use anyhow::{Context, Result, bail};
 use clap::ValueEnum;
 
 use crate::not_implemented::{ISSUE_3, ISSUE_4, NotImplemented, Tracking, cli_name};
+use crate::terse_binary;
 
 /// Arguments of `cargo xtask bench`.
 #[derive(Debug, Clone, PartialEq, Eq, clap::Args)]
@@ -54,8 +53,7 @@ pub fn run(args: &Args) -> Result<()> {
         let command = format!("bench {}", cli_name(&args.name));
         return Err(NotImplemented::new(command, tracking).into());
     }
-    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_string());
-    let mut command = Command::new(cargo);
+    let mut command = terse_binary::cargo();
     command.args([
         "test",
         "--quiet",

@@ -8,10 +8,14 @@ use std::process::Command;
 
 use anyhow::{Context, Result, bail};
 
+/// A `cargo` command: the one running this xtask (`$CARGO`), else from `PATH`.
+pub fn cargo() -> Command {
+    Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_string()))
+}
+
 /// Runs `terse <args…>` on one rank, inheriting stdin, stdout and stderr.
 pub fn run(args: &[String]) -> Result<()> {
-    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_string());
-    let status = Command::new(cargo)
+    let status = cargo()
         .args([
             "run",
             "--quiet",

@@ -80,10 +80,18 @@ impl FashionMnist {
 
     /// Images `range` as row-major f32 features scaled to [0, 1], and their labels.
     pub fn batch(&self, range: std::ops::Range<usize>) -> (Vec<f32>, Vec<i64>) {
-        let n = self.images.rows * self.images.cols;
-        let pixels = &self.images.pixels[range.start * n..range.end * n];
-        let features = pixels.iter().map(|&p| f32::from(p) / 255.0).collect();
-        let labels = self.labels[range].iter().map(|&l| i64::from(l)).collect();
+        self.gather(range)
+    }
+
+    /// The images at `indices`, in that order, as row-major f32 features
+    /// scaled to [0, 1], and their labels.
+    pub fn gather(&self, indices: impl IntoIterator<Item = usize>) -> (Vec<f32>, Vec<i64>) {
+        let mut features = Vec::new();
+        let mut labels = Vec::new();
+        for i in indices {
+            features.extend(self.images.image(i).iter().map(|&p| f32::from(p) / 255.0));
+            labels.push(i64::from(self.labels[i]));
+        }
         (features, labels)
     }
 }

@@ -145,7 +145,7 @@ impl ClassifierRun {
             let mut loss_sum = 0.0f64;
             for step in 0..steps {
                 let batch = &order[step * self.batch_size..(step + 1) * self.batch_size];
-                let (x, y) = gather_batch(&train, batch);
+                let (x, y) = train.gather(batch.iter().copied());
                 let x =
                     Tensor::<2>::from_data(TensorData::new(x, [batch.len(), features]), &device);
                 let y = Tensor::<1, Int>::from_data(TensorData::new(y, [batch.len()]), &device);
@@ -176,16 +176,6 @@ impl ClassifierRun {
         bar.finish_and_clear();
         Ok(reports)
     }
-}
-
-fn gather_batch(data: &FashionMnist, indices: &[usize]) -> (Vec<f32>, Vec<i64>) {
-    let mut x = Vec::with_capacity(indices.len() * data.images.rows * data.images.cols);
-    let mut y = Vec::with_capacity(indices.len());
-    for &i in indices {
-        x.extend(data.images.image(i).iter().map(|&p| f32::from(p) / 255.0));
-        y.push(i64::from(data.labels[i]));
-    }
-    (x, y)
 }
 
 /// Accuracy over the whole split, evaluated without autodiff.
