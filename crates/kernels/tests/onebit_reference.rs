@@ -1,0 +1,102 @@
+//! The CPU 1-bit compression against a float64 re-implementation of
+//! ALGORITHMS.md written here: signs bit-exact, scales within 1e-6 relative,
+//! errors within 1e-6 of the block scale, for lengths around word boundaries,
+//! one block and several, both scales; and decompress inverts the packing.
+
+use terse_kernels::onebit::{Scale, blocks_for, compress, decompress, words_for};
+
+struct SplitMix(u64);
+
+impl SplitMix {
+    fn next(&mut self) -> f32 {
+        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        (((z ^ (z >> 31)) >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
+    }
+}
+
+#[test]
+fn compress_matches_float64_reference() {
+    let mut rng = SplitMix(11);
+    for len in [1usize, 31, 32, 33, 1000, 100_003] {
+        for block in [len, 64, 32 * 37] {
+            for scale in [Scale::L1, Scale::L2] {
+                let x: Vec<f32> = (0..len).map(|_| rng.next()).collect();
+                let e0: Vec<f32> = (0..len).map(|_| 0.1 * rng.next()).collect();
+                let mut e = e0.clone();
+                let nb = blocks_for(len, block.min(len));
+                // Poison the outputs: an unwritten word or scale fails below.
+                let mut bits = vec![0xdead_beefu32; words_for(len)];
+                let mut scales = vec![f32::NAN; nb];
+                compress(&x, &mut e, block, scale, &mut bits, &mut scales);
+
+                let b = block.min(len);
+                assert_eq!(scales.len(), nb);
+                for (k, &scale_k) in scales.iter().enumerate() {
+                    let r = k * b..((k + 1) * b).min(len);
+                    // y exactly as f32 addition gives it; scale in f64.
+                    let y: Vec<f32> = r.clone().map(|i| x[i] + e0[i]).collect();
+                    let n = y.len() as f64;
+                    let s_ref = match scale {
+                        Scale::L1 => y.iter().map(|&v| f64::from(v).abs()).sum::<f64>() / n,
+                        Scale::L2 => {
+                            (y.iter().map(|&v| f64::from(v).powi(2)).sum::<f64>() / n).sqrt()
+                        }
+                    };
+                    let s = f64::from(scale_k);
+                    assert!(
+                        (s - s_ref).abs() <= 1e-6 * s_ref,
+                        "len {len} block {block}: scale {s} vs {s_ref}"
+                    );
+                    for (j, i) in r.enumerate() {
+                        let positive = bits[i / 32] >> (i % 32) & 1 == 1;
+                        assert_eq!(positive, y[j] >= 0.0, "len {len}: sign of element {i}");
+                        let q = if positive { s_ref } else { -s_ref };
+                        let e_ref = f64::from(y[j]) - q;
+                        assert!(
+                            (f64::from(e[i]) - e_ref).abs() <= 1e-6 * s_ref.max(1e-30),
+                            "len {len}: error {i}"
+                        );
+                    }
+                }
+                if len % 32 != 0 {
+                    let last = bits[len / 32];
+                    assert_eq!(last >> (len % 32), 0, "len {len}: padding bits must be 0");
+                }
+
+                let mut out = vec![f32::NAN; len];
+                decompress(&bits, &scales, block, &mut out);
+                for i in 0..len {
+                    let k = i / b;
+                    // q + e recovers y: nothing is lost, only deferred.
+                    assert!((out[i] + e[i] - (x[i] + e0[i])).abs() <= 1e-6 * (1.0 + scales[k]));
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn bit_layout_is_element_32w_plus_b() {
+    // Elements 0, 2 and 33 negative, all others positive: word 0 has bits 0
+    // and 2 cleared, word 1 has bit 1 cleared; zero counts as non-negative.
+    let mut x = vec![1.0f32; 40];
+    x[0] = -1.0;
+    x[2] = -3.0;
+    x[33] = -0.5;
+    x[5] = 0.0;
+    let mut e = vec![0.0f32; 40];
+    let mut bits = vec![0u32; 2];
+    let mut scales = vec![0.0f32; 1];
+    compress(&x, &mut e, 40, Scale::L1, &mut bits, &mut scales);
+    assert_eq!(bits[0], !0b101u32);
+    assert_eq!(bits[1], 0b1111_1101);
+    // mean |x|: 36 elements of 1.0, then |-1| + |-3| + |-0.5| + |0| = 4.5,
+    // so (36 + 4.5) / 40 = 1.0125.
+    let expected = 1.0125f32;
+    assert!((scales[0] - expected).abs() < 1e-7, "{}", scales[0]);
+    // The zero element is sent as +s, so its error is -s.
+    assert!((e[5] + expected).abs() < 1e-7);
+}
