@@ -171,18 +171,19 @@ impl Communicator for LocalComm {
     fn all_to_all_u32(&self, send: &[u32], recv: &mut [u32]) -> Result<(), CommError> {
         let n = self.world_size;
         let total = send.len();
-        if !total.is_multiple_of(n) || recv.len() != total {
+        let (expected, actual) = if total.is_multiple_of(n) {
+            (total, recv.len())
+        } else {
+            (total.div_ceil(n) * n, total)
+        };
+        if expected != actual {
             // Still take part in the exchange so the other ranks are not left
             // waiting at the barrier; report the local error afterwards.
             self.exchange(Posted::U32(Vec::new()), |_| ());
             return Err(CommError::LengthMismatch {
                 op: "all_to_all",
-                expected: total.div_ceil(n) * n,
-                actual: if !total.is_multiple_of(n) {
-                    total
-                } else {
-                    recv.len()
-                },
+                expected,
+                actual,
             });
         }
         let c = total / n;

@@ -24,7 +24,12 @@ pub fn words_for(len: usize) -> usize {
 
 /// Number of scales for `len` elements in blocks of `block`.
 pub fn blocks_for(len: usize, block: usize) -> usize {
-    len.div_ceil(block.max(1))
+    len.div_ceil(effective_block(block, len))
+}
+
+/// The block size actually used: at least 1, at most the whole buffer.
+fn effective_block(block: usize, len: usize) -> usize {
+    block.max(1).min(len.max(1))
 }
 
 /// Buffers of this many elements or more are compressed a block per task.
@@ -47,7 +52,7 @@ pub fn compress(
     scales: &mut [f32],
 ) {
     let len = x.len();
-    let block = block.max(1).min(len.max(1));
+    let block = effective_block(block, len);
     assert!(
         block.is_multiple_of(32) || block >= len,
         "block {block} must be a multiple of 32 or cover all {len} elements"
@@ -102,7 +107,7 @@ fn compress_block(x: &[f32], e: &mut [f32], scale: Scale, bits: &mut [u32]) -> f
 /// Dequantises `len` elements: element `i` is `±scales[i / block]`.
 pub fn decompress(bits: &[u32], scales: &[f32], block: usize, out: &mut [f32]) {
     let len = out.len();
-    let block = block.max(1).min(len.max(1));
+    let block = effective_block(block, len);
     assert_eq!(bits.len(), words_for(len), "bits buffer length");
     assert_eq!(scales.len(), blocks_for(len, block), "scales buffer length");
     for (i, value) in out.iter_mut().enumerate() {
