@@ -1,21 +1,47 @@
 //! The collective-communication interface optimizers are written against.
+//!
+//! Callers use the typed methods (`allreduce_f32`, `all_gather_u32`, …): they
+//! check this rank's buffers, count the traffic and hand plain bytes to the
+//! backend's `*_raw` primitives. Backends implement only the primitives, and
+//! must check that every rank called the same collective with the same length
+//! (reporting [`CommError::RankMismatch`] / [`CommError::CallMismatch`] on
+//! every rank) instead of corrupting memory or hanging.
 
 use crate::CommError;
+use crate::traffic::{Collective, Traffic, TrafficMeter, volume};
 
 /// How [`Communicator::allreduce_f32`] combines the ranks' buffers.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ReduceOp {
     /// Element-wise sum over ranks.
     Sum,
-    /// Element-wise mean over ranks (sum divided by the world size).
+    /// Element-wise mean over ranks (the sum times `1/world_size`).
     Mean,
+}
+
+/// The element size a raw primitive moves (f32 travels as 4-byte words).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Width {
+    /// 1-byte elements.
+    Byte,
+    /// 4-byte elements.
+    Word,
+}
+
+impl Width {
+    /// Bytes per element.
+    pub fn bytes(self) -> usize {
+        match self {
+            Width::Byte => 1,
+            Width::Word => 4,
+        }
+    }
 }
 
 /// A group of `world_size` ranks that run collectives together.
 ///
-/// Every rank calls the same collectives in the same order with buffers of the
-/// same length; a backend detects length mismatches and reports them instead of
-/// corrupting memory. Buffers live on the host: device-resident compression
+/// Every rank calls the same collectives in the same order with buffers of
+/// the same length. Buffers live on the host: device-resident compression
 /// hands only packed bits to a communicator.
 pub trait Communicator: Send + Sync {
     /// This process's (or thread's) rank, `0..world_size`.
@@ -24,20 +50,185 @@ pub trait Communicator: Send + Sync {
     /// How many ranks take part.
     fn world_size(&self) -> usize;
 
-    /// Reduce `buf` over all ranks in place; every rank ends with the result.
-    fn allreduce_f32(&self, buf: &mut [f32], op: ReduceOp) -> Result<(), CommError>;
+    /// The backend's name (`single`, `local`, `mpi`, `nccl`), for logs.
+    fn backend(&self) -> &'static str;
 
-    /// Copy `root`'s `buf` to every rank.
-    fn broadcast_f32(&self, buf: &mut [f32], root: usize) -> Result<(), CommError>;
+    /// The meter the typed methods count into.
+    fn meter(&self) -> &TrafficMeter;
 
-    /// Concatenate every rank's `send` in rank order into `recv`
-    /// (`recv.len() == world_size * send.len()`).
-    fn all_gather_u32(&self, send: &[u32], recv: &mut [u32]) -> Result<(), CommError>;
+    /// Tells every other rank this one is failing with `reason`, so their
+    /// collectives fail promptly instead of waiting. The `mpi` backend ends
+    /// the whole job (`MPI_Abort`) and does not return.
+    fn abort(&self, reason: &str);
 
-    /// Rank `i` sends `send[j*c..(j+1)*c]` to rank `j` and receives rank `j`'s
-    /// chunk `i` into `recv[j*c..(j+1)*c]`, with `c = send.len() / world_size`.
-    fn all_to_all_u32(&self, send: &[u32], recv: &mut [u32]) -> Result<(), CommError>;
+    /// Backend primitive of [`Communicator::allreduce_f32`].
+    fn allreduce_f32_raw(&self, buf: &mut [f32], op: ReduceOp) -> Result<(), CommError>;
 
-    /// Return once every rank has called it.
-    fn barrier(&self) -> Result<(), CommError>;
+    /// Backend primitive of the broadcasts; `buf` holds elements of `width`.
+    fn broadcast_raw(&self, buf: &mut [u8], width: Width, root: usize) -> Result<(), CommError>;
+
+    /// Backend primitive of the all-gathers (`recv.len() == n·send.len()`).
+    fn all_gather_raw(&self, send: &[u8], recv: &mut [u8], width: Width) -> Result<(), CommError>;
+
+    /// Backend primitive of the all-to-alls (`recv.len() == send.len()`, a
+    /// multiple of `n` elements).
+    fn all_to_all_raw(&self, send: &[u8], recv: &mut [u8], width: Width) -> Result<(), CommError>;
+
+    /// Backend primitive of [`Communicator::barrier`].
+    fn barrier_raw(&self) -> Result<(), CommError>;
+
+    /// Bytes sent and received so far, per kind of collective.
+    fn traffic(&self) -> Traffic {
+        self.meter().reading()
+    }
+
+    /// Reduces `buf` over all ranks in place; every rank ends with the same
+    /// result.
+    fn allreduce_f32(&self, buf: &mut [f32], op: ReduceOp) -> Result<(), CommError> {
+        self.allreduce_f32_raw(buf, op)?;
+        record(self, Collective::Allreduce, 0, size_of_val(buf));
+        Ok(())
+    }
+
+    /// Copies `root`'s `buf` to every rank.
+    fn broadcast_f32(&self, buf: &mut [f32], root: usize) -> Result<(), CommError> {
+        broadcast(self, bytemuck::cast_slice_mut(buf), Width::Word, root)
+    }
+
+    /// Copies `root`'s `buf` to every rank.
+    fn broadcast_u32(&self, buf: &mut [u32], root: usize) -> Result<(), CommError> {
+        broadcast(self, bytemuck::cast_slice_mut(buf), Width::Word, root)
+    }
+
+    /// Copies `root`'s `buf` to every rank.
+    fn broadcast_u8(&self, buf: &mut [u8], root: usize) -> Result<(), CommError> {
+        broadcast(self, buf, Width::Byte, root)
+    }
+
+    /// Concatenates every rank's `send` in rank order into `recv`
+    /// (`recv.len() == world_size · send.len()`).
+    fn all_gather_f32(&self, send: &[f32], recv: &mut [f32]) -> Result<(), CommError> {
+        let (s, r) = (bytemuck::cast_slice(send), bytemuck::cast_slice_mut(recv));
+        all_gather(self, s, r, Width::Word)
+    }
+
+    /// Concatenates every rank's `send` in rank order into `recv`.
+    fn all_gather_u32(&self, send: &[u32], recv: &mut [u32]) -> Result<(), CommError> {
+        let (s, r) = (bytemuck::cast_slice(send), bytemuck::cast_slice_mut(recv));
+        all_gather(self, s, r, Width::Word)
+    }
+
+    /// Concatenates every rank's `send` in rank order into `recv`.
+    fn all_gather_u8(&self, send: &[u8], recv: &mut [u8]) -> Result<(), CommError> {
+        all_gather(self, send, recv, Width::Byte)
+    }
+
+    /// Rank `i` sends `send[j·c..(j+1)·c]` to rank `j` and receives rank
+    /// `j`'s chunk `i` into `recv[j·c..(j+1)·c]`, with `c = send.len() / n`.
+    fn all_to_all_f32(&self, send: &[f32], recv: &mut [f32]) -> Result<(), CommError> {
+        let (s, r) = (bytemuck::cast_slice(send), bytemuck::cast_slice_mut(recv));
+        all_to_all(self, s, r, Width::Word)
+    }
+
+    /// As [`Communicator::all_to_all_f32`].
+    fn all_to_all_u32(&self, send: &[u32], recv: &mut [u32]) -> Result<(), CommError> {
+        let (s, r) = (bytemuck::cast_slice(send), bytemuck::cast_slice_mut(recv));
+        all_to_all(self, s, r, Width::Word)
+    }
+
+    /// As [`Communicator::all_to_all_f32`].
+    fn all_to_all_u8(&self, send: &[u8], recv: &mut [u8]) -> Result<(), CommError> {
+        all_to_all(self, send, recv, Width::Byte)
+    }
+
+    /// Returns once every rank has called it.
+    fn barrier(&self) -> Result<(), CommError> {
+        self.barrier_raw()?;
+        record(self, Collective::Barrier, 0, 0);
+        Ok(())
+    }
+}
+
+fn record<C: Communicator + ?Sized>(comm: &C, kind: Collective, root: usize, bytes: usize) {
+    let (sent, received) = volume(kind, comm.world_size(), comm.rank(), root, bytes);
+    comm.meter().record(kind, sent, received);
+}
+
+// A rank whose own buffers are wrong still takes part, with an empty buffer,
+// so the others see a length mismatch instead of waiting for it forever.
+
+fn broadcast<C: Communicator + ?Sized>(
+    comm: &C,
+    buf: &mut [u8],
+    width: Width,
+    root: usize,
+) -> Result<(), CommError> {
+    let n = comm.world_size();
+    if root >= n {
+        let _ = comm.broadcast_raw(&mut [], width, 0);
+        return Err(CommError::BadRank {
+            op: "broadcast",
+            rank: root,
+            world_size: n,
+        });
+    }
+    comm.broadcast_raw(buf, width, root)?;
+    record(comm, Collective::Broadcast, root, buf.len());
+    Ok(())
+}
+
+fn all_gather<C: Communicator + ?Sized>(
+    comm: &C,
+    send: &[u8],
+    recv: &mut [u8],
+    width: Width,
+) -> Result<(), CommError> {
+    let expected = send.len() * comm.world_size();
+    if recv.len() != expected {
+        let _ = comm.all_gather_raw(&[], &mut [], width);
+        return Err(CommError::LengthMismatch {
+            op: "all_gather (receive buffer)",
+            expected: expected / width.bytes(),
+            actual: recv.len() / width.bytes(),
+        });
+    }
+    comm.all_gather_raw(send, recv, width)?;
+    record(comm, Collective::AllGather, 0, send.len());
+    Ok(())
+}
+
+fn all_to_all<C: Communicator + ?Sized>(
+    comm: &C,
+    send: &[u8],
+    recv: &mut [u8],
+    width: Width,
+) -> Result<(), CommError> {
+    let n = comm.world_size();
+    let elems = send.len() / width.bytes();
+    let bad = if !elems.is_multiple_of(n) {
+        Some((
+            "all_to_all (send length must be a multiple of the world size)",
+            elems.div_ceil(n) * n,
+            elems,
+        ))
+    } else if recv.len() != send.len() {
+        Some((
+            "all_to_all (receive buffer)",
+            elems,
+            recv.len() / width.bytes(),
+        ))
+    } else {
+        None
+    };
+    if let Some((op, expected, actual)) = bad {
+        let _ = comm.all_to_all_raw(&[], &mut [], width);
+        return Err(CommError::LengthMismatch {
+            op,
+            expected,
+            actual,
+        });
+    }
+    comm.all_to_all_raw(send, recv, width)?;
+    record(comm, Collective::AllToAll, 0, send.len());
+    Ok(())
 }

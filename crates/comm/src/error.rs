@@ -1,10 +1,11 @@
 //! The error type of every collective.
 
+use std::time::Duration;
+
 /// What went wrong in a collective call.
 #[derive(Debug, thiserror::Error)]
 pub enum CommError {
-    /// Buffers that must agree in length across ranks (or between send and
-    /// receive sides of one call) do not.
+    /// This rank's buffers do not fit the call (e.g. `recv` of the wrong size).
     #[error("{op}: buffer length mismatch: expected {expected} elements, got {actual}")]
     LengthMismatch {
         /// The collective that detected the mismatch.
@@ -13,6 +14,32 @@ pub enum CommError {
         expected: usize,
         /// The length it was given.
         actual: usize,
+    },
+    /// Ranks passed buffers of different lengths to the same collective.
+    #[error(
+        "{op}: rank {rank} passed {actual} elements where rank 0 passed {expected}; \
+         every rank must pass the same length"
+    )]
+    RankMismatch {
+        /// The collective.
+        op: &'static str,
+        /// The first rank that differs from rank 0.
+        rank: usize,
+        /// Rank 0's length.
+        expected: usize,
+        /// That rank's length.
+        actual: usize,
+    },
+    /// Ranks called different collectives (or the same one with different
+    /// roots) at the same point of the program.
+    #[error("rank 0 called {expected} but rank {rank} called {actual}")]
+    CallMismatch {
+        /// What rank 0 called.
+        expected: String,
+        /// The first rank that differs.
+        rank: usize,
+        /// What it called.
+        actual: String,
     },
     /// A rank argument outside `0..world_size`.
     #[error("{op}: rank {rank} is out of range for world size {world_size}")]
@@ -23,5 +50,29 @@ pub enum CommError {
         rank: usize,
         /// The communicator's world size.
         world_size: usize,
+    },
+    /// Another rank failed, panicked or left while this one waited for it.
+    #[error("rank {rank} failed: {reason}")]
+    PeerFailed {
+        /// The rank that failed.
+        rank: usize,
+        /// What it reported.
+        reason: String,
+    },
+    /// The other ranks did not arrive within the communicator's timeout.
+    #[error("{op}: no answer from every rank within {timeout:?}; a rank is stuck or dead")]
+    Timeout {
+        /// The collective that waited.
+        op: &'static str,
+        /// How long it waited.
+        timeout: Duration,
+    },
+    /// The transport itself failed (MPI, NCCL).
+    #[error("{backend}: {message}")]
+    Backend {
+        /// Which backend.
+        backend: &'static str,
+        /// Its message.
+        message: String,
     },
 }

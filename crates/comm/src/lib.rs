@@ -1,20 +1,36 @@
-//! Communication for terse: the [`Communicator`] trait every optimizer talks to,
-//! and its backends.
+//! Communication for terse: the [`Communicator`] trait every optimizer talks
+//! to, its backends, and the collectives built on it.
 //!
-//! Today this crate holds the trait, [`SingleRank`] (one process) and
-//! [`LocalComm`] (N ranks as threads), so that optimizers already route every
-//! gradient through a collective and nothing changes for them when more ranks
-//! arrive. The communication issue adds the `mpi` (OpenMPI) and `nccl`
-//! (cudarc, feature-gated) backends, the compressed and sparse allreduce of
-//! `ALGORITHMS.md`, the traffic meter, and failure detection with timeouts.
+//! Backends: [`SingleRank`] (one process), [`LocalComm`] (N ranks as threads:
+//! tests and single-machine simulation), `MpiComm` (OpenMPI, feature `mpi`,
+//! on by default) and `NcclComm` (feature `nccl`, compile-checked only here).
+//! On top of any of them: [`CompressedAllreduce`] (1-bit, two-level error
+//! feedback) and [`SparseAllreduce`] (SLAMB's masked values). Every call is
+//! counted by a [`TrafficMeter`].
 #![warn(missing_docs)]
 
 mod communicator;
+mod compressed;
 mod error;
 mod local;
+#[cfg(feature = "mpi")]
+mod mpi;
+#[cfg(feature = "nccl")]
+mod nccl;
 mod single;
+mod sparse;
+pub mod traffic;
 
-pub use communicator::{Communicator, ReduceOp};
+pub use communicator::{Communicator, ReduceOp, Width};
+pub use compressed::{CompressedAllreduce, CompressionOptions};
 pub use error::CommError;
-pub use local::LocalComm;
+pub use local::{DEFAULT_TIMEOUT, LocalComm};
+#[cfg(feature = "mpi")]
+pub use mpi::MpiComm;
+#[cfg(feature = "nccl")]
+pub use nccl::NcclComm;
 pub use single::SingleRank;
+pub use sparse::SparseAllreduce;
+pub use terse_kernels::mask::{Mask, Selection};
+pub use terse_kernels::onebit::Scale;
+pub use traffic::{Collective, Traffic, TrafficMeter};

@@ -2,25 +2,51 @@
 //!
 //! Used by tests and to simulate N workers on one machine (the algorithms'
 //! behaviour depends on N through error feedback and masking, so N must be
-//! real). Every collective is an exchange through shared slots: each rank
-//! posts its buffer, all meet at a barrier, each reads what it needs in rank
-//! order (so reductions are bit-identical on every rank), and all meet again
-//! before the slots are reused.
+//! real). Every collective posts this rank's buffer in its own slot, meets
+//! the others at a barrier, reads what it needs from the other slots, and
+//! meets them again before any slot is reused. Allreduce reduces one chunk
+//! per rank (in rank order, so every rank gets the same bits) and then
+//! gathers the chunks, so each rank touches O(B) bytes, not O(n·B).
+//!
+//! Failure: a rank that errors ([`Communicator::abort`]), panics or drops its
+//! communicator poisons the world, and every rank waiting in or later
+//! entering a collective gets [`CommError::PeerFailed`] at once. A rank that
+//! simply never arrives is reported after the world's timeout.
 
-use std::sync::{Arc, Barrier, Mutex};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, RwLock};
+use std::time::{Duration, Instant};
 
+use crate::communicator::Width;
+use crate::traffic::{Collective, TrafficMeter};
 use crate::{CommError, Communicator, ReduceOp};
 
-/// A posted buffer.
-#[derive(Clone)]
-enum Posted {
-    F32(Vec<f32>),
-    U32(Vec<u32>),
+/// How long a rank waits for the others by default before reporting a hang.
+pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(300);
+
+/// What a rank posted for the current collective.
+#[derive(Default)]
+struct Slot {
+    kind: Option<Collective>,
+    root: usize,
+    /// Length in bytes of the posted data, compared across ranks.
+    len: usize,
+    data: Vec<u8>,
+    /// Allreduce: this rank's reduced chunk.
+    reduced: Vec<f32>,
+}
+
+#[derive(Default)]
+struct Gate {
+    arrived: usize,
+    generation: u64,
+    failure: Option<(usize, String)>,
 }
 
 struct Shared {
-    slots: Mutex<Vec<Option<Posted>>>,
-    barrier: Barrier,
+    slots: Vec<RwLock<Slot>>,
+    gate: Mutex<Gate>,
+    woken: Condvar,
+    timeout: Duration,
 }
 
 /// One rank of a world of threads; create the world with [`LocalComm::world`].
@@ -28,74 +54,200 @@ pub struct LocalComm {
     rank: usize,
     world_size: usize,
     shared: Arc<Shared>,
+    meter: TrafficMeter,
 }
 
 impl LocalComm {
     /// The `world_size` ranks of a new world, rank `i` at index `i`; move each
     /// into its own thread.
     pub fn world(world_size: usize) -> Vec<LocalComm> {
+        Self::world_with_timeout(world_size, DEFAULT_TIMEOUT)
+    }
+
+    /// As [`LocalComm::world`], reporting a rank that does not arrive at a
+    /// collective within `timeout`.
+    pub fn world_with_timeout(world_size: usize, timeout: Duration) -> Vec<LocalComm> {
         assert!(world_size > 0, "a world needs at least one rank");
         let shared = Arc::new(Shared {
-            slots: Mutex::new(vec![None; world_size]),
-            barrier: Barrier::new(world_size),
+            slots: (0..world_size).map(|_| RwLock::default()).collect(),
+            gate: Mutex::default(),
+            woken: Condvar::new(),
+            timeout,
         });
         (0..world_size)
             .map(|rank| LocalComm {
                 rank,
                 world_size,
                 shared: Arc::clone(&shared),
+                meter: TrafficMeter::default(),
             })
             .collect()
     }
 
-    /// Posts `mine`, waits for every rank, runs `read` over all posted buffers
-    /// (in rank order), then waits again so no slot is overwritten early.
-    fn exchange<R>(&self, mine: Posted, read: impl FnOnce(&[Option<Posted>]) -> R) -> R {
-        self.shared
-            .slots
-            .lock()
-            .expect("no rank panicked holding the slots")[self.rank] = Some(mine);
-        self.shared.barrier.wait();
-        let result = {
-            let slots = self
+    /// Runs `body` on every rank of a new world, one thread each owning its
+    /// communicator (so a panicking rank fails the others at once), and
+    /// returns each rank's outcome in rank order.
+    pub fn run<R: Send>(
+        world_size: usize,
+        timeout: Duration,
+        body: impl Fn(&LocalComm) -> R + Sync,
+    ) -> Vec<std::thread::Result<R>> {
+        let world = Self::world_with_timeout(world_size, timeout);
+        std::thread::scope(|scope| {
+            let handles: Vec<_> = world
+                .into_iter()
+                .map(|comm| {
+                    let body = &body;
+                    scope.spawn(move || body(&comm))
+                })
+                .collect();
+            handles.into_iter().map(|h| h.join()).collect()
+        })
+    }
+
+    fn gate(&self) -> MutexGuard<'_, Gate> {
+        self.shared.gate.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn fail(&self, reason: String) {
+        let mut gate = self.gate();
+        if gate.failure.is_none() {
+            gate.failure = Some((self.rank, reason));
+        }
+        self.shared.woken.notify_all();
+    }
+
+    /// Waits until every rank has arrived here.
+    fn meet(&self, op: &'static str) -> Result<(), CommError> {
+        let mut gate = self.gate();
+        if let Some((rank, reason)) = &gate.failure {
+            return Err(peer_failed(*rank, reason));
+        }
+        let generation = gate.generation;
+        gate.arrived += 1;
+        if gate.arrived == self.world_size {
+            gate.arrived = 0;
+            gate.generation += 1;
+            self.shared.woken.notify_all();
+            return Ok(());
+        }
+        let deadline = Instant::now() + self.shared.timeout;
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            gate = self
                 .shared
-                .slots
-                .lock()
-                .expect("no rank panicked holding the slots");
-            read(&slots)
-        };
-        self.shared.barrier.wait();
+                .woken
+                .wait_timeout(gate, left)
+                .unwrap_or_else(|p| p.into_inner())
+                .0;
+            if gate.generation != generation {
+                return Ok(());
+            }
+            if let Some((rank, reason)) = &gate.failure {
+                return Err(peer_failed(*rank, reason));
+            }
+            if Instant::now() >= deadline {
+                let timeout = self.shared.timeout;
+                gate.failure = Some((self.rank, format!("{op}: timed out after {timeout:?}")));
+                self.shared.woken.notify_all();
+                return Err(CommError::Timeout { op, timeout });
+            }
+        }
+    }
+
+    fn slot(&self, rank: usize) -> std::sync::RwLockReadGuard<'_, Slot> {
+        self.shared.slots[rank]
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn my_slot(&self) -> std::sync::RwLockWriteGuard<'_, Slot> {
+        self.shared.slots[self.rank]
+            .write()
+            .unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Posts this rank's call: its kind, root, length in bytes (compared
+    /// across ranks) and the data others will read.
+    fn post(&self, kind: Collective, root: usize, len: usize, data: &[u8]) {
+        let mut slot = self.my_slot();
+        slot.kind = Some(kind);
+        slot.root = root;
+        slot.len = len;
+        slot.data.clear();
+        slot.data.extend_from_slice(data);
+    }
+
+    /// Meets, checks that every rank made the same call, runs `read` (unless
+    /// the check failed), and meets again so no slot is reposted while
+    /// another rank still reads it. Every rank reaches the same verdict.
+    fn finish(
+        &self,
+        kind: Collective,
+        read: impl FnOnce() -> Result<(), CommError>,
+    ) -> Result<(), CommError> {
+        self.meet(kind.name())?;
+        let result = self.check_same_call(kind).and_then(|()| read());
+        self.meet(kind.name())?;
         result
     }
-}
 
-fn f32s(slot: &Option<Posted>) -> &[f32] {
-    match slot {
-        Some(Posted::F32(v)) => v,
-        _ => &[],
+    fn check_same_call(&self, kind: Collective) -> Result<(), CommError> {
+        let (root, len) = {
+            let first = self.slot(0);
+            (first.root, first.len)
+        };
+        for rank in 1..self.world_size {
+            let slot = self.slot(rank);
+            if slot.kind != Some(kind) || slot.root != root {
+                return Err(CommError::CallMismatch {
+                    expected: describe(Some(kind), root),
+                    rank,
+                    actual: describe(slot.kind, slot.root),
+                });
+            }
+            if slot.len != len {
+                return Err(CommError::RankMismatch {
+                    op: kind.name(),
+                    rank,
+                    expected: len,
+                    actual: slot.len,
+                });
+            }
+        }
+        Ok(())
     }
 }
 
-fn u32s(slot: &Option<Posted>) -> &[u32] {
-    match slot {
-        Some(Posted::U32(v)) => v,
-        _ => &[],
+fn describe(kind: Option<Collective>, root: usize) -> String {
+    match kind {
+        Some(Collective::Broadcast) => format!("broadcast from rank {root}"),
+        Some(kind) => kind.name().to_string(),
+        None => "nothing".to_string(),
     }
 }
 
-/// The first rank whose posted length differs from `expected`, as an error.
-fn check_lengths(
-    op: &'static str,
-    expected: usize,
-    lengths: impl Iterator<Item = usize>,
-) -> Result<(), CommError> {
-    match lengths.into_iter().find(|&n| n != expected) {
-        Some(actual) => Err(CommError::LengthMismatch {
-            op,
-            expected,
-            actual,
-        }),
-        None => Ok(()),
+fn peer_failed(rank: usize, reason: &str) -> CommError {
+    CommError::PeerFailed {
+        rank,
+        reason: reason.to_string(),
+    }
+}
+
+/// Chunk `i` of `len` elements split over `n` ranks.
+fn chunk(len: usize, n: usize, i: usize) -> std::ops::Range<usize> {
+    let c = len.div_ceil(n);
+    (i * c).min(len)..((i + 1) * c).min(len)
+}
+
+impl Drop for LocalComm {
+    fn drop(&mut self) {
+        // Leaving is a failure only for ranks that still expect this one.
+        self.fail(if std::thread::panicking() {
+            "panicked".to_string()
+        } else {
+            "left the world (its communicator was dropped)".to_string()
+        });
     }
 }
 
@@ -108,97 +260,93 @@ impl Communicator for LocalComm {
         self.world_size
     }
 
-    fn allreduce_f32(&self, buf: &mut [f32], op: ReduceOp) -> Result<(), CommError> {
+    fn backend(&self) -> &'static str {
+        "local"
+    }
+
+    fn meter(&self) -> &TrafficMeter {
+        &self.meter
+    }
+
+    fn abort(&self, reason: &str) {
+        self.fail(reason.to_string());
+    }
+
+    fn allreduce_f32_raw(&self, buf: &mut [f32], op: ReduceOp) -> Result<(), CommError> {
         let n = self.world_size;
-        let len = buf.len();
-        self.exchange(Posted::F32(buf.to_vec()), |slots| {
-            check_lengths("allreduce", len, slots.iter().map(|s| f32s(s).len()))?;
-            buf.fill(0.0);
-            for slot in slots {
-                for (acc, &x) in buf.iter_mut().zip(f32s(slot)) {
-                    *acc += x;
+        let mine = chunk(buf.len(), n, self.rank);
+        self.post(
+            Collective::Allreduce,
+            0,
+            size_of_val(buf),
+            bytemuck::cast_slice(buf),
+        );
+        self.finish(Collective::Allreduce, || {
+            let mut acc = vec![0.0f32; mine.len()];
+            for rank in 0..n {
+                let slot = self.slot(rank);
+                let theirs: &[f32] = bytemuck::cast_slice(&slot.data);
+                for (a, &x) in acc.iter_mut().zip(&theirs[mine.clone()]) {
+                    *a += x;
                 }
             }
             if op == ReduceOp::Mean {
                 let inv = 1.0 / n as f32;
-                buf.iter_mut().for_each(|x| *x *= inv);
+                acc.iter_mut().for_each(|a| *a *= inv);
+            }
+            self.my_slot().reduced = acc;
+            Ok(())
+        })?;
+        // Posting never touches `reduced`, and a rank writes its `reduced`
+        // again only after every rank has posted its next call, i.e. after
+        // every rank has finished this gather.
+        let len = buf.len();
+        for rank in 0..n {
+            buf[chunk(len, n, rank)].copy_from_slice(&self.slot(rank).reduced);
+        }
+        Ok(())
+    }
+
+    fn broadcast_raw(&self, buf: &mut [u8], _width: Width, root: usize) -> Result<(), CommError> {
+        let data: &[u8] = if self.rank == root { buf } else { &[] };
+        self.post(Collective::Broadcast, root, buf.len(), data);
+        self.finish(Collective::Broadcast, || {
+            if self.rank != root {
+                buf.copy_from_slice(&self.slot(root).data);
             }
             Ok(())
         })
     }
 
-    fn broadcast_f32(&self, buf: &mut [f32], root: usize) -> Result<(), CommError> {
-        if root >= self.world_size {
-            return Err(CommError::BadRank {
-                op: "broadcast",
-                rank: root,
-                world_size: self.world_size,
-            });
-        }
-        let len = buf.len();
-        self.exchange(Posted::F32(buf.to_vec()), |slots| {
-            check_lengths("broadcast", len, slots.iter().map(|s| f32s(s).len()))?;
-            buf.copy_from_slice(f32s(&slots[root]));
-            Ok(())
-        })
-    }
-
-    fn all_gather_u32(&self, send: &[u32], recv: &mut [u32]) -> Result<(), CommError> {
+    fn all_gather_raw(&self, send: &[u8], recv: &mut [u8], _width: Width) -> Result<(), CommError> {
         let c = send.len();
-        let expected = c * self.world_size;
-        let recv_ok = recv.len() == expected;
-        let result = self.exchange(Posted::U32(send.to_vec()), |slots| {
-            check_lengths("all_gather", c, slots.iter().map(|s| u32s(s).len()))?;
-            if recv_ok {
-                for (chunk, slot) in recv.chunks_mut(c.max(1)).zip(slots) {
-                    chunk.copy_from_slice(u32s(slot));
+        self.post(Collective::AllGather, 0, c, send);
+        self.finish(Collective::AllGather, || {
+            if c > 0 {
+                for (rank, out) in recv.chunks_mut(c).enumerate() {
+                    out.copy_from_slice(&self.slot(rank).data);
                 }
             }
             Ok(())
-        });
-        result?;
-        if recv_ok {
-            Ok(())
-        } else {
-            Err(CommError::LengthMismatch {
-                op: "all_gather",
-                expected,
-                actual: recv.len(),
-            })
-        }
+        })
     }
 
-    fn all_to_all_u32(&self, send: &[u32], recv: &mut [u32]) -> Result<(), CommError> {
+    fn all_to_all_raw(&self, send: &[u8], recv: &mut [u8], width: Width) -> Result<(), CommError> {
         let n = self.world_size;
-        let total = send.len();
-        let (expected, actual) = if total.is_multiple_of(n) {
-            (total, recv.len())
-        } else {
-            (total.div_ceil(n) * n, total)
-        };
-        if expected != actual {
-            // Still take part in the exchange so the other ranks are not left
-            // waiting at the barrier; report the local error afterwards.
-            self.exchange(Posted::U32(Vec::new()), |_| ());
-            return Err(CommError::LengthMismatch {
-                op: "all_to_all",
-                expected,
-                actual,
-            });
-        }
-        let c = total / n;
+        let c = send.len() / width.bytes() / n * width.bytes();
         let me = self.rank;
-        self.exchange(Posted::U32(send.to_vec()), |slots| {
-            check_lengths("all_to_all", total, slots.iter().map(|s| u32s(s).len()))?;
-            for (j, slot) in slots.iter().enumerate() {
-                recv[j * c..(j + 1) * c].copy_from_slice(&u32s(slot)[me * c..(me + 1) * c]);
+        self.post(Collective::AllToAll, 0, send.len(), send);
+        self.finish(Collective::AllToAll, || {
+            for rank in 0..n {
+                let slot = self.slot(rank);
+                recv[rank * c..(rank + 1) * c].copy_from_slice(&slot.data[me * c..(me + 1) * c]);
             }
             Ok(())
         })
     }
 
-    fn barrier(&self) -> Result<(), CommError> {
-        self.shared.barrier.wait();
-        Ok(())
+    fn barrier_raw(&self) -> Result<(), CommError> {
+        self.post(Collective::Barrier, 0, 0, &[]);
+        self.finish(Collective::Barrier, || Ok(()))
     }
 }

@@ -1,12 +1,22 @@
 //! Compression kernels for terse.
 //!
-//! The 1-bit and sparse compression of `ALGORITHMS.md`, written once as
-//! cubecl kernels (`#[cube(launch_unchecked)]`) for burn's cubecl backends
-//! (issue 4) and once as fused CPU loops for `flex`. Today: the CPU 1-bit
-//! compression with error feedback ([`onebit`]): per-block scales (l1, l2),
-//! the sign pack into u32 words, and dequantisation. The server-side average
-//! and recompress, SLAMB's hash-masked gather and scatter, and the cubecl
-//! kernels follow with the communication and kernels issues.
+//! The 1-bit and sparse compression of `ALGORITHMS.md`, written once as fused
+//! CPU loops for `flex` (here) and once as cubecl kernels for burn's cubecl
+//! backends (the kernels issue). The CPU versions are the reference the
+//! device kernels are tested against, and what the `flex` backend runs:
+//! - [`onebit`]: worker-side error-feedback sign pack with per-block scales
+//!   (l1, l2) and dequantisation;
+//! - [`server`]: the server side of the compressed allreduce (average the
+//!   received chunks, add the server error, recompress);
+//! - [`mask`]: SLAMB's counter-based hash mask and cyclic mask, and the masked
+//!   gather and scatter;
+//! - [`random`]: the counter-based generators every seeded choice flows from.
 #![warn(missing_docs)]
 
+pub mod mask;
 pub mod onebit;
+pub mod random;
+pub mod server;
+mod simd;
+
+pub use simd::with_avx;

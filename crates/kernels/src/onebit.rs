@@ -4,8 +4,14 @@
 //!
 //! Bits are packed 32 per u32 word: bit `b` of word `w` is element `32w + b`,
 //! 1 = non-negative. Bits past the end of the data are 0 and never read back.
+//!
+//! Work is cut into fixed pieces of [`PIECE`] elements that never straddle a
+//! block, and a block's scale sums its pieces' partial sums in order, so the
+//! result is bit-identical for any number of threads.
 
 use rayon::prelude::*;
+
+use crate::simd::{LANES, with_avx};
 
 /// How a block's scale is computed from its values `y`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -16,6 +22,9 @@ pub enum Scale {
     /// `‖y‖ / sqrt(len)` (DeepSpeed parity).
     L2,
 }
+
+/// Elements per parallel work item (a multiple of 32: pieces pack whole words).
+pub const PIECE: usize = 1 << 14;
 
 /// Number of u32 words holding `len` signs.
 pub fn words_for(len: usize) -> usize {
@@ -28,12 +37,18 @@ pub fn blocks_for(len: usize, block: usize) -> usize {
 }
 
 /// The block size actually used: at least 1, at most the whole buffer.
-fn effective_block(block: usize, len: usize) -> usize {
+pub fn effective_block(block: usize, len: usize) -> usize {
     block.max(1).min(len.max(1))
 }
 
-/// Buffers of this many elements or more are compressed a block per task.
-const PARALLEL_MIN: usize = 1 << 15;
+fn check_lengths(len: usize, block: usize, bits: usize, scales: usize) {
+    assert!(
+        block.is_multiple_of(32) || block >= len,
+        "block {block} must be a multiple of 32 or cover all {len} elements"
+    );
+    assert_eq!(bits, words_for(len), "bits buffer length");
+    assert_eq!(scales, blocks_for(len, block), "scales buffer length");
+}
 
 /// Compresses `x` with error feedback in place of `error`.
 ///
@@ -52,67 +67,165 @@ pub fn compress(
     scales: &mut [f32],
 ) {
     let len = x.len();
-    let block = effective_block(block, len);
-    assert!(
-        block.is_multiple_of(32) || block >= len,
-        "block {block} must be a multiple of 32 or cover all {len} elements"
-    );
     assert_eq!(error.len(), len, "error buffer length");
-    assert_eq!(bits.len(), words_for(len), "bits buffer length");
-    assert_eq!(scales.len(), blocks_for(len, block), "scales buffer length");
-    let words_per_block = block.div_ceil(32);
-    if len < PARALLEL_MIN {
-        let blocks = x.chunks(block).zip(error.chunks_mut(block));
-        for ((x, e), (bits, s)) in blocks.zip(bits.chunks_mut(words_per_block).zip(scales)) {
-            *s = compress_block(x, e, scale, bits);
-        }
-    } else {
-        let blocks = x.par_chunks(block).zip(error.par_chunks_mut(block));
-        let outputs = bits
-            .par_chunks_mut(words_per_block)
-            .zip(scales.par_iter_mut());
-        blocks
-            .zip(outputs)
-            .for_each(|((x, e), (bits, s))| *s = compress_block(x, e, scale, bits));
+    check_lengths(len, block, bits.len(), scales.len());
+    if len == 0 {
+        return;
     }
+    let block = effective_block(block, len);
+    let block_words = block.div_ceil(32);
+    if block <= PIECE {
+        // Small blocks: a work item holds whole blocks, each done in cache.
+        let per = (PIECE / block).max(1);
+        x.par_chunks(per * block)
+            .zip(error.par_chunks_mut(per * block))
+            .zip(bits.par_chunks_mut(per * block_words))
+            .zip(scales.par_chunks_mut(per))
+            .for_each(|(((x, e), bits), scales)| {
+                let blocks = x.chunks(block).zip(e.chunks_mut(block));
+                for ((x, e), (bits, s)) in blocks.zip(bits.chunks_mut(block_words).zip(scales)) {
+                    let partial = with_avx(|| sign_pack(x, e, bits, scale));
+                    *s = finish_scale(partial, x.len(), scale);
+                    with_avx(|| apply_quantisation(e, bits, *s));
+                }
+            });
+        return;
+    }
+    // Large blocks: two passes over pieces, the scale in between.
+    let partials: Vec<Vec<f64>> = x
+        .par_chunks(block)
+        .zip(error.par_chunks_mut(block))
+        .zip(bits.par_chunks_mut(block_words))
+        .map(|((x, e), bits)| {
+            x.par_chunks(PIECE)
+                .zip(e.par_chunks_mut(PIECE))
+                .zip(bits.par_chunks_mut(PIECE / 32))
+                .map(|((x, e), bits)| with_avx(|| sign_pack(x, e, bits, scale)))
+                .collect()
+        })
+        .collect();
+    for ((s, partials), x) in scales.iter_mut().zip(&partials).zip(x.chunks(block)) {
+        *s = finish_scale(partials.iter().sum(), x.len(), scale);
+    }
+    error
+        .par_chunks_mut(block)
+        .zip(bits.par_chunks(block_words))
+        .zip(scales.par_iter())
+        .for_each(|((e, bits), &s)| {
+            e.par_chunks_mut(PIECE)
+                .zip(bits.par_chunks(PIECE / 32))
+                .for_each(|(e, bits)| with_avx(|| apply_quantisation(e, bits, s)));
+        });
 }
 
-/// One block: `y = x + e` into `e`, the scale, then bits and `e = y - s·sign(y)`.
-fn compress_block(x: &[f32], e: &mut [f32], scale: Scale, bits: &mut [u32]) -> f32 {
-    let mut acc = 0.0f64;
-    for (e, &x) in e.iter_mut().zip(x) {
-        *e += x;
-        acc += match scale {
-            Scale::L1 => f64::from(e.abs()),
-            Scale::L2 => f64::from(*e) * f64::from(*e),
-        };
-    }
-    let n = x.len() as f64;
-    let s = match scale {
-        Scale::L1 => acc / n,
-        Scale::L2 => (acc / n).sqrt(),
-    } as f32;
-    for (word, ys) in bits.iter_mut().zip(e.chunks_mut(32)) {
+/// `e += x` (so `e` holds `y`), the signs of `y` into `bits`, and `Σ|y|` or
+/// `Σy²` in f64.
+#[inline(always)]
+fn sign_pack(x: &[f32], e: &mut [f32], bits: &mut [u32], scale: Scale) -> f64 {
+    let mut lanes = [0.0f64; LANES];
+    for ((x, e), word) in x.chunks(32).zip(e.chunks_mut(32)).zip(bits.iter_mut()) {
         let mut packed = 0u32;
-        for (b, y) in ys.iter_mut().enumerate() {
-            let positive = *y >= 0.0;
-            packed |= u32::from(positive) << b;
-            *y -= if positive { s } else { -s };
+        for (b, (&x, e)) in x.iter().zip(e.iter_mut()).enumerate() {
+            let y = *e + x;
+            *e = y;
+            packed |= u32::from(y >= 0.0) << b;
+            let y = f64::from(y);
+            lanes[b % LANES] += match scale {
+                Scale::L1 => y.abs(),
+                Scale::L2 => y * y,
+            };
         }
         *word = packed;
     }
-    s
+    lanes.iter().sum()
 }
 
-/// Dequantises `len` elements: element `i` is `±scales[i / block]`.
+fn finish_scale(sum: f64, len: usize, scale: Scale) -> f32 {
+    let mean = sum / len as f64;
+    match scale {
+        Scale::L1 => mean as f32,
+        Scale::L2 => mean.sqrt() as f32,
+    }
+}
+
+/// `e = y - s·sign(y)` for `e` holding `y` and `bits` its signs.
+#[inline(always)]
+fn apply_quantisation(e: &mut [f32], bits: &[u32], s: f32) {
+    for (e, &word) in e.chunks_mut(32).zip(bits) {
+        for (b, e) in e.iter_mut().enumerate() {
+            *e -= signed(word, b, s);
+        }
+    }
+}
+
+/// `s` when bit `b` of `word` is set, else `-s`: the sign bit is flipped
+/// arithmetically so the loop has no branch.
+#[inline(always)]
+fn signed(word: u32, b: usize, s: f32) -> f32 {
+    let negative = (!word >> b) & 1;
+    f32::from_bits(s.to_bits() ^ (negative << 31))
+}
+
+/// Dequantises `out.len()` elements: element `i` is `±scales[i / block]`.
 pub fn decompress(bits: &[u32], scales: &[f32], block: usize, out: &mut [f32]) {
     let len = out.len();
+    check_lengths(len, effective_block(block, len), bits.len(), scales.len());
+    for_each_block(bits, scales, block, out, |out, bits, s| {
+        for (out, &word) in out.chunks_mut(32).zip(bits) {
+            for (b, out) in out.iter_mut().enumerate() {
+                *out = signed(word, b, s);
+            }
+        }
+    });
+}
+
+/// Adds the dequantised values to `acc` (`acc[i] += ±scales[i / block]`).
+pub fn decompress_add(bits: &[u32], scales: &[f32], block: usize, acc: &mut [f32]) {
+    let len = acc.len();
+    check_lengths(len, effective_block(block, len), bits.len(), scales.len());
+    for_each_block(bits, scales, block, acc, |acc, bits, s| {
+        for (acc, &word) in acc.chunks_mut(32).zip(bits) {
+            for (b, acc) in acc.iter_mut().enumerate() {
+                *acc += signed(word, b, s);
+            }
+        }
+    });
+}
+
+/// Runs `f(out_piece, bits_piece, scale)` over pieces of every block, in
+/// parallel.
+fn for_each_block(
+    bits: &[u32],
+    scales: &[f32],
+    block: usize,
+    out: &mut [f32],
+    f: impl Fn(&mut [f32], &[u32], f32) + Sync,
+) {
+    let len = out.len();
+    if len == 0 {
+        return;
+    }
     let block = effective_block(block, len);
-    assert_eq!(bits.len(), words_for(len), "bits buffer length");
-    assert_eq!(scales.len(), blocks_for(len, block), "scales buffer length");
-    for (i, value) in out.iter_mut().enumerate() {
-        let s = scales[i / block];
-        let positive = bits[i / 32] >> (i % 32) & 1 == 1;
-        *value = if positive { s } else { -s };
+    let block_words = block.div_ceil(32);
+    if block <= PIECE {
+        let per = (PIECE / block).max(1);
+        out.par_chunks_mut(per * block)
+            .zip(bits.par_chunks(per * block_words))
+            .zip(scales.par_chunks(per))
+            .for_each(|((out, bits), scales)| {
+                let blocks = out.chunks_mut(block).zip(bits.chunks(block_words));
+                for ((out, bits), &s) in blocks.zip(scales) {
+                    with_avx(|| f(out, bits, s));
+                }
+            });
+    } else {
+        out.par_chunks_mut(block)
+            .zip(bits.par_chunks(block_words))
+            .zip(scales.par_iter())
+            .for_each(|((out, bits), &s)| {
+                out.par_chunks_mut(PIECE)
+                    .zip(bits.par_chunks(PIECE / 32))
+                    .for_each(|(out, bits)| with_avx(|| f(out, bits, s)));
+            });
     }
 }

@@ -107,7 +107,7 @@ fn main() {
         let s = best_of(repeats, || {
             parallel_copy(&mut g_work, &g);
             optimizer
-                .step_flat(&mut x, &mut g_work, &SingleRank)
+                .step_flat(&mut x, &mut g_work, &SingleRank::new())
                 .unwrap();
         });
         // The gradient refresh is one more copy of 8 bytes per parameter; take it out.

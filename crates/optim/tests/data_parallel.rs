@@ -63,7 +63,9 @@ fn ranks_agree_and_match_the_mean_gradient_run() {
                 mean.iter_mut().zip(g).for_each(|(m, g)| *m += g);
             }
             mean.iter_mut().for_each(|m| *m *= 1.0 / RANKS as f32);
-            single.step_flat(&mut x, &mut mean, &SingleRank).unwrap();
+            single
+                .step_flat(&mut x, &mut mean, &SingleRank::new())
+                .unwrap();
         }
 
         let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();

@@ -168,7 +168,7 @@ fn optimizer_steps_a_module_and_keeps_it_trainable() {
     for _ in 0..20 {
         let grads = module.loss(&device).backward();
         module = optimizer
-            .step_module(module, &grads, &SingleRank)
+            .step_module(module, &grads, &SingleRank::new())
             .unwrap()
             .0;
     }

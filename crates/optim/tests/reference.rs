@@ -159,7 +159,9 @@ fn worst_error(config: OptimizerConfig, schedule: LrSchedule) -> f64 {
     for t in 1..=STEPS {
         let mut g = gradient(&mut rng);
         let g_ref: Vec<f64> = g.iter().map(|&v| f64::from(v)).collect();
-        let report = optimizer.step_flat(&mut x, &mut g, &SingleRank).unwrap();
+        let report = optimizer
+            .step_flat(&mut x, &mut g, &SingleRank::new())
+            .unwrap();
         assert_eq!(report.t, t);
         reference.step(&config, &layout, schedule.lr(t), t, &mut x_ref, &g_ref);
         for seg in layout.segments() {

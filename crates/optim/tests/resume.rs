@@ -66,7 +66,7 @@ fn resumed_runs_are_bit_identical() {
         let mut x_straight = x0.clone();
         for g in &grads {
             straight
-                .step_flat(&mut x_straight, &mut g.clone(), &SingleRank)
+                .step_flat(&mut x_straight, &mut g.clone(), &SingleRank::new())
                 .unwrap();
         }
 
@@ -75,7 +75,7 @@ fn resumed_runs_are_bit_identical() {
         let mut x = x0.clone();
         for g in &grads[..STOP_AT] {
             first
-                .step_flat(&mut x, &mut g.clone(), &SingleRank)
+                .step_flat(&mut x, &mut g.clone(), &SingleRank::new())
                 .unwrap();
         }
         first.save(&path).unwrap();
@@ -86,7 +86,7 @@ fn resumed_runs_are_bit_identical() {
         assert_eq!(resumed.step_count(), STOP_AT as u64);
         for g in &grads[STOP_AT..] {
             resumed
-                .step_flat(&mut x, &mut g.clone(), &SingleRank)
+                .step_flat(&mut x, &mut g.clone(), &SingleRank::new())
                 .unwrap();
         }
         assert_eq!(resumed.step_count(), STEPS as u64);

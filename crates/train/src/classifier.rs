@@ -159,7 +159,7 @@ impl ClassifierRun {
                     });
                 }
                 loss_sum += f64::from(loss);
-                model = optimizer.step_module(model, &grads, &SingleRank)?.0;
+                model = optimizer.step_module(model, &grads, &SingleRank::new())?.0;
                 bar.inc(1);
                 bar.set_message(format!("loss {loss:.4}"));
             }

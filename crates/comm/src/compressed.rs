@@ -1,0 +1,223 @@
+//! The compressed allreduce of ALGORITHMS.md: 1-bit compression with
+//! two-level error feedback in three phases over any [`Communicator`].
+//!
+//! 1. Worker compress: `y = x + e`, one compressed message per chunk `j`.
+//! 2. All-to-all: chunk `j` goes to its owner, rank `j`.
+//! 3. Server: `z = (1/n)·Σ_i dequant_i + E`, compressed again with `E`.
+//! 4. All-gather of the server messages; every rank dequantises them all, so
+//!    the result is bit-identical on every rank.
+//!
+//! Geometry: the buffer is cut into `n` chunks of `c = ⌈⌈d/n⌉/32⌉·32`
+//! elements (the last ones shorter, possibly empty). A message is the chunk's
+//! sign words followed by its scales (as f32 bits), padded to the same size
+//! for every chunk; padding is zero, carries no scale and is never read back.
+
+use terse_kernels::onebit::{self, Scale, blocks_for, words_for};
+use terse_kernels::server::{Compressed, average_and_recompress};
+
+use crate::{CommError, Communicator};
+
+/// How the compressed allreduce quantises.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct CompressionOptions {
+    /// How a block's scale is computed (`l1` default, `l2` DeepSpeed parity).
+    pub scale: Scale,
+    /// One scale per this many elements (a multiple of 32); `None`: one per
+    /// chunk, the papers' choice.
+    pub scale_block: Option<usize>,
+}
+
+/// One rank's state of the compressed allreduce over buffers of a fixed
+/// length: its worker error (whole buffer) and server error (its chunk).
+#[derive(Debug, Clone)]
+pub struct CompressedAllreduce {
+    len: usize,
+    rank: usize,
+    world_size: usize,
+    options: CompressionOptions,
+    chunk: usize,
+    /// u32 words in one message: sign words, then the scale slots.
+    message: usize,
+    worker_error: Vec<f32>,
+    server_error: Vec<f32>,
+    send: Vec<u32>,
+    recv: Vec<u32>,
+    average: Vec<f32>,
+}
+
+impl CompressedAllreduce {
+    /// State for buffers of `len` elements on `comm`'s rank, errors at zero.
+    ///
+    /// # Errors
+    /// A `scale_block` that is zero or not a multiple of 32 (its signs must
+    /// fill whole words).
+    pub fn new(
+        len: usize,
+        comm: &dyn Communicator,
+        options: CompressionOptions,
+    ) -> Result<CompressedAllreduce, String> {
+        if let Some(block) = options.scale_block
+            && (block == 0 || !block.is_multiple_of(32))
+        {
+            return Err(format!(
+                "scale_block = {block}: must be a positive multiple of 32"
+            ));
+        }
+        let (rank, world_size) = (comm.rank(), comm.world_size());
+        let chunk = len.div_ceil(world_size).div_ceil(32) * 32;
+        let message = words_for(chunk) + blocks_for(chunk, block_of(options, chunk));
+        let mine = chunk_range(len, chunk, rank).len();
+        Ok(CompressedAllreduce {
+            len,
+            rank,
+            world_size,
+            options,
+            chunk,
+            message,
+            worker_error: vec![0.0; len],
+            server_error: vec![0.0; mine],
+            send: vec![0; message * world_size],
+            recv: vec![0; message * world_size],
+            average: vec![0.0; mine],
+        })
+    }
+
+    /// The buffer length this state is for.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Whether the buffers are empty.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// The elements rank `rank` owns as server.
+    pub fn chunk_range(&self, rank: usize) -> std::ops::Range<usize> {
+        chunk_range(self.len, self.chunk, rank)
+    }
+
+    /// The worker error `e` (length `len`).
+    pub fn worker_error(&self) -> &[f32] {
+        &self.worker_error
+    }
+
+    /// The server error `E` of this rank's chunk.
+    pub fn server_error(&self) -> &[f32] {
+        &self.server_error
+    }
+
+    /// Restores both errors (from a checkpoint).
+    ///
+    /// # Errors
+    /// When a length does not match this rank's geometry.
+    pub fn restore(&mut self, worker: &[f32], server: &[f32]) -> Result<(), String> {
+        if worker.len() != self.worker_error.len() || server.len() != self.server_error.len() {
+            return Err(format!(
+                "error buffers of {} and {} elements, expected {} and {} \
+                 (rank {} of {})",
+                worker.len(),
+                server.len(),
+                self.worker_error.len(),
+                self.server_error.len(),
+                self.rank,
+                self.world_size
+            ));
+        }
+        self.worker_error.copy_from_slice(worker);
+        self.server_error.copy_from_slice(server);
+        Ok(())
+    }
+
+    /// Replaces `buf` (this rank's `x`) with the compressed mean over ranks.
+    pub fn allreduce_mean(
+        &mut self,
+        comm: &dyn Communicator,
+        buf: &mut [f32],
+    ) -> Result<(), CommError> {
+        if buf.len() != self.len {
+            return Err(CommError::LengthMismatch {
+                op: "compressed allreduce",
+                expected: self.len,
+                actual: buf.len(),
+            });
+        }
+        assert_eq!(
+            (comm.rank(), comm.world_size()),
+            (self.rank, self.world_size),
+            "compressed allreduce state used with another communicator"
+        );
+        let block = block_of(self.options, self.chunk);
+        let scale = self.options.scale;
+
+        // 1. Worker compress, one message per destination.
+        self.send.fill(0);
+        for (j, message) in self.send.chunks_mut(self.message).enumerate() {
+            let range = chunk_range(self.len, self.chunk, j);
+            let (bits, scales) = split_message(message, self.chunk, range.len(), block);
+            let error = &mut self.worker_error[range.clone()];
+            onebit::compress(&buf[range], error, block, scale, bits, scales);
+        }
+
+        // 2. Chunk j to rank j.
+        comm.all_to_all_u32(&self.send, &mut self.recv)?;
+
+        // 3. Server average + recompress into this rank's outgoing message.
+        let mine = chunk_range(self.len, self.chunk, self.rank).len();
+        let words = words_for(mine);
+        let scales_len = blocks_for(mine, block);
+        let received: Vec<Compressed<'_>> = self
+            .recv
+            .chunks(self.message)
+            .map(|m| Compressed {
+                bits: &m[..words],
+                scales: bytemuck::cast_slice(&m[self.chunk / 32..self.chunk / 32 + scales_len]),
+            })
+            .collect();
+        let outgoing = &mut self.send[..self.message];
+        outgoing.fill(0);
+        let (bits, scales) = split_message(outgoing, self.chunk, mine, block);
+        average_and_recompress(
+            &received,
+            block,
+            scale,
+            &mut self.average,
+            &mut self.server_error,
+            bits,
+            scales,
+        );
+
+        // 4. Every server chunk to every rank, then dequantise all of them.
+        comm.all_gather_u32(&self.send[..self.message], &mut self.recv)?;
+        for (j, message) in self.recv.chunks_mut(self.message).enumerate() {
+            let range = chunk_range(self.len, self.chunk, j);
+            let (bits, scales) = split_message(message, self.chunk, range.len(), block);
+            onebit::decompress(bits, scales, block, &mut buf[range]);
+        }
+        Ok(())
+    }
+}
+
+/// The scale block: `scale_block`, or the whole chunk.
+fn block_of(options: CompressionOptions, chunk: usize) -> usize {
+    options.scale_block.unwrap_or(chunk.max(1))
+}
+
+fn chunk_range(len: usize, chunk: usize, rank: usize) -> std::ops::Range<usize> {
+    (rank * chunk).min(len)..((rank + 1) * chunk).min(len)
+}
+
+/// The sign words and scales of a chunk of `real` elements inside a message
+/// sized for `chunk` elements.
+fn split_message(
+    message: &mut [u32],
+    chunk: usize,
+    real: usize,
+    block: usize,
+) -> (&mut [u32], &mut [f32]) {
+    let (bits, scales) = message.split_at_mut(chunk / 32);
+    (
+        &mut bits[..words_for(real)],
+        bytemuck::cast_slice_mut(&mut scales[..blocks_for(real, block)]),
+    )
+}

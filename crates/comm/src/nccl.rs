@@ -1,0 +1,247 @@
+//! The `nccl` backend (feature `nccl`): collectives through NCCL on one GPU
+//! per rank, bootstrapped over MPI (rank 0 makes the NCCL id and broadcasts
+//! it), the way PyTorch and DeepSpeed start NCCL under `mpirun`.
+//!
+//! Buffers are host buffers like every other backend's (copied to the device,
+//! reduced by NCCL, copied back); device-resident compression hands NCCL only
+//! packed bits. cudarc loads libcuda and libnccl at run time, so this builds
+//! everywhere; it is compile-checked only on machines without GPUs.
+
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use cudarc::driver::{CudaContext, CudaStream, DeviceRepr, ValidAsZeroBits};
+use cudarc::nccl::{Comm, Id, NcclType};
+
+use crate::communicator::Width;
+use crate::traffic::{Collective, TrafficMeter};
+use crate::{CommError, Communicator, MpiComm, ReduceOp};
+
+/// This rank's NCCL communicator, plus the MPI one it was bootstrapped from
+/// (used for the cross-rank call checks and for aborting).
+pub struct NcclComm {
+    nccl: Comm,
+    stream: Arc<CudaStream>,
+    mpi: MpiComm,
+    meter: TrafficMeter,
+    calls: Mutex<()>,
+}
+
+// SAFETY: every NCCL and CUDA call goes through the `calls` mutex, and the
+// stream is only used under it.
+unsafe impl Send for NcclComm {}
+// SAFETY: as above.
+unsafe impl Sync for NcclComm {}
+
+fn backend(message: impl std::fmt::Display) -> CommError {
+    CommError::Backend {
+        backend: "nccl",
+        message: message.to_string(),
+    }
+}
+
+impl NcclComm {
+    /// Opens GPU `device` and joins the NCCL world of the MPI job.
+    pub fn init(mpi: MpiComm, device: usize) -> Result<NcclComm, CommError> {
+        let ctx = CudaContext::new(device).map_err(|e| backend(format!("GPU {device}: {e:?}")))?;
+        let stream = ctx.default_stream();
+        let id = if mpi.rank() == 0 {
+            Id::new().map_err(|e| backend(format!("ncclGetUniqueId: {e:?}")))?
+        } else {
+            Id::uninit([0; 128])
+        };
+        let mut bytes: Vec<u8> = id.internal().iter().map(|&c| c as u8).collect();
+        mpi.broadcast_u8(&mut bytes, 0)?;
+        let mut internal = [0 as std::ffi::c_char; 128];
+        for (dst, &b) in internal.iter_mut().zip(&bytes) {
+            *dst = b as std::ffi::c_char;
+        }
+        let (rank, world) = (mpi.rank(), mpi.world_size());
+        let nccl = Comm::from_rank(stream.clone(), rank, world, Id::uninit(internal))
+            .map_err(|e| backend(format!("ncclCommInitRank: {e:?}")))?;
+        Ok(NcclComm {
+            nccl,
+            stream,
+            mpi,
+            meter: TrafficMeter::default(),
+            calls: Mutex::new(()),
+        })
+    }
+
+    fn lock(&self) -> MutexGuard<'_, ()> {
+        self.calls.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Runs the cross-rank call check over MPI (a tiny all-gather).
+    fn agree(&self, kind: Collective, root: usize, len: usize) -> Result<(), CommError> {
+        let mine = [kind as u32, root as u32, len as u32, (len >> 32) as u32];
+        let mut all = vec![0u32; 4 * self.mpi.world_size()];
+        self.mpi.all_gather_raw(
+            bytemuck::cast_slice(&mine),
+            bytemuck::cast_slice_mut(&mut all),
+            Width::Word,
+        )?;
+        for (rank, theirs) in all.chunks(4).enumerate().skip(1) {
+            if theirs[..2] != all[..2] {
+                return Err(CommError::CallMismatch {
+                    expected: format!("{kind} (root {})", all[1]),
+                    rank,
+                    actual: format!("collective #{} (root {})", theirs[0], theirs[1]),
+                });
+            }
+            if theirs[2..] != all[2..4] {
+                return Err(CommError::RankMismatch {
+                    op: kind.name(),
+                    rank,
+                    expected: len_of(&all[..4]),
+                    actual: len_of(theirs),
+                });
+            }
+        }
+        Ok(())
+    }
+
+    /// Copies `host` to the device, runs `op` on it there, copies it back.
+    fn on_device<T: DeviceRepr + ValidAsZeroBits + NcclType + Copy>(
+        &self,
+        host: &mut [T],
+        recv_len: usize,
+        op: impl FnOnce(
+            &Comm,
+            &cudarc::driver::CudaSlice<T>,
+            &mut cudarc::driver::CudaSlice<T>,
+        ) -> Result<(), CommError>,
+        out: &mut [T],
+    ) -> Result<(), CommError> {
+        let send = self
+            .stream
+            .clone_htod(host)
+            .map_err(|e| backend(format!("{e:?}")))?;
+        let mut recv = self
+            .stream
+            .alloc_zeros::<T>(recv_len)
+            .map_err(|e| backend(format!("{e:?}")))?;
+        op(&self.nccl, &send, &mut recv)?;
+        self.stream
+            .memcpy_dtoh(&recv, out)
+            .map_err(|e| backend(format!("{e:?}")))?;
+        self.stream
+            .synchronize()
+            .map_err(|e| backend(format!("{e:?}")))
+    }
+}
+
+fn len_of(header: &[u32]) -> usize {
+    header[2] as usize | ((header[3] as usize) << 32)
+}
+
+impl Communicator for NcclComm {
+    fn rank(&self) -> usize {
+        self.mpi.rank()
+    }
+
+    fn world_size(&self) -> usize {
+        self.mpi.world_size()
+    }
+
+    fn backend(&self) -> &'static str {
+        "nccl"
+    }
+
+    fn meter(&self) -> &TrafficMeter {
+        &self.meter
+    }
+
+    fn abort(&self, reason: &str) {
+        self.mpi.abort(reason);
+    }
+
+    fn allreduce_f32_raw(&self, buf: &mut [f32], op: ReduceOp) -> Result<(), CommError> {
+        let _calls = self.lock();
+        self.agree(Collective::Allreduce, 0, buf.len())?;
+        let mut host = buf.to_vec();
+        self.on_device(
+            &mut host,
+            buf.len(),
+            |nccl, send, recv| {
+                nccl.all_reduce(send, recv, &cudarc::nccl::ReduceOp::Sum)
+                    .map(|_| ())
+                    .map_err(|e| backend(format!("ncclAllReduce: {e:?}")))
+            },
+            buf,
+        )?;
+        if op == ReduceOp::Mean {
+            let inv = 1.0 / self.world_size() as f32;
+            buf.iter_mut().for_each(|x| *x *= inv);
+        }
+        Ok(())
+    }
+
+    fn broadcast_raw(&self, buf: &mut [u8], _width: Width, root: usize) -> Result<(), CommError> {
+        let _calls = self.lock();
+        self.agree(Collective::Broadcast, root, buf.len())?;
+        let mut host = buf.to_vec();
+        self.on_device(
+            &mut host,
+            buf.len(),
+            |nccl, send, recv| {
+                nccl.broadcast(Some(send), recv, root as i32)
+                    .map(|_| ())
+                    .map_err(|e| backend(format!("ncclBroadcast: {e:?}")))
+            },
+            buf,
+        )
+    }
+
+    fn all_gather_raw(&self, send: &[u8], recv: &mut [u8], _width: Width) -> Result<(), CommError> {
+        let _calls = self.lock();
+        self.agree(Collective::AllGather, 0, send.len())?;
+        let mut host = send.to_vec();
+        let n = recv.len();
+        self.on_device(
+            &mut host,
+            n,
+            |nccl, send, recv| {
+                nccl.all_gather(send, recv)
+                    .map(|_| ())
+                    .map_err(|e| backend(format!("ncclAllGather: {e:?}")))
+            },
+            recv,
+        )
+    }
+
+    fn all_to_all_raw(&self, send: &[u8], recv: &mut [u8], _width: Width) -> Result<(), CommError> {
+        let _calls = self.lock();
+        self.agree(Collective::AllToAll, 0, send.len())?;
+        let n = self.world_size();
+        let c = send.len() / n;
+        let err = |e| backend(format!("{e:?}"));
+        let device_send = self.stream.clone_htod(send).map_err(err)?;
+        let mut parts = (0..n)
+            .map(|_| self.stream.alloc_zeros::<u8>(c).map_err(err))
+            .collect::<Result<Vec<_>, _>>()?;
+        {
+            // NCCL has no all-to-all: grouped point-to-point calls, as
+            // PyTorch does.
+            let mut group = self.nccl.group();
+            for peer in 0..n {
+                group
+                    .send(device_send.slice(peer * c..(peer + 1) * c), peer as i32)
+                    .map_err(|e| backend(format!("ncclSend: {e:?}")))?;
+            }
+            for (peer, part) in parts.iter_mut().enumerate() {
+                group
+                    .recv(part.slice_mut(..), peer as i32)
+                    .map_err(|e| backend(format!("ncclRecv: {e:?}")))?;
+            }
+        }
+        for (part, out) in parts.iter().zip(recv.chunks_mut(c.max(1))) {
+            self.stream.memcpy_dtoh(part, out).map_err(err)?;
+        }
+        self.stream.synchronize().map_err(err)
+    }
+
+    fn barrier_raw(&self) -> Result<(), CommError> {
+        let _calls = self.lock();
+        self.agree(Collective::Barrier, 0, 0)
+    }
+}

@@ -1,0 +1,253 @@
+//! SLAMB's synchronisation masks (ALGORITHMS.md "SLAMB"): which elements of
+//! the flat momentum travel at step `t`, computed identically on every rank
+//! from the seed alone, and the gather/scatter of the selected values.
+//!
+//! Every function here uses 32-bit integer arithmetic only, so a GPU kernel
+//! computes exactly the same mask.
+
+use std::ops::Range;
+
+use rayon::prelude::*;
+
+use crate::random::{mix32, mix64};
+
+/// Elements per parallel work item.
+const PIECE: usize = 1 << 14;
+
+/// Which elements a step synchronises.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Mask {
+    /// Element `j` is selected at step `t` iff `hash(seed, t, j) < k·2³²`:
+    /// a fresh independent subset of expected size `k·d` every step.
+    Hash {
+        /// Seed of the run.
+        seed: u64,
+        /// Fraction selected, in (0, 1].
+        k: f64,
+    },
+    /// The authors' v1: a fixed seeded permutation of `0..len` cut into
+    /// `round(1/k)` contiguous chunks; step `t` takes chunk `t mod round(1/k)`.
+    /// Every element is synchronised exactly once per cycle.
+    Cyclic {
+        /// Seed of the run (fixes the permutation).
+        seed: u64,
+        /// Fraction selected, in (0, 1].
+        k: f64,
+        /// Length of the flat buffer the permutation is over.
+        len: usize,
+    },
+}
+
+/// The per-step constants of a [`Mask`]: what a kernel needs per element.
+#[derive(Debug, Clone, Copy)]
+pub enum StepMask {
+    /// Selected iff `mix32(mix32(j + key0) ^ key1) < threshold` (threshold
+    /// as u64 so that k = 1 selects all).
+    Hash {
+        /// First per-step key.
+        key0: u32,
+        /// Second per-step key.
+        key1: u32,
+        /// `k·2³²`, rounded.
+        threshold: u64,
+    },
+    /// Selected iff `⌊π(j)·chunks / len⌋ == chunk`.
+    Cyclic {
+        /// Feistel round keys of the permutation π.
+        keys: [u32; 4],
+        /// Half width of the Feistel network in bits.
+        half_bits: u32,
+        /// Length of the permuted range.
+        len: u32,
+        /// Number of chunks in a cycle.
+        chunks: u32,
+        /// The chunk selected this step.
+        chunk: u32,
+    },
+}
+
+impl Mask {
+    /// The constants for step `t` (optimizer steps count from 1).
+    pub fn at_step(&self, t: u64) -> StepMask {
+        match *self {
+            Mask::Hash { seed, k } => {
+                let key = mix64(seed ^ mix64(t.wrapping_add(0x5eed)));
+                StepMask::Hash {
+                    key0: key as u32,
+                    key1: (key >> 32) as u32,
+                    threshold: (k.clamp(0.0, 1.0) * 4_294_967_296.0).round() as u64,
+                }
+            }
+            Mask::Cyclic { seed, k, len } => {
+                assert!(
+                    len <= u32::MAX as usize,
+                    "cyclic mask over more than 2^32 elements"
+                );
+                let chunks = (1.0 / k).round().max(1.0) as u32;
+                let mut half_bits = 1;
+                while 1u64 << (2 * half_bits) < len as u64 {
+                    half_bits += 1;
+                }
+                let key = mix64(seed ^ 0xc1c1_1c5e_ed00_0000);
+                let key2 = mix64(key);
+                StepMask::Cyclic {
+                    keys: [
+                        key as u32,
+                        (key >> 32) as u32,
+                        key2 as u32,
+                        (key2 >> 32) as u32,
+                    ],
+                    half_bits,
+                    len: len as u32,
+                    chunks,
+                    chunk: (t % u64::from(chunks)) as u32,
+                }
+            }
+        }
+    }
+}
+
+impl StepMask {
+    /// Whether element `j` is selected.
+    #[inline]
+    pub fn selected(&self, j: u32) -> bool {
+        match *self {
+            StepMask::Hash {
+                key0,
+                key1,
+                threshold,
+            } => u64::from(mix32(mix32(j.wrapping_add(key0)) ^ key1)) < threshold,
+            StepMask::Cyclic {
+                keys,
+                half_bits,
+                len,
+                chunks,
+                chunk,
+            } => {
+                let p = permute(j, keys, half_bits, len);
+                (u64::from(p) * u64::from(chunks) / u64::from(len)) as u32 == chunk
+            }
+        }
+    }
+}
+
+/// π(j): a 4-round Feistel bijection of `[0, 2^(2·half_bits))`, walked until
+/// it lands inside `[0, len)` (cycle walking keeps it a bijection of `0..len`).
+#[inline]
+pub fn permute(j: u32, keys: [u32; 4], half_bits: u32, len: u32) -> u32 {
+    let mask = (1u64 << half_bits) as u32 - 1;
+    let mut x = j;
+    loop {
+        let (mut left, mut right) = (x >> half_bits, x & mask);
+        for key in keys {
+            let next = left ^ (mix32(right ^ key) & mask);
+            left = right;
+            right = next;
+        }
+        x = (left << half_bits) | right;
+        if x < len {
+            return x;
+        }
+    }
+}
+
+/// The elements selected at one step, grouped by fixed pieces of the buffer
+/// so gather and scatter run in parallel with a deterministic order.
+#[derive(Debug, Clone, Default)]
+pub struct Selection {
+    /// Global indices selected in piece `p` (elements `p·PIECE..`), ascending.
+    pieces: Vec<Vec<u32>>,
+    count: usize,
+}
+
+impl Selection {
+    /// Evaluates `mask` at step `t` over `0..len`; elements inside `always`
+    /// (sorted, disjoint ranges) are selected regardless.
+    pub fn new(mask: &Mask, t: u64, len: usize, always: &[Range<usize>]) -> Selection {
+        assert!(
+            len <= u32::MAX as usize,
+            "masks index at most 2^32 elements"
+        );
+        let step = mask.at_step(t);
+        let pieces: Vec<Vec<u32>> = (0..len.div_ceil(PIECE))
+            .into_par_iter()
+            .map(|p| {
+                let range = p * PIECE..((p + 1) * PIECE).min(len);
+                let (start, end) = (range.start, range.end);
+                let first = always.partition_point(|r| r.end <= start);
+                let mut forced = always[first..]
+                    .iter()
+                    .take_while(move |r| r.start < end)
+                    .peekable();
+                let mut out = Vec::new();
+                for j in range {
+                    while forced.peek().is_some_and(|r| r.end <= j) {
+                        forced.next();
+                    }
+                    let always = forced.peek().is_some_and(|r| r.contains(&j));
+                    if always || step.selected(j as u32) {
+                        out.push(j as u32);
+                    }
+                }
+                out
+            })
+            .collect();
+        let count = pieces.iter().map(Vec::len).sum();
+        Selection { pieces, count }
+    }
+
+    /// How many elements are selected.
+    pub fn len(&self) -> usize {
+        self.count
+    }
+
+    /// Whether nothing is selected.
+    pub fn is_empty(&self) -> bool {
+        self.count == 0
+    }
+
+    /// All selected indices, ascending.
+    pub fn indices(&self) -> impl Iterator<Item = usize> + '_ {
+        self.pieces.iter().flatten().map(|&j| j as usize)
+    }
+
+    /// `values[k] = x[index_k]` for the k-th selected index.
+    pub fn gather(&self, x: &[f32], values: &mut [f32]) {
+        assert_eq!(values.len(), self.count, "gather: values length");
+        let mut rest = values;
+        let mut outs = Vec::with_capacity(self.pieces.len());
+        for piece in &self.pieces {
+            let (head, tail) = std::mem::take(&mut rest).split_at_mut(piece.len());
+            outs.push(head);
+            rest = tail;
+        }
+        outs.into_par_iter()
+            .zip(&self.pieces)
+            .for_each(|(out, piece)| {
+                for (o, &j) in out.iter_mut().zip(piece) {
+                    *o = x[j as usize];
+                }
+            });
+    }
+
+    /// `x[index_k] = values[k]`: the inverse of [`Selection::gather`].
+    pub fn scatter(&self, values: &[f32], x: &mut [f32]) {
+        assert_eq!(values.len(), self.count, "scatter: values length");
+        let mut offsets = Vec::with_capacity(self.pieces.len());
+        let mut at = 0;
+        for piece in &self.pieces {
+            offsets.push(at);
+            at += piece.len();
+        }
+        x.par_chunks_mut(PIECE)
+            .zip(&self.pieces)
+            .zip(offsets)
+            .enumerate()
+            .for_each(|(p, ((x, piece), offset))| {
+                let base = p * PIECE;
+                for (k, &j) in piece.iter().enumerate() {
+                    x[j as usize - base] = values[offset + k];
+                }
+            });
+    }
+}

@@ -1,0 +1,41 @@
+//! The server side of the compressed allreduce (ALGORITHMS.md phase 3): the
+//! owner of a chunk averages the `n` compressed copies it received, adds its
+//! server error and compresses the result again with error feedback.
+
+use crate::onebit::{self, Scale};
+
+/// One rank's compressed copy of a chunk: its sign words and block scales.
+#[derive(Debug, Clone, Copy)]
+pub struct Compressed<'a> {
+    /// `words_for(len)` sign words.
+    pub bits: &'a [u32],
+    /// `blocks_for(len, block)` scales.
+    pub scales: &'a [f32],
+}
+
+/// `z = (1/n)·Σ_i dequant(received[i]) + server_error`, then `z` compressed
+/// into `bits`/`scales` with `server_error = z - dequant(z)`.
+///
+/// `average` is scratch of the chunk's length (its contents on return are the
+/// plain average). Copies are summed in the order given (rank order), so the
+/// result is the same on every machine.
+pub fn average_and_recompress(
+    received: &[Compressed<'_>],
+    block: usize,
+    scale: Scale,
+    average: &mut [f32],
+    server_error: &mut [f32],
+    bits: &mut [u32],
+    scales: &mut [f32],
+) {
+    assert!(!received.is_empty(), "at least one copy to average");
+    average.fill(0.0);
+    for copy in received {
+        onebit::decompress_add(copy.bits, copy.scales, block, average);
+    }
+    let inv_n = 1.0 / received.len() as f32;
+    if received.len() > 1 {
+        average.iter_mut().for_each(|a| *a *= inv_n);
+    }
+    onebit::compress(average, server_error, block, scale, bits, scales);
+}
