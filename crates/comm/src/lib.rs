@@ -17,6 +17,7 @@ mod local;
 mod mpi;
 #[cfg(feature = "nccl")]
 mod nccl;
+pub mod selfcheck;
 mod single;
 mod sparse;
 pub mod traffic;

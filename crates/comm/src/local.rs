@@ -28,11 +28,19 @@ pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(300);
 struct Slot {
     kind: Option<Collective>,
     root: usize,
-    /// Length in bytes of the posted data, compared across ranks.
+    /// Elements in the posted call, compared across ranks.
     len: usize,
-    data: Vec<u8>,
+    /// The posted bytes, stored in words so f32 views are aligned.
+    words: Vec<u32>,
+    bytes: usize,
     /// Allreduce: this rank's reduced chunk.
     reduced: Vec<f32>,
+}
+
+impl Slot {
+    fn data(&self) -> &[u8] {
+        &bytemuck::cast_slice(&self.words)[..self.bytes]
+    }
 }
 
 #[derive(Default)]
@@ -167,15 +175,17 @@ impl LocalComm {
             .unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Posts this rank's call: its kind, root, length in bytes (compared
+    /// Posts this rank's call: its kind, root, length in elements (compared
     /// across ranks) and the data others will read.
     fn post(&self, kind: Collective, root: usize, len: usize, data: &[u8]) {
         let mut slot = self.my_slot();
         slot.kind = Some(kind);
         slot.root = root;
         slot.len = len;
-        slot.data.clear();
-        slot.data.extend_from_slice(data);
+        slot.words.clear();
+        slot.words.resize(data.len().div_ceil(4), 0);
+        slot.bytes = data.len();
+        bytemuck::cast_slice_mut(&mut slot.words)[..data.len()].copy_from_slice(data);
     }
 
     /// Meets, checks that every rank made the same call, runs `read` (unless
@@ -187,28 +197,30 @@ impl LocalComm {
         read: impl FnOnce() -> Result<(), CommError>,
     ) -> Result<(), CommError> {
         self.meet(kind.name())?;
-        let result = self.check_same_call(kind).and_then(|()| read());
+        let result = self.check_same_call().and_then(|()| read());
         self.meet(kind.name())?;
         result
     }
 
-    fn check_same_call(&self, kind: Collective) -> Result<(), CommError> {
-        let (root, len) = {
+    /// Compares every rank's call with rank 0's, so all ranks reach the
+    /// same verdict.
+    fn check_same_call(&self) -> Result<(), CommError> {
+        let (first_kind, root, len) = {
             let first = self.slot(0);
-            (first.root, first.len)
+            (first.kind, first.root, first.len)
         };
         for rank in 1..self.world_size {
             let slot = self.slot(rank);
-            if slot.kind != Some(kind) || slot.root != root {
+            if slot.kind != first_kind || slot.root != root {
                 return Err(CommError::CallMismatch {
-                    expected: describe(Some(kind), root),
+                    expected: describe(first_kind, root),
                     rank,
                     actual: describe(slot.kind, slot.root),
                 });
             }
             if slot.len != len {
                 return Err(CommError::RankMismatch {
-                    op: kind.name(),
+                    op: first_kind.map_or("collective", Collective::name),
                     rank,
                     expected: len,
                     actual: slot.len,
@@ -278,14 +290,14 @@ impl Communicator for LocalComm {
         self.post(
             Collective::Allreduce,
             0,
-            size_of_val(buf),
+            buf.len(),
             bytemuck::cast_slice(buf),
         );
         self.finish(Collective::Allreduce, || {
             let mut acc = vec![0.0f32; mine.len()];
             for rank in 0..n {
                 let slot = self.slot(rank);
-                let theirs: &[f32] = bytemuck::cast_slice(&slot.data);
+                let theirs: &[f32] = bytemuck::cast_slice(&slot.data());
                 for (a, &x) in acc.iter_mut().zip(&theirs[mine.clone()]) {
                     *a += x;
                 }
@@ -307,24 +319,24 @@ impl Communicator for LocalComm {
         Ok(())
     }
 
-    fn broadcast_raw(&self, buf: &mut [u8], _width: Width, root: usize) -> Result<(), CommError> {
+    fn broadcast_raw(&self, buf: &mut [u8], width: Width, root: usize) -> Result<(), CommError> {
         let data: &[u8] = if self.rank == root { buf } else { &[] };
-        self.post(Collective::Broadcast, root, buf.len(), data);
+        self.post(Collective::Broadcast, root, buf.len() / width.bytes(), data);
         self.finish(Collective::Broadcast, || {
             if self.rank != root {
-                buf.copy_from_slice(&self.slot(root).data);
+                buf.copy_from_slice(&self.slot(root).data());
             }
             Ok(())
         })
     }
 
-    fn all_gather_raw(&self, send: &[u8], recv: &mut [u8], _width: Width) -> Result<(), CommError> {
+    fn all_gather_raw(&self, send: &[u8], recv: &mut [u8], width: Width) -> Result<(), CommError> {
         let c = send.len();
-        self.post(Collective::AllGather, 0, c, send);
+        self.post(Collective::AllGather, 0, c / width.bytes(), send);
         self.finish(Collective::AllGather, || {
             if c > 0 {
                 for (rank, out) in recv.chunks_mut(c).enumerate() {
-                    out.copy_from_slice(&self.slot(rank).data);
+                    out.copy_from_slice(&self.slot(rank).data());
                 }
             }
             Ok(())
@@ -335,11 +347,11 @@ impl Communicator for LocalComm {
         let n = self.world_size;
         let c = send.len() / width.bytes() / n * width.bytes();
         let me = self.rank;
-        self.post(Collective::AllToAll, 0, send.len(), send);
+        self.post(Collective::AllToAll, 0, send.len() / width.bytes(), send);
         self.finish(Collective::AllToAll, || {
             for rank in 0..n {
                 let slot = self.slot(rank);
-                recv[rank * c..(rank + 1) * c].copy_from_slice(&slot.data[me * c..(me + 1) * c]);
+                recv[rank * c..(rank + 1) * c].copy_from_slice(&slot.data()[me * c..(me + 1) * c]);
             }
             Ok(())
         })

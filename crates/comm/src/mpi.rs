@@ -167,6 +167,9 @@ impl Communicator for MpiComm {
         let _calls = self.lock();
         self.agree(Collective::Allreduce, 0, buf.len())?;
         check_count("allreduce", buf.len())?;
+        if buf.is_empty() {
+            return Ok(());
+        }
         let send = buf.to_vec();
         self.world
             .all_reduce_into(&send[..], buf, SystemOperation::sum());
@@ -179,8 +182,13 @@ impl Communicator for MpiComm {
 
     fn broadcast_raw(&self, buf: &mut [u8], width: Width, root: usize) -> Result<(), CommError> {
         let _calls = self.lock();
-        self.agree(Collective::Broadcast, root, buf.len())?;
+        self.agree(Collective::Broadcast, root, buf.len() / width.bytes())?;
         check_count("broadcast", buf.len() / width.bytes())?;
+        if buf.is_empty() {
+            // Every rank agreed on the length; an empty slice's dangling
+            // pointer could read as MPI_IN_PLACE.
+            return Ok(());
+        }
         let root = self.world.process_at_rank(root as i32);
         match width {
             Width::Byte => root.broadcast_into(buf),
@@ -191,8 +199,11 @@ impl Communicator for MpiComm {
 
     fn all_gather_raw(&self, send: &[u8], recv: &mut [u8], width: Width) -> Result<(), CommError> {
         let _calls = self.lock();
-        self.agree(Collective::AllGather, 0, send.len())?;
+        self.agree(Collective::AllGather, 0, send.len() / width.bytes())?;
         check_count("all_gather", recv.len() / width.bytes())?;
+        if send.is_empty() {
+            return Ok(());
+        }
         match width {
             Width::Byte => self.world.all_gather_into(send, recv),
             Width::Word => self.world.all_gather_into(
@@ -205,8 +216,11 @@ impl Communicator for MpiComm {
 
     fn all_to_all_raw(&self, send: &[u8], recv: &mut [u8], width: Width) -> Result<(), CommError> {
         let _calls = self.lock();
-        self.agree(Collective::AllToAll, 0, send.len())?;
+        self.agree(Collective::AllToAll, 0, send.len() / width.bytes())?;
         check_count("all_to_all", send.len() / width.bytes())?;
+        if send.is_empty() {
+            return Ok(());
+        }
         match width {
             Width::Byte => self.world.all_to_all_into(send, recv),
             Width::Word => self.world.all_to_all_into(

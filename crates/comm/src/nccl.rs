@@ -176,9 +176,9 @@ impl Communicator for NcclComm {
         Ok(())
     }
 
-    fn broadcast_raw(&self, buf: &mut [u8], _width: Width, root: usize) -> Result<(), CommError> {
+    fn broadcast_raw(&self, buf: &mut [u8], width: Width, root: usize) -> Result<(), CommError> {
         let _calls = self.lock();
-        self.agree(Collective::Broadcast, root, buf.len())?;
+        self.agree(Collective::Broadcast, root, buf.len() / width.bytes())?;
         let mut host = buf.to_vec();
         self.on_device(
             &mut host,
@@ -192,9 +192,9 @@ impl Communicator for NcclComm {
         )
     }
 
-    fn all_gather_raw(&self, send: &[u8], recv: &mut [u8], _width: Width) -> Result<(), CommError> {
+    fn all_gather_raw(&self, send: &[u8], recv: &mut [u8], width: Width) -> Result<(), CommError> {
         let _calls = self.lock();
-        self.agree(Collective::AllGather, 0, send.len())?;
+        self.agree(Collective::AllGather, 0, send.len() / width.bytes())?;
         let mut host = send.to_vec();
         let n = recv.len();
         self.on_device(
@@ -209,9 +209,9 @@ impl Communicator for NcclComm {
         )
     }
 
-    fn all_to_all_raw(&self, send: &[u8], recv: &mut [u8], _width: Width) -> Result<(), CommError> {
+    fn all_to_all_raw(&self, send: &[u8], recv: &mut [u8], width: Width) -> Result<(), CommError> {
         let _calls = self.lock();
-        self.agree(Collective::AllToAll, 0, send.len())?;
+        self.agree(Collective::AllToAll, 0, send.len() / width.bytes())?;
         let n = self.world_size();
         let c = send.len() / n;
         let err = |e| backend(format!("{e:?}"));

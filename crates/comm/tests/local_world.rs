@@ -1,108 +1,161 @@
-//! The `local` backend with real threads: every collective against values
-//! worked out here, results bit-identical on every rank, and a length
-//! mismatch reported on every rank instead of corrupting memory.
+//! The `local` backend with real threads: the whole self-check (every
+//! collective against values worked out independently, the traffic meter,
+//! mismatch detection, compressed and sparse allreduce bit-identical to a
+//! second world) for 1, 2, 3, 4 and 8 ranks; and failure: a rank that
+//! panics, errors or never arrives makes every other rank fail promptly.
 
-use terse_comm::{CommError, Communicator, LocalComm, ReduceOp};
+use std::time::{Duration, Instant};
 
-/// Runs `body(comm)` on each rank of a world of `n` threads; results by rank.
-fn on_world<R: Send>(n: usize, body: impl Fn(&LocalComm) -> R + Sync) -> Vec<R> {
-    let world = LocalComm::world(n);
-    std::thread::scope(|scope| {
-        let handles: Vec<_> = world
-            .iter()
-            .map(|comm| scope.spawn(|| body(comm)))
-            .collect();
-        handles.into_iter().map(|h| h.join().unwrap()).collect()
-    })
+use terse_comm::{CommError, Communicator, LocalComm, ReduceOp, selfcheck};
+
+#[test]
+fn every_collective_passes_the_self_check() {
+    for n in [1, 2, 3, 4, 8] {
+        for (rank, outcome) in
+            LocalComm::run(n, Duration::from_secs(60), |comm| selfcheck::run(comm))
+                .into_iter()
+                .enumerate()
+        {
+            outcome
+                .expect("no rank panics")
+                .unwrap_or_else(|e| panic!("{n} ranks, rank {rank}: {e}"));
+        }
+    }
 }
 
 #[test]
 fn allreduce_sums_in_rank_order_and_agrees_everywhere() {
-    for n in [1, 2, 3, 4] {
-        let results = on_world(n, |comm| {
+    for n in [2, 3, 4] {
+        let results = LocalComm::run(n, Duration::from_secs(60), |comm| {
             let r = comm.rank() as f32;
-            // Rank r holds [r + 0.1, 10r, -r, 1/3 + r].
-            let mut sum = vec![r + 0.1, 10.0 * r, -r, 1.0 / 3.0 + r];
+            // Non-integer values: the sum's rounding depends on the order.
+            let mut sum: Vec<f32> = (0..1001).map(|i| r + 0.1 + i as f32 / 3.0).collect();
             comm.allreduce_f32(&mut sum, ReduceOp::Sum).unwrap();
-            let mut mean = vec![2.0 * r; 5];
-            comm.allreduce_f32(&mut mean, ReduceOp::Mean).unwrap();
-            (sum, mean)
+            sum
         });
-        // Σ_r r = n(n-1)/2; the reference adds in rank order like the backend.
-        let total = (n * (n - 1) / 2) as f32;
-        let mut expected_first = 0.0f32;
-        let mut expected_last = 0.0f32;
-        for r in 0..n {
-            expected_first += r as f32 + 0.1;
-            expected_last += 1.0 / 3.0 + r as f32;
-        }
-        for (sum, mean) in &results {
-            assert_eq!(sum, &[expected_first, 10.0 * total, -total, expected_last]);
-            let expected_mean = 2.0 * total * (1.0 / n as f32);
-            assert!(
-                mean.iter().all(|&m| m == expected_mean),
-                "{mean:?} vs {expected_mean}"
-            );
+        let results: Vec<Vec<f32>> = results.into_iter().map(Result::unwrap).collect();
+        for (i, &got) in results[0].iter().enumerate() {
+            let mut want = 0.0f32;
+            for r in 0..n {
+                want += r as f32 + 0.1 + i as f32 / 3.0;
+            }
+            assert_eq!(got.to_bits(), want.to_bits(), "n {n} element {i}");
         }
         assert!(results.windows(2).all(|w| w[0] == w[1]), "ranks disagree");
     }
 }
 
 #[test]
-fn broadcast_gather_and_all_to_all_move_the_right_chunks() {
-    let n = 3;
-    let results = on_world(n, |comm| {
-        let r = comm.rank();
-        let mut b = vec![r as f32; 4];
-        comm.broadcast_f32(&mut b, 2).unwrap();
-
-        let mut gathered = vec![0u32; 2 * n];
-        comm.all_gather_u32(&[10 * r as u32, 10 * r as u32 + 1], &mut gathered)
-            .unwrap();
-
-        // Rank r sends chunk j = [100r + j, 100r + j + 50] to rank j.
-        let send: Vec<u32> = (0..n)
-            .flat_map(|j| [100 * r as u32 + j as u32, 100 * r as u32 + j as u32 + 50])
-            .collect();
-        let mut recv = vec![0u32; 2 * n];
-        comm.all_to_all_u32(&send, &mut recv).unwrap();
-        comm.barrier().unwrap();
-        (b, gathered, recv)
+fn a_bad_local_buffer_is_reported_here_and_at_the_other_ranks() {
+    let results = LocalComm::run(3, Duration::from_secs(60), |comm| {
+        // Rank 1's receive buffer is one element short.
+        let recv_len = if comm.rank() == 1 { 5 } else { 6 };
+        comm.all_gather_u32(&[1, 2], &mut vec![0; recv_len])
     });
-    for (r, (b, gathered, recv)) in results.iter().enumerate() {
-        assert_eq!(b, &[2.0; 4]);
-        assert_eq!(gathered, &[0, 1, 10, 11, 20, 21]);
-        // From rank j, rank r receives j's chunk r.
-        let expected: Vec<u32> = (0..n as u32)
-            .flat_map(|j| [100 * j + r as u32, 100 * j + r as u32 + 50])
-            .collect();
-        assert_eq!(recv, &expected, "rank {r}");
+    let results: Vec<_> = results.into_iter().map(Result::unwrap).collect();
+    assert!(
+        matches!(
+            results[1],
+            Err(CommError::LengthMismatch {
+                expected: 6,
+                actual: 5,
+                ..
+            })
+        ),
+        "{:?}",
+        results[1]
+    );
+    for r in [0, 2] {
+        assert!(
+            matches!(results[r], Err(CommError::RankMismatch { rank: 1, .. })),
+            "rank {r}: {:?}",
+            results[r]
+        );
+    }
+    let results = LocalComm::run(2, Duration::from_secs(60), |comm| {
+        comm.broadcast_f32(&mut [0.0], 2)
+    });
+    for r in results {
+        assert!(matches!(
+            r.unwrap(),
+            Err(CommError::BadRank { rank: 2, .. })
+        ));
     }
 }
 
 #[test]
-fn mismatched_lengths_are_reported_on_every_rank() {
-    let results = on_world(3, |comm| {
-        let len = if comm.rank() == 1 { 5 } else { 4 };
-        let mut buf = vec![1.0f32; len];
+fn a_panicking_rank_fails_the_others_at_once() {
+    let start = Instant::now();
+    let results = LocalComm::run(4, Duration::from_secs(600), |comm| {
+        comm.barrier().unwrap();
+        if comm.rank() == 2 {
+            panic!("rank 2 dies");
+        }
+        let mut buf = vec![1.0f32; 100];
         comm.allreduce_f32(&mut buf, ReduceOp::Sum)
     });
-    for result in results {
-        assert!(
-            matches!(
-                result,
-                Err(CommError::LengthMismatch {
-                    op: "allreduce",
-                    ..
-                })
-            ),
-            "{result:?}"
+    assert!(
+        start.elapsed() < Duration::from_secs(10),
+        "took {:?}",
+        start.elapsed()
+    );
+    for (rank, result) in results.into_iter().enumerate() {
+        if rank == 2 {
+            assert!(result.is_err(), "rank 2 panicked");
+        } else {
+            let result = result.expect("the survivors return");
+            let err = result.expect_err("a survivor cannot complete the allreduce");
+            assert!(
+                matches!(&err, CommError::PeerFailed { rank: 2, reason } if reason == "panicked"),
+                "rank {rank}: {err}"
+            );
+        }
+    }
+}
+
+#[test]
+fn an_erroring_rank_reports_its_reason_to_the_others() {
+    let results = LocalComm::run(3, Duration::from_secs(600), |comm| {
+        if comm.rank() == 0 {
+            comm.abort("data file corrupt at line 7");
+            return Err(CommError::PeerFailed {
+                rank: 0,
+                reason: "self".into(),
+            });
+        }
+        comm.barrier()
+    });
+    for result in results.into_iter().skip(1) {
+        let err = result.unwrap().unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "rank 0 failed: data file corrupt at line 7"
         );
     }
-    let results = on_world(2, |comm| comm.broadcast_f32(&mut [0.0], 2));
+}
+
+#[test]
+fn a_rank_that_never_arrives_is_reported_after_the_timeout() {
+    let start = Instant::now();
+    let results = LocalComm::run(2, Duration::from_millis(300), |comm| {
+        if comm.rank() == 1 {
+            // Stuck in computation: alive, holding its communicator.
+            std::thread::sleep(Duration::from_secs(2));
+            return comm.barrier();
+        }
+        comm.barrier()
+    });
+    let results: Vec<_> = results.into_iter().map(Result::unwrap).collect();
     assert!(
-        results
-            .iter()
-            .all(|r| matches!(r, Err(CommError::BadRank { rank: 2, .. })))
+        matches!(results[0], Err(CommError::Timeout { op: "barrier", .. })),
+        "{:?}",
+        results[0]
     );
+    // The late rank learns that rank 0 gave up instead of waiting forever.
+    assert!(
+        matches!(results[1], Err(CommError::PeerFailed { rank: 0, .. })),
+        "{:?}",
+        results[1]
+    );
+    assert!(start.elapsed() < Duration::from_secs(5));
 }

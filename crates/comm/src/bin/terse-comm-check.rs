@@ -1,0 +1,138 @@
+//! `terse-comm-check`: checks a communicator end to end, like `nccl-tests`.
+//!
+//! Under `mpirun` it checks the MPI backend across the job's processes;
+//! started alone it checks the `local` backend with `--ranks` threads. It is
+//! also how the failure tests make a rank die (`--kill-rank`) or fail
+//! (`--fail-rank`) in the middle of a job.
+
+use std::process::ExitCode;
+use std::time::Duration;
+
+use clap::{Parser, ValueEnum};
+use terse_comm::{Communicator, LocalComm, selfcheck};
+
+#[derive(Clone, Copy, Debug, ValueEnum)]
+enum Backend {
+    /// One rank per process, launched by `mpirun`.
+    Mpi,
+    /// `--ranks` threads in this process.
+    Local,
+}
+
+/// Check every collective, the traffic meter, mismatch detection and the
+/// compressed and sparse allreduce on a real communicator.
+#[derive(Parser, Debug)]
+#[command(version)]
+struct Args {
+    /// Backend to check [default: mpi under mpirun, else local].
+    #[arg(long, value_enum)]
+    backend: Option<Backend>,
+    /// Threads for the local backend.
+    #[arg(long, default_value_t = 4)]
+    ranks: usize,
+    /// After the checks, this rank kills itself with SIGKILL while the others
+    /// wait for it in collectives (the others must exit non-zero).
+    #[arg(long)]
+    kill_rank: Option<usize>,
+    /// After the checks, this rank fails with an error (the others must exit
+    /// non-zero).
+    #[arg(long)]
+    fail_rank: Option<usize>,
+}
+
+fn main() -> ExitCode {
+    let args = Args::parse();
+    #[cfg(feature = "mpi")]
+    let under_mpirun = terse_comm::MpiComm::launched_by_mpirun();
+    #[cfg(not(feature = "mpi"))]
+    let under_mpirun = false;
+    let backend = args.backend.unwrap_or(if under_mpirun {
+        Backend::Mpi
+    } else {
+        Backend::Local
+    });
+    match backend {
+        Backend::Mpi => run_mpi(&args),
+        Backend::Local => {
+            let outcomes = LocalComm::run(args.ranks, Duration::from_secs(60), |comm| {
+                check(comm, &args)
+            });
+            let mut code = ExitCode::SUCCESS;
+            for (rank, outcome) in outcomes.into_iter().enumerate() {
+                match outcome {
+                    Ok(Ok(())) => {}
+                    Ok(Err(message)) => {
+                        eprintln!("terse-comm-check: rank {rank}: {message}");
+                        code = ExitCode::FAILURE;
+                    }
+                    Err(_) => {
+                        eprintln!("terse-comm-check: rank {rank} panicked");
+                        code = ExitCode::FAILURE;
+                    }
+                }
+            }
+            code
+        }
+    }
+}
+
+#[cfg(feature = "mpi")]
+fn run_mpi(args: &Args) -> ExitCode {
+    let comm = match terse_comm::MpiComm::init() {
+        Ok(comm) => comm,
+        Err(e) => {
+            eprintln!("terse-comm-check: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match check(&comm, args) {
+        Ok(()) => ExitCode::SUCCESS,
+        // `check` has already aborted the job (MPI_Abort does not return).
+        Err(_) => ExitCode::FAILURE,
+    }
+}
+
+#[cfg(not(feature = "mpi"))]
+fn run_mpi(_args: &Args) -> ExitCode {
+    eprintln!("terse-comm-check: built without the `mpi` feature");
+    ExitCode::FAILURE
+}
+
+/// Runs the checks; a failing rank tells the others before it returns.
+fn check(comm: &dyn Communicator, args: &Args) -> Result<(), String> {
+    let result = run_checks(comm, args);
+    if let Err(message) = &result {
+        comm.abort(message);
+    }
+    result
+}
+
+fn run_checks(comm: &dyn Communicator, args: &Args) -> Result<(), String> {
+    let (rank, n) = (comm.rank(), comm.world_size());
+    selfcheck::run(comm).map_err(|e| format!("check failed: {e}"))?;
+    if rank == 0 {
+        println!(
+            "terse-comm-check: {n} ranks on {}: every collective, the traffic meter, \
+             mismatch detection, compressed and sparse allreduce passed",
+            comm.backend()
+        );
+    }
+    if args.kill_rank == Some(rank) {
+        eprintln!("terse-comm-check: rank {rank} kills itself (SIGKILL)");
+        let pid = std::process::id().to_string();
+        let _ = std::process::Command::new("kill")
+            .args(["-9", &pid])
+            .status();
+    }
+    if args.fail_rank == Some(rank) {
+        return Err(format!("rank {rank} fails on purpose (--fail-rank)"));
+    }
+    if args.kill_rank.is_some() || args.fail_rank.is_some() {
+        // The survivors keep communicating; they must not hang.
+        loop {
+            comm.barrier().map_err(|e| e.to_string())?;
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+    Ok(())
+}
