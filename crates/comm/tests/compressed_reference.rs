@@ -1,0 +1,268 @@
+//! The compressed allreduce against a float64 simulation of ALGORITHMS.md
+//! written here, for world sizes 1, 2, 3, 4, 8, lengths not divisible by
+//! 32·n, both scales and per-block scales, over 10 successive calls (errors
+//! carry over); the output is bit-identical on every rank. Then error
+//! feedback at work over 200 calls, and the traffic meter at 2^24 elements.
+
+use std::time::Duration;
+
+use terse_comm::selfcheck::{OPTIONS, compressed_input};
+use terse_comm::{
+    Collective, Communicator, CompressedAllreduce, CompressionOptions, LocalComm, ReduceOp,
+    Scale,
+};
+
+/// What one rank reports after a call.
+#[derive(Clone)]
+struct Snapshot {
+    output: Vec<f32>,
+    worker_error: Vec<f32>,
+    server_error: Vec<f32>,
+}
+
+/// Runs `calls` compressed allreduces on `n` threads; snapshots per call per rank.
+fn run_world(
+    n: usize,
+    len: usize,
+    options: CompressionOptions,
+    calls: usize,
+    input: impl Fn(usize, usize) -> Vec<f32> + Sync,
+) -> Vec<Vec<Snapshot>> {
+    LocalComm::run(n, Duration::from_secs(120), |comm| {
+        let mut state = CompressedAllreduce::new(len, comm, options).unwrap();
+        (0..calls)
+            .map(|call| {
+                let mut x = input(comm.rank(), call);
+                state.allreduce_mean(comm, &mut x).unwrap();
+                Snapshot {
+                    output: x,
+                    worker_error: state.worker_error().to_vec(),
+                    server_error: state.server_error().to_vec(),
+                }
+            })
+            .collect()
+    })
+    .into_iter()
+    .map(|r| r.expect("no rank panics"))
+    .collect()
+}
+
+/// `C[y]` with error feedback in f64 over blocks of `block`: (q, new error, scales).
+fn compress64(y: &[f64], block: usize, scale: Scale) -> (Vec<f64>, Vec<f64>, Vec<f64>) {
+    let mut q = Vec::with_capacity(y.len());
+    let mut scales = Vec::new();
+    for b in y.chunks(block.max(1)) {
+        let n = b.len() as f64;
+        let s = match scale {
+            Scale::L1 => b.iter().map(|v| v.abs()).sum::<f64>() / n,
+            Scale::L2 => (b.iter().map(|v| v * v).sum::<f64>() / n).sqrt(),
+        };
+        scales.push(s);
+        q.extend(b.iter().map(|&v| if v >= 0.0 { s } else { -s }));
+    }
+    let e = y.iter().zip(&q).map(|(y, q)| y - q).collect();
+    (q, e, scales)
+}
+
+/// Checks one call of every rank against the simulation started from the
+/// states the ranks held before it. Returns how many server elements were
+/// too close to zero for f32 and f64 to be sure to agree on their sign.
+#[allow(clippy::too_many_arguments)]
+fn check_call(
+    n: usize,
+    len: usize,
+    options: CompressionOptions,
+    inputs: &[Vec<f32>],
+    before: &[(Vec<f32>, Vec<f32>)],
+    after: &[Snapshot],
+    what: &str,
+) -> usize {
+    let chunk = len.div_ceil(n).div_ceil(32) * 32;
+    let range = |j: usize| (j * chunk).min(len)..((j + 1) * chunk).min(len);
+    let block = |real: usize| options.scale_block.unwrap_or(real.max(1));
+    let close = |got: f32, want: f64, scale: f64, name: &str| {
+        let tol = 1e-5 * scale.max(1e-12);
+        assert!(
+            (f64::from(got) - want).abs() <= tol,
+            "{what}: {name}: {got} vs {want} (tolerance {tol})"
+        );
+    };
+    // Phase 1: every worker compresses every chunk.
+    let mut dequant = vec![vec![0.0f64; len]; n];
+    for i in 0..n {
+        for j in 0..n {
+            let r = range(j);
+            let y: Vec<f64> = r
+                .clone()
+                .map(|k| f64::from(inputs[i][k]) + f64::from(before[i].0[k]))
+                .collect();
+            let (q, e, scales) = compress64(&y, block(r.len()), options.scale);
+            let smax = scales.iter().cloned().fold(0.0, f64::max);
+            for (o, k) in r.enumerate() {
+                dequant[i][k] = q[o];
+                close(after[i].worker_error[k], e[o], smax, &format!("rank {i} worker error {k}"));
+            }
+        }
+    }
+    // Phase 3: each server averages, adds its error, recompresses.
+    let mut ambiguous = 0;
+    let mut output = vec![0.0f64; len];
+    let mut output_scale = vec![0.0f64; len];
+    for j in 0..n {
+        let r = range(j);
+        let z: Vec<f64> = r
+            .clone()
+            .enumerate()
+            .map(|(o, k)| {
+                (0..n).map(|i| dequant[i][k]).sum::<f64>() / n as f64 + f64::from(before[j].1[o])
+            })
+            .collect();
+        let (q, e, scales) = compress64(&z, block(r.len()), options.scale);
+        let smax = scales.iter().cloned().fold(0.0, f64::max);
+        for (o, k) in r.enumerate() {
+            if z[o].abs() <= 1e-5 * smax {
+                // f32 rounding may have given the other sign: skip.
+                ambiguous += 1;
+                output[k] = f64::NAN;
+                continue;
+            }
+            output[k] = q[o];
+            output_scale[k] = smax;
+            close(after[j].server_error[o], e[o], smax, &format!("rank {j} server error {o}"));
+        }
+    }
+    for (i, snapshot) in after.iter().enumerate() {
+        for k in 0..len {
+            if !output[k].is_nan() {
+                close(snapshot.output[k], output[k], output_scale[k], &format!("rank {i} output {k}"));
+            }
+        }
+        let bits: Vec<u32> = snapshot.output.iter().map(|v| v.to_bits()).collect();
+        let first: Vec<u32> = after[0].output.iter().map(|v| v.to_bits()).collect();
+        assert_eq!(bits, first, "{what}: rank {i} differs from rank 0");
+    }
+    ambiguous
+}
+
+#[test]
+fn matches_a_float64_simulation_over_successive_calls() {
+    let calls = 10;
+    let mut ambiguous = 0;
+    let mut checked = 0;
+    for n in [1, 2, 3, 4, 8] {
+        for len in [1usize, 33, 1000, 5003] {
+            assert!(len % (32 * n) != 0 || n == 1);
+            for options in OPTIONS {
+                let input = |rank: usize, call: usize| compressed_input(11, rank, call, len);
+                let snapshots = run_world(n, len, options, calls, input);
+                let mut before: Vec<(Vec<f32>, Vec<f32>)> = (0..n)
+                    .map(|j| {
+                        let server = snapshots[j][0].server_error.len();
+                        (vec![0.0; len], vec![0.0; server])
+                    })
+                    .collect();
+                for call in 0..calls {
+                    let inputs: Vec<Vec<f32>> = (0..n).map(|i| input(i, call)).collect();
+                    let after: Vec<Snapshot> = (0..n).map(|i| snapshots[i][call].clone()).collect();
+                    let what = format!("n {n}, len {len}, {options:?}, call {call}");
+                    ambiguous += check_call(n, len, options, &inputs, &before, &after, &what);
+                    checked += len;
+                    before = after
+                        .iter()
+                        .map(|s| (s.worker_error.clone(), s.server_error.clone()))
+                        .collect();
+                }
+                // Errors really carried over: they are not zero after the
+                // calls (one element is its own scale: no error to keep).
+                let worker = &snapshots[0][calls - 1].worker_error;
+                assert!(
+                    len == 1 || worker.iter().any(|&e| e != 0.0),
+                    "n {n} len {len}: no worker error kept"
+                );
+            }
+        }
+    }
+    assert!(ambiguous * 1000 <= checked, "{ambiguous} of {checked} elements too close to call");
+}
+
+#[test]
+fn error_feedback_keeps_the_running_sum_close_to_the_true_mean() {
+    let (n, len, calls) = (4, 3000, 200);
+    // Inputs with a persistent per-element mean: compression without error
+    // feedback loses the small components for good.
+    let input = |rank: usize, call: usize| -> Vec<f32> {
+        let noise = compressed_input(5, rank, call, len);
+        (0..len)
+            .map(|k| 0.05 * ((k % 17) as f32 - 8.0) + 0.5 * noise[k])
+            .collect()
+    };
+    let drift = |fresh_each_call: bool| -> Vec<f64> {
+        let snapshots: Vec<Vec<Snapshot>> = if fresh_each_call {
+            (0..calls)
+                .map(|call| run_world(n, len, Default::default(), 1, |r, _| input(r, call)))
+                .map(|world| world.into_iter().map(|mut calls| calls.remove(0)).collect())
+                .collect::<Vec<Vec<Snapshot>>>()
+        } else {
+            let world = run_world(n, len, Default::default(), calls, input);
+            (0..calls).map(|c| world.iter().map(|r| r[c].clone()).collect()).collect()
+        };
+        let mut sum_out = vec![0.0f64; len];
+        let mut sum_mean = vec![0.0f64; len];
+        let mut worst = Vec::with_capacity(calls);
+        for (call, ranks) in snapshots.iter().enumerate() {
+            let inputs: Vec<Vec<f32>> = (0..n).map(|i| input(i, call)).collect();
+            for k in 0..len {
+                sum_out[k] += f64::from(ranks[0].output[k]);
+                sum_mean[k] += inputs.iter().map(|x| f64::from(x[k])).sum::<f64>() / n as f64;
+            }
+            let d = sum_out.iter().zip(&sum_mean).map(|(a, b)| (a - b).powi(2)).sum::<f64>();
+            worst.push((d / len as f64).sqrt());
+        }
+        worst
+    };
+    let with_feedback = drift(false);
+    let early = with_feedback[..100].iter().cloned().fold(0.0, f64::max);
+    let late = with_feedback[100..].iter().cloned().fold(0.0, f64::max);
+    // Bounded: the distance is the current errors, never an accumulation.
+    assert!(late <= 2.0 * early + 0.5, "drift grows: {early} then {late}");
+    assert!(late < 3.0, "rms distance {late}");
+    let without = drift(true);
+    eprintln!(
+        "rms distance of running sums: with feedback ≤ {early:.3} (calls 1-100), \
+         ≤ {late:.3} (101-200); without: {:.3} after {calls}",
+        without[calls - 1]
+    );
+    assert!(
+        without[calls - 1] > 10.0 * late,
+        "without error feedback the distance should grow ({} vs {late})",
+        without[calls - 1]
+    );
+}
+
+#[test]
+fn sends_32_times_fewer_bytes_than_the_fp32_allreduce() {
+    let (n, len) = (4usize, 1usize << 24);
+    let results = LocalComm::run(n, Duration::from_secs(300), |comm| {
+        let mut x = compressed_input(1, comm.rank(), 0, len);
+        let mut state = CompressedAllreduce::new(len, comm, Default::default()).unwrap();
+        let before = comm.traffic();
+        state.allreduce_mean(comm, &mut x).unwrap();
+        let compressed = comm.traffic() - before;
+        let before = comm.traffic();
+        comm.allreduce_f32(&mut x, ReduceOp::Mean).unwrap();
+        let plain = comm.traffic() - before;
+        (compressed, plain)
+    });
+    for result in results {
+        let (compressed, plain) = result.unwrap();
+        // Two phases of (n-1)/n of d/8 bytes, plus one 4-byte scale per message.
+        let analytic = 2.0 * (n - 1) as f64 / n as f64 * len as f64 / 8.0 + (2 * (n - 1) * 4) as f64;
+        let sent = compressed.sent() as f64;
+        assert!((sent - analytic).abs() <= 0.01 * analytic, "{sent} vs {analytic}");
+        assert_eq!(compressed.of(Collective::AllToAll).calls, 1);
+        assert_eq!(compressed.of(Collective::AllGather).calls, 1);
+        assert_eq!(compressed.of(Collective::Allreduce).calls, 0);
+        let ratio = plain.sent() as f64 / sent;
+        assert!(ratio >= 30.0, "only {ratio:.1}x fewer bytes");
+    }
+}
