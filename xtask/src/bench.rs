@@ -3,14 +3,16 @@
 //! The papers' speed-ups come from three places: cheap compression kernels, an
 //! optimizer step that adds little over Adam, and collectives that move fewer
 //! bytes. Each suite times one of them and prints ratios against a baseline
-//! measured in the same run (STYLE.md). `optim` runs today (the bench target
-//! `crates/optim/benches/optim_step.rs`, built in the workspace's one profile);
-//! the others fail with [`NotImplemented`] until their issue lands.
+//! measured in the same run (STYLE.md). `optim` (`crates/optim/benches/
+//! optim_step.rs`) and `comm` (`crates/comm/benches/comm_allreduce.rs`,
+//! started under `mpirun -np 4`) run today, built in the workspace's one
+//! profile; `kernels` fails with [`NotImplemented`] until its issue lands.
 
 use anyhow::{Context, Result, bail};
 use clap::ValueEnum;
 
-use crate::not_implemented::{ISSUE_3, ISSUE_4, NotImplemented, Tracking, cli_name};
+use crate::mpi;
+use crate::not_implemented::{ISSUE_4, NotImplemented, Tracking, cli_name};
 use crate::terse_binary;
 
 /// Arguments of `cargo xtask bench`.
@@ -42,7 +44,7 @@ impl Suite {
         match self {
             Suite::Kernels => Some(Tracking::In(ISSUE_4)),
             Suite::Optim => None,
-            Suite::Comm => Some(Tracking::In(ISSUE_3)),
+            Suite::Comm => None,
         }
     }
 }
@@ -52,6 +54,9 @@ pub fn run(args: &Args) -> Result<()> {
     if let Some(tracking) = args.name.tracking() {
         let command = format!("bench {}", cli_name(&args.name));
         return Err(NotImplemented::new(command, tracking).into());
+    }
+    if args.name == Suite::Comm {
+        return run_comm(args.quick);
     }
     let mut command = terse_binary::cargo();
     command.args([
@@ -73,6 +78,20 @@ pub fn run(args: &Args) -> Result<()> {
         bail!("the optim benchmark failed ({status})");
     }
     Ok(())
+}
+
+/// Ranks of the comm benchmark (the issue's setting).
+const COMM_RANKS: usize = 4;
+
+/// Builds the comm benchmark and starts it under `mpirun`.
+fn run_comm(quick: bool) -> Result<()> {
+    mpi::require_mpirun()?;
+    let executable = terse_binary::build_bench("terse-comm", "comm_allreduce")?;
+    let mut args = Vec::new();
+    if quick {
+        args.push("--quick".to_string());
+    }
+    mpi::launch(COMM_RANKS, &executable, &args)
 }
 
 #[cfg(test)]
@@ -100,11 +119,8 @@ mod tests {
         assert_eq!(kernels.command, "bench kernels");
         assert_eq!(kernels.tracking, Tracking::In(ISSUE_4));
 
-        let comm = testing::not_implemented(&["bench", "comm"]);
-        assert_eq!(comm.command, "bench comm");
-        assert_eq!(comm.tracking, Tracking::In(ISSUE_3));
-
         assert_eq!(Suite::Optim.tracking(), None, "bench optim runs");
+        assert_eq!(Suite::Comm.tracking(), None, "bench comm runs");
     }
 
     #[test]

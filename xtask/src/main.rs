@@ -11,6 +11,7 @@ mod bench;
 mod data;
 mod fashion_mnist;
 mod finetune;
+mod mpi;
 mod not_implemented;
 mod pretrain;
 mod reproduce;

@@ -33,3 +33,32 @@ pub fn run(args: &[String]) -> Result<()> {
     }
     Ok(())
 }
+
+/// Builds bench target `bench` of `package` (harness-less, in the one
+/// profile) and returns the path of its executable, read from cargo's JSON
+/// messages.
+pub fn build_bench(package: &str, bench: &str) -> Result<std::path::PathBuf> {
+    let output = cargo()
+        .args(["test", "--package", package, "--bench", bench, "--no-run"])
+        .args(["--message-format", "json-render-diagnostics"])
+        .stderr(std::process::Stdio::inherit())
+        .output()
+        .with_context(|| format!("cannot start cargo to build bench `{bench}`"))?;
+    if !output.status.success() {
+        bail!(
+            "building bench `{bench}` of {package} failed ({})",
+            output.status
+        );
+    }
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let marker = format!("\"name\":\"{bench}\"");
+    stdout
+        .lines()
+        .filter(|line| line.contains(&marker) && line.contains("\"executable\":\""))
+        .find_map(|line| {
+            let start = line.find("\"executable\":\"")? + "\"executable\":\"".len();
+            let end = start + line[start..].find('"')?;
+            Some(std::path::PathBuf::from(&line[start..end]))
+        })
+        .with_context(|| format!("cargo did not report an executable for bench `{bench}`"))
+}

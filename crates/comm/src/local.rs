@@ -297,7 +297,7 @@ impl Communicator for LocalComm {
             let mut acc = vec![0.0f32; mine.len()];
             for rank in 0..n {
                 let slot = self.slot(rank);
-                let theirs: &[f32] = bytemuck::cast_slice(&slot.data());
+                let theirs: &[f32] = bytemuck::cast_slice(slot.data());
                 for (a, &x) in acc.iter_mut().zip(&theirs[mine.clone()]) {
                     *a += x;
                 }
@@ -324,7 +324,7 @@ impl Communicator for LocalComm {
         self.post(Collective::Broadcast, root, buf.len() / width.bytes(), data);
         self.finish(Collective::Broadcast, || {
             if self.rank != root {
-                buf.copy_from_slice(&self.slot(root).data());
+                buf.copy_from_slice(self.slot(root).data());
             }
             Ok(())
         })
@@ -336,7 +336,7 @@ impl Communicator for LocalComm {
         self.finish(Collective::AllGather, || {
             if c > 0 {
                 for (rank, out) in recv.chunks_mut(c).enumerate() {
-                    out.copy_from_slice(&self.slot(rank).data());
+                    out.copy_from_slice(self.slot(rank).data());
                 }
             }
             Ok(())

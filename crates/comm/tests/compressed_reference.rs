@@ -8,8 +8,7 @@ use std::time::Duration;
 
 use terse_comm::selfcheck::{OPTIONS, compressed_input};
 use terse_comm::{
-    Collective, Communicator, CompressedAllreduce, CompressionOptions, LocalComm, ReduceOp,
-    Scale,
+    Collective, Communicator, CompressedAllreduce, CompressionOptions, LocalComm, ReduceOp, Scale,
 };
 
 /// What one rank reports after a call.
@@ -100,7 +99,12 @@ fn check_call(
             let smax = scales.iter().cloned().fold(0.0, f64::max);
             for (o, k) in r.enumerate() {
                 dequant[i][k] = q[o];
-                close(after[i].worker_error[k], e[o], smax, &format!("rank {i} worker error {k}"));
+                close(
+                    after[i].worker_error[k],
+                    e[o],
+                    smax,
+                    &format!("rank {i} worker error {k}"),
+                );
             }
         }
     }
@@ -128,13 +132,23 @@ fn check_call(
             }
             output[k] = q[o];
             output_scale[k] = smax;
-            close(after[j].server_error[o], e[o], smax, &format!("rank {j} server error {o}"));
+            close(
+                after[j].server_error[o],
+                e[o],
+                smax,
+                &format!("rank {j} server error {o}"),
+            );
         }
     }
     for (i, snapshot) in after.iter().enumerate() {
         for k in 0..len {
             if !output[k].is_nan() {
-                close(snapshot.output[k], output[k], output_scale[k], &format!("rank {i} output {k}"));
+                close(
+                    snapshot.output[k],
+                    output[k],
+                    output_scale[k],
+                    &format!("rank {i} output {k}"),
+                );
             }
         }
         let bits: Vec<u32> = snapshot.output.iter().map(|v| v.to_bits()).collect();
@@ -155,15 +169,13 @@ fn matches_a_float64_simulation_over_successive_calls() {
             for options in OPTIONS {
                 let input = |rank: usize, call: usize| compressed_input(11, rank, call, len);
                 let snapshots = run_world(n, len, options, calls, input);
-                let mut before: Vec<(Vec<f32>, Vec<f32>)> = (0..n)
-                    .map(|j| {
-                        let server = snapshots[j][0].server_error.len();
-                        (vec![0.0; len], vec![0.0; server])
-                    })
+                let mut before: Vec<(Vec<f32>, Vec<f32>)> = snapshots
+                    .iter()
+                    .map(|rank| (vec![0.0; len], vec![0.0; rank[0].server_error.len()]))
                     .collect();
                 for call in 0..calls {
                     let inputs: Vec<Vec<f32>> = (0..n).map(|i| input(i, call)).collect();
-                    let after: Vec<Snapshot> = (0..n).map(|i| snapshots[i][call].clone()).collect();
+                    let after: Vec<Snapshot> = snapshots.iter().map(|r| r[call].clone()).collect();
                     let what = format!("n {n}, len {len}, {options:?}, call {call}");
                     ambiguous += check_call(n, len, options, &inputs, &before, &after, &what);
                     checked += len;
@@ -182,7 +194,10 @@ fn matches_a_float64_simulation_over_successive_calls() {
             }
         }
     }
-    assert!(ambiguous * 1000 <= checked, "{ambiguous} of {checked} elements too close to call");
+    assert!(
+        ambiguous * 1000 <= checked,
+        "{ambiguous} of {checked} elements too close to call"
+    );
 }
 
 #[test]
@@ -204,7 +219,9 @@ fn error_feedback_keeps_the_running_sum_close_to_the_true_mean() {
                 .collect::<Vec<Vec<Snapshot>>>()
         } else {
             let world = run_world(n, len, Default::default(), calls, input);
-            (0..calls).map(|c| world.iter().map(|r| r[c].clone()).collect()).collect()
+            (0..calls)
+                .map(|c| world.iter().map(|r| r[c].clone()).collect())
+                .collect()
         };
         let mut sum_out = vec![0.0f64; len];
         let mut sum_mean = vec![0.0f64; len];
@@ -215,7 +232,11 @@ fn error_feedback_keeps_the_running_sum_close_to_the_true_mean() {
                 sum_out[k] += f64::from(ranks[0].output[k]);
                 sum_mean[k] += inputs.iter().map(|x| f64::from(x[k])).sum::<f64>() / n as f64;
             }
-            let d = sum_out.iter().zip(&sum_mean).map(|(a, b)| (a - b).powi(2)).sum::<f64>();
+            let d = sum_out
+                .iter()
+                .zip(&sum_mean)
+                .map(|(a, b)| (a - b).powi(2))
+                .sum::<f64>();
             worst.push((d / len as f64).sqrt());
         }
         worst
@@ -224,7 +245,10 @@ fn error_feedback_keeps_the_running_sum_close_to_the_true_mean() {
     let early = with_feedback[..100].iter().cloned().fold(0.0, f64::max);
     let late = with_feedback[100..].iter().cloned().fold(0.0, f64::max);
     // Bounded: the distance is the current errors, never an accumulation.
-    assert!(late <= 2.0 * early + 0.5, "drift grows: {early} then {late}");
+    assert!(
+        late <= 2.0 * early + 0.5,
+        "drift grows: {early} then {late}"
+    );
     assert!(late < 3.0, "rms distance {late}");
     let without = drift(true);
     eprintln!(
@@ -256,9 +280,13 @@ fn sends_32_times_fewer_bytes_than_the_fp32_allreduce() {
     for result in results {
         let (compressed, plain) = result.unwrap();
         // Two phases of (n-1)/n of d/8 bytes, plus one 4-byte scale per message.
-        let analytic = 2.0 * (n - 1) as f64 / n as f64 * len as f64 / 8.0 + (2 * (n - 1) * 4) as f64;
+        let analytic =
+            2.0 * (n - 1) as f64 / n as f64 * len as f64 / 8.0 + (2 * (n - 1) * 4) as f64;
         let sent = compressed.sent() as f64;
-        assert!((sent - analytic).abs() <= 0.01 * analytic, "{sent} vs {analytic}");
+        assert!(
+            (sent - analytic).abs() <= 0.01 * analytic,
+            "{sent} vs {analytic}"
+        );
         assert_eq!(compressed.of(Collective::AllToAll).calls, 1);
         assert_eq!(compressed.of(Collective::AllGather).calls, 1);
         assert_eq!(compressed.of(Collective::Allreduce).calls, 0);

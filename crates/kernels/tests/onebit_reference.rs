@@ -4,27 +4,18 @@
 //! one block and several, both scales; and decompress inverts the packing.
 
 use terse_kernels::onebit::{Scale, blocks_for, compress, decompress, words_for};
-
-struct SplitMix(u64);
-
-impl SplitMix {
-    fn next(&mut self) -> f32 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        (((z ^ (z >> 31)) >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
-    }
-}
+use terse_kernels::random::SplitMix64 as SplitMix;
 
 #[test]
 fn compress_matches_float64_reference() {
     let mut rng = SplitMix(11);
-    for len in [1usize, 31, 32, 33, 1000, 100_003] {
-        for block in [len, 64, 32 * 37] {
+    // 2^20 + 7 spans many parallel pieces, inside one block and across blocks
+    // larger than a piece.
+    for len in [1usize, 31, 32, 33, 1000, 100_003, (1 << 20) + 7] {
+        for block in [len, 64, 32 * 37, 3 * (1 << 14) + 32] {
             for scale in [Scale::L1, Scale::L2] {
-                let x: Vec<f32> = (0..len).map(|_| rng.next()).collect();
-                let e0: Vec<f32> = (0..len).map(|_| 0.1 * rng.next()).collect();
+                let x: Vec<f32> = (0..len).map(|_| rng.symmetric()).collect();
+                let e0: Vec<f32> = (0..len).map(|_| 0.1 * rng.symmetric()).collect();
                 let mut e = e0.clone();
                 let nb = blocks_for(len, block.min(len));
                 // Poison the outputs: an unwritten word or scale fails below.

@@ -18,28 +18,7 @@ pub(crate) const CHUNK: usize = 1 << 14;
 /// the machine.
 const LANES: usize = 8;
 
-/// Runs `f` compiled for 256-bit AVX vectors when the CPU has them.
-///
-/// Only AVX, never FMA: fused multiply-adds round differently, and the same
-/// config and seed must give the same bits on every x86-64 machine. Plain AVX
-/// computes exactly what SSE2 does, twice as wide (sqrt and division are
-/// correctly rounded in both), which matters because Adam's update is bound
-/// by its square roots and divisions as much as by memory.
-#[inline(always)]
-pub(crate) fn with_avx<R>(f: impl FnOnce() -> R) -> R {
-    #[cfg(target_arch = "x86_64")]
-    {
-        #[target_feature(enable = "avx")]
-        fn avx<R>(f: impl FnOnce() -> R) -> R {
-            f()
-        }
-        if std::arch::is_x86_feature_detected!("avx") {
-            // SAFETY: the running CPU supports AVX, checked just above.
-            return unsafe { avx(f) };
-        }
-    }
-    f()
-}
+pub(crate) use terse_kernels::with_avx;
 
 /// Splits a flat buffer into one mutable slice per segment.
 pub(crate) fn split_segments_mut<'a>(

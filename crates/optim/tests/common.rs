@@ -5,23 +5,7 @@
 
 use terse_optim::ParamLayout;
 
-/// SplitMix64 (Steele, Lea & Flood 2014): a seeded stream with no dependency.
-pub struct SplitMix(pub u64);
-
-impl SplitMix {
-    pub fn next_u64(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    }
-
-    /// Uniform in [-1, 1).
-    pub fn symmetric(&mut self) -> f32 {
-        ((self.next_u64() >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
-    }
-}
+pub use terse_kernels::random::SplitMix64 as SplitMix;
 
 /// Segments of very different size and magnitude. `(path, shape, scale)`:
 /// parameters and gradients of a segment are drawn with that scale. The

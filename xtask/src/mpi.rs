@@ -1,0 +1,61 @@
+//! Launching N ranks through OpenMPI's `mpirun`.
+//!
+//! `--oversubscribe` lets more ranks than cores run (a laptop simulating a
+//! cluster); `--allow-run-as-root` only when this is root (containers, CI).
+//! Each rank gets `RAYON_NUM_THREADS = cores / ranks` so ranks do not fight
+//! over cores with their worker threads.
+
+use std::path::Path;
+use std::process::Command;
+
+use anyhow::{Context, Result, bail};
+
+/// Fails with the install line when `mpirun` is missing.
+pub fn require_mpirun() -> Result<()> {
+    match Command::new("mpirun").arg("--version").output() {
+        Ok(output) if output.status.success() => Ok(()),
+        _ => bail!(
+            "`mpirun` not found: install OpenMPI with\n    \
+             sudo apt-get install -y openmpi-bin libopenmpi-dev"
+        ),
+    }
+}
+
+fn is_root() -> bool {
+    Command::new("id")
+        .arg("-u")
+        .output()
+        .is_ok_and(|o| String::from_utf8_lossy(&o.stdout).trim() == "0")
+}
+
+/// Runs `executable args…` on `ranks` MPI ranks of this machine.
+pub fn launch(ranks: usize, executable: &Path, args: &[String]) -> Result<()> {
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let threads = (cores / ranks).max(1).to_string();
+    let mut command = Command::new("mpirun");
+    if is_root() {
+        command.arg("--allow-run-as-root");
+    }
+    command
+        .args([
+            "--oversubscribe",
+            "--bind-to",
+            "none",
+            "-np",
+            &ranks.to_string(),
+        ])
+        .args(["-x", "RAYON_NUM_THREADS"])
+        .env("RAYON_NUM_THREADS", &threads)
+        .arg(executable)
+        .args(args);
+    let status = command
+        .status()
+        .with_context(|| format!("cannot start mpirun for {}", executable.display()))?;
+    if !status.success() {
+        bail!(
+            "{} on {ranks} ranks failed ({status})",
+            executable.display()
+        );
+    }
+    Ok(())
+}
