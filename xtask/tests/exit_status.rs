@@ -30,7 +30,6 @@ fn not_implemented_commands_fail_with_status_2_and_one_line() {
         (&["reproduce", "eps-fix"][..], "`reproduce eps-fix`", 9),
         (&["reproduce", "bandwidth"][..], "`reproduce bandwidth`", 10),
         (&["bench", "kernels"][..], "`bench kernels`", 4),
-        (&["bench", "comm", "--quick"][..], "`bench comm`", 3),
         (&["data", "fetch", "all"][..], "`data fetch`", 7),
         (&["data", "list"][..], "`data list`", 7),
     ];

@@ -63,6 +63,8 @@ pub struct StepReport {
     pub lr: f64,
     /// Wall time spent in collectives.
     pub comm_time: Duration,
+    /// What the step's collectives moved, per kind (bytes sent and received).
+    pub traffic: terse_comm::Traffic,
 }
 
 /// A configured optimizer bound to one parameter layout: the update rule, its
@@ -137,9 +139,16 @@ impl Optimizer {
             layout: &self.layout,
             comm,
         };
+        let before = comm.traffic();
         let comm_time = self.rule.step(&ctx, x, g)?;
+        let traffic = comm.traffic() - before;
         self.t = t;
-        Ok(StepReport { t, lr, comm_time })
+        Ok(StepReport {
+            t,
+            lr,
+            comm_time,
+            traffic,
+        })
     }
 
     /// One step on a module: gathers its parameters and the gradients of

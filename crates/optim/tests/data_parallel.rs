@@ -1,12 +1,13 @@
 //! Data parallelism through a real communicator: 4 ranks as threads, each
 //! with its own gradient, step every optimizer; parameters are bit-identical
 //! on all ranks and bit-identical to one rank stepping on the mean gradient
-//! (summed in rank order, then scaled by 1/4, as the allreduce does).
+//! (summed in rank order, then scaled by 1/4, as the allreduce does); each
+//! step reports exactly one fp32 ring allreduce's bytes.
 
 mod common;
 
 use common::{SplitMix, gradient, initial_params, layout};
-use terse_comm::{Communicator, LocalComm, SingleRank};
+use terse_comm::{Collective, Communicator, LocalComm, SingleRank};
 use terse_optim::{AdamConfig, LambConfig, LrSchedule, Optimizer, OptimizerConfig, SgdConfig};
 
 const RANKS: usize = 4;
@@ -46,7 +47,12 @@ fn ranks_agree_and_match_the_mean_gradient_run() {
                         let mut x = x0.clone();
                         for step in grads {
                             let mut g = step[comm.rank()].clone();
-                            opt.step_flat(&mut x, &mut g, comm).unwrap();
+                            let report = opt.step_flat(&mut x, &mut g, comm).unwrap();
+                            // One ring allreduce of the fp32 gradient per step.
+                            let allreduce = report.traffic.of(Collective::Allreduce);
+                            let bytes = 2 * (RANKS - 1) * 4 * g.len() / RANKS;
+                            assert_eq!((allreduce.calls, allreduce.sent), (1, bytes as u64));
+                            assert_eq!(report.traffic.sent(), bytes as u64);
                         }
                         x
                     })
