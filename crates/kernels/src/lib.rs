@@ -13,6 +13,7 @@
 //! - [`random`]: the counter-based generators every seeded choice flows from.
 #![warn(missing_docs)]
 
+pub mod device;
 pub mod mask;
 pub mod onebit;
 pub mod random;

@@ -1,0 +1,8 @@
+//! The compression kernels in cubecl, for burn's cubecl backends (wgpu and
+//! vulkan everywhere, cuda where it builds). The CPU implementation in
+//! [`crate::onebit`] is their reference: packed words are bit-identical,
+//! scales and errors agree to f32 rounding.
+
+mod onebit;
+
+pub use onebit::{DeviceCompressed, compress, decompress};

@@ -1,0 +1,251 @@
+//! 1-bit compression with error feedback on the device: three launches over
+//! one 32-element word per unit (sign pack with per-word partial sums, one
+//! cube per block for the scale, error update), and dequantisation.
+
+use cubecl::prelude::*;
+use cubecl::server::Handle;
+
+use crate::onebit::{Scale, blocks_for, effective_block, words_for};
+
+/// Units per cube of the element-wise launches and of the scale reduction.
+const CUBE: usize = 256;
+
+/// `e += x`, the signs of `y = e` into `bits`, and `Σ|y|` (or `Σy²`) of the
+/// word into `word_sums`. One unit per word.
+#[cube(launch_unchecked)]
+fn sign_pack_kernel(
+    x: &[f32],
+    e: &mut [f32],
+    bits: &mut [u32],
+    word_sums: &mut [f32],
+    #[comptime] squares: bool,
+) {
+    let w = ABSOLUTE_POS;
+    if w >= bits.len() {
+        terminate!();
+    }
+    let len = x.len();
+    let mut packed = 0u32;
+    let mut acc = 0.0f32;
+    #[unroll]
+    for b in 0..32usize {
+        let i = w * 32 + b;
+        if i < len {
+            let y = e[i] + x[i];
+            e[i] = y;
+            if y >= 0.0 {
+                packed |= 1u32 << u32::cast_from(b);
+            }
+            if squares {
+                acc += y * y;
+            } else {
+                acc += f32::abs(y);
+            }
+        }
+    }
+    bits[w] = packed;
+    word_sums[w] = acc;
+}
+
+/// One cube per block: the block's word sums reduced in shared memory, then
+/// `mean` (l1) or `sqrt(mean)` (l2) over the block's real elements.
+#[cube(launch_unchecked)]
+fn block_scale_kernel(
+    x: &[f32],
+    word_sums: &[f32],
+    scales: &mut [f32],
+    #[comptime] block: usize,
+    #[comptime] squares: bool,
+) {
+    let blk = CUBE_POS;
+    let unit = UNIT_POS as usize;
+    let block_words = (block + 31) / 32;
+    let first = blk * block_words;
+    let mut end = first + block_words;
+    if end > word_sums.len() {
+        end = word_sums.len();
+    }
+    let mut acc = 0.0f32;
+    let mut w = first + unit;
+    while w < end {
+        acc += word_sums[w];
+        w += CUBE;
+    }
+    let mut shared = Shared::<[f32]>::new_slice(CUBE);
+    shared[unit] = acc;
+    sync_cube();
+    #[unroll]
+    for k in 1..9usize {
+        let stride = comptime!(CUBE >> k);
+        if unit < stride {
+            let sum = shared[unit] + shared[unit + stride];
+            shared[unit] = sum;
+        }
+        sync_cube();
+    }
+    if unit == 0 {
+        let start = blk * block;
+        let mut count = x.len() - start;
+        if count > block {
+            count = block;
+        }
+        let mean = shared[0] / f32::cast_from(count);
+        if squares {
+            scales[blk] = f32::sqrt(mean);
+        } else {
+            scales[blk] = mean;
+        }
+    }
+}
+
+/// `e -= s·sign(y)` for `e` holding `y`; one unit per word.
+#[cube(launch_unchecked)]
+fn quantise_kernel(e: &mut [f32], bits: &[u32], scales: &[f32], #[comptime] block: usize) {
+    let w = ABSOLUTE_POS;
+    if w >= bits.len() {
+        terminate!();
+    }
+    let word = bits[w];
+    let len = e.len();
+    #[unroll]
+    for b in 0..32usize {
+        let i = w * 32 + b;
+        if i < len {
+            let s = scales[i / block];
+            let y = e[i];
+            if (word >> u32::cast_from(b)) & 1u32 == 1u32 {
+                e[i] = y - s;
+            } else {
+                e[i] = y + s;
+            }
+        }
+    }
+}
+
+/// `out[i] = ±scales[i / block]`; one unit per word.
+#[cube(launch_unchecked)]
+fn decompress_kernel(bits: &[u32], scales: &[f32], out: &mut [f32], #[comptime] block: usize) {
+    let w = ABSOLUTE_POS;
+    if w >= bits.len() {
+        terminate!();
+    }
+    let word = bits[w];
+    let len = out.len();
+    #[unroll]
+    for b in 0..32usize {
+        let i = w * 32 + b;
+        if i < len {
+            let s = scales[i / block];
+            if (word >> u32::cast_from(b)) & 1u32 == 1u32 {
+                out[i] = s;
+            } else {
+                out[i] = -s;
+            }
+        }
+    }
+}
+
+/// Packed signs and block scales on the device.
+pub struct DeviceCompressed {
+    /// `words_for(len)` u32 words.
+    pub bits: Handle,
+    /// `blocks_for(len, block)` f32 scales.
+    pub scales: Handle,
+}
+
+fn launch_dims(client: &Client, units: usize) -> (CubeCount, CubeDim) {
+    let dim = CubeDim::new_1d(CUBE as u32);
+    (
+        cubecl::calculate_cube_count_elemwise(client, units.max(1), dim),
+        dim,
+    )
+}
+
+/// Compresses `len` elements of `x` with error feedback in place of `error`
+/// (both f32 device buffers), writing into `out` (sized as the CPU
+/// [`crate::onebit::compress`] requires). Same block rule as the CPU.
+pub fn compress(
+    client: &Client,
+    x: &Handle,
+    error: &Handle,
+    len: usize,
+    block: usize,
+    scale: Scale,
+    out: &DeviceCompressed,
+) {
+    if len == 0 {
+        return;
+    }
+    let block = effective_block(block, len);
+    assert!(
+        block.is_multiple_of(32) || block >= len,
+        "block {block} must be a multiple of 32 or cover all {len} elements"
+    );
+    let words = words_for(len);
+    let blocks = blocks_for(len, block);
+    let squares = scale == Scale::L2;
+    let word_sums = client.empty(words * size_of::<f32>());
+    let (count, dim) = launch_dims(client, words);
+    // SAFETY: every buffer holds the element counts given with it (the
+    // caller's sizes are those of the CPU function, checked there), and the
+    // kernels bound every access by those counts.
+    unsafe {
+        sign_pack_kernel::launch_unchecked(
+            client,
+            count.clone(),
+            dim,
+            BufferArg::from_raw_parts(x.clone(), len),
+            BufferArg::from_raw_parts(error.clone(), len),
+            BufferArg::from_raw_parts(out.bits.clone(), words),
+            BufferArg::from_raw_parts(word_sums.clone(), words),
+            squares,
+        );
+        block_scale_kernel::launch_unchecked(
+            client,
+            CubeCount::Static(blocks as u32, 1, 1),
+            CubeDim::new_1d(CUBE as u32),
+            BufferArg::from_raw_parts(x.clone(), len),
+            BufferArg::from_raw_parts(word_sums, words),
+            BufferArg::from_raw_parts(out.scales.clone(), blocks),
+            block,
+            squares,
+        );
+        quantise_kernel::launch_unchecked(
+            client,
+            count,
+            dim,
+            BufferArg::from_raw_parts(error.clone(), len),
+            BufferArg::from_raw_parts(out.bits.clone(), words),
+            BufferArg::from_raw_parts(out.scales.clone(), blocks),
+            block,
+        );
+    }
+}
+
+/// Dequantises `len` elements into the f32 device buffer `out`.
+pub fn decompress(
+    client: &Client,
+    compressed: &DeviceCompressed,
+    len: usize,
+    block: usize,
+    out: &Handle,
+) {
+    if len == 0 {
+        return;
+    }
+    let block = effective_block(block, len);
+    let (words, blocks) = (words_for(len), blocks_for(len, block));
+    let (count, dim) = launch_dims(client, words);
+    // SAFETY: as in `compress`.
+    unsafe {
+        decompress_kernel::launch_unchecked(
+            client,
+            count,
+            dim,
+            BufferArg::from_raw_parts(compressed.bits.clone(), words),
+            BufferArg::from_raw_parts(compressed.scales.clone(), blocks),
+            BufferArg::from_raw_parts(out.clone(), len),
+            block,
+        );
+    }
+}
