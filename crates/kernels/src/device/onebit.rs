@@ -59,7 +59,7 @@ fn block_scale_kernel(
 ) {
     let blk = CUBE_POS;
     let unit = UNIT_POS as usize;
-    let block_words = (block + 31) / 32;
+    let block_words = comptime!(block.div_ceil(32));
     let first = blk * block_words;
     let mut end = first + block_words;
     if end > word_sums.len() {
