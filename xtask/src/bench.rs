@@ -12,7 +12,7 @@ use anyhow::{Context, Result, bail};
 use clap::ValueEnum;
 
 use crate::mpi;
-use crate::not_implemented::{ISSUE_4, NotImplemented, Tracking, cli_name};
+use crate::not_implemented::{NotImplemented, Tracking, cli_name};
 use crate::terse_binary;
 
 /// Arguments of `cargo xtask bench`.
@@ -25,6 +25,24 @@ pub struct Args {
     /// Fewer sizes and repetitions: a smoke run for CI, not numbers to quote
     #[arg(long)]
     pub quick: bool,
+
+    /// Where `bench kernels` times the cubecl kernels: lavapipe (Vulkan on
+    /// the CPU, always available), wgpu (the machine's default GPU adapter),
+    /// or cuda (needs a build with burn's `cuda` feature, which these
+    /// machines cannot make)
+    #[arg(long, value_enum, default_value = "lavapipe")]
+    pub device: KernelDevice,
+}
+
+/// The device `bench kernels` launches the cubecl kernels on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum KernelDevice {
+    /// Mesa's software Vulkan device
+    Lavapipe,
+    /// The default wgpu adapter (a GPU where there is one)
+    Wgpu,
+    /// CUDA through cubecl-cuda
+    Cuda,
 }
 
 /// A benchmark suite.
@@ -42,7 +60,7 @@ impl Suite {
     /// The issue that will implement this suite, if it is not implemented yet.
     pub fn tracking(self) -> Option<Tracking> {
         match self {
-            Suite::Kernels => Some(Tracking::In(ISSUE_4)),
+            Suite::Kernels => None,
             Suite::Optim => None,
             Suite::Comm => None,
         }
@@ -57,6 +75,9 @@ pub fn run(args: &Args) -> Result<()> {
     }
     if args.name == Suite::Comm {
         return run_comm(args.quick);
+    }
+    if args.name == Suite::Kernels {
+        return run_kernels(args.quick, args.device);
     }
     let mut command = terse_binary::cargo();
     command.args([
@@ -76,6 +97,41 @@ pub fn run(args: &Args) -> Result<()> {
         .context("cannot start cargo for the optim benchmark")?;
     if !status.success() {
         bail!("the optim benchmark failed ({status})");
+    }
+    Ok(())
+}
+
+/// Builds and runs the kernels benchmark (CPU against memcpy, cubecl on
+/// `device` for information).
+fn run_kernels(quick: bool, device: KernelDevice) -> Result<()> {
+    if device == KernelDevice::Cuda {
+        bail!(
+            "bench kernels --device cuda needs cubecl's cuda runtime, which burn's `cuda` \
+             feature builds by downloading LLVM; terse does not build it by default. On a \
+             machine with an NVIDIA GPU, `--device wgpu` times the same kernels through Vulkan"
+        );
+    }
+    let mut command = terse_binary::cargo();
+    command.args([
+        "test",
+        "--quiet",
+        "--package",
+        "terse-kernels",
+        "--bench",
+        "kernels",
+        "--",
+    ]);
+    if quick {
+        command.arg("--quick");
+    }
+    if device == KernelDevice::Wgpu {
+        command.args(["--device", "wgpu"]);
+    }
+    let status = command
+        .status()
+        .context("cannot start cargo for the kernels benchmark")?;
+    if !status.success() {
+        bail!("the kernels benchmark failed ({status})");
     }
     Ok(())
 }
@@ -115,10 +171,7 @@ mod tests {
 
     #[test]
     fn each_suite_names_its_issue() {
-        let kernels = testing::not_implemented(&["bench", "kernels", "--quick"]);
-        assert_eq!(kernels.command, "bench kernels");
-        assert_eq!(kernels.tracking, Tracking::In(ISSUE_4));
-
+        assert_eq!(Suite::Kernels.tracking(), None, "bench kernels runs");
         assert_eq!(Suite::Optim.tracking(), None, "bench optim runs");
         assert_eq!(Suite::Comm.tracking(), None, "bench comm runs");
     }

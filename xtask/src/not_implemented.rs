@@ -22,11 +22,6 @@ pub struct Issue {
     pub title: &'static str,
 }
 
-/// Compression kernels; owns `bench kernels`.
-pub const ISSUE_4: Issue = Issue {
-    number: 4,
-    title: "the compression kernels",
-};
 /// Datasets: manifests, fetching, verification; owns `data`.
 pub const ISSUE_5: Issue = Issue {
     number: 5,
@@ -125,7 +120,7 @@ mod tests {
 
     #[test]
     fn message_is_one_line() {
-        for issue in [ISSUE_4, ISSUE_5, ISSUE_7, ISSUE_8, ISSUE_9, ISSUE_10] {
+        for issue in [ISSUE_5, ISSUE_7, ISSUE_8, ISSUE_9, ISSUE_10] {
             let message = NotImplemented::new("x", Tracking::In(issue)).to_string();
             assert!(!message.contains('\n'), "{message:?}");
             assert!(message.contains(&format!("issue {}: ", issue.number)));

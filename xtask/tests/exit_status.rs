@@ -29,7 +29,6 @@ fn not_implemented_commands_fail_with_status_2_and_one_line() {
         (&["train", "resnet20"][..], "`train resnet20`", 8),
         (&["reproduce", "eps-fix"][..], "`reproduce eps-fix`", 9),
         (&["reproduce", "bandwidth"][..], "`reproduce bandwidth`", 10),
-        (&["bench", "kernels"][..], "`bench kernels`", 4),
         (&["data", "fetch", "all"][..], "`data fetch`", 7),
         (&["data", "list"][..], "`data list`", 7),
     ];
