@@ -4,7 +4,8 @@
 //! errors within 1e-6 of the scale, for lengths around word boundaries and
 //! 2^20 + 7, one block and several, both scales. Inputs are fresh each run
 //! (seeded from the clock, printed for replay); outputs are poisoned before
-//! each launch so an element a kernel fails to write fails the test.
+//! each launch so an element a kernel fails to write fails the test. The
+//! server side (average n copies, add the server error, recompress) the same.
 
 use cubecl::device::{WgpuDevice, WgpuDeviceKind};
 use cubecl::prelude::*;
@@ -84,6 +85,114 @@ fn compression_matches_the_cpu_implementation() {
                     restored_cpu.iter().map(|v| v.to_bits()).collect::<Vec<_>>(),
                     "{what}: dequantised values"
                 );
+            }
+        }
+    }
+}
+
+#[test]
+fn server_average_and_recompress_matches_the_cpu_implementation() {
+    use terse_kernels::device::ReceivedCopies;
+    use terse_kernels::server::{self, Compressed};
+
+    let client = client();
+    let mut rng = SplitMix64(std::process::id() as u64 ^ 0x5e4e);
+    for copies in [1usize, 2, 3, 4] {
+        for len in [33usize, 1000, (1 << 16) + 5] {
+            for (block, scale) in [(len, Scale::L1), (64, Scale::L2)] {
+                let what = format!("{copies} copies, len {len}, block {block}, {scale:?}");
+                let (words, blocks) = (words_for(len), blocks_for(len, block));
+                // Strides larger than needed, as in a padded message.
+                let (words_stride, scales_stride) = (words + 1, blocks + 2);
+                let mut all_bits = vec![0u32; copies * words_stride];
+                let mut all_scales = vec![0.0f32; copies * scales_stride];
+                for c in 0..copies {
+                    let x: Vec<f32> = (0..len).map(|_| rng.normal()).collect();
+                    let mut e = vec![0.0f32; len];
+                    onebit::compress(
+                        &x,
+                        &mut e,
+                        block,
+                        scale,
+                        &mut all_bits[c * words_stride..c * words_stride + words],
+                        &mut all_scales[c * scales_stride..c * scales_stride + blocks],
+                    );
+                }
+                let e0: Vec<f32> = (0..len).map(|_| 0.2 * rng.normal()).collect();
+
+                let received: Vec<Compressed<'_>> = (0..copies)
+                    .map(|c| Compressed {
+                        bits: &all_bits[c * words_stride..c * words_stride + words],
+                        scales: &all_scales[c * scales_stride..c * scales_stride + blocks],
+                    })
+                    .collect();
+                let mut avg_cpu = vec![0.0f32; len];
+                let mut err_cpu = e0.clone();
+                let mut bits_cpu = vec![0u32; words];
+                let mut scales_cpu = vec![0.0f32; blocks];
+                server::average_and_recompress(
+                    &received,
+                    block,
+                    scale,
+                    &mut avg_cpu,
+                    &mut err_cpu,
+                    &mut bits_cpu,
+                    &mut scales_cpu,
+                );
+
+                let bits_dev = client.create_from_slice(u32::as_bytes(&all_bits));
+                let scales_dev = client.create_from_slice(f32::as_bytes(&all_scales));
+                let avg_dev = client.create_from_slice(f32::as_bytes(&vec![f32::NAN; len]));
+                let err_dev = client.create_from_slice(f32::as_bytes(&e0));
+                let out = DeviceCompressed {
+                    bits: client.create_from_slice(u32::as_bytes(&vec![0xdead_beef; words])),
+                    scales: client.create_from_slice(f32::as_bytes(&vec![f32::NAN; blocks])),
+                };
+                let copies_on_device = ReceivedCopies {
+                    bits: &bits_dev,
+                    scales: &scales_dev,
+                    copies,
+                    words_stride,
+                    scales_stride,
+                };
+                device::average_and_recompress(
+                    &client,
+                    &copies_on_device,
+                    len,
+                    block,
+                    scale,
+                    &avg_dev,
+                    &err_dev,
+                    &out,
+                );
+                let avg = read_f32(&client, &avg_dev);
+                assert_eq!(
+                    avg.iter().map(|v| v.to_bits()).collect::<Vec<_>>(),
+                    avg_cpu.iter().map(|v| v.to_bits()).collect::<Vec<_>>(),
+                    "{what}: the average is bit-identical"
+                );
+                assert_eq!(
+                    read_u32(&client, &out.bits),
+                    bits_cpu,
+                    "{what}: packed words"
+                );
+                let scales = read_f32(&client, &out.scales);
+                for (k, (&s, &s_cpu)) in scales.iter().zip(&scales_cpu).enumerate() {
+                    let rel = (f64::from(s) - f64::from(s_cpu)).abs() / f64::from(s_cpu).max(1e-30);
+                    assert!(rel <= 1e-6, "{what}: scale {k}: {s} vs {s_cpu}");
+                }
+                let err = read_f32(&client, &err_dev);
+                let b = block.min(len);
+                for i in 0..len {
+                    let tol = 1e-6 * f64::from(scales_cpu[i / b]).max(1e-30);
+                    let d = (f64::from(err[i]) - f64::from(err_cpu[i])).abs();
+                    assert!(
+                        d <= tol,
+                        "{what}: server error {i}: {} vs {}",
+                        err[i],
+                        err_cpu[i]
+                    );
+                }
             }
         }
     }

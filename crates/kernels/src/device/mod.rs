@@ -4,5 +4,7 @@
 //! scales and errors agree to f32 rounding.
 
 mod onebit;
+mod server;
 
 pub use onebit::{DeviceCompressed, compress, decompress};
+pub use server::{ReceivedCopies, average_and_recompress};

@@ -153,7 +153,7 @@ pub struct DeviceCompressed {
     pub scales: Handle,
 }
 
-fn launch_dims(client: &Client, units: usize) -> (CubeCount, CubeDim) {
+pub(super) fn launch_dims(client: &Client, units: usize) -> (CubeCount, CubeDim) {
     let dim = CubeDim::new_1d(CUBE as u32);
     (
         cubecl::calculate_cube_count_elemwise(client, units.max(1), dim),
