@@ -1,9 +1,9 @@
 //! Compression kernels for terse.
 //!
 //! The 1-bit and sparse compression of `ALGORITHMS.md`, written once as fused
-//! CPU loops for `flex` (here) and once as cubecl kernels for burn's cubecl
-//! backends (the kernels issue). The CPU versions are the reference the
-//! device kernels are tested against, and what the `flex` backend runs:
+//! CPU loops for `flex` and once as cubecl kernels ([`device`]) for burn's
+//! cubecl backends. The CPU versions are the reference the device kernels are
+//! tested against (on lavapipe), and what the `flex` backend runs:
 //! - [`onebit`]: worker-side error-feedback sign pack with per-block scales
 //!   (l1, l2) and dequantisation;
 //! - [`server`]: the server side of the compressed allreduce (average the
