@@ -5,7 +5,8 @@
 //! 2^20 + 7, one block and several, both scales. Inputs are fresh each run
 //! (seeded from the clock, printed for replay); outputs are poisoned before
 //! each launch so an element a kernel fails to write fails the test. The
-//! server side (average n copies, add the server error, recompress) the same.
+//! server side (average n copies, add the server error, recompress) and
+//! SLAMB's hash mask with its gather and scatter the same.
 
 use cubecl::device::{WgpuDevice, WgpuDeviceKind};
 use cubecl::prelude::*;
@@ -193,6 +194,58 @@ fn server_average_and_recompress_matches_the_cpu_implementation() {
                         err_cpu[i]
                     );
                 }
+            }
+        }
+    }
+}
+
+#[test]
+fn hash_mask_gather_and_scatter_match_the_cpu_selection() {
+    use terse_kernels::mask::{Mask, Selection};
+
+    let client = client();
+    let mut rng = SplitMix64(std::process::id() as u64 ^ 0x3a5c);
+    for len in [1usize, 33, 1000, (1 << 20) + 7] {
+        let always = [0..1.min(len), (len / 2)..(len / 2 + 40).min(len)];
+        let always_dev =
+            client.create_from_slice(u32::as_bytes(&device::always_bitmap(len, &always)));
+        for k in [0.1, 1.0] {
+            for t in [1u64, 2] {
+                let what = format!("len {len}, k {k}, step {t}");
+                let mask = Mask::Hash { seed: 77, k };
+                let cpu = Selection::new(&mask, t, len, &always);
+                let dev = device::select(&client, &mask, t, len, &always_dev);
+                assert_eq!(dev.count, cpu.len(), "{what}: selected count");
+                let words = read_u32(&client, &dev.words);
+                let selected: Vec<usize> = (0..len)
+                    .filter(|&j| words[j / 32] >> (j % 32) & 1 == 1)
+                    .collect();
+                assert_eq!(
+                    selected,
+                    cpu.indices().collect::<Vec<_>>(),
+                    "{what}: indices"
+                );
+
+                let x: Vec<f32> = (0..len).map(|_| rng.normal()).collect();
+                let x_dev = client.create_from_slice(f32::as_bytes(&x));
+                let values_dev =
+                    client.create_from_slice(f32::as_bytes(&vec![f32::NAN; cpu.len().max(1)]));
+                dev.gather(&client, &x_dev, &values_dev);
+                let mut values_cpu = vec![0.0f32; cpu.len()];
+                cpu.gather(&x, &mut values_cpu);
+                let values = read_f32(&client, &values_dev);
+                assert_eq!(
+                    &values[..cpu.len()],
+                    &values_cpu[..],
+                    "{what}: gathered values"
+                );
+
+                let doubled: Vec<f32> = values_cpu.iter().map(|v| 2.0 * v).collect();
+                let doubled_dev = client.create_from_slice(f32::as_bytes(&doubled));
+                dev.scatter(&client, &doubled_dev, &x_dev);
+                let mut x_cpu = x.clone();
+                cpu.scatter(&doubled, &mut x_cpu);
+                assert_eq!(read_f32(&client, &x_dev), x_cpu, "{what}: scattered values");
             }
         }
     }

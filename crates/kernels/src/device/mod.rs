@@ -3,8 +3,10 @@
 //! [`crate::onebit`] is their reference: packed words are bit-identical,
 //! scales and errors agree to f32 rounding.
 
+mod mask;
 mod onebit;
 mod server;
 
+pub use mask::{DeviceSelection, always_bitmap, select};
 pub use onebit::{DeviceCompressed, compress, decompress};
 pub use server::{ReceivedCopies, average_and_recompress};

@@ -1,0 +1,207 @@
+//! SLAMB's hash mask on the device: the selection computed in the kernel
+//! with the same 32-bit hash as [`crate::mask`], and the masked gather and
+//! scatter of the selected values.
+//!
+//! Gather runs in two launches: one packs each 32-element word's selection
+//! bits (hash, or the always-synchronised bitmap), then — after an exclusive
+//! prefix sum of the words' populations — one copies each word's selected
+//! values to its offset. The prefix sum is taken on the host over one count
+//! per word (1/32 of the data); a device scan is future work.
+
+use cubecl::prelude::*;
+use cubecl::server::Handle;
+
+use super::onebit::launch_dims;
+use crate::mask::{Mask, StepMask};
+use crate::onebit::words_for;
+
+#[cube]
+fn mix32(x: u32) -> u32 {
+    let mut x = x;
+    x ^= x >> 16u32;
+    x *= 0x7feb_352du32;
+    x ^= x >> 15u32;
+    x *= 0x846c_a68bu32;
+    x ^ (x >> 16u32)
+}
+
+/// `selection[w]`: bit `b` set iff element `32w + b` is selected. `keys` is
+/// `[key0, key1, threshold, all]` (threshold as u32; `all` = 1 when k = 1).
+#[cube(launch_unchecked)]
+fn select_kernel(keys: &[u32], always: &[u32], selection: &mut [u32], #[comptime] len: usize) {
+    let w = ABSOLUTE_POS;
+    if w >= selection.len() {
+        terminate!();
+    }
+    let (key0, key1, threshold, all) = (keys[0], keys[1], keys[2], keys[3]);
+    let mut packed = always[w];
+    #[unroll]
+    for b in 0..32usize {
+        let i = w * 32 + b;
+        if i < len {
+            let h = mix32(mix32(u32::cast_from(i) + key0) ^ key1);
+            if all == 1u32 || h < threshold {
+                packed |= 1u32 << u32::cast_from(b);
+            }
+        }
+    }
+    selection[w] = packed;
+}
+
+/// `values[offsets[w] + k] = x[k-th selected element of word w]`.
+#[cube(launch_unchecked)]
+fn gather_kernel(x: &[f32], selection: &[u32], offsets: &[u32], values: &mut [f32]) {
+    let w = ABSOLUTE_POS;
+    if w >= selection.len() {
+        terminate!();
+    }
+    let word = selection[w];
+    let mut at = offsets[w] as usize;
+    #[unroll]
+    for b in 0..32usize {
+        if (word >> u32::cast_from(b)) & 1u32 == 1u32 {
+            values[at] = x[w * 32 + b];
+            at += 1;
+        }
+    }
+}
+
+/// The inverse of `gather_kernel`.
+#[cube(launch_unchecked)]
+fn scatter_kernel(values: &[f32], selection: &[u32], offsets: &[u32], x: &mut [f32]) {
+    let w = ABSOLUTE_POS;
+    if w >= selection.len() {
+        terminate!();
+    }
+    let word = selection[w];
+    let mut at = offsets[w] as usize;
+    #[unroll]
+    for b in 0..32usize {
+        if (word >> u32::cast_from(b)) & 1u32 == 1u32 {
+            x[w * 32 + b] = values[at];
+            at += 1;
+        }
+    }
+}
+
+/// One step's selection on the device.
+pub struct DeviceSelection {
+    /// Packed selection bits, one word per 32 elements.
+    pub words: Handle,
+    offsets: Handle,
+    /// Number of selected elements.
+    pub count: usize,
+    len: usize,
+}
+
+/// The always-synchronised ranges as packed bits (upload once per run).
+pub fn always_bitmap(len: usize, always: &[std::ops::Range<usize>]) -> Vec<u32> {
+    let mut words = vec![0u32; words_for(len)];
+    for r in always {
+        for j in r.clone() {
+            words[j / 32] |= 1 << (j % 32);
+        }
+    }
+    words
+}
+
+/// Evaluates a hash `mask` at step `t` over `len` elements on the device;
+/// `always` is [`always_bitmap`] uploaded.
+///
+/// # Panics
+/// For a cyclic mask (not implemented on the device yet).
+pub fn select(
+    client: &Client,
+    mask: &Mask,
+    t: u64,
+    len: usize,
+    always: &Handle,
+) -> DeviceSelection {
+    let StepMask::Hash {
+        key0,
+        key1,
+        threshold,
+    } = mask.at_step(t)
+    else {
+        panic!("the cyclic mask has no device kernel yet; use the CPU Selection");
+    };
+    let all = u32::from(threshold > u64::from(u32::MAX));
+    let keys = [key0, key1, threshold.min(u64::from(u32::MAX)) as u32, all];
+    let keys = client.create_from_slice(u32::as_bytes(&keys));
+    let words = words_for(len);
+    let selection = client.empty(words.max(1) * 4);
+    let (count, dim) = launch_dims(client, words);
+    // SAFETY: `always` and `selection` hold `words` words, `keys` four; the
+    // kernel bounds its accesses by those counts and by `len`.
+    unsafe {
+        select_kernel::launch_unchecked(
+            client,
+            count,
+            dim,
+            BufferArg::from_raw_parts(keys, 4),
+            BufferArg::from_raw_parts(always.clone(), words),
+            BufferArg::from_raw_parts(selection.clone(), words),
+            len,
+        );
+    }
+    let packed = u32::from_bytes(&client.read_one_unchecked(selection.clone())).to_vec();
+    let mut offsets = Vec::with_capacity(words);
+    let mut total = 0u32;
+    for w in &packed[..words] {
+        offsets.push(total);
+        total += w.count_ones();
+    }
+    DeviceSelection {
+        words: selection,
+        offsets: client.create_from_slice(u32::as_bytes(&offsets)),
+        count: total as usize,
+        len,
+    }
+}
+
+impl DeviceSelection {
+    /// `values[k] = x[index_k]` (`values` holds `count` floats).
+    pub fn gather(&self, client: &Client, x: &Handle, values: &Handle) {
+        self.launch(client, x, values, true);
+    }
+
+    /// `x[index_k] = values[k]`.
+    pub fn scatter(&self, client: &Client, values: &Handle, x: &Handle) {
+        self.launch(client, values, x, false);
+    }
+
+    fn launch(&self, client: &Client, from: &Handle, to: &Handle, gather: bool) {
+        let words = words_for(self.len);
+        if words == 0 {
+            return;
+        }
+        let (count, dim) = launch_dims(client, words);
+        let (x_len, v_len) = (self.len, self.count.max(1));
+        // SAFETY: `x` holds `len` floats, `values` `count` (offsets are the
+        // exclusive prefix sums of the words' populations, so every write
+        // lands below `count`), selection and offsets one word each per 32.
+        unsafe {
+            if gather {
+                gather_kernel::launch_unchecked(
+                    client,
+                    count,
+                    dim,
+                    BufferArg::from_raw_parts(from.clone(), x_len),
+                    BufferArg::from_raw_parts(self.words.clone(), words),
+                    BufferArg::from_raw_parts(self.offsets.clone(), words),
+                    BufferArg::from_raw_parts(to.clone(), v_len),
+                );
+            } else {
+                scatter_kernel::launch_unchecked(
+                    client,
+                    count,
+                    dim,
+                    BufferArg::from_raw_parts(from.clone(), v_len),
+                    BufferArg::from_raw_parts(self.words.clone(), words),
+                    BufferArg::from_raw_parts(self.offsets.clone(), words),
+                    BufferArg::from_raw_parts(to.clone(), x_len),
+                );
+            }
+        }
+    }
+}
