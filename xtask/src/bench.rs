@@ -83,8 +83,7 @@ pub fn run(args: &Args) -> Result<()> {
     command.args([
         "test",
         "--quiet",
-        "--package",
-        "terse-optim",
+        "--workspace",
         "--bench",
         "optim_step",
         "--",
@@ -112,15 +111,8 @@ fn run_kernels(quick: bool, device: KernelDevice) -> Result<()> {
         );
     }
     let mut command = terse_binary::cargo();
-    command.args([
-        "test",
-        "--quiet",
-        "--package",
-        "terse-kernels",
-        "--bench",
-        "kernels",
-        "--",
-    ]);
+    // `--workspace` resolves features as the tests do, so nothing is rebuilt.
+    command.args(["test", "--quiet", "--workspace", "--bench", "kernels", "--"]);
     if quick {
         command.arg("--quick");
     }
@@ -142,7 +134,7 @@ const COMM_RANKS: usize = 4;
 /// Builds the comm benchmark and starts it under `mpirun`.
 fn run_comm(quick: bool) -> Result<()> {
     mpi::require_mpirun()?;
-    let executable = terse_binary::build_bench("terse-comm", "comm_allreduce")?;
+    let executable = terse_binary::build_bench("comm_allreduce")?;
     let mut args = Vec::new();
     if quick {
         args.push("--quick".to_string());

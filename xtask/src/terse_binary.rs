@@ -34,21 +34,19 @@ pub fn run(args: &[String]) -> Result<()> {
     Ok(())
 }
 
-/// Builds bench target `bench` of `package` (harness-less, in the one
-/// profile) and returns the path of its executable, read from cargo's JSON
-/// messages.
-pub fn build_bench(package: &str, bench: &str) -> Result<std::path::PathBuf> {
+/// Builds bench target `bench` (harness-less, in the one profile) and
+/// returns the path of its executable, read from cargo's JSON messages.
+/// `--workspace` resolves features exactly as `cargo test --workspace` does,
+/// so the build reuses the tests' artifacts instead of rebuilding burn.
+pub fn build_bench(bench: &str) -> Result<std::path::PathBuf> {
     let output = cargo()
-        .args(["test", "--package", package, "--bench", bench, "--no-run"])
+        .args(["test", "--workspace", "--bench", bench, "--no-run"])
         .args(["--message-format", "json-render-diagnostics"])
         .stderr(std::process::Stdio::inherit())
         .output()
         .with_context(|| format!("cannot start cargo to build bench `{bench}`"))?;
     if !output.status.success() {
-        bail!(
-            "building bench `{bench}` of {package} failed ({})",
-            output.status
-        );
+        bail!("building bench `{bench}` failed ({})", output.status);
     }
     let stdout = String::from_utf8_lossy(&output.stdout);
     let marker = format!("\"name\":\"{bench}\"");
