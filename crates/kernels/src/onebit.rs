@@ -124,6 +124,16 @@ pub fn compress(
 /// 4 terms, then added in f64.
 #[inline(always)]
 fn sign_pack(x: &[f32], e: &mut [f32], bits: &mut [u32], scale: Scale) -> f64 {
+    #[cfg(target_arch = "x86_64")]
+    if std::arch::is_x86_feature_detected!("avx") {
+        // SAFETY: the running CPU supports AVX, checked just above.
+        return unsafe {
+            match scale {
+                Scale::L1 => avx::sign_pack::<false>(x, e, bits),
+                Scale::L2 => avx::sign_pack::<true>(x, e, bits),
+            }
+        };
+    }
     match scale {
         Scale::L1 => sign_pack_with::<false>(x, e, bits),
         Scale::L2 => sign_pack_with::<true>(x, e, bits),
@@ -181,6 +191,17 @@ fn finish_scale(sum: f64, len: usize, scale: Scale) -> f32 {
 /// `e = y - s·sign(y)` for `e` holding `y` and `bits` its signs.
 #[inline(always)]
 fn apply_quantisation(e: &mut [f32], bits: &[u32], s: f32) {
+    #[cfg(target_arch = "x86_64")]
+    if std::arch::is_x86_feature_detected!("avx") {
+        // SAFETY: the running CPU supports AVX, checked just above.
+        unsafe { avx::apply_quantisation(e, bits, s) };
+        return;
+    }
+    apply_quantisation_scalar(e, bits, s);
+}
+
+#[inline(always)]
+pub(crate) fn apply_quantisation_scalar(e: &mut [f32], bits: &[u32], s: f32) {
     let full = e.len() / 32;
     let (body, tail) = e.split_at_mut(full * 32);
     for (e, &word) in body.chunks_exact_mut(32).zip(bits) {
@@ -193,6 +214,9 @@ fn apply_quantisation(e: &mut [f32], bits: &[u32], s: f32) {
         *e -= signed(bits[full], b, s);
     }
 }
+
+#[cfg(target_arch = "x86_64")]
+mod avx;
 
 /// `s` when bit `b` of `word` is set, else `-s`: the sign bit is flipped
 /// arithmetically so the loop has no branch.
