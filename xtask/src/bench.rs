@@ -79,23 +79,23 @@ pub fn run(args: &Args) -> Result<()> {
     if args.name == Suite::Kernels {
         return run_kernels(args.quick, args.device);
     }
-    let mut command = terse_binary::cargo();
-    command.args([
-        "test",
-        "--quiet",
-        "--workspace",
-        "--bench",
-        "optim_step",
-        "--",
-    ]);
-    if args.quick {
-        command.arg("--quick");
-    }
-    let status = command
+    run_cargo_bench("optim_step", quick_flag(args.quick))
+}
+
+fn quick_flag(quick: bool) -> &'static [&'static str] {
+    if quick { &["--quick"] } else { &[] }
+}
+
+/// Runs bench target `bench` through `cargo test` with `args` after `--`.
+/// `--workspace` resolves features as the tests do, so nothing is rebuilt.
+fn run_cargo_bench(bench: &str, args: &[&str]) -> Result<()> {
+    let status = terse_binary::cargo()
+        .args(["test", "--quiet", "--workspace", "--bench", bench, "--"])
+        .args(args)
         .status()
-        .context("cannot start cargo for the optim benchmark")?;
+        .with_context(|| format!("cannot start cargo for the `{bench}` benchmark"))?;
     if !status.success() {
-        bail!("the optim benchmark failed ({status})");
+        bail!("the `{bench}` benchmark failed ({status})");
     }
     Ok(())
 }
@@ -110,22 +110,11 @@ fn run_kernels(quick: bool, device: KernelDevice) -> Result<()> {
              machine with an NVIDIA GPU, `--device wgpu` times the same kernels through Vulkan"
         );
     }
-    let mut command = terse_binary::cargo();
-    // `--workspace` resolves features as the tests do, so nothing is rebuilt.
-    command.args(["test", "--quiet", "--workspace", "--bench", "kernels", "--"]);
-    if quick {
-        command.arg("--quick");
-    }
+    let mut args = quick_flag(quick).to_vec();
     if device == KernelDevice::Wgpu {
-        command.args(["--device", "wgpu"]);
+        args.extend(["--device", "wgpu"]);
     }
-    let status = command
-        .status()
-        .context("cannot start cargo for the kernels benchmark")?;
-    if !status.success() {
-        bail!("the kernels benchmark failed ({status})");
-    }
-    Ok(())
+    run_cargo_bench("kernels", &args)
 }
 
 /// Ranks of the comm benchmark (the issue's setting).

@@ -25,6 +25,16 @@ struct Row {
     compressed_bytes: u64,
 }
 
+impl Row {
+    fn bytes_ratio(&self) -> f64 {
+        self.fp32_bytes as f64 / self.compressed_bytes as f64
+    }
+
+    fn time_ratio(&self) -> f64 {
+        self.fp32_ms / self.compressed_ms
+    }
+}
+
 /// The slowest rank's value, in ms.
 fn slowest(comm: &dyn Communicator, seconds: f64) -> f64 {
     let mut all = vec![0.0f32; comm.world_size()];
@@ -129,8 +139,8 @@ fn report(n: usize, quick: bool, rows: &[Row]) {
             r.compressed_ms,
             r.compress_only_ms,
             r.compressed_bytes,
-            r.fp32_bytes as f64 / r.compressed_bytes as f64,
-            r.fp32_ms / r.compressed_ms
+            r.bytes_ratio(),
+            r.time_ratio()
         );
     }
     let entries: Vec<String> = rows
@@ -148,8 +158,8 @@ fn report(n: usize, quick: bool, rows: &[Row]) {
                 r.compressed_ms,
                 r.compress_only_ms,
                 r.compressed_bytes,
-                r.fp32_bytes as f64 / r.compressed_bytes as f64,
-                r.fp32_ms / r.compressed_ms
+                r.bytes_ratio(),
+                r.time_ratio()
             )
         })
         .collect();

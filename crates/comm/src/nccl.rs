@@ -9,7 +9,7 @@
 
 use std::sync::{Arc, Mutex, MutexGuard};
 
-use cudarc::driver::{CudaContext, CudaStream, DeviceRepr, ValidAsZeroBits};
+use cudarc::driver::{CudaContext, CudaSlice, CudaStream, DeviceRepr, ValidAsZeroBits};
 use cudarc::nccl::{Comm, Id, NcclType};
 
 use crate::communicator::Width;
@@ -100,22 +100,22 @@ impl NcclComm {
         Ok(())
     }
 
-    /// Copies `host` to the device, runs `op` on it there, copies it back.
+    /// Copies `host` to the device.
+    fn upload<T: DeviceRepr>(&self, host: &[T]) -> Result<CudaSlice<T>, CommError> {
+        self.stream
+            .clone_htod(host)
+            .map_err(|e| backend(format!("{e:?}")))
+    }
+
+    /// Runs `op` from `send` into a new `recv_len` device buffer, and copies
+    /// that into `out`.
     fn on_device<T: DeviceRepr + ValidAsZeroBits + NcclType + Copy>(
         &self,
-        host: &mut [T],
+        send: CudaSlice<T>,
         recv_len: usize,
-        op: impl FnOnce(
-            &Comm,
-            &cudarc::driver::CudaSlice<T>,
-            &mut cudarc::driver::CudaSlice<T>,
-        ) -> Result<(), CommError>,
+        op: impl FnOnce(&Comm, &CudaSlice<T>, &mut CudaSlice<T>) -> Result<(), CommError>,
         out: &mut [T],
     ) -> Result<(), CommError> {
-        let send = self
-            .stream
-            .clone_htod(host)
-            .map_err(|e| backend(format!("{e:?}")))?;
         let mut recv = self
             .stream
             .alloc_zeros::<T>(recv_len)
@@ -158,9 +158,9 @@ impl Communicator for NcclComm {
     fn allreduce_f32_raw(&self, buf: &mut [f32], op: ReduceOp) -> Result<(), CommError> {
         let _calls = self.lock();
         self.agree(Collective::Allreduce, 0, buf.len())?;
-        let mut host = buf.to_vec();
+        let send = self.upload(buf)?;
         self.on_device(
-            &mut host,
+            send,
             buf.len(),
             |nccl, send, recv| {
                 nccl.all_reduce(send, recv, &cudarc::nccl::ReduceOp::Sum)
@@ -179,9 +179,9 @@ impl Communicator for NcclComm {
     fn broadcast_raw(&self, buf: &mut [u8], width: Width, root: usize) -> Result<(), CommError> {
         let _calls = self.lock();
         self.agree(Collective::Broadcast, root, buf.len() / width.bytes())?;
-        let mut host = buf.to_vec();
+        let send = self.upload(buf)?;
         self.on_device(
-            &mut host,
+            send,
             buf.len(),
             |nccl, send, recv| {
                 nccl.broadcast(Some(send), recv, root as i32)
@@ -195,10 +195,10 @@ impl Communicator for NcclComm {
     fn all_gather_raw(&self, send: &[u8], recv: &mut [u8], width: Width) -> Result<(), CommError> {
         let _calls = self.lock();
         self.agree(Collective::AllGather, 0, send.len() / width.bytes())?;
-        let mut host = send.to_vec();
+        let send = self.upload(send)?;
         let n = recv.len();
         self.on_device(
-            &mut host,
+            send,
             n,
             |nccl, send, recv| {
                 nccl.all_gather(send, recv)
@@ -215,7 +215,7 @@ impl Communicator for NcclComm {
         let n = self.world_size();
         let c = send.len() / n;
         let err = |e| backend(format!("{e:?}"));
-        let device_send = self.stream.clone_htod(send).map_err(err)?;
+        let device_send = self.upload(send)?;
         let mut parts = (0..n)
             .map(|_| self.stream.alloc_zeros::<u8>(c).map_err(err))
             .collect::<Result<Vec<_>, _>>()?;

@@ -84,9 +84,9 @@ pub fn compress(
             .for_each(|(((x, e), bits), scales)| {
                 let blocks = x.chunks(block).zip(e.chunks_mut(block));
                 for ((x, e), (bits, s)) in blocks.zip(bits.chunks_mut(block_words).zip(scales)) {
-                    let partial = with_avx(|| sign_pack(x, e, bits, scale));
+                    let partial = sign_pack(x, e, bits, scale);
                     *s = finish_scale(partial, x.len(), scale);
-                    with_avx(|| apply_quantisation(e, bits, *s));
+                    apply_quantisation(e, bits, *s);
                 }
             });
         return;
@@ -100,22 +100,14 @@ pub fn compress(
             x.par_chunks(PIECE)
                 .zip(e.par_chunks_mut(PIECE))
                 .zip(bits.par_chunks_mut(PIECE / 32))
-                .map(|((x, e), bits)| with_avx(|| sign_pack(x, e, bits, scale)))
+                .map(|((x, e), bits)| sign_pack(x, e, bits, scale))
                 .collect()
         })
         .collect();
     for ((s, partials), x) in scales.iter_mut().zip(&partials).zip(x.chunks(block)) {
         *s = finish_scale(partials.iter().sum(), x.len(), scale);
     }
-    error
-        .par_chunks_mut(block)
-        .zip(bits.par_chunks(block_words))
-        .zip(scales.par_iter())
-        .for_each(|((e, bits), &s)| {
-            e.par_chunks_mut(PIECE)
-                .zip(bits.par_chunks(PIECE / 32))
-                .for_each(|(e, bits)| with_avx(|| apply_quantisation(e, bits, s)));
-        });
+    for_each_block(bits, scales, block, error, apply_quantisation);
 }
 
 /// `e += x` (so `e` holds `y`), the signs of `y` into `bits`, and `Σ|y|` or
@@ -167,17 +159,30 @@ fn sign_pack_with<const SQUARES: bool>(x: &[f32], e: &mut [f32], bits: &mut [u32
         *word = packed;
     }
     if !x_tail.is_empty() {
-        let mut packed = 0u32;
-        for (b, (&x, e)) in x_tail.iter().zip(e_tail.iter_mut()).enumerate() {
-            let y = *e + x;
-            *e = y;
-            packed |= u32::from(y >= 0.0) << b;
-            let y = f64::from(y);
-            lanes[b % LANES] += if SQUARES { y * y } else { y.abs() };
-        }
-        bits[full] = packed;
+        sign_pack_tail::<SQUARES>(x_tail, e_tail, &mut bits[full], &mut lanes);
     }
     lanes.iter().sum()
+}
+
+/// The last, partial word of a piece, continuing `lanes` (its element `b` is
+/// lane `b % LANES`, as in the whole words); shared by the portable and AVX
+/// loops so both give the same bits.
+#[inline(always)]
+fn sign_pack_tail<const SQUARES: bool>(
+    x: &[f32],
+    e: &mut [f32],
+    word: &mut u32,
+    lanes: &mut [f64; LANES],
+) {
+    let mut packed = 0u32;
+    for (b, (&x, e)) in x.iter().zip(e.iter_mut()).enumerate() {
+        let y = *e + x;
+        *e = y;
+        packed |= u32::from(y >= 0.0) << b;
+        let y = f64::from(y);
+        lanes[b % LANES] += if SQUARES { y * y } else { y.abs() };
+    }
+    *word = packed;
 }
 
 fn finish_scale(sum: f64, len: usize, scale: Scale) -> f32 {

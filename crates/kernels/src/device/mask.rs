@@ -48,9 +48,16 @@ fn select_kernel(keys: &[u32], always: &[u32], selection: &mut [u32], #[comptime
     selection[w] = packed;
 }
 
-/// `values[offsets[w] + k] = x[k-th selected element of word w]`.
+/// Gather (`to[offsets[w] + k] = from[k-th selected element of word w]`)
+/// or, with `gather` false, its inverse scatter. One unit per word.
 #[cube(launch_unchecked)]
-fn gather_kernel(x: &[f32], selection: &[u32], offsets: &[u32], values: &mut [f32]) {
+fn move_selected_kernel(
+    from: &[f32],
+    selection: &[u32],
+    offsets: &[u32],
+    to: &mut [f32],
+    #[comptime] gather: bool,
+) {
     let w = ABSOLUTE_POS;
     if w >= selection.len() {
         terminate!();
@@ -60,25 +67,11 @@ fn gather_kernel(x: &[f32], selection: &[u32], offsets: &[u32], values: &mut [f3
     #[unroll]
     for b in 0..32usize {
         if (word >> u32::cast_from(b)) & 1u32 == 1u32 {
-            values[at] = x[w * 32 + b];
-            at += 1;
-        }
-    }
-}
-
-/// The inverse of `gather_kernel`.
-#[cube(launch_unchecked)]
-fn scatter_kernel(values: &[f32], selection: &[u32], offsets: &[u32], x: &mut [f32]) {
-    let w = ABSOLUTE_POS;
-    if w >= selection.len() {
-        terminate!();
-    }
-    let word = selection[w];
-    let mut at = offsets[w] as usize;
-    #[unroll]
-    for b in 0..32usize {
-        if (word >> u32::cast_from(b)) & 1u32 == 1u32 {
-            x[w * 32 + b] = values[at];
+            if gather {
+                to[at] = from[w * 32 + b];
+            } else {
+                to[w * 32 + b] = from[at];
+            }
             at += 1;
         }
     }
@@ -177,31 +170,25 @@ impl DeviceSelection {
         }
         let (count, dim) = launch_dims(client, words);
         let (x_len, v_len) = (self.len, self.count.max(1));
+        let (from_len, to_len) = if gather {
+            (x_len, v_len)
+        } else {
+            (v_len, x_len)
+        };
         // SAFETY: `x` holds `len` floats, `values` `count` (offsets are the
-        // exclusive prefix sums of the words' populations, so every write
+        // exclusive prefix sums of the words' populations, so every access
         // lands below `count`), selection and offsets one word each per 32.
         unsafe {
-            if gather {
-                gather_kernel::launch_unchecked(
-                    client,
-                    count,
-                    dim,
-                    BufferArg::from_raw_parts(from.clone(), x_len),
-                    BufferArg::from_raw_parts(self.words.clone(), words),
-                    BufferArg::from_raw_parts(self.offsets.clone(), words),
-                    BufferArg::from_raw_parts(to.clone(), v_len),
-                );
-            } else {
-                scatter_kernel::launch_unchecked(
-                    client,
-                    count,
-                    dim,
-                    BufferArg::from_raw_parts(from.clone(), v_len),
-                    BufferArg::from_raw_parts(self.words.clone(), words),
-                    BufferArg::from_raw_parts(self.offsets.clone(), words),
-                    BufferArg::from_raw_parts(to.clone(), x_len),
-                );
-            }
+            move_selected_kernel::launch_unchecked(
+                client,
+                count,
+                dim,
+                BufferArg::from_raw_parts(from.clone(), from_len),
+                BufferArg::from_raw_parts(self.words.clone(), words),
+                BufferArg::from_raw_parts(self.offsets.clone(), words),
+                BufferArg::from_raw_parts(to.clone(), to_len),
+                gather,
+            );
         }
     }
 }

@@ -6,9 +6,9 @@
 
 use std::arch::x86_64::*;
 
-use super::apply_quantisation_scalar;
 #[cfg(test)]
 use super::sign_pack_with;
+use super::{apply_quantisation_scalar, sign_pack_tail};
 use crate::simd::LANES;
 
 /// AVX twin of `sign_pack_with`: whole words vectorised, the tail portable.
@@ -58,30 +58,11 @@ pub(super) fn sign_pack<const SQUARES: bool>(x: &[f32], e: &mut [f32], bits: &mu
         sign_pack_tail::<SQUARES>(
             &x[32 * full..],
             &mut e[32 * full..],
-            &mut bits[full..],
+            &mut bits[full],
             &mut lanes,
         );
     }
     lanes.iter().sum()
-}
-
-/// The portable tail, accumulating into `lanes` (the tail starts at a word
-/// boundary, so its element `b` is lane `b % LANES`, as in the portable loop).
-fn sign_pack_tail<const SQUARES: bool>(
-    x: &[f32],
-    e: &mut [f32],
-    bits: &mut [u32],
-    lanes: &mut [f64; LANES],
-) {
-    let mut packed = 0u32;
-    for (b, (&x, e)) in x.iter().zip(e.iter_mut()).enumerate() {
-        let y = *e + x;
-        *e = y;
-        packed |= u32::from(y >= 0.0) << b;
-        let y = f64::from(y);
-        lanes[b % LANES] += if SQUARES { y * y } else { y.abs() };
-    }
-    bits[0] = packed;
 }
 
 /// The sign-bit masks of 8 lanes for each byte of sign bits: lane `l` gets
