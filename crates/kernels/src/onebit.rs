@@ -91,23 +91,67 @@ pub fn compress(
             });
         return;
     }
-    // Large blocks: two passes over pieces, the scale in between.
+    // Large blocks: a read-only pass for the scale, then one pass that packs
+    // the signs and updates the error (each piece's y = x + e recomputed, so
+    // e is written once: 20 bytes of traffic per element instead of 24).
     let partials: Vec<Vec<f64>> = x
         .par_chunks(block)
-        .zip(error.par_chunks_mut(block))
-        .zip(bits.par_chunks_mut(block_words))
-        .map(|((x, e), bits)| {
+        .zip(error.par_chunks(block))
+        .map(|(x, e)| {
             x.par_chunks(PIECE)
-                .zip(e.par_chunks_mut(PIECE))
-                .zip(bits.par_chunks_mut(PIECE / 32))
-                .map(|((x, e), bits)| sign_pack(x, e, bits, scale))
+                .zip(e.par_chunks(PIECE))
+                .map(|(x, e)| scale_sum(x, e, scale))
                 .collect()
         })
         .collect();
     for ((s, partials), x) in scales.iter_mut().zip(&partials).zip(x.chunks(block)) {
         *s = finish_scale(partials.iter().sum(), x.len(), scale);
     }
-    for_each_block(bits, scales, block, error, apply_quantisation);
+    x.par_chunks(block)
+        .zip(error.par_chunks_mut(block))
+        .zip(bits.par_chunks_mut(block_words))
+        .zip(scales.par_iter())
+        .for_each(|(((x, e), bits), &s)| {
+            x.par_chunks(PIECE)
+                .zip(e.par_chunks_mut(PIECE))
+                .zip(bits.par_chunks_mut(PIECE / 32))
+                .for_each(|((x, e), bits)| pack_quantise(x, e, bits, s));
+        });
+}
+
+/// `Σ|x + e|` or `Σ(x + e)²` in f64, summed exactly as [`sign_pack`] sums it.
+#[inline(always)]
+fn scale_sum(x: &[f32], e: &[f32], scale: Scale) -> f64 {
+    #[cfg(target_arch = "x86_64")]
+    if std::arch::is_x86_feature_detected!("avx") {
+        // SAFETY: the running CPU supports AVX, checked just above.
+        return unsafe {
+            match scale {
+                Scale::L1 => avx::scale_sum::<false>(x, e),
+                Scale::L2 => avx::scale_sum::<true>(x, e),
+            }
+        };
+    }
+    let mut e = e.to_vec();
+    let mut bits = vec![0u32; words_for(x.len())];
+    match scale {
+        Scale::L1 => sign_pack_with::<false>(x, &mut e, &mut bits),
+        Scale::L2 => sign_pack_with::<true>(x, &mut e, &mut bits),
+    }
+}
+
+/// `y = x + e`, the signs of `y` into `bits`, `e = y - s·sign(y)`: the same
+/// operations as [`sign_pack`] then [`apply_quantisation`], in one pass.
+#[inline(always)]
+fn pack_quantise(x: &[f32], e: &mut [f32], bits: &mut [u32], s: f32) {
+    #[cfg(target_arch = "x86_64")]
+    if std::arch::is_x86_feature_detected!("avx") {
+        // SAFETY: the running CPU supports AVX, checked just above.
+        unsafe { avx::pack_quantise(x, e, bits, s) };
+        return;
+    }
+    sign_pack_with::<false>(x, e, bits);
+    apply_quantisation_scalar(e, bits, s);
 }
 
 /// `e += x` (so `e` holds `y`), the signs of `y` into `bits`, and `Σ|y|` or

@@ -65,6 +65,83 @@ pub(super) fn sign_pack<const SQUARES: bool>(x: &[f32], e: &mut [f32], bits: &mu
     lanes.iter().sum()
 }
 
+/// `sign_pack`'s sum without its stores: the scale pass over blocks too
+/// large for the cache reads x and e only.
+#[target_feature(enable = "avx")]
+pub(super) fn scale_sum<const SQUARES: bool>(x: &[f32], e: &[f32]) -> f64 {
+    let full = x.len() / 32;
+    let abs_mask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fff_ffff));
+    let mut lanes_lo = _mm256_setzero_pd();
+    let mut lanes_hi = _mm256_setzero_pd();
+    for w in 0..full {
+        let mut part = _mm256_setzero_ps();
+        for k in 0..4 {
+            let i = 32 * w + 8 * k;
+            // SAFETY: i + 8 <= 32 * full <= len for both slices.
+            let y = unsafe {
+                _mm256_add_ps(
+                    _mm256_loadu_ps(e.as_ptr().add(i)),
+                    _mm256_loadu_ps(x.as_ptr().add(i)),
+                )
+            };
+            let term = if SQUARES {
+                _mm256_mul_ps(y, y)
+            } else {
+                _mm256_and_ps(y, abs_mask)
+            };
+            part = _mm256_add_ps(part, term);
+        }
+        lanes_lo = _mm256_add_pd(lanes_lo, _mm256_cvtps_pd(_mm256_castps256_ps128(part)));
+        lanes_hi = _mm256_add_pd(lanes_hi, _mm256_cvtps_pd(_mm256_extractf128_ps::<1>(part)));
+    }
+    let mut lanes = [0.0f64; LANES];
+    // SAFETY: `lanes` holds 8 f64, two stores of 4.
+    unsafe {
+        _mm256_storeu_pd(lanes.as_mut_ptr(), lanes_lo);
+        _mm256_storeu_pd(lanes.as_mut_ptr().add(4), lanes_hi);
+    }
+    if x.len() > 32 * full {
+        let mut tail = e[32 * full..].to_vec();
+        let mut word = 0;
+        sign_pack_tail::<SQUARES>(&x[32 * full..], &mut tail, &mut word, &mut lanes);
+    }
+    lanes.iter().sum()
+}
+
+/// `sign_pack` and `apply_quantisation` fused for a known scale: `e` is
+/// read and written once.
+#[target_feature(enable = "avx")]
+pub(super) fn pack_quantise(x: &[f32], e: &mut [f32], bits: &mut [u32], s: f32) {
+    let full = x.len() / 32;
+    let zero = _mm256_setzero_ps();
+    let plus = _mm256_set1_ps(s);
+    let minus = _mm256_xor_ps(plus, _mm256_set1_ps(-0.0));
+    for (w, word) in bits[..full].iter_mut().enumerate() {
+        let mut packed = 0u32;
+        for k in 0..4 {
+            let i = 32 * w + 8 * k;
+            // SAFETY: i + 8 <= 32 * full <= len for both slices.
+            unsafe {
+                let y = _mm256_add_ps(
+                    _mm256_loadu_ps(e.as_ptr().add(i)),
+                    _mm256_loadu_ps(x.as_ptr().add(i)),
+                );
+                let ge = _mm256_cmp_ps::<_CMP_GE_OQ>(y, zero);
+                packed |= (_mm256_movemask_ps(ge) as u32) << (8 * k);
+                let q = _mm256_blendv_ps(minus, plus, ge);
+                _mm256_storeu_ps(e.as_mut_ptr().add(i), _mm256_sub_ps(y, q));
+            }
+        }
+        *word = packed;
+    }
+    if x.len() > 32 * full {
+        let (x, e) = (&x[32 * full..], &mut e[32 * full..]);
+        let mut lanes = [0.0f64; LANES];
+        sign_pack_tail::<false>(x, e, &mut bits[full], &mut lanes);
+        apply_quantisation_scalar(e, &bits[full..], s);
+    }
+}
+
 /// The sign-bit masks of 8 lanes for each byte of sign bits: lane `l` gets
 /// the f32 sign bit where bit `l` is 0 (a negative element).
 const SIGN_TABLE: [[u32; 8]; 256] = {
@@ -140,6 +217,28 @@ mod tests {
             unsafe { apply_quantisation(&mut e2, &b2, 0.37) };
             let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
             assert_eq!(bits(&e1), bits(&e2), "len {len}: errors");
+            // The fused large-block passes: same sum, bits and errors.
+            for squares in [false, true] {
+                let sum = if squares {
+                    // SAFETY: as above.
+                    unsafe { scale_sum::<true>(&x, &e0) }
+                } else {
+                    // SAFETY: as above.
+                    unsafe { scale_sum::<false>(&x, &e0) }
+                };
+                let mut scratch = (e0.clone(), vec![0u32; words]);
+                let reference = if squares {
+                    sign_pack_with::<true>(&x, &mut scratch.0, &mut scratch.1)
+                } else {
+                    sign_pack_with::<false>(&x, &mut scratch.0, &mut scratch.1)
+                };
+                assert_eq!(sum.to_bits(), reference.to_bits(), "len {len}: sum");
+            }
+            let mut e3 = e0.clone();
+            let mut b3 = vec![0u32; words];
+            // SAFETY: as above.
+            unsafe { pack_quantise(&x, &mut e3, &mut b3, 0.37) };
+            assert_eq!((&b3, bits(&e3)), (&b1, bits(&e1)), "len {len}: fused pass");
         }
     }
 }
