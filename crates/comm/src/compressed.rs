@@ -12,8 +12,9 @@
 //! sign words followed by its scales (as f32 bits), padded to the same size
 //! for every chunk; padding is zero, carries no scale and is never read back.
 
-use terse_kernels::onebit::{self, Scale, blocks_for, words_for};
+use terse_kernels::onebit::{ChunkLayout, Scale, blocks_for, words_for};
 use terse_kernels::server::{Compressed, average_and_recompress};
+use terse_kernels::worker::{HostWorker, Worker};
 
 use crate::{CommError, Communicator};
 
@@ -43,6 +44,10 @@ pub struct CompressedAllreduce {
     send: Vec<u32>,
     recv: Vec<u32>,
     average: Vec<f32>,
+    /// Every chunk's sign words and scale slots, as the worker reads and
+    /// writes them.
+    bits: Vec<u32>,
+    scales: Vec<f32>,
 }
 
 impl CompressedAllreduce {
@@ -79,6 +84,8 @@ impl CompressedAllreduce {
             send: vec![0; message * world_size],
             recv: vec![0; message * world_size],
             average: vec![0.0; mine],
+            bits: vec![0; words_for(len)],
+            scales: vec![0.0; len.div_ceil(chunk.max(1)) * blocks_for(chunk, block_of(options, chunk))],
         })
     }
 
@@ -129,17 +136,40 @@ impl CompressedAllreduce {
         Ok(())
     }
 
-    /// Replaces `buf` (this rank's `x`) with the compressed mean over ranks.
+    /// Replaces `buf` (this rank's `x`) with the compressed mean over ranks,
+    /// using this state's worker error.
     pub fn allreduce_mean(
         &mut self,
         comm: &dyn Communicator,
         buf: &mut [f32],
     ) -> Result<(), CommError> {
-        if buf.len() != self.len {
+        let mut error = std::mem::take(&mut self.worker_error);
+        let result = self.allreduce_mean_on(
+            comm,
+            &mut HostWorker {
+                x: buf,
+                error: &mut error,
+            },
+        );
+        self.worker_error = error;
+        result
+    }
+
+    /// The compressed mean with the worker side in `worker`, which holds `x`
+    /// and its own error wherever they live (host slices, or burn tensors on
+    /// a GPU through `terse_kernels::tensor::TensorWorker`: then only packed
+    /// signs and scales reach the host). This state's worker error is not
+    /// used.
+    pub fn allreduce_mean_on(
+        &mut self,
+        comm: &dyn Communicator,
+        worker: &mut dyn Worker,
+    ) -> Result<(), CommError> {
+        if worker.len() != self.len {
             return Err(CommError::LengthMismatch {
                 op: "compressed allreduce",
                 expected: self.len,
-                actual: buf.len(),
+                actual: worker.len(),
             });
         }
         assert_eq!(
@@ -149,14 +179,21 @@ impl CompressedAllreduce {
         );
         let block = block_of(self.options, self.chunk);
         let scale = self.options.scale;
+        let layout = self.layout();
+        let slots = layout.slots_per_chunk();
 
         // 1. Worker compress, one message per destination.
+        worker.compress(layout, scale, &mut self.bits, &mut self.scales);
         self.send.fill(0);
         for (j, message) in self.send.chunks_mut(self.message).enumerate() {
-            let range = chunk_range(self.len, self.chunk, j);
-            let (bits, scales) = split_message(message, self.chunk, range.len(), block);
-            let error = &mut self.worker_error[range.clone()];
-            onebit::compress(&buf[range], error, block, scale, bits, scales);
+            let real = chunk_range(self.len, self.chunk, j).len();
+            if real == 0 {
+                continue;
+            }
+            let (bits, scales) = split_message(message, self.chunk, real, block);
+            let first_word = j * self.chunk / 32;
+            bits.copy_from_slice(&self.bits[first_word..first_word + bits.len()]);
+            scales.copy_from_slice(&self.scales[j * slots..j * slots + scales.len()]);
         }
 
         // 2. Chunk j to rank j.
@@ -189,12 +226,25 @@ impl CompressedAllreduce {
 
         // 4. Every server chunk to every rank, then dequantise all of them.
         comm.all_gather_u32(&self.send[..self.message], &mut self.recv)?;
+        self.scales.fill(0.0);
         for (j, message) in self.recv.chunks_mut(self.message).enumerate() {
-            let range = chunk_range(self.len, self.chunk, j);
-            let (bits, scales) = split_message(message, self.chunk, range.len(), block);
-            onebit::decompress(bits, scales, block, &mut buf[range]);
+            let real = chunk_range(self.len, self.chunk, j).len();
+            if real == 0 {
+                continue;
+            }
+            let (bits, scales) = split_message(message, self.chunk, real, block);
+            let first_word = j * self.chunk / 32;
+            self.bits[first_word..first_word + bits.len()].copy_from_slice(bits);
+            self.scales[j * slots..j * slots + scales.len()].copy_from_slice(scales);
         }
+        worker.decompress(layout, &self.bits, &self.scales);
         Ok(())
+    }
+
+    /// The worker's chunk layout: blocks restart at every chunk.
+    pub fn layout(&self) -> ChunkLayout {
+        let chunk = self.chunk.max(32);
+        ChunkLayout::new(chunk, block_of(self.options, chunk))
     }
 }
 

@@ -10,7 +10,9 @@
 //!   received chunks, add the server error, recompress);
 //! - [`mask`]: SLAMB's counter-based hash mask and cyclic mask, and the masked
 //!   gather and scatter;
-//! - [`random`]: the counter-based generators every seeded choice flows from.
+//! - [`random`]: the counter-based generators every seeded choice flows from;
+//! - [`worker`] and [`tensor`]: the worker side of the compressed allreduce
+//!   over host slices or burn tensors on any device (one API).
 #![warn(missing_docs)]
 
 pub mod device;
@@ -19,5 +21,7 @@ pub mod onebit;
 pub mod random;
 pub mod server;
 mod simd;
+pub mod tensor;
+pub mod worker;
 
 pub use simd::with_avx;

@@ -41,6 +41,55 @@ pub fn effective_block(block: usize, len: usize) -> usize {
     block.max(1).min(len.max(1))
 }
 
+/// Blocks that restart every `chunk` elements: the compressed allreduce's
+/// messages, one per chunk, each with its own `ceil(chunk / block)` scale
+/// slots (slots past the data hold 0 and are never sent).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ChunkLayout {
+    /// Elements per chunk, a positive multiple of 32.
+    pub chunk: usize,
+    /// Elements per scale inside a chunk: a multiple of 32, at most `chunk`.
+    pub block: usize,
+}
+
+impl ChunkLayout {
+    /// Chunks of `chunk` elements with one scale per `block` (capped at the
+    /// chunk).
+    ///
+    /// # Panics
+    /// When `chunk` is not a positive multiple of 32, or a `block` smaller
+    /// than the chunk is not a multiple of 32.
+    pub fn new(chunk: usize, block: usize) -> ChunkLayout {
+        assert!(
+            chunk > 0 && chunk.is_multiple_of(32),
+            "chunk {chunk} must be a positive multiple of 32"
+        );
+        let block = block.max(1).min(chunk);
+        assert!(
+            block.is_multiple_of(32),
+            "block {block} must be a multiple of 32 or cover the chunk of {chunk}"
+        );
+        ChunkLayout { chunk, block }
+    }
+
+    /// One chunk over `len` elements, blocked as [`compress`] blocks them.
+    pub fn whole(len: usize, block: usize) -> ChunkLayout {
+        let chunk = len.max(1).div_ceil(32) * 32;
+        let block = effective_block(block, len);
+        ChunkLayout::new(chunk, if block >= len { chunk } else { block })
+    }
+
+    /// Scale slots per chunk.
+    pub fn slots_per_chunk(&self) -> usize {
+        self.chunk.div_ceil(self.block)
+    }
+
+    /// Scale slots for `len` elements: every chunk's, the last one's in full.
+    pub fn slots(&self, len: usize) -> usize {
+        len.div_ceil(self.chunk) * self.slots_per_chunk()
+    }
+}
+
 fn check_lengths(len: usize, block: usize, bits: usize, scales: usize) {
     assert!(
         block.is_multiple_of(32) || block >= len,

@@ -8,5 +8,5 @@ mod onebit;
 mod server;
 
 pub use mask::{DeviceSelection, always_bitmap, select};
-pub use onebit::{DeviceCompressed, compress, decompress};
+pub use onebit::{DeviceCompressed, compress, compress_chunks, decompress, decompress_chunks};
 pub use server::{ReceivedCopies, average_and_recompress};

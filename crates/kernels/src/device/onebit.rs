@@ -5,7 +5,7 @@
 use cubecl::prelude::*;
 use cubecl::server::Handle;
 
-use crate::onebit::{Scale, blocks_for, effective_block, words_for};
+use crate::onebit::{ChunkLayout, Scale, words_for};
 
 /// Units per cube of the element-wise launches and of the scale reduction.
 const CUBE: usize = 256;
@@ -47,27 +47,39 @@ fn sign_pack_kernel(
     word_sums[w] = acc;
 }
 
-/// One cube per block: the block's word sums reduced in shared memory, then
-/// `mean` (l1) or `sqrt(mean)` (l2) over the block's real elements.
+/// One cube per scale slot: the slot's word sums reduced in shared memory,
+/// then `mean` (l1) or `sqrt(mean)` (l2) over its real elements. Blocks
+/// restart at every `chunk` (each chunk has `ceil(chunk / block)` slots); a
+/// slot past the data gets 0.
 #[cube(launch_unchecked)]
 fn block_scale_kernel(
     x: &[f32],
     word_sums: &[f32],
     scales: &mut [f32],
+    #[comptime] chunk: usize,
     #[comptime] block: usize,
     #[comptime] squares: bool,
 ) {
-    let blk = CUBE_POS;
+    let slot = CUBE_POS;
     let unit = UNIT_POS as usize;
-    let block_words = comptime!(block.div_ceil(32));
-    let first = blk * block_words;
-    let mut end = first + block_words;
-    if end > word_sums.len() {
-        end = word_sums.len();
+    let per_chunk = comptime!(chunk.div_ceil(block));
+    let start = (slot / per_chunk) * chunk + (slot % per_chunk) * block;
+    let chunk_end = (slot / per_chunk) * chunk + chunk;
+    let mut end = start + block;
+    if end > chunk_end {
+        end = chunk_end;
+    }
+    if end > x.len() {
+        end = x.len();
+    }
+    let first = start / 32;
+    let mut last = first;
+    if end > start {
+        last = (end + 31) / 32;
     }
     let mut acc = 0.0f32;
     let mut w = first + unit;
-    while w < end {
+    while w < last {
         acc += word_sums[w];
         w += CUBE;
     }
@@ -84,23 +96,36 @@ fn block_scale_kernel(
         sync_cube();
     }
     if unit == 0 {
-        let start = blk * block;
-        let mut count = x.len() - start;
-        if count > block {
-            count = block;
-        }
-        let mean = shared[0] / f32::cast_from(count);
-        if squares {
-            scales[blk] = f32::sqrt(mean);
+        if end > start {
+            let mean = shared[0] / f32::cast_from(end - start);
+            if squares {
+                scales[slot] = f32::sqrt(mean);
+            } else {
+                scales[slot] = mean;
+            }
         } else {
-            scales[blk] = mean;
+            scales[slot] = 0.0;
         }
     }
 }
 
+/// The scale slot of element `i`: its chunk's slots, then its block within
+/// the chunk.
+#[cube]
+fn slot_of(i: usize, #[comptime] chunk: usize, #[comptime] block: usize) -> usize {
+    let per_chunk = comptime!(chunk.div_ceil(block));
+    (i / chunk) * per_chunk + (i % chunk) / block
+}
+
 /// `e -= s·sign(y)` for `e` holding `y`; one unit per word.
 #[cube(launch_unchecked)]
-fn quantise_kernel(e: &mut [f32], bits: &[u32], scales: &[f32], #[comptime] block: usize) {
+fn quantise_kernel(
+    e: &mut [f32],
+    bits: &[u32],
+    scales: &[f32],
+    #[comptime] chunk: usize,
+    #[comptime] block: usize,
+) {
     let w = ABSOLUTE_POS;
     if w >= bits.len() {
         terminate!();
@@ -111,7 +136,7 @@ fn quantise_kernel(e: &mut [f32], bits: &[u32], scales: &[f32], #[comptime] bloc
     for b in 0..32usize {
         let i = w * 32 + b;
         if i < len {
-            let s = scales[i / block];
+            let s = scales[slot_of(i, chunk, block)];
             let y = e[i];
             if (word >> u32::cast_from(b)) & 1u32 == 1u32 {
                 e[i] = y - s;
@@ -122,9 +147,15 @@ fn quantise_kernel(e: &mut [f32], bits: &[u32], scales: &[f32], #[comptime] bloc
     }
 }
 
-/// `out[i] = ±scales[i / block]`; one unit per word.
+/// `out[i] = ±scales[slot_of(i)]`; one unit per word.
 #[cube(launch_unchecked)]
-fn decompress_kernel(bits: &[u32], scales: &[f32], out: &mut [f32], #[comptime] block: usize) {
+fn decompress_kernel(
+    bits: &[u32],
+    scales: &[f32],
+    out: &mut [f32],
+    #[comptime] chunk: usize,
+    #[comptime] block: usize,
+) {
     let w = ABSOLUTE_POS;
     if w >= bits.len() {
         terminate!();
@@ -135,7 +166,7 @@ fn decompress_kernel(bits: &[u32], scales: &[f32], out: &mut [f32], #[comptime] 
     for b in 0..32usize {
         let i = w * 32 + b;
         if i < len {
-            let s = scales[i / block];
+            let s = scales[slot_of(i, chunk, block)];
             if (word >> u32::cast_from(b)) & 1u32 == 1u32 {
                 out[i] = s;
             } else {
@@ -176,13 +207,27 @@ pub fn compress(
     if len == 0 {
         return;
     }
-    let block = effective_block(block, len);
-    assert!(
-        block.is_multiple_of(32) || block >= len,
-        "block {block} must be a multiple of 32 or cover all {len} elements"
-    );
+    compress_chunks(client, x, error, len, ChunkLayout::whole(len, block), scale, out);
+}
+
+/// [`compress`] with blocks restarting every `layout.chunk` elements: the
+/// worker side of the compressed allreduce in one set of launches. `out`
+/// holds `words_for(len)` words and `layout.slots(len)` scales.
+pub fn compress_chunks(
+    client: &Client,
+    x: &Handle,
+    error: &Handle,
+    len: usize,
+    layout: ChunkLayout,
+    scale: Scale,
+    out: &DeviceCompressed,
+) {
+    if len == 0 {
+        return;
+    }
+    let ChunkLayout { chunk, block } = layout;
     let words = words_for(len);
-    let blocks = blocks_for(len, block);
+    let slots = layout.slots(len);
     let squares = scale == Scale::L2;
     let word_sums = client.empty(words * size_of::<f32>());
     let (count, dim) = launch_dims(client, words);
@@ -202,11 +247,12 @@ pub fn compress(
         );
         block_scale_kernel::launch_unchecked(
             client,
-            CubeCount::Static(blocks as u32, 1, 1),
+            CubeCount::Static(slots as u32, 1, 1),
             CubeDim::new_1d(CUBE as u32),
             BufferArg::from_raw_parts(x.clone(), len),
             BufferArg::from_raw_parts(word_sums, words),
-            BufferArg::from_raw_parts(out.scales.clone(), blocks),
+            BufferArg::from_raw_parts(out.scales.clone(), slots),
+            chunk,
             block,
             squares,
         );
@@ -216,7 +262,8 @@ pub fn compress(
             dim,
             BufferArg::from_raw_parts(error.clone(), len),
             BufferArg::from_raw_parts(out.bits.clone(), words),
-            BufferArg::from_raw_parts(out.scales.clone(), blocks),
+            BufferArg::from_raw_parts(out.scales.clone(), slots),
+            chunk,
             block,
         );
     }
@@ -233,19 +280,34 @@ pub fn decompress(
     if len == 0 {
         return;
     }
-    let block = effective_block(block, len);
-    let (words, blocks) = (words_for(len), blocks_for(len, block));
+    decompress_chunks(client, compressed, len, ChunkLayout::whole(len, block), out);
+}
+
+/// [`decompress`] of a chunked layout (see [`compress_chunks`]).
+pub fn decompress_chunks(
+    client: &Client,
+    compressed: &DeviceCompressed,
+    len: usize,
+    layout: ChunkLayout,
+    out: &Handle,
+) {
+    if len == 0 {
+        return;
+    }
+    let words = words_for(len);
+    let slots = layout.slots(len);
     let (count, dim) = launch_dims(client, words);
-    // SAFETY: as in `compress`.
+    // SAFETY: as in `compress_chunks`.
     unsafe {
         decompress_kernel::launch_unchecked(
             client,
             count,
             dim,
             BufferArg::from_raw_parts(compressed.bits.clone(), words),
-            BufferArg::from_raw_parts(compressed.scales.clone(), blocks),
+            BufferArg::from_raw_parts(compressed.scales.clone(), slots),
             BufferArg::from_raw_parts(out.clone(), len),
-            block,
+            layout.chunk,
+            layout.block,
         );
     }
 }
