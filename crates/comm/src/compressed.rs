@@ -85,7 +85,10 @@ impl CompressedAllreduce {
             recv: vec![0; message * world_size],
             average: vec![0.0; mine],
             bits: vec![0; words_for(len)],
-            scales: vec![0.0; len.div_ceil(chunk.max(1)) * blocks_for(chunk, block_of(options, chunk))],
+            scales: vec![
+                0.0;
+                len.div_ceil(chunk.max(1)) * blocks_for(chunk, block_of(options, chunk))
+            ],
         })
     }
 

@@ -16,7 +16,9 @@ use terse_kernels::tensor::TensorWorker;
 
 fn input(seed: u64, rank: usize, call: usize, len: usize) -> Vec<f32> {
     let mut rng = SplitMix64(mix64(seed ^ ((rank as u64) << 32) ^ call as u64));
-    (0..len).map(|_| rng.normal() * (1.0 + rank as f32)).collect()
+    (0..len)
+        .map(|_| rng.normal() * (1.0 + rank as f32))
+        .collect()
 }
 
 struct Outcome {
@@ -115,7 +117,10 @@ fn device_worker_matches_the_host_worker() {
             let gap = relative_gap(&g.error, &h.error);
             assert!(gap <= 1e-4, "{what}: worker errors differ by {gap:e}");
             assert_eq!(g.sent, h.sent, "{what}: bytes sent");
-            assert!(h.outputs[0].iter().any(|v| *v != 0.0), "{what}: zero output");
+            assert!(
+                h.outputs[0].iter().any(|v| *v != 0.0),
+                "{what}: zero output"
+            );
         }
     }
 }

@@ -46,7 +46,9 @@ pub enum TensorError {
     },
 }
 
-/// Where a worker's buffers live.
+/// Where a worker's buffers live. One per worker, moved rarely: the size
+/// difference of the variants costs nothing worth a box.
+#[allow(clippy::large_enum_variant)]
 enum Storage {
     Flex { x: FlexTensor, error: FlexTensor },
     Cube { x: CubeTensor, error: CubeTensor },
@@ -133,10 +135,11 @@ where
     B: burn::backend::Backend,
     burn::backend::DispatchTensor: burn::backend::DispatchKindConversion<B>,
 {
-    t.try_into_primitive::<B>().map_err(|e| TensorError::Backend {
-        what,
-        reason: format!("{e:?}"),
-    })
+    t.try_into_primitive::<B>()
+        .map_err(|e| TensorError::Backend {
+            what,
+            reason: format!("{e:?}"),
+        })
 }
 
 /// A flex tensor whose storage is exactly its elements, owned alone (so it
@@ -146,7 +149,10 @@ fn contiguous_flex(t: FlexTensor) -> FlexTensor {
         Some((0, end)) if end == t.layout().shape().num_elements() => t,
         _ => {
             let values: Vec<f32> = t.into_data().try_to_vec::<f32>().expect("f32 data");
-            FlexTensor::from_data(burn::tensor::TensorData::new(values.clone(), [values.len()]))
+            FlexTensor::from_data(burn::tensor::TensorData::new(
+                values.clone(),
+                [values.len()],
+            ))
         }
     }
 }
@@ -169,7 +175,13 @@ impl Worker for TensorWorker {
         self.len
     }
 
-    fn compress(&mut self, layout: ChunkLayout, scale: Scale, bits: &mut [u32], scales: &mut [f32]) {
+    fn compress(
+        &mut self,
+        layout: ChunkLayout,
+        scale: Scale,
+        bits: &mut [u32],
+        scales: &mut [f32],
+    ) {
         match &mut self.storage {
             Storage::Flex { x, error } => {
                 let x: &mut [f32] = x.storage_mut();

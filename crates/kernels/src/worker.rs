@@ -41,7 +41,13 @@ impl Worker for HostWorker<'_> {
         self.x.len()
     }
 
-    fn compress(&mut self, layout: ChunkLayout, scale: Scale, bits: &mut [u32], scales: &mut [f32]) {
+    fn compress(
+        &mut self,
+        layout: ChunkLayout,
+        scale: Scale,
+        bits: &mut [u32],
+        scales: &mut [f32],
+    ) {
         assert_eq!(self.error.len(), self.x.len(), "error buffer length");
         let len = self.x.len();
         scales.fill(0.0);
