@@ -117,6 +117,11 @@ impl CompressedAllreduce {
         &self.server_error
     }
 
+    /// Both errors, mutable (worker, server), for loading a checkpoint.
+    pub fn errors_mut(&mut self) -> (&mut [f32], &mut [f32]) {
+        (&mut self.worker_error, &mut self.server_error)
+    }
+
     /// Restores both errors (from a checkpoint).
     ///
     /// # Errors

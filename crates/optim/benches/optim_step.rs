@@ -102,8 +102,13 @@ fn main() {
     ];
     let mut rows = Vec::new();
     for (name, config, bytes_per_param) in configs {
-        let mut optimizer =
-            Optimizer::new(config, LrSchedule::Constant { lr: 1e-4 }, layout.clone()).unwrap();
+        let mut optimizer = Optimizer::new(
+            config,
+            LrSchedule::Constant { lr: 1e-4 },
+            layout.clone(),
+            &SingleRank::new(),
+        )
+        .unwrap();
         let s = best_of(repeats, || {
             parallel_copy(&mut g_work, &g);
             optimizer

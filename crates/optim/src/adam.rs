@@ -79,7 +79,7 @@ impl FlatOptimizer for Adam {
 /// The fused Adam update of one chunk: moments, direction and parameter in a
 /// single pass over x, m, v and g.
 #[inline(always)]
-fn adam_update<const INSIDE: bool>(
+pub(crate) fn adam_update<const INSIDE: bool>(
     moments: &Moments,
     lr: f32,
     wd: f32,

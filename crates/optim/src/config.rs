@@ -4,6 +4,7 @@
 use serde::{Deserialize, Serialize};
 
 use crate::OptimError;
+use crate::compressed_config::{OneBitAdamConfig, OneBitLambConfig, SlambConfig};
 
 /// Where ε enters Adam's denominator.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
@@ -27,6 +28,19 @@ pub enum OptimizerConfig {
     Lamb(LambConfig),
     /// Momentum SGD.
     Sgd(SgdConfig),
+    /// 1-bit Adam: Adam warmup, then frozen v and 1-bit compressed momentum.
+    OnebitAdam(OneBitAdamConfig),
+    /// Ablation: 1-bit Adam with the momentum allreduced in fp32.
+    OnebitAdamFp32(OneBitAdamConfig),
+    /// Ablation: Adam on a 1-bit compressed gradient from step 1 (diverges).
+    AdamOnebitNaive(OneBitAdamConfig),
+    /// 1-bit LAMB: LAMB warmup, then compressed momentum with scaling and a
+    /// fresh variance.
+    OnebitLamb(OneBitLambConfig),
+    /// Ablation: LAMB with v and c frozen and compressed momentum.
+    LambOnebitBasic(OneBitLambConfig),
+    /// SLAMB: random-k sparse momentum synchronisation.
+    Slamb(SlambConfig),
 }
 
 impl OptimizerConfig {
@@ -36,6 +50,12 @@ impl OptimizerConfig {
             Self::Adam(_) => "adam",
             Self::Lamb(_) => "lamb",
             Self::Sgd(_) => "sgd",
+            Self::OnebitAdam(_) => "onebit_adam",
+            Self::OnebitAdamFp32(_) => "onebit_adam_fp32",
+            Self::AdamOnebitNaive(_) => "adam_onebit_naive",
+            Self::OnebitLamb(_) => "onebit_lamb",
+            Self::LambOnebitBasic(_) => "lamb_onebit_basic",
+            Self::Slamb(_) => "slamb",
         }
     }
 
@@ -45,6 +65,11 @@ impl OptimizerConfig {
             Self::Adam(c) => c.validate(),
             Self::Lamb(c) => c.validate(),
             Self::Sgd(c) => c.validate(),
+            Self::OnebitAdam(c) | Self::OnebitAdamFp32(c) | Self::AdamOnebitNaive(c) => {
+                c.validate()
+            }
+            Self::OnebitLamb(c) | Self::LambOnebitBasic(c) => c.validate(),
+            Self::Slamb(c) => c.validate(),
         }
     }
 }
@@ -211,7 +236,7 @@ const LAMB_FIELDS: [&str; 4] = [
     "lamb.weight_decay",
 ];
 
-fn check_moments(
+pub(crate) fn check_moments(
     [beta_1_field, beta_2_field, eps_field, decay_field]: [&'static str; 4],
     beta_1: f64,
     beta_2: f64,

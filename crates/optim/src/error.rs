@@ -41,6 +41,14 @@ pub enum OptimError {
         /// burn's message.
         detail: String,
     },
+    /// A communicator of another world than the optimizer was built for.
+    #[error("optimizer built for rank {} of {}, stepped on rank {} of {}", expected.0, expected.1, actual.0, actual.1)]
+    WorldMismatch {
+        /// (rank, world size) at construction.
+        expected: (usize, usize),
+        /// (rank, world size) of the communicator given.
+        actual: (usize, usize),
+    },
     /// A collective failed.
     #[error("communication failed during the optimizer step: {0}")]
     Comm(#[from] terse_comm::CommError),

@@ -56,55 +56,7 @@ impl FlatOptimizer for Lamb {
         g: &mut [f32],
     ) -> Result<Duration, OptimError> {
         let comm_time = allreduce_mean_gradient(ctx.comm, g)?;
-        let c = &self.config;
-        let mut moments = Moments::new(c.beta_1, c.beta_2, c.eps, c.bias_correction, ctx.t);
-        if c.grad_prenorm {
-            let norm = sum_of_squares(g).sqrt();
-            moments.grad_scale = (1.0 / norm.max(1.0)) as f32;
-        }
-        let lr = ctx.lr;
-        let weight_decay = c.weight_decay as f32;
-
-        let xs = split_segments_mut(ctx.layout, x);
-        let ms = split_segments_mut(ctx.layout, &mut self.m);
-        let vs = split_segments_mut(ctx.layout, &mut self.v);
-        let gs = split_segments(ctx.layout, g);
-        with_eps_mode!(c.eps_mode, INSIDE => {
-            ctx.layout
-                .segments()
-                .par_iter()
-                .zip(xs)
-                .zip(ms)
-                .zip(vs)
-                .zip(gs)
-                .for_each(|((((segment, x), m), v), g)| {
-                    let wd = if segment.decay { weight_decay } else { 0.0 };
-                    let partials: Vec<(f64, f64)> = x
-                        .par_chunks(CHUNK)
-                        .zip(m.par_chunks_mut(CHUNK))
-                        .zip(v.par_chunks_mut(CHUNK))
-                        .zip(g.par_chunks(CHUNK))
-                        .map(|(((x, m), v), g)| {
-                            with_avx(|| accumulate::<INSIDE>(&moments, wd, x, m, v, g))
-                        })
-                        .collect();
-                    let coefficient = if c.trust_decay_only && !segment.decay {
-                        1.0
-                    } else {
-                        let (xx, uu) = partials
-                            .into_iter()
-                            .fold((0.0, 0.0), |(a, b), (x, u)| (a + x, b + u));
-                        trust_coefficient(xx.sqrt(), uu.sqrt(), c.c_min, c.c_max)
-                    };
-                    let scaled_lr = (lr * coefficient) as f32;
-                    x.par_chunks_mut(CHUNK)
-                        .zip(m.par_chunks(CHUNK))
-                        .zip(v.par_chunks(CHUNK))
-                        .for_each(|((x, m), v)| {
-                            with_avx(|| apply::<INSIDE>(&moments, scaled_lr, wd, x, m, v))
-                        });
-                })
-        });
+        lamb_step(&self.config, ctx, x, &mut self.m, &mut self.v, g);
         Ok(comm_time)
     }
 
@@ -115,6 +67,79 @@ impl FlatOptimizer for Lamb {
     fn state_mut(&mut self) -> Vec<(&'static str, &mut [f32])> {
         vec![("m", &mut self.m), ("v", &mut self.v)]
     }
+}
+
+/// A segment's trust coefficient, and whether a norm was 0 (coefficient 1
+/// by that rule, which 1-bit LAMB leaves out of its running average).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(crate) struct Trust {
+    pub(crate) coefficient: f64,
+    pub(crate) degenerate: bool,
+}
+
+/// One LAMB step on the synchronised gradient `g`; the coefficient each
+/// segment got.
+pub(crate) fn lamb_step(
+    c: &LambConfig,
+    ctx: &StepContext<'_>,
+    x: &mut [f32],
+    m: &mut [f32],
+    v: &mut [f32],
+    g: &[f32],
+) -> Vec<Trust> {
+    let mut moments = Moments::new(c.beta_1, c.beta_2, c.eps, c.bias_correction, ctx.t);
+    if c.grad_prenorm {
+        let norm = sum_of_squares(g).sqrt();
+        moments.grad_scale = (1.0 / norm.max(1.0)) as f32;
+    }
+    let lr = ctx.lr;
+    let weight_decay = c.weight_decay as f32;
+
+    let xs = split_segments_mut(ctx.layout, x);
+    let ms = split_segments_mut(ctx.layout, m);
+    let vs = split_segments_mut(ctx.layout, v);
+    let gs = split_segments(ctx.layout, g);
+    with_eps_mode!(c.eps_mode, INSIDE => {
+        ctx.layout
+            .segments()
+            .par_iter()
+            .zip(xs)
+            .zip(ms)
+            .zip(vs)
+            .zip(gs)
+            .map(|((((segment, x), m), v), g)| {
+                let wd = if segment.decay { weight_decay } else { 0.0 };
+                let partials: Vec<(f64, f64)> = x
+                    .par_chunks(CHUNK)
+                    .zip(m.par_chunks_mut(CHUNK))
+                    .zip(v.par_chunks_mut(CHUNK))
+                    .zip(g.par_chunks(CHUNK))
+                    .map(|(((x, m), v), g)| {
+                        with_avx(|| accumulate::<INSIDE>(&moments, wd, x, m, v, g))
+                    })
+                    .collect();
+                let trust = if c.trust_decay_only && !segment.decay {
+                    Trust { coefficient: 1.0, degenerate: false }
+                } else {
+                    let (xx, uu) = partials
+                        .into_iter()
+                        .fold((0.0, 0.0), |(a, b), (x, u)| (a + x, b + u));
+                    Trust {
+                        coefficient: trust_coefficient(xx.sqrt(), uu.sqrt(), c.c_min, c.c_max),
+                        degenerate: xx == 0.0 || uu == 0.0,
+                    }
+                };
+                let scaled_lr = (lr * trust.coefficient) as f32;
+                x.par_chunks_mut(CHUNK)
+                    .zip(m.par_chunks(CHUNK))
+                    .zip(v.par_chunks(CHUNK))
+                    .for_each(|((x, m), v)| {
+                        with_avx(|| apply::<INSIDE>(&moments, scaled_lr, wd, x, m, v))
+                    });
+                trust
+            })
+            .collect()
+    })
 }
 
 /// Pass 1 over a chunk: updates the moments, returns `(Σx², Σu²)` in f64.

@@ -13,24 +13,33 @@
 #![warn(missing_docs)]
 
 mod adam;
+mod compressed_config;
 mod config;
 mod error;
+mod freeze;
 mod gather;
 mod lamb;
 mod layout;
 mod moments;
+mod onebit_adam;
+mod onebit_lamb;
 mod optimizer;
 mod parallel;
 mod schedule;
 mod sgd;
+mod slamb;
 mod state;
 
 pub use adam::Adam;
+pub use compressed_config::{
+    FreezeRule, MaskKind, OneBitAdamConfig, OneBitLambConfig, RatioKind, ScaleKind, SlambConfig,
+};
 pub use config::{AdamConfig, EpsMode, LambConfig, OptimizerConfig, SgdConfig};
 pub use error::OptimError;
+pub use freeze::AutoFreeze;
 pub use gather::{gather_grads, gather_params, tensor_to_host, write_back};
 pub use lamb::Lamb;
 pub use layout::{ParamLayout, Segment};
-pub use optimizer::{FlatOptimizer, Optimizer, StepContext, StepReport};
+pub use optimizer::{FlatOptimizer, Optimizer, Stage, StepContext, StepReport};
 pub use schedule::LrSchedule;
 pub use sgd::Sgd;

@@ -44,6 +44,32 @@ impl Moments {
         }
     }
 
+    /// The constants of a compression-stage step `t` with v frozen at the
+    /// end of step `t_w`: m̂ corrected for `t`, the frozen v̂ for `t_w`.
+    pub(crate) fn frozen(
+        beta_1: f64,
+        beta_2: f64,
+        eps: f64,
+        bias_correction: bool,
+        t: u64,
+        t_w: u64,
+    ) -> Self {
+        let mut moments = Self::new(beta_1, beta_2, eps, bias_correction, t);
+        moments.inv_bias_2 = Self::new(beta_1, beta_2, eps, bias_correction, t_w).inv_bias_2;
+        moments
+    }
+
+    /// The denominator for a variance `v` (bias-corrected here).
+    #[inline(always)]
+    pub(crate) fn denominator<const INSIDE: bool>(&self, v: f32) -> f32 {
+        let v_hat = v * self.inv_bias_2;
+        if INSIDE {
+            (v_hat + self.eps).sqrt()
+        } else {
+            v_hat.sqrt() + self.eps
+        }
+    }
+
     /// Updates `m` and `v` with gradient `g` in place.
     #[inline(always)]
     pub(crate) fn accumulate(&self, m: &mut f32, v: &mut f32, g: f32) {

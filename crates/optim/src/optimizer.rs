@@ -7,6 +7,9 @@ use burn::module::Module;
 use burn::tensor::{Gradients, Tensor, TensorData};
 use terse_comm::{Communicator, ReduceOp};
 
+use crate::onebit_adam::{AdamVariant, OneBitAdam};
+use crate::onebit_lamb::OneBitLamb;
+use crate::slamb::Slamb;
 use crate::{
     Adam, Lamb, LrSchedule, OptimError, OptimizerConfig, ParamLayout, Sgd, gather_grads,
     gather_params, tensor_to_host, write_back,
@@ -22,6 +25,33 @@ pub struct StepContext<'a> {
     pub layout: &'a ParamLayout,
     /// The ranks this step is synchronised over.
     pub comm: &'a dyn Communicator,
+    /// The last step of the LR schedule's warmup (0 without one).
+    pub lr_warmup: u64,
+}
+
+/// Which kind of step an optimizer took.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Stage {
+    /// An uncompressed optimizer: the gradient allreduced in fp32.
+    Full,
+    /// A 1-bit optimizer before its freeze: the uncompressed optimizer.
+    Warmup,
+    /// A 1-bit optimizer after its freeze: compressed momentum.
+    Compression,
+    /// SLAMB: a masked subset of the momentum synchronised.
+    Sparse,
+}
+
+impl std::fmt::Display for Stage {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Stage::Full => "full",
+            Stage::Warmup => "warmup",
+            Stage::Compression => "compression",
+            Stage::Sparse => "sparse",
+        })
+    }
 }
 
 /// An update rule over flat buffers that owns its state and its communication.
@@ -41,6 +71,31 @@ pub trait FlatOptimizer: Send {
 
     /// The same tensors, mutable, for loading.
     fn state_mut(&mut self) -> Vec<(&'static str, &mut [f32])>;
+
+    /// Small state kept in f64 (per-segment coefficients, the freeze step,
+    /// the auto-freeze history), named by role; any length.
+    fn scalars(&self) -> Vec<(&'static str, Vec<f64>)> {
+        Vec::new()
+    }
+
+    /// Restores one [`FlatOptimizer::scalars`] entry; `Err` names what is
+    /// wrong with it.
+    fn set_scalars(&mut self, role: &str, values: Vec<f64>) -> Result<(), String> {
+        let _ = values;
+        Err(format!("unknown scalar state `{role}`"))
+    }
+
+    /// The kind of step `t` is (or was).
+    fn stage(&self, t: u64) -> Stage {
+        let _ = t;
+        Stage::Full
+    }
+
+    /// Called once after the last step (SLAMB averages the parameters).
+    fn finish(&mut self, ctx: &StepContext<'_>, x: &mut [f32]) -> Result<Duration, OptimError> {
+        let _ = (ctx, x);
+        Ok(Duration::ZERO)
+    }
 }
 
 /// Allreduces the local gradient to its mean over ranks, timing the call:
@@ -65,6 +120,8 @@ pub struct StepReport {
     pub comm_time: Duration,
     /// What the step's collectives moved, per kind (bytes sent and received).
     pub traffic: terse_comm::Traffic,
+    /// Which stage the step was in.
+    pub stage: Stage,
 }
 
 /// A configured optimizer bound to one parameter layout: the update rule, its
@@ -75,14 +132,19 @@ pub struct Optimizer {
     pub(crate) layout: ParamLayout,
     pub(crate) rule: Box<dyn FlatOptimizer>,
     pub(crate) t: u64,
+    pub(crate) rank: usize,
+    pub(crate) world_size: usize,
 }
 
 impl Optimizer {
-    /// Validates `config` and `schedule` and allocates zeroed state for `layout`.
+    /// Validates `config` and `schedule` and allocates zeroed state for
+    /// `layout` on `comm`'s rank (the compressed optimizers size their
+    /// server error by the world).
     pub fn new(
         config: OptimizerConfig,
         schedule: LrSchedule,
         layout: ParamLayout,
+        comm: &dyn Communicator,
     ) -> Result<Self, OptimError> {
         config.validate()?;
         schedule.validate()?;
@@ -91,6 +153,25 @@ impl Optimizer {
             OptimizerConfig::Adam(c) => Box::new(Adam::new(c.clone(), d)),
             OptimizerConfig::Lamb(c) => Box::new(Lamb::new(c.clone(), d)),
             OptimizerConfig::Sgd(c) => Box::new(Sgd::new(c.clone(), d)),
+            OptimizerConfig::OnebitAdam(c) => {
+                Box::new(OneBitAdam::new(c.clone(), AdamVariant::OneBit, d, comm)?)
+            }
+            OptimizerConfig::OnebitAdamFp32(c) => Box::new(OneBitAdam::new(
+                c.clone(),
+                AdamVariant::Fp32Momentum,
+                d,
+                comm,
+            )?),
+            OptimizerConfig::AdamOnebitNaive(c) => {
+                Box::new(OneBitAdam::new(c.clone(), AdamVariant::Naive, d, comm)?)
+            }
+            OptimizerConfig::OnebitLamb(c) => {
+                Box::new(OneBitLamb::new(c.clone(), false, &layout, comm)?)
+            }
+            OptimizerConfig::LambOnebitBasic(c) => {
+                Box::new(OneBitLamb::new(c.clone(), true, &layout, comm)?)
+            }
+            OptimizerConfig::Slamb(c) => Box::new(Slamb::new(c.clone(), &layout, comm)),
         };
         Ok(Self {
             config,
@@ -98,7 +179,14 @@ impl Optimizer {
             layout,
             rule,
             t: 0,
+            rank: comm.rank(),
+            world_size: comm.world_size(),
         })
+    }
+
+    /// The stage of the last step taken.
+    pub fn stage(&self) -> Stage {
+        self.rule.stage(self.t)
     }
 
     /// The number of steps taken so far.
@@ -131,6 +219,7 @@ impl Optimizer {
     ) -> Result<StepReport, OptimError> {
         self.check_len("parameters", x.len())?;
         self.check_len("gradient", g.len())?;
+        self.check_world(comm)?;
         let t = self.t + 1;
         let lr = self.schedule.lr(t);
         let ctx = StepContext {
@@ -138,6 +227,7 @@ impl Optimizer {
             lr,
             layout: &self.layout,
             comm,
+            lr_warmup: self.schedule.warmup_steps(),
         };
         let before = comm.traffic();
         let comm_time = self.rule.step(&ctx, x, g)?;
@@ -148,7 +238,38 @@ impl Optimizer {
             lr,
             comm_time,
             traffic,
+            stage: self.rule.stage(t),
         })
+    }
+
+    /// Ends a run: SLAMB averages the parameters over ranks (the others do
+    /// nothing). Returns the time spent communicating.
+    pub fn finish_flat(
+        &mut self,
+        x: &mut [f32],
+        comm: &dyn Communicator,
+    ) -> Result<Duration, OptimError> {
+        self.check_len("parameters", x.len())?;
+        self.check_world(comm)?;
+        let ctx = StepContext {
+            t: self.t,
+            lr: self.schedule.lr(self.t),
+            layout: &self.layout,
+            comm,
+            lr_warmup: self.schedule.warmup_steps(),
+        };
+        self.rule.finish(&ctx, x)
+    }
+
+    fn check_world(&self, comm: &dyn Communicator) -> Result<(), OptimError> {
+        if (comm.rank(), comm.world_size()) == (self.rank, self.world_size) {
+            Ok(())
+        } else {
+            Err(OptimError::WorldMismatch {
+                expected: (self.rank, self.world_size),
+                actual: (comm.rank(), comm.world_size()),
+            })
+        }
     }
 
     /// One step on a module: gathers its parameters and the gradients of

@@ -36,7 +36,7 @@ pub(crate) fn split_segments_mut<'a>(
 }
 
 /// Splits a flat buffer into one slice per segment.
-pub(crate) fn split_segments<'a>(layout: &ParamLayout, buf: &'a [f32]) -> Vec<&'a [f32]> {
+pub(crate) fn split_segments<'a, T>(layout: &ParamLayout, buf: &'a [T]) -> Vec<&'a [T]> {
     layout.segments().iter().map(|s| &buf[s.range()]).collect()
 }
 

@@ -14,22 +14,36 @@ use safetensors::{Dtype, SafeTensors, tensor::TensorView};
 use crate::{OptimError, Optimizer};
 
 const FORMAT: &str = "terse-optimizer";
-const FORMAT_VERSION: &str = "1";
+const FORMAT_VERSION: &str = "2";
+/// Prefix of the f64 tensors holding [`crate::FlatOptimizer::scalars`].
+const SCALAR: &str = "scalar.";
 
 impl Optimizer {
     /// Writes the state to `path` atomically (a temporary file in the same
     /// directory, synced, then renamed over `path`).
     pub fn save(&self, path: &Path) -> Result<(), OptimError> {
         let state = self.rule.state();
-        let views = state
+        let scalars: Vec<(String, Vec<f64>)> = self
+            .rule
+            .scalars()
+            .into_iter()
+            .map(|(role, values)| (format!("{SCALAR}{role}"), values))
+            .collect();
+        let mut views = state
             .iter()
             .map(|&(role, values)| {
                 let view =
                     TensorView::new(Dtype::F32, vec![values.len()], bytemuck::cast_slice(values))
                         .map_err(|e| bad(path, format!("tensor `{role}`: {e}")))?;
-                Ok((role, view))
+                Ok((role.to_string(), view))
             })
             .collect::<Result<Vec<_>, OptimError>>()?;
+        for (name, values) in &scalars {
+            let view =
+                TensorView::new(Dtype::F64, vec![values.len()], bytemuck::cast_slice(values))
+                    .map_err(|e| bad(path, format!("tensor `{name}`: {e}")))?;
+            views.push((name.clone(), view));
+        }
         let bytes = safetensors::serialize(views, Some(self.metadata()?))
             .map_err(|e| bad(path, e.to_string()))?;
 
@@ -98,16 +112,16 @@ impl Optimizer {
             .map_err(|e| bad(path, format!("metadata `step`: {e}")))?;
 
         let tensors = SafeTensors::deserialize(&bytes).map_err(|e| bad(path, e.to_string()))?;
-        let d = self.layout.len();
         for (role, target) in self.rule.state_mut() {
             let view = tensors
                 .tensor(role)
                 .map_err(|_| bad(path, format!("missing state tensor `{role}`")))?;
-            if view.dtype() != Dtype::F32 || view.shape() != [d] {
+            let len = target.len();
+            if view.dtype() != Dtype::F32 || view.shape() != [len] {
                 return Err(bad(
                     path,
                     format!(
-                        "state tensor `{role}` is {:?} {:?}, expected F32 [{d}]",
+                        "state tensor `{role}` is {:?} {:?}, expected F32 [{len}]",
                         view.dtype(),
                         view.shape()
                     ),
@@ -116,6 +130,30 @@ impl Optimizer {
             for (value, raw) in target.iter_mut().zip(view.data().chunks_exact(4)) {
                 *value = f32::from_le_bytes([raw[0], raw[1], raw[2], raw[3]]);
             }
+        }
+        for (role, _) in self.rule.scalars() {
+            let name = format!("{SCALAR}{role}");
+            let view = tensors
+                .tensor(&name)
+                .map_err(|_| bad(path, format!("missing state tensor `{name}`")))?;
+            if view.dtype() != Dtype::F64 || view.shape().len() != 1 {
+                return Err(bad(
+                    path,
+                    format!(
+                        "state tensor `{name}` is {:?} {:?}, expected F64 [n]",
+                        view.dtype(),
+                        view.shape()
+                    ),
+                ));
+            }
+            let values = view
+                .data()
+                .chunks_exact(8)
+                .map(|raw| f64::from_le_bytes(raw.try_into().expect("8 bytes")))
+                .collect();
+            self.rule
+                .set_scalars(role, values)
+                .map_err(|detail| bad(path, format!("state tensor `{name}`: {detail}")))?;
         }
         self.t = step;
         Ok(())
@@ -136,6 +174,8 @@ impl Optimizer {
             ("config".to_string(), to_json(&self.config)?),
             ("schedule".to_string(), to_json(&self.schedule)?),
             ("layout".to_string(), to_json(&shapes)?),
+            ("world_size".to_string(), self.world_size.to_string()),
+            ("rank".to_string(), self.rank.to_string()),
         ]))
     }
 }

@@ -43,7 +43,8 @@ fn ranks_agree_and_match_the_mean_gradient_run() {
                     let (config, schedule, x0, grads) = (&config, &schedule, &x0, &grads);
                     scope.spawn(move || {
                         let mut opt =
-                            Optimizer::new(config.clone(), schedule.clone(), layout()).unwrap();
+                            Optimizer::new(config.clone(), schedule.clone(), layout(), comm)
+                                .unwrap();
                         let mut x = x0.clone();
                         for step in grads {
                             let mut g = step[comm.rank()].clone();
@@ -61,7 +62,13 @@ fn ranks_agree_and_match_the_mean_gradient_run() {
             handles.into_iter().map(|h| h.join().unwrap()).collect()
         });
 
-        let mut single = Optimizer::new(config.clone(), schedule.clone(), layout()).unwrap();
+        let mut single = Optimizer::new(
+            config.clone(),
+            schedule.clone(),
+            layout(),
+            &SingleRank::new(),
+        )
+        .unwrap();
         let mut x = x0.clone();
         for step in &grads {
             let mut mean = vec![0.0f32; x.len()];

@@ -163,7 +163,13 @@ fn optimizer_steps_a_module_and_keeps_it_trainable() {
     let mut module = block(&device);
     let layout = ParamLayout::from_module(&module);
     let config = OptimizerConfig::Adam(AdamConfig::default());
-    let mut optimizer = Optimizer::new(config, LrSchedule::Constant { lr: 1e-2 }, layout).unwrap();
+    let mut optimizer = Optimizer::new(
+        config,
+        LrSchedule::Constant { lr: 1e-2 },
+        layout,
+        &SingleRank::new(),
+    )
+    .unwrap();
     let first = module.loss(&device).into_scalar::<f32>();
     for _ in 0..20 {
         let grads = module.loss(&device).backward();

@@ -142,6 +142,10 @@ impl Reference {
                     }
                 }
             }
+            other => panic!(
+                "{} has its own reference (compressed_reference.rs)",
+                other.name()
+            ),
         }
     }
 }
@@ -153,7 +157,13 @@ fn worst_error(config: OptimizerConfig, schedule: LrSchedule) -> f64 {
     let mut rng = SplitMix(0x7e55e);
     let mut x = initial_params(&mut rng);
     let mut x_ref: Vec<f64> = x.iter().map(|&v| f64::from(v)).collect();
-    let mut optimizer = Optimizer::new(config.clone(), schedule.clone(), layout.clone()).unwrap();
+    let mut optimizer = Optimizer::new(
+        config.clone(),
+        schedule.clone(),
+        layout.clone(),
+        &SingleRank::new(),
+    )
+    .unwrap();
     let mut reference = Reference::new(layout.len());
     let mut worst = 0.0f64;
     for t in 1..=STEPS {

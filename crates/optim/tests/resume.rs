@@ -62,7 +62,8 @@ fn resumed_runs_are_bit_identical() {
         let x0 = initial_params(&mut rng);
         let grads: Vec<Vec<f32>> = (0..STEPS).map(|_| gradient(&mut rng)).collect();
 
-        let mut straight = Optimizer::new(config.clone(), schedule(), layout()).unwrap();
+        let mut straight =
+            Optimizer::new(config.clone(), schedule(), layout(), &SingleRank::new()).unwrap();
         let mut x_straight = x0.clone();
         for g in &grads {
             straight
@@ -71,7 +72,8 @@ fn resumed_runs_are_bit_identical() {
         }
 
         let path = temp_file(&format!("{name}.safetensors"));
-        let mut first = Optimizer::new(config.clone(), schedule(), layout()).unwrap();
+        let mut first =
+            Optimizer::new(config.clone(), schedule(), layout(), &SingleRank::new()).unwrap();
         let mut x = x0.clone();
         for g in &grads[..STOP_AT] {
             first
@@ -81,7 +83,8 @@ fn resumed_runs_are_bit_identical() {
         first.save(&path).unwrap();
         drop(first);
 
-        let mut resumed = Optimizer::new(config.clone(), schedule(), layout()).unwrap();
+        let mut resumed =
+            Optimizer::new(config.clone(), schedule(), layout(), &SingleRank::new()).unwrap();
         resumed.load(&path).unwrap();
         assert_eq!(resumed.step_count(), STOP_AT as u64);
         for g in &grads[STOP_AT..] {
@@ -117,7 +120,7 @@ fn resumed_runs_are_bit_identical() {
 fn mismatched_state_files_are_refused() {
     let path = temp_file("adam-mismatch.safetensors");
     let adam = OptimizerConfig::Adam(AdamConfig::default());
-    Optimizer::new(adam.clone(), schedule(), layout())
+    Optimizer::new(adam.clone(), schedule(), layout(), &SingleRank::new())
         .unwrap()
         .save(&path)
         .unwrap();
@@ -131,6 +134,7 @@ fn mismatched_state_files_are_refused() {
         OptimizerConfig::Lamb(LambConfig::default()),
         schedule(),
         layout(),
+        &SingleRank::new(),
     );
     assert!(error(lamb.unwrap()).contains("saved by optimizer `adam`"));
 
@@ -138,15 +142,23 @@ fn mismatched_state_files_are_refused() {
         beta_2: 0.98,
         ..Default::default()
     });
-    let detail = error(Optimizer::new(other_beta, schedule(), layout()).unwrap());
+    let detail =
+        error(Optimizer::new(other_beta, schedule(), layout(), &SingleRank::new()).unwrap());
     assert!(detail.contains("config.beta_2"), "{detail}");
 
-    let detail =
-        error(Optimizer::new(adam.clone(), LrSchedule::Constant { lr: 1e-3 }, layout()).unwrap());
+    let detail = error(
+        Optimizer::new(
+            adam.clone(),
+            LrSchedule::Constant { lr: 1e-3 },
+            layout(),
+            &SingleRank::new(),
+        )
+        .unwrap(),
+    );
     assert!(detail.contains("schedule"), "{detail}");
 
     let other_layout = ParamLayout::from_shapes([("w".to_string(), vec![3])]);
-    let detail = error(Optimizer::new(adam, schedule(), other_layout).unwrap());
+    let detail = error(Optimizer::new(adam, schedule(), other_layout, &SingleRank::new()).unwrap());
     assert!(detail.contains("layout"), "{detail}");
 
     std::fs::write(&path, b"not a state file").unwrap();
@@ -155,6 +167,7 @@ fn mismatched_state_files_are_refused() {
             OptimizerConfig::Adam(AdamConfig::default()),
             schedule(),
             layout(),
+            &SingleRank::new(),
         )
         .unwrap(),
     );

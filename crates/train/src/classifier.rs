@@ -120,7 +120,9 @@ impl ClassifierRun {
         }
         .init(&device);
         let layout = ParamLayout::from_module(&model);
-        let mut optimizer = Optimizer::new(self.optimizer.clone(), self.schedule.clone(), layout)?;
+        let comm = SingleRank::new();
+        let mut optimizer =
+            Optimizer::new(self.optimizer.clone(), self.schedule.clone(), layout, &comm)?;
         let loss_fn = CrossEntropyLossConfig::new().init(&device);
 
         let steps = self.steps_per_epoch(train.len());
@@ -159,7 +161,7 @@ impl ClassifierRun {
                     });
                 }
                 loss_sum += f64::from(loss);
-                model = optimizer.step_module(model, &grads, &SingleRank::new())?.0;
+                model = optimizer.step_module(model, &grads, &comm)?.0;
                 bar.inc(1);
                 bar.set_message(format!("loss {loss:.4}"));
             }

@@ -1,0 +1,284 @@
+//! 1-bit Adam (ALGORITHMS.md "1-bit Adam"; Tang et al., Algorithm 1) and its
+//! two ablation baselines: Adam with an fp32 gradient allreduce until the
+//! freeze step, then v frozen and only the momentum synchronised, 1-bit
+//! compressed with two-level error feedback (one fused buffer for all
+//! segments).
+
+use std::time::{Duration, Instant};
+
+use rayon::prelude::*;
+use terse_comm::{CompressedAllreduce, ReduceOp};
+
+use crate::adam::adam_update;
+use crate::freeze::AutoFreeze;
+use crate::moments::{Moments, with_eps_mode};
+use crate::optimizer::allreduce_mean_gradient;
+use crate::parallel::{CHUNK, split_segments, split_segments_mut, with_avx};
+use crate::{
+    FlatOptimizer, FreezeRule, OneBitAdamConfig, OptimError, ParamLayout, Stage, StepContext,
+};
+
+/// Which member of the family.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AdamVariant {
+    /// `onebit_adam`.
+    OneBit,
+    /// `onebit_adam_fp32`: the momentum allreduced uncompressed after the freeze.
+    Fp32Momentum,
+    /// `adam_onebit_naive`: Adam on the 1-bit compressed gradient from step 1.
+    Naive,
+}
+
+/// The state of the family: m, v (frozen after `T_w`), the compressed
+/// allreduce's two errors and the freeze decision.
+pub struct OneBitAdam {
+    config: OneBitAdamConfig,
+    variant: AdamVariant,
+    m: Vec<f32>,
+    v: Vec<f32>,
+    allreduce: CompressedAllreduce,
+    /// `T_w` once known (from the config, or when the auto rule fires).
+    freeze_step: Option<u64>,
+    auto: Option<AutoFreeze>,
+}
+
+impl OneBitAdam {
+    /// Zeroed state for `d` parameters on `comm`'s rank.
+    pub fn new(
+        config: OneBitAdamConfig,
+        variant: AdamVariant,
+        d: usize,
+        comm: &dyn terse_comm::Communicator,
+    ) -> Result<Self, OptimError> {
+        let allreduce = CompressedAllreduce::new(d, comm, config.compression())
+            .expect("scale_block is validated with the config");
+        let (freeze_step, auto) = match config.freeze {
+            FreezeRule::Step => (Some(config.freeze_step), None),
+            FreezeRule::Auto => (
+                None,
+                Some(AutoFreeze::new(config.beta_2, config.freeze_threshold)),
+            ),
+        };
+        Ok(Self {
+            m: vec![0.0; d],
+            v: vec![0.0; d],
+            allreduce,
+            freeze_step,
+            auto,
+            config,
+            variant,
+        })
+    }
+
+    /// Adam on an already synchronised gradient `g`.
+    fn adam_step(&mut self, ctx: &StepContext<'_>, x: &mut [f32], g: &[f32]) {
+        let c = &self.config;
+        let moments = Moments::new(c.beta_1, c.beta_2, c.eps, c.bias_correction, ctx.t);
+        let lr = ctx.lr as f32;
+        let weight_decay = c.weight_decay as f32;
+        let xs = split_segments_mut(ctx.layout, x);
+        let ms = split_segments_mut(ctx.layout, &mut self.m);
+        let vs = split_segments_mut(ctx.layout, &mut self.v);
+        let gs = split_segments(ctx.layout, g);
+        with_eps_mode!(c.eps_mode, INSIDE => {
+            ctx.layout.segments().par_iter().zip(xs).zip(ms).zip(vs).zip(gs).for_each(
+                |((((segment, x), m), v), g)| {
+                    let wd = if segment.decay { weight_decay } else { 0.0 };
+                    x.par_chunks_mut(CHUNK)
+                        .zip(m.par_chunks_mut(CHUNK))
+                        .zip(v.par_chunks_mut(CHUNK))
+                        .zip(g.par_chunks(CHUNK))
+                        .for_each(|(((x, m), v), g)| {
+                            with_avx(|| adam_update::<INSIDE>(&moments, lr, wd, x, m, v, g))
+                        });
+                },
+            )
+        });
+    }
+
+    /// The compression stage's update from the synchronised m and frozen v.
+    fn frozen_step(&self, ctx: &StepContext<'_>, x: &mut [f32], t_w: u64) {
+        let c = &self.config;
+        let moments = Moments::frozen(c.beta_1, c.beta_2, c.eps, c.bias_correction, ctx.t, t_w);
+        let lrs = vec![ctx.lr; ctx.layout.segments().len()];
+        let update = FrozenUpdate {
+            moments: &moments,
+            eps_mode: c.eps_mode,
+            weight_decay: c.weight_decay,
+        };
+        update.apply(ctx.layout, &lrs, x, &self.m, &self.v);
+    }
+}
+
+/// The compression stage's parameter update with v frozen.
+pub(crate) struct FrozenUpdate<'a> {
+    pub(crate) moments: &'a Moments,
+    pub(crate) eps_mode: crate::EpsMode,
+    pub(crate) weight_decay: f64,
+}
+
+impl FrozenUpdate<'_> {
+    /// `x -= lr_p·(m̂/denom(v̂) + wd·x)` with one rate per segment.
+    pub(crate) fn apply(
+        &self,
+        layout: &ParamLayout,
+        lrs: &[f64],
+        x: &mut [f32],
+        m: &[f32],
+        v: &[f32],
+    ) {
+        let moments = self.moments;
+        let xs = split_segments_mut(layout, x);
+        let ms = split_segments(layout, m);
+        let vs = split_segments(layout, v);
+        with_eps_mode!(self.eps_mode, INSIDE => {
+            layout.segments().par_iter().zip(lrs).zip(xs).zip(ms).zip(vs).for_each(
+                |((((segment, &lr), x), m), v)| {
+                    let lr = lr as f32;
+                    let wd = if segment.decay { self.weight_decay as f32 } else { 0.0 };
+                    x.par_chunks_mut(CHUNK)
+                        .zip(m.par_chunks(CHUNK))
+                        .zip(v.par_chunks(CHUNK))
+                        .for_each(|((x, m), v)| {
+                            with_avx(|| {
+                                for ((x, &m), &v) in x.iter_mut().zip(m).zip(v) {
+                                    *x -= lr * moments.direction::<INSIDE>(m, v, *x, wd);
+                                }
+                            })
+                        });
+                },
+            )
+        });
+    }
+}
+
+/// `m = β1·m + (1-β1)·g` over the whole buffer.
+pub(crate) fn accumulate_momentum(beta_1: f64, m: &mut [f32], g: &[f32]) {
+    let (b1, one_minus) = (beta_1 as f32, (1.0 - beta_1) as f32);
+    m.par_chunks_mut(CHUNK)
+        .zip(g.par_chunks(CHUNK))
+        .for_each(|(m, g)| {
+            with_avx(|| {
+                for (m, &g) in m.iter_mut().zip(g) {
+                    *m = b1 * *m + one_minus * g;
+                }
+            })
+        });
+}
+
+/// `Σ|v|` in f64, in chunk order (deterministic).
+pub(crate) fn l1_norm(v: &[f32]) -> f64 {
+    let partials: Vec<f64> = v
+        .par_chunks(CHUNK)
+        .map(|c| c.iter().map(|&x| f64::from(x.abs())).sum::<f64>())
+        .collect();
+    partials.into_iter().sum()
+}
+
+impl FlatOptimizer for OneBitAdam {
+    fn step(
+        &mut self,
+        ctx: &StepContext<'_>,
+        x: &mut [f32],
+        g: &mut [f32],
+    ) -> Result<Duration, OptimError> {
+        if self.variant == AdamVariant::Naive {
+            let start = Instant::now();
+            self.allreduce.allreduce_mean(ctx.comm, g)?;
+            let comm_time = start.elapsed();
+            self.adam_step(ctx, x, g);
+            return Ok(comm_time);
+        }
+        match self.freeze_step {
+            Some(t_w) if ctx.t > t_w => {
+                accumulate_momentum(self.config.beta_1, &mut self.m, g);
+                let start = Instant::now();
+                match self.variant {
+                    AdamVariant::Fp32Momentum => {
+                        ctx.comm.allreduce_f32(&mut self.m, ReduceOp::Mean)?
+                    }
+                    _ => self.allreduce.allreduce_mean(ctx.comm, &mut self.m)?,
+                }
+                let comm_time = start.elapsed();
+                self.frozen_step(ctx, x, t_w);
+                Ok(comm_time)
+            }
+            _ => {
+                let comm_time = allreduce_mean_gradient(ctx.comm, g)?;
+                self.adam_step(ctx, x, g);
+                if let Some(auto) = &mut self.auto
+                    && auto.observe(ctx.t, l1_norm(&self.v), ctx.lr_warmup)
+                {
+                    self.freeze_step = Some(ctx.t);
+                    self.auto = None;
+                }
+                Ok(comm_time)
+            }
+        }
+    }
+
+    fn state(&self) -> Vec<(&'static str, &[f32])> {
+        vec![
+            ("m", &self.m),
+            ("v", &self.v),
+            ("worker_error", self.allreduce.worker_error()),
+            ("server_error", self.allreduce.server_error()),
+        ]
+    }
+
+    fn state_mut(&mut self) -> Vec<(&'static str, &mut [f32])> {
+        let (worker, server) = self.allreduce.errors_mut();
+        vec![
+            ("m", &mut self.m),
+            ("v", &mut self.v),
+            ("worker_error", worker),
+            ("server_error", server),
+        ]
+    }
+
+    fn scalars(&self) -> Vec<(&'static str, Vec<f64>)> {
+        vec![
+            (
+                "freeze_step",
+                self.freeze_step.map(|t| t as f64).into_iter().collect(),
+            ),
+            (
+                "freeze_history",
+                self.auto
+                    .as_ref()
+                    .map(AutoFreeze::history)
+                    .unwrap_or_default(),
+            ),
+        ]
+    }
+
+    fn set_scalars(&mut self, role: &str, values: Vec<f64>) -> Result<(), String> {
+        match role {
+            "freeze_step" => {
+                match values.as_slice() {
+                    [] if self.config.freeze == FreezeRule::Auto => self.freeze_step = None,
+                    [t] => {
+                        self.freeze_step = Some(*t as u64);
+                        self.auto = None;
+                    }
+                    other => return Err(format!("freeze_step {other:?}")),
+                }
+                Ok(())
+            }
+            "freeze_history" => match &mut self.auto {
+                Some(auto) => auto.restore(values),
+                None if values.is_empty() => Ok(()),
+                None => Err("a freeze history for a run that has frozen".into()),
+            },
+            _ => Err(format!("unknown scalar state `{role}`")),
+        }
+    }
+
+    fn stage(&self, t: u64) -> Stage {
+        match (self.variant, self.freeze_step) {
+            (AdamVariant::Naive, _) => Stage::Compression,
+            (_, Some(t_w)) if t > t_w => Stage::Compression,
+            _ => Stage::Warmup,
+        }
+    }
+}

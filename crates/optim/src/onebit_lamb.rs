@@ -1,0 +1,364 @@
+//! 1-bit LAMB (ALGORITHMS.md "1-bit LAMB"; Li et al., Algorithm 1 with
+//! §A.5) and the `lamb_onebit_basic` ablation. Warmup is LAMB with a running
+//! average of each segment's trust coefficient; after the freeze the momentum
+//! is scaled per segment so one compressed buffer carries every layer,
+//! synchronised 1-bit with error feedback, and a fresh variance rebuilt from
+//! the momentum difference adapts the frozen coefficient through `r`.
+
+use std::time::{Duration, Instant};
+
+use rayon::prelude::*;
+use terse_comm::CompressedAllreduce;
+
+use crate::freeze::AutoFreeze;
+use crate::lamb::lamb_step;
+use crate::moments::{Moments, with_eps_mode};
+use crate::onebit_adam::{FrozenUpdate, accumulate_momentum, l1_norm};
+use crate::optimizer::allreduce_mean_gradient;
+use crate::parallel::{CHUNK, split_segments, split_segments_mut, sum_of_squares, with_avx};
+use crate::{
+    FlatOptimizer, FreezeRule, LambConfig, OneBitLambConfig, OptimError, ParamLayout, RatioKind,
+    Stage, StepContext,
+};
+
+/// The state of 1-bit LAMB: m, v (v_frozen after `T_w`), v_fresh, the
+/// errors, and per segment c_avg, the momentum scale k and r_prev.
+pub struct OneBitLamb {
+    config: OneBitLambConfig,
+    basic: bool,
+    m: Vec<f32>,
+    v: Vec<f32>,
+    v_fresh: Vec<f32>,
+    m_last: Vec<f32>,
+    allreduce: CompressedAllreduce,
+    c_avg: Vec<f64>,
+    k: Vec<f64>,
+    r_prev: Vec<f64>,
+    freeze_step: Option<u64>,
+    auto: Option<AutoFreeze>,
+}
+
+impl OneBitLamb {
+    /// Zeroed state for `layout` on `comm`'s rank; `basic` selects the
+    /// ablation (v and c frozen, no momentum scaling, no fresh variance).
+    pub fn new(
+        config: OneBitLambConfig,
+        basic: bool,
+        layout: &ParamLayout,
+        comm: &dyn terse_comm::Communicator,
+    ) -> Result<Self, OptimError> {
+        let d = layout.len();
+        let p = layout.segments().len();
+        let allreduce = CompressedAllreduce::new(d, comm, config.compression())
+            .expect("scale_block is validated with the config");
+        let (freeze_step, auto) = match config.freeze {
+            FreezeRule::Step => (Some(config.freeze_step), None),
+            FreezeRule::Auto => (
+                None,
+                Some(AutoFreeze::new(config.beta_2, config.freeze_threshold)),
+            ),
+        };
+        Ok(Self {
+            basic,
+            m: vec![0.0; d],
+            v: vec![0.0; d],
+            v_fresh: if basic { Vec::new() } else { vec![0.0; d] },
+            m_last: if basic { Vec::new() } else { vec![0.0; d] },
+            allreduce,
+            c_avg: vec![0.0; p],
+            k: vec![1.0; p],
+            r_prev: vec![1.0; p],
+            freeze_step,
+            auto,
+            config,
+        })
+    }
+
+    fn lamb_config(&self) -> LambConfig {
+        let c = &self.config;
+        LambConfig {
+            beta_1: c.beta_1,
+            beta_2: c.beta_2,
+            eps: c.eps,
+            weight_decay: c.weight_decay,
+            bias_correction: c.bias_correction,
+            eps_mode: c.eps_mode,
+            c_min: c.c_min,
+            c_max: c.c_max,
+            grad_prenorm: false,
+            trust_decay_only: false,
+        }
+    }
+
+    /// End of `T_w`: v freezes (it is never updated again), v_fresh starts
+    /// from it, and the momentum scales are taken from m (§A.5.2).
+    fn freeze(&mut self, layout: &ParamLayout) {
+        if self.basic {
+            return;
+        }
+        self.v_fresh.copy_from_slice(&self.v);
+        let s: Vec<f64> = layout
+            .segments()
+            .iter()
+            .map(|seg| (sum_of_squares(&self.m[seg.range()]) / seg.len.max(1) as f64).sqrt())
+            .collect();
+        let positive: Vec<f64> = s.iter().copied().filter(|&s| s > 0.0).collect();
+        let mean = positive.iter().sum::<f64>() / positive.len().max(1) as f64;
+        self.k = s
+            .iter()
+            .map(|&s| if s > 0.0 { mean / s } else { 1.0 })
+            .collect();
+        self.r_prev.fill(1.0);
+    }
+
+    fn compression_step(
+        &mut self,
+        ctx: &StepContext<'_>,
+        x: &mut [f32],
+        g: &[f32],
+        t_w: u64,
+    ) -> Result<Duration, OptimError> {
+        let c = self.config.clone();
+        let layout = ctx.layout;
+        if self.basic {
+            accumulate_momentum(c.beta_1, &mut self.m, g);
+        } else {
+            self.m_last.copy_from_slice(&self.m);
+            scaled_momentum(layout, c.beta_1, &self.k, &mut self.m, g);
+        }
+        let start = Instant::now();
+        self.allreduce.allreduce_mean(ctx.comm, &mut self.m)?;
+        let comm_time = start.elapsed();
+        let moments = Moments::frozen(c.beta_1, c.beta_2, c.eps, c.bias_correction, ctx.t, t_w);
+        let lrs: Vec<f64> = if self.basic {
+            self.c_avg.iter().map(|c_avg| ctx.lr * c_avg).collect()
+        } else {
+            unscale(layout, &self.k, &mut self.m);
+            let ratios = self.fresh_variance(layout, &moments);
+            ratios
+                .iter()
+                .zip(&self.c_avg)
+                .map(|(r, c_avg)| ctx.lr * r * c_avg)
+                .collect()
+        };
+        let update = FrozenUpdate {
+            moments: &moments,
+            eps_mode: c.eps_mode,
+            weight_decay: c.weight_decay,
+        };
+        update.apply(layout, &lrs, x, &self.m, &self.v);
+        Ok(comm_time)
+    }
+
+    /// Updates v_fresh from the reconstructed gradient and returns each
+    /// segment's clipped ratio r (also kept as r_prev).
+    fn fresh_variance(&mut self, layout: &ParamLayout, moments: &Moments) -> Vec<f64> {
+        let c = &self.config;
+        let (b1, b2) = (c.beta_1 as f32, c.beta_2 as f32);
+        let (inv_one_minus_b1, one_minus_b2) =
+            (1.0 / (1.0 - c.beta_1) as f32, (1.0 - c.beta_2) as f32);
+        let eps = c.eps as f32;
+        let variance = c.ratio == RatioKind::Variance;
+        let ms = split_segments(layout, &self.m);
+        let lasts = split_segments(layout, &self.m_last);
+        let vs = split_segments(layout, &self.v);
+        let fresh = split_segments_mut(layout, &mut self.v_fresh);
+        let raw: Vec<f32> = with_eps_mode!(c.eps_mode, INSIDE => {
+            ms.into_par_iter()
+                .zip(lasts)
+                .zip(vs)
+                .zip(fresh)
+                .map(|(((m, last), v), fresh)| {
+                    m.par_chunks(CHUNK)
+                        .zip(last.par_chunks(CHUNK))
+                        .zip(v.par_chunks(CHUNK))
+                        .zip(fresh.par_chunks_mut(CHUNK))
+                        .map(|(((m, last), v), fresh)| {
+                            with_avx(|| {
+                                let mut r = 0.0f32;
+                                for (((&m, &last), &v), fresh) in
+                                    m.iter().zip(last).zip(v).zip(fresh.iter_mut())
+                                {
+                                    let g = (m - b1 * last) * inv_one_minus_b1;
+                                    *fresh = b2 * *fresh + one_minus_b2 * g * g;
+                                    let ratio = if variance {
+                                        (v + eps) / (*fresh + eps)
+                                    } else {
+                                        moments.denominator::<INSIDE>(v)
+                                            / moments.denominator::<INSIDE>(*fresh)
+                                    };
+                                    r = r.max(ratio);
+                                }
+                                r
+                            })
+                        })
+                        .reduce(|| 0.0, f32::max)
+                })
+                .collect()
+        });
+        let ratios: Vec<f64> = raw
+            .iter()
+            .zip(&self.r_prev)
+            .map(|(&r, &prev)| {
+                let r =
+                    f64::from(r).clamp((1.0 - c.r_threshold) * prev, (1.0 + c.r_threshold) * prev);
+                r.clamp(c.r_min, c.r_max)
+            })
+            .collect();
+        self.r_prev.clone_from(&ratios);
+        ratios
+    }
+}
+
+/// `m = (β1·m + (1-β1)·g)·k_p` per segment.
+fn scaled_momentum(layout: &ParamLayout, beta_1: f64, k: &[f64], m: &mut [f32], g: &[f32]) {
+    let (b1, one_minus) = (beta_1 as f32, (1.0 - beta_1) as f32);
+    let ms = split_segments_mut(layout, m);
+    let gs = split_segments(layout, g);
+    ms.into_par_iter().zip(gs).zip(k).for_each(|((m, g), &k)| {
+        let k = k as f32;
+        m.par_chunks_mut(CHUNK)
+            .zip(g.par_chunks(CHUNK))
+            .for_each(|(m, g)| {
+                with_avx(|| {
+                    for (m, &g) in m.iter_mut().zip(g) {
+                        *m = (b1 * *m + one_minus * g) * k;
+                    }
+                })
+            });
+    });
+}
+
+/// `m = m / k_p` per segment.
+fn unscale(layout: &ParamLayout, k: &[f64], m: &mut [f32]) {
+    let ms = split_segments_mut(layout, m);
+    ms.into_par_iter().zip(k).for_each(|(m, &k)| {
+        let k = k as f32;
+        m.par_chunks_mut(CHUNK)
+            .for_each(|m| with_avx(|| m.iter_mut().for_each(|m| *m /= k)));
+    });
+}
+
+impl FlatOptimizer for OneBitLamb {
+    fn step(
+        &mut self,
+        ctx: &StepContext<'_>,
+        x: &mut [f32],
+        g: &mut [f32],
+    ) -> Result<Duration, OptimError> {
+        if let Some(t_w) = self.freeze_step
+            && ctx.t > t_w
+        {
+            return self.compression_step(ctx, x, g, t_w);
+        }
+        let comm_time = allreduce_mean_gradient(ctx.comm, g)?;
+        let trusts = lamb_step(&self.lamb_config(), ctx, x, &mut self.m, &mut self.v, g);
+        let beta_3 = self.config.beta_3;
+        for (c_avg, trust) in self.c_avg.iter_mut().zip(trusts) {
+            if !trust.degenerate {
+                *c_avg = beta_3 * *c_avg + (1.0 - beta_3) * trust.coefficient;
+            }
+        }
+        let freezes = match &mut self.auto {
+            Some(auto) => auto.observe(ctx.t, l1_norm(&self.v), ctx.lr_warmup),
+            None => self.freeze_step == Some(ctx.t),
+        };
+        if freezes {
+            self.freeze_step = Some(ctx.t);
+            self.auto = None;
+            self.freeze(ctx.layout);
+        }
+        Ok(comm_time)
+    }
+
+    fn state(&self) -> Vec<(&'static str, &[f32])> {
+        let mut state = vec![
+            ("m", self.m.as_slice()),
+            ("v", &self.v),
+            ("worker_error", self.allreduce.worker_error()),
+            ("server_error", self.allreduce.server_error()),
+        ];
+        if !self.basic {
+            state.push(("v_fresh", &self.v_fresh));
+        }
+        state
+    }
+
+    fn state_mut(&mut self) -> Vec<(&'static str, &mut [f32])> {
+        let (worker, server) = self.allreduce.errors_mut();
+        let mut state = vec![
+            ("m", self.m.as_mut_slice()),
+            ("v", &mut self.v),
+            ("worker_error", worker),
+            ("server_error", server),
+        ];
+        if !self.basic {
+            state.push(("v_fresh", &mut self.v_fresh));
+        }
+        state
+    }
+
+    fn scalars(&self) -> Vec<(&'static str, Vec<f64>)> {
+        vec![
+            (
+                "freeze_step",
+                self.freeze_step.map(|t| t as f64).into_iter().collect(),
+            ),
+            (
+                "freeze_history",
+                self.auto
+                    .as_ref()
+                    .map(AutoFreeze::history)
+                    .unwrap_or_default(),
+            ),
+            ("c_avg", self.c_avg.clone()),
+            ("k", self.k.clone()),
+            ("r_prev", self.r_prev.clone()),
+        ]
+    }
+
+    fn set_scalars(&mut self, role: &str, values: Vec<f64>) -> Result<(), String> {
+        let per_segment = |target: &mut Vec<f64>, values: Vec<f64>| {
+            if values.len() == target.len() {
+                *target = values;
+                Ok(())
+            } else {
+                Err(format!(
+                    "{} values, expected {} (one per segment)",
+                    values.len(),
+                    target.len()
+                ))
+            }
+        };
+        match role {
+            "freeze_step" => match values.as_slice() {
+                [] if self.config.freeze == FreezeRule::Auto => {
+                    self.freeze_step = None;
+                    Ok(())
+                }
+                [t] => {
+                    self.freeze_step = Some(*t as u64);
+                    self.auto = None;
+                    Ok(())
+                }
+                other => Err(format!("freeze_step {other:?}")),
+            },
+            "freeze_history" => match &mut self.auto {
+                Some(auto) => auto.restore(values),
+                None if values.is_empty() => Ok(()),
+                None => Err("a freeze history for a run that has frozen".into()),
+            },
+            "c_avg" => per_segment(&mut self.c_avg, values),
+            "k" => per_segment(&mut self.k, values),
+            "r_prev" => per_segment(&mut self.r_prev, values),
+            _ => Err(format!("unknown scalar state `{role}`")),
+        }
+    }
+
+    fn stage(&self, t: u64) -> Stage {
+        match self.freeze_step {
+            Some(t_w) if t > t_w => Stage::Compression,
+            _ => Stage::Warmup,
+        }
+    }
+}
