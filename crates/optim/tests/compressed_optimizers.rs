@@ -1,0 +1,552 @@
+//! The communication-efficient optimizers against a float64 re-implementation
+//! of ALGORITHMS.md written here (the compressed allreduce included), on
+//! `local` worlds of 1, 2 and 4 ranks, 32 steps spanning warmup → freeze →
+//! compression, a different random gradient per rank and step. Parameters
+//! must stay within 1e-4 (worst per-segment relative error) of the reference
+//! on every rank after every step, and be bit-identical on all ranks (1-bit
+//! optimizers: every step; SLAMB: right after each model sync).
+
+use std::time::Duration;
+
+use terse_comm::{Communicator, LocalComm};
+use terse_kernels::mask::{Mask, Selection};
+use terse_kernels::random::{SplitMix64, mix64};
+use terse_optim::{
+    LrSchedule, OneBitAdamConfig, OneBitLambConfig, Optimizer, OptimizerConfig, ParamLayout,
+    RatioKind, SlambConfig, Stage,
+};
+
+const STEPS: u64 = 32;
+const FREEZE: u64 = 10;
+const LR: f64 = 2e-3;
+
+/// Two layers of different magnitude; matrices decay, vectors do not. Small
+/// enough that no compressed element sits so close to zero that f32 and f64
+/// could disagree on its sign over the run.
+fn layout() -> ParamLayout {
+    ParamLayout::from_shapes([
+        ("l1.weight".to_string(), vec![24, 40]),
+        ("l1.bias".to_string(), vec![24]),
+        ("l2.weight".to_string(), vec![8, 24]),
+        ("l2.bias".to_string(), vec![8]),
+    ])
+}
+
+fn scales() -> [f32; 4] {
+    [1.0, 1.0, 1e-2, 1e-2]
+}
+
+fn initial(layout: &ParamLayout) -> Vec<f32> {
+    let mut rng = SplitMix64(42);
+    layout
+        .segments()
+        .iter()
+        .zip(scales())
+        .flat_map(|(s, scale)| {
+            (0..s.len)
+                .map(|_| scale * rng.symmetric())
+                .collect::<Vec<_>>()
+        })
+        .collect()
+}
+
+fn gradient(layout: &ParamLayout, rank: usize, t: u64) -> Vec<f32> {
+    let mut rng = SplitMix64(mix64(t * 1000 + rank as u64));
+    layout
+        .segments()
+        .iter()
+        .zip(scales())
+        .flat_map(|(s, scale)| {
+            (0..s.len)
+                .map(|_| scale * (0.3 + rng.normal()))
+                .collect::<Vec<_>>()
+        })
+        .collect()
+}
+
+/// x on every rank after every step, and the stage of every step.
+fn run(config: &OptimizerConfig, n: usize) -> (Vec<Vec<Vec<f32>>>, Vec<Stage>) {
+    let layout = layout();
+    let results = LocalComm::run(n, Duration::from_secs(120), |comm| {
+        let schedule = LrSchedule::Constant { lr: LR };
+        let mut opt = Optimizer::new(config.clone(), schedule, layout.clone(), comm).unwrap();
+        let mut x = initial(&layout);
+        let mut xs = Vec::new();
+        let mut stages = Vec::new();
+        for t in 1..=STEPS {
+            let mut g = gradient(&layout, comm.rank(), t);
+            let report = opt.step_flat(&mut x, &mut g, comm).unwrap();
+            xs.push(x.clone());
+            stages.push(report.stage);
+        }
+        (xs, stages)
+    });
+    let results: Vec<_> = results.into_iter().map(|r| r.unwrap()).collect();
+    let stages = results[0].1.clone();
+    let per_step = (0..STEPS as usize)
+        .map(|s| results.iter().map(|(xs, _)| xs[s].clone()).collect())
+        .collect();
+    (per_step, stages)
+}
+
+// ---------------------------------------------------------------- reference
+
+/// The compressed allreduce of ALGORITHMS.md in f64: one l1 scale per
+/// chunk, worker errors `we` (per rank) and server errors `se` (per rank,
+/// over the whole buffer for simplicity: rank j uses its chunk).
+fn compressed_allreduce(inputs: &[Vec<f64>], we: &mut [Vec<f64>], se: &mut [Vec<f64>]) -> Vec<f64> {
+    let n = inputs.len();
+    let d = inputs[0].len();
+    let chunk = d.div_ceil(n).div_ceil(32) * 32;
+    let compress = |y: &[f64]| -> Vec<f64> {
+        let s = y.iter().map(|v| v.abs()).sum::<f64>() / y.len() as f64;
+        y.iter().map(|&v| if v >= 0.0 { s } else { -s }).collect()
+    };
+    let mut deq = vec![vec![0.0; d]; n];
+    for i in 0..n {
+        for start in (0..d).step_by(chunk) {
+            let r = start..(start + chunk).min(d);
+            let y: Vec<f64> = r.clone().map(|k| inputs[i][k] + we[i][k]).collect();
+            let q = compress(&y);
+            for (o, k) in r.enumerate() {
+                we[i][k] = y[o] - q[o];
+                deq[i][k] = q[o];
+            }
+        }
+    }
+    let mut out = vec![0.0; d];
+    for (j, start) in (0..d).step_by(chunk).enumerate() {
+        let r = start..(start + chunk).min(d);
+        let z: Vec<f64> = r
+            .clone()
+            .map(|k| (0..n).map(|i| deq[i][k]).sum::<f64>() / n as f64 + se[j][k])
+            .collect();
+        let q = compress(&z);
+        for (o, k) in r.enumerate() {
+            se[j][k] = z[o] - q[o];
+            out[k] = q[o];
+        }
+    }
+    out
+}
+
+fn mean(v: &[Vec<f64>]) -> Vec<f64> {
+    (0..v[0].len())
+        .map(|k| v.iter().map(|x| x[k]).sum::<f64>() / v.len() as f64)
+        .collect()
+}
+
+fn norm(v: impl Iterator<Item = f64>) -> f64 {
+    v.map(|x| x * x).sum::<f64>().sqrt()
+}
+
+fn trust(x: f64, u: f64, lo: f64, hi: f64) -> f64 {
+    if x == 0.0 || u == 0.0 {
+        1.0
+    } else {
+        (x / u).clamp(lo, hi)
+    }
+}
+
+/// Reference state, per rank where the algorithm keeps it per rank.
+struct Reference {
+    n: usize,
+    layout: ParamLayout,
+    x: Vec<Vec<f64>>,
+    m: Vec<Vec<f64>>,
+    v: Vec<Vec<f64>>,
+    v_fresh: Vec<f64>,
+    c: Vec<Vec<f64>>,
+    we: Vec<Vec<f64>>,
+    se: Vec<Vec<f64>>,
+    c_avg: Vec<f64>,
+    k: Vec<f64>,
+    r_prev: Vec<f64>,
+}
+
+impl Reference {
+    fn new(n: usize) -> Reference {
+        let layout = layout();
+        let d = layout.len();
+        let p = layout.segments().len();
+        let x0: Vec<f64> = initial(&layout).iter().map(|&v| f64::from(v)).collect();
+        Reference {
+            n,
+            x: vec![x0; n],
+            m: vec![vec![0.0; d]; n],
+            v: vec![vec![0.0; d]; n],
+            v_fresh: vec![0.0; d],
+            c: vec![vec![1.0; d]; n],
+            we: vec![vec![0.0; d]; n],
+            se: vec![vec![0.0; d]; n],
+            c_avg: vec![0.0; p],
+            k: vec![1.0; p],
+            r_prev: vec![1.0; p],
+            layout,
+        }
+    }
+
+    fn grads(&self, t: u64) -> Vec<Vec<f64>> {
+        (0..self.n)
+            .map(|i| {
+                gradient(&self.layout, i, t)
+                    .iter()
+                    .map(|&g| f64::from(g))
+                    .collect()
+            })
+            .collect()
+    }
+
+    /// Adam on the synchronised gradient (every rank alike).
+    fn adam(&mut self, c: &OneBitAdamConfig, g: &[f64]) {
+        for i in 0..self.n {
+            for seg in self.layout.segments() {
+                let wd = if seg.decay { c.weight_decay } else { 0.0 };
+                for k in seg.range() {
+                    self.m[i][k] = c.beta_1 * self.m[i][k] + (1.0 - c.beta_1) * g[k];
+                    self.v[i][k] = c.beta_2 * self.v[i][k] + (1.0 - c.beta_2) * g[k] * g[k];
+                    let u = self.m[i][k] / (self.v[i][k].sqrt() + c.eps) + wd * self.x[i][k];
+                    self.x[i][k] -= LR * u;
+                }
+            }
+        }
+    }
+
+    fn onebit_adam(&mut self, c: &OneBitAdamConfig, variant: &str, t: u64) {
+        let g = self.grads(t);
+        if variant == "naive" {
+            let gbar = compressed_allreduce(&g, &mut self.we, &mut self.se);
+            return self.adam(c, &gbar);
+        }
+        if t <= FREEZE {
+            return self.adam(c, &mean(&g));
+        }
+        let local: Vec<Vec<f64>> = (0..self.n)
+            .map(|i| {
+                (0..g[i].len())
+                    .map(|k| c.beta_1 * self.m[i][k] + (1.0 - c.beta_1) * g[i][k])
+                    .collect()
+            })
+            .collect();
+        let m = if variant == "fp32" {
+            mean(&local)
+        } else {
+            compressed_allreduce(&local, &mut self.we, &mut self.se)
+        };
+        for i in 0..self.n {
+            self.m[i] = m.clone();
+            for seg in self.layout.segments() {
+                let wd = if seg.decay { c.weight_decay } else { 0.0 };
+                for k in seg.range() {
+                    let u = m[k] / (self.v[i][k].sqrt() + c.eps) + wd * self.x[i][k];
+                    self.x[i][k] -= LR * u;
+                }
+            }
+        }
+    }
+
+    fn onebit_lamb(&mut self, c: &OneBitLambConfig, basic: bool, t: u64) {
+        let g = self.grads(t);
+        let segments = self.layout.segments().to_vec();
+        if t <= FREEZE {
+            let gbar = mean(&g);
+            let (m, v, x) = (&mut self.m[0], &mut self.v[0], &mut self.x[0]);
+            for (p, seg) in segments.iter().enumerate() {
+                let wd = if seg.decay { c.weight_decay } else { 0.0 };
+                let mut u = Vec::new();
+                for k in seg.range() {
+                    m[k] = c.beta_1 * m[k] + (1.0 - c.beta_1) * gbar[k];
+                    v[k] = c.beta_2 * v[k] + (1.0 - c.beta_2) * gbar[k] * gbar[k];
+                    u.push(m[k] / (v[k].sqrt() + c.eps) + wd * x[k]);
+                }
+                let xn = norm(seg.range().map(|k| x[k]));
+                let un = norm(u.iter().copied());
+                let coefficient = trust(xn, un, c.c_min, c.c_max);
+                if xn != 0.0 && un != 0.0 {
+                    self.c_avg[p] = c.beta_3 * self.c_avg[p] + (1.0 - c.beta_3) * coefficient;
+                }
+                for (o, k) in seg.range().enumerate() {
+                    x[k] -= LR * coefficient * u[o];
+                }
+            }
+            if t == FREEZE && !basic {
+                self.v_fresh = v.clone();
+                let s: Vec<f64> = segments
+                    .iter()
+                    .map(|seg| norm(seg.range().map(|k| m[k])) / (seg.len as f64).sqrt())
+                    .collect();
+                let pos: Vec<f64> = s.iter().copied().filter(|&s| s > 0.0).collect();
+                let mean_s = pos.iter().sum::<f64>() / pos.len() as f64;
+                self.k = s
+                    .iter()
+                    .map(|&s| if s > 0.0 { mean_s / s } else { 1.0 })
+                    .collect();
+            }
+            for i in 1..self.n {
+                self.m[i] = self.m[0].clone();
+                self.v[i] = self.v[0].clone();
+                self.x[i] = self.x[0].clone();
+            }
+            return;
+        }
+        let m_last = self.m[0].clone();
+        let mut local = Vec::new();
+        for gi in &g {
+            let mut mi = vec![0.0; gi.len()];
+            for (p, seg) in segments.iter().enumerate() {
+                let k = if basic { 1.0 } else { self.k[p] };
+                for j in seg.range() {
+                    mi[j] = (c.beta_1 * m_last[j] + (1.0 - c.beta_1) * gi[j]) * k;
+                }
+            }
+            local.push(mi);
+        }
+        let mut m = compressed_allreduce(&local, &mut self.we, &mut self.se);
+        let v = self.v[0].clone();
+        let x = &mut self.x[0];
+        for (p, seg) in segments.iter().enumerate() {
+            let wd = if seg.decay { c.weight_decay } else { 0.0 };
+            let mut scale = self.c_avg[p];
+            if !basic {
+                let mut r: f64 = 0.0;
+                for j in seg.range() {
+                    m[j] /= self.k[p];
+                    let g_rec = (m[j] - c.beta_1 * m_last[j]) / (1.0 - c.beta_1);
+                    self.v_fresh[j] = c.beta_2 * self.v_fresh[j] + (1.0 - c.beta_2) * g_rec * g_rec;
+                    let ratio = match c.ratio {
+                        RatioKind::Sqrt => (v[j].sqrt() + c.eps) / (self.v_fresh[j].sqrt() + c.eps),
+                        RatioKind::Variance => (v[j] + c.eps) / (self.v_fresh[j] + c.eps),
+                    };
+                    r = r.max(ratio);
+                }
+                let prev = self.r_prev[p];
+                let r = r.clamp((1.0 - c.r_threshold) * prev, (1.0 + c.r_threshold) * prev);
+                let r = r.clamp(c.r_min, c.r_max);
+                self.r_prev[p] = r;
+                scale *= r;
+            }
+            for j in seg.range() {
+                let u = m[j] / (v[j].sqrt() + c.eps) + wd * x[j];
+                x[j] -= LR * scale * u;
+            }
+        }
+        for i in 0..self.n {
+            self.m[i] = m.clone();
+            self.x[i] = self.x[0].clone();
+        }
+    }
+
+    fn slamb(&mut self, c: &SlambConfig, t: u64) {
+        let g = self.grads(t);
+        let d = self.layout.len();
+        let always: Vec<_> = self
+            .layout
+            .segments()
+            .iter()
+            .filter(|s| s.len < c.always_sync_below)
+            .map(|s| s.range())
+            .collect();
+        let mask = Mask::Hash {
+            seed: c.mask_seed,
+            k: c.k,
+        };
+        let mut selected = vec![false; d];
+        for j in Selection::new(&mask, t, d, &always).indices() {
+            selected[j] = true;
+        }
+        for i in 0..self.n {
+            for k in 0..d {
+                self.m[i][k] = c.beta_1 * self.m[i][k] + (1.0 - c.beta_1) * g[i][k];
+                self.v[i][k] = c.beta_2 * self.v[i][k] + (1.0 - c.beta_2) * g[i][k] * g[i][k];
+            }
+        }
+        for k in (0..d).filter(|&k| selected[k]) {
+            let avg = (0..self.n).map(|i| self.m[i][k]).sum::<f64>() / self.n as f64;
+            (0..self.n).for_each(|i| self.m[i][k] = avg);
+        }
+        let (bc1, bc2) = (1.0 - c.beta_1.powi(t as i32), 1.0 - c.beta_2.powi(t as i32));
+        for i in 0..self.n {
+            for k in 0..d {
+                self.c[i][k] = if selected[k] {
+                    1.0
+                } else {
+                    c.beta_3 * self.c[i][k]
+                };
+            }
+            for seg in self.layout.segments() {
+                let wd = if seg.decay { c.weight_decay } else { 0.0 };
+                let u: Vec<f64> = seg
+                    .range()
+                    .map(|k| {
+                        (self.m[i][k] / bc1) / ((self.v[i][k] / bc2).sqrt() + c.eps)
+                            + wd * self.x[i][k]
+                    })
+                    .collect();
+                let part = |want: bool| {
+                    let xn = norm(
+                        seg.range()
+                            .filter(|&k| selected[k] == want)
+                            .map(|k| self.x[i][k]),
+                    );
+                    let un = norm(
+                        seg.range()
+                            .zip(&u)
+                            .filter(|(k, _)| selected[*k] == want)
+                            .map(|(_, u)| *u),
+                    );
+                    let count = seg.range().filter(|&k| selected[k] == want).count();
+                    (trust(xn, un, c.phi_min, c.phi_max), count)
+                };
+                let ((sel, n_sel), (rest, n_rest)) = (part(true), part(false));
+                let (phi_max, phi_min) = match (n_sel, n_rest) {
+                    (_, 0) => (sel, sel),
+                    (0, _) => (rest, rest),
+                    _ => (sel, rest),
+                };
+                for (o, k) in seg.range().enumerate() {
+                    let f = self.c[i][k];
+                    let phi = phi_max * f + phi_min * (1.0 - f);
+                    let eta = LR * f + LR / (self.n as f64).sqrt() * (1.0 - f);
+                    self.x[i][k] -= eta * phi * u[o];
+                }
+            }
+        }
+        if t % c.sync_every == 0 {
+            let avg = mean(&self.x);
+            self.x.iter_mut().for_each(|x| *x = avg.clone());
+        }
+    }
+}
+
+/// Worst per-segment relative error of `got` (every rank) against `want`.
+fn worst(layout: &ParamLayout, got: &[Vec<f32>], want: &[Vec<f64>]) -> f64 {
+    let mut worst = 0.0f64;
+    for (g, w) in got.iter().zip(want) {
+        for seg in layout.segments() {
+            let size = seg
+                .range()
+                .map(|k| w[k].abs())
+                .fold(0.0, f64::max)
+                .max(1e-30);
+            for k in seg.range() {
+                worst = worst.max((f64::from(g[k]) - w[k]).abs() / size);
+            }
+        }
+    }
+    worst
+}
+
+fn check(config: OptimizerConfig, sparse: bool) {
+    let name = config.name();
+    for n in [1usize, 2, 4] {
+        let (xs, stages) = run(&config, n);
+        let mut reference = Reference::new(n);
+        let mut worst_seen = 0.0f64;
+        for t in 1..=STEPS {
+            match &config {
+                OptimizerConfig::OnebitAdam(c) => reference.onebit_adam(c, "onebit", t),
+                OptimizerConfig::OnebitAdamFp32(c) => reference.onebit_adam(c, "fp32", t),
+                OptimizerConfig::AdamOnebitNaive(c) => reference.onebit_adam(c, "naive", t),
+                OptimizerConfig::OnebitLamb(c) => reference.onebit_lamb(c, false, t),
+                OptimizerConfig::LambOnebitBasic(c) => reference.onebit_lamb(c, true, t),
+                OptimizerConfig::Slamb(c) => reference.slamb(c, t),
+                other => panic!("no reference for {}", other.name()),
+            }
+            let got = &xs[t as usize - 1];
+            let err = worst(&reference.layout, got, &reference.x);
+            assert!(
+                err <= 1e-4,
+                "{name}, n {n}, step {t}: relative error {err:e}"
+            );
+            worst_seen = worst_seen.max(err);
+            let synced = match &config {
+                OptimizerConfig::Slamb(c) => t % c.sync_every == 0,
+                _ => true,
+            };
+            if synced {
+                for (rank, x) in got.iter().enumerate() {
+                    let same = x
+                        .iter()
+                        .zip(&got[0])
+                        .all(|(a, b)| a.to_bits() == b.to_bits());
+                    assert!(
+                        same,
+                        "{name}, n {n}, step {t}: rank {rank} differs from rank 0"
+                    );
+                }
+            }
+        }
+        let expected_stage = |t: u64| match &config {
+            _ if sparse => Stage::Sparse,
+            OptimizerConfig::AdamOnebitNaive(_) => Stage::Compression,
+            _ if t <= FREEZE => Stage::Warmup,
+            _ => Stage::Compression,
+        };
+        for (t, stage) in (1..=STEPS).zip(&stages) {
+            assert_eq!(*stage, expected_stage(t), "{name} step {t}");
+        }
+        println!("{name}, {n} ranks: worst relative error {worst_seen:.2e} over {STEPS} steps");
+    }
+}
+
+fn adam_config() -> OneBitAdamConfig {
+    OneBitAdamConfig {
+        freeze_step: FREEZE,
+        weight_decay: 0.01,
+        eps: 1e-6,
+        ..Default::default()
+    }
+}
+
+fn lamb_config() -> OneBitLambConfig {
+    OneBitLambConfig {
+        freeze_step: FREEZE,
+        weight_decay: 0.01,
+        eps: 1e-6,
+        ..Default::default()
+    }
+}
+
+#[test]
+fn onebit_adam_matches_the_float64_reference() {
+    check(OptimizerConfig::OnebitAdam(adam_config()), false);
+}
+
+#[test]
+fn onebit_adam_fp32_matches_the_float64_reference() {
+    check(OptimizerConfig::OnebitAdamFp32(adam_config()), false);
+}
+
+#[test]
+fn naive_onebit_adam_matches_the_float64_reference() {
+    check(OptimizerConfig::AdamOnebitNaive(adam_config()), false);
+}
+
+#[test]
+fn onebit_lamb_matches_the_float64_reference() {
+    check(OptimizerConfig::OnebitLamb(lamb_config()), false);
+    let variance = OneBitLambConfig {
+        ratio: RatioKind::Variance,
+        ..lamb_config()
+    };
+    check(OptimizerConfig::OnebitLamb(variance), false);
+}
+
+#[test]
+fn basic_onebit_lamb_matches_the_float64_reference() {
+    check(OptimizerConfig::LambOnebitBasic(lamb_config()), false);
+}
+
+#[test]
+fn slamb_matches_the_float64_reference() {
+    let config = SlambConfig {
+        k: 0.2,
+        sync_every: 8,
+        weight_decay: 0.01,
+        eps: 1e-6,
+        always_sync_below: 30,
+        mask_seed: 9,
+        ..Default::default()
+    };
+    check(OptimizerConfig::Slamb(config), true);
+}
