@@ -62,3 +62,47 @@ impl AutoFreeze {
         Ok(())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::AutoFreeze;
+
+    /// ‖v_t‖₁ = 1 + 10·0.9^t (a variance settling after an early peak): the
+    /// ratio to Δ = 10 steps back, (1+10·0.9^t)/(1+10·0.9^(t-10)), first
+    /// reaches 0.96 at t = 58 (hand-computed: 0.95699 at 57, 0.96104 at 58).
+    #[test]
+    fn freezes_where_the_rule_says_and_not_before_the_lr_warmup() {
+        let trace = |t: u64| 1.0 + 10.0 * 0.9f64.powi(t as i32);
+        let first = |lr_warmup: u64| {
+            let mut rule = AutoFreeze::new(0.9, 0.96);
+            assert_eq!(rule.delta(), 10);
+            (1..200).find(|&t| rule.observe(t, trace(t), lr_warmup))
+        };
+        assert_eq!(first(0), Some(58));
+        assert_eq!(first(58), Some(58));
+        assert_eq!(first(70), Some(70), "never before the LR warmup ends");
+        // β2 = 0.999 looks 1000 steps back: nothing before step 1001.
+        let mut rule = AutoFreeze::new(0.999, 0.96);
+        assert!((1..=1000).all(|t| !rule.observe(t, 1.0, 0)));
+        assert!(rule.observe(1001, 1.0, 0));
+    }
+
+    #[test]
+    fn a_restored_history_continues_the_same_decision() {
+        let mut a = AutoFreeze::new(0.9, 0.96);
+        let trace = |t: u64| 1.0 + 10.0 * 0.9f64.powi(t as i32);
+        for t in 1..=15 {
+            assert!(!a.observe(t, trace(t), 0));
+        }
+        let mut b = AutoFreeze::new(0.9, 0.96);
+        b.restore(a.history()).unwrap();
+        for t in 16..=30 {
+            assert_eq!(
+                a.observe(t, trace(t), 0),
+                b.observe(t, trace(t), 0),
+                "step {t}"
+            );
+        }
+        assert!(b.restore(vec![1.0; 12]).is_err());
+    }
+}
