@@ -1,0 +1,222 @@
+//! The compressed optimizers' checkpoints, traffic and the eps-inside fix:
+//! resume in every stage continues bit-identically, a checkpoint of another
+//! world size or optimizer is refused, compression cuts the bytes per step as
+//! ALGORITHMS.md says, and eps inside the root bounds the update that a
+//! shared 1-bit scale forces on coordinates with a tiny frozen variance.
+
+use std::time::Duration;
+
+use terse_comm::{Communicator, LocalComm};
+use terse_kernels::random::{SplitMix64, mix64};
+use terse_optim::{
+    LrSchedule, OneBitAdamConfig, Optimizer, OptimizerConfig, ParamLayout, SlambConfig,
+};
+
+mod compressed_setup;
+use compressed_setup::*;
+
+/// x on every rank after `STEPS` steps, stopping after `stop` to save every
+/// rank's state and resuming into fresh optimizers (`None`: never stopped).
+fn run_with_stop(
+    config: &OptimizerConfig,
+    n: usize,
+    stop: Option<u64>,
+    dir: &std::path::Path,
+) -> Vec<Vec<f32>> {
+    let layout = layout();
+    LocalComm::run(n, Duration::from_secs(120), |comm| {
+        let schedule = LrSchedule::Constant { lr: LR };
+        let fresh =
+            || Optimizer::new(config.clone(), schedule.clone(), layout.clone(), comm).unwrap();
+        let mut opt = fresh();
+        let mut x = initial(&layout);
+        for t in 1..=STEPS {
+            let mut g = gradient(&layout, comm.rank(), t);
+            opt.step_flat(&mut x, &mut g, comm).unwrap();
+            if Some(t) == stop {
+                let path = dir.join(format!("rank{}.safetensors", comm.rank()));
+                opt.save(&path).unwrap();
+                opt = fresh();
+                opt.load(&path).unwrap();
+                assert_eq!(opt.step_count(), t);
+            }
+        }
+        x
+    })
+    .into_iter()
+    .map(|r| r.unwrap())
+    .collect()
+}
+
+#[test]
+fn resuming_in_any_stage_is_bit_identical() {
+    let dir = std::env::temp_dir().join(format!("terse-compressed-resume-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let auto = OneBitAdamConfig {
+        freeze: terse_optim::FreezeRule::Auto,
+        beta_2: 0.9,
+        freeze_threshold: 0.5,
+        ..adam_config()
+    };
+    let configs = [
+        OptimizerConfig::OnebitAdam(adam_config()),
+        OptimizerConfig::OnebitAdam(auto),
+        OptimizerConfig::AdamOnebitNaive(adam_config()),
+        OptimizerConfig::OnebitLamb(lamb_config()),
+        OptimizerConfig::LambOnebitBasic(lamb_config()),
+        OptimizerConfig::Slamb(SlambConfig {
+            sync_every: 8,
+            always_sync_below: 30,
+            ..Default::default()
+        }),
+    ];
+    for config in &configs {
+        let straight = run_with_stop(config, 2, None, &dir);
+        // Warmup, the freeze step itself, compression (for SLAMB: between syncs).
+        for stop in [5, FREEZE, 13, 20] {
+            let resumed = run_with_stop(config, 2, Some(stop), &dir);
+            for (a, b) in straight.iter().zip(&resumed) {
+                let same = a.iter().zip(b).all(|(a, b)| a.to_bits() == b.to_bits());
+                assert!(same, "{}: resumed after step {stop} differs", config.name());
+            }
+        }
+    }
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn resuming_with_another_world_size_or_optimizer_is_refused() {
+    let dir = std::env::temp_dir().join(format!("terse-compressed-refuse-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let config = OptimizerConfig::OnebitAdam(adam_config());
+    run_with_stop(&config, 2, Some(12), &dir);
+    let path = dir.join("rank0.safetensors");
+    let schedule = LrSchedule::Constant { lr: LR };
+    let single = terse_comm::SingleRank::new();
+    let mut one = Optimizer::new(config.clone(), schedule.clone(), layout(), &single).unwrap();
+    let message = one.load(&path).unwrap_err().to_string();
+    assert!(
+        message.contains("world_size") && message.contains("saved 2, now 1"),
+        "{message}"
+    );
+    let lamb = OptimizerConfig::OnebitLamb(lamb_config());
+    let mut other = Optimizer::new(lamb, schedule, layout(), &single).unwrap();
+    let message = other.load(&path).unwrap_err().to_string();
+    assert!(
+        message.contains("saved by optimizer `onebit_adam`"),
+        "{message}"
+    );
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// Bytes sent per step by rank 0 of a 4-rank world on one 2^18-element
+/// segment, over `steps` steps, against the fp32 allreduce of the same buffer.
+fn bytes_ratio(config: OptimizerConfig, steps: u64, from: u64) -> f64 {
+    let d = 1usize << 18;
+    let layout = ParamLayout::from_shapes([("w".to_string(), vec![512, 512])]);
+    let sent = LocalComm::run(4, Duration::from_secs(300), |comm| {
+        let schedule = LrSchedule::Constant { lr: 1e-4 };
+        let mut opt = Optimizer::new(config.clone(), schedule, layout.clone(), comm).unwrap();
+        let mut x = vec![0.5f32; d];
+        let mut total = 0u64;
+        for t in 1..=steps {
+            let mut rng = SplitMix64(mix64(t ^ ((comm.rank() as u64) << 40)));
+            let mut g: Vec<f32> = (0..d).map(|_| rng.normal()).collect();
+            let report = opt.step_flat(&mut x, &mut g, comm).unwrap();
+            if t >= from {
+                total += report.traffic.sent();
+            }
+        }
+        total as f64 / (steps - from + 1) as f64
+    });
+    let per_step = results_rank0(sent);
+    let fp32 = 2.0 * 3.0 / 4.0 * 4.0 * d as f64;
+    fp32 / per_step
+}
+
+fn results_rank0(results: Vec<std::thread::Result<f64>>) -> f64 {
+    results.into_iter().next().unwrap().unwrap()
+}
+
+#[test]
+fn compression_cuts_the_bytes_per_step() {
+    let adam = OptimizerConfig::OnebitAdam(OneBitAdamConfig {
+        freeze_step: 2,
+        ..Default::default()
+    });
+    let ratio = bytes_ratio(adam, 5, 3);
+    println!("1-bit Adam compression stage: {ratio:.1}x fewer bytes than fp32");
+    assert!(ratio >= 30.0, "1-bit Adam: only {ratio:.1}x");
+    let slamb = OptimizerConfig::Slamb(SlambConfig {
+        k: 0.1,
+        sync_every: 100,
+        ..Default::default()
+    });
+    let ratio = bytes_ratio(slamb, 200, 1);
+    println!("SLAMB k = 0.1, H = 100 over 200 steps: {ratio:.2}x (formula 1/(k+1/H) = 9.09x)");
+    assert!((8.6..=9.6).contains(&ratio), "SLAMB: {ratio:.2}x");
+}
+
+/// The Tarasov–Ershov mechanism in miniature: one compressed chunk mixes 64
+/// coordinates with gradients ~1 and 64 "flat" ones with gradients ~1e-6.
+/// After the freeze the chunk's single scale (~1) lands on the flat
+/// coordinates, whose frozen variance is ~1e-12: with ε outside the root the
+/// update is ~s/sqrt(v) = 1e6 times Adam's; ε inside bounds it by
+/// `lr·s/sqrt(ε)`.
+#[test]
+fn eps_inside_bounds_the_update_of_flat_coordinates() {
+    let layout = ParamLayout::from_shapes([
+        ("big.weight".to_string(), vec![8, 8]),
+        ("flat.weight".to_string(), vec![8, 8]),
+    ]);
+    let lr = 1e-3;
+    let largest_flat_update = |config: OptimizerConfig| {
+        let comm = terse_comm::SingleRank::new();
+        let schedule = LrSchedule::Constant { lr };
+        let mut opt = Optimizer::new(config, schedule, layout.clone(), &comm).unwrap();
+        let mut x = vec![0.0f32; 128];
+        let mut largest = 0.0f32;
+        for t in 1..=8u64 {
+            let mut rng = SplitMix64(mix64(t));
+            let mut g: Vec<f32> = (0..128)
+                .map(|i| rng.normal() * if i < 64 { 1.0 } else { 1e-6 })
+                .collect();
+            let before = x.clone();
+            opt.step_flat(&mut x, &mut g, &comm).unwrap();
+            if t > 5 {
+                let step = (64..128)
+                    .map(|i| (x[i] - before[i]).abs())
+                    .fold(0.0, f32::max);
+                largest = largest.max(step);
+            }
+        }
+        f64::from(largest)
+    };
+    let onebit = |eps_mode| {
+        OptimizerConfig::OnebitAdam(OneBitAdamConfig {
+            freeze_step: 5,
+            eps_mode,
+            bias_correction: true,
+            ..Default::default()
+        })
+    };
+    let adam = largest_flat_update(OptimizerConfig::Adam(Default::default()));
+    let outside = largest_flat_update(onebit(terse_optim::EpsMode::Outside));
+    let inside = largest_flat_update(onebit(terse_optim::EpsMode::Inside));
+    println!(
+        "largest flat-coordinate update after the freeze: Adam {adam:.2e}, \
+         1-bit eps outside {outside:.2e}, 1-bit eps inside {inside:.2e}"
+    );
+    assert!(
+        outside >= 1e4 * adam,
+        "outside {outside:e} vs Adam {adam:e}"
+    );
+    // Inside, the denominator is at least sqrt(ε) = 1e-4, so an update is at
+    // most lr·|m̂|/1e-4, with |m̂| a few units here.
+    let bound = lr * 4.0 / 1e-8f64.sqrt();
+    assert!(inside <= bound, "inside {inside:e} above {bound:e}");
+    assert!(
+        inside * 50.0 <= outside,
+        "inside {inside:e} vs outside {outside:e}"
+    );
+}
