@@ -36,34 +36,7 @@ impl FlatOptimizer for Adam {
         g: &mut [f32],
     ) -> Result<Duration, OptimError> {
         let comm_time = allreduce_mean_gradient(ctx.comm, g)?;
-        let c = &self.config;
-        let moments = Moments::new(c.beta_1, c.beta_2, c.eps, c.bias_correction, ctx.t);
-        let lr = ctx.lr as f32;
-        let weight_decay = c.weight_decay as f32;
-
-        let xs = split_segments_mut(ctx.layout, x);
-        let ms = split_segments_mut(ctx.layout, &mut self.m);
-        let vs = split_segments_mut(ctx.layout, &mut self.v);
-        let gs = split_segments(ctx.layout, g);
-        with_eps_mode!(c.eps_mode, INSIDE => {
-            ctx.layout
-                .segments()
-                .par_iter()
-                .zip(xs)
-                .zip(ms)
-                .zip(vs)
-                .zip(gs)
-                .for_each(|((((segment, x), m), v), g)| {
-                    let wd = if segment.decay { weight_decay } else { 0.0 };
-                    x.par_chunks_mut(CHUNK)
-                        .zip(m.par_chunks_mut(CHUNK))
-                        .zip(v.par_chunks_mut(CHUNK))
-                        .zip(g.par_chunks(CHUNK))
-                        .for_each(|(((x, m), v), g)| {
-                            with_avx(|| adam_update::<INSIDE>(&moments, lr, wd, x, m, v, g))
-                        });
-                })
-        });
+        adam_step(&self.config, ctx, x, &mut self.m, &mut self.v, g);
         Ok(comm_time)
     }
 
@@ -76,10 +49,49 @@ impl FlatOptimizer for Adam {
     }
 }
 
+/// One Adam step on the synchronised gradient `g` (also 1-bit Adam's
+/// warmup and its naive baseline).
+pub(crate) fn adam_step(
+    c: &AdamConfig,
+    ctx: &StepContext<'_>,
+    x: &mut [f32],
+    m: &mut [f32],
+    v: &mut [f32],
+    g: &[f32],
+) {
+    let moments = Moments::new(c.beta_1, c.beta_2, c.eps, c.bias_correction, ctx.t);
+    let lr = ctx.lr as f32;
+    let weight_decay = c.weight_decay as f32;
+
+    let xs = split_segments_mut(ctx.layout, x);
+    let ms = split_segments_mut(ctx.layout, m);
+    let vs = split_segments_mut(ctx.layout, v);
+    let gs = split_segments(ctx.layout, g);
+    with_eps_mode!(c.eps_mode, INSIDE => {
+        ctx.layout
+            .segments()
+            .par_iter()
+            .zip(xs)
+            .zip(ms)
+            .zip(vs)
+            .zip(gs)
+            .for_each(|((((segment, x), m), v), g)| {
+                let wd = if segment.decay { weight_decay } else { 0.0 };
+                x.par_chunks_mut(CHUNK)
+                    .zip(m.par_chunks_mut(CHUNK))
+                    .zip(v.par_chunks_mut(CHUNK))
+                    .zip(g.par_chunks(CHUNK))
+                    .for_each(|(((x, m), v), g)| {
+                        with_avx(|| adam_update::<INSIDE>(&moments, lr, wd, x, m, v, g))
+                    });
+            })
+    });
+}
+
 /// The fused Adam update of one chunk: moments, direction and parameter in a
 /// single pass over x, m, v and g.
 #[inline(always)]
-pub(crate) fn adam_update<const INSIDE: bool>(
+fn adam_update<const INSIDE: bool>(
     moments: &Moments,
     lr: f32,
     wd: f32,

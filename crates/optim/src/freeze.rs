@@ -5,6 +5,8 @@
 
 use std::collections::VecDeque;
 
+use crate::{FreezeRule, Stage};
+
 /// The norm history the rule needs: `‖v‖₁` of the last `Δ + 1` steps.
 #[derive(Debug, Clone, PartialEq)]
 pub struct AutoFreeze {
@@ -60,6 +62,110 @@ impl AutoFreeze {
         }
         self.history = history.into();
         Ok(())
+    }
+}
+
+/// Where a 1-bit optimizer's warmup ends: `freeze_step` from the config, or
+/// the step [`AutoFreeze`] picks, with what a checkpoint must carry of it.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct FreezePoint {
+    rule: FreezeRule,
+    step: Option<u64>,
+    auto: Option<AutoFreeze>,
+}
+
+impl FreezePoint {
+    pub(crate) fn new(rule: FreezeRule, freeze_step: u64, beta_2: f64, threshold: f64) -> Self {
+        match rule {
+            FreezeRule::Step => FreezePoint {
+                rule,
+                step: Some(freeze_step),
+                auto: None,
+            },
+            FreezeRule::Auto => FreezePoint {
+                rule,
+                step: None,
+                auto: Some(AutoFreeze::new(beta_2, threshold)),
+            },
+        }
+    }
+
+    /// `T_w`, once known.
+    pub(crate) fn step(&self) -> Option<u64> {
+        self.step
+    }
+
+    /// After warmup step `t`: whether `t` is the freeze step. The auto rule
+    /// reads `‖v_t‖₁` from `v_l1` (computed only when it is needed).
+    pub(crate) fn ends_warmup(
+        &mut self,
+        t: u64,
+        v_l1: impl FnOnce() -> f64,
+        lr_warmup: u64,
+    ) -> bool {
+        if let Some(auto) = &mut self.auto {
+            if !auto.observe(t, v_l1(), lr_warmup) {
+                return false;
+            }
+            self.step = Some(t);
+            self.auto = None;
+        }
+        self.step == Some(t)
+    }
+
+    /// Warmup up to and including `T_w`, compression after.
+    pub(crate) fn stage(&self, t: u64) -> Stage {
+        match self.step {
+            Some(t_w) if t > t_w => Stage::Compression,
+            _ => Stage::Warmup,
+        }
+    }
+
+    /// `freeze_step` (empty until known) and `freeze_history` (the auto
+    /// rule's norms, empty once frozen).
+    pub(crate) fn scalars(&self) -> Vec<(&'static str, Vec<f64>)> {
+        vec![
+            (
+                "freeze_step",
+                self.step.map(|t| t as f64).into_iter().collect(),
+            ),
+            (
+                "freeze_history",
+                self.auto
+                    .as_ref()
+                    .map(AutoFreeze::history)
+                    .unwrap_or_default(),
+            ),
+        ]
+    }
+
+    /// Whether `role` is one of [`FreezePoint::scalars`].
+    pub(crate) fn owns(role: &str) -> bool {
+        matches!(role, "freeze_step" | "freeze_history")
+    }
+
+    /// Restores one of [`FreezePoint::scalars`].
+    pub(crate) fn set_scalars(&mut self, role: &str, values: Vec<f64>) -> Result<(), String> {
+        match role {
+            "freeze_step" => match values.as_slice() {
+                [] if self.rule == FreezeRule::Auto => {
+                    self.step = None;
+                    Ok(())
+                }
+                [t] => {
+                    self.step = Some(*t as u64);
+                    self.auto = None;
+                    Ok(())
+                }
+                other => Err(format!("freeze_step {other:?}")),
+            },
+            "freeze_history" => match &mut self.auto {
+                Some(auto) => auto.restore(values),
+                None if values.is_empty() => Ok(()),
+                None => Err("a freeze history for a run that has frozen".into()),
+            },
+            _ => Err(format!("unknown scalar state `{role}`")),
+        }
     }
 }
 

@@ -9,13 +9,13 @@ use std::time::{Duration, Instant};
 use rayon::prelude::*;
 use terse_comm::{CompressedAllreduce, ReduceOp};
 
-use crate::adam::adam_update;
-use crate::freeze::AutoFreeze;
+use crate::adam::adam_step;
+use crate::freeze::FreezePoint;
 use crate::moments::{Moments, with_eps_mode};
 use crate::optimizer::allreduce_mean_gradient;
 use crate::parallel::{CHUNK, split_segments, split_segments_mut, with_avx};
 use crate::{
-    FlatOptimizer, FreezeRule, OneBitAdamConfig, OptimError, ParamLayout, Stage, StepContext,
+    AdamConfig, FlatOptimizer, OneBitAdamConfig, OptimError, ParamLayout, Stage, StepContext,
 };
 
 /// Which member of the family.
@@ -37,9 +37,7 @@ pub struct OneBitAdam {
     m: Vec<f32>,
     v: Vec<f32>,
     allreduce: CompressedAllreduce,
-    /// `T_w` once known (from the config, or when the auto rule fires).
-    freeze_step: Option<u64>,
-    auto: Option<AutoFreeze>,
+    freeze: FreezePoint,
 }
 
 impl OneBitAdam {
@@ -52,19 +50,17 @@ impl OneBitAdam {
     ) -> Result<Self, OptimError> {
         let allreduce = CompressedAllreduce::new(d, comm, config.compression())
             .expect("scale_block is validated with the config");
-        let (freeze_step, auto) = match config.freeze {
-            FreezeRule::Step => (Some(config.freeze_step), None),
-            FreezeRule::Auto => (
-                None,
-                Some(AutoFreeze::new(config.beta_2, config.freeze_threshold)),
-            ),
-        };
+        let freeze = FreezePoint::new(
+            config.freeze,
+            config.freeze_step,
+            config.beta_2,
+            config.freeze_threshold,
+        );
         Ok(Self {
             m: vec![0.0; d],
             v: vec![0.0; d],
             allreduce,
-            freeze_step,
-            auto,
+            freeze,
             config,
             variant,
         })
@@ -73,27 +69,15 @@ impl OneBitAdam {
     /// Adam on an already synchronised gradient `g`.
     fn adam_step(&mut self, ctx: &StepContext<'_>, x: &mut [f32], g: &[f32]) {
         let c = &self.config;
-        let moments = Moments::new(c.beta_1, c.beta_2, c.eps, c.bias_correction, ctx.t);
-        let lr = ctx.lr as f32;
-        let weight_decay = c.weight_decay as f32;
-        let xs = split_segments_mut(ctx.layout, x);
-        let ms = split_segments_mut(ctx.layout, &mut self.m);
-        let vs = split_segments_mut(ctx.layout, &mut self.v);
-        let gs = split_segments(ctx.layout, g);
-        with_eps_mode!(c.eps_mode, INSIDE => {
-            ctx.layout.segments().par_iter().zip(xs).zip(ms).zip(vs).zip(gs).for_each(
-                |((((segment, x), m), v), g)| {
-                    let wd = if segment.decay { weight_decay } else { 0.0 };
-                    x.par_chunks_mut(CHUNK)
-                        .zip(m.par_chunks_mut(CHUNK))
-                        .zip(v.par_chunks_mut(CHUNK))
-                        .zip(g.par_chunks(CHUNK))
-                        .for_each(|(((x, m), v), g)| {
-                            with_avx(|| adam_update::<INSIDE>(&moments, lr, wd, x, m, v, g))
-                        });
-                },
-            )
-        });
+        let adam = AdamConfig {
+            beta_1: c.beta_1,
+            beta_2: c.beta_2,
+            eps: c.eps,
+            weight_decay: c.weight_decay,
+            bias_correction: c.bias_correction,
+            eps_mode: c.eps_mode,
+        };
+        adam_step(&adam, ctx, x, &mut self.m, &mut self.v, g);
     }
 
     /// The compression stage's update from the synchronised m and frozen v.
@@ -189,7 +173,7 @@ impl FlatOptimizer for OneBitAdam {
             self.adam_step(ctx, x, g);
             return Ok(comm_time);
         }
-        match self.freeze_step {
+        match self.freeze.step() {
             Some(t_w) if ctx.t > t_w => {
                 accumulate_momentum(self.config.beta_1, &mut self.m, g);
                 let start = Instant::now();
@@ -206,12 +190,8 @@ impl FlatOptimizer for OneBitAdam {
             _ => {
                 let comm_time = allreduce_mean_gradient(ctx.comm, g)?;
                 self.adam_step(ctx, x, g);
-                if let Some(auto) = &mut self.auto
-                    && auto.observe(ctx.t, l1_norm(&self.v), ctx.lr_warmup)
-                {
-                    self.freeze_step = Some(ctx.t);
-                    self.auto = None;
-                }
+                let v = &self.v;
+                self.freeze.ends_warmup(ctx.t, || l1_norm(v), ctx.lr_warmup);
                 Ok(comm_time)
             }
         }
@@ -237,48 +217,17 @@ impl FlatOptimizer for OneBitAdam {
     }
 
     fn scalars(&self) -> Vec<(&'static str, Vec<f64>)> {
-        vec![
-            (
-                "freeze_step",
-                self.freeze_step.map(|t| t as f64).into_iter().collect(),
-            ),
-            (
-                "freeze_history",
-                self.auto
-                    .as_ref()
-                    .map(AutoFreeze::history)
-                    .unwrap_or_default(),
-            ),
-        ]
+        self.freeze.scalars()
     }
 
     fn set_scalars(&mut self, role: &str, values: Vec<f64>) -> Result<(), String> {
-        match role {
-            "freeze_step" => {
-                match values.as_slice() {
-                    [] if self.config.freeze == FreezeRule::Auto => self.freeze_step = None,
-                    [t] => {
-                        self.freeze_step = Some(*t as u64);
-                        self.auto = None;
-                    }
-                    other => return Err(format!("freeze_step {other:?}")),
-                }
-                Ok(())
-            }
-            "freeze_history" => match &mut self.auto {
-                Some(auto) => auto.restore(values),
-                None if values.is_empty() => Ok(()),
-                None => Err("a freeze history for a run that has frozen".into()),
-            },
-            _ => Err(format!("unknown scalar state `{role}`")),
-        }
+        self.freeze.set_scalars(role, values)
     }
 
     fn stage(&self, t: u64) -> Stage {
-        match (self.variant, self.freeze_step) {
-            (AdamVariant::Naive, _) => Stage::Compression,
-            (_, Some(t_w)) if t > t_w => Stage::Compression,
-            _ => Stage::Warmup,
+        match self.variant {
+            AdamVariant::Naive => Stage::Compression,
+            _ => self.freeze.stage(t),
         }
     }
 }

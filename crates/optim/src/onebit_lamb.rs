@@ -10,15 +10,15 @@ use std::time::{Duration, Instant};
 use rayon::prelude::*;
 use terse_comm::CompressedAllreduce;
 
-use crate::freeze::AutoFreeze;
+use crate::freeze::FreezePoint;
 use crate::lamb::lamb_step;
 use crate::moments::{Moments, with_eps_mode};
 use crate::onebit_adam::{FrozenUpdate, accumulate_momentum, l1_norm};
 use crate::optimizer::allreduce_mean_gradient;
 use crate::parallel::{CHUNK, split_segments, split_segments_mut, sum_of_squares, with_avx};
 use crate::{
-    FlatOptimizer, FreezeRule, LambConfig, OneBitLambConfig, OptimError, ParamLayout, RatioKind,
-    Stage, StepContext,
+    FlatOptimizer, LambConfig, OneBitLambConfig, OptimError, ParamLayout, RatioKind, Stage,
+    StepContext,
 };
 
 /// The state of 1-bit LAMB: m, v (v_frozen after `T_w`), v_fresh, the
@@ -34,8 +34,7 @@ pub struct OneBitLamb {
     c_avg: Vec<f64>,
     k: Vec<f64>,
     r_prev: Vec<f64>,
-    freeze_step: Option<u64>,
-    auto: Option<AutoFreeze>,
+    freeze: FreezePoint,
 }
 
 impl OneBitLamb {
@@ -51,13 +50,12 @@ impl OneBitLamb {
         let p = layout.segments().len();
         let allreduce = CompressedAllreduce::new(d, comm, config.compression())
             .expect("scale_block is validated with the config");
-        let (freeze_step, auto) = match config.freeze {
-            FreezeRule::Step => (Some(config.freeze_step), None),
-            FreezeRule::Auto => (
-                None,
-                Some(AutoFreeze::new(config.beta_2, config.freeze_threshold)),
-            ),
-        };
+        let freeze = FreezePoint::new(
+            config.freeze,
+            config.freeze_step,
+            config.beta_2,
+            config.freeze_threshold,
+        );
         Ok(Self {
             basic,
             m: vec![0.0; d],
@@ -68,8 +66,7 @@ impl OneBitLamb {
             c_avg: vec![0.0; p],
             k: vec![1.0; p],
             r_prev: vec![1.0; p],
-            freeze_step,
-            auto,
+            freeze,
             config,
         })
     }
@@ -246,7 +243,7 @@ impl FlatOptimizer for OneBitLamb {
         x: &mut [f32],
         g: &mut [f32],
     ) -> Result<Duration, OptimError> {
-        if let Some(t_w) = self.freeze_step
+        if let Some(t_w) = self.freeze.step()
             && ctx.t > t_w
         {
             return self.compression_step(ctx, x, g, t_w);
@@ -259,13 +256,8 @@ impl FlatOptimizer for OneBitLamb {
                 *c_avg = beta_3 * *c_avg + (1.0 - beta_3) * trust.coefficient;
             }
         }
-        let freezes = match &mut self.auto {
-            Some(auto) => auto.observe(ctx.t, l1_norm(&self.v), ctx.lr_warmup),
-            None => self.freeze_step == Some(ctx.t),
-        };
-        if freezes {
-            self.freeze_step = Some(ctx.t);
-            self.auto = None;
+        let v = &self.v;
+        if self.freeze.ends_warmup(ctx.t, || l1_norm(v), ctx.lr_warmup) {
             self.freeze(ctx.layout);
         }
         Ok(comm_time)
@@ -299,22 +291,13 @@ impl FlatOptimizer for OneBitLamb {
     }
 
     fn scalars(&self) -> Vec<(&'static str, Vec<f64>)> {
-        vec![
-            (
-                "freeze_step",
-                self.freeze_step.map(|t| t as f64).into_iter().collect(),
-            ),
-            (
-                "freeze_history",
-                self.auto
-                    .as_ref()
-                    .map(AutoFreeze::history)
-                    .unwrap_or_default(),
-            ),
+        let mut scalars = self.freeze.scalars();
+        scalars.extend([
             ("c_avg", self.c_avg.clone()),
             ("k", self.k.clone()),
             ("r_prev", self.r_prev.clone()),
-        ]
+        ]);
+        scalars
     }
 
     fn set_scalars(&mut self, role: &str, values: Vec<f64>) -> Result<(), String> {
@@ -330,24 +313,10 @@ impl FlatOptimizer for OneBitLamb {
                 ))
             }
         };
+        if FreezePoint::owns(role) {
+            return self.freeze.set_scalars(role, values);
+        }
         match role {
-            "freeze_step" => match values.as_slice() {
-                [] if self.config.freeze == FreezeRule::Auto => {
-                    self.freeze_step = None;
-                    Ok(())
-                }
-                [t] => {
-                    self.freeze_step = Some(*t as u64);
-                    self.auto = None;
-                    Ok(())
-                }
-                other => Err(format!("freeze_step {other:?}")),
-            },
-            "freeze_history" => match &mut self.auto {
-                Some(auto) => auto.restore(values),
-                None if values.is_empty() => Ok(()),
-                None => Err("a freeze history for a run that has frozen".into()),
-            },
             "c_avg" => per_segment(&mut self.c_avg, values),
             "k" => per_segment(&mut self.k, values),
             "r_prev" => per_segment(&mut self.r_prev, values),
@@ -356,9 +325,6 @@ impl FlatOptimizer for OneBitLamb {
     }
 
     fn stage(&self, t: u64) -> Stage {
-        match self.freeze_step {
-            Some(t_w) if t > t_w => Stage::Compression,
-            _ => Stage::Warmup,
-        }
+        self.freeze.stage(t)
     }
 }
