@@ -31,7 +31,7 @@ pub use mpi::MpiComm;
 #[cfg(feature = "nccl")]
 pub use nccl::NcclComm;
 pub use single::SingleRank;
-pub use sparse::SparseAllreduce;
+pub use sparse::{SparseAllreduce, SparseValues, allreduce_mean_f16};
 pub use terse_kernels::mask::{Mask, Selection};
 pub use terse_kernels::onebit::Scale;
 pub use traffic::{Collective, Traffic, TrafficMeter};

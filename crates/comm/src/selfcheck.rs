@@ -14,7 +14,7 @@ use terse_kernels::random::SplitMix64;
 use crate::traffic::volume;
 use crate::{
     Collective, CommError, Communicator, CompressedAllreduce, CompressionOptions, LocalComm, Mask,
-    ReduceOp, Scale, SparseAllreduce,
+    ReduceOp, Scale, SparseAllreduce, SparseValues,
 };
 
 /// Lengths every collective is checked on (0, odd, word-straddling, large).
@@ -271,7 +271,6 @@ fn compressed(comm: &dyn Communicator) -> Result<(), String> {
 }
 
 fn sparse(comm: &dyn Communicator) -> Result<(), String> {
-    let (n, r) = (comm.world_size(), comm.rank());
     let len = 50_000;
     let masks = [
         Mask::Hash { seed: 3, k: 0.1 },
@@ -282,38 +281,78 @@ fn sparse(comm: &dyn Communicator) -> Result<(), String> {
         },
     ];
     for mask in masks {
-        let mut sparse = SparseAllreduce::new(mask, vec![100..120, 40_000..40_005]);
-        for t in 1..=4u64 {
-            let mut buf: Vec<f32> = (0..len).map(|i| value(r, i + t as usize)).collect();
-            let before = comm.traffic();
-            let selection = sparse
-                .allreduce_mean(comm, t, &mut buf)
-                .map_err(|e| e.to_string())?;
-            let selected: Vec<bool> = {
-                let mut s = vec![false; len];
-                selection.indices().for_each(|j| s[j] = true);
-                s
-            };
-            let count = selection.len();
-            let want: Vec<f32> = (0..len)
-                .map(|i| {
-                    if selected[i] {
-                        (0..n).map(|k| value(k, i + t as usize)).sum::<f32>() * (1.0 / n as f32)
-                    } else {
-                        value(r, i + t as usize)
-                    }
-                })
-                .collect();
-            expect_eq(&format!("sparse allreduce {mask:?} step {t}"), &buf, &want)?;
-            if !(100..120).chain(40_000..40_005).all(|j| selected[j]) {
-                return fail(format!(
-                    "{mask:?}: an always-synchronised element was left out"
-                ));
+        for precision in [SparseValues::F32, SparseValues::F16] {
+            sparse_with(comm, mask, precision, len)?;
+        }
+    }
+    Ok(())
+}
+
+/// What rank `r`'s value `v` becomes after travelling at `precision`.
+fn travel(precision: SparseValues, v: f32) -> f32 {
+    match precision {
+        SparseValues::F32 => v,
+        SparseValues::F16 => half::f16::from_f32(v).to_f32(),
+    }
+}
+
+fn sparse_with(
+    comm: &dyn Communicator,
+    mask: Mask,
+    precision: SparseValues,
+    len: usize,
+) -> Result<(), String> {
+    let (n, r) = (comm.world_size(), comm.rank());
+    let what = |t: u64| format!("sparse allreduce {mask:?} {precision:?} step {t}");
+    let mut sparse =
+        SparseAllreduce::with_precision(mask, vec![100..120, 40_000..40_005], precision);
+    for t in 1..=4u64 {
+        let mut buf: Vec<f32> = (0..len).map(|i| value(r, i + t as usize)).collect();
+        let before = comm.traffic();
+        let selection = sparse
+            .allreduce_mean(comm, t, &mut buf)
+            .map_err(|e| e.to_string())?;
+        let mut selected = vec![false; len];
+        selection.indices().for_each(|j| selected[j] = true);
+        let count = selection.len();
+        let want: Vec<f32> = (0..len)
+            .map(|i| {
+                if !selected[i] {
+                    return value(r, i + t as usize);
+                }
+                let sum = (0..n)
+                    .map(|k| travel(precision, value(k, i + t as usize)))
+                    .sum::<f32>();
+                travel(precision, sum * (1.0 / n as f32))
+            })
+            .collect();
+        expect_eq(&what(t), &buf, &want)?;
+        if !(100..120).chain(40_000..40_005).all(|j| selected[j]) {
+            return fail(format!(
+                "{}: an always-synchronised element was left out",
+                what(t)
+            ));
+        }
+        let traffic = comm.traffic() - before;
+        let (sent, expected) = match precision {
+            SparseValues::F32 => (
+                traffic.of(Collective::Allreduce).sent,
+                volume(Collective::Allreduce, n, r, 0, 4 * count).0,
+            ),
+            SparseValues::F16 => {
+                let part = count.div_ceil(n);
+                (
+                    traffic.sent(),
+                    volume(Collective::AllToAll, n, r, 0, 2 * n * part).0
+                        + volume(Collective::AllGather, n, r, 0, 2 * part).0,
+                )
             }
-            let sent = (comm.traffic() - before).of(Collective::Allreduce).sent;
-            if sent != volume(Collective::Allreduce, n, r, 0, 4 * count).0 {
-                return fail(format!("{mask:?}: {sent} bytes sent for {count} values"));
-            }
+        };
+        if sent != expected {
+            return fail(format!(
+                "{}: {sent} bytes sent for {count} values, expected {expected}",
+                what(t)
+            ));
         }
     }
     Ok(())

@@ -2,7 +2,7 @@
 //! Adam", "1-bit LAMB", "SLAMB") with every option and default listed there.
 
 use serde::{Deserialize, Serialize};
-use terse_comm::CompressionOptions;
+use terse_comm::{CompressionOptions, SparseValues};
 use terse_kernels::mask::Mask;
 use terse_kernels::onebit::Scale;
 
@@ -200,6 +200,9 @@ pub struct SlambConfig {
     pub mask_seed: u64,
     /// Segments with fewer elements are synchronised every step.
     pub always_sync_below: usize,
+    /// The precision the synchronised momentum values travel in (`f16`
+    /// halves the sparse phase's bytes).
+    pub values: SparseValues,
 }
 
 impl Default for SlambConfig {
@@ -219,6 +222,7 @@ impl Default for SlambConfig {
             mask: MaskKind::Hash,
             mask_seed: 0,
             always_sync_below: 9000,
+            values: SparseValues::F32,
         }
     }
 }

@@ -308,6 +308,22 @@ mod tests {
     }
 
     #[test]
+    fn slamb_options_parse_from_toml() {
+        let config: OptimizerConfig =
+            toml::from_str("name = \"slamb\"\nk = 0.05\nmask = \"cyclic\"\nvalues = \"f16\"\n")
+                .unwrap();
+        let OptimizerConfig::Slamb(slamb) = &config else {
+            panic!("expected slamb, got {config:?}")
+        };
+        assert_eq!(slamb.k, 0.05);
+        assert_eq!(slamb.mask, crate::MaskKind::Cyclic);
+        assert_eq!(slamb.values, terse_comm::SparseValues::F16);
+        assert_eq!((slamb.beta_3, slamb.sync_every), (0.93, 100));
+        let bad = toml::from_str::<OptimizerConfig>("name = \"slamb\"\nvalues = \"f8\"\n");
+        assert!(bad.unwrap_err().to_string().contains("f8"));
+    }
+
+    #[test]
     fn unknown_fields_and_names_are_rejected() {
         let typo = toml::from_str::<OptimizerConfig>("name = \"adam\"\nbeta1 = 0.8\n");
         let message = typo.unwrap_err().to_string();

@@ -44,7 +44,7 @@ impl Slamb {
             .map(|s| s.range())
             .collect();
         Self {
-            sparse: SparseAllreduce::new(config.mask(d), always),
+            sparse: SparseAllreduce::with_precision(config.mask(d), always, config.values),
             m: vec![0.0; d],
             v: vec![0.0; d],
             freshness: vec![1.0; d],

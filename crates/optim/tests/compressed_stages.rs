@@ -6,7 +6,7 @@
 
 use std::time::Duration;
 
-use terse_comm::{Communicator, LocalComm};
+use terse_comm::{Communicator, LocalComm, SparseValues};
 use terse_kernels::random::{SplitMix64, mix64};
 use terse_optim::{
     LrSchedule, OneBitAdamConfig, Optimizer, OptimizerConfig, ParamLayout, SlambConfig,
@@ -155,6 +155,49 @@ fn compression_cuts_the_bytes_per_step() {
     let ratio = bytes_ratio(slamb, 200, 1);
     println!("SLAMB k = 0.1, H = 100 over 200 steps: {ratio:.2}x (formula 1/(k+1/H) = 9.09x)");
     assert!((8.6..=9.6).contains(&ratio), "SLAMB: {ratio:.2}x");
+    let slamb_f16 = OptimizerConfig::Slamb(SlambConfig {
+        k: 0.1,
+        sync_every: 100,
+        values: SparseValues::F16,
+        ..Default::default()
+    });
+    let ratio = bytes_ratio(slamb_f16, 200, 1);
+    // fp16 momentum, fp32 model sync: 4 / (2·0.1 + 4/100) = 16.7x.
+    println!("SLAMB k = 0.1, H = 100, fp16 values: {ratio:.2}x (formula 16.7x)");
+    assert!((16.0..=17.4).contains(&ratio), "SLAMB fp16: {ratio:.2}x");
+}
+
+/// fp16 values change SLAMB's trajectory by fp16 rounding only: after the
+/// last model sync the ranks agree, and the parameters stay within 1% of
+/// the fp32 run's.
+#[test]
+fn slamb_with_fp16_values_tracks_fp32() {
+    let dir = std::env::temp_dir();
+    let config = |values| {
+        OptimizerConfig::Slamb(SlambConfig {
+            k: 0.2,
+            sync_every: 8,
+            weight_decay: 0.01,
+            eps: 1e-6,
+            always_sync_below: 30,
+            values,
+            ..Default::default()
+        })
+    };
+    let f32_run = run_with_stop(&config(SparseValues::F32), 4, None, &dir);
+    let f16_run = run_with_stop(&config(SparseValues::F16), 4, None, &dir);
+    for x in &f16_run {
+        assert_eq!(x, &f16_run[0], "ranks agree after the sync at step {STEPS}");
+    }
+    let x0 = initial(&layout());
+    let (mut diff, mut moved) = (0.0f64, 0.0f64);
+    for ((a, b), x0) in f16_run[0].iter().zip(&f32_run[0]).zip(&x0) {
+        diff += f64::from(a - b).powi(2);
+        moved += f64::from(b - x0).powi(2);
+    }
+    let relative = (diff / moved).sqrt();
+    println!("SLAMB fp16 vs fp32 values: difference {relative:.2e} of the distance moved");
+    assert!(relative > 0.0 && relative < 1e-2, "{relative:e}");
 }
 
 /// The Tarasov–Ershov mechanism in miniature: one compressed chunk mixes 64

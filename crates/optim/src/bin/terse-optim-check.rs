@@ -1,0 +1,247 @@
+//! `terse-optim-check`: steps every optimizer on one seeded problem across
+//! the ranks of a communicator and writes each rank's final parameters, so
+//! that the same run on `mpi` (under `mpirun`) and on `local` (threads) can
+//! be compared bit for bit.
+//!
+//! Each rank pulls its parameters towards its own seeded target with its own
+//! seeded noise, so the ranks' gradients differ and depend on the
+//! parameters. 1-bit optimizers must agree across ranks after every step
+//! (checked here with an all-gather of a fingerprint), SLAMB after its last
+//! model sync.
+
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::time::Duration;
+
+use clap::{Parser, ValueEnum};
+use terse_comm::{Communicator, LocalComm, SparseValues};
+use terse_kernels::random::{SplitMix64, mix64};
+use terse_optim::{
+    AdamConfig, LambConfig, LrSchedule, MaskKind, OneBitAdamConfig, OneBitLambConfig, Optimizer,
+    OptimizerConfig, ParamLayout, RatioKind, ScaleKind, SgdConfig, SlambConfig,
+};
+
+#[derive(Clone, Copy, Debug, ValueEnum)]
+enum Backend {
+    /// One rank per process, launched by `mpirun`.
+    Mpi,
+    /// `--ranks` threads in this process.
+    Local,
+}
+
+/// Step every optimizer on a seeded problem and write each rank's final
+/// parameters as `<out>/<label>.rank<r>.f32` (raw little-endian f32).
+#[derive(Parser, Debug)]
+#[command(version)]
+struct Args {
+    /// Backend [default: mpi under mpirun, else local].
+    #[arg(long, value_enum)]
+    backend: Option<Backend>,
+    /// Threads for the local backend.
+    #[arg(long, default_value_t = 2)]
+    ranks: usize,
+    /// Steps per optimizer (the 1-bit optimizers freeze after step 8).
+    #[arg(long, default_value_t = 30)]
+    steps: u64,
+    /// Directory for the parameter files (created if missing).
+    #[arg(long)]
+    out: PathBuf,
+}
+
+const FREEZE: u64 = 8;
+
+fn layout() -> ParamLayout {
+    ParamLayout::from_shapes([
+        ("l1.weight".to_string(), vec![64, 100]),
+        ("l1.bias".to_string(), vec![64]),
+        ("l2.weight".to_string(), vec![10, 64]),
+        ("l2.bias".to_string(), vec![10]),
+    ])
+}
+
+/// Every optimizer, with the options that change its communication.
+fn optimizers() -> Vec<(&'static str, OptimizerConfig)> {
+    let adam = OneBitAdamConfig {
+        freeze_step: FREEZE,
+        weight_decay: 0.01,
+        ..Default::default()
+    };
+    let lamb = OneBitLambConfig {
+        freeze_step: FREEZE,
+        weight_decay: 0.01,
+        ..Default::default()
+    };
+    let slamb = SlambConfig {
+        k: 0.25,
+        sync_every: 7,
+        weight_decay: 0.01,
+        always_sync_below: 1000,
+        mask_seed: 5,
+        ..Default::default()
+    };
+    vec![
+        ("adam", OptimizerConfig::Adam(AdamConfig::default())),
+        ("lamb", OptimizerConfig::Lamb(LambConfig::default())),
+        ("sgd", OptimizerConfig::Sgd(SgdConfig::default())),
+        ("onebit_adam", OptimizerConfig::OnebitAdam(adam.clone())),
+        (
+            "onebit_adam_l2_block64",
+            OptimizerConfig::OnebitAdam(OneBitAdamConfig {
+                scale: ScaleKind::L2,
+                scale_block: Some(64),
+                ..adam.clone()
+            }),
+        ),
+        (
+            "onebit_adam_fp32",
+            OptimizerConfig::OnebitAdamFp32(adam.clone()),
+        ),
+        ("adam_onebit_naive", OptimizerConfig::AdamOnebitNaive(adam)),
+        ("onebit_lamb", OptimizerConfig::OnebitLamb(lamb.clone())),
+        (
+            "onebit_lamb_variance",
+            OptimizerConfig::OnebitLamb(OneBitLambConfig {
+                ratio: RatioKind::Variance,
+                ..lamb.clone()
+            }),
+        ),
+        ("lamb_onebit_basic", OptimizerConfig::LambOnebitBasic(lamb)),
+        ("slamb", OptimizerConfig::Slamb(slamb.clone())),
+        (
+            "slamb_cyclic_f16",
+            OptimizerConfig::Slamb(SlambConfig {
+                mask: MaskKind::Cyclic,
+                values: SparseValues::F16,
+                ..slamb
+            }),
+        ),
+    ]
+}
+
+fn seeded(seed: u64, len: usize, f: impl Fn(&mut SplitMix64) -> f32) -> Vec<f32> {
+    let mut rng = SplitMix64(mix64(seed));
+    (0..len).map(|_| f(&mut rng)).collect()
+}
+
+fn fingerprint(x: &[f32]) -> [u32; 2] {
+    let h = x.iter().fold(0xcbf2_9ce4_8422_2325u64, |h, v| {
+        mix64(h ^ u64::from(v.to_bits()))
+    });
+    [h as u32, (h >> 32) as u32]
+}
+
+/// Whether every rank holds the same `x`.
+fn ranks_agree(comm: &dyn Communicator, x: &[f32]) -> Result<bool, String> {
+    let mine = fingerprint(x);
+    let mut all = vec![0u32; 2 * comm.world_size()];
+    comm.all_gather_u32(&mine, &mut all)
+        .map_err(|e| e.to_string())?;
+    Ok(all.chunks(2).all(|f| f == mine))
+}
+
+fn run_one(
+    comm: &dyn Communicator,
+    label: &str,
+    config: OptimizerConfig,
+    steps: u64,
+    out: &Path,
+) -> Result<(), String> {
+    let layout = layout();
+    let d = layout.len();
+    let rank = comm.rank();
+    let schedule = LrSchedule::Constant { lr: 1e-2 };
+    let always_agree = !matches!(config, OptimizerConfig::Slamb(_));
+    let mut opt =
+        Optimizer::new(config, schedule, layout, comm).map_err(|e| format!("{label}: {e}"))?;
+    let mut x = seeded(1, d, |r| 0.5 * r.symmetric());
+    let target = seeded(100 + rank as u64, d, |r| r.symmetric());
+    for t in 1..=steps {
+        let noise = seeded(t << 8 | rank as u64, d, |r| 0.1 * r.normal());
+        let mut g: Vec<f32> = x
+            .iter()
+            .zip(&target)
+            .zip(&noise)
+            .map(|((x, target), noise)| x - target + noise)
+            .collect();
+        opt.step_flat(&mut x, &mut g, comm)
+            .map_err(|e| format!("{label} step {t}: {e}"))?;
+        if always_agree && !ranks_agree(comm, &x)? {
+            return Err(format!("{label}: ranks disagree after step {t}"));
+        }
+    }
+    opt.finish_flat(&mut x, comm)
+        .map_err(|e| format!("{label}: {e}"))?;
+    if !ranks_agree(comm, &x)? {
+        return Err(format!("{label}: ranks disagree at the end"));
+    }
+    let path = out.join(format!("{label}.rank{rank}.f32"));
+    std::fs::write(&path, bytemuck::cast_slice::<f32, u8>(&x))
+        .map_err(|e| format!("{}: {e}", path.display()))?;
+    if rank == 0 {
+        let [lo, hi] = fingerprint(&x);
+        println!(
+            "{label:<24} {} ranks on {}: ranks agree, fingerprint {hi:08x}{lo:08x}",
+            comm.world_size(),
+            comm.backend()
+        );
+    }
+    Ok(())
+}
+
+fn run(comm: &dyn Communicator, args: &Args) -> Result<(), String> {
+    std::fs::create_dir_all(&args.out).map_err(|e| format!("{}: {e}", args.out.display()))?;
+    for (label, config) in optimizers() {
+        run_one(comm, label, config, args.steps, &args.out)?;
+    }
+    Ok(())
+}
+
+/// Runs the check; a failing rank ends the others before it returns.
+fn check(comm: &dyn Communicator, args: &Args) -> Result<(), String> {
+    let result = run(comm, args);
+    if let Err(message) = &result {
+        comm.abort(message);
+    }
+    result
+}
+
+fn main() -> ExitCode {
+    let args = Args::parse();
+    #[cfg(feature = "mpi")]
+    let under_mpirun = terse_comm::MpiComm::launched_by_mpirun();
+    #[cfg(not(feature = "mpi"))]
+    let under_mpirun = false;
+    let backend = args.backend.unwrap_or(if under_mpirun {
+        Backend::Mpi
+    } else {
+        Backend::Local
+    });
+    let outcomes: Vec<Result<(), String>> = match backend {
+        Backend::Mpi => vec![run_mpi(&args)],
+        Backend::Local => LocalComm::run(args.ranks, Duration::from_secs(300), |comm| {
+            check(comm, &args)
+        })
+        .into_iter()
+        .map(|o| o.unwrap_or_else(|_| Err("panicked".to_string())))
+        .collect(),
+    };
+    let mut code = ExitCode::SUCCESS;
+    for outcome in outcomes {
+        if let Err(message) = outcome {
+            eprintln!("terse-optim-check: {message}");
+            code = ExitCode::FAILURE;
+        }
+    }
+    code
+}
+
+#[cfg(feature = "mpi")]
+fn run_mpi(args: &Args) -> Result<(), String> {
+    let comm = terse_comm::MpiComm::init().map_err(|e| e.to_string())?;
+    check(&comm, args)
+}
+
+#[cfg(not(feature = "mpi"))]
+fn run_mpi(_args: &Args) -> Result<(), String> {
+    Err("built without the `mpi` feature".to_string())
+}

@@ -1,0 +1,87 @@
+//! The same optimizer run on `mpi` (2 processes under `mpirun`) and on
+//! `local` (2 threads) gives bit-identical parameters on every rank, for
+//! every optimizer and the options that change what travels (scale kind and
+//! blocks, 1-bit LAMB's ratio, SLAMB's cyclic mask and fp16 values).
+#![cfg(feature = "mpi")]
+
+use std::path::Path;
+use std::process::Command;
+
+const LABELS: [&str; 12] = [
+    "adam",
+    "lamb",
+    "sgd",
+    "onebit_adam",
+    "onebit_adam_l2_block64",
+    "onebit_adam_fp32",
+    "adam_onebit_naive",
+    "onebit_lamb",
+    "onebit_lamb_variance",
+    "lamb_onebit_basic",
+    "slamb",
+    "slamb_cyclic_f16",
+];
+
+fn run(command: &mut Command) -> String {
+    let output = command
+        .output()
+        .expect("the check starts (mpirun: apt-get install openmpi-bin)");
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    );
+    assert!(output.status.success(), "{text}");
+    text
+}
+
+fn params(dir: &Path, label: &str, rank: usize) -> Vec<u8> {
+    let path = dir.join(format!("{label}.rank{rank}.f32"));
+    std::fs::read(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+}
+
+#[test]
+fn mpi_and_local_give_bit_identical_parameters() {
+    let root = std::env::temp_dir().join(format!("terse-optim-parity-{}", std::process::id()));
+    let (mpi, local) = (root.join("mpi"), root.join("local"));
+    let exe = env!("CARGO_BIN_EXE_terse-optim-check");
+    let text = run(Command::new("mpirun")
+        .args([
+            "--allow-run-as-root",
+            "--oversubscribe",
+            "-np",
+            "2",
+            exe,
+            "--out",
+        ])
+        .arg(&mpi));
+    assert!(text.contains("2 ranks on mpi"), "{text}");
+    let text = run(Command::new(exe)
+        .args(["--backend", "local", "--ranks", "2", "--out"])
+        .arg(&local));
+    assert!(text.contains("2 ranks on local"), "{text}");
+    for label in LABELS {
+        let want = params(&local, label, 0);
+        assert_eq!(want.len(), 4 * (64 * 100 + 64 + 10 * 64 + 10), "{label}");
+        for rank in 0..2 {
+            assert!(
+                params(&local, label, rank) == want,
+                "{label}: local rank {rank}"
+            );
+            assert!(
+                params(&mpi, label, rank) == want,
+                "{label}: mpi rank {rank} differs from local"
+            );
+        }
+    }
+    // The runs did something: each optimizer ends somewhere else.
+    for (i, a) in LABELS.iter().enumerate() {
+        for b in &LABELS[i + 1..] {
+            assert!(
+                params(&local, a, 0) != params(&local, b, 0),
+                "{a} and {b} coincide"
+            );
+        }
+    }
+    std::fs::remove_dir_all(&root).unwrap();
+}
