@@ -3,10 +3,12 @@
 //! The papers' speed-ups come from three places: cheap compression kernels, an
 //! optimizer step that adds little over Adam, and collectives that move fewer
 //! bytes. Each suite times one of them and prints ratios against a baseline
-//! measured in the same run (STYLE.md). `optim` (`crates/optim/benches/
-//! optim_step.rs`) and `comm` (`crates/comm/benches/comm_allreduce.rs`,
-//! started under `mpirun -np 4`) run today, built in the workspace's one
-//! profile; `kernels` fails with [`NotImplemented`] until its issue lands.
+//! measured in the same run (STYLE.md): `kernels` (against memcpy), `optim`
+//! (`crates/optim/benches/optim_step.rs`, against Adam and memory
+//! bandwidth), `comm` (`crates/comm/benches/comm_allreduce.rs`, under
+//! `mpirun -np 4`, against MPI_Allreduce) and `model` (a BERT training step
+//! against PyTorch eager on the same CPU), all built in the workspace's one
+//! profile.
 
 use anyhow::{Context, Result, bail};
 use clap::ValueEnum;
@@ -32,6 +34,12 @@ pub struct Args {
     /// machines cannot make)
     #[arg(long, value_enum, default_value = "lavapipe")]
     pub device: KernelDevice,
+
+    /// `bench model`: a Python with torch and transformers for the PyTorch
+    /// side [default: $TERSE_BENCH_PYTHON, else a virtualenv created in
+    /// ~/.cache/terse/bench-venv (pip install torch transformers, ~6 GB)]
+    #[arg(long, value_name = "PYTHON")]
+    pub python: Option<std::path::PathBuf>,
 }
 
 /// The device `bench kernels` launches the cubecl kernels on.
@@ -54,6 +62,8 @@ pub enum Suite {
     Optim,
     /// Compressed vs fp32 allreduce (time, bytes) on 4 MPI ranks; results/bench/comm.json
     Comm,
+    /// A BERT mini and base pre-training step (seq 128) on flex, beside PyTorch eager CPU
+    Model,
 }
 
 impl Suite {
@@ -63,6 +73,7 @@ impl Suite {
             Suite::Kernels => None,
             Suite::Optim => None,
             Suite::Comm => None,
+            Suite::Model => None,
         }
     }
 }
@@ -78,6 +89,9 @@ pub fn run(args: &Args) -> Result<()> {
     }
     if args.name == Suite::Kernels {
         return run_kernels(args.quick, args.device);
+    }
+    if args.name == Suite::Model {
+        return run_model(args.quick, args.python.clone());
     }
     run_cargo_bench("optim_step", quick_flag(args.quick))
 }
@@ -115,6 +129,74 @@ fn run_kernels(quick: bool, device: KernelDevice) -> Result<()> {
         args.extend(["--device", "wgpu"]);
     }
     run_cargo_bench("kernels", &args)
+}
+
+/// The terse side (`crates/train/benches/model_step.rs`), then the same
+/// step in PyTorch (`benches/pytorch_bert_step.py`) in the same run. The
+/// quick mode runs the terse side alone (CI has no PyTorch).
+fn run_model(quick: bool, python: Option<std::path::PathBuf>) -> Result<()> {
+    let args: &[&str] = if quick {
+        &["--quick"]
+    } else {
+        &["--presets", "mini,base", "--batch", "8", "--seq", "128"]
+    };
+    run_cargo_bench("model_step", args)?;
+    if quick {
+        return Ok(());
+    }
+    let python = match python.or_else(|| std::env::var_os("TERSE_BENCH_PYTHON").map(Into::into)) {
+        Some(python) => python,
+        None => bench_venv()?,
+    };
+    let status = std::process::Command::new(&python)
+        .args([
+            "benches/pytorch_bert_step.py",
+            "--presets",
+            "mini,base",
+            "--batch",
+            "8",
+            "--seq",
+            "128",
+        ])
+        .status()
+        .with_context(|| format!("cannot start {}", python.display()))?;
+    if !status.success() {
+        bail!(
+            "the PyTorch side failed ({status}); is torch installed for {}?",
+            python.display()
+        );
+    }
+    Ok(())
+}
+
+/// A throwaway virtualenv with torch and transformers, made once.
+fn bench_venv() -> Result<std::path::PathBuf> {
+    let home = std::env::var_os("HOME").context("HOME is not set")?;
+    let venv = std::path::Path::new(&home).join(".cache/terse/bench-venv");
+    let python = venv.join("bin/python");
+    if python.exists() {
+        return Ok(python);
+    }
+    eprintln!(
+        "creating {} with torch and transformers (benchmark only, ~6 GB)",
+        venv.display()
+    );
+    let ok = std::process::Command::new("python3")
+        .args(["-m", "venv"])
+        .arg(&venv)
+        .status()
+        .is_ok_and(|s| s.success())
+        && std::process::Command::new(&python)
+            .args(["-m", "pip", "install", "--quiet", "torch", "transformers"])
+            .status()
+            .is_ok_and(|s| s.success());
+    if !ok {
+        bail!(
+            "could not create {} (needs python3 with venv and pip); or pass --python",
+            venv.display()
+        );
+    }
+    Ok(python)
 }
 
 /// Ranks of the comm benchmark (the issue's setting).
@@ -155,6 +237,7 @@ mod tests {
         assert_eq!(Suite::Kernels.tracking(), None, "bench kernels runs");
         assert_eq!(Suite::Optim.tracking(), None, "bench optim runs");
         assert_eq!(Suite::Comm.tracking(), None, "bench comm runs");
+        assert_eq!(Suite::Model.tracking(), None, "bench model runs");
     }
 
     #[test]

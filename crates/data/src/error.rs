@@ -31,4 +31,24 @@ pub enum DataError {
         /// How to get it.
         hint: &'static str,
     },
+    /// A file whose SHA-256 is not the one its manifest gives.
+    #[error(
+        "{path}: SHA-256 {actual}, expected {expected} (partial or corrupted; delete it to fetch again)"
+    )]
+    Checksum {
+        /// The file.
+        path: PathBuf,
+        /// The checksum the manifest gives.
+        expected: String,
+        /// The checksum of the file.
+        actual: String,
+    },
+    /// A download that failed.
+    #[error("downloading {url}: {detail}")]
+    Network {
+        /// What was being downloaded.
+        url: String,
+        /// Why it failed.
+        detail: String,
+    },
 }

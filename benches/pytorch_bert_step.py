@@ -1,0 +1,128 @@
+#!/usr/bin/env python3
+"""PyTorch eager CPU baseline for one BERT pre-training step, to compare terse against.
+
+How to run (a venv with torch and transformers, e.g. the one make_hf_fixtures.py describes):
+
+    /tmp/hfvenv/bin/python benches/pytorch_bert_step.py --presets mini,base --batch 8 \
+        [--seq 128] [--warmup 2] [--steps 5] [--threads N] [--seed 0]
+
+One step = zero_grad, BertForPreTraining forward in train mode (dropout 0.1 on hidden states and
+attention probabilities, as in the config), MLM + NSP loss, backward, AdamW step (lr 1e-4,
+betas (0.9, 0.999), eps 1e-6, weight decay 0.01 on every parameter, torch's default foreach
+implementation). Inputs: token ids uniform in [999, vocab) from a fixed seed, segment A = first
+half / segment B = second half of the sequence (token_type_ids 0/1), attention mask all ones; MLM
+labels at a random 15% of positions (labels -100 elsewhere; those input positions replaced by
+[MASK] = 103), NSP labels random 0/1. The batch is built once and reused every step.
+
+Prints one JSON line per preset:
+  {"preset", "batch", "seq", "threads", "samples_per_s", "step_ms", "torch_version", ...}
+step_ms is the mean of the timed steps (median and min are reported too); samples_per_s =
+batch / mean step time.
+"""
+
+import argparse
+import json
+import os
+import statistics
+import time
+
+import torch
+
+PRESETS = {  # layers, hidden, heads, intermediate; vocab 30522, 512 positions, type vocab 2
+    "tiny": (2, 128, 2, 512),
+    "mini": (4, 256, 4, 1024),
+    "small": (4, 512, 8, 2048),
+    "medium": (8, 512, 8, 2048),
+    "base": (12, 768, 12, 3072),
+    "large": (24, 1024, 16, 4096),
+}
+
+
+def make_batch(batch, seq, vocab, gen):
+    ids = torch.randint(999, vocab, (batch, seq), generator=gen)
+    ids[:, 0] = 101  # [CLS]
+    ids[:, seq // 2 - 1] = 102  # [SEP]
+    ids[:, -1] = 102
+    tt = torch.zeros(batch, seq, dtype=torch.int64)
+    tt[:, seq // 2:] = 1
+    mask = torch.ones(batch, seq, dtype=torch.int64)
+    n_mask = max(1, round(0.15 * seq))
+    labels = torch.full((batch, seq), -100, dtype=torch.int64)
+    for b in range(batch):
+        pos = torch.randperm(seq, generator=gen)[:n_mask]
+        labels[b, pos] = ids[b, pos]
+        ids[b, pos] = 103  # [MASK]
+    nsp = torch.randint(0, 2, (batch,), generator=gen)
+    return ids, tt, mask, labels, nsp
+
+
+def bench(preset, args):
+    from transformers import BertConfig, BertForPreTraining
+
+    layers, hidden, heads, inter = PRESETS[preset]
+    cfg = BertConfig(vocab_size=30522, hidden_size=hidden, num_hidden_layers=layers,
+                     num_attention_heads=heads, intermediate_size=inter,
+                     max_position_embeddings=512, type_vocab_size=2,
+                     hidden_dropout_prob=0.1, attention_probs_dropout_prob=0.1)
+    torch.manual_seed(args.seed)
+    kw = {} if args.attn == "default" else {"attn_implementation": args.attn}
+    model = BertForPreTraining._from_config(cfg, **kw) if kw else BertForPreTraining(cfg)
+    model.train()
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4, betas=(0.9, 0.999), eps=1e-6,
+                            weight_decay=0.01)
+    gen = torch.Generator().manual_seed(args.seed)
+    ids, tt, mask, labels, nsp = make_batch(args.batch, args.seq, cfg.vocab_size, gen)
+
+    def step():
+        opt.zero_grad(set_to_none=True)
+        out = model(input_ids=ids, token_type_ids=tt, attention_mask=mask,
+                    labels=labels, next_sentence_label=nsp)
+        out.loss.backward()
+        opt.step()
+        return out.loss.item()
+
+    for _ in range(args.warmup):
+        step()
+    times, loss = [], None
+    for _ in range(args.steps):
+        t0 = time.perf_counter()
+        loss = step()
+        times.append(time.perf_counter() - t0)
+    mean = statistics.fmean(times)
+    return {
+        "preset": preset,
+        "batch": args.batch,
+        "seq": args.seq,
+        "threads": torch.get_num_threads(),
+        "samples_per_s": round(args.batch / mean, 3),
+        "step_ms": round(mean * 1e3, 2),
+        "torch_version": torch.__version__,
+        "step_ms_median": round(statistics.median(times) * 1e3, 2),
+        "step_ms_min": round(min(times) * 1e3, 2),
+        "warmup": args.warmup,
+        "steps": args.steps,
+        "params": sum(p.numel() for p in model.parameters()),
+        "attn_implementation": getattr(model.config, "_attn_implementation", None),
+        "last_loss": round(loss, 4),
+    }
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--presets", default="mini,base", help="comma list of " + ",".join(PRESETS))
+    ap.add_argument("--batch", type=int, default=8)
+    ap.add_argument("--seq", type=int, default=128)
+    ap.add_argument("--warmup", type=int, default=2)
+    ap.add_argument("--steps", type=int, default=5)
+    ap.add_argument("--threads", type=int, default=os.cpu_count() or 1)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--attn", default="default", choices=["default", "eager", "sdpa"],
+                    help="transformers attention implementation (default: transformers' choice)")
+    args = ap.parse_args()
+    torch.set_num_threads(args.threads)
+    for preset in args.presets.split(","):
+        print(json.dumps(bench(preset.strip(), args)), flush=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,134 @@
+//! Throughput of one BERT pre-training step on the flex CPU backend: the
+//! same step as `benches/pytorch_bert_step.py` (BertForPreTraining in train
+//! mode with dropout 0.1, MLM at 15% of the positions + NSP, backward, AdamW
+//! with weight decay 0.01, lr 1e-4, eps 1e-6), the same inputs' recipe, seq
+//! 128. `cargo xtask bench model` runs this and the PyTorch script in the
+//! same run and prints the ratio.
+//!
+//! Args (after `--`): `--presets mini,base`, `--batch 8`, `--seq 128`,
+//! `--warmup 2`, `--steps 5`, `--quick` (tiny preset, 2 steps: a smoke run).
+//! Prints one JSON line per preset.
+
+use std::time::Instant;
+
+use burn::tensor::{Device, Int, Tensor, TensorData};
+use terse_comm::SingleRank;
+use terse_kernels::random::SplitMix64;
+use terse_models::bert::{BertForPreTraining, BertInput, BertPreset};
+use terse_optim::{AdamConfig, LrSchedule, Optimizer, OptimizerConfig, ParamLayout};
+
+struct Args {
+    presets: Vec<BertPreset>,
+    batch: usize,
+    seq: usize,
+    warmup: usize,
+    steps: usize,
+}
+
+fn parse() -> Args {
+    let mut args = Args {
+        presets: vec![BertPreset::Mini, BertPreset::Base],
+        batch: 8,
+        seq: 128,
+        warmup: 2,
+        steps: 5,
+    };
+    let argv: Vec<String> = std::env::args().skip(1).collect();
+    let mut i = 0;
+    while i < argv.len() {
+        let value = |i: usize| argv.get(i + 1).cloned().unwrap_or_default();
+        match argv[i].as_str() {
+            "--quick" => {
+                args.presets = vec![BertPreset::Tiny];
+                (args.warmup, args.steps) = (1, 2);
+                i -= 1;
+            }
+            "--presets" => {
+                args.presets = value(i)
+                    .split(',')
+                    .map(|p| {
+                        BertPreset::ALL
+                            .into_iter()
+                            .find(|q| q.name() == p)
+                            .unwrap_or_else(|| panic!("unknown preset {p}"))
+                    })
+                    .collect();
+            }
+            "--batch" => args.batch = value(i).parse().expect("--batch N"),
+            "--seq" => args.seq = value(i).parse().expect("--seq N"),
+            "--warmup" => args.warmup = value(i).parse().expect("--warmup N"),
+            "--steps" => args.steps = value(i).parse().expect("--steps N"),
+            // cargo's own bench flags
+            "--bench" => i -= 1,
+            other => panic!("unknown argument {other}"),
+        }
+        i += 2;
+    }
+    args
+}
+
+fn main() {
+    let args = parse();
+    let device = Device::flex().autodiff();
+    for preset in &args.presets {
+        device.seed(0);
+        let config = preset.config();
+        let (b, t) = (args.batch, args.seq);
+        let mut rng = SplitMix64(7);
+        let mut ids: Vec<i64> = (0..b * t)
+            .map(|_| 999 + (rng.next_u64() % (config.vocab_size as u64 - 999)) as i64)
+            .collect();
+        let types: Vec<i64> = (0..b * t).map(|i| i64::from(i % t >= t / 2)).collect();
+        let mask = vec![1i64; b * t];
+        let mut masked = Vec::new();
+        let mut labels = Vec::new();
+        for (j, id) in ids.iter_mut().enumerate() {
+            if rng.next_u64() % 100 < 15 {
+                masked.push(j as i64);
+                labels.push(*id);
+                *id = 103;
+            }
+        }
+        let nsp: Vec<i64> = (0..b).map(|_| (rng.next_u64() % 2) as i64).collect();
+        let input = BertInput::from_rows(ids, types, mask, [b, t], &device);
+        let ints = |v: &Vec<i64>| {
+            Tensor::<1, Int>::from_data(TensorData::new(v.clone(), [v.len()]), &device)
+        };
+        let (masked, labels, nsp) = (ints(&masked), ints(&labels), ints(&nsp));
+
+        let mut model = BertForPreTraining::new(&config, &device);
+        let comm = SingleRank::new();
+        let adam = OptimizerConfig::Adam(AdamConfig {
+            weight_decay: 0.01,
+            eps: 1e-6,
+            ..Default::default()
+        });
+        let schedule = LrSchedule::Constant { lr: 1e-4 };
+        let mut optimizer: Option<Optimizer> = None;
+        let mut times = Vec::new();
+        for step in 0..args.warmup + args.steps {
+            let start = Instant::now();
+            let out = model.forward(input.clone(), masked.clone());
+            let loss = model.loss(&out, labels.clone(), nsp.clone());
+            let grads = loss.backward();
+            let opt = optimizer.get_or_insert_with(|| {
+                let layout = ParamLayout::from_module(&model);
+                Optimizer::new(adam.clone(), schedule.clone(), layout, &comm).unwrap()
+            });
+            model = opt.step_module(model, &grads, &comm).unwrap().0;
+            let ms = start.elapsed().as_secs_f64() * 1e3;
+            if step >= args.warmup {
+                times.push(ms);
+            }
+        }
+        let mean = times.iter().sum::<f64>() / times.len() as f64;
+        println!(
+            "{{\"framework\": \"terse\", \"preset\": \"{}\", \"batch\": {b}, \"seq\": {t}, \
+             \"threads\": {}, \"samples_per_s\": {:.3}, \"step_ms\": {:.1}}}",
+            preset.name(),
+            std::thread::available_parallelism().map_or(1, |n| n.get()),
+            b as f64 / (mean / 1e3),
+            mean
+        );
+    }
+}

@@ -1,0 +1,159 @@
+//! HuggingFace interop: BERT weights load from `BertModel`,
+//! `BertForPreTraining`, `BertForQuestionAnswering` or
+//! `BertForSequenceClassification` safetensors by renaming keys (burn-store
+//! transposes the linear weights and maps LayerNorm's weight/bias), and save
+//! under HuggingFace's names with a `config.json`, so `transformers` loads
+//! them back.
+
+use std::path::Path;
+
+use burn::module::Module;
+use burn::store::{BurnToPyTorchAdapter, ModuleSnapshot, PyTorchToBurnAdapter, SafetensorsStore};
+
+use super::{
+    BertConfig, BertForPreTraining, BertForQuestionAnswering, BertForSequenceClassification,
+    BertModel, LayerNormPlacement,
+};
+use crate::ModelError;
+
+/// A BERT model whose weights have HuggingFace names.
+pub trait HfBert: Module + ModuleSnapshot + Sized {
+    /// Where the encoder sits in HuggingFace's class (`""` or `"bert."`).
+    const ENCODER_PREFIX: &'static str;
+    /// HuggingFace's class name, for `config.json`'s `architectures`.
+    const ARCHITECTURE: &'static str;
+    /// The encoder.
+    fn encoder(&self) -> &BertModel;
+}
+
+impl HfBert for BertModel {
+    const ENCODER_PREFIX: &'static str = "";
+    const ARCHITECTURE: &'static str = "BertModel";
+    fn encoder(&self) -> &BertModel {
+        self
+    }
+}
+
+impl HfBert for BertForPreTraining {
+    const ENCODER_PREFIX: &'static str = "bert.";
+    const ARCHITECTURE: &'static str = "BertForPreTraining";
+    fn encoder(&self) -> &BertModel {
+        &self.bert
+    }
+}
+
+impl HfBert for BertForQuestionAnswering {
+    const ENCODER_PREFIX: &'static str = "bert.";
+    const ARCHITECTURE: &'static str = "BertForQuestionAnswering";
+    fn encoder(&self) -> &BertModel {
+        &self.bert
+    }
+}
+
+impl HfBert for BertForSequenceClassification {
+    const ENCODER_PREFIX: &'static str = "bert.";
+    const ARCHITECTURE: &'static str = "BertForSequenceClassification";
+    fn encoder(&self) -> &BertModel {
+        &self.bert
+    }
+}
+
+/// What loading matched.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HfLoadReport {
+    /// Tensors loaded (terse names).
+    pub loaded: Vec<String>,
+    /// Tensors of the model the file did not have (they keep their
+    /// initial values: e.g. a task head on top of a pretrained encoder).
+    pub missing: Vec<String>,
+    /// Tensors in the file the model has no place for (e.g. `position_ids`
+    /// buffers, or heads the model does not have).
+    pub unused: Vec<String>,
+}
+
+impl HfLoadReport {
+    /// Missing tensors inside the encoder (embeddings, layers, pooler):
+    /// loading a pretrained encoder must leave none.
+    pub fn missing_encoder(&self, prefix: &str) -> Vec<&str> {
+        self.missing
+            .iter()
+            .map(String::as_str)
+            .filter(|m| {
+                let m = m.strip_prefix(prefix).unwrap_or(m);
+                m.starts_with("embeddings.")
+                    || m.starts_with("encoder.")
+                    || m.starts_with("pooler.")
+            })
+            .collect()
+    }
+}
+
+/// Loads HuggingFace safetensors into `model`: keys of any of the four
+/// classes are accepted (the `bert.` prefix is added or removed), shapes are
+/// checked, and missing or unused tensors are reported rather than silently
+/// ignored.
+pub fn load_hf<M: HfBert>(model: &mut M, path: &Path) -> Result<HfLoadReport, ModelError> {
+    let prefix = M::ENCODER_PREFIX;
+    let mut store = SafetensorsStore::from_file(path)
+        .with_from_adapter(PyTorchToBurnAdapter)
+        .with_key_remapping(r"^bert\.", "")
+        .with_key_remapping(r"^(embeddings|encoder|pooler)\.", format!("{prefix}$1."))
+        .with_key_remapping(r"\.LayerNorm\.", ".layer_norm.")
+        .with_key_remapping(r"\.attention\.self\.", ".attention.self_attention.")
+        .allow_partial(true);
+    let result = model
+        .load_from(&mut store)
+        .map_err(|e| ModelError::Format {
+            path: path.to_path_buf(),
+            detail: e.to_string(),
+        })?;
+    if !result.errors.is_empty() {
+        return Err(ModelError::Format {
+            path: path.to_path_buf(),
+            detail: format!("{:?}", result.errors),
+        });
+    }
+    Ok(HfLoadReport {
+        loaded: result.applied,
+        missing: result.missing.into_iter().map(|(path, _)| path).collect(),
+        unused: result.unused,
+    })
+}
+
+/// Saves `model` into `dir` as HuggingFace does (`model.safetensors` under
+/// HuggingFace names, `config.json`), so that
+/// `transformers.<Class>.from_pretrained(dir)` loads it. Only Post-LN BERT
+/// exists in `transformers`: a Pre-LN model is refused.
+pub fn save_hf<M: HfBert>(model: &M, config: &BertConfig, dir: &Path) -> Result<(), ModelError> {
+    if config.layer_norm == LayerNormPlacement::Pre
+        || model.encoder().encoder.final_layer_norm.is_some()
+    {
+        return Err(ModelError::Config {
+            field: "layer_norm",
+            reason: "HuggingFace's BERT is Post-LN; a Pre-LN model has no HuggingFace form".into(),
+        });
+    }
+    std::fs::create_dir_all(dir).map_err(|source| ModelError::Io {
+        path: dir.to_path_buf(),
+        source,
+    })?;
+    let path = dir.join("model.safetensors");
+    let mut store = SafetensorsStore::from_file(&path)
+        .with_to_adapter(BurnToPyTorchAdapter)
+        .with_key_remapping(r"\.layer_norm\.", ".LayerNorm.")
+        .with_key_remapping(r"\.self_attention\.", ".self.")
+        .metadata("format", "pt");
+    model
+        .save_into(&mut store)
+        .map_err(|e| ModelError::Format {
+            path: path.clone(),
+            detail: e.to_string(),
+        })?;
+    let config_path = dir.join("config.json");
+    let json = serde_json::to_string_pretty(&config.to_hf_json(M::ARCHITECTURE))
+        .expect("a JSON value serialises");
+    std::fs::write(&config_path, json).map_err(|source| ModelError::Io {
+        path: config_path,
+        source,
+    })
+}

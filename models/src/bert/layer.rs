@@ -1,0 +1,168 @@
+//! One transformer layer of BERT (self-attention and feed-forward, each
+//! with its residual and LayerNorm, Post-LN or Pre-LN), named as
+//! HuggingFace names it so that weights map one to one.
+
+use burn::module::Module;
+use burn::nn::{
+    Dropout, DropoutConfig, Initializer, LayerNorm, LayerNormConfig, Linear, LinearConfig,
+};
+use burn::tensor::activation::{gelu, softmax};
+use burn::tensor::{Device, Tensor};
+
+use super::{BertConfig, LayerNormPlacement};
+
+pub(crate) fn dense(config: &BertConfig, d_in: usize, d_out: usize, device: &Device) -> Linear {
+    LinearConfig::new(d_in, d_out)
+        .with_initializer(Initializer::Normal {
+            mean: 0.0,
+            std: config.initializer_range,
+        })
+        .init(device)
+}
+
+pub(crate) fn layer_norm(config: &BertConfig, device: &Device) -> LayerNorm {
+    LayerNormConfig::new(config.hidden_size)
+        .with_epsilon(config.layer_norm_eps)
+        .init(device)
+}
+
+/// Multi-head scaled dot-product self-attention (HuggingFace `attention.self`).
+#[derive(Module, Debug)]
+pub struct BertSelfAttention {
+    /// Query projection.
+    pub query: Linear,
+    /// Key projection.
+    pub key: Linear,
+    /// Value projection.
+    pub value: Linear,
+    dropout: Dropout,
+    heads: usize,
+}
+
+impl BertSelfAttention {
+    fn new(config: &BertConfig, device: &Device) -> Self {
+        let h = config.hidden_size;
+        BertSelfAttention {
+            query: dense(config, h, h, device),
+            key: dense(config, h, h, device),
+            value: dense(config, h, h, device),
+            dropout: DropoutConfig::new(config.attention_probs_dropout_prob).init(),
+            heads: config.num_attention_heads,
+        }
+    }
+
+    fn split_heads(&self, x: Tensor<3>) -> Tensor<4> {
+        let [batch, seq, hidden] = x.dims();
+        x.reshape([batch, seq, self.heads, hidden / self.heads])
+            .swap_dims(1, 2)
+    }
+
+    /// `mask_bias` `[batch, 1, 1, seq]` is 0 on real tokens and the lowest
+    /// float on padding, added to the scores before the softmax.
+    fn forward(&self, x: Tensor<3>, mask_bias: Tensor<4>) -> Tensor<3> {
+        let [batch, seq, hidden] = x.dims();
+        let scale = 1.0 / ((hidden / self.heads) as f64).sqrt();
+        let q = self.split_heads(self.query.forward(x.clone()));
+        let k = self.split_heads(self.key.forward(x.clone()));
+        let v = self.split_heads(self.value.forward(x));
+        let scores = q.matmul(k.swap_dims(2, 3)).mul_scalar(scale) + mask_bias;
+        let probs = self.dropout.forward(softmax(scores, 3));
+        probs
+            .matmul(v)
+            .swap_dims(1, 2)
+            .reshape([batch, seq, hidden])
+    }
+}
+
+/// A dense layer, dropout and the residual's LayerNorm (HuggingFace
+/// `attention.output` and `output`). With Pre-LN the LayerNorm normalises
+/// the block's input instead, and the residual sum is left unnormalised.
+#[derive(Module, Debug)]
+pub struct BertResidual {
+    /// The projection back to the hidden size.
+    pub dense: Linear,
+    /// HuggingFace `LayerNorm`.
+    pub layer_norm: LayerNorm,
+    dropout: Dropout,
+}
+
+impl BertResidual {
+    fn new(config: &BertConfig, d_in: usize, device: &Device) -> Self {
+        BertResidual {
+            dense: dense(config, d_in, config.hidden_size, device),
+            layer_norm: layer_norm(config, device),
+            dropout: DropoutConfig::new(config.hidden_dropout_prob).init(),
+        }
+    }
+}
+
+/// Self-attention and its output block (HuggingFace `attention`).
+#[derive(Module, Debug)]
+pub struct BertAttention {
+    /// HuggingFace `attention.self`.
+    pub self_attention: BertSelfAttention,
+    /// HuggingFace `attention.output`.
+    pub output: BertResidual,
+}
+
+/// The feed-forward block's expansion (HuggingFace `intermediate`).
+#[derive(Module, Debug)]
+pub struct BertIntermediate {
+    /// hidden → intermediate, followed by exact GELU.
+    pub dense: Linear,
+}
+
+/// One transformer layer (HuggingFace `encoder.layer.N`).
+#[derive(Module, Debug)]
+pub struct BertLayer {
+    /// Self-attention with its residual.
+    pub attention: BertAttention,
+    /// Feed-forward expansion.
+    pub intermediate: BertIntermediate,
+    /// Feed-forward projection with its residual.
+    pub output: BertResidual,
+    pre_ln: bool,
+}
+
+impl BertLayer {
+    /// A freshly initialised layer.
+    pub fn new(config: &BertConfig, device: &Device) -> Self {
+        BertLayer {
+            attention: BertAttention {
+                self_attention: BertSelfAttention::new(config, device),
+                output: BertResidual::new(config, config.hidden_size, device),
+            },
+            intermediate: BertIntermediate {
+                dense: dense(config, config.hidden_size, config.intermediate_size, device),
+            },
+            output: BertResidual::new(config, config.intermediate_size, device),
+            pre_ln: config.layer_norm == LayerNormPlacement::Pre,
+        }
+    }
+
+    /// # Shapes
+    /// `[batch, seq, hidden]` → `[batch, seq, hidden]`.
+    pub fn forward(&self, x: Tensor<3>, mask_bias: Tensor<4>) -> Tensor<3> {
+        let attn = &self.attention.output;
+        let ffn = &self.output;
+        let feed_forward = |h: Tensor<3>| {
+            ffn.dropout
+                .forward(ffn.dense.forward(gelu(self.intermediate.dense.forward(h))))
+        };
+        if self.pre_ln {
+            let h = self
+                .attention
+                .self_attention
+                .forward(attn.layer_norm.forward(x.clone()), mask_bias);
+            let x = x + attn.dropout.forward(attn.dense.forward(h));
+            let h = feed_forward(ffn.layer_norm.forward(x.clone()));
+            x + h
+        } else {
+            let h = self.attention.self_attention.forward(x.clone(), mask_bias);
+            let x = attn
+                .layer_norm
+                .forward(attn.dropout.forward(attn.dense.forward(h)) + x);
+            ffn.layer_norm.forward(feed_forward(x.clone()) + x)
+        }
+    }
+}

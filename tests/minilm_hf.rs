@@ -1,0 +1,169 @@
+//! The pretrained MiniLM through terse's BERT against HuggingFace
+//! `transformers`: its safetensors load with no missing and no unused
+//! encoder tensors, and the last hidden states and pooled outputs on real
+//! sentences (padded, with pairs) match the reference computed once with
+//! PyTorch (`models/tests/fixtures/make_hf_fixtures.py`) within 1e-4.
+//! Then export: a BERT saved by terse under HuggingFace names loads in
+//! `transformers`, whose outputs (`check_hf_export.py`, committed) terse
+//! reproduces, and saving again gives the same tensors under the same names.
+//!
+//! Needs the MiniLM files (fetched into the cache on first use, 84 MB).
+
+use std::path::{Path, PathBuf};
+
+use burn::tensor::{Device, Tensor, TensorData};
+use safetensors::SafeTensors;
+use terse_models::bert::{BertConfig, BertForPreTraining, BertInput, BertModel, load_hf, save_hf};
+
+fn fixtures() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../models/tests/fixtures")
+}
+
+struct Arrays {
+    bytes: Vec<u8>,
+}
+
+impl Arrays {
+    fn open(path: &Path) -> Self {
+        Arrays {
+            bytes: std::fs::read(path).unwrap_or_else(|e| panic!("{}: {e}", path.display())),
+        }
+    }
+
+    fn get(&self, name: &str) -> (Vec<usize>, Vec<u8>) {
+        let st = SafeTensors::deserialize(&self.bytes).unwrap();
+        let view = st.tensor(name).unwrap_or_else(|e| panic!("{name}: {e}"));
+        (view.shape().to_vec(), view.data().to_vec())
+    }
+
+    fn i64s(&self, name: &str) -> (Vec<usize>, Vec<i64>) {
+        let (shape, data) = self.get(name);
+        let values = data
+            .chunks_exact(8)
+            .map(|b| i64::from_le_bytes(b.try_into().unwrap()))
+            .collect();
+        (shape, values)
+    }
+
+    fn f32s(&self, name: &str) -> (Vec<usize>, Vec<f32>) {
+        let (shape, data) = self.get(name);
+        let values = data
+            .chunks_exact(4)
+            .map(|b| f32::from_le_bytes(b.try_into().unwrap()))
+            .collect();
+        (shape, values)
+    }
+
+    fn input(&self, device: &Device) -> BertInput {
+        let (shape, ids) = self.i64s("input_ids");
+        let (_, types) = self.i64s("token_type_ids");
+        let (_, mask) = self.i64s("attention_mask");
+        BertInput::from_rows(ids, types, mask, [shape[0], shape[1]], device)
+    }
+}
+
+fn max_abs_diff<const D: usize>(got: Tensor<D>, want: &(Vec<usize>, Vec<f32>)) -> f32 {
+    assert_eq!(got.dims().to_vec(), want.0);
+    let got: Vec<f32> = got.into_data().iter::<f32>().collect();
+    got.iter()
+        .zip(&want.1)
+        .map(|(a, b)| (a - b).abs())
+        .fold(0.0, f32::max)
+}
+
+#[test]
+fn minilm_matches_transformers() {
+    let files = terse_data::minilm().unwrap();
+    let device = Device::flex();
+    let config = BertConfig::from_hf_json(&files.config).unwrap();
+    assert_eq!(
+        (
+            config.num_hidden_layers,
+            config.hidden_size,
+            config.num_attention_heads
+        ),
+        (6, 384, 12)
+    );
+    let mut model: BertModel = config.init(&device);
+    let report = load_hf(&mut model, &files.model).unwrap();
+    assert!(report.missing.is_empty(), "missing: {:?}", report.missing);
+    assert!(
+        report.unused.iter().all(|u| u.ends_with("position_ids")),
+        "unused: {:?}",
+        report.unused
+    );
+    assert_eq!(
+        report.loaded.len(),
+        103,
+        "every tensor of the file but position_ids"
+    );
+
+    let reference = Arrays::open(&fixtures().join("minilm_hidden.safetensors"));
+    let out = model.forward(reference.input(&device));
+    let hidden = max_abs_diff(out.hidden, &reference.f32s("last_hidden_state"));
+    let pooled = max_abs_diff(out.pooled.unwrap(), &reference.f32s("pooler_output"));
+    println!("MiniLM vs transformers: last hidden max |diff| {hidden:.2e}, pooled {pooled:.2e}");
+    assert!(hidden <= 1e-4, "last hidden state differs by {hidden}");
+    assert!(pooled <= 1e-4, "pooled output differs by {pooled}");
+}
+
+fn tensors(path: &Path) -> Vec<(String, Vec<usize>, Vec<u8>)> {
+    let bytes = std::fs::read(path).unwrap();
+    let st = SafeTensors::deserialize(&bytes).unwrap();
+    let mut all: Vec<_> = st
+        .tensors()
+        .into_iter()
+        .map(|(name, view)| (name, view.shape().to_vec(), view.data().to_vec()))
+        .collect();
+    all.sort_by(|a, b| a.0.cmp(&b.0));
+    all
+}
+
+#[test]
+fn an_exported_bert_loads_in_transformers_with_the_same_outputs() {
+    let dir = fixtures().join("export");
+    let device = Device::flex();
+    let config = BertConfig::from_hf_json(&dir.join("config.json")).unwrap();
+    let mut model = BertForPreTraining::new(&config, &device);
+    let report = load_hf(&mut model, &dir.join("model.safetensors")).unwrap();
+    assert!(report.missing.is_empty(), "missing: {:?}", report.missing);
+    assert!(report.unused.is_empty(), "unused: {:?}", report.unused);
+
+    let hf = Arrays::open(&dir.join("hf_outputs.safetensors"));
+    let inputs = Arrays::open(&dir.join("inputs.safetensors"));
+    let input = inputs.input(&device);
+    let [batch, seq] = input.input_ids.dims();
+    let encoder = model.bert.forward(input.clone());
+    let hidden = max_abs_diff(encoder.hidden, &hf.f32s("last_hidden_state"));
+    let pooled = max_abs_diff(encoder.pooled.unwrap(), &hf.f32s("pooler_output"));
+    // All positions through the tied MLM decoder, as transformers computes them.
+    let every = Tensor::from_data(
+        TensorData::new((0..(batch * seq) as i64).collect(), [batch * seq]),
+        &device,
+    );
+    let out = model.forward(input, every);
+    let (shape, logits) = hf.f32s("prediction_logits");
+    let vocab = shape[2];
+    let mlm = max_abs_diff(out.mlm_logits, &(vec![batch * seq, vocab], logits));
+    let nsp = max_abs_diff(out.nsp_logits, &hf.f32s("seq_relationship_logits"));
+    println!(
+        "export vs transformers: hidden {hidden:.2e}, pooled {pooled:.2e}, MLM {mlm:.2e}, NSP {nsp:.2e}"
+    );
+    for (what, diff) in [
+        ("hidden", hidden),
+        ("pooled", pooled),
+        ("mlm", mlm),
+        ("nsp", nsp),
+    ] {
+        assert!(diff <= 1e-4, "{what} differs by {diff}");
+    }
+
+    // Saving the loaded model again writes the same tensors under the same names.
+    let out_dir = std::env::temp_dir().join(format!("terse-export-{}", std::process::id()));
+    save_hf(&model, &config, &out_dir).unwrap();
+    assert_eq!(
+        tensors(&out_dir.join("model.safetensors")),
+        tensors(&dir.join("model.safetensors"))
+    );
+    std::fs::remove_dir_all(&out_dir).unwrap();
+}
