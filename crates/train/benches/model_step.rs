@@ -6,7 +6,8 @@
 //! same run and prints the ratio.
 //!
 //! Args (after `--`): `--presets mini,base`, `--batch 8`, `--seq 128`,
-//! `--warmup 2`, `--steps 5`, `--quick` (tiny preset, 2 steps: a smoke run).
+//! `--warmup 2`, `--steps 5`, `--no-dropout` (to see what dropout costs),
+//! `--quick` (tiny preset, 2 steps: a smoke run).
 //! Prints one JSON line per preset.
 
 use std::time::Instant;
@@ -23,6 +24,7 @@ struct Args {
     seq: usize,
     warmup: usize,
     steps: usize,
+    dropout: bool,
 }
 
 fn parse() -> Args {
@@ -32,6 +34,7 @@ fn parse() -> Args {
         seq: 128,
         warmup: 2,
         steps: 5,
+        dropout: true,
     };
     let argv: Vec<String> = std::env::args().skip(1).collect();
     let mut i = 0;
@@ -41,7 +44,8 @@ fn parse() -> Args {
             "--quick" => {
                 args.presets = vec![BertPreset::Tiny];
                 (args.warmup, args.steps) = (1, 2);
-                i -= 1;
+                i += 1;
+                continue;
             }
             "--presets" => {
                 args.presets = value(i)
@@ -54,12 +58,20 @@ fn parse() -> Args {
                     })
                     .collect();
             }
+            "--no-dropout" => {
+                args.dropout = false;
+                i += 1;
+                continue;
+            }
             "--batch" => args.batch = value(i).parse().expect("--batch N"),
             "--seq" => args.seq = value(i).parse().expect("--seq N"),
             "--warmup" => args.warmup = value(i).parse().expect("--warmup N"),
             "--steps" => args.steps = value(i).parse().expect("--steps N"),
             // cargo's own bench flags
-            "--bench" => i -= 1,
+            "--bench" => {
+                i += 1;
+                continue;
+            }
             other => panic!("unknown argument {other}"),
         }
         i += 2;
@@ -72,7 +84,11 @@ fn main() {
     let device = Device::flex().autodiff();
     for preset in &args.presets {
         device.seed(0);
-        let config = preset.config();
+        let mut config = preset.config();
+        if !args.dropout {
+            config.hidden_dropout_prob = 0.0;
+            config.attention_probs_dropout_prob = 0.0;
+        }
         let (b, t) = (args.batch, args.seq);
         let mut rng = SplitMix64(7);
         let mut ids: Vec<i64> = (0..b * t)
@@ -106,11 +122,16 @@ fn main() {
         let schedule = LrSchedule::Constant { lr: 1e-4 };
         let mut optimizer: Option<Optimizer> = None;
         let mut times = Vec::new();
+        let mut parts = [0.0f64; 3];
         for step in 0..args.warmup + args.steps {
             let start = Instant::now();
             let out = model.forward(input.clone(), masked.clone());
             let loss = model.loss(&out, labels.clone(), nsp.clone());
+            // Reading the loss waits for the forward pass.
+            let _ = loss.clone().into_scalar::<f32>();
+            let forward = start.elapsed().as_secs_f64() * 1e3;
             let grads = loss.backward();
+            let backward = start.elapsed().as_secs_f64() * 1e3 - forward;
             let opt = optimizer.get_or_insert_with(|| {
                 let layout = ParamLayout::from_module(&model);
                 Optimizer::new(adam.clone(), schedule.clone(), layout, &comm).unwrap()
@@ -119,16 +140,23 @@ fn main() {
             let ms = start.elapsed().as_secs_f64() * 1e3;
             if step >= args.warmup {
                 times.push(ms);
+                parts[0] += forward;
+                parts[1] += backward;
+                parts[2] += ms - forward - backward;
             }
         }
         let mean = times.iter().sum::<f64>() / times.len() as f64;
         println!(
             "{{\"framework\": \"terse\", \"preset\": \"{}\", \"batch\": {b}, \"seq\": {t}, \
-             \"threads\": {}, \"samples_per_s\": {:.3}, \"step_ms\": {:.1}}}",
+             \"threads\": {}, \"samples_per_s\": {:.3}, \"step_ms\": {:.1}, \
+             \"forward_ms\": {:.1}, \"backward_ms\": {:.1}, \"optimizer_ms\": {:.1}}}",
             preset.name(),
             std::thread::available_parallelism().map_or(1, |n| n.get()),
             b as f64 / (mean / 1e3),
-            mean
+            mean,
+            parts[0] / times.len() as f64,
+            parts[1] / times.len() as f64,
+            parts[2] / times.len() as f64,
         );
     }
 }
