@@ -13,7 +13,10 @@ use std::path::{Path, PathBuf};
 
 use burn::tensor::{Device, Tensor, TensorData};
 use safetensors::SafeTensors;
-use terse_models::bert::{BertConfig, BertForPreTraining, BertInput, BertModel, load_hf, save_hf};
+use terse_models::bert::{
+    BertConfig, BertForPreTraining, BertForQuestionAnswering, BertInput, BertModel, load_hf,
+    save_hf,
+};
 
 fn fixtures() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../models/tests/fixtures")
@@ -105,6 +108,36 @@ fn minilm_matches_transformers() {
     println!("MiniLM vs transformers: last hidden max |diff| {hidden:.2e}, pooled {pooled:.2e}");
     assert!(hidden <= 1e-4, "last hidden state differs by {hidden}");
     assert!(pooled <= 1e-4, "pooled output differs by {pooled}");
+}
+
+/// The pretrained encoder under a task head: the `bert.` prefix is added,
+/// only the head is missing, and the pooler (which HuggingFace's QA model
+/// does not have) is reported unused.
+#[test]
+fn minilm_loads_under_the_span_qa_head() {
+    let files = terse_data::minilm().unwrap();
+    let device = Device::flex();
+    let config = BertConfig::from_hf_json(&files.config).unwrap();
+    let mut qa = BertForQuestionAnswering::new(&config, &device);
+    let report = load_hf(&mut qa, &files.model).unwrap();
+    let mut missing = report.missing.clone();
+    missing.sort();
+    assert_eq!(missing, ["qa_outputs.bias", "qa_outputs.weight"]);
+    assert!(report.missing_encoder("bert.").is_empty());
+    let mut unused = report.unused.clone();
+    unused.sort();
+    assert_eq!(
+        unused,
+        [
+            "bert.embeddings.position_ids",
+            "bert.pooler.dense.bias",
+            "bert.pooler.dense.weight"
+        ]
+    );
+    let reference = Arrays::open(&fixtures().join("minilm_hidden.safetensors"));
+    let hidden = qa.bert.forward(reference.input(&device)).hidden;
+    let diff = max_abs_diff(hidden, &reference.f32s("last_hidden_state"));
+    assert!(diff <= 1e-4, "{diff}");
 }
 
 fn tensors(path: &Path) -> Vec<(String, Vec<usize>, Vec<u8>)> {
