@@ -51,4 +51,22 @@ pub enum DataError {
         /// Why it failed.
         detail: String,
     },
+    /// A dataset name no manifest gives.
+    #[error("no dataset named {name:?}; known: {known}")]
+    UnknownDataset {
+        /// The name asked for.
+        name: String,
+        /// The names (and aliases) of the manifests.
+        known: String,
+    },
+    /// Every source of a dataset failed.
+    #[error("{name}: no source could provide {missing}:\n{attempts}")]
+    Unavailable {
+        /// The dataset.
+        name: String,
+        /// The files still missing.
+        missing: String,
+        /// One line per source tried, with why it failed.
+        attempts: String,
+    },
 }

@@ -48,7 +48,7 @@ pub fn cache_dir() -> PathBuf {
     home.join(".cache").join("terse")
 }
 
-fn io(path: &Path) -> impl FnOnce(std::io::Error) -> DataError + '_ {
+pub(crate) fn io(path: &Path) -> impl FnOnce(std::io::Error) -> DataError + '_ {
     move |source| DataError::Io {
         path: path.to_path_buf(),
         source,
@@ -71,14 +71,14 @@ pub fn sha256_file(path: &Path) -> Result<String, DataError> {
 }
 
 /// Whether `path` exists with the given SHA-256.
-fn verified(path: &Path, sha256: &str) -> Result<bool, DataError> {
+pub(crate) fn verified(path: &Path, sha256: &str) -> Result<bool, DataError> {
     if !path.exists() {
         return Ok(false);
     }
     Ok(sha256_file(path)? == sha256)
 }
 
-fn file_name(url: &str) -> &str {
+pub(crate) fn file_name(url: &str) -> &str {
     let path = url.split(['?', '#']).next().unwrap_or(url);
     path.rsplit('/').next().unwrap_or(path)
 }
@@ -88,19 +88,24 @@ fn file_name(url: &str) -> &str {
 /// is renamed only once its checksum is right, so an interrupted or
 /// corrupted download is never mistaken for the file.
 pub fn fetch(remote: &Remote, dir: &str) -> Result<PathBuf, DataError> {
+    fetch_url(remote.url, remote.sha256, remote.bytes, dir)
+}
+
+/// [`fetch`] for a URL and checksum known only at run time (manifests).
+pub fn fetch_url(url: &str, sha256: &str, bytes: u64, dir: &str) -> Result<PathBuf, DataError> {
     let dir = cache_dir().join(dir);
     std::fs::create_dir_all(&dir).map_err(io(&dir))?;
-    let path = dir.join(file_name(remote.url));
-    if verified(&path, remote.sha256)? {
+    let path = dir.join(file_name(url));
+    if verified(&path, sha256)? {
         return Ok(path);
     }
     let part = path.with_extension("part");
-    download(remote, &part)?;
+    download(url, bytes, &part)?;
     let got = sha256_file(&part)?;
-    if got != remote.sha256 {
+    if got != sha256 {
         return Err(DataError::Checksum {
             path: part,
-            expected: remote.sha256.to_string(),
+            expected: sha256.to_string(),
             actual: got,
         });
     }
@@ -108,9 +113,12 @@ pub fn fetch(remote: &Remote, dir: &str) -> Result<PathBuf, DataError> {
     Ok(path)
 }
 
-fn download(remote: &Remote, to: &Path) -> Result<(), DataError> {
+/// Downloads `url` into `to` with a progress bar; `bytes` is the expected
+/// size (the progress bar's length; the body may be up to twice as large,
+/// for sources whose compression differs from the manifest's estimate).
+pub(crate) fn download(url: &str, bytes: u64, to: &Path) -> Result<(), DataError> {
     let network = |detail: String| DataError::Network {
-        url: remote.url.to_string(),
+        url: url.to_string(),
         detail,
     };
     let agent = ureq::Agent::config_builder()
@@ -122,20 +130,17 @@ fn download(remote: &Remote, to: &Path) -> Result<(), DataError> {
         )
         .build()
         .new_agent();
-    let response = agent
-        .get(remote.url)
-        .call()
-        .map_err(|e| network(e.to_string()))?;
+    let response = agent.get(url).call().map_err(|e| network(e.to_string()))?;
     let mut body = response.into_body();
-    let mut reader = body.with_config().limit(remote.bytes + 1).reader();
-    let bar = ProgressBar::new(remote.bytes).with_style(
+    let mut reader = body.with_config().limit(2 * bytes + (1 << 20)).reader();
+    let bar = ProgressBar::new(bytes).with_style(
         ProgressStyle::with_template(
             "{msg} [{bar:30}] {bytes}/{total_bytes} {bytes_per_sec} eta {eta}",
         )
         .expect("a valid template")
         .progress_chars("=> "),
     );
-    bar.set_message(file_name(remote.url).to_string());
+    bar.set_message(file_name(url).to_string());
     let mut out = File::create(to).map_err(io(to))?;
     let mut buf = vec![0u8; 1 << 16];
     loop {

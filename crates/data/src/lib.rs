@@ -9,15 +9,20 @@
 //! WordPiece tokenizer ([`WordPiece`]).
 #![warn(missing_docs)]
 
+mod datasets;
 mod error;
 mod fashion_mnist;
 pub mod fetch;
 mod idx;
+mod manifest;
 mod minilm;
+mod tar;
 mod tokenizer;
 
+pub use datasets::{Presence, dataset, dataset_dir, ensure, presence};
 pub use error::DataError;
 pub use fashion_mnist::{FASHION_MNIST_DEBIAN_DIR, FashionMnist};
 pub use idx::{IdxImages, read_idx_images, read_idx_labels};
+pub use manifest::{FileEntry, Manifest, Source, manifest, manifests};
 pub use minilm::{MINILM_WHEEL, MiniLm, minilm};
 pub use tokenizer::{Encoding, SpecialIds, WordPiece};
