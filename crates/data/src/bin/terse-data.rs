@@ -45,7 +45,7 @@ fn main() -> ExitCode {
 
 fn list() -> Result<(), DataError> {
     println!(
-        "{:<14} {:>9} {:<10} {:<44} description",
+        "{:<34} {:>9} {:<8} {:<50} description",
         "name", "size", "state", "license"
     );
     for m in manifests()? {
