@@ -70,10 +70,18 @@ fn is_intact(file: &FileEntry, path: &Path) -> Result<bool, DataError> {
 
 /// Makes `dir` hold every file of `manifest`, intact.
 pub fn ensure(manifest: &Manifest, dir: &Path) -> Result<(), DataError> {
+    if presence(manifest, dir)? == Presence::Complete {
+        return Ok(());
+    }
+    // Tests (threads) and ranks (processes) may ask for the same dataset at
+    // once: one fetches, the others wait and then find it complete.
+    std::fs::create_dir_all(dir).map_err(io(dir))?;
+    let lock_path = dir.join(".lock");
+    let lock = File::create(&lock_path).map_err(io(&lock_path))?;
+    lock.lock().map_err(io(&lock_path))?;
     let Presence::Incomplete(missing) = presence(manifest, dir)? else {
         return Ok(());
     };
-    std::fs::create_dir_all(dir).map_err(io(dir))?;
     for name in &missing {
         let path = dir.join(name);
         if path.exists() {
