@@ -69,4 +69,12 @@ pub enum DataError {
         /// One line per source tried, with why it failed.
         attempts: String,
     },
+    /// A configuration whose values contradict each other.
+    #[error("{config}: {detail}")]
+    Config {
+        /// The configuration type.
+        config: &'static str,
+        /// Which rule the values break.
+        detail: String,
+    },
 }

@@ -16,6 +16,7 @@ pub mod fetch;
 mod idx;
 mod manifest;
 mod minilm;
+pub mod squad;
 mod tar;
 mod tokenizer;
 
@@ -25,4 +26,8 @@ pub use fashion_mnist::{FASHION_MNIST_DEBIAN_DIR, FashionMnist};
 pub use idx::{IdxImages, read_idx_images, read_idx_labels};
 pub use manifest::{FileEntry, Manifest, Source, manifest, manifests};
 pub use minilm::{MiniLm, minilm};
+pub use squad::{
+    SquadAnswer, SquadExample, SquadFeature, SquadFeatureConfig, SquadFeaturizer, parse_squad,
+    read_squad,
+};
 pub use tokenizer::{Encoding, SpecialIds, WordPiece};
