@@ -7,6 +7,13 @@
 //! accuracy that the optimizer tests on Fashion-MNIST report.
 #![warn(missing_docs)]
 
+pub mod squad_answers;
+
+pub use squad_answers::{
+    AnswerConfig, Candidate, FeatureLogits, Prediction, QuestionContext, SquadAnswerError,
+    predict_answers, write_nbest_predictions, write_predictions,
+};
+
 /// Fraction of `predictions` equal to `labels` (0 for empty input).
 ///
 /// ```
