@@ -6,7 +6,8 @@
 //! rank. Today it reads IDX image files (Fashion-MNIST from Debian's
 //! `dataset-fashion-mnist`), fetches files into the cache with checksums
 //! ([`fetch`]), provides the pretrained MiniLM ([`minilm`]) and BERT's
-//! WordPiece tokenizer ([`WordPiece`]).
+//! WordPiece tokenizer ([`WordPiece`]), and reads and featurizes SQuAD v1.1
+//! ([`squad`]).
 #![warn(missing_docs)]
 
 mod datasets;

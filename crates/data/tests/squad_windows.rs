@@ -82,7 +82,7 @@ fn windows_offsets_max_context_and_labels_by_hand() {
     // token 8: B 6, C 206: C. token 10: C min(4,1)=1 → 106, D min(1,2)=1 →
     // 104: C (the longer window). token 11: C 6, D min(2,1)=1 → 104: D.
     let max_context: [&[bool]; 4] = [
-        &[true, true, true, true, true, false],  // A: tokens 0..=5
+        &[true, true, true, true, true, false],   // A: tokens 0..=5
         &[false, false, true, true, true, false], // B: tokens 3..=8
         &[false, false, true, true, true, false], // C: tokens 6..=11
         &[false, false, true, true],              // D: tokens 9..=12
@@ -179,5 +179,8 @@ fn an_invalid_config_is_refused_before_featurizing() {
         max_query: 6,
     };
     let e = SquadFeaturizer::new(&tokenizer, config).unwrap_err();
-    assert!(e.to_string().contains("doc_stride 7 must be in 1..=6"), "{e}");
+    assert!(
+        e.to_string().contains("doc_stride 7 must be in 1..=6"),
+        "{e}"
+    );
 }

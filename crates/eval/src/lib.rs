@@ -4,7 +4,8 @@
 //! script's normalisation), the answer post-processing (n-best spans mapped back
 //! to context text), the GLUE metrics (Matthews correlation, Pearson and
 //! Spearman, F1, accuracy) and plain classification accuracy. Today it has the
-//! accuracy that the optimizer tests on Fashion-MNIST report.
+//! SQuAD answer post-processing and predictions files ([`squad_answers`]) and
+//! the accuracy that the optimizer tests on Fashion-MNIST report.
 #![warn(missing_docs)]
 
 pub mod squad_answers;

@@ -363,11 +363,10 @@ fn write_json(path: &Path, value: &impl Serialize) -> Result<(), SquadAnswerErro
     };
     let file = std::fs::File::create(&tmp).map_err(io(&tmp))?;
     let mut out = std::io::BufWriter::new(file);
-    serde_json::to_writer_pretty(&mut out, value)
-        .map_err(|e| SquadAnswerError::Io {
-            path: tmp.clone(),
-            source: e.into(),
-        })?;
+    serde_json::to_writer_pretty(&mut out, value).map_err(|e| SquadAnswerError::Io {
+        path: tmp.clone(),
+        source: e.into(),
+    })?;
     out.write_all(b"\n").map_err(io(&tmp))?;
     let file = out.into_inner().map_err(|e| SquadAnswerError::Io {
         path: tmp.clone(),

@@ -231,10 +231,16 @@ fn predictions_files_in_the_official_format_byte_for_byte() {
     // A repeated id would lose an answer: refused, and nothing written.
     let twice = [question("q1"), question("q1")];
     let e = write_predictions(&dir.join("twice.json"), &twice, &p).unwrap_err();
-    assert_eq!(e.to_string(), "SQuAD answers: question id \"q1\" appears twice");
+    assert_eq!(
+        e.to_string(),
+        "SQuAD answers: question id \"q1\" appears twice"
+    );
     assert!(!dir.join("twice.json").exists());
     let e = write_predictions(&dir.join("short.json"), &questions[..1], &p).unwrap_err();
-    assert_eq!(e.to_string(), "SQuAD answers: 1 questions but 2 predictions");
+    assert_eq!(
+        e.to_string(),
+        "SQuAD answers: 1 questions but 2 predictions"
+    );
     let e = write_predictions(&dir.join("no/such/dir/p.json"), &questions, &p).unwrap_err();
     assert!(e.to_string().contains("no/such/dir/p.json.tmp"), "{e}");
     std::fs::remove_dir_all(&dir).unwrap();

@@ -212,7 +212,12 @@ impl<'t> SquadFeaturizer<'t> {
             let mut token_type_ids = vec![0; offset];
             token_type_ids.resize(seq, 1);
             let mut offsets = vec![None; offset];
-            offsets.extend(context.offsets[start..start + len].iter().copied().map(Some));
+            offsets.extend(
+                context.offsets[start..start + len]
+                    .iter()
+                    .copied()
+                    .map(Some),
+            );
             offsets.push(None);
             let mut max_context = vec![false; offset];
             max_context.extend((start..start + len).map(|t| is_max_context(&spans, w, t)));
@@ -277,7 +282,11 @@ fn is_max_context(spans: &[(usize, usize)], current: usize, token: usize) -> boo
 /// the tokenizer drops). HuggingFace instead takes the last token starting
 /// at or before `start`, which differs only for an answer that begins on a
 /// character no token covers (a space); SQuAD v1.1 has none.
-fn answer_token_span(offsets: &[(usize, usize)], start: usize, end: usize) -> Option<(usize, usize)> {
+fn answer_token_span(
+    offsets: &[(usize, usize)],
+    start: usize,
+    end: usize,
+) -> Option<(usize, usize)> {
     let first = offsets.iter().position(|&(_, e)| e > start)?;
     let last = offsets.iter().rposition(|&(s, _)| s < end)?;
     (first <= last).then_some((first, last))
@@ -329,7 +338,10 @@ mod tests {
     fn config_defaults_and_validation() {
         let config: SquadFeatureConfig = serde_json::from_str("{}").unwrap();
         assert_eq!(config, SquadFeatureConfig::default());
-        assert_eq!((config.max_seq, config.doc_stride, config.max_query), (384, 128, 64));
+        assert_eq!(
+            (config.max_seq, config.doc_stride, config.max_query),
+            (384, 128, 64)
+        );
         assert_eq!(config.min_window(), Some(317));
         assert!(config.validate().is_ok());
         assert!(serde_json::from_str::<SquadFeatureConfig>(r#"{"stride": 3}"#).is_err());

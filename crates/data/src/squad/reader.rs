@@ -97,7 +97,11 @@ pub fn parse_squad(json: &str, path: &Path) -> Result<Vec<SquadExample>, DataErr
                 .chain([context.len()])
                 .collect();
             let chars = bytes.len() - 1;
-            for (q, qa) in walk.array(paragraph, "qas", &at_paragraph)?.iter().enumerate() {
+            for (q, qa) in walk
+                .array(paragraph, "qas", &at_paragraph)?
+                .iter()
+                .enumerate()
+            {
                 let at_qa = format!("{at_paragraph}.qas[{q}]");
                 let id = walk.string(qa, "id", &at_qa)?.to_string();
                 let question = walk.string(qa, "question", &at_qa)?.to_string();
@@ -215,7 +219,9 @@ impl Walk<'_> {
     }
 
     fn array<'v>(&self, value: &'v Value, key: &str, at: &str) -> Result<&'v [Value], DataError> {
-        self.typed(value, key, at, "an array", |v| v.as_array().map(Vec::as_slice))
+        self.typed(value, key, at, "an array", |v| {
+            v.as_array().map(Vec::as_slice)
+        })
     }
 
     fn string<'v>(&self, value: &'v Value, key: &str, at: &str) -> Result<&'v str, DataError> {
@@ -296,7 +302,10 @@ mod tests {
 
     #[test]
     fn missing_and_mistyped_fields_name_the_record() {
-        assert_eq!(error(r#"{"version": "1.1"}"#), "fixture.json: data: missing");
+        assert_eq!(
+            error(r#"{"version": "1.1"}"#),
+            "fixture.json: data: missing"
+        );
         assert_eq!(
             error(r#"{"data": {}}"#),
             "fixture.json: data: expected an array, found an object"
@@ -306,7 +315,10 @@ mod tests {
             "fixture.json: data[0].paragraphs[0].context: missing"
         );
         let no_id = GOOD.replace(r#""id": "q3", "#, "");
-        assert_eq!(error(&no_id), "fixture.json: data[1].paragraphs[0].qas[1].id: missing");
+        assert_eq!(
+            error(&no_id),
+            "fixture.json: data[1].paragraphs[0].qas[1].id: missing"
+        );
         let numeric_question = GOOD.replace(r#""question": "When?""#, r#""question": 7"#);
         assert_eq!(
             error(&numeric_question),
