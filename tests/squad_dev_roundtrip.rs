@@ -10,9 +10,9 @@
 //! prediction must equal that gold text for every such question, and such
 //! questions must be at least 99% of the 10,570.
 //!
-//! Uses `terse-data` as a dev-dependency only (the library does not depend
-//! on it). Needs the SQuAD files and the MiniLM in the cache (fetched on
-//! first use).
+//! It lives in the workspace tests because it joins two crates that may not
+//! depend on each other (the trainer uses both). Needs the SQuAD files and
+//! the MiniLM in the cache (fetched on first use).
 
 use std::collections::HashMap;
 
