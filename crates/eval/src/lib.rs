@@ -1,14 +1,28 @@
 //! Evaluation metrics for terse.
 //!
-//! This crate will hold SQuAD v1.1 exact match and token F1 (the official
-//! script's normalisation), the answer post-processing (n-best spans mapped back
-//! to context text), the GLUE metrics (Matthews correlation, Pearson and
-//! Spearman, F1, accuracy) and plain classification accuracy. Today it has the
-//! SQuAD answer post-processing and predictions files ([`squad_answers`]) and
-//! the accuracy that the optimizer tests on Fashion-MNIST report.
+//! SQuAD v1.1 exact match and token F1 with the official script's
+//! normalization ([`squad_metric`]), the answer post-processing (n-best spans
+//! mapped back to context text) and predictions files ([`squad_answers`]),
+//! the GLUE metrics (Matthews correlation, Pearson and Spearman, F1,
+//! accuracy: [`classification`], [`correlation`], [`glue_metric`]) and plain
+//! classification accuracy.
 #![warn(missing_docs)]
 
+pub mod classification;
+pub mod correlation;
+mod error;
+pub mod glue_metric;
 pub mod squad_answers;
+pub mod squad_metric;
+
+pub use classification::{Confusion, accuracy_of, binary_f1, matthews_corrcoef};
+pub use correlation::{average_ranks, pearson, spearman};
+pub use error::EvalError;
+pub use glue_metric::{GlueMetricKind, GlueOutputs, glue_scores};
+pub use squad_metric::{
+    SquadGold, SquadScore, evaluate, exact_match, f1, normalize_answer, read_gold,
+    read_predictions, score_question,
+};
 
 pub use squad_answers::{
     AnswerConfig, Candidate, FeatureLogits, Prediction, QuestionContext, SquadAnswerError,
