@@ -17,6 +17,8 @@ pub mod fetch;
 mod idx;
 mod manifest;
 mod minilm;
+pub mod pretrain;
+pub mod rng;
 pub mod squad;
 mod tar;
 mod tokenizer;

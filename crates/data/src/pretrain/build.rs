@@ -1,0 +1,172 @@
+//! From documents to shard files: tokenize every sentence, make
+//! `dupe_factor` passes of example creation over the shuffled documents
+//! (each pass other pairings and masks), shuffle the examples and deal them
+//! round-robin into shards. One random stream seeded by the config drives
+//! it all, so the files are byte-identical for the same corpus, tokenizer
+//! and config.
+
+use std::path::Path;
+
+use indicatif::{ProgressBar, ProgressStyle};
+use serde::Serialize;
+
+use super::config::PretrainConfig;
+use super::corpus::Document;
+use super::instances::{
+    InstanceSettings, PretrainExample, TokenizedDocument, instances_from_document,
+};
+use super::masking::MaskingVocab;
+use super::shard::write_shard;
+use crate::rng::SplitMix64;
+use crate::{DataError, WordPiece};
+
+/// What `build_shards` wrote (also saved as `pretrain.json` beside the shards).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct BuildSummary {
+    /// The settings used.
+    pub config: PretrainConfig,
+    /// Documents and sentences read.
+    pub documents: usize,
+    /// Sentences read.
+    pub sentences: usize,
+    /// Word pieces of the corpus (one pass).
+    pub tokens: usize,
+    /// Examples written.
+    pub examples: usize,
+    /// Shard file names and their example counts.
+    pub shards: Vec<(String, usize)>,
+    /// Vocabulary size of the tokenizer.
+    pub vocab_size: u32,
+}
+
+fn bar(len: usize, what: &str) -> ProgressBar {
+    ProgressBar::new(len as u64).with_style(
+        ProgressStyle::with_template(&format!("{what} [{{bar:30}}] {{pos}}/{{len}} eta {{eta}}"))
+            .expect("a valid template")
+            .progress_chars("=> "),
+    )
+}
+
+/// The word pieces of every sentence, documents without any dropped.
+pub fn tokenize_documents(
+    documents: &[Document],
+    tokenizer: &WordPiece,
+) -> Result<Vec<TokenizedDocument>, DataError> {
+    let progress = bar(documents.len(), "tokenizing documents");
+    let mut out = Vec::with_capacity(documents.len());
+    for document in documents {
+        let mut sentences = Vec::with_capacity(document.sentences.len());
+        for sentence in &document.sentences {
+            let ids = tokenizer.encode_plain(sentence)?.ids;
+            if !ids.is_empty() {
+                sentences.push(ids);
+            }
+        }
+        if !sentences.is_empty() {
+            out.push(sentences);
+        }
+        progress.inc(1);
+    }
+    progress.finish_and_clear();
+    Ok(out)
+}
+
+/// The special ids and vocabulary size `tokenizer` gives the masking.
+pub fn masking_vocab(tokenizer: &WordPiece) -> MaskingVocab {
+    let special = tokenizer.special();
+    MaskingVocab {
+        cls: special.cls,
+        sep: special.sep,
+        mask: special.mask,
+        size: tokenizer.vocab_size() as u32,
+    }
+}
+
+/// All examples of a tokenized corpus, in their final (shuffled) order.
+pub fn create_examples(
+    documents: &[TokenizedDocument],
+    config: &PretrainConfig,
+    vocab: MaskingVocab,
+) -> Result<Vec<PretrainExample>, DataError> {
+    config.validate()?;
+    let mut rng = SplitMix64::new(config.seed);
+    let mut order: Vec<usize> = (0..documents.len()).collect();
+    rng.shuffle(&mut order);
+    let shuffled: Vec<TokenizedDocument> = order.iter().map(|&i| documents[i].clone()).collect();
+    let settings = InstanceSettings {
+        max_seq: config.max_seq,
+        max_predictions: config.max_predictions,
+        masked_lm_prob: config.masked_lm_prob,
+        short_seq_prob: config.short_seq_prob,
+        vocab,
+    };
+    let progress = bar(config.dupe_factor * shuffled.len(), "creating examples");
+    let mut examples = Vec::new();
+    for _ in 0..config.dupe_factor {
+        for index in 0..shuffled.len() {
+            examples.extend(instances_from_document(
+                &shuffled, index, &settings, &mut rng,
+            ));
+            progress.inc(1);
+        }
+    }
+    progress.finish_and_clear();
+    rng.shuffle(&mut examples);
+    Ok(examples)
+}
+
+/// Makes the examples of `documents` and writes them as `num_shards` shard
+/// files `pretrain-NNNNN-of-MMMMM.shard` plus `pretrain.json` into `out_dir`.
+pub fn build_shards(
+    documents: &[Document],
+    tokenizer: &WordPiece,
+    config: &PretrainConfig,
+    out_dir: &Path,
+    num_shards: usize,
+) -> Result<BuildSummary, DataError> {
+    config.validate()?;
+    if num_shards == 0 {
+        return Err(DataError::Config {
+            config: "pretrain",
+            detail: "num_shards must be at least 1".into(),
+        });
+    }
+    let tokenized = tokenize_documents(documents, tokenizer)?;
+    let vocab = masking_vocab(tokenizer);
+    let examples = create_examples(&tokenized, config, vocab)?;
+    std::fs::create_dir_all(out_dir).map_err(|source| DataError::Io {
+        path: out_dir.to_path_buf(),
+        source,
+    })?;
+    let mut shards = Vec::with_capacity(num_shards);
+    for s in 0..num_shards {
+        let part: Vec<PretrainExample> = examples
+            .iter()
+            .skip(s)
+            .step_by(num_shards)
+            .cloned()
+            .collect();
+        let name = format!("pretrain-{s:05}-of-{num_shards:05}.shard");
+        write_shard(
+            &out_dir.join(&name),
+            &part,
+            config.max_seq,
+            config.max_predictions,
+            vocab.size,
+        )?;
+        shards.push((name, part.len()));
+    }
+    let summary = BuildSummary {
+        config: config.clone(),
+        documents: tokenized.len(),
+        sentences: tokenized.iter().map(Vec::len).sum(),
+        tokens: tokenized.iter().flatten().map(Vec::len).sum(),
+        examples: examples.len(),
+        shards,
+        vocab_size: vocab.size,
+    };
+    let json = serde_json::to_string_pretty(&summary).expect("serializable");
+    let path = out_dir.join("pretrain.json");
+    std::fs::write(&path, json).map_err(|source| DataError::Io { path, source })?;
+    Ok(summary)
+}

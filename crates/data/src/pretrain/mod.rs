@@ -1,0 +1,24 @@
+//! BERT pre-training data (Devlin et al. 2019, §3.1 and A.2): a corpus of
+//! documents cut into sentences ([`corpus`]), masked-LM + next-sentence
+//! examples made as Google's `create_pretraining_data.py` makes them
+//! ([`instances`], [`masking`], [`build`]), written as fixed-record shard
+//! files ([`shard`]) that training memory-maps ([`set`]), each rank reading
+//! its own share of a seeded per-epoch order ([`order`]).
+
+pub mod build;
+pub mod config;
+pub mod corpus;
+pub mod instances;
+pub mod masking;
+pub mod order;
+pub mod set;
+pub mod shard;
+
+pub use build::{BuildSummary, build_shards, create_examples, masking_vocab, tokenize_documents};
+pub use config::PretrainConfig;
+pub use corpus::{Document, read_plain_corpus, read_sotu, read_squad_contexts, split_sentences};
+pub use instances::{PretrainExample, TokenizedDocument};
+pub use masking::{MaskedLm, MaskingVocab};
+pub use order::epoch_indices;
+pub use set::ShardSet;
+pub use shard::{Shard, ShardHeader, write_shard};

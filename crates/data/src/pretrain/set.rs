@@ -1,0 +1,92 @@
+//! All shards of a directory as one indexable set of examples.
+
+use std::path::Path;
+
+use super::instances::PretrainExample;
+use super::shard::{Shard, ShardHeader};
+use crate::DataError;
+
+/// The `*.shard` files of a directory, in name order, as one sequence.
+#[derive(Debug)]
+pub struct ShardSet {
+    shards: Vec<Shard>,
+    /// Index of the first example of each shard, and the total at the end.
+    starts: Vec<usize>,
+}
+
+impl ShardSet {
+    /// Opens every shard of `dir`; they must agree on `max_seq`,
+    /// `max_predictions` and the vocabulary.
+    pub fn open(dir: &Path) -> Result<Self, DataError> {
+        let mut paths: Vec<_> = std::fs::read_dir(dir)
+            .map_err(|source| DataError::Io {
+                path: dir.to_path_buf(),
+                source,
+            })?
+            .filter_map(|e| e.ok().map(|e| e.path()))
+            .filter(|p| p.extension().is_some_and(|x| x == "shard"))
+            .collect();
+        paths.sort();
+        if paths.is_empty() {
+            return Err(DataError::Format {
+                path: dir.to_path_buf(),
+                detail: "no *.shard files".into(),
+            });
+        }
+        let shards = paths
+            .iter()
+            .map(|p| Shard::open(p))
+            .collect::<Result<Vec<_>, _>>()?;
+        let first = shards[0].header();
+        for (shard, path) in shards.iter().zip(&paths) {
+            let h = shard.header();
+            if (h.max_seq, h.max_predictions, h.vocab_size)
+                != (first.max_seq, first.max_predictions, first.vocab_size)
+            {
+                return Err(DataError::Format {
+                    path: path.clone(),
+                    detail: format!(
+                        "max_seq {}, max_predictions {}, vocabulary {} differ from {}'s",
+                        h.max_seq,
+                        h.max_predictions,
+                        h.vocab_size,
+                        paths[0].display()
+                    ),
+                });
+            }
+        }
+        let mut starts = vec![0];
+        for shard in &shards {
+            starts.push(starts.last().expect("non-empty") + shard.len());
+        }
+        Ok(Self { shards, starts })
+    }
+
+    /// The shared parameters (count = the whole set's).
+    pub fn header(&self) -> ShardHeader {
+        ShardHeader {
+            count: self.len(),
+            ..self.shards[0].header()
+        }
+    }
+
+    /// Examples in all shards.
+    pub fn len(&self) -> usize {
+        *self.starts.last().expect("non-empty")
+    }
+
+    /// Whether there is no example.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Example `i` of the whole set.
+    pub fn get(&self, i: usize) -> Result<PretrainExample, DataError> {
+        let s = self
+            .starts
+            .partition_point(|&start| start <= i)
+            .saturating_sub(1);
+        let s = s.min(self.shards.len() - 1);
+        self.shards[s].get(i - self.starts[s])
+    }
+}

@@ -1,0 +1,219 @@
+//! Pre-training examples from the real State of the Union addresses with
+//! the real BERT vocabulary: the masking and next-sentence rates BERT
+//! prescribes, byte-identical shards for the same seed, a round trip
+//! through the memory-mapped reader, the shard layout byte for byte against
+//! a file written independently by Python, and corrupted shards refused.
+
+use std::path::{Path, PathBuf};
+
+use terse_data::pretrain::{
+    MaskedLm, PretrainConfig, PretrainExample, ShardSet, build_shards, create_examples,
+    masking_vocab, read_sotu, tokenize_documents, write_shard,
+};
+use terse_data::{DataError, WordPiece, dataset, minilm};
+
+fn scratch(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("terse-pretrain-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+fn tokenizer() -> WordPiece {
+    WordPiece::from_tokenizer_json(&minilm().unwrap().tokenizer).unwrap()
+}
+
+#[test]
+fn masking_and_nsp_rates_over_the_sotu_addresses() {
+    let tokenizer = tokenizer();
+    let special = tokenizer.special();
+    // The 40 earliest addresses: ~0.5M word pieces, well over 100k.
+    let documents = read_sotu(&dataset("sotu").unwrap()).unwrap();
+    assert_eq!(documents.len(), 233);
+    let tokenized = tokenize_documents(&documents[..40], &tokenizer).unwrap();
+    let config = PretrainConfig {
+        dupe_factor: 1,
+        seed: 12345,
+        ..PretrainConfig::default()
+    };
+    let examples = create_examples(&tokenized, &config, masking_vocab(&tokenizer)).unwrap();
+
+    let (mut tokens, mut selected, mut as_mask, mut unchanged, mut random) = (0, 0, 0, 0, 0);
+    let mut random_next = 0;
+    for e in &examples {
+        assert!(e.input_ids.len() <= 128 && e.masked.positions.len() <= 20);
+        // Only real tokens can be masked: [CLS] and [SEP] never.
+        tokens += e.input_ids.len() - 3;
+        selected += e.masked.positions.len();
+        for (&p, &label) in e.masked.positions.iter().zip(&e.masked.labels) {
+            assert!(label != special.cls && label != special.sep);
+            let now = e.input_ids[p as usize];
+            if now == special.mask {
+                as_mask += 1;
+            } else if now == label {
+                unchanged += 1;
+            } else {
+                random += 1;
+            }
+        }
+        random_next += usize::from(e.is_random_next);
+    }
+    let share = |a: usize, b: usize| a as f64 / b as f64;
+    eprintln!(
+        "{} examples, {tokens} tokens, selected {:.4}, [MASK] {:.4}, unchanged {:.4}, random {:.4}, random next {:.4}",
+        examples.len(),
+        share(selected, tokens),
+        share(as_mask, selected),
+        share(unchanged, selected),
+        share(random, selected),
+        share(random_next, examples.len())
+    );
+    assert!(tokens >= 100_000, "{tokens}");
+    // round(0.15 · len) of len − 3 maskable tokens: 15% up to rounding and
+    // the three special tokens (19 of 125 = 15.2% for a full sequence).
+    assert!((share(selected, tokens) - 0.15).abs() < 0.01);
+    assert!((share(as_mask, selected) - 0.8).abs() < 0.01);
+    assert!((share(unchanged, selected) - 0.1).abs() < 0.01);
+    assert!((share(random, selected) - 0.1).abs() < 0.01);
+    assert!((share(random_next, examples.len()) - 0.5).abs() < 0.02);
+}
+
+fn read_all(dir: &Path) -> Vec<(String, Vec<u8>)> {
+    let mut files: Vec<_> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|x| x == "shard"))
+        .collect();
+    files.sort();
+    files
+        .into_iter()
+        .map(|p| {
+            (
+                p.file_name().unwrap().to_string_lossy().into_owned(),
+                std::fs::read(&p).unwrap(),
+            )
+        })
+        .collect()
+}
+
+#[test]
+fn same_seed_same_bytes_and_the_reader_returns_what_was_written() {
+    let tokenizer = tokenizer();
+    let documents = read_sotu(&dataset("sotu").unwrap()).unwrap();
+    let documents = &documents[200..210];
+    let config = PretrainConfig {
+        dupe_factor: 2,
+        seed: 7,
+        ..PretrainConfig::default()
+    };
+    let (a, b, c) = (scratch("a"), scratch("b"), scratch("c"));
+    let summary = build_shards(documents, &tokenizer, &config, &a, 3).unwrap();
+    build_shards(documents, &tokenizer, &config, &b, 3).unwrap();
+    let other_seed = PretrainConfig {
+        seed: 8,
+        ..config.clone()
+    };
+    build_shards(documents, &tokenizer, &other_seed, &c, 3).unwrap();
+    assert_eq!(read_all(&a), read_all(&b));
+    assert_ne!(read_all(&a), read_all(&c));
+    assert_eq!(summary.shards.len(), 3);
+    assert!(a.join("pretrain.json").exists());
+
+    // The set reads back exactly the examples creation made, in order
+    // (dealt round-robin: shard s holds examples s, s + 3, …).
+    let examples = create_examples(
+        &tokenize_documents(documents, &tokenizer).unwrap(),
+        &config,
+        masking_vocab(&tokenizer),
+    )
+    .unwrap();
+    assert_eq!(examples.len(), summary.examples);
+    let set = ShardSet::open(&a).unwrap();
+    assert_eq!(set.len(), examples.len());
+    let mut index = 0;
+    for s in 0..3 {
+        for (k, expected) in examples.iter().skip(s).step_by(3).enumerate() {
+            assert_eq!(&set.get(index).unwrap(), expected, "shard {s}, example {k}");
+            index += 1;
+        }
+    }
+}
+
+fn tiny_examples() -> Vec<PretrainExample> {
+    // The two examples make_tiny_shard.py writes.
+    vec![
+        PretrainExample {
+            input_ids: vec![101, 7592, 103, 102, 2003, 102],
+            segment_a_len: 4,
+            masked: MaskedLm {
+                positions: vec![2],
+                labels: vec![2088],
+            },
+            is_random_next: false,
+        },
+        PretrainExample {
+            input_ids: vec![101, 1037, 102, 1038, 1039, 103, 102],
+            segment_a_len: 3,
+            masked: MaskedLm {
+                positions: vec![1, 5],
+                labels: vec![1037, 1040],
+            },
+            is_random_next: true,
+        },
+    ]
+}
+
+#[test]
+fn the_layout_matches_an_independent_writer_byte_for_byte() {
+    let fixture = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/pretrain");
+    let expected = std::fs::read(fixture.join("tiny.shard")).unwrap();
+    let dir = scratch("tiny");
+    let written = dir.join("tiny.shard");
+    write_shard(&written, &tiny_examples(), 8, 2, 30_522).unwrap();
+    assert_eq!(std::fs::read(&written).unwrap(), expected);
+    let set = ShardSet::open(&fixture).unwrap();
+    assert_eq!(set.len(), 2);
+    assert_eq!(set.get(0).unwrap(), tiny_examples()[0]);
+    assert_eq!(set.get(1).unwrap(), tiny_examples()[1]);
+    assert_eq!(set.get(1).unwrap().token_type_ids(), [0, 0, 0, 1, 1, 1, 1]);
+}
+
+#[test]
+fn corrupted_shards_are_refused_naming_the_file_and_record() {
+    let fixture = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/pretrain/tiny.shard");
+    let good = std::fs::read(fixture).unwrap();
+    let dir = scratch("bad");
+    let path = dir.join("bad.shard");
+    let message = |bytes: &[u8]| -> String {
+        std::fs::write(&path, bytes).unwrap();
+        match terse_data::pretrain::Shard::open(&path) {
+            Err(e) => e.to_string(),
+            Ok(shard) => shard
+                .get(1)
+                .map(|_| String::new())
+                .unwrap_or_else(|e| e.to_string()),
+        }
+    };
+    let truncated = message(&good[..100]);
+    assert!(
+        truncated.contains("bad.shard") && truncated.contains("truncated"),
+        "{truncated}"
+    );
+    let mut magic = good.clone();
+    magic[0] = b'X';
+    assert!(message(&magic).contains("bad magic"));
+    // Record 1 starts at 64 + 32: claim 9 tokens in an 8-token record.
+    let mut long = good.clone();
+    long[96] = 9;
+    let error = message(&long);
+    assert!(error.contains("bad.shard: record 1: length 9"), "{error}");
+    // A masked position beyond the sequence (position slot at 96 + 8 + 16).
+    let mut position = good.clone();
+    position[120] = 7;
+    let error = message(&position);
+    assert!(error.contains("record 1: masked position 7"), "{error}");
+    assert!(matches!(
+        ShardSet::open(&dir.join("nowhere")),
+        Err(DataError::Io { .. })
+    ));
+}
