@@ -15,6 +15,7 @@ mod error;
 mod fashion_mnist;
 pub mod fetch;
 mod idx;
+pub mod images;
 mod manifest;
 mod minilm;
 pub mod pretrain;
