@@ -14,6 +14,7 @@ mod datasets;
 mod error;
 mod fashion_mnist;
 pub mod fetch;
+pub mod glue;
 mod idx;
 pub mod images;
 mod manifest;

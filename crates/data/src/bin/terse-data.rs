@@ -6,8 +6,10 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
+use terse_data::glue::{ReviewSource, read_movie_reviews};
 use terse_data::pretrain::{
     Document, PretrainConfig, build_shards, read_plain_corpus, read_sotu, read_squad_contexts,
+    split_sentences,
 };
 use terse_data::{
     DataError, Presence, WordPiece, dataset, dataset_dir, manifest, manifests, minilm, presence,
@@ -41,7 +43,7 @@ enum Command {
 #[derive(clap::Args, Debug)]
 struct ShardsArgs {
     /// Corpora, comma-separated: `sotu` (State of the Union addresses),
-    /// `squad` (SQuAD v1.1 train articles), or a path to a plain-text file
+    /// `squad` (SQuAD v1.1 train articles), `imdb` (25,000 reviews), or a path to a plain-text file
     /// with one sentence per line and a blank line between documents.
     #[arg(long, value_delimiter = ',', default_value = "sotu,squad")]
     corpus: Vec<String>,
@@ -158,6 +160,15 @@ fn shards(args: &ShardsArgs) -> Result<(), DataError> {
         let before = documents.len();
         match corpus.as_str() {
             "sotu" => documents.extend(read_sotu(&dataset("sotu")?)?),
+            "imdb" => {
+                let csv = dataset("movie-reviews")?.join("combined_movie_reviews.csv");
+                for review in read_movie_reviews(&csv, ReviewSource::Imdb)? {
+                    documents.push(Document {
+                        sentences: split_sentences(&review.text_a),
+                        origin: review.guid,
+                    });
+                }
+            }
             "squad" => documents.extend(read_squad_contexts(
                 &dataset("squad-v1.1")?.join("train-v1.1.json"),
             )?),

