@@ -1,13 +1,11 @@
-//! Data for terse.
-//!
-//! This crate will hold tokenization (WordPiece through `tokenizers`), BERT
-//! pre-training example creation (MLM/NSP, sharded and memory-mapped), the SQuAD
-//! and GLUE readers and featurization, and the image readers, with batching per
-//! rank. Today it reads IDX image files (Fashion-MNIST from Debian's
-//! `dataset-fashion-mnist`), fetches files into the cache with checksums
-//! ([`fetch`]), provides the pretrained MiniLM ([`minilm`]) and BERT's
-//! WordPiece tokenizer ([`WordPiece`]), and reads and featurizes SQuAD v1.1
-//! ([`squad`]).
+//! Data for terse: every dataset's files fetched and verified from its
+//! manifest ([`dataset`], [`manifests`], [`fetch`]), BERT's WordPiece
+//! tokenizer ([`WordPiece`]) and the pretrained MiniLM ([`minilm`]); BERT
+//! pre-training examples in memory-mapped shards ([`pretrain`]); SQuAD v1.1
+//! reading and featurization ([`squad`]); the GLUE readers, their stand-ins
+//! and classification inputs ([`glue`]); image readers and augmentation
+//! ([`images`], with the IDX reader and Fashion-MNIST at the root); and the
+//! seeded random stream all of it draws from ([`rng`]).
 #![warn(missing_docs)]
 
 mod datasets;
