@@ -115,15 +115,7 @@ pub fn read_plain_corpus(path: &Path) -> Result<Vec<Document>, DataError> {
 /// One document per State of the Union address (`*.txt` of `dir`, in name
 /// order, i.e. chronologically).
 pub fn read_sotu(dir: &Path) -> Result<Vec<Document>, DataError> {
-    let mut files: Vec<_> = std::fs::read_dir(dir)
-        .map_err(|source| DataError::Io {
-            path: dir.to_path_buf(),
-            source,
-        })?
-        .filter_map(|e| e.ok().map(|e| e.path()))
-        .filter(|p| p.extension().is_some_and(|x| x == "txt"))
-        .collect();
-    files.sort();
+    let files = super::files_with_extension(dir, "txt")?;
     let mut documents = Vec::new();
     for path in files {
         let sentences = split_sentences(&read(&path)?);

@@ -22,3 +22,21 @@ pub use masking::{MaskedLm, MaskingVocab};
 pub use order::epoch_indices;
 pub use set::ShardSet;
 pub use shard::{Shard, ShardHeader, write_shard};
+
+use std::path::{Path, PathBuf};
+
+use crate::DataError;
+
+/// The files of `dir` with extension `ext`, in name order.
+fn files_with_extension(dir: &Path, ext: &str) -> Result<Vec<PathBuf>, DataError> {
+    let mut files: Vec<PathBuf> = std::fs::read_dir(dir)
+        .map_err(|source| DataError::Io {
+            path: dir.to_path_buf(),
+            source,
+        })?
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.extension().is_some_and(|x| x == ext))
+        .collect();
+    files.sort();
+    Ok(files)
+}

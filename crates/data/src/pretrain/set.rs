@@ -18,15 +18,7 @@ impl ShardSet {
     /// Opens every shard of `dir`; they must agree on `max_seq`,
     /// `max_predictions` and the vocabulary.
     pub fn open(dir: &Path) -> Result<Self, DataError> {
-        let mut paths: Vec<_> = std::fs::read_dir(dir)
-            .map_err(|source| DataError::Io {
-                path: dir.to_path_buf(),
-                source,
-            })?
-            .filter_map(|e| e.ok().map(|e| e.path()))
-            .filter(|p| p.extension().is_some_and(|x| x == "shard"))
-            .collect();
-        paths.sort();
+        let paths = super::files_with_extension(dir, "shard")?;
         if paths.is_empty() {
             return Err(DataError::Format {
                 path: dir.to_path_buf(),
