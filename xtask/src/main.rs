@@ -53,7 +53,7 @@ enum Command {
     Reproduce(reproduce::Args),
     /// Benchmark kernels, optimizer steps or collectives against an in-run baseline
     Bench(bench::Args),
-    /// List datasets and pretrained weights, or fetch them and verify their checksums
+    /// List datasets and pretrained weights, fetch and verify them, build BERT pre-training shards
     Data(data::Args),
 }
 
