@@ -25,4 +25,7 @@ pub enum TrainError {
         /// The loss value.
         loss: f32,
     },
+    /// Examples that cannot form one batch.
+    #[error("cannot batch: {0}")]
+    Batch(String),
 }

@@ -5,14 +5,21 @@
 //! periodic evaluation), checkpoints written atomically and resumed
 //! bit-identically, the JSONL metrics log and the per-step timing breakdown;
 //! the trainer issue fills it. Today it has the single-rank image-classifier
-//! run that `terse train mlp` and the optimizer tests use: an MLP trained on
-//! real Fashion-MNIST through burn autodiff with any terse-optim optimizer.
+//! run that `terse train mlp` and the optimizer tests use (an MLP trained on
+//! real Fashion-MNIST through burn autodiff with any terse-optim optimizer),
+//! and the collation of pre-training, classification and SQuAD examples
+//! into BERT's input tensors ([`batch`]).
 #![warn(missing_docs)]
 
+pub mod batch;
 mod classifier;
 mod error;
 mod shuffle;
 
+pub use batch::{
+    ClassificationBatch, PretrainBatch, SquadBatch, classification_batch, pretrain_batch,
+    squad_batch,
+};
 pub use classifier::{ClassifierRun, EpochReport};
 pub use error::TrainError;
 pub use shuffle::shuffled_indices;
