@@ -14,6 +14,7 @@
 pub mod batch;
 mod classifier;
 mod error;
+mod sentence_classifier;
 mod shuffle;
 
 pub use batch::{
@@ -22,4 +23,5 @@ pub use batch::{
 };
 pub use classifier::{ClassifierRun, EpochReport};
 pub use error::TrainError;
+pub use sentence_classifier::{ClassificationTask, SentenceClassifierRun};
 pub use shuffle::shuffled_indices;
