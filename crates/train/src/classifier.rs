@@ -8,7 +8,6 @@ use std::time::Instant;
 use burn::module::Module;
 use burn::nn::loss::CrossEntropyLossConfig;
 use burn::tensor::{Device, Int, Tensor, TensorData};
-use indicatif::{ProgressBar, ProgressStyle};
 use serde::{Deserialize, Serialize};
 use terse_comm::SingleRank;
 use terse_data::FashionMnist;
@@ -17,6 +16,7 @@ use terse_optim::{
     AdamConfig, LambConfig, LrSchedule, Optimizer, OptimizerConfig, ParamLayout, SgdConfig,
 };
 
+use crate::progress::step_bar;
 use crate::{TrainError, shuffled_indices};
 
 /// What to train and how: the `[run]`-less TOML of `configs/mlp-*.toml`.
@@ -126,18 +126,7 @@ impl ClassifierRun {
         let loss_fn = CrossEntropyLossConfig::new().init(&device);
 
         let steps = self.steps_per_epoch(train.len());
-        let bar = if progress {
-            let bar = ProgressBar::new((steps * self.epochs) as u64);
-            bar.set_style(
-                ProgressStyle::with_template(
-                    "{prefix} [{elapsed_precise}<{eta_precise}] {wide_bar} {pos}/{len} {msg}",
-                )
-                .expect("the template is valid"),
-            );
-            bar
-        } else {
-            ProgressBar::hidden()
-        };
+        let bar = step_bar((steps * self.epochs) as u64, progress);
 
         let mut reports = Vec::with_capacity(self.epochs);
         for epoch in 1..=self.epochs {

@@ -14,6 +14,7 @@
 pub mod batch;
 mod classifier;
 mod error;
+mod progress;
 mod sentence_classifier;
 mod shuffle;
 

@@ -10,7 +10,6 @@ use std::time::Instant;
 
 use burn::module::Module;
 use burn::tensor::Device;
-use indicatif::{ProgressBar, ProgressStyle};
 use serde::{Deserialize, Serialize};
 use terse_comm::SingleRank;
 use terse_data::glue::ClassificationFeature;
@@ -18,6 +17,7 @@ use terse_models::bert::{BertConfig, BertForSequenceClassification, load_hf};
 use terse_optim::{AdamConfig, LrSchedule, Optimizer, OptimizerConfig, ParamLayout};
 
 use crate::batch::classification_batch;
+use crate::progress::step_bar;
 use crate::{EpochReport, TrainError, shuffled_indices};
 
 /// How to fine-tune.
@@ -115,18 +115,7 @@ impl SentenceClassifierRun {
         let comm = SingleRank::new();
         let layout = ParamLayout::from_module(&model);
         let mut optimizer = Optimizer::new(self.optimizer.clone(), schedule, layout, &comm)?;
-        let bar = if progress {
-            let bar = ProgressBar::new(total);
-            bar.set_style(
-                ProgressStyle::with_template(
-                    "{prefix} [{elapsed_precise}<{eta_precise}] {wide_bar} {pos}/{len} {msg}",
-                )
-                .expect("the template is valid"),
-            );
-            bar
-        } else {
-            ProgressBar::hidden()
-        };
+        let bar = step_bar(total, progress);
         let mut reports = Vec::with_capacity(self.epochs);
         for epoch in 1..=self.epochs {
             bar.set_prefix(format!("epoch {epoch}/{}", self.epochs));
