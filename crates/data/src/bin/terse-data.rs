@@ -6,10 +6,9 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
-use terse_data::glue::{ReviewSource, read_movie_reviews};
 use terse_data::pretrain::{
-    Document, PretrainConfig, build_shards, read_plain_corpus, read_sotu, read_squad_contexts,
-    split_sentences,
+    Document, PretrainConfig, build_shards, read_imdb, read_plain_corpus, read_sotu,
+    read_squad_contexts,
 };
 use terse_data::{
     DataError, Presence, WordPiece, dataset, dataset_dir, manifest, manifests, minilm, presence,
@@ -160,15 +159,9 @@ fn shards(args: &ShardsArgs) -> Result<(), DataError> {
         let before = documents.len();
         match corpus.as_str() {
             "sotu" => documents.extend(read_sotu(&dataset("sotu")?)?),
-            "imdb" => {
-                let csv = dataset("movie-reviews")?.join("combined_movie_reviews.csv");
-                for review in read_movie_reviews(&csv, ReviewSource::Imdb)? {
-                    documents.push(Document {
-                        sentences: split_sentences(&review.text_a),
-                        origin: review.guid,
-                    });
-                }
-            }
+            "imdb" => documents.extend(read_imdb(
+                &dataset("movie-reviews")?.join("combined_movie_reviews.csv"),
+            )?),
             "squad" => documents.extend(read_squad_contexts(
                 &dataset("squad-v1.1")?.join("train-v1.1.json"),
             )?),
@@ -180,18 +173,11 @@ fn shards(args: &ShardsArgs) -> Result<(), DataError> {
         Some(vocab) => WordPiece::from_vocab(vocab, true)?,
         None => WordPiece::from_tokenizer_json(&minilm()?.tokenizer)?,
     };
-    let max_predictions = args.max_predictions.unwrap_or(match args.max_seq {
-        128 => 20,
-        512 => 80,
-        n => (n as f64 * 0.15).ceil() as usize,
-    });
-    let config = PretrainConfig {
-        max_seq: args.max_seq,
-        max_predictions,
-        dupe_factor: args.dupe_factor,
-        seed: args.seed,
-        ..PretrainConfig::default()
-    };
+    let mut config = PretrainConfig::for_max_seq(args.max_seq, args.seed)?;
+    if let Some(max_predictions) = args.max_predictions {
+        config.max_predictions = max_predictions;
+    }
+    config.dupe_factor = args.dupe_factor;
     let summary = build_shards(&documents, &tokenizer, &config, &args.out, args.shards)?;
     println!(
         "{} examples (max_seq {}, {} documents, {} sentences, {} word pieces, dupe factor {}) in {} shards in {}",

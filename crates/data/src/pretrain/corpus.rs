@@ -6,14 +6,17 @@
 //! Sources: Google's plain format (one sentence per line, a blank line
 //! between documents) for a user's own corpus; the State of the Union
 //! addresses (one document per address); SQuAD's Wikipedia paragraphs (one
-//! document per article). Running text is cut into sentences by
-//! [`split_sentences`].
+//! document per article); IMDB reviews (one document per review). Running
+//! text is cut into paragraphs at blank lines and paragraphs into sentences
+//! by [`split_sentences`], so no sentence spans a paragraph break (a heading
+//! without a final period stays its own sentence).
 
 use std::path::Path;
 
 use serde_json::Value;
 
 use crate::DataError;
+use crate::glue::{ReviewSource, read_movie_reviews};
 
 /// A document: its sentences in order.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -25,32 +28,48 @@ pub struct Document {
 }
 
 /// Abbreviations after which a period does not end a sentence (compared in
-/// lower case, without the final period).
-const ABBREVIATIONS: [&str; 28] = [
+/// lower case, without the final period). "etc." ending a sentence is thus
+/// missed — rarer, in these corpora, than "etc." inside one.
+const ABBREVIATIONS: [&str; 29] = [
     "mr", "mrs", "ms", "dr", "st", "jr", "sr", "messrs", "gen", "gov", "sen", "rep", "hon", "rev",
-    "prof", "capt", "col", "lt", "vs", "etc", "no", "co", "inc", "ltd", "jan", "feb", "u.s", "e.g",
+    "prof", "capt", "col", "lt", "vs", "etc", "co", "inc", "ltd", "jan", "feb", "p", "pp", "vol",
+    "fig",
 ];
 
-/// Whether the word ending at a period is an abbreviation or an initial.
-fn is_abbreviation(word: &str) -> bool {
-    let word = word.trim_start_matches(|c: char| !c.is_alphanumeric());
+/// Whether `word`, ending in a period, is an abbreviation or an initial
+/// (so the period does not end the sentence); `next` is the word after it.
+fn is_abbreviation(word: &str, next: &str) -> bool {
+    let word = word
+        .trim_start_matches(|c: char| !c.is_alphanumeric())
+        .trim_end_matches('.');
     let lower = word.to_lowercase();
-    let lower = lower.trim_end_matches('.');
-    if ABBREVIATIONS.contains(&lower) || lower == "i.e" {
+    if ABBREVIATIONS.contains(&lower.as_str()) {
         return true;
     }
-    // Single initials ("John F. Kennedy") and dotted acronyms ("U.S.A.").
-    let letters: Vec<&str> = lower.split('.').collect();
-    letters
-        .iter()
-        .all(|l| l.chars().count() == 1 && l.chars().all(char::is_alphabetic))
+    // "No. 5" is a number sign; "said no. Then" ends a sentence.
+    if lower == "no" {
+        return next.starts_with(|c: char| c.is_ascii_digit());
+    }
+    // A single capital initial ("John F. Kennedy"), but not a lower-case
+    // letter ("plan b.").
+    let mut chars = word.chars();
+    if let (Some(c), None) = (chars.next(), chars.next()) {
+        return c.is_uppercase();
+    }
+    // Dotted abbreviations of single letters, any case: "U.S", "e.g", "i.e".
+    word.contains('.')
+        && word
+            .split('.')
+            .all(|l| l.chars().count() == 1 && l.chars().all(char::is_alphabetic))
 }
 
 /// Cuts running text into sentences: after `.`, `!` or `?` (and any closing
 /// quotes or brackets) followed by whitespace and a capital letter, a digit
-/// or an opening quote — except after an abbreviation or an initial, and
-/// never inside a number like `3.5` (no whitespace follows). Whitespace
-/// inside a sentence is collapsed to single spaces.
+/// or an opening quote or bracket — except after an abbreviation or a
+/// single capital initial, and never inside a number like `3.5` (no
+/// whitespace follows). Whitespace inside a sentence is collapsed to single
+/// spaces; line breaks are whitespace like any other (see
+/// [`split_paragraphs`] for blank lines).
 pub fn split_sentences(text: &str) -> Vec<String> {
     let words: Vec<&str> = text.split_whitespace().collect();
     let mut sentences = Vec::new();
@@ -64,7 +83,8 @@ pub fn split_sentences(text: &str) -> Vec<String> {
                 .next()
                 .is_some_and(|c| c.is_uppercase() || c.is_ascii_digit() || "\"'“‘([".contains(c))
         });
-        let abbreviation = core.ends_with('.') && is_abbreviation(core);
+        let abbreviation =
+            core.ends_with('.') && is_abbreviation(core, words.get(i + 1).unwrap_or(&""));
         if ends && next_starts && !abbreviation {
             sentences.push(current.join(" "));
             current.clear();
@@ -72,6 +92,23 @@ pub fn split_sentences(text: &str) -> Vec<String> {
     }
     if !current.is_empty() {
         sentences.push(current.join(" "));
+    }
+    sentences
+}
+
+/// The sentences of running text whose paragraphs are separated by blank
+/// lines: each paragraph cut by [`split_sentences`] on its own.
+pub fn split_paragraphs(text: &str) -> Vec<String> {
+    let mut sentences = Vec::new();
+    let mut paragraph = String::new();
+    for line in text.lines().chain([""]) {
+        if line.trim().is_empty() {
+            sentences.extend(split_sentences(&paragraph));
+            paragraph.clear();
+        } else {
+            paragraph.push_str(line);
+            paragraph.push('\n');
+        }
     }
     sentences
 }
@@ -118,7 +155,7 @@ pub fn read_sotu(dir: &Path) -> Result<Vec<Document>, DataError> {
     let files = super::files_with_extension(dir, "txt")?;
     let mut documents = Vec::new();
     for path in files {
-        let sentences = split_sentences(&read(&path)?);
+        let sentences = split_paragraphs(&read(&path)?);
         if !sentences.is_empty() {
             documents.push(Document {
                 origin: path.display().to_string(),
@@ -163,6 +200,21 @@ pub fn read_squad_contexts(path: &Path) -> Result<Vec<Document>, DataError> {
     Ok(documents)
 }
 
+/// One document per IMDB review of the movie-reviews CSV
+/// (`combined_movie_reviews.csv`, rows whose source is `imdb`; `<br />`
+/// read as a space).
+pub fn read_imdb(csv: &Path) -> Result<Vec<Document>, DataError> {
+    let reviews = read_movie_reviews(csv, ReviewSource::Imdb)?;
+    Ok(reviews
+        .into_iter()
+        .map(|review| Document {
+            sentences: split_sentences(&review.text_a),
+            origin: format!("{}: {}", csv.display(), review.guid),
+        })
+        .filter(|document| !document.sentences.is_empty())
+        .collect())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -190,6 +242,117 @@ mod tests {
             ["e.g. this one. and that"]
         );
         assert!(split_sentences(" \n\t").is_empty());
+    }
+
+    #[test]
+    fn abbreviations_initials_and_quotes() {
+        // Each expected split worked out by hand from the rules above.
+        let cases: [(&str, &[&str]); 6] = [
+            (
+                "Dr. Smith met Mrs. Jones at St. Paul's. They talked.",
+                &["Dr. Smith met Mrs. Jones at St. Paul's.", "They talked."],
+            ),
+            // "no." before a digit is "number"; before a word it ends.
+            (
+                "He said no. Then he left. See No. 5 for details.",
+                &["He said no.", "Then he left.", "See No. 5 for details."],
+            ),
+            // A period inside a number, then after a closing bracket.
+            (
+                "It grew (by 3.5%). Next year 2.0 is due! 1999 was worse.",
+                &[
+                    "It grew (by 3.5%).",
+                    "Next year 2.0 is due!",
+                    "1999 was worse.",
+                ],
+            ),
+            // Closing and opening curly quotes around the boundary.
+            (
+                "He wrote \u{201c}Stop.\u{201d} \u{201c}Why?\u{201d} she asked.",
+                &[
+                    "He wrote \u{201c}Stop.\u{201d}",
+                    "\u{201c}Why?\u{201d} she asked.",
+                ],
+            ),
+            // A lower-case single letter is not an initial; i.e. and etc. are
+            // abbreviations even before a capital.
+            (
+                "Take plan b. Or not, i.e. Plan C, etc. Fine.",
+                &["Take plan b.", "Or not, i.e. Plan C, etc. Fine."],
+            ),
+            (
+                "U.S. Steel and the U.S.A. Today",
+                &["U.S. Steel and the U.S.A. Today"],
+            ),
+        ];
+        for (text, expected) in cases {
+            assert_eq!(split_sentences(text), expected, "{text}");
+        }
+    }
+
+    #[test]
+    fn paragraphs_end_sentences() {
+        let text = "A Heading\n\nFirst one. Second\none.\n  \t\nThird para\n";
+        assert_eq!(
+            split_paragraphs(text),
+            ["A Heading", "First one.", "Second one.", "Third para"]
+        );
+    }
+
+    fn scratch_file(name: &str, content: &str) -> std::path::PathBuf {
+        let path = std::env::temp_dir().join(format!("terse-{}-{name}", std::process::id()));
+        std::fs::write(&path, content).unwrap();
+        path
+    }
+
+    #[test]
+    fn squad_articles_are_documents() {
+        let path = scratch_file(
+            "squad.json",
+            r#"{"data": [
+                {"title": "T1", "paragraphs": [
+                    {"context": "One. Two three.", "qas": []},
+                    {"context": "Four.", "qas": []}]},
+                {"title": "T2", "paragraphs": [{"context": "Five six.", "qas": []}]}
+            ]}"#,
+        );
+        let docs = read_squad_contexts(&path).unwrap();
+        let sentences: Vec<&[String]> = docs.iter().map(|d| d.sentences.as_slice()).collect();
+        assert_eq!(
+            sentences,
+            [&["One.", "Two three.", "Four."][..], &["Five six."]]
+        );
+        assert!(docs[1].origin.ends_with(": T2"), "{}", docs[1].origin);
+
+        std::fs::write(&path, r#"{"data": [{"paragraphs": [{"context": 3}]}]}"#).unwrap();
+        let e = read_squad_contexts(&path).unwrap_err().to_string();
+        assert!(
+            e.contains("squad.json: data[0].paragraphs[0].context: missing"),
+            "{e}"
+        );
+        std::fs::write(&path, "{\"data\": [").unwrap();
+        let e = read_squad_contexts(&path).unwrap_err().to_string();
+        assert!(e.contains("squad.json: line 1, column 10"), "{e}");
+    }
+
+    #[test]
+    fn imdb_reviews_are_documents_with_breaks_as_spaces() {
+        let path = scratch_file(
+            "reviews.csv",
+            "text,label,source\n\
+             \"Great film.<br /><br />Loved it, \"\"really\"\".\",1,imdb\n\
+             A rotten tomato.,0,rotten_tomatoes\n\
+             \"Dull. Very\nslow!\",0,imdb\n",
+        );
+        let docs = read_imdb(&path).unwrap();
+        let sentences: Vec<&[String]> = docs.iter().map(|d| d.sentences.as_slice()).collect();
+        assert_eq!(
+            sentences,
+            [
+                &["Great film.", "Loved it, \"really\"."][..],
+                &["Dull.", "Very slow!"]
+            ]
+        );
     }
 
     #[test]

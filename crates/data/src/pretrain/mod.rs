@@ -16,7 +16,10 @@ pub mod shard;
 
 pub use build::{BuildSummary, build_shards, create_examples, masking_vocab, tokenize_documents};
 pub use config::PretrainConfig;
-pub use corpus::{Document, read_plain_corpus, read_sotu, read_squad_contexts, split_sentences};
+pub use corpus::{
+    Document, read_imdb, read_plain_corpus, read_sotu, read_squad_contexts, split_paragraphs,
+    split_sentences,
+};
 pub use instances::{PretrainExample, TokenizedDocument};
 pub use masking::{MaskedLm, MaskingVocab};
 pub use order::epoch_indices;
