@@ -217,3 +217,121 @@ fn corrupted_shards_are_refused_naming_the_file_and_record() {
         Err(DataError::Io { .. })
     ));
 }
+
+/// Example `k` of a synthetic set: distinguishable by its second token.
+fn numbered(k: u32) -> PretrainExample {
+    PretrainExample {
+        input_ids: vec![101, 1000 + k, 102, 2000 + k, 102],
+        segment_a_len: 3,
+        masked: MaskedLm {
+            positions: vec![3],
+            labels: vec![3000 + k],
+        },
+        is_random_next: k % 2 == 1,
+    }
+}
+
+#[test]
+fn rank_shares_cover_every_example_once_and_shuffle_per_epoch() {
+    // Shards of 4, 0 and 6 examples (an empty one in the middle): 10 in all.
+    let dir = scratch("ranks");
+    let all: Vec<PretrainExample> = (0..10).map(numbered).collect();
+    write_shard(&dir.join("a.shard"), &all[..4], 8, 2, 30_522).unwrap();
+    write_shard(&dir.join("b.shard"), &[], 8, 2, 30_522).unwrap();
+    write_shard(&dir.join("c.shard"), &all[4..], 8, 2, 30_522).unwrap();
+    let set = ShardSet::open(&dir).unwrap();
+    assert_eq!(set.len(), 10);
+    for (i, expected) in all.iter().enumerate() {
+        assert_eq!(&set.get(i).unwrap(), expected, "example {i}");
+    }
+    let error = set.get(10).unwrap_err().to_string();
+    assert!(
+        error.contains("terse-pretrain-ranks")
+            && error.contains("example 10 out of range (the set has 10)"),
+        "{error}"
+    );
+
+    for world in 1..=4 {
+        let mut seen = vec![0; 10];
+        for rank in 0..world {
+            let share = set.for_rank(rank, world).unwrap();
+            // ⌈(10 − rank) / world⌉: world 3 gives 4, 3, 3; world 4 gives 3, 3, 2, 2.
+            assert_eq!(share.len(), (10 - rank).div_ceil(world));
+            assert_eq!(share.steps(), 10 / world);
+            for k in 0..share.len() {
+                let i = share.global_index(k);
+                assert_eq!(i % world, rank);
+                seen[i] += 1;
+                assert_eq!(share.get(k).unwrap(), all[i]);
+            }
+            assert!(share.get(share.len()).is_err());
+            let order = share.epoch_order(5, 0);
+            let mut sorted = order.clone();
+            sorted.sort_unstable();
+            assert_eq!(sorted, (0..share.len()).collect::<Vec<_>>());
+            assert_eq!(order, share.epoch_order(5, 0));
+        }
+        assert_eq!(seen, [1; 10], "world {world}");
+    }
+    // 10! orders of the single share: another epoch or seed giving the same
+    // one has probability 1/10! ≈ 2.8e-7.
+    let share = set.for_rank(0, 1).unwrap();
+    assert_ne!(share.epoch_order(5, 0), share.epoch_order(5, 1));
+    assert_ne!(share.epoch_order(5, 0), share.epoch_order(6, 0));
+    let error = set.for_rank(2, 2).unwrap_err().to_string();
+    assert_eq!(
+        error,
+        "rank share: rank 2 of a world of 2: need rank < world"
+    );
+}
+
+#[test]
+fn large_vocabularies_take_four_byte_ids() {
+    let dir = scratch("wide");
+    let mut wide = numbered(0);
+    wide.input_ids[1] = 99_999;
+    wide.masked.labels[0] = 70_000;
+    write_shard(
+        &dir.join("w.shard"),
+        std::slice::from_ref(&wide),
+        8,
+        2,
+        100_000,
+    )
+    .unwrap();
+    // 64-byte header + one record of 8 + 8 ids · 4 + 2 · (2 + 4) bytes.
+    assert_eq!(
+        std::fs::metadata(dir.join("w.shard")).unwrap().len(),
+        64 + 52
+    );
+    assert_eq!(ShardSet::open(&dir).unwrap().get(0).unwrap(), wide);
+}
+
+#[test]
+fn the_writer_refuses_what_the_reader_would() {
+    let dir = scratch("refuse");
+    let path = dir.join("r.shard");
+    let refused = |e: PretrainExample| -> String {
+        let error = write_shard(&path, &[numbered(0), e], 8, 2, 30_522)
+            .unwrap_err()
+            .to_string();
+        // Nothing is left behind, not even the temporary file.
+        assert!(std::fs::read_dir(&dir).unwrap().next().is_none());
+        error
+    };
+    let mut e = numbered(1);
+    e.masked.positions[0] = 5;
+    assert!(refused(e).ends_with("r.shard: example 1: masked position 5 ≥ length 5"),);
+    let mut e = numbered(1);
+    e.input_ids[1] = 30_522;
+    assert!(refused(e).ends_with("example 1: token id 30522 ≥ vocabulary size 30522"));
+    let mut e = numbered(1);
+    e.segment_a_len = 5;
+    assert!(refused(e).contains("example 1: segment A length 5 outside 2..5"));
+    let mut e = numbered(1);
+    e.input_ids.extend([7; 4]);
+    assert!(refused(e).contains("example 1: length 9 (at most 8)"));
+    let mut e = numbered(1);
+    e.masked.labels.push(4);
+    assert!(refused(e).contains("1 masked positions and 2 labels"));
+}

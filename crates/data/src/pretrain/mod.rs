@@ -22,7 +22,7 @@ pub use corpus::{
 };
 pub use instances::{PretrainExample, TokenizedDocument};
 pub use masking::{MaskedLm, MaskingVocab};
-pub use order::epoch_indices;
+pub use order::{RankShare, epoch_indices};
 pub use set::ShardSet;
 pub use shard::{Shard, ShardHeader, write_shard};
 

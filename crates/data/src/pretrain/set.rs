@@ -1,14 +1,16 @@
 //! All shards of a directory as one indexable set of examples.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use super::instances::PretrainExample;
+use super::order::RankShare;
 use super::shard::{Shard, ShardHeader};
 use crate::DataError;
 
 /// The `*.shard` files of a directory, in name order, as one sequence.
 #[derive(Debug)]
 pub struct ShardSet {
+    dir: PathBuf,
     shards: Vec<Shard>,
     /// Index of the first example of each shard, and the total at the end.
     starts: Vec<usize>,
@@ -51,7 +53,11 @@ impl ShardSet {
         for shard in &shards {
             starts.push(starts.last().expect("non-empty") + shard.len());
         }
-        Ok(Self { shards, starts })
+        Ok(Self {
+            dir: dir.to_path_buf(),
+            shards,
+            starts,
+        })
     }
 
     /// The shared parameters (count = the whole set's).
@@ -72,13 +78,25 @@ impl ShardSet {
         self.len() == 0
     }
 
-    /// Example `i` of the whole set.
+    /// Example `i` of the whole set (shards in name order, each in file
+    /// order), unpadded: `input_ids` has the example's own length and the
+    /// masked lists their own count; the shard's zero padding is dropped.
     pub fn get(&self, i: usize) -> Result<PretrainExample, DataError> {
-        let s = self
-            .starts
-            .partition_point(|&start| start <= i)
-            .saturating_sub(1);
-        let s = s.min(self.shards.len() - 1);
+        if i >= self.len() {
+            return Err(DataError::Format {
+                path: self.dir.clone(),
+                detail: format!("example {i} out of range (the set has {})", self.len()),
+            });
+        }
+        // The shard whose range holds i: the last start ≤ i. Empty shards
+        // share their start with the next one and are skipped by `<=`.
+        let s = self.starts.partition_point(|&start| start <= i) - 1;
         self.shards[s].get(i - self.starts[s])
+    }
+
+    /// Rank `rank` of `world`'s share of the set: examples `rank`,
+    /// `rank + world`, `rank + 2·world`, … (see [`RankShare`]).
+    pub fn for_rank(&self, rank: usize, world: usize) -> Result<RankShare<'_>, DataError> {
+        RankShare::new(self, rank, world)
     }
 }

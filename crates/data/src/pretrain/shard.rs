@@ -93,15 +93,23 @@ pub fn write_shard(
     }
     out.extend_from_slice(&(examples.len() as u64).to_le_bytes());
     out.resize(HEADER, 0);
+    if max_seq > usize::from(u16::MAX) || max_predictions > usize::from(u16::MAX) {
+        return Err(DataError::Format {
+            path: path.to_path_buf(),
+            detail: format!(
+                "max_seq {max_seq} and max_predictions {max_predictions} must fit the u16 length fields"
+            ),
+        });
+    }
     for (i, e) in examples.iter().enumerate() {
-        let n = e.input_ids.len();
-        let m = e.masked.positions.len();
-        if n > max_seq || m > max_predictions || e.input_ids.iter().any(|&t| t >= vocab_size) {
+        // Refuse what the reader would refuse, so a written shard always reads.
+        if let Some(problem) = invalid(e, &header) {
             return Err(DataError::Format {
                 path: path.to_path_buf(),
-                detail: format!("example {i} does not fit the shard ({n} tokens, {m} masked)"),
+                detail: format!("example {i}: {problem}"),
             });
         }
+        let (n, m) = (e.input_ids.len(), e.masked.positions.len());
         for v in [n as u16, e.segment_a_len as u16, m as u16] {
             out.extend_from_slice(&v.to_le_bytes());
         }
@@ -132,6 +140,37 @@ pub fn write_shard(
     file.write_all(&out).map_err(io(&tmp))?;
     file.sync_all().map_err(io(&tmp))?;
     std::fs::rename(&tmp, path).map_err(io(path))
+}
+
+/// What makes `e` unfit for a shard of `h`, if anything: the rules the
+/// reader checks on every record.
+fn invalid(e: &PretrainExample, h: &ShardHeader) -> Option<String> {
+    let (n, m, a_len) = (e.input_ids.len(), e.masked.positions.len(), e.segment_a_len);
+    if n > h.max_seq || m > h.max_predictions || m != e.masked.labels.len() {
+        return Some(format!(
+            "length {n} (at most {}), {m} masked positions and {} labels (at most {})",
+            h.max_seq,
+            e.masked.labels.len(),
+            h.max_predictions
+        ));
+    }
+    if a_len < 2 || a_len >= n {
+        return Some(format!(
+            "segment A length {a_len} outside 2..{n} ([CLS] A [SEP] before B [SEP])"
+        ));
+    }
+    if let Some(t) = e
+        .input_ids
+        .iter()
+        .chain(&e.masked.labels)
+        .find(|&&t| t >= h.vocab_size)
+    {
+        return Some(format!("token id {t} ≥ vocabulary size {}", h.vocab_size));
+    }
+    if let Some(p) = e.masked.positions.iter().find(|&&p| p as usize >= n) {
+        return Some(format!("masked position {p} ≥ length {n}"));
+    }
+    None
 }
 
 /// A memory-mapped shard.
@@ -248,24 +287,15 @@ impl Shard {
             .map(|k| u16_at(positions_at + 2 * k) as u16)
             .collect();
         let labels: Vec<u32> = (0..m).map(|k| id_at(labels_at + k * ib)).collect();
-        if let Some(t) = input_ids
-            .iter()
-            .chain(&labels)
-            .find(|&&t| t >= h.vocab_size)
-        {
-            return Err(bad(format!(
-                "token id {t} ≥ vocabulary size {}",
-                h.vocab_size
-            )));
-        }
-        if let Some(p) = positions.iter().find(|&&p| p as usize >= n) {
-            return Err(bad(format!("masked position {p} ≥ length {n}")));
-        }
-        Ok(PretrainExample {
+        let example = PretrainExample {
             input_ids,
             segment_a_len: a_len,
             masked: MaskedLm { positions, labels },
             is_random_next: r[6] == 1,
-        })
+        };
+        match invalid(&example, &h) {
+            Some(problem) => Err(bad(problem)),
+            None => Ok(example),
+        }
     }
 }
