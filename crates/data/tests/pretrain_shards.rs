@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 
 use terse_data::pretrain::{
     MaskedLm, PretrainConfig, PretrainExample, ShardSet, build_shards, create_examples,
-    masking_vocab, read_sotu, tokenize_documents, write_shard,
+    masking_vocab, read_sotu, tokenize_documents, tokenize_documents_with, write_shard,
 };
 use terse_data::{DataError, WordPiece, dataset, minilm};
 
@@ -27,16 +27,20 @@ fn tokenizer() -> WordPiece {
 fn masking_and_nsp_rates_over_the_sotu_addresses() {
     let tokenizer = tokenizer();
     let special = tokenizer.special();
-    // The 40 earliest addresses: ~0.5M word pieces, well over 100k.
+    // All 233 addresses (1790–2021): ~2.3M word pieces, far over 100k.
     let documents = read_sotu(&dataset("sotu").unwrap()).unwrap();
     assert_eq!(documents.len(), 233);
-    let tokenized = tokenize_documents(&documents[..40], &tokenizer).unwrap();
+    let start = std::time::Instant::now();
+    let tokenized = tokenize_documents(&documents, &tokenizer).unwrap();
+    let tokenizing = start.elapsed().as_secs_f64();
     let config = PretrainConfig {
         dupe_factor: 1,
         seed: 12345,
         ..PretrainConfig::default()
     };
+    let start = std::time::Instant::now();
     let examples = create_examples(&tokenized, &config, masking_vocab(&tokenizer)).unwrap();
+    let creating = start.elapsed().as_secs_f64();
 
     let (mut tokens, mut selected, mut as_mask, mut unchanged, mut random) = (0, 0, 0, 0, 0);
     let mut random_next = 0;
@@ -48,6 +52,8 @@ fn masking_and_nsp_rates_over_the_sotu_addresses() {
         for (&p, &label) in e.masked.positions.iter().zip(&e.masked.labels) {
             assert!(label != special.cls && label != special.sep);
             let now = e.input_ids[p as usize];
+            // A random replacement equal to the original (p = 1/30522)
+            // counts as unchanged: a 3e-6 shift, far inside the bounds.
             if now == special.mask {
                 as_mask += 1;
             } else if now == label {
@@ -59,22 +65,32 @@ fn masking_and_nsp_rates_over_the_sotu_addresses() {
         random_next += usize::from(e.is_random_next);
     }
     let share = |a: usize, b: usize| a as f64 / b as f64;
+    let corpus_tokens: usize = tokenized.iter().flatten().map(Vec::len).sum();
     eprintln!(
-        "{} examples, {tokens} tokens, selected {:.4}, [MASK] {:.4}, unchanged {:.4}, random {:.4}, random next {:.4}",
+        "{} examples from {corpus_tokens} corpus word pieces; {tokens} tokens in examples; \
+         selected {:.4}, [MASK] {:.4}, unchanged {:.4}, random {:.4}, random next {:.4}; \
+         tokenizing {tokenizing:.2} s, creating {creating:.2} s ({:.0} examples/s)",
         examples.len(),
         share(selected, tokens),
         share(as_mask, selected),
         share(unchanged, selected),
         share(random, selected),
-        share(random_next, examples.len())
+        share(random_next, examples.len()),
+        examples.len() as f64 / creating,
     );
     assert!(tokens >= 100_000, "{tokens}");
-    // round(0.15 · len) of len − 3 maskable tokens: 15% up to rounding and
-    // the three special tokens (19 of 125 = 15.2% for a full sequence).
+    assert!(examples.len() >= 15_000, "{}", examples.len());
+    // Selected share: round(0.15 · len) of len − 3 maskable tokens, so 15%
+    // up to rounding and the three special tokens (19 of 125 = 15.2% for a
+    // full sequence; short ones deviate more, but are ~10% of examples).
     assert!((share(selected, tokens) - 0.15).abs() < 0.01);
+    // 80/10/10: with n ≥ 15,000 · 15 selected positions, the sd of a 10%
+    // share is √(0.09 / 225,000) = 0.0006 and of the 80% share 0.0008, so
+    // ±0.01 is over 12 sd: a failure means a wrong rule, not bad luck.
     assert!((share(as_mask, selected) - 0.8).abs() < 0.01);
     assert!((share(unchanged, selected) - 0.1).abs() < 0.01);
     assert!((share(random, selected) - 0.1).abs() < 0.01);
+    // NSP: n ≥ 15,000 pairs, sd √(0.25 / 15,000) = 0.0041; ±0.02 is 4.9 sd.
     assert!((share(random_next, examples.len()) - 0.5).abs() < 0.02);
 }
 
@@ -99,8 +115,8 @@ fn read_all(dir: &Path) -> Vec<(String, Vec<u8>)> {
 #[test]
 fn same_seed_same_bytes_and_the_reader_returns_what_was_written() {
     let tokenizer = tokenizer();
-    let documents = read_sotu(&dataset("sotu").unwrap()).unwrap();
-    let documents = &documents[200..210];
+    let all_documents = read_sotu(&dataset("sotu").unwrap()).unwrap();
+    let documents = &all_documents[200..210];
     let config = PretrainConfig {
         dupe_factor: 2,
         seed: 7,
@@ -116,6 +132,15 @@ fn same_seed_same_bytes_and_the_reader_returns_what_was_written() {
     build_shards(documents, &tokenizer, &other_seed, &c, 3).unwrap();
     assert_eq!(read_all(&a), read_all(&b));
     assert_ne!(read_all(&a), read_all(&c));
+    // Tokenization, the one threaded step, gives the same ids on 1 and 3
+    // threads (40 addresses: 5 blocks of 8 handed out as threads come free).
+    let early = &all_documents[..40];
+    let one_thread = tokenize_documents_with(early, &tokenizer, 1).unwrap();
+    assert_eq!(one_thread.len(), 40);
+    assert_eq!(
+        one_thread,
+        tokenize_documents_with(early, &tokenizer, 3).unwrap()
+    );
     assert_eq!(summary.shards.len(), 3);
     assert!(a.join("pretrain.json").exists());
 

@@ -14,7 +14,10 @@ pub mod order;
 pub mod set;
 pub mod shard;
 
-pub use build::{BuildSummary, build_shards, create_examples, masking_vocab, tokenize_documents};
+pub use build::{
+    BuildSummary, build_shards, create_examples, masking_vocab, tokenize_documents,
+    tokenize_documents_with,
+};
 pub use config::PretrainConfig;
 pub use corpus::{
     Document, read_imdb, read_plain_corpus, read_sotu, read_squad_contexts, split_paragraphs,
