@@ -227,6 +227,31 @@ fn corrupted_shards_are_refused_naming_the_file_and_record() {
     let mut magic = good.clone();
     magic[0] = b'X';
     assert!(message(&magic).contains("bad magic"));
+    // Version 2 at bytes 8..12.
+    let mut version = good.clone();
+    version[8] = 2;
+    let error = message(&version);
+    assert!(
+        error.ends_with("bad.shard: format version 2, expected 1"),
+        "{error}"
+    );
+    // The header claims 3 examples (bytes 32..40) but holds 2 records of
+    // 8 + 8·2 + 2·(2 + 2) = 32 bytes: 128 bytes, not 64 + 96 = 160.
+    let mut count = good.clone();
+    count[32] = 3;
+    let error = message(&count);
+    assert!(
+        error.contains("128 bytes, but the header promises 3 records of 32 bytes after 64"),
+        "{error}"
+    );
+    // An NSP byte other than 0 or 1 (record 1's byte 6, at 96 + 6).
+    let mut nsp = good.clone();
+    nsp[102] = 2;
+    let error = message(&nsp);
+    assert!(
+        error.contains("record 1: length 7, segment A 3, 2 masked, NSP byte 2"),
+        "{error}"
+    );
     // Record 1 starts at 64 + 32: claim 9 tokens in an 8-token record.
     let mut long = good.clone();
     long[96] = 9;
