@@ -152,7 +152,10 @@ mod tests {
             pixels: vec![1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 255],
         };
         let set = ImageSet::from_idx(idx.clone(), &[7, 9]).unwrap();
-        assert_eq!((set.len(), set.channels, set.height, set.width), (2, 1, 2, 3));
+        assert_eq!(
+            (set.len(), set.channels, set.height, set.width),
+            (2, 1, 2, 3)
+        );
         assert_eq!(set.image(1), [7, 8, 9, 10, 11, 255]);
         assert_eq!(set.labels, [7, 9]);
         let error = ImageSet::from_idx(idx, &[7]).unwrap_err().to_string();
@@ -167,7 +170,10 @@ mod tests {
             labels: vec![9],
         };
         let set = ImageSet::from(fashion);
-        assert_eq!((set.image(0), set.labels.as_slice()), (&[0u8, 200][..], &[9u16][..]));
+        assert_eq!(
+            (set.image(0), set.labels.as_slice()),
+            (&[0u8, 200][..], &[9u16][..])
+        );
     }
 
     #[test]
