@@ -253,3 +253,42 @@ fn bad_batches_and_configs_are_errors() {
     parsed.validate(1).unwrap();
     assert!(serde_json::from_str::<Augment>(r#"{"padding": 4}"#).is_err());
 }
+
+#[test]
+fn a_cifar_image_matches_a_python_reference() {
+    // Record 2 of the fixture (pixel k = (7k + 2) mod 256), crop (dx 1, dy 6),
+    // flipped, CIFAR-10 statistics, written out in plain Python:
+    // python3 -c "
+    // img=bytes((7*k+2)%256 for k in range(3072)); m=[0.4914,0.4822,0.4465]; s=[0.2470,0.2435,0.2616]
+    // dx,dy,flip=1,6,True
+    // def px(c,y,x):
+    //     sy,sx=y-4,x-4
+    //     return img[c*1024+sy*32+sx] if 0<=sy<32 and 0<=sx<32 else 0
+    // out=[[(px(c,y+dy,(31-x if flip else x)+dx)/255-m[c])/s[c] for y in range(32) for x in range(32)] for c in range(3)]
+    // print([sum(o) for o in out], out[0][0], out[0][31], out[1][30*32+5], out[2][1023])"
+    // [-263.2113677859814, -228.30557635785328, -72.76608502728318] 0.138016988171787
+    // -1.9894736842105263 -1.980287474332649 -1.7068042813455657
+    let set = read_cifar_file(
+        &std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("tests/fixtures/cifar/tiny-cifar10.bin"),
+        CifarKind::Cifar10,
+    )
+    .unwrap();
+    let mut out = vec![0.0f32; 3072];
+    Augment::cifar10()
+        .apply(set.image(2), (3, 32, 32), (1, 6, true), &mut out)
+        .unwrap();
+    let sums: Vec<f64> = out
+        .chunks_exact(1024)
+        .map(|plane| plane.iter().map(|&v| f64::from(v)).sum())
+        .collect();
+    let want = [-263.211_367_8, -228.305_576_4, -72.766_085_0];
+    // 1,024 f32 values of magnitude ≤ 2.2, each within ~2e-7 relative.
+    assert!(
+        sums.iter().zip(want).all(|(a, b)| (a - b).abs() < 1e-3),
+        "{sums:?}"
+    );
+    let picks = [out[0], out[31], out[1024 + 30 * 32 + 5], out[3071]];
+    let want = [0.138_016_99, -1.989_473_7, -1.980_287_5, -1.706_804_3];
+    assert!(close(&picks, &want, 1e-5), "{picks:?}");
+}

@@ -142,7 +142,7 @@ pub fn read_cifar_split(dir: &Path, kind: CifarKind, train: bool) -> Result<Imag
 /// record (0-based) and the byte offset of the bad label in the file.
 fn append_records(bytes: &[u8], kind: CifarKind, set: &mut ImageSet) -> Result<(), String> {
     let record = kind.record_bytes();
-    if bytes.is_empty() || bytes.len() % record != 0 {
+    if bytes.is_empty() || !bytes.len().is_multiple_of(record) {
         return Err(format!(
             "{} bytes is not a whole number of {record}-byte {} records \
              ({} label byte(s) + {PIXELS} pixels)",
