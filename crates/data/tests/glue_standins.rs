@@ -6,7 +6,8 @@
 use std::path::Path;
 
 use terse_data::glue::{
-    Label, ReviewSource, SentenceExample, encode_example, read_movie_reviews, read_snli, split_dev,
+    Label, ReviewSource, SentenceExample, encode_classification, read_movie_reviews, read_snli,
+    split_dev,
 };
 use terse_data::{WordPiece, dataset, minilm};
 
@@ -82,7 +83,7 @@ fn classification_inputs_truncate_longest_first() {
     };
     // a = [hello, world] (2), b = [the, quick, brown, fox, jumps] (5);
     // max_seq 8 leaves 5: drop from b (longer) twice → b = the quick brown.
-    let feature = encode_example(
+    let feature = encode_classification(
         &tokenizer,
         &pair("Hello world", "The quick brown fox jumps"),
         8,
@@ -97,7 +98,8 @@ fn classification_inputs_truncate_longest_first() {
     assert_eq!(feature.token_type_ids, [0, 0, 0, 0, 1, 1, 1, 1]);
     assert_eq!(feature.label, Some(Label::Class(1)));
     // Equal lengths (3 and 3, room for 5): b loses the tie.
-    let tie = encode_example(&tokenizer, &pair("red green blue", "one two three"), 8).unwrap();
+    let tie =
+        encode_classification(&tokenizer, &pair("red green blue", "one two three"), 8).unwrap();
     let expected: Vec<u32> = [
         "[CLS]", "red", "green", "blue", "[SEP]", "one", "two", "[SEP]",
     ]
@@ -109,14 +111,14 @@ fn classification_inputs_truncate_longest_first() {
         text_b: None,
         ..pair("one two three four five", "")
     };
-    let feature = encode_example(&tokenizer, &single, 5).unwrap();
+    let feature = encode_classification(&tokenizer, &single, 5).unwrap();
     assert_eq!(
         feature.input_ids,
         ["[CLS]", "one", "two", "three", "[SEP]"].map(id).to_vec()
     );
-    assert!(encode_example(&tokenizer, &single, 2).is_err());
+    assert!(encode_classification(&tokenizer, &single, 2).is_err());
     // Untruncated, the encoding equals the tokenizer's own pair encoding.
-    let full = encode_example(
+    let full = encode_classification(
         &tokenizer,
         &pair("Hello world", "The quick brown fox jumps"),
         128,
