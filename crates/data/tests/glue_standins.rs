@@ -20,9 +20,15 @@ fn count(examples: &[SentenceExample], class: u32) -> usize {
 
 #[test]
 fn movie_reviews_and_snli_counts() {
-    // python3: rows = list(csv.DictReader(open(path, newline='')));
-    // Counter((r['source'], r['label'])) → rotten_tomatoes 4,265 / 4,265,
-    // imdb 12,500 / 12,500.
+    // python3 -c "import csv,collections
+    //   rows=list(csv.DictReader(open('combined_movie_reviews.csv',newline='',encoding='utf-8')))
+    //   print(len(rows),sorted(collections.Counter((r['source'],r['label']) for r in rows).items()))
+    //   rt=[r for r in rows if r['source']=='rotten_tomatoes']; im=[r for r in rows if r['source']=='imdb']
+    //   print(repr(rt[-1]['text']), rt[-1]['label']); print(repr(im[0]['text'][:29]))"
+    // → 33530 [(('imdb', '0'), 12500), (('imdb', '1'), 12500),
+    //          (('rotten_tomatoes', '0'), 4265), (('rotten_tomatoes', '1'), 4265)]
+    //   'things really get weird , though not particularly scary : the movie is all portent and no content .' 0
+    //   'I rented I AM CURIOUS-YELLOW '
     let csv = dataset("movie-reviews")
         .unwrap()
         .join("combined_movie_reviews.csv");
@@ -31,6 +37,7 @@ fn movie_reviews_and_snli_counts() {
         (rt.len(), count(&rt, 0), count(&rt, 1)),
         (8_530, 4_265, 4_265)
     );
+    assert_eq!(rt.last().unwrap().label, Some(Label::Class(0)));
     assert_eq!(
         rt.last().unwrap().text_a,
         "things really get weird , though not particularly scary : the movie is all portent and no content ."
@@ -43,9 +50,14 @@ fn movie_reviews_and_snli_counts() {
     assert!(imdb.iter().all(|e| !e.text_a.contains("<br />")));
     assert!(imdb[0].text_a.starts_with("I rented I AM CURIOUS-YELLOW"));
 
-    // python3: Counter(json.loads(l)['gold_label'] for l in open(test)) →
-    // entailment 3,368, contradiction 3,237, neutral 3,219, '-' 176; the train
-    // subset has 110 '-' of 100,000.
+    // python3 -c "import json,collections
+    //   for f in ['snli_1.0_test.jsonl','snli_1.0_train_subset.jsonl']:
+    //     rs=[json.loads(l) for l in open(f)]; c=collections.Counter(r['gold_label'] for r in rs)
+    //     print(f,len(rs),sorted(c.items()),len(rs)-c['-'])"
+    // → snli_1.0_test.jsonl 10000 [('-', 176), ('contradiction', 3237),
+    //     ('entailment', 3368), ('neutral', 3219)] 9824
+    //   snli_1.0_train_subset.jsonl 100000 [('-', 110), ('contradiction', 33311),
+    //     ('entailment', 33385), ('neutral', 33194)] 99890
     let snli = dataset("snli").unwrap();
     let test = read_snli(&snli.join("snli_1.0_test.jsonl")).unwrap();
     assert_eq!(test.len(), 9_824);
@@ -53,11 +65,15 @@ fn movie_reviews_and_snli_counts() {
         (count(&test, 0), count(&test, 1), count(&test, 2)),
         (3_237, 3_368, 3_219)
     );
+    let train = read_snli(&snli.join("snli_1.0_train_subset.jsonl")).unwrap();
     assert_eq!(
-        read_snli(&snli.join("snli_1.0_train_subset.jsonl"))
-            .unwrap()
-            .len(),
-        99_890
+        (
+            train.len(),
+            count(&train, 0),
+            count(&train, 1),
+            count(&train, 2)
+        ),
+        (99_890, 33_311, 33_385, 33_194)
     );
 
     // The seeded dev split: disjoint, complete, reproducible, ~10%.
@@ -117,6 +133,28 @@ fn classification_inputs_truncate_longest_first() {
         ["[CLS]", "one", "two", "three", "[SEP]"].map(id).to_vec()
     );
     assert!(encode_classification(&tokenizer, &single, 2).is_err());
+    // Word pieces are cut one at a time, a mid-word cut included. python3
+    // greedy longest-match WordPiece over minilm's vocab.txt: "embeddings"
+    // → em ##bed ##ding ##s (7861 8270 4667 2015), "tokenization" → token
+    // ##ization; "the cat sat" → the cat sat. a = 6, b = 3, room for 8 - 3
+    // = 5: a is longer three times (6→5→4→3: ##ization, token, ##s go),
+    // then 3 = 3 is a tie and b loses "sat".
+    let cut = encode_classification(
+        &tokenizer,
+        &pair("Embeddings tokenization", "the cat sat"),
+        8,
+    )
+    .unwrap();
+    assert_eq!(cut.input_ids, [101, 7861, 8270, 4667, 102, 1996, 4937, 102]);
+    assert_eq!(
+        cut.input_ids,
+        [
+            "[CLS]", "em", "##bed", "##ding", "[SEP]", "the", "cat", "[SEP]"
+        ]
+        .map(id)
+        .to_vec()
+    );
+    assert_eq!(cut.token_type_ids, [0, 0, 0, 0, 0, 1, 1, 1]);
     // Untruncated, the encoding equals the tokenizer's own pair encoding.
     let full = encode_classification(
         &tokenizer,

@@ -134,7 +134,10 @@ pub fn parse_glue(
         .map(|l| l.strip_suffix('\r').unwrap_or(l))
         .enumerate();
     let (names, width): (HashMap<&str, usize>, usize) = if layout.header {
-        let (_, header) = lines.next().ok_or_else(|| bad(1, "empty file".into()))?;
+        let header = match lines.next() {
+            Some((_, header)) if !header.is_empty() => header,
+            _ => return Err(bad(1, "empty file (expected a header line)".into())),
+        };
         let names: Vec<&str> = header.split('\t').collect();
         (
             names.iter().enumerate().map(|(i, n)| (*n, i)).collect(),
