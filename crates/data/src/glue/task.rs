@@ -26,17 +26,32 @@ pub enum GlueTask {
     Wnli,
 }
 
-/// The metrics GLUE reports for a task (computed by terse-eval).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// One metric GLUE reports (named here, computed by terse-eval).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum GlueMetric {
-    /// Matthews correlation (CoLA).
-    Matthews,
-    /// F1 of class 1 and accuracy (MRPC, QQP).
-    F1AndAccuracy,
-    /// Pearson and Spearman correlation (STS-B).
-    Correlation,
-    /// Accuracy (the others).
+    /// Matthews correlation coefficient (CoLA).
+    Mcc,
+    /// F1 of class 1, the positive class (MRPC, QQP).
+    F1,
+    /// Accuracy.
     Accuracy,
+    /// Pearson correlation (STS-B).
+    Pearson,
+    /// Spearman rank correlation (STS-B).
+    Spearman,
+}
+
+impl GlueMetric {
+    /// The name GLUE's leaderboard and HuggingFace's `evaluate` use.
+    pub fn name(self) -> &'static str {
+        match self {
+            GlueMetric::Mcc => "mcc",
+            GlueMetric::F1 => "f1",
+            GlueMetric::Accuracy => "accuracy",
+            GlueMetric::Pearson => "pearson",
+            GlueMetric::Spearman => "spearman",
+        }
+    }
 }
 
 impl GlueTask {
@@ -120,13 +135,57 @@ impl GlueTask {
         }
     }
 
-    /// The metrics GLUE reports.
-    pub fn metric(self) -> GlueMetric {
+    /// The file of a split: `<split>.tsv` in the task's directory.
+    pub fn split_file(self, split: &str) -> String {
+        format!("{split}.tsv")
+    }
+
+    /// The metrics GLUE reports for the task, the first being the one its
+    /// leaderboard ranks by.
+    pub fn metrics(self) -> &'static [GlueMetric] {
         match self {
-            GlueTask::Cola => GlueMetric::Matthews,
-            GlueTask::Mrpc | GlueTask::Qqp => GlueMetric::F1AndAccuracy,
-            GlueTask::Stsb => GlueMetric::Correlation,
-            _ => GlueMetric::Accuracy,
+            GlueTask::Cola => &[GlueMetric::Mcc],
+            GlueTask::Mrpc | GlueTask::Qqp => &[GlueMetric::F1, GlueMetric::Accuracy],
+            GlueTask::Stsb => &[GlueMetric::Pearson, GlueMetric::Spearman],
+            _ => &[GlueMetric::Accuracy],
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn labels_splits_and_metrics() {
+        // HuggingFace `datasets` glue: mnli ClassLabel(names=["entailment",
+        // "neutral", "contradiction"]) is the *datasets* order, but the
+        // transformers GLUE processors (and this reader) sort MNLI's names:
+        // contradiction 0, entailment 1, neutral 2.
+        assert_eq!(
+            GlueTask::Mnli.labels(),
+            ["contradiction", "entailment", "neutral"]
+        );
+        assert_eq!(GlueTask::Rte.labels(), ["entailment", "not_entailment"]);
+        assert_eq!(GlueTask::Wnli.labels(), ["0", "1"]);
+        assert!(GlueTask::Stsb.labels().is_empty() && GlueTask::Stsb.is_regression());
+        assert_eq!(GlueTask::Mnli.splits().len(), 5);
+        assert_eq!(GlueTask::Mnli.split_file("dev_matched"), "dev_matched.tsv");
+        assert_eq!(GlueTask::Qnli.splits(), ["train", "dev", "test"]);
+        let names = |t: GlueTask| t.metrics().iter().map(|m| m.name()).collect::<Vec<_>>();
+        assert_eq!(names(GlueTask::Cola), ["mcc"]);
+        assert_eq!(names(GlueTask::Stsb), ["pearson", "spearman"]);
+        assert_eq!(names(GlueTask::Mrpc), ["f1", "accuracy"]);
+        assert_eq!(names(GlueTask::Qqp), ["f1", "accuracy"]);
+        for t in [
+            GlueTask::Sst2,
+            GlueTask::Mnli,
+            GlueTask::Qnli,
+            GlueTask::Rte,
+            GlueTask::Wnli,
+        ] {
+            assert_eq!(names(t), ["accuracy"]);
+        }
+        assert!(!GlueTask::Cola.is_pair() && GlueTask::Wnli.is_pair());
     }
 }

@@ -57,7 +57,14 @@ fn layout(task: GlueTask, labelled: bool) -> Layout {
             None,
             "label",
         ),
-        GlueTask::Mrpc => named(None, "#1 String", Some("#2 String"), "Quality"),
+        // Train and dev have no id column (guids are `<split>-<line>`); test
+        // has `index`.
+        GlueTask::Mrpc => named(
+            (!labelled).then_some(Named("index")),
+            "#1 String",
+            Some("#2 String"),
+            "Quality",
+        ),
         GlueTask::Stsb => named(
             Some(Named("index")),
             "sentence1",
@@ -102,7 +109,7 @@ pub fn read_glue(
             ),
         });
     }
-    let path = dir.join(format!("{split}.tsv"));
+    let path = dir.join(task.split_file(split));
     let text = std::fs::read_to_string(&path).map_err(|source| DataError::Io {
         path: path.clone(),
         source,
@@ -127,7 +134,10 @@ pub fn parse_glue(
         .map(|l| l.strip_suffix('\r').unwrap_or(l))
         .enumerate();
     let (names, width): (HashMap<&str, usize>, usize) = if layout.header {
-        let (_, header) = lines.next().ok_or_else(|| bad(1, "empty file".into()))?;
+        let header = match lines.next() {
+            Some((_, header)) if !header.is_empty() => header,
+            _ => return Err(bad(1, "empty file (expected a header line)".into())),
+        };
         let names: Vec<&str> = header.split('\t').collect();
         (
             names.iter().enumerate().map(|(i, n)| (*n, i)).collect(),
