@@ -82,22 +82,32 @@ impl CifarKind {
 /// Reads one binary file into a 3×32×32 set; labels are the class
 /// (CIFAR-100: the fine label, after checking the coarse one).
 pub fn read_cifar_file(path: &Path, kind: CifarKind) -> Result<ImageSet, DataError> {
-    let bytes = std::fs::read(path).map_err(|source| DataError::Io {
-        path: path.to_path_buf(),
-        source,
-    })?;
-    let mut set = ImageSet {
+    let mut set = empty_set();
+    append_file(path, kind, &mut set)?;
+    Ok(set)
+}
+
+/// A 3×32×32 set without images yet.
+fn empty_set() -> ImageSet {
+    ImageSet {
         channels: 3,
         height: 32,
         width: 32,
         pixels: Vec::new(),
         labels: Vec::new(),
-    };
-    append_records(&bytes, kind, &mut set).map_err(|detail| DataError::Format {
+    }
+}
+
+/// Appends the records of the file at `path`; errors name the file.
+fn append_file(path: &Path, kind: CifarKind, set: &mut ImageSet) -> Result<(), DataError> {
+    let bytes = std::fs::read(path).map_err(|source| DataError::Io {
+        path: path.to_path_buf(),
+        source,
+    })?;
+    append_records(&bytes, kind, set).map_err(|detail| DataError::Format {
         path: path.to_path_buf(),
         detail,
-    })?;
-    Ok(set)
+    })
 }
 
 /// Reads every file of a split from the extracted `cifar-10-batches-bin/`
@@ -119,21 +129,9 @@ pub fn read_cifar_split(dir: &Path, kind: CifarKind, train: bool) -> Result<Imag
             });
         }
     }
-    let mut set = ImageSet {
-        channels: 3,
-        height: 32,
-        width: 32,
-        pixels: Vec::new(),
-        labels: Vec::new(),
-    };
+    let mut set = empty_set();
     for name in files {
-        let path = dir.join(name);
-        let bytes = std::fs::read(&path).map_err(|source| DataError::Io {
-            path: path.clone(),
-            source,
-        })?;
-        append_records(&bytes, kind, &mut set)
-            .map_err(|detail| DataError::Format { path, detail })?;
+        append_file(&dir.join(name), kind, &mut set)?;
     }
     Ok(set)
 }
