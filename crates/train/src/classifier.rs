@@ -17,6 +17,7 @@ use terse_optim::{
 };
 
 use crate::progress::step_bar;
+use crate::step::descend;
 use crate::{TrainError, shuffled_indices};
 
 /// What to train and how: the `[run]`-less TOML of `configs/mlp-*.toml`.
@@ -141,18 +142,9 @@ impl ClassifierRun {
                     Tensor::<2>::from_data(TensorData::new(x, [batch.len(), features]), &device);
                 let y = Tensor::<1, Int>::from_data(TensorData::new(y, [batch.len()]), &device);
                 let loss = loss_fn.forward(model.forward(x), y);
-                let grads = loss.backward();
-                let loss = loss.into_scalar::<f32>();
-                if !loss.is_finite() {
-                    return Err(TrainError::Diverged {
-                        step: optimizer.step_count() + 1,
-                        loss,
-                    });
-                }
+                let (stepped, loss) = descend(model, loss, &mut optimizer, &comm, &bar)?;
+                model = stepped;
                 loss_sum += f64::from(loss);
-                model = optimizer.step_module(model, &grads, &comm)?.0;
-                bar.inc(1);
-                bar.set_message(format!("loss {loss:.4}"));
             }
             let seconds = start.elapsed().as_secs_f64();
             let report = EpochReport {

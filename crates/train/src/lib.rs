@@ -17,6 +17,7 @@ mod error;
 mod progress;
 mod sentence_classifier;
 mod shuffle;
+mod step;
 
 pub use batch::{
     ClassificationBatch, PretrainBatch, SquadBatch, classification_batch, pretrain_batch,

@@ -18,6 +18,7 @@ use terse_optim::{AdamConfig, LrSchedule, Optimizer, OptimizerConfig, ParamLayou
 
 use crate::batch::classification_batch;
 use crate::progress::step_bar;
+use crate::step::descend;
 use crate::{EpochReport, TrainError, shuffled_indices};
 
 /// How to fine-tune.
@@ -134,18 +135,9 @@ impl SentenceClassifierRun {
                     reason: "training examples need class labels".into(),
                 })?;
                 let loss = model.classification_loss(model.forward(batch.input), classes);
-                let grads = loss.backward();
-                let loss = loss.into_scalar::<f32>();
-                if !loss.is_finite() {
-                    return Err(TrainError::Diverged {
-                        step: optimizer.step_count() + 1,
-                        loss,
-                    });
-                }
+                let (stepped, loss) = descend(model, loss, &mut optimizer, &comm, &bar)?;
+                model = stepped;
                 loss_sum += f64::from(loss);
-                model = optimizer.step_module(model, &grads, &comm)?.0;
-                bar.inc(1);
-                bar.set_message(format!("loss {loss:.4}"));
             }
             let seconds = start.elapsed().as_secs_f64();
             let report = EpochReport {
