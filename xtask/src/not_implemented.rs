@@ -27,11 +27,6 @@ pub const ISSUE_5: Issue = Issue {
     number: 5,
     title: "1-bit Adam, 1-bit LAMB and SLAMB",
 };
-/// Trainer and the user-facing commands; owns `pretrain`, `finetune`, `train`.
-pub const ISSUE_8: Issue = Issue {
-    number: 8,
-    title: "the distributed trainer and user commands",
-};
 /// Reproducing the papers' training results.
 pub const ISSUE_9: Issue = Issue {
     number: 9,
@@ -106,17 +101,17 @@ mod tests {
 
     #[test]
     fn message_names_command_and_issue() {
-        let err = NotImplemented::new("pretrain", Tracking::In(ISSUE_8));
+        let err = NotImplemented::new("reproduce onebit-adam", Tracking::In(ISSUE_9));
         assert_eq!(
             err.to_string(),
-            "`pretrain` is not implemented yet \
-             (tracked in issue 8: the distributed trainer and user commands)"
+            "`reproduce onebit-adam` is not implemented yet \
+             (tracked in issue 9: reproducing the papers' training results)"
         );
     }
 
     #[test]
     fn message_is_one_line() {
-        for issue in [ISSUE_5, ISSUE_8, ISSUE_9, ISSUE_10] {
+        for issue in [ISSUE_5, ISSUE_9, ISSUE_10] {
             let message = NotImplemented::new("x", Tracking::In(issue)).to_string();
             assert!(!message.contains('\n'), "{message:?}");
             assert!(message.contains(&format!("issue {}: ", issue.number)));

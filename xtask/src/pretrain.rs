@@ -1,15 +1,17 @@
 //! `cargo xtask pretrain`: masked-LM pre-training of BERT, the workload all
 //! three papers measure their optimizers on.
 //!
-//! It will build the `terse` binary and launch `terse pretrain` on `--ranks`
-//! processes (through `mpirun` when there is more than one). Until issue 8
-//! lands it parses its arguments and fails with [`NotImplemented`].
+//! It builds the `terse` binary and launches `terse pretrain` on `--ranks`
+//! processes (through `mpirun` when there is more than one) with the
+//! preset's config, `configs/pretrain-<preset>.toml`, unless `--config`
+//! names another. The binary fetches and checks the corpus and the
+//! tokenizer, and makes the examples once into the cache.
 
 use anyhow::Result;
 use clap::{ValueEnum, value_parser};
 
-use crate::not_implemented::{ISSUE_8, NotImplemented, Tracking};
 use crate::run_args::RunArgs;
+use crate::terse_binary;
 
 /// Arguments of `cargo xtask pretrain`.
 #[derive(Debug, Clone, PartialEq, Eq, clap::Args)]
@@ -35,11 +37,31 @@ pub enum Preset {
     BertBase,
     /// 6 layers, hidden 384, 12 heads: the all-MiniLM-L6-v2 shape, sized for one machine
     MinilmL6,
+    /// BERT-Tiny: 2 layers, hidden 128 (seconds per run: tests and trials)
+    BertTiny,
 }
 
-/// Runs `pretrain`: not implemented yet.
-pub fn run(_args: &Args) -> Result<()> {
-    Err(NotImplemented::new("pretrain", Tracking::In(ISSUE_8)).into())
+impl Preset {
+    /// The preset's config file.
+    pub fn config(self) -> &'static str {
+        match self {
+            Preset::BertLarge => "configs/pretrain-bert-large.toml",
+            Preset::BertBase => "configs/pretrain-bert-base.toml",
+            Preset::MinilmL6 => "configs/pretrain-minilm-l6.toml",
+            Preset::BertTiny => "configs/pretrain-bert-tiny.toml",
+        }
+    }
+}
+
+/// Runs `pretrain`.
+pub fn run(args: &Args) -> Result<()> {
+    let config = args.run.config_or(args.preset.config())?;
+    let mut terse = vec!["pretrain".to_string()];
+    terse.extend(args.run.terse_args(&config));
+    if let Some(steps) = args.steps {
+        terse.extend(["--steps".into(), steps.to_string()]);
+    }
+    terse_binary::launch(args.run.ranks as usize, &terse)
 }
 
 #[cfg(test)]
@@ -116,14 +138,34 @@ mod tests {
     }
 
     #[test]
-    fn is_not_implemented_yet_issue_8() {
-        let err = testing::not_implemented(&["pretrain", "bert-base", "--ranks", "2"]);
-        assert_eq!(err.command, "pretrain");
-        assert_eq!(err.tracking.issue().number, 8);
+    fn presets_name_existing_configs() {
+        let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+        for preset in Preset::value_variants() {
+            assert!(root.join(preset.config()).exists(), "{}", preset.config());
+        }
+    }
+
+    #[test]
+    fn passes_the_run_options_to_terse() {
+        let args = args(&[
+            "pretrain",
+            "--optimizer",
+            "onebit-lamb",
+            "--run-dir",
+            "runs/x",
+            "--resume",
+        ]);
         assert_eq!(
-            err.to_string(),
-            "`pretrain` is not implemented yet \
-             (tracked in issue 8: the distributed trainer and user commands)"
+            args.run.terse_args(std::path::Path::new("c.toml")),
+            [
+                "--config",
+                "c.toml",
+                "--optimizer",
+                "onebit_lamb",
+                "--run-dir",
+                "runs/x",
+                "--resume"
+            ]
         );
     }
 }

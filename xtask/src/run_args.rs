@@ -47,4 +47,62 @@ pub struct RunArgs {
     /// TOML experiment config (see configs/); the flags above override its fields
     #[arg(long, value_name = "PATH")]
     pub config: Option<PathBuf>,
+
+    /// Directory for metrics.jsonl, checkpoints/ and export/ (default
+    /// runs/<config>-<optimizer>)
+    #[arg(long, value_name = "DIR")]
+    pub run_dir: Option<PathBuf>,
+
+    /// Continue from the newest checkpoint in the run directory
+    /// (bit-identically, in any optimizer stage)
+    #[arg(long)]
+    pub resume: bool,
+}
+
+impl Optimizer {
+    /// The name configs and the `terse` binary use.
+    pub fn config_name(self) -> &'static str {
+        match self {
+            Optimizer::Adam => "adam",
+            Optimizer::Lamb => "lamb",
+            Optimizer::Sgd => "sgd",
+            Optimizer::OnebitAdam => "onebit_adam",
+            Optimizer::OnebitLamb => "onebit_lamb",
+            Optimizer::Slamb => "slamb",
+        }
+    }
+}
+
+impl RunArgs {
+    /// `terse` flags for these options, with `config` as the run config
+    /// (`--ranks` is the launcher's business, not the binary's).
+    pub fn terse_args(&self, config: &std::path::Path) -> Vec<String> {
+        let mut args = vec!["--config".to_string(), config.display().to_string()];
+        if let Some(optimizer) = self.optimizer {
+            args.extend(["--optimizer".into(), optimizer.config_name().into()]);
+        }
+        if let Some(dir) = &self.run_dir {
+            args.extend(["--run-dir".into(), dir.display().to_string()]);
+        }
+        if self.resume {
+            args.push("--resume".into());
+        }
+        args
+    }
+
+    /// The config to run: `--config`, else `default` (relative to the
+    /// workspace root, where xtask runs).
+    pub fn config_or(&self, default: &str) -> anyhow::Result<PathBuf> {
+        let path = self
+            .config
+            .clone()
+            .unwrap_or_else(|| PathBuf::from(default));
+        if !path.exists() {
+            anyhow::bail!(
+                "{}: no such config (configs/ lists the ones that exist)",
+                path.display()
+            );
+        }
+        Ok(path)
+    }
 }

@@ -1,17 +1,17 @@
 //! `cargo xtask train`: train an image classifier from scratch.
 //!
 //! ResNet and VGG on image data are the papers' second workload: small enough
-//! to run the optimizers to convergence on one machine. `mlp` on Fashion-MNIST
-//! works today on one rank: the data is checked (and installed when running as
-//! root), then `terse train mlp` is built and run in the workspace's profile.
-//! The other models and multi-rank runs fail with [`NotImplemented`] until
-//! issue 8 lands.
+//! to run the optimizers to convergence on one machine. They go through the
+//! distributed trainer (`terse train <model>` with
+//! `configs/train-<model>-<dataset>.toml` or `--config`, on `--ranks`
+//! processes). `mlp` is the single-rank MLP of the optimizer tests, on
+//! Fashion-MNIST (checked, and installed when running as root).
 
-use anyhow::Result;
+use anyhow::{Result, bail};
 use clap::ValueEnum;
 
 use crate::fashion_mnist;
-use crate::not_implemented::{ISSUE_5, ISSUE_8, NotImplemented, Tracking, cli_name};
+use crate::not_implemented::{ISSUE_5, NotImplemented, Tracking, cli_name};
 use crate::run_args::{Optimizer, RunArgs};
 use crate::terse_binary;
 
@@ -62,15 +62,38 @@ pub enum Dataset {
     Cifar10,
 }
 
-/// Runs `train`: the MLP on Fashion-MNIST on one rank; the rest is not
-/// implemented yet.
+/// Runs `train` for a ResNet or VGG through the trainer.
+fn image(args: &Args) -> Result<()> {
+    if args.epochs.is_some() {
+        bail!(
+            "--epochs is for `mlp`; ResNet and VGG runs count optimizer steps \
+             (the config's train.steps)"
+        );
+    }
+    let model = cli_name(&args.model);
+    let dataset = cli_name(&args.dataset.unwrap_or(Dataset::FashionMnist));
+    let config = args
+        .run
+        .config_or(&format!("configs/train-{model}-{dataset}.toml"))?;
+    let mut terse = vec!["train".to_string(), model, "--dataset".into(), dataset];
+    terse.extend(args.run.terse_args(&config));
+    terse_binary::launch(args.run.ranks as usize, &terse)
+}
+
+/// Runs `train`.
 pub fn run(args: &Args) -> Result<()> {
-    if args.model != Model::Mlp
-        || args.run.ranks > 1
+    if args.model != Model::Mlp {
+        return image(args);
+    }
+    if args.run.ranks > 1
         || !matches!(args.dataset, None | Some(Dataset::FashionMnist))
+        || args.run.resume
+        || args.run.run_dir.is_some()
     {
-        let what = format!("train {}", cli_name(&args.model));
-        return Err(NotImplemented::new(what, Tracking::In(ISSUE_8)).into());
+        bail!(
+            "`mlp` is the single-rank Fashion-MNIST MLP (--epochs, --optimizer, --config); \
+             --ranks, --resume and --run-dir are for the ResNet and VGG runs"
+        );
     }
     let optimizer = match args.run.optimizer {
         None | Some(Optimizer::Adam) => "adam",
@@ -169,12 +192,9 @@ mod tests {
     }
 
     #[test]
-    fn is_not_implemented_yet_issue_8() {
-        let err = testing::not_implemented(&["train", "resnet18", "--dataset", "cifar10"]);
-        assert_eq!(err.command, "train resnet18");
-        assert_eq!(err.tracking.issue().number, 8);
-        let err = testing::not_implemented(&["train", "mlp", "--ranks", "2"]);
-        assert_eq!(err.tracking.issue().number, 8);
+    fn mlp_options_that_belong_to_the_trainer_are_refused() {
+        let err = run(&args(&["train", "mlp", "--ranks", "2"])).unwrap_err();
+        assert!(err.to_string().contains("--ranks"), "{err}");
         let err = testing::not_implemented(&["train", "mlp", "--optimizer", "onebit-adam"]);
         assert_eq!(err.command, "train mlp --optimizer onebit-adam");
         assert_eq!(err.tracking.issue().number, 5);

@@ -1,9 +1,12 @@
 //! `terse`: the per-rank binary that `cargo xtask` builds and launches (one
 //! process per rank, through `mpirun` for several).
 //!
-//! `train mlp` works today (single rank, Fashion-MNIST); the other commands
-//! belong to the trainer issue and say so, exiting non-zero.
+//! `pretrain` and `train mlp` work; `finetune`, `eval` and `predict` are not
+//! there yet and say so, exiting non-zero.
 
+mod finetune;
+mod launch;
+mod pretrain;
 mod train;
 
 use std::process::ExitCode;
@@ -21,9 +24,9 @@ struct Cli {
 #[derive(Subcommand, Debug)]
 enum Command {
     /// Pre-train BERT (masked LM + next sentence) with the configured optimizer.
-    Pretrain,
+    Pretrain(pretrain::Args),
     /// Fine-tune a checkpoint on SQuAD or a GLUE task.
-    Finetune,
+    Finetune(finetune::Args),
     /// Train an image classifier and report its test accuracy after every epoch.
     Train(train::Args),
     /// Evaluate a checkpoint.
@@ -36,6 +39,8 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match &cli.command {
         Command::Train(args) => train::run(args),
+        Command::Pretrain(args) => pretrain::run(args),
+        Command::Finetune(args) => finetune::run(args),
         other => {
             let name = format!("{other:?}").to_lowercase();
             eprintln!(

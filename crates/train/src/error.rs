@@ -28,4 +28,42 @@ pub enum TrainError {
     /// Examples that cannot form one batch.
     #[error("cannot batch: {0}")]
     Batch(String),
+    /// A collective failed (another rank died or timed out).
+    #[error(transparent)]
+    Comm(#[from] terse_comm::CommError),
+    /// A file could not be read or written.
+    #[error("{}: {source}", path.display())]
+    Io {
+        /// The file.
+        path: std::path::PathBuf,
+        /// What the system said.
+        source: std::io::Error,
+    },
+    /// A config file is not a valid run.
+    #[error("{}: {reason}", path.display())]
+    Config {
+        /// The file.
+        path: std::path::PathBuf,
+        /// What is wrong, naming the field.
+        reason: String,
+    },
+    /// A checkpoint is damaged, incomplete or from another run.
+    #[error("checkpoint {}: {reason}", path.display())]
+    Checkpoint {
+        /// The checkpoint directory (or file in it).
+        path: std::path::PathBuf,
+        /// What is wrong with it.
+        reason: String,
+    },
+    /// Weights could not be loaded or saved.
+    #[error(transparent)]
+    Model(#[from] terse_models::ModelError),
+    /// The run was stopped by SIGINT or SIGTERM after writing a checkpoint.
+    #[error("stopped by a signal at step {step}; checkpoint written to {}", checkpoint.display())]
+    Interrupted {
+        /// The last step taken.
+        step: u64,
+        /// The checkpoint that `--resume` continues from.
+        checkpoint: std::path::PathBuf,
+    },
 }

@@ -12,18 +12,26 @@
 #![warn(missing_docs)]
 
 pub mod batch;
+pub mod checkpoint;
 mod classifier;
+mod config;
 mod error;
+pub mod metrics;
 mod progress;
 mod sentence_classifier;
 mod shuffle;
+pub mod signals;
 mod step;
+pub mod tasks;
+mod trainer;
 
 pub use batch::{
     ClassificationBatch, PretrainBatch, SquadBatch, classification_batch, pretrain_batch,
     squad_batch,
 };
 pub use classifier::{ClassifierRun, EpochReport};
+pub use config::{Init, RunConfig, TaskConfig, TrainSettings};
 pub use error::TrainError;
 pub use sentence_classifier::{ClassificationTask, SentenceClassifierRun};
 pub use shuffle::shuffled_indices;
+pub use trainer::{RunOutcome, Task, Trainer};

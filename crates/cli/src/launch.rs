@@ -1,0 +1,172 @@
+//! How `terse` becomes one or more ranks, and the options every training
+//! command shares: the config and its overrides, the run directory, resume.
+//!
+//! Started by `mpirun`, each process is one MPI rank; otherwise `--ranks N`
+//! runs N ranks as threads of this process (the `local` backend: the same
+//! algorithms, error feedback and masks, on one machine), and one rank runs
+//! alone.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use anyhow::{Context, Result, bail};
+use terse_comm::{Communicator, LocalComm, MpiComm, SingleRank};
+use terse_optim::OptimizerConfig;
+use terse_train::{Init, RunConfig, RunOutcome, Task, TaskConfig, TrainError, Trainer};
+
+/// Options of every training command.
+#[derive(Debug, Clone, clap::Args)]
+pub struct RunOptions {
+    /// TOML run config (see configs/)
+    #[arg(long, value_name = "PATH")]
+    pub config: PathBuf,
+
+    /// Override train.steps (a resume may extend a run this way)
+    #[arg(long, value_name = "N")]
+    pub steps: Option<u64>,
+
+    /// Replace the config's optimizer by this one with its default settings
+    /// (adam, lamb, sgd, onebit_adam, onebit_adam_fp32, adam_onebit_naive,
+    /// onebit_lamb, lamb_onebit_basic, slamb)
+    #[arg(long, value_name = "NAME")]
+    pub optimizer: Option<String>,
+
+    /// Fine-tuning: start from this HuggingFace-layout directory (e.g. a
+    /// pre-training run's export/) instead of the config's init
+    #[arg(long, value_name = "DIR")]
+    pub from: Option<PathBuf>,
+
+    /// Directory for metrics.jsonl, config.toml, checkpoints/ and export/
+    #[arg(long, value_name = "DIR")]
+    pub run_dir: Option<PathBuf>,
+
+    /// Continue from the newest checkpoint in the run directory
+    #[arg(long)]
+    pub resume: bool,
+
+    /// Ranks as threads of this process (ignored under mpirun, where each
+    /// process is a rank)
+    #[arg(long, value_name = "N", default_value_t = 1)]
+    pub ranks: usize,
+
+    /// No progress bar (logs and CI)
+    #[arg(long)]
+    pub no_progress: bool,
+}
+
+impl RunOptions {
+    /// The config file with the command line's overrides applied.
+    pub fn resolve(&self) -> Result<RunConfig> {
+        let mut config = RunConfig::load(&self.config)?;
+        if let Some(steps) = self.steps {
+            if steps == 0 {
+                bail!("--steps must be at least 1");
+            }
+            config.train.steps = steps;
+        }
+        if let Some(name) = &self.optimizer {
+            let name = name.replace('-', "_");
+            config.optimizer = toml::from_str::<OptimizerConfig>(&format!("name = \"{name}\""))
+                .with_context(|| format!("--optimizer {name}"))?;
+        }
+        if let Some(dir) = &self.from {
+            match &mut config.task {
+                TaskConfig::Glue { init, .. } | TaskConfig::Squad { init, .. } => {
+                    *init = Init::Path(dir.clone());
+                }
+                _ => bail!("--from is for fine-tuning (glue, squad) runs"),
+            }
+        }
+        config
+            .validate()
+            .map_err(|e| anyhow::anyhow!("{}: {e}", self.config.display()))?;
+        Ok(config)
+    }
+
+    /// The run directory: `--run-dir`, else `runs/<config name>-<optimizer>`.
+    pub fn run_dir(&self, config: &RunConfig) -> PathBuf {
+        self.run_dir.clone().unwrap_or_else(|| {
+            let stem = self
+                .config
+                .file_stem()
+                .map_or("run".into(), |s| s.to_string_lossy().into_owned());
+            PathBuf::from("runs").join(format!("{stem}-{}", config.optimizer.name()))
+        })
+    }
+}
+
+/// Runs `make_task` + the trainer on every rank of the chosen backend and
+/// prints rank 0's summary.
+pub fn train<T, F>(options: &RunOptions, config: &RunConfig, make_task: F) -> Result<()>
+where
+    T: Task,
+    F: Fn(&dyn Communicator) -> Result<T, TrainError> + Sync,
+{
+    terse_train::signals::install();
+    let run_dir = options.run_dir(config);
+    let trainer = Trainer {
+        config,
+        run_dir: &run_dir,
+        resume: options.resume,
+        progress: !options.no_progress,
+    };
+    let one = |comm: &dyn Communicator| -> Result<Option<RunOutcome<T::Model>>, TrainError> {
+        let task = make_task(comm)?;
+        let outcome = trainer.run(&task, comm)?;
+        Ok((comm.rank() == 0).then_some(outcome))
+    };
+    let outcome = if MpiComm::launched_by_mpirun() {
+        let comm = MpiComm::init()?;
+        announce(&comm, config, &run_dir);
+        let result = one(&comm);
+        if let Err(e) = &result {
+            if !matches!(e, TrainError::Interrupted { .. }) {
+                eprintln!("terse: rank {}: {e}", comm.rank());
+                comm.abort(&e.to_string());
+            }
+        }
+        result?
+    } else if options.ranks > 1 {
+        // No rank waits for another longer than a whole evaluation.
+        let results = LocalComm::run(options.ranks, Duration::from_secs(6 * 3600), |comm| {
+            if comm.rank() == 0 {
+                announce(comm, config, &run_dir);
+            }
+            one(comm)
+        });
+        let mut lead = None;
+        for (rank, result) in results.into_iter().enumerate() {
+            match result {
+                Ok(Ok(Some(outcome))) => lead = Some(outcome),
+                Ok(Ok(None)) => {}
+                Ok(Err(e)) => return Err(e).with_context(|| format!("rank {rank}")),
+                Err(_) => bail!("rank {rank} panicked"),
+            }
+        }
+        lead
+    } else {
+        let comm = SingleRank::new();
+        announce(&comm, config, &run_dir);
+        one(&comm)?
+    };
+    if let Some(outcome) = outcome {
+        println!("terse: {}", outcome.summary.render());
+        println!("terse: run directory {}", run_dir.display());
+    }
+    Ok(())
+}
+
+fn announce(comm: &dyn Communicator, config: &RunConfig, run_dir: &std::path::Path) {
+    if comm.rank() == 0 {
+        eprintln!(
+            "terse: {} rank(s) ({}), optimizer {}, {} steps of global batch {} (micro-batch {}), run directory {}",
+            comm.world_size(),
+            comm.backend(),
+            config.optimizer.name(),
+            config.train.steps,
+            config.train.global_batch,
+            config.train.micro_batch,
+            run_dir.display()
+        );
+    }
+}

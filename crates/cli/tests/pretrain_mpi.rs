@@ -1,0 +1,218 @@
+//! End-to-end: the real `terse` binary pre-training BERT-Tiny on the real
+//! SOTU corpus with 1-bit LAMB, on 2 OpenMPI ranks (`mpirun`) through the
+//! warmup (12 steps) into the compression stage.
+//!
+//! - the ranks end with bit-identical weights, the loss falls, compression
+//!   sends far fewer bytes than the warmup, and 2 threads (`--ranks 2`) give
+//!   the same weights as 2 processes;
+//! - `kill -9` of the whole job after a checkpoint in the compression stage,
+//!   then `--resume`, ends bit-identical to the uninterrupted run;
+//! - a checkpoint with a damaged file, or resumed under another optimizer, is
+//!   refused with a message naming the file or the field.
+
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::time::{Duration, Instant};
+
+use safetensors::SafeTensors;
+
+const CONFIG: &str = "configs/pretrain-bert-tiny.toml";
+const STEPS: u64 = 30;
+const FREEZE: u64 = 12;
+
+fn workspace() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+fn terse(ranks: usize, run_dir: &Path, extra: &[&str]) -> Command {
+    let mut command = Command::new("mpirun");
+    command
+        .args(["--allow-run-as-root", "--oversubscribe", "-np"])
+        .arg(ranks.to_string())
+        .args(["-x", "RAYON_NUM_THREADS=1", env!("CARGO_BIN_EXE_terse")])
+        .args(["pretrain", "--no-progress", "--config", CONFIG, "--run-dir"])
+        .arg(run_dir)
+        .args(extra)
+        .current_dir(workspace());
+    command
+}
+
+fn text(output: &Output) -> String {
+    format!(
+        "{}{}",
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    )
+}
+
+fn succeed(command: &mut Command) -> String {
+    let output = command
+        .output()
+        .expect("mpirun starts (apt-get install openmpi-bin)");
+    let text = text(&output);
+    assert!(output.status.success(), "{text}");
+    text
+}
+
+fn scratch(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("terse-e2e-{}-{name}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    dir
+}
+
+fn checkpoint(run_dir: &Path, step: u64) -> PathBuf {
+    run_dir.join(format!("checkpoints/step-{step:08}"))
+}
+
+/// Every tensor of a saved module, by name, as raw bytes.
+fn tensors(path: &Path) -> Vec<(String, Vec<u8>)> {
+    let bytes = std::fs::read(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    let file = SafeTensors::deserialize(&bytes).unwrap();
+    let mut all: Vec<(String, Vec<u8>)> = file
+        .tensors()
+        .into_iter()
+        .map(|(name, view)| (name, view.data().to_vec()))
+        .collect();
+    all.sort();
+    assert!(all.len() > 20, "{}: {} tensors", path.display(), all.len());
+    all
+}
+
+fn final_weights(run_dir: &Path, rank: usize) -> Vec<(String, Vec<u8>)> {
+    tensors(&checkpoint(run_dir, STEPS).join(format!("model-rank-{rank}.safetensors")))
+}
+
+fn steps(run_dir: &Path) -> Vec<serde_json::Value> {
+    std::fs::read_to_string(run_dir.join("metrics.jsonl"))
+        .unwrap()
+        .lines()
+        .map(|line| serde_json::from_str::<serde_json::Value>(line).unwrap())
+        .filter(|v| v.get("loss").is_some())
+        .collect()
+}
+
+#[test]
+fn two_mpi_ranks_train_agree_resume_after_kill_and_refuse_damage() {
+    // 1. Uninterrupted.
+    let whole = scratch("whole");
+    succeed(&mut terse(2, &whole, &[]));
+    let log = steps(&whole);
+    assert_eq!(log.len() as u64, STEPS);
+    for v in &log {
+        let t = v["step"].as_u64().unwrap();
+        let want = if t <= FREEZE { "warmup" } else { "compression" };
+        assert_eq!(v["stage"], want, "step {t}");
+    }
+    let loss = |range: std::ops::Range<usize>| {
+        log[range.clone()]
+            .iter()
+            .map(|v| v["loss"].as_f64().unwrap())
+            .sum::<f64>()
+            / range.len() as f64
+    };
+    let (first, last) = (loss(0..5), loss(25..30));
+    assert!(last < first - 0.5, "loss {first:.3} → {last:.3}");
+    let bytes = |t: usize| log[t - 1]["bytes_sent"].as_u64().unwrap();
+    assert!(
+        bytes(5) > 10 * bytes(20),
+        "warmup {} vs compression {} bytes",
+        bytes(5),
+        bytes(20)
+    );
+    let weights = final_weights(&whole, 0);
+    assert!(final_weights(&whole, 1) == weights, "ranks disagree");
+
+    // The same run as 2 threads of one process.
+    let threads = scratch("threads");
+    let output = Command::new(env!("CARGO_BIN_EXE_terse"))
+        .args([
+            "pretrain",
+            "--no-progress",
+            "--config",
+            CONFIG,
+            "--ranks",
+            "2",
+            "--run-dir",
+        ])
+        .arg(&threads)
+        .current_dir(workspace())
+        .output()
+        .unwrap();
+    assert!(output.status.success(), "{}", text(&output));
+    assert!(
+        final_weights(&threads, 1) == weights,
+        "local backend differs"
+    );
+
+    // 2. kill -9 of the whole job once a compression-stage checkpoint exists.
+    let killed = scratch("killed");
+    let mut job = terse(2, &killed, &[])
+        .process_group(0)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let start = Instant::now();
+    let resume_from = FREEZE + 3;
+    loop {
+        let ready = (resume_from..STEPS).any(|s| checkpoint(&killed, s).exists());
+        if ready {
+            break;
+        }
+        assert!(
+            job.try_wait().unwrap().is_none(),
+            "the job ended before it could be killed"
+        );
+        assert!(start.elapsed() < Duration::from_secs(600), "no checkpoint");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let group = job.id() as i32;
+    // SAFETY: kill(2) on the job's own process group.
+    assert_eq!(unsafe { libc::kill(-group, libc::SIGKILL) }, 0);
+    job.wait().unwrap();
+    assert!(
+        !checkpoint(&killed, STEPS).exists(),
+        "the job finished before the kill"
+    );
+    let resumed = succeed(&mut terse(2, &killed, &["--resume"]));
+    assert!(resumed.contains("resumed from"), "{resumed}");
+    for rank in 0..2 {
+        assert!(
+            final_weights(&killed, rank) == weights,
+            "rank {rank}: resumed run differs from the uninterrupted one"
+        );
+    }
+
+    // 3. Damage: one flipped byte in a rank's optimizer state.
+    let damaged = checkpoint(&whole, STEPS).join("optimizer-rank-1.safetensors");
+    let mut bytes = std::fs::read(&damaged).unwrap();
+    let middle = bytes.len() / 2;
+    bytes[middle] ^= 0x01;
+    std::fs::write(&damaged, bytes).unwrap();
+    let output = terse(2, &whole, &["--resume", "--steps", "35"])
+        .output()
+        .unwrap();
+    let message = text(&output);
+    assert!(!output.status.success(), "{message}");
+    assert!(
+        message.contains("optimizer-rank-1.safetensors") && message.contains("corrupted"),
+        "{message}"
+    );
+
+    // 4. Another optimizer cannot continue this run's state.
+    let output = terse(
+        2,
+        &killed,
+        &["--resume", "--optimizer", "onebit_adam", "--steps", "35"],
+    )
+    .output()
+    .unwrap();
+    let message = text(&output);
+    assert!(!output.status.success(), "{message}");
+    assert!(message.contains("optimizer.name"), "{message}");
+
+    for dir in [whole, threads, killed] {
+        let _ = std::fs::remove_dir_all(dir);
+    }
+}

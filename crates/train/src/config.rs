@@ -1,0 +1,312 @@
+//! A training run as `configs/*.toml` writes it: the task (data and head),
+//! the model, the optimizer and its schedule, and the loop's settings.
+//!
+//! Every section is a serde struct with unknown fields refused, so a typo is
+//! an error naming the field, never a silently ignored setting. The resolved
+//! config (after command-line overrides) is written next to the run's
+//! metrics and into every checkpoint, where a resume compares it with the
+//! new one ([`RunConfig::resume_difference`]).
+
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+use terse_models::ModelConfig;
+use terse_optim::{LrSchedule, OptimizerConfig};
+
+use crate::TrainError;
+
+/// One run.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RunConfig {
+    /// What to learn: the data and the head on the model.
+    pub task: TaskConfig,
+    /// The model (`kind = "bert" | "resnet" | "vgg" | "mlp"`). Absent when
+    /// fine-tuning pretrained weights: their `config.json` is the model.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub model: Option<ModelConfig>,
+    /// The optimizer (`name = "adam" | "onebit_lamb" | …`).
+    pub optimizer: OptimizerConfig,
+    /// Its learning-rate schedule, over optimizer steps.
+    pub schedule: LrSchedule,
+    /// The loop.
+    pub train: TrainSettings,
+}
+
+/// Where a fine-tuning run's weights come from.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Init {
+    /// The pretrained MiniLM of DATA.md (`all-MiniLM-L6-v2`), fetched and
+    /// checked by the run.
+    Minilm,
+    /// Random initialisation from the seed.
+    Random,
+    /// A HuggingFace-layout directory (`model.safetensors` + `config.json`),
+    /// e.g. the `export/` of a terse pre-training run.
+    Path(PathBuf),
+}
+
+/// The task of a run.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case", deny_unknown_fields)]
+pub enum TaskConfig {
+    /// Masked LM + next sentence on a corpus (DATA.md's text corpora).
+    Pretrain {
+        /// Corpora: `sotu`, `squad` (the training articles), `imdb`, or a
+        /// path to a one-sentence-per-line file.
+        corpus: Vec<String>,
+        /// Sequence length of the examples (128 or 512 in the papers).
+        max_seq: usize,
+        /// Passes over the corpus with different masks.
+        #[serde(default = "one")]
+        dupe_factor: usize,
+        /// Examples held out at the end of the set for evaluation.
+        #[serde(default = "default_held_out")]
+        held_out: usize,
+    },
+    /// Sentence(-pair) classification: a GLUE task or a stand-in.
+    Glue {
+        /// `rt-polarity`, `imdb`, `snli`, or a GLUE task name with its
+        /// directory in `glue_dir`.
+        task: String,
+        /// Longest input in word pieces.
+        max_seq: usize,
+        /// Where the weights come from.
+        init: Init,
+        /// Directory of the official GLUE TSVs (GLUE tasks only).
+        #[serde(default)]
+        glue_dir: Option<PathBuf>,
+    },
+    /// SQuAD v1.1 extractive question answering.
+    Squad {
+        /// Window length in word pieces.
+        max_seq: usize,
+        /// Window stride.
+        doc_stride: usize,
+        /// Longest question in word pieces.
+        max_query: usize,
+        /// Where the weights come from.
+        init: Init,
+        /// Evaluate on the first N dev questions only (all when absent).
+        #[serde(default)]
+        dev_questions: Option<usize>,
+    },
+    /// Image classification.
+    Image {
+        /// `fashion-mnist`, `mnist` (the 5k CSV sample), `cifar10` or
+        /// `cifar100` (from `dir`).
+        dataset: String,
+        /// Directory of the CIFAR binary files (CIFAR only: not
+        /// downloadable from these machines).
+        #[serde(default)]
+        dir: Option<PathBuf>,
+        /// Random crop (pad 4) and horizontal flip.
+        #[serde(default)]
+        augment: bool,
+    },
+}
+
+fn one() -> usize {
+    1
+}
+
+fn default_held_out() -> usize {
+    256
+}
+
+/// The loop's settings.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TrainSettings {
+    /// Optimizer steps in the run.
+    pub steps: u64,
+    /// Examples per optimizer step, over all ranks.
+    pub global_batch: usize,
+    /// Examples per forward/backward pass on one rank; the rest of a rank's
+    /// share of the global batch is gradient accumulation.
+    pub micro_batch: usize,
+    /// Seeds initialisation, data order and dropout.
+    pub seed: u64,
+    /// Write a checkpoint every N steps (0: only at the end and on a signal).
+    #[serde(default)]
+    pub checkpoint_every: u64,
+    /// Evaluate every N steps (0: only at the end).
+    #[serde(default)]
+    pub eval_every: u64,
+}
+
+impl TrainSettings {
+    /// Micro-batches per rank per step on `world` ranks, or the error that
+    /// names the fields that do not divide.
+    pub fn accumulation(&self, world: usize) -> Result<usize, TrainError> {
+        let per_rank = self.global_batch / world.max(1);
+        if self.micro_batch == 0
+            || self.global_batch == 0
+            || self.global_batch % world != 0
+            || per_rank % self.micro_batch != 0
+        {
+            return Err(TrainError::InvalidRun {
+                field: "train.global_batch",
+                reason: format!(
+                    "global_batch {} must split into {world} rank(s) × a whole number of \
+                     micro-batches of micro_batch {}",
+                    self.global_batch, self.micro_batch
+                ),
+            });
+        }
+        Ok(per_rank / self.micro_batch)
+    }
+}
+
+impl RunConfig {
+    /// Reads a config file; errors name the file and the field.
+    pub fn load(path: &Path) -> Result<Self, TrainError> {
+        let text = std::fs::read_to_string(path).map_err(|source| TrainError::Io {
+            path: path.to_path_buf(),
+            source,
+        })?;
+        Self::parse(&text).map_err(|reason| TrainError::Config {
+            path: path.to_path_buf(),
+            reason,
+        })
+    }
+
+    /// Parses and validates TOML text.
+    pub fn parse(text: &str) -> Result<Self, String> {
+        let config: Self = toml::from_str(text).map_err(|e| e.to_string())?;
+        config.validate()?;
+        Ok(config)
+    }
+
+    /// Checks what serde cannot: the optimizer, the schedule and the batch.
+    pub fn validate(&self) -> Result<(), String> {
+        self.optimizer
+            .validate()
+            .map_err(|e| format!("[optimizer]: {e}"))?;
+        self.schedule
+            .validate()
+            .map_err(|e| format!("[schedule]: {e}"))?;
+        if self.train.steps == 0 {
+            return Err("train.steps: must be at least 1".into());
+        }
+        self.train
+            .accumulation(1)
+            .map_err(|e| format!("[train]: {e}"))?;
+        Ok(())
+    }
+
+    /// The config as TOML, as written next to a run's metrics.
+    pub fn to_toml(&self) -> String {
+        toml::to_string(self).expect("a run config serialises")
+    }
+
+    /// Why a checkpoint written under `saved` cannot be continued under
+    /// `self`, or `None` when it can. Only the number of steps and how often
+    /// to checkpoint or evaluate may change; anything else (model, task,
+    /// optimizer, schedule, batch, seed) would make the resumed run a
+    /// different run.
+    pub fn resume_difference(&self, saved: &RunConfig) -> Option<String> {
+        let mut ours = serde_json::to_value(self).expect("serialises");
+        let mut theirs = serde_json::to_value(saved).expect("serialises");
+        for value in [&mut ours, &mut theirs] {
+            if let Some(train) = value.get_mut("train").and_then(|t| t.as_object_mut()) {
+                for free in ["steps", "checkpoint_every", "eval_every"] {
+                    train.remove(free);
+                }
+            }
+        }
+        first_difference("", &theirs, &ours)
+    }
+}
+
+/// The first path at which `saved` and `now` differ, described.
+fn first_difference(
+    path: &str,
+    saved: &serde_json::Value,
+    now: &serde_json::Value,
+) -> Option<String> {
+    use serde_json::Value;
+    match (saved, now) {
+        (Value::Object(a), Value::Object(b)) => {
+            // A different variant (`name`, `kind`) is the difference to
+            // name, not the fields that come with it.
+            let mut keys: Vec<&String> = a.keys().chain(b.keys()).collect();
+            keys.sort_by_key(|k| (!matches!(k.as_str(), "name" | "kind" | "preset"), *k));
+            keys.dedup();
+            keys.into_iter().find_map(|key| {
+                let sub = if path.is_empty() {
+                    key.clone()
+                } else {
+                    format!("{path}.{key}")
+                };
+                match (a.get(key), b.get(key)) {
+                    (Some(x), Some(y)) => first_difference(&sub, x, y),
+                    (x, y) => Some(format!(
+                        "`{sub}` was {} in the checkpoint, is {} now",
+                        x.map_or("absent".into(), Value::to_string),
+                        y.map_or("absent".into(), Value::to_string)
+                    )),
+                }
+            })
+        }
+        (a, b) if a == b => None,
+        (a, b) => Some(format!("`{path}` was {a} in the checkpoint, is {b} now")),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const TINY: &str = r#"
+[task]
+kind = "pretrain"
+corpus = ["sotu"]
+max_seq = 128
+
+[model]
+kind = "bert"
+preset = "tiny"
+
+[optimizer]
+name = "onebit_lamb"
+freeze_step = 10
+
+[schedule]
+kind = "constant"
+lr = 1e-3
+
+[train]
+steps = 20
+global_batch = 8
+micro_batch = 2
+seed = 3
+"#;
+
+    #[test]
+    fn parses_and_names_unknown_fields() {
+        let config = RunConfig::parse(TINY).unwrap();
+        assert_eq!(config.train.accumulation(2).unwrap(), 2);
+        assert!(config.train.accumulation(3).is_err());
+        let typo = RunConfig::parse(&TINY.replace("micro_batch", "micro_bach")).unwrap_err();
+        assert!(typo.contains("micro_bach"), "{typo}");
+    }
+
+    #[test]
+    fn resume_allows_more_steps_and_names_any_other_change() {
+        let saved = RunConfig::parse(TINY).unwrap();
+        let longer = RunConfig::parse(&TINY.replace("steps = 20", "steps = 40")).unwrap();
+        assert_eq!(longer.resume_difference(&saved), None);
+        let other = RunConfig::parse(&TINY.replace("onebit_lamb", "onebit_adam")).unwrap();
+        let why = other.resume_difference(&saved).unwrap();
+        assert!(why.contains("optimizer.name"), "{why}");
+        assert!(
+            why.contains("onebit_lamb") && why.contains("onebit_adam"),
+            "{why}"
+        );
+        let model = RunConfig::parse(&TINY.replace("\"tiny\"", "\"mini\"")).unwrap();
+        let why = model.resume_difference(&saved).unwrap();
+        assert!(why.starts_with("`model."), "{why}");
+    }
+}

@@ -1,0 +1,147 @@
+//! What a run reports: one JSON line per optimizer step (written by rank 0
+//! to `metrics.jsonl`, appended to on resume), evaluation lines, and the
+//! end-of-run summary: throughput, the communication share of step time,
+//! and the bytes sent against an fp32 gradient allreduce of the same model.
+
+use std::fs::{File, OpenOptions};
+use std::io::{BufWriter, Write};
+use std::path::{Path, PathBuf};
+
+use serde::Serialize;
+use terse_comm::traffic::{Collective, volume};
+
+use crate::TrainError;
+
+/// One optimizer step, as logged.
+#[derive(Debug, Clone, Serialize)]
+pub struct StepRecord {
+    /// The step (from 1).
+    pub step: u64,
+    /// Training loss, averaged over the step's micro-batches and all ranks.
+    pub loss: f64,
+    /// The step's learning rate.
+    pub lr: f64,
+    /// `full`, `warmup`, `compression` or `sparse`.
+    pub stage: String,
+    /// Bytes this rank sent in the optimizer's collectives.
+    pub bytes_sent: u64,
+    /// Forward passes, batch collation included.
+    pub forward_ms: f64,
+    /// Backward passes and gradient accumulation.
+    pub backward_ms: f64,
+    /// Time inside the optimizer's collectives.
+    pub comm_ms: f64,
+    /// The rest of the optimizer step (update, compression, copies).
+    pub optimizer_ms: f64,
+    /// Examples per second over all ranks for this step.
+    pub samples_per_s: f64,
+}
+
+/// An evaluation, as logged.
+#[derive(Debug, Clone, Serialize)]
+pub struct EvalRecord {
+    /// The step evaluated after.
+    pub step: u64,
+    /// Metric name → value.
+    pub eval: Vec<(String, f64)>,
+}
+
+/// Rank 0's metrics file (other ranks hold a sink that writes nothing).
+pub struct MetricsLog {
+    file: Option<BufWriter<File>>,
+    path: PathBuf,
+}
+
+impl MetricsLog {
+    /// Opens `dir/metrics.jsonl` for appending when `write`.
+    pub fn open(dir: &Path, write: bool) -> Result<Self, TrainError> {
+        let path = dir.join("metrics.jsonl");
+        let file = if write {
+            let file = OpenOptions::new()
+                .create(true)
+                .append(true)
+                .open(&path)
+                .map_err(|source| TrainError::Io {
+                    path: path.clone(),
+                    source,
+                })?;
+            Some(BufWriter::new(file))
+        } else {
+            None
+        };
+        Ok(Self { file, path })
+    }
+
+    /// Appends one JSON line and flushes it (a crash loses no logged step).
+    pub fn line<T: Serialize>(&mut self, record: &T) -> Result<(), TrainError> {
+        if let Some(file) = &mut self.file {
+            let json = serde_json::to_string(record).expect("records serialise");
+            writeln!(file, "{json}")
+                .and_then(|()| file.flush())
+                .map_err(|source| TrainError::Io {
+                    path: self.path.clone(),
+                    source,
+                })?;
+        }
+        Ok(())
+    }
+}
+
+/// Totals over a run's steps (this session's steps, on resume).
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct RunSummary {
+    /// Steps taken in this session.
+    pub steps: u64,
+    /// Examples processed over all ranks.
+    pub samples: u64,
+    /// Wall seconds in steps.
+    pub seconds: f64,
+    /// Seconds in the optimizer's collectives (rank 0).
+    pub comm_seconds: f64,
+    /// Bytes rank 0 sent.
+    pub bytes_sent: u64,
+    /// Bytes rank 0 would have sent allreducing the fp32 gradient every step.
+    pub fp32_allreduce_bytes: u64,
+    /// Mean loss of the last step.
+    pub final_loss: f64,
+    /// The last evaluation.
+    pub eval: Vec<(String, f64)>,
+}
+
+impl RunSummary {
+    /// Adds one step of a model with `params` parameters on `world` ranks.
+    pub fn add(&mut self, record: &StepRecord, samples: u64, params: usize, world: usize) {
+        let step_s =
+            (record.forward_ms + record.backward_ms + record.comm_ms + record.optimizer_ms) / 1e3;
+        self.steps += 1;
+        self.samples += samples;
+        self.seconds += step_s;
+        self.comm_seconds += record.comm_ms / 1e3;
+        self.bytes_sent += record.bytes_sent;
+        self.fp32_allreduce_bytes += volume(Collective::Allreduce, world, 0, 0, params * 4).0;
+        self.final_loss = record.loss;
+    }
+
+    /// The human-readable summary printed at the end of a run.
+    pub fn render(&self) -> String {
+        let throughput = self.samples as f64 / self.seconds.max(1e-9);
+        let share = 100.0 * self.comm_seconds / self.seconds.max(1e-9);
+        let mut out = format!(
+            "{} steps, {} samples in {:.1} s: {throughput:.1} samples/s; communication \
+             {share:.1}% of step time; final loss {:.4}",
+            self.steps, self.samples, self.seconds, self.final_loss
+        );
+        if self.fp32_allreduce_bytes > 0 {
+            out.push_str(&format!(
+                "; sent {:.2} MB per rank, {:.2}× less than an fp32 gradient allreduce ({:.2} MB)",
+                self.bytes_sent as f64 / 1e6,
+                self.fp32_allreduce_bytes as f64 / self.bytes_sent.max(1) as f64,
+                self.fp32_allreduce_bytes as f64 / 1e6
+            ));
+        }
+        for (name, value) in &self.eval {
+            out.push_str(&format!("; {name} {value:.4}"));
+        }
+        out
+    }
+}

@@ -1,0 +1,255 @@
+//! Image classification: ResNet or VGG on Fashion-MNIST, the MNIST sample
+//! or CIFAR, with the augmentation keyed by `(seed, epoch, image)` so any
+//! rank and any resume sees the same crops and flips; accuracy on the whole
+//! test split.
+
+use std::path::Path;
+
+use burn::module::Module;
+use burn::nn::loss::CrossEntropyLossConfig;
+use burn::store::ModuleSnapshot;
+use burn::tensor::{Device, Int, Tensor, TensorData};
+use terse_data::images::{FASHION_MNIST_MEAN, FASHION_MNIST_STD, MNIST_MEAN, MNIST_STD};
+use terse_data::{
+    Augment, CifarKind, ImageSet, dataset, read_cifar_split, read_idx_images, read_idx_labels,
+    read_mnist_csv,
+};
+use terse_models::{ModelConfig, Resnet, ResnetConfig, Vgg, VggConfig};
+
+use crate::trainer::Task;
+use crate::{RunConfig, TaskConfig, TrainError};
+
+/// A model that maps `[batch, C, H, W]` images to class logits.
+pub trait ImageClassifier: Module + ModuleSnapshot {
+    /// Its config in `[model]`.
+    type Config;
+    /// The config of `model`, or an error naming what is wrong.
+    fn config(model: &ModelConfig) -> Result<&Self::Config, TrainError>;
+    /// A new model.
+    fn build(config: &Self::Config, device: &Device) -> Self;
+    /// Class logits.
+    fn logits(&self, images: Tensor<4>) -> Tensor<2>;
+}
+
+impl ImageClassifier for Resnet {
+    type Config = ResnetConfig;
+    fn config(model: &ModelConfig) -> Result<&ResnetConfig, TrainError> {
+        match model {
+            ModelConfig::Resnet(c) => Ok(c),
+            _ => Err(kind_error()),
+        }
+    }
+    fn build(config: &ResnetConfig, device: &Device) -> Self {
+        config.init(device)
+    }
+    fn logits(&self, images: Tensor<4>) -> Tensor<2> {
+        self.forward(images)
+    }
+}
+
+impl ImageClassifier for Vgg {
+    type Config = VggConfig;
+    fn config(model: &ModelConfig) -> Result<&VggConfig, TrainError> {
+        match model {
+            ModelConfig::Vgg(c) => Ok(c),
+            _ => Err(kind_error()),
+        }
+    }
+    fn build(config: &VggConfig, device: &Device) -> Self {
+        config.init(device)
+    }
+    fn logits(&self, images: Tensor<4>) -> Tensor<2> {
+        self.forward(images)
+    }
+}
+
+fn kind_error() -> TrainError {
+    TrainError::InvalidRun {
+        field: "model.kind",
+        reason: "image tasks train `resnet` or `vgg`".into(),
+    }
+}
+
+/// An image-classification task of a run.
+pub struct ImageTask<M: ImageClassifier> {
+    train: ImageSet,
+    test: ImageSet,
+    augment: Augment,
+    plain: Augment,
+    config: M::Config,
+    seed: u64,
+}
+
+/// Train and test splits of a dataset name, and its normalization.
+fn read_images(
+    name: &str,
+    dir: Option<&Path>,
+) -> Result<(ImageSet, ImageSet, Vec<f32>, Vec<f32>), TrainError> {
+    let cifar = |kind| -> Result<_, TrainError> {
+        let dir = dir.ok_or_else(|| TrainError::InvalidRun {
+            field: "task.dir",
+            reason: format!("{name} is not downloadable here: set dir to its binary files"),
+        })?;
+        let stats = (
+            terse_data::images::CIFAR10_MEAN.to_vec(),
+            terse_data::images::CIFAR10_STD.to_vec(),
+        );
+        Ok((
+            read_cifar_split(dir, kind, true)?,
+            read_cifar_split(dir, kind, false)?,
+            stats.0,
+            stats.1,
+        ))
+    };
+    match name {
+        "fashion-mnist" => {
+            let dir = dataset("fashion-mnist")?;
+            let split = |prefix: &str| -> Result<ImageSet, TrainError> {
+                let images = read_idx_images(&dir.join(format!("{prefix}-images-idx3-ubyte")))?;
+                let labels = read_idx_labels(&dir.join(format!("{prefix}-labels-idx1-ubyte")))?;
+                Ok(ImageSet::from_idx(images, &labels)?)
+            };
+            Ok((
+                split("train")?,
+                split("t10k")?,
+                FASHION_MNIST_MEAN.to_vec(),
+                FASHION_MNIST_STD.to_vec(),
+            ))
+        }
+        "mnist" => {
+            let all = read_mnist_csv(&dataset("mnist-5k")?.join("mnist_5k.csv.gz"))?;
+            let cut = all.len() * 4 / 5;
+            let (train, test) = split_set(&all, cut)?;
+            Ok((train, test, MNIST_MEAN.to_vec(), MNIST_STD.to_vec()))
+        }
+        "cifar10" => cifar(CifarKind::Cifar10),
+        "cifar100" => cifar(CifarKind::Cifar100),
+        other => Err(TrainError::InvalidRun {
+            field: "task.dataset",
+            reason: format!("unknown `{other}` (fashion-mnist, mnist, cifar10, cifar100)"),
+        }),
+    }
+}
+
+/// The first `cut` images and the rest.
+fn split_set(all: &ImageSet, cut: usize) -> Result<(ImageSet, ImageSet), TrainError> {
+    let n = all.image_bytes();
+    let part = |range: std::ops::Range<usize>| {
+        ImageSet::new(
+            all.channels,
+            all.height,
+            all.width,
+            all.pixels[range.start * n..range.end * n].to_vec(),
+            all.labels[range].to_vec(),
+        )
+    };
+    Ok((part(0..cut)?, part(cut..all.len())?))
+}
+
+impl<M: ImageClassifier> ImageTask<M>
+where
+    M::Config: Clone,
+{
+    /// Reads the dataset `config` names (fetched and checked).
+    pub fn prepare(config: &RunConfig) -> Result<Self, TrainError> {
+        let TaskConfig::Image {
+            dataset,
+            dir,
+            augment,
+        } = &config.task
+        else {
+            return Err(TrainError::InvalidRun {
+                field: "task.kind",
+                reason: "not an image task".into(),
+            });
+        };
+        let model = config.model.as_ref().ok_or_else(kind_error)?;
+        let model = M::config(model)?.clone();
+        let (train, test, mean, std) = read_images(dataset, dir.as_deref())?;
+        let plain = Augment::normalize_only(&mean, &std);
+        let augment = if *augment {
+            Augment {
+                mean,
+                std,
+                ..Augment::cifar10()
+            }
+        } else {
+            plain.clone()
+        };
+        Ok(Self {
+            train,
+            test,
+            augment,
+            plain,
+            config: model,
+            seed: config.train.seed,
+        })
+    }
+
+    /// Training and test image counts.
+    pub fn sizes(&self) -> (usize, usize) {
+        (self.train.len(), self.test.len())
+    }
+
+    fn images(
+        &self,
+        set: &ImageSet,
+        indices: &[usize],
+        epoch: u64,
+        train: bool,
+        device: &Device,
+    ) -> Result<Tensor<4>, TrainError> {
+        let augment = if train { &self.augment } else { &self.plain };
+        let pixels = augment.batch(set, indices, self.seed, epoch, train)?;
+        let shape = [indices.len(), set.channels, set.height, set.width];
+        Ok(Tensor::from_data(TensorData::new(pixels, shape), device))
+    }
+}
+
+fn labels(set: &ImageSet, indices: &[usize], device: &Device) -> Tensor<1, Int> {
+    let values: Vec<i64> = indices.iter().map(|&i| i64::from(set.labels[i])).collect();
+    Tensor::from_data(TensorData::new(values, [indices.len()]), device)
+}
+
+impl<M: ImageClassifier> Task for ImageTask<M>
+where
+    M::Config: Clone + Sync,
+{
+    type Model = M;
+
+    fn examples(&self) -> usize {
+        self.train.len()
+    }
+
+    fn init(&self, device: &Device) -> Result<M, TrainError> {
+        Ok(M::build(&self.config, device))
+    }
+
+    fn loss(
+        &self,
+        model: &M,
+        examples: &[usize],
+        epoch: u64,
+        device: &Device,
+    ) -> Result<Tensor<1>, TrainError> {
+        let x = self.images(&self.train, examples, epoch, true, device)?;
+        let y = labels(&self.train, examples, device);
+        Ok(CrossEntropyLossConfig::new()
+            .init(device)
+            .forward(model.logits(x), y))
+    }
+
+    fn evaluate(&self, model: &M, device: &Device) -> Result<Vec<(String, f64)>, TrainError> {
+        let (mut predictions, mut gold) = (Vec::new(), Vec::new());
+        let all: Vec<usize> = (0..self.test.len()).collect();
+        for chunk in all.chunks(256) {
+            let x = self.images(&self.test, chunk, 0, false, device)?;
+            predictions.extend(model.logits(x).argmax(1).into_data().iter::<i64>());
+            gold.extend(chunk.iter().map(|&i| i64::from(self.test.labels[i])));
+        }
+        Ok(vec![(
+            "test_accuracy".into(),
+            terse_eval::accuracy(&predictions, &gold),
+        )])
+    }
+}

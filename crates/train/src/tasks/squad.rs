@@ -1,0 +1,187 @@
+//! SQuAD v1.1 fine-tuning: BERT with a span head on the training windows
+//! (run_squad.py's featurization), evaluated as the official script does on
+//! the dev questions: n-best spans over every window of a question, the
+//! answer cut from the original context, `predictions.json` written, EM and
+//! F1 from `evaluate-v1.1.py`'s rules.
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+
+use burn::module::Module;
+use burn::tensor::{Device, Tensor};
+use terse_data::squad::{SquadExample, SquadFeature, SquadFeatureConfig, SquadFeaturizer};
+use terse_data::{WordPiece, dataset, read_squad};
+use terse_eval::{
+    AnswerConfig, FeatureLogits, QuestionContext, SquadGold, evaluate, predict_answers,
+    write_predictions,
+};
+use terse_models::bert::{BertForQuestionAnswering, save_hf};
+
+use super::weights::Weights;
+use crate::batch::squad_batch;
+use crate::trainer::Task;
+use crate::{RunConfig, TaskConfig, TrainError};
+
+/// The SQuAD task of a run.
+pub struct SquadTask {
+    train: Vec<SquadFeature>,
+    dev_questions: Vec<SquadExample>,
+    dev: Vec<SquadFeature>,
+    weights: Weights,
+    pad_id: u32,
+    predictions: PathBuf,
+}
+
+impl SquadTask {
+    /// Reads and featurizes SQuAD v1.1 (fetched and checked); evaluation
+    /// writes `predictions`.
+    pub fn prepare(config: &RunConfig, predictions: PathBuf) -> Result<Self, TrainError> {
+        let TaskConfig::Squad {
+            max_seq,
+            doc_stride,
+            max_query,
+            init,
+            dev_questions: dev_limit,
+        } = &config.task
+        else {
+            return Err(TrainError::InvalidRun {
+                field: "task.kind",
+                reason: "not a SQuAD task".into(),
+            });
+        };
+        let weights = Weights::resolve(init, config.model.as_ref())?;
+        let tokenizer = WordPiece::from_tokenizer_json(&weights.tokenizer)?;
+        let featurizer = SquadFeaturizer::new(
+            &tokenizer,
+            SquadFeatureConfig {
+                max_seq: *max_seq,
+                doc_stride: *doc_stride,
+                max_query: *max_query,
+            },
+        )?;
+        let dir = dataset("squad-v1.1")?;
+        let train = featurizer.featurize(&read_squad(&dir.join("train-v1.1.json"))?)?;
+        let mut dev_questions = read_squad(&dir.join("dev-v1.1.json"))?;
+        if let Some(n) = *dev_limit {
+            dev_questions.truncate(n);
+        }
+        let dev = featurizer.featurize(&dev_questions)?;
+        Ok(Self {
+            train,
+            dev_questions,
+            dev,
+            weights,
+            pad_id: tokenizer.special().pad,
+            predictions,
+        })
+    }
+
+    /// Training windows, dev questions and dev windows.
+    pub fn sizes(&self) -> (usize, usize, usize) {
+        (self.train.len(), self.dev_questions.len(), self.dev.len())
+    }
+}
+
+impl Task for SquadTask {
+    type Model = BertForQuestionAnswering;
+
+    fn examples(&self) -> usize {
+        self.train.len()
+    }
+
+    fn init(&self, device: &Device) -> Result<Self::Model, TrainError> {
+        let mut model = BertForQuestionAnswering::new(&self.weights.config, device);
+        self.weights.load_into(&mut model)?;
+        Ok(model)
+    }
+
+    fn loss(
+        &self,
+        model: &Self::Model,
+        examples: &[usize],
+        _epoch: u64,
+        device: &Device,
+    ) -> Result<Tensor<1>, TrainError> {
+        let rows: Vec<SquadFeature> = examples.iter().map(|&i| self.train[i].clone()).collect();
+        let batch = squad_batch(&rows, self.pad_id, device)?;
+        let (start, end) = model.forward(batch.input);
+        Ok(model.loss(start, end, batch.start_positions, batch.end_positions))
+    }
+
+    /// Exact match and F1 (percent) on the dev questions; writes
+    /// `predictions.json`.
+    fn evaluate(
+        &self,
+        model: &Self::Model,
+        device: &Device,
+    ) -> Result<Vec<(String, f64)>, TrainError> {
+        let mut logits: Vec<(Vec<f32>, Vec<f32>)> = Vec::with_capacity(self.dev.len());
+        for chunk in self.dev.chunks(32) {
+            let batch = squad_batch(chunk, self.pad_id, device)?;
+            let (start, end) = model.forward(batch.input);
+            let [rows, seq] = start.dims();
+            let start: Vec<f32> = start.into_data().iter::<f32>().collect();
+            let end: Vec<f32> = end.into_data().iter::<f32>().collect();
+            for r in 0..rows {
+                logits.push((
+                    start[r * seq..(r + 1) * seq].to_vec(),
+                    end[r * seq..(r + 1) * seq].to_vec(),
+                ));
+            }
+        }
+        let questions: Vec<QuestionContext<'_>> = self
+            .dev_questions
+            .iter()
+            .map(|q| QuestionContext {
+                id: &q.id,
+                context: &q.context,
+            })
+            .collect();
+        let features: Vec<FeatureLogits<'_>> = self
+            .dev
+            .iter()
+            .zip(&logits)
+            .map(|(f, (start, end))| FeatureLogits {
+                example: f.example,
+                offsets: &f.offsets,
+                max_context: &f.max_context,
+                start_logits: start,
+                end_logits: end,
+            })
+            .collect();
+        let answers = predict_answers(&questions, &features, &AnswerConfig::default())
+            .map_err(|e| TrainError::Batch(e.to_string()))?;
+        if let Some(parent) = self.predictions.parent() {
+            std::fs::create_dir_all(parent).map_err(|source| TrainError::Io {
+                path: parent.to_path_buf(),
+                source,
+            })?;
+        }
+        write_predictions(&self.predictions, &questions, &answers)
+            .map_err(|e| TrainError::Batch(e.to_string()))?;
+        let gold: Vec<SquadGold> = self
+            .dev_questions
+            .iter()
+            .map(|q| SquadGold {
+                id: q.id.clone(),
+                answers: q.answers.iter().map(|a| a.text.clone()).collect(),
+            })
+            .collect();
+        let predicted: HashMap<String, String> = self
+            .dev_questions
+            .iter()
+            .zip(&answers)
+            .map(|(q, a)| (q.id.clone(), a.text.clone()))
+            .collect();
+        let score = evaluate(&gold, &predicted);
+        Ok(vec![
+            ("exact_match".into(), score.exact_match),
+            ("f1".into(), score.f1),
+        ])
+    }
+
+    fn export(&self, model: &Self::Model, dir: &std::path::Path) -> Result<(), TrainError> {
+        save_hf(&model.clone().valid(), &self.weights.config, dir)?;
+        Ok(())
+    }
+}

@@ -1,0 +1,413 @@
+//! The distributed training loop, the same on every backend: one rank per
+//! process (MPI), per thread (`local`) or alone.
+//!
+//! Each optimizer step, a rank takes its share of the global batch (a
+//! function of `(seed, step, rank, world)`, so a resumed run reads what the
+//! uninterrupted one read), runs forward and backward per micro-batch,
+//! accumulates the flat gradient, and hands it to the optimizer, which owns
+//! the step's communication. Dropout masks come from the backend's RNG,
+//! re-seeded from `(seed, step, rank, micro-batch)` before every forward: a
+//! resume continues bit-identically without saving RNG state. The backend's
+//! RNG is one per process, so threads of the `local` backend take turns for
+//! the forward pass (the backward pass, the bulk of the work, overlaps).
+
+use std::path::Path;
+use std::sync::Mutex;
+use std::time::Instant;
+
+use burn::module::Module;
+use burn::store::{ModuleSnapshot, SafetensorsStore};
+use burn::tensor::{Device, Tensor, TensorData};
+use terse_comm::{Communicator, ReduceOp};
+use terse_data::pretrain::epoch_indices;
+use terse_optim::{
+    Optimizer, ParamLayout, gather_grads, gather_params, tensor_to_host, write_back,
+};
+
+use crate::checkpoint::{self, model_file, optimizer_file};
+use crate::metrics::{EvalRecord, MetricsLog, RunSummary, StepRecord};
+use crate::progress::step_bar;
+use crate::{RunConfig, TrainError, signals};
+
+/// What the loop needs from a task: its examples, its model, and a loss.
+pub trait Task: Sync {
+    /// The model with its head.
+    type Model: Module + ModuleSnapshot;
+
+    /// Training examples; the loop addresses them as `0..examples()`.
+    fn examples(&self) -> usize;
+
+    /// A fresh model (pretrained weights loaded where the task says so);
+    /// called with the backend's RNG seeded from the run's seed, so every
+    /// rank builds the same one.
+    fn init(&self, device: &Device) -> Result<Self::Model, TrainError>;
+
+    /// The mean loss over `examples` (indices into `0..examples()`), in
+    /// pass `epoch` over the data (augmentation may depend on it).
+    fn loss(
+        &self,
+        model: &Self::Model,
+        examples: &[usize],
+        epoch: u64,
+        device: &Device,
+    ) -> Result<Tensor<1>, TrainError>;
+
+    /// The task's metrics on its held-out data (run by rank 0).
+    fn evaluate(
+        &self,
+        model: &Self::Model,
+        device: &Device,
+    ) -> Result<Vec<(String, f64)>, TrainError> {
+        let _ = (model, device);
+        Ok(Vec::new())
+    }
+
+    /// Writes the trained model for other tools (HuggingFace layout for
+    /// BERT) into `dir` (rank 0, at the end of the run).
+    fn export(&self, model: &Self::Model, dir: &Path) -> Result<(), TrainError> {
+        let _ = (model, dir);
+        Ok(())
+    }
+}
+
+/// A task shared by the threads of the `local` backend.
+impl<T: Task> Task for &T {
+    type Model = T::Model;
+
+    fn examples(&self) -> usize {
+        (**self).examples()
+    }
+
+    fn init(&self, device: &Device) -> Result<Self::Model, TrainError> {
+        (**self).init(device)
+    }
+
+    fn loss(
+        &self,
+        model: &Self::Model,
+        examples: &[usize],
+        epoch: u64,
+        device: &Device,
+    ) -> Result<Tensor<1>, TrainError> {
+        (**self).loss(model, examples, epoch, device)
+    }
+
+    fn evaluate(
+        &self,
+        model: &Self::Model,
+        device: &Device,
+    ) -> Result<Vec<(String, f64)>, TrainError> {
+        (**self).evaluate(model, device)
+    }
+
+    fn export(&self, model: &Self::Model, dir: &Path) -> Result<(), TrainError> {
+        (**self).export(model, dir)
+    }
+}
+
+/// Serialises seeding + forward across the threads of one process.
+static FORWARD: Mutex<()> = Mutex::new(());
+
+/// One run of the loop.
+pub struct Trainer<'a> {
+    /// The resolved config.
+    pub config: &'a RunConfig,
+    /// Where metrics, checkpoints and the export go.
+    pub run_dir: &'a Path,
+    /// Continue from the newest checkpoint in `run_dir` (a fresh start when
+    /// there is none).
+    pub resume: bool,
+    /// Show a progress bar (rank 0).
+    pub progress: bool,
+}
+
+/// What a finished run hands back.
+pub struct RunOutcome<M> {
+    /// The trained model of this rank.
+    pub model: M,
+    /// Totals of this session's steps and the final evaluation.
+    pub summary: RunSummary,
+}
+
+/// A key for the backend RNG: the same on every run, different for every
+/// forward pass of the run.
+fn forward_seed(seed: u64, step: u64, rank: usize, micro: usize) -> u64 {
+    let mut rng =
+        terse_data::rng::SplitMix64::keyed(seed, &[0x4452_4f50, step, rank as u64, micro as u64]);
+    rng.next_u64()
+}
+
+impl Trainer<'_> {
+    /// Runs the loop on `comm`'s rank to `config.train.steps`.
+    pub fn run<T: Task>(
+        &self,
+        task: &T,
+        comm: &dyn Communicator,
+    ) -> Result<RunOutcome<T::Model>, TrainError> {
+        let cfg = self.config;
+        let (rank, world) = (comm.rank(), comm.world_size());
+        let accumulation = cfg.train.accumulation(world)?;
+        let per_rank = cfg.train.global_batch / world;
+        let n = task.examples();
+        let steps_per_epoch = (n / world) / per_rank;
+        if steps_per_epoch == 0 {
+            return Err(TrainError::InvalidRun {
+                field: "train.global_batch",
+                reason: format!("{} examples cannot fill one global batch", n),
+            });
+        }
+        let lead = rank == 0;
+        if lead {
+            std::fs::create_dir_all(self.run_dir).map_err(|source| TrainError::Io {
+                path: self.run_dir.to_path_buf(),
+                source,
+            })?;
+            let path = self.run_dir.join("config.toml");
+            std::fs::write(&path, cfg.to_toml())
+                .map_err(|source| TrainError::Io { path, source })?;
+        }
+
+        let device = Device::flex().autodiff();
+        let mut model = {
+            let _turn = FORWARD.lock().unwrap_or_else(|p| p.into_inner());
+            device.seed(cfg.train.seed);
+            task.init(&device)?
+        };
+        let layout = ParamLayout::from_module(&model);
+        let mut optimizer = Optimizer::new(
+            cfg.optimizer.clone(),
+            cfg.schedule.clone(),
+            layout.clone(),
+            comm,
+        )?;
+        if self.resume {
+            model = self.restore(model, &mut optimizer, comm)?;
+        }
+
+        let mut log = MetricsLog::open(self.run_dir, lead)?;
+        let start_step = optimizer.step_count();
+        let bar = step_bar(cfg.train.steps, self.progress && lead);
+        bar.set_position(start_step);
+        bar.set_prefix(cfg.optimizer.name());
+        let mut summary = RunSummary::default();
+        let mut epoch_cache: Option<(u64, Vec<usize>)> = None;
+
+        for t in start_step + 1..=cfg.train.steps {
+            let step_start = Instant::now();
+            let index = t - 1;
+            let epoch = index / steps_per_epoch as u64;
+            if epoch_cache.as_ref().is_none_or(|(e, _)| *e != epoch) {
+                let order = epoch_indices(n, cfg.train.seed, epoch, rank, world);
+                epoch_cache = Some((epoch, order));
+            }
+            let order = &epoch_cache.as_ref().expect("filled above").1;
+            let k = (index % steps_per_epoch as u64) as usize;
+            let share = &order[k * per_rank..(k + 1) * per_rank];
+
+            let (mut forward_ms, mut backward_ms, mut loss_sum) = (0.0, 0.0, 0.0f64);
+            let mut grad: Option<Vec<f32>> = None;
+            for (micro, examples) in share.chunks(cfg.train.micro_batch).enumerate() {
+                let clock = Instant::now();
+                let loss = {
+                    let _turn = FORWARD.lock().unwrap_or_else(|p| p.into_inner());
+                    device.seed(forward_seed(cfg.train.seed, t, rank, micro));
+                    task.loss(&model, examples, epoch, &device)?
+                };
+                forward_ms += ms(clock);
+                let clock = Instant::now();
+                let grads = loss.backward();
+                loss_sum += f64::from(loss.into_scalar::<f32>());
+                let g = tensor_to_host(gather_grads(&layout, &model, &grads)?)?;
+                match &mut grad {
+                    None => grad = Some(g),
+                    Some(sum) => sum.iter_mut().zip(&g).for_each(|(s, x)| *s += x),
+                }
+                backward_ms += ms(clock);
+            }
+            let mut grad = grad.expect("at least one micro-batch");
+            if accumulation > 1 {
+                let scale = 1.0 / accumulation as f32;
+                grad.iter_mut().for_each(|g| *g *= scale);
+            }
+
+            let clock = Instant::now();
+            let params = gather_params(&layout, &model)?;
+            let param_device = params.device();
+            let mut x = tensor_to_host(params)?;
+            let report = optimizer.step_flat(&mut x, &mut grad, comm)?;
+            let len = x.len();
+            model = write_back(
+                &layout,
+                model,
+                Tensor::<1>::from_data(TensorData::new(x, [len]), &param_device),
+            )?;
+            let step_ms = ms(clock);
+
+            // The loss every rank saw and whether any rank was signalled,
+            // in one small allreduce outside the optimizer's accounting.
+            let mut shared = [
+                (loss_sum / accumulation as f64) as f32,
+                f32::from(u8::from(signals::requested())),
+            ];
+            if world > 1 {
+                comm.allreduce_f32(&mut shared, ReduceOp::Mean)?;
+            }
+            let loss = f64::from(shared[0]);
+            if !loss.is_finite() {
+                return Err(TrainError::Diverged {
+                    step: t,
+                    loss: shared[0],
+                });
+            }
+            let comm_ms = report.comm_time.as_secs_f64() * 1e3;
+            let record = StepRecord {
+                step: t,
+                loss,
+                lr: report.lr,
+                stage: report.stage.to_string(),
+                bytes_sent: report.traffic.sent(),
+                forward_ms,
+                backward_ms,
+                comm_ms,
+                optimizer_ms: (step_ms - comm_ms).max(0.0),
+                samples_per_s: cfg.train.global_batch as f64
+                    / step_start.elapsed().as_secs_f64().max(1e-9),
+            };
+            log.line(&record)?;
+            summary.add(&record, cfg.train.global_batch as u64, layout.len(), world);
+            bar.inc(1);
+            bar.set_message(format!("loss {loss:.4} {}", record.stage));
+
+            let stop = shared[1] > 0.0;
+            let last = t == cfg.train.steps;
+            if last {
+                model = finish(&mut optimizer, model, &layout, comm)?;
+            }
+            let every = cfg.train.checkpoint_every;
+            if stop || last || (every > 0 && t % every == 0) {
+                let dir = self.save(&model, &optimizer, comm)?;
+                if stop && !last {
+                    bar.abandon();
+                    return Err(TrainError::Interrupted {
+                        step: t,
+                        checkpoint: dir,
+                    });
+                }
+            }
+            let eval_every = cfg.train.eval_every;
+            if lead && !last && eval_every > 0 && t % eval_every == 0 {
+                let eval =
+                    bar.suspend(|| task.evaluate(&model.valid(), &device.clone().inner()))?;
+                log.line(&EvalRecord { step: t, eval })?;
+            }
+        }
+        bar.finish_and_clear();
+        if lead {
+            summary.eval = task.evaluate(&model.valid(), &device.clone().inner())?;
+            log.line(&EvalRecord {
+                step: optimizer.step_count(),
+                eval: summary.eval.clone(),
+            })?;
+            task.export(&model, &self.run_dir.join("export"))?;
+        }
+        Ok(RunOutcome { model, summary })
+    }
+
+    fn save<M: ModuleSnapshot>(
+        &self,
+        model: &M,
+        optimizer: &Optimizer,
+        comm: &dyn Communicator,
+    ) -> Result<std::path::PathBuf, TrainError> {
+        let rank = comm.rank();
+        checkpoint::write(
+            self.run_dir,
+            optimizer.step_count(),
+            &optimizer.stage().to_string(),
+            self.config,
+            comm,
+            |dir| {
+                let path = dir.join(model_file(rank));
+                let mut store = SafetensorsStore::from_file(&path);
+                model
+                    .save_into(&mut store)
+                    .map_err(|e| TrainError::Checkpoint {
+                        path: path.clone(),
+                        reason: e.to_string(),
+                    })?;
+                optimizer.save(&dir.join(optimizer_file(rank)))?;
+                Ok(())
+            },
+        )
+    }
+
+    fn restore<M: ModuleSnapshot>(
+        &self,
+        mut model: M,
+        optimizer: &mut Optimizer,
+        comm: &dyn Communicator,
+    ) -> Result<M, TrainError> {
+        let Some(dir) = checkpoint::latest(self.run_dir)? else {
+            if comm.rank() == 0 {
+                eprintln!(
+                    "terse: no checkpoint in {} yet: starting from step 0",
+                    checkpoint::checkpoints_dir(self.run_dir).display()
+                );
+            }
+            return Ok(model);
+        };
+        let meta = checkpoint::verify(&dir)?;
+        checkpoint::check_compatible(&dir, &meta, self.config, comm.world_size())?;
+        let path = dir.join(model_file(comm.rank()));
+        let mut store = SafetensorsStore::from_file(&path);
+        let applied = model
+            .load_from(&mut store)
+            .map_err(|e| TrainError::Checkpoint {
+                path: path.clone(),
+                reason: e.to_string(),
+            })?;
+        if !applied.errors.is_empty() || !applied.missing.is_empty() {
+            return Err(TrainError::Checkpoint {
+                path,
+                reason: format!(
+                    "does not fit the model: errors {:?}, missing {:?}",
+                    applied.errors, applied.missing
+                ),
+            });
+        }
+        optimizer.load(&dir.join(optimizer_file(comm.rank())))?;
+        if comm.rank() == 0 {
+            eprintln!(
+                "terse: resumed from {} (step {}, {})",
+                dir.display(),
+                meta.step,
+                meta.stage
+            );
+        }
+        Ok(model)
+    }
+}
+
+fn ms(since: Instant) -> f64 {
+    since.elapsed().as_secs_f64() * 1e3
+}
+
+/// Ends the optimizer's run on a module: SLAMB averages the parameters
+/// over ranks; the others leave them as they are.
+fn finish<M: Module>(
+    optimizer: &mut Optimizer,
+    model: M,
+    layout: &ParamLayout,
+    comm: &dyn Communicator,
+) -> Result<M, TrainError> {
+    let params = gather_params(layout, &model)?;
+    let device = params.device();
+    let mut x = tensor_to_host(params)?;
+    optimizer.finish_flat(&mut x, comm)?;
+    let len = x.len();
+    Ok(write_back(
+        layout,
+        model,
+        Tensor::<1>::from_data(TensorData::new(x, [len]), &device),
+    )?)
+}

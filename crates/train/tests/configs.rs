@@ -1,0 +1,131 @@
+//! Every file in configs/ loads and validates (the MLP files as the MLP
+//! run, the rest as trainer runs), and the paper settings carry the numbers
+//! of ALGORITHMS.md's "Paper settings" table.
+
+use std::path::Path;
+
+use terse_optim::OptimizerConfig;
+use terse_train::{ClassifierRun, RunConfig, TaskConfig};
+
+fn configs() -> Vec<std::path::PathBuf> {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../configs");
+    let mut files: Vec<_> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|e| e == "toml"))
+        .collect();
+    files.sort();
+    files
+}
+
+fn load(name: &str) -> RunConfig {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../configs")
+        .join(name);
+    RunConfig::load(&path).unwrap_or_else(|e| panic!("{e}"))
+}
+
+#[test]
+fn every_config_loads() {
+    let files = configs();
+    assert!(files.len() >= 20, "{} configs", files.len());
+    for path in files {
+        let name = path.file_name().unwrap().to_string_lossy().into_owned();
+        if name.starts_with("mlp-") {
+            let text = std::fs::read_to_string(&path).unwrap();
+            toml::from_str::<ClassifierRun>(&text).unwrap_or_else(|e| panic!("{name}: {e}"));
+        } else {
+            let config = RunConfig::load(&path).unwrap_or_else(|e| panic!("{e}"));
+            // Round trip: what a run writes next to its metrics loads again.
+            assert_eq!(
+                RunConfig::parse(&config.to_toml()).unwrap(),
+                config,
+                "{name}"
+            );
+        }
+    }
+}
+
+fn freeze(config: &RunConfig) -> u64 {
+    match &config.optimizer {
+        OptimizerConfig::OnebitAdam(c) => c.freeze_step,
+        OptimizerConfig::OnebitLamb(c) => c.freeze_step,
+        other => panic!("{other:?} has no freeze step"),
+    }
+}
+
+#[test]
+fn paper_settings_match_the_table() {
+    // (file, global batch, steps, T_w or None, peak lr)
+    let table: [(&str, usize, u64, Option<u64>, f64); 8] = [
+        (
+            "paper-onebit-adam-bert-large-seq128.toml",
+            4096,
+            152_000,
+            Some(23_000),
+            4e-4,
+        ),
+        (
+            "paper-onebit-adam-bert-large-seq512.toml",
+            4096,
+            10_000,
+            Some(1_500),
+            4e-4,
+        ),
+        ("paper-onebit-adam-squad.toml", 96, 1848, Some(400), 3e-5),
+        (
+            "paper-onebit-lamb-bert-large-seq128.toml",
+            65_536,
+            5993,
+            Some(1000),
+            12e-3,
+        ),
+        (
+            "paper-onebit-lamb-bert-large-seq512.toml",
+            32_768,
+            555,
+            Some(107),
+            2e-3,
+        ),
+        (
+            "paper-slamb-bert-large-seq128.toml",
+            65_536,
+            7038,
+            None,
+            6e-3,
+        ),
+        (
+            "paper-slamb-bert-large-seq512.toml",
+            32_768,
+            1563,
+            None,
+            4e-3,
+        ),
+        ("paper-slamb-resnet110-cifar10.toml", 1024, 9760, None, 0.01),
+    ];
+    for (name, batch, steps, tw, lr) in table {
+        let config = load(name);
+        assert_eq!(config.train.global_batch, batch, "{name}");
+        assert_eq!(config.train.steps, steps, "{name}");
+        if let Some(tw) = tw {
+            assert_eq!(freeze(&config), tw, "{name}");
+        }
+        let peak = (1..=steps)
+            .map(|t| config.schedule.lr(t))
+            .fold(0.0f64, f64::max);
+        assert!(
+            (peak - lr).abs() < 1e-12 * lr.max(1.0),
+            "{name}: peak {peak}"
+        );
+    }
+    let seq = |name| match load(name).task {
+        TaskConfig::Pretrain { max_seq, .. } | TaskConfig::Squad { max_seq, .. } => max_seq,
+        other => panic!("{other:?}"),
+    };
+    assert_eq!(seq("paper-onebit-lamb-bert-large-seq512.toml"), 512);
+    assert_eq!(seq("paper-onebit-adam-squad.toml"), 384);
+    match load("paper-slamb-resnet110-cifar10.toml").optimizer {
+        OptimizerConfig::Slamb(c) => assert_eq!((c.beta_3, c.sync_every), (0.99, 50)),
+        other => panic!("{other:?}"),
+    }
+}
