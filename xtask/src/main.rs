@@ -11,6 +11,7 @@ mod bench;
 mod data;
 mod fashion_mnist;
 mod finetune;
+mod inspect;
 mod mpi;
 mod not_implemented;
 mod pretrain;
@@ -49,6 +50,10 @@ enum Command {
     Finetune(finetune::Args),
     /// Train an image classifier (ResNet, VGG) on N ranks and report test accuracy
     Train(train::Args),
+    /// Score a saved run's checkpoint on its task's held-out data
+    Eval(inspect::Args),
+    /// Write a saved run's predictions on its task's held-out data
+    Predict(inspect::Args),
     /// Re-run one of the papers' experiments and write its table and plots to results/
     Reproduce(reproduce::Args),
     /// Benchmark kernels, optimizer steps or collectives against an in-run baseline
@@ -63,6 +68,8 @@ fn run(cli: &Cli) -> Result<()> {
         Command::Pretrain(args) => pretrain::run(args),
         Command::Finetune(args) => finetune::run(args),
         Command::Train(args) => train::run(args),
+        Command::Eval(args) => inspect::run("eval", args),
+        Command::Predict(args) => inspect::run("predict", args),
         Command::Reproduce(args) => reproduce::run(args),
         Command::Bench(args) => bench::run(args),
         Command::Data(args) => data::run(args),
@@ -110,6 +117,8 @@ mod tests {
             "pretrain",
             "finetune",
             "train",
+            "eval",
+            "predict",
             "reproduce",
             "bench",
             "data",

@@ -1,10 +1,11 @@
 //! `terse`: the per-rank binary that `cargo xtask` builds and launches (one
 //! process per rank, through `mpirun` for several).
 //!
-//! `pretrain` and `train mlp` work; `finetune`, `eval` and `predict` are not
-//! there yet and say so, exiting non-zero.
+//! Every command takes a run config (see configs/); `--help` on each says
+//! what it overrides.
 
 mod finetune;
+mod inspect;
 mod launch;
 mod pretrain;
 mod train;
@@ -29,10 +30,10 @@ enum Command {
     Finetune(finetune::Args),
     /// Train an image classifier and report its test accuracy after every epoch.
     Train(train::Args),
-    /// Evaluate a checkpoint.
-    Eval,
-    /// Write predictions of a checkpoint.
-    Predict,
+    /// Evaluate a checkpoint on its task's held-out data and print the metrics.
+    Eval(inspect::Args),
+    /// Write a checkpoint's predictions on its task's held-out data.
+    Predict(inspect::Args),
 }
 
 fn main() -> ExitCode {
@@ -41,14 +42,8 @@ fn main() -> ExitCode {
         Command::Train(args) => train::run(args),
         Command::Pretrain(args) => pretrain::run(args),
         Command::Finetune(args) => finetune::run(args),
-        other => {
-            let name = format!("{other:?}").to_lowercase();
-            eprintln!(
-                "terse: `{name}` is not implemented yet \
-                 (tracked in issue 8: the distributed trainer and user commands)"
-            );
-            return ExitCode::from(2);
-        }
+        Command::Eval(args) => inspect::run(args, inspect::Action::Eval),
+        Command::Predict(args) => inspect::run(args, inspect::Action::Predict),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -8,7 +8,9 @@
 //! - `kill -9` of the whole job after a checkpoint in the compression stage,
 //!   then `--resume`, ends bit-identical to the uninterrupted run;
 //! - a checkpoint with a damaged file, or resumed under another optimizer, is
-//!   refused with a message naming the file or the field.
+//!   refused with a message naming the file or the field;
+//! - SIGTERM stops a run with a checkpoint of the step it reached, and the
+//!   resume again ends bit-identical.
 
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
@@ -177,6 +179,19 @@ fn two_mpi_ranks_train_agree_resume_after_kill_and_refuse_damage() {
     );
     let resumed = succeed(&mut terse(2, &killed, &["--resume"]));
     assert!(resumed.contains("resumed from"), "{resumed}");
+    // The log holds each step once, as the uninterrupted run's does.
+    let steps_logged: Vec<u64> = steps(&killed)
+        .iter()
+        .map(|v| v["step"].as_u64().unwrap())
+        .collect();
+    assert_eq!(steps_logged, (1..=STEPS).collect::<Vec<_>>());
+    let losses = |dir: &Path| -> Vec<f64> {
+        steps(dir)
+            .iter()
+            .map(|v| v["loss"].as_f64().unwrap())
+            .collect()
+    };
+    assert_eq!(losses(&killed), losses(&whole), "per-step losses differ");
     for rank in 0..2 {
         assert!(
             final_weights(&killed, rank) == weights,
@@ -211,8 +226,85 @@ fn two_mpi_ranks_train_agree_resume_after_kill_and_refuse_damage() {
     let message = text(&output);
     assert!(!output.status.success(), "{message}");
     assert!(message.contains("optimizer.name"), "{message}");
+    // Nor another world size (the error buffers are per rank).
+    let output = Command::new(env!("CARGO_BIN_EXE_terse"))
+        .args([
+            "pretrain",
+            "--no-progress",
+            "--config",
+            CONFIG,
+            "--resume",
+            "--steps",
+            "35",
+        ])
+        .arg("--run-dir")
+        .arg(&killed)
+        .current_dir(workspace())
+        .output()
+        .unwrap();
+    let message = text(&output);
+    assert!(!output.status.success(), "{message}");
+    assert!(
+        message.contains("written by 2 rank(s), this run has 1"),
+        "{message}"
+    );
 
-    for dir in [whole, threads, killed] {
+    // 5. SIGTERM: the run checkpoints the step it is at and stops; the
+    // resume (here on the threads backend) still ends where the
+    // uninterrupted run did.
+    let stopped = scratch("stopped");
+    let local = |extra: &[&str]| {
+        let mut command = Command::new(env!("CARGO_BIN_EXE_terse"));
+        command
+            .args([
+                "pretrain",
+                "--no-progress",
+                "--config",
+                CONFIG,
+                "--ranks",
+                "2",
+            ])
+            .arg("--run-dir")
+            .arg(&stopped)
+            .args(extra)
+            .current_dir(workspace());
+        command
+    };
+    let mut job = local(&[])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let metrics = stopped.join("metrics.jsonl");
+    while std::fs::read_to_string(&metrics).map_or(0, |t| t.lines().count()) < 17 {
+        assert!(job.try_wait().unwrap().is_none(), "ended before the signal");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    // SAFETY: kill(2) on our own child.
+    assert_eq!(unsafe { libc::kill(job.id() as i32, libc::SIGTERM) }, 0);
+    let output = job.wait_with_output().unwrap();
+    let message = text(&output);
+    assert!(!output.status.success(), "{message}");
+    assert!(message.contains("stopped by a signal at step"), "{message}");
+    let at: u64 = message
+        .split("stopped by a signal at step ")
+        .nth(1)
+        .and_then(|rest| rest.split(';').next())
+        .and_then(|n| n.trim().parse().ok())
+        .unwrap_or_else(|| panic!("{message}"));
+    assert!((17..STEPS).contains(&at), "{message}");
+    assert!(
+        checkpoint(&stopped, at).exists(),
+        "no checkpoint at step {at}"
+    );
+    let output = local(&["--resume"]).output().unwrap();
+    assert!(output.status.success(), "{}", text(&output));
+    assert!(
+        final_weights(&stopped, 0) == weights,
+        "resume after SIGTERM differs"
+    );
+
+    for dir in [whole, threads, killed, stopped] {
         let _ = std::fs::remove_dir_all(dir);
     }
 }

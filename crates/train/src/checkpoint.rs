@@ -19,6 +19,7 @@ use std::fs;
 use std::io::Read;
 use std::path::{Path, PathBuf};
 
+use burn::store::{ModuleSnapshot, SafetensorsStore};
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 use terse_comm::Communicator;
@@ -268,4 +269,36 @@ pub fn check_compatible(
         ));
     }
     Ok(())
+}
+
+/// Loads a rank's module file into `model`; every tensor must fit.
+pub fn load_model<M: ModuleSnapshot>(model: &mut M, path: &Path) -> Result<(), TrainError> {
+    let mut store = SafetensorsStore::from_file(path);
+    let applied = model
+        .load_from(&mut store)
+        .map_err(|e| bad(path, e.to_string()))?;
+    if !applied.errors.is_empty() || !applied.missing.is_empty() {
+        return Err(bad(
+            path,
+            format!(
+                "does not fit the model: errors {:?}, missing {:?}",
+                applied.errors, applied.missing
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// A checkpoint directory as given, or the newest checkpoint of a run
+/// directory.
+pub fn resolve(path: &Path) -> Result<PathBuf, TrainError> {
+    if path.join(META).exists() {
+        return Ok(path.to_path_buf());
+    }
+    latest(path)?.ok_or_else(|| {
+        bad(
+            path,
+            "neither a checkpoint (no trainer.json) nor a run directory with checkpoints/",
+        )
+    })
 }

@@ -1,14 +1,14 @@
-//! The trainer of terse.
-//!
-//! This crate will hold the distributed training loop (per-rank data
-//! sharding, gradient accumulation, optimizer and schedule from the config,
-//! periodic evaluation), checkpoints written atomically and resumed
-//! bit-identically, the JSONL metrics log and the per-step timing breakdown;
-//! the trainer issue fills it. Today it has the single-rank image-classifier
-//! run that `terse train mlp` and the optimizer tests use (an MLP trained on
-//! real Fashion-MNIST through burn autodiff with any terse-optim optimizer),
-//! and the collation of pre-training, classification and SQuAD examples
-//! into BERT's input tensors ([`batch`]).
+//! The trainer of terse: one loop for every task and backend ([`Trainer`]):
+//! a rank per process (MPI) or per thread (`local`), each reading its share
+//! of a seeded global batch, accumulating micro-batch gradients into the
+//! flat buffer the optimizer steps and communicates; checkpoints written
+//! atomically with checksums and resumed bit-identically ([`checkpoint`]);
+//! a JSONL line per step and an end-of-run summary ([`metrics`]); SIGINT and
+//! SIGTERM end a run with a checkpoint ([`signals`]). The tasks
+//! ([`tasks`]): BERT pre-training, SQuAD and GLUE fine-tuning, ResNet/VGG
+//! image classification; plus the single-rank MLP run of `terse train mlp`
+//! and the optimizer tests ([`ClassifierRun`]) and the collation of BERT
+//! inputs ([`batch`]).
 #![warn(missing_docs)]
 
 pub mod batch;
@@ -16,9 +16,9 @@ pub mod checkpoint;
 mod classifier;
 mod config;
 mod error;
+mod inspect;
 pub mod metrics;
 mod progress;
-mod sentence_classifier;
 mod shuffle;
 pub mod signals;
 mod step;
@@ -32,6 +32,6 @@ pub use batch::{
 pub use classifier::{ClassifierRun, EpochReport};
 pub use config::{Init, RunConfig, TaskConfig, TrainSettings};
 pub use error::TrainError;
-pub use sentence_classifier::{ClassificationTask, SentenceClassifierRun};
+pub use inspect::{evaluate_checkpoint, load_checkpoint, predict_checkpoint};
 pub use shuffle::shuffled_indices;
 pub use trainer::{RunOutcome, Task, Trainer};

@@ -53,9 +53,14 @@ pub struct MetricsLog {
 }
 
 impl MetricsLog {
-    /// Opens `dir/metrics.jsonl` for appending when `write`.
-    pub fn open(dir: &Path, write: bool) -> Result<Self, TrainError> {
+    /// Opens `dir/metrics.jsonl` for appending when `write`, first dropping
+    /// the lines of steps after `from_step` (a resumed run logs them again;
+    /// a fresh run, `from_step` 0, starts an empty log).
+    pub fn open(dir: &Path, write: bool, from_step: u64) -> Result<Self, TrainError> {
         let path = dir.join("metrics.jsonl");
+        if write && path.exists() {
+            keep_through(&path, from_step)?;
+        }
         let file = if write {
             let file = OpenOptions::new()
                 .create(true)
@@ -85,6 +90,28 @@ impl MetricsLog {
         }
         Ok(())
     }
+}
+
+/// Rewrites `path` (atomically) with only the lines of steps ≤ `step`.
+fn keep_through(path: &Path, step: u64) -> Result<(), TrainError> {
+    let io = |source| TrainError::Io {
+        path: path.to_path_buf(),
+        source,
+    };
+    let text = std::fs::read_to_string(path).map_err(io)?;
+    let kept: String = text
+        .lines()
+        .filter(|line| {
+            serde_json::from_str::<serde_json::Value>(line)
+                .ok()
+                .and_then(|v| v.get("step").and_then(serde_json::Value::as_u64))
+                .is_some_and(|s| s <= step)
+        })
+        .map(|line| format!("{line}\n"))
+        .collect();
+    let tmp = path.with_extension("jsonl.tmp");
+    std::fs::write(&tmp, kept).map_err(io)?;
+    std::fs::rename(&tmp, path).map_err(io)
 }
 
 /// Totals over a run's steps (this session's steps, on resume).

@@ -62,6 +62,24 @@ pub trait Task: Sync {
         Ok(Vec::new())
     }
 
+    /// Writes the predictions on the held-out data to `path` (rank 0) and
+    /// returns how many; tasks without a prediction format refuse.
+    fn predict(
+        &self,
+        model: &Self::Model,
+        device: &Device,
+        path: &Path,
+    ) -> Result<usize, TrainError> {
+        let _ = (model, device);
+        Err(TrainError::InvalidRun {
+            field: "task.kind",
+            reason: format!(
+                "this task writes no predictions (asked for {})",
+                path.display()
+            ),
+        })
+    }
+
     /// Writes the trained model for other tools (HuggingFace layout for
     /// BERT) into `dir` (rank 0, at the end of the run).
     fn export(&self, model: &Self::Model, dir: &Path) -> Result<(), TrainError> {
@@ -98,6 +116,15 @@ impl<T: Task> Task for &T {
         device: &Device,
     ) -> Result<Vec<(String, f64)>, TrainError> {
         (**self).evaluate(model, device)
+    }
+
+    fn predict(
+        &self,
+        model: &Self::Model,
+        device: &Device,
+        path: &Path,
+    ) -> Result<usize, TrainError> {
+        (**self).predict(model, device, path)
     }
 
     fn export(&self, model: &Self::Model, dir: &Path) -> Result<(), TrainError> {
@@ -184,8 +211,8 @@ impl Trainer<'_> {
             model = self.restore(model, &mut optimizer, comm)?;
         }
 
-        let mut log = MetricsLog::open(self.run_dir, lead)?;
         let start_step = optimizer.step_count();
+        let mut log = MetricsLog::open(self.run_dir, lead, start_step)?;
         let bar = step_bar(cfg.train.steps, self.progress && lead);
         bar.set_position(start_step);
         bar.set_prefix(cfg.optimizer.name());
@@ -358,23 +385,7 @@ impl Trainer<'_> {
         };
         let meta = checkpoint::verify(&dir)?;
         checkpoint::check_compatible(&dir, &meta, self.config, comm.world_size())?;
-        let path = dir.join(model_file(comm.rank()));
-        let mut store = SafetensorsStore::from_file(&path);
-        let applied = model
-            .load_from(&mut store)
-            .map_err(|e| TrainError::Checkpoint {
-                path: path.clone(),
-                reason: e.to_string(),
-            })?;
-        if !applied.errors.is_empty() || !applied.missing.is_empty() {
-            return Err(TrainError::Checkpoint {
-                path,
-                reason: format!(
-                    "does not fit the model: errors {:?}, missing {:?}",
-                    applied.errors, applied.missing
-                ),
-            });
-        }
+        checkpoint::load_model(&mut model, &dir.join(model_file(comm.rank())))?;
         optimizer.load(&dir.join(optimizer_file(comm.rank())))?;
         if comm.rank() == 0 {
             eprintln!(

@@ -176,24 +176,7 @@ impl Task for SentenceTask {
         model: &Self::Model,
         device: &Device,
     ) -> Result<Vec<(String, f64)>, TrainError> {
-        let (mut classes, mut gold_classes) = (Vec::new(), Vec::new());
-        let (mut scores, mut gold_scores) = (Vec::new(), Vec::new());
-        for chunk in self.dev.chunks(64) {
-            let batch = classification_batch(chunk, self.pad_id, device)?;
-            let out = model.forward(batch.input);
-            if self.labels == 1 {
-                scores.extend(out.into_data().iter::<f32>().map(f64::from));
-            } else {
-                classes.extend(out.argmax(1).into_data().iter::<i64>().map(|c| c as u32));
-            }
-            for feature in chunk {
-                match feature.label {
-                    Some(Label::Class(c)) => gold_classes.push(c),
-                    Some(Label::Score(s)) => gold_scores.push(f64::from(s)),
-                    None => return Err(TrainError::Batch("held-out examples need labels".into())),
-                }
-            }
-        }
+        let (classes, gold_classes, scores, gold_scores) = self.outputs(model, device)?;
         let outputs = if self.labels == 1 {
             GlueOutputs::Scores {
                 predictions: &scores,
@@ -213,8 +196,64 @@ impl Task for SentenceTask {
             .collect())
     }
 
+    /// A TSV of the held-out examples: index, prediction, gold label.
+    fn predict(
+        &self,
+        model: &Self::Model,
+        device: &Device,
+        path: &Path,
+    ) -> Result<usize, TrainError> {
+        let (classes, gold_classes, scores, gold_scores) = self.outputs(model, device)?;
+        let mut text = String::from("index\tprediction\tlabel\n");
+        if self.labels == 1 {
+            for (i, (p, g)) in scores.iter().zip(&gold_scores).enumerate() {
+                text.push_str(&format!("{i}\t{p}\t{g}\n"));
+            }
+        } else {
+            for (i, (p, g)) in classes.iter().zip(&gold_classes).enumerate() {
+                text.push_str(&format!("{i}\t{p}\t{g}\n"));
+            }
+        }
+        std::fs::write(path, text).map_err(|source| TrainError::Io {
+            path: path.to_path_buf(),
+            source,
+        })?;
+        Ok(self.dev.len())
+    }
+
     fn export(&self, model: &Self::Model, dir: &Path) -> Result<(), TrainError> {
         save_hf(&model.clone().valid(), self.bert(), dir)?;
         Ok(())
+    }
+}
+
+/// Predicted and gold classes, predicted and gold scores.
+type Outputs = (Vec<u32>, Vec<u32>, Vec<f64>, Vec<f64>);
+
+impl SentenceTask {
+    fn outputs(
+        &self,
+        model: &BertForSequenceClassification,
+        device: &Device,
+    ) -> Result<Outputs, TrainError> {
+        let (mut classes, mut gold_classes) = (Vec::new(), Vec::new());
+        let (mut scores, mut gold_scores) = (Vec::new(), Vec::new());
+        for chunk in self.dev.chunks(64) {
+            let batch = classification_batch(chunk, self.pad_id, device)?;
+            let out = model.forward(batch.input);
+            if self.labels == 1 {
+                scores.extend(out.into_data().iter::<f32>().map(f64::from));
+            } else {
+                classes.extend(out.argmax(1).into_data().iter::<i64>().map(|c| c as u32));
+            }
+            for feature in chunk {
+                match feature.label {
+                    Some(Label::Class(c)) => gold_classes.push(c),
+                    Some(Label::Score(s)) => gold_scores.push(f64::from(s)),
+                    None => return Err(TrainError::Batch("held-out examples need labels".into())),
+                }
+            }
+        }
+        Ok((classes, gold_classes, scores, gold_scores))
     }
 }

@@ -5,7 +5,7 @@
 //! F1 from `evaluate-v1.1.py`'s rules.
 
 use std::collections::HashMap;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use burn::module::Module;
 use burn::tensor::{Device, Tensor};
@@ -115,6 +115,34 @@ impl Task for SquadTask {
         model: &Self::Model,
         device: &Device,
     ) -> Result<Vec<(String, f64)>, TrainError> {
+        self.answer(model, device, &self.predictions)
+    }
+
+    /// `predictions.json` (question id → answer) at `path`.
+    fn predict(
+        &self,
+        model: &Self::Model,
+        device: &Device,
+        path: &Path,
+    ) -> Result<usize, TrainError> {
+        self.answer(model, device, path)?;
+        Ok(self.dev_questions.len())
+    }
+
+    fn export(&self, model: &Self::Model, dir: &Path) -> Result<(), TrainError> {
+        save_hf(&model.clone().valid(), &self.weights.config, dir)?;
+        Ok(())
+    }
+}
+
+impl SquadTask {
+    /// Answers every dev question, writes them to `path` and scores them.
+    fn answer(
+        &self,
+        model: &BertForQuestionAnswering,
+        device: &Device,
+        path: &Path,
+    ) -> Result<Vec<(String, f64)>, TrainError> {
         let mut logits: Vec<(Vec<f32>, Vec<f32>)> = Vec::with_capacity(self.dev.len());
         for chunk in self.dev.chunks(32) {
             let batch = squad_batch(chunk, self.pad_id, device)?;
@@ -151,13 +179,13 @@ impl Task for SquadTask {
             .collect();
         let answers = predict_answers(&questions, &features, &AnswerConfig::default())
             .map_err(|e| TrainError::Batch(e.to_string()))?;
-        if let Some(parent) = self.predictions.parent() {
+        if let Some(parent) = path.parent() {
             std::fs::create_dir_all(parent).map_err(|source| TrainError::Io {
                 path: parent.to_path_buf(),
                 source,
             })?;
         }
-        write_predictions(&self.predictions, &questions, &answers)
+        write_predictions(path, &questions, &answers)
             .map_err(|e| TrainError::Batch(e.to_string()))?;
         let gold: Vec<SquadGold> = self
             .dev_questions
@@ -178,10 +206,5 @@ impl Task for SquadTask {
             ("exact_match".into(), score.exact_match),
             ("f1".into(), score.f1),
         ])
-    }
-
-    fn export(&self, model: &Self::Model, dir: &std::path::Path) -> Result<(), TrainError> {
-        save_hf(&model.clone().valid(), &self.weights.config, dir)?;
-        Ok(())
     }
 }

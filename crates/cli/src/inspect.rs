@@ -1,0 +1,82 @@
+//! `terse eval` and `terse predict`: the task of a run config, scored or
+//! answered with the weights of a checkpoint (or of a run directory's
+//! newest one), checked against the checkpoint's checksums first.
+
+use std::path::PathBuf;
+
+use anyhow::{Result, bail};
+use terse_comm::SingleRank;
+use terse_models::{ModelConfig, Resnet, Vgg};
+use terse_train::tasks::{ImageTask, PretrainTask, SentenceTask, SquadTask};
+use terse_train::{RunConfig, Task, TaskConfig, evaluate_checkpoint, predict_checkpoint};
+
+/// Arguments of `terse eval` and `terse predict`.
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    /// The run config the checkpoint was trained with (its run directory
+    /// holds a copy: config.toml)
+    #[arg(long, value_name = "PATH")]
+    config: PathBuf,
+
+    /// A checkpoint directory (checkpoints/step-N) or a run directory (its
+    /// newest checkpoint)
+    #[arg(long, value_name = "DIR")]
+    checkpoint: PathBuf,
+
+    /// Where `predict` writes (SQuAD: predictions.json; GLUE: a TSV of
+    /// index, prediction, label)
+    #[arg(long, value_name = "FILE", default_value = "predictions.out")]
+    out: PathBuf,
+}
+
+/// What to do with the loaded checkpoint.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Action {
+    /// Print the task's metrics.
+    Eval,
+    /// Write predictions.
+    Predict,
+}
+
+fn act<T: Task>(task: &T, args: &Args, action: Action) -> Result<()> {
+    match action {
+        Action::Eval => {
+            let (meta, metrics) = evaluate_checkpoint(task, &args.checkpoint)?;
+            println!("terse: checkpoint at step {} ({})", meta.step, meta.stage);
+            for (name, value) in metrics {
+                println!("{name}\t{value:.4}");
+            }
+        }
+        Action::Predict => {
+            let n = predict_checkpoint(task, &args.checkpoint, &args.out)?;
+            println!("terse: {n} predictions written to {}", args.out.display());
+        }
+    }
+    Ok(())
+}
+
+pub fn run(args: &Args, action: Action) -> Result<()> {
+    let config = RunConfig::load(&args.config)?;
+    match &config.task {
+        TaskConfig::Pretrain { .. } => act(
+            &PretrainTask::prepare(&config, &SingleRank::new())?,
+            args,
+            action,
+        ),
+        TaskConfig::Glue { .. } => act(&SentenceTask::prepare(&config)?, args, action),
+        TaskConfig::Squad { .. } => {
+            let predictions = match action {
+                Action::Predict => args.out.clone(),
+                Action::Eval => std::env::temp_dir().join("terse-eval-predictions.json"),
+            };
+            act(&SquadTask::prepare(&config, predictions)?, args, action)
+        }
+        TaskConfig::Image { .. } => match &config.model {
+            Some(ModelConfig::Resnet(_)) => {
+                act(&ImageTask::<Resnet>::prepare(&config)?, args, action)
+            }
+            Some(ModelConfig::Vgg(_)) => act(&ImageTask::<Vgg>::prepare(&config)?, args, action),
+            _ => bail!("{}: [model] must be resnet or vgg", args.config.display()),
+        },
+    }
+}

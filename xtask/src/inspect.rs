@@ -1,0 +1,56 @@
+//! `cargo xtask eval` and `cargo xtask predict`: score a saved run, or write
+//! its predictions, with the `terse` binary (one rank).
+
+use std::path::PathBuf;
+
+use anyhow::Result;
+
+use crate::terse_binary;
+
+/// Arguments of `cargo xtask eval` / `predict`.
+#[derive(Debug, Clone, PartialEq, Eq, clap::Args)]
+pub struct Args {
+    /// A run directory (its newest checkpoint) or a checkpoint directory
+    #[arg(value_name = "CHECKPOINT")]
+    pub checkpoint: PathBuf,
+
+    /// The run's config; default: the config.toml the run wrote
+    #[arg(long, value_name = "PATH")]
+    pub config: Option<PathBuf>,
+
+    /// Where `predict` writes (SQuAD: predictions.json, GLUE: a TSV)
+    #[arg(long, value_name = "FILE")]
+    pub out: Option<PathBuf>,
+}
+
+/// The run directory a checkpoint path belongs to.
+fn run_dir(checkpoint: &std::path::Path) -> PathBuf {
+    if checkpoint.join("trainer.json").exists() {
+        // runs/<name>/checkpoints/step-N
+        checkpoint
+            .parent()
+            .and_then(|p| p.parent())
+            .map_or_else(|| checkpoint.to_path_buf(), std::path::Path::to_path_buf)
+    } else {
+        checkpoint.to_path_buf()
+    }
+}
+
+/// Runs `terse eval|predict`.
+pub fn run(command: &str, args: &Args) -> Result<()> {
+    let config = args
+        .config
+        .clone()
+        .unwrap_or_else(|| run_dir(&args.checkpoint).join("config.toml"));
+    let mut terse = vec![
+        command.to_string(),
+        "--config".into(),
+        config.display().to_string(),
+        "--checkpoint".into(),
+        args.checkpoint.display().to_string(),
+    ];
+    if let Some(out) = &args.out {
+        terse.extend(["--out".into(), out.display().to_string()]);
+    }
+    terse_binary::launch(1, &terse)
+}
