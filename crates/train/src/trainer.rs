@@ -219,6 +219,13 @@ impl Trainer<'_> {
         let mut summary = RunSummary::default();
         let mut epoch_cache: Option<(u64, Vec<usize>)> = None;
 
+        if lead && start_step == 0 && cfg.train.eval_every > 0 {
+            // The starting point, for comparison (pretrained weights and an
+            // untrained head, or random weights).
+            let eval = bar.suspend(|| task.evaluate(&model.valid(), &device.clone().inner()))?;
+            bar.suspend(|| eprintln!("terse: before training: {}", render_eval(&eval)));
+            log.line(&EvalRecord { step: 0, eval })?;
+        }
         for t in start_step + 1..=cfg.train.steps {
             let step_start = Instant::now();
             let index = t - 1;
@@ -325,6 +332,7 @@ impl Trainer<'_> {
             if lead && !last && eval_every > 0 && t % eval_every == 0 {
                 let eval =
                     bar.suspend(|| task.evaluate(&model.valid(), &device.clone().inner()))?;
+                bar.suspend(|| eprintln!("terse: step {t}: {}", render_eval(&eval)));
                 log.line(&EvalRecord { step: t, eval })?;
             }
         }
@@ -397,6 +405,13 @@ impl Trainer<'_> {
         }
         Ok(model)
     }
+}
+
+fn render_eval(eval: &[(String, f64)]) -> String {
+    eval.iter()
+        .map(|(name, value)| format!("{name} {value:.4}"))
+        .collect::<Vec<_>>()
+        .join(", ")
 }
 
 fn ms(since: Instant) -> f64 {
