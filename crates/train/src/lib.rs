@@ -22,6 +22,7 @@ mod progress;
 mod shuffle;
 pub mod signals;
 mod step;
+mod step_order;
 pub mod tasks;
 mod trainer;
 

@@ -19,7 +19,6 @@ use burn::module::Module;
 use burn::store::{ModuleSnapshot, SafetensorsStore};
 use burn::tensor::{Device, Tensor, TensorData};
 use terse_comm::{Communicator, ReduceOp};
-use terse_data::pretrain::epoch_indices;
 use terse_optim::{
     Optimizer, ParamLayout, gather_grads, gather_params, tensor_to_host, write_back,
 };
@@ -27,6 +26,7 @@ use terse_optim::{
 use crate::checkpoint::{self, model_file, optimizer_file};
 use crate::metrics::{EvalRecord, MetricsLog, RunSummary, StepRecord};
 use crate::progress::step_bar;
+use crate::step_order::StepOrder;
 use crate::{RunConfig, TrainError, signals};
 
 /// What the loop needs from a task: its examples, its model, and a loss.
@@ -148,6 +148,14 @@ pub struct Trainer<'a> {
     pub progress: bool,
 }
 
+/// One rank's part of a step.
+struct LocalGradient {
+    grad: Vec<f32>,
+    loss: f64,
+    forward_ms: f64,
+    backward_ms: f64,
+}
+
 /// What a finished run hands back.
 pub struct RunOutcome<M> {
     /// The trained model of this rank.
@@ -173,16 +181,14 @@ impl Trainer<'_> {
     ) -> Result<RunOutcome<T::Model>, TrainError> {
         let cfg = self.config;
         let (rank, world) = (comm.rank(), comm.world_size());
-        let accumulation = cfg.train.accumulation(world)?;
-        let per_rank = cfg.train.global_batch / world;
-        let n = task.examples();
-        let steps_per_epoch = (n / world) / per_rank;
-        if steps_per_epoch == 0 {
-            return Err(TrainError::InvalidRun {
-                field: "train.global_batch",
-                reason: format!("{} examples cannot fill one global batch", n),
-            });
-        }
+        cfg.train.accumulation(world)?;
+        let mut order = StepOrder::new(
+            task.examples(),
+            cfg.train.seed,
+            rank,
+            world,
+            cfg.train.global_batch / world,
+        )?;
         let lead = rank == 0;
         if lead {
             std::fs::create_dir_all(self.run_dir).map_err(|source| TrainError::Io {
@@ -217,7 +223,6 @@ impl Trainer<'_> {
         bar.set_position(start_step);
         bar.set_prefix(cfg.optimizer.name());
         let mut summary = RunSummary::default();
-        let mut epoch_cache: Option<(u64, Vec<usize>)> = None;
 
         if lead && start_step == 0 && cfg.train.eval_every > 0 {
             // The starting point, for comparison (pretrained weights and an
@@ -228,41 +233,11 @@ impl Trainer<'_> {
         }
         for t in start_step + 1..=cfg.train.steps {
             let step_start = Instant::now();
-            let index = t - 1;
-            let epoch = index / steps_per_epoch as u64;
-            if epoch_cache.as_ref().is_none_or(|(e, _)| *e != epoch) {
-                let order = epoch_indices(n, cfg.train.seed, epoch, rank, world);
-                epoch_cache = Some((epoch, order));
-            }
-            let order = &epoch_cache.as_ref().expect("filled above").1;
-            let k = (index % steps_per_epoch as u64) as usize;
-            let share = &order[k * per_rank..(k + 1) * per_rank];
-
-            let (mut forward_ms, mut backward_ms, mut loss_sum) = (0.0, 0.0, 0.0f64);
-            let mut grad: Option<Vec<f32>> = None;
-            for (micro, examples) in share.chunks(cfg.train.micro_batch).enumerate() {
-                let clock = Instant::now();
-                let loss = {
-                    let _turn = FORWARD.lock().unwrap_or_else(|p| p.into_inner());
-                    device.seed(forward_seed(cfg.train.seed, t, rank, micro));
-                    task.loss(&model, examples, epoch, &device)?
-                };
-                forward_ms += ms(clock);
-                let clock = Instant::now();
-                let grads = loss.backward();
-                loss_sum += f64::from(loss.into_scalar::<f32>());
-                let g = tensor_to_host(gather_grads(&layout, &model, &grads)?)?;
-                match &mut grad {
-                    None => grad = Some(g),
-                    Some(sum) => sum.iter_mut().zip(&g).for_each(|(s, x)| *s += x),
-                }
-                backward_ms += ms(clock);
-            }
-            let mut grad = grad.expect("at least one micro-batch");
-            if accumulation > 1 {
-                let scale = 1.0 / accumulation as f32;
-                grad.iter_mut().for_each(|g| *g *= scale);
-            }
+            let (epoch, share) = order.share(t);
+            let local =
+                self.local_gradient(task, &model, &layout, share, (t, epoch, rank), &device)?;
+            let (forward_ms, backward_ms, mut grad) =
+                (local.forward_ms, local.backward_ms, local.grad);
 
             let clock = Instant::now();
             let params = gather_params(&layout, &model)?;
@@ -279,10 +254,7 @@ impl Trainer<'_> {
 
             // The loss every rank saw and whether any rank was signalled,
             // in one small allreduce outside the optimizer's accounting.
-            let mut shared = [
-                (loss_sum / accumulation as f64) as f32,
-                f32::from(u8::from(signals::requested())),
-            ];
+            let mut shared = [local.loss as f32, f32::from(u8::from(signals::requested()))];
             if world > 1 {
                 comm.allreduce_f32(&mut shared, ReduceOp::Mean)?;
             }
@@ -346,6 +318,53 @@ impl Trainer<'_> {
             task.export(&model, &self.run_dir.join("export"))?;
         }
         Ok(RunOutcome { model, summary })
+    }
+
+    /// This rank's mean gradient over its share of step `t`, micro-batch by
+    /// micro-batch, with the dropout RNG re-seeded before each forward.
+    fn local_gradient<T: Task>(
+        &self,
+        task: &T,
+        model: &T::Model,
+        layout: &ParamLayout,
+        share: &[usize],
+        (t, epoch, rank): (u64, u64, usize),
+        device: &Device,
+    ) -> Result<LocalGradient, TrainError> {
+        let seed = self.config.train.seed;
+        let (mut forward_ms, mut backward_ms, mut loss_sum) = (0.0, 0.0, 0.0f64);
+        let mut grad: Option<Vec<f32>> = None;
+        let micro_batches = share.chunks(self.config.train.micro_batch);
+        let count = micro_batches.len();
+        for (micro, examples) in micro_batches.enumerate() {
+            let clock = Instant::now();
+            let loss = {
+                let _turn = FORWARD.lock().unwrap_or_else(|p| p.into_inner());
+                device.seed(forward_seed(seed, t, rank, micro));
+                task.loss(model, examples, epoch, device)?
+            };
+            forward_ms += ms(clock);
+            let clock = Instant::now();
+            let grads = loss.backward();
+            loss_sum += f64::from(loss.into_scalar::<f32>());
+            let g = tensor_to_host(gather_grads(layout, model, &grads)?)?;
+            match &mut grad {
+                None => grad = Some(g),
+                Some(sum) => sum.iter_mut().zip(&g).for_each(|(s, x)| *s += x),
+            }
+            backward_ms += ms(clock);
+        }
+        let mut grad = grad.expect("a share holds at least one micro-batch");
+        if count > 1 {
+            let scale = 1.0 / count as f32;
+            grad.iter_mut().for_each(|g| *g *= scale);
+        }
+        Ok(LocalGradient {
+            grad,
+            loss: loss_sum / count as f64,
+            forward_ms,
+            backward_ms,
+        })
     }
 
     fn save<M: ModuleSnapshot>(
