@@ -119,11 +119,11 @@ where
         let comm = MpiComm::init()?;
         announce(&comm, config, &run_dir);
         let result = one(&comm);
-        if let Err(e) = &result {
-            if !matches!(e, TrainError::Interrupted { .. }) {
-                eprintln!("terse: rank {}: {e}", comm.rank());
-                comm.abort(&e.to_string());
-            }
+        if let Err(e) = &result
+            && !matches!(e, TrainError::Interrupted { .. })
+        {
+            eprintln!("terse: rank {}: {e}", comm.rank());
+            comm.abort(&e.to_string());
         }
         result?
     } else if options.ranks > 1 {

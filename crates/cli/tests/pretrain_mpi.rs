@@ -57,6 +57,25 @@ fn succeed(command: &mut Command) -> String {
     text
 }
 
+/// `terse pretrain` on 2 ranks as threads of one process.
+fn threads(run_dir: &Path, extra: &[&str]) -> Command {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_terse"));
+    command
+        .args([
+            "pretrain",
+            "--no-progress",
+            "--config",
+            CONFIG,
+            "--ranks",
+            "2",
+        ])
+        .arg("--run-dir")
+        .arg(run_dir)
+        .args(extra)
+        .current_dir(workspace());
+    command
+}
+
 fn scratch(name: &str) -> PathBuf {
     let dir = std::env::temp_dir().join(format!("terse-e2e-{}-{name}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
@@ -126,24 +145,11 @@ fn two_mpi_ranks_train_agree_resume_after_kill_and_refuse_damage() {
     assert!(final_weights(&whole, 1) == weights, "ranks disagree");
 
     // The same run as 2 threads of one process.
-    let threads = scratch("threads");
-    let output = Command::new(env!("CARGO_BIN_EXE_terse"))
-        .args([
-            "pretrain",
-            "--no-progress",
-            "--config",
-            CONFIG,
-            "--ranks",
-            "2",
-            "--run-dir",
-        ])
-        .arg(&threads)
-        .current_dir(workspace())
-        .output()
-        .unwrap();
+    let threads_dir = scratch("threads");
+    let output = threads(&threads_dir, &[]).output().unwrap();
     assert!(output.status.success(), "{}", text(&output));
     assert!(
-        final_weights(&threads, 1) == weights,
+        final_weights(&threads_dir, 1) == weights,
         "local backend differs"
     );
 
@@ -253,24 +259,7 @@ fn two_mpi_ranks_train_agree_resume_after_kill_and_refuse_damage() {
     // resume (here on the threads backend) still ends where the
     // uninterrupted run did.
     let stopped = scratch("stopped");
-    let local = |extra: &[&str]| {
-        let mut command = Command::new(env!("CARGO_BIN_EXE_terse"));
-        command
-            .args([
-                "pretrain",
-                "--no-progress",
-                "--config",
-                CONFIG,
-                "--ranks",
-                "2",
-            ])
-            .arg("--run-dir")
-            .arg(&stopped)
-            .args(extra)
-            .current_dir(workspace());
-        command
-    };
-    let mut job = local(&[])
+    let mut job = threads(&stopped, &[])
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped())
         .spawn()
@@ -297,14 +286,14 @@ fn two_mpi_ranks_train_agree_resume_after_kill_and_refuse_damage() {
         checkpoint(&stopped, at).exists(),
         "no checkpoint at step {at}"
     );
-    let output = local(&["--resume"]).output().unwrap();
+    let output = threads(&stopped, &["--resume"]).output().unwrap();
     assert!(output.status.success(), "{}", text(&output));
     assert!(
         final_weights(&stopped, 0) == weights,
         "resume after SIGTERM differs"
     );
 
-    for dir in [whole, threads, killed, stopped] {
+    for dir in [whole, threads_dir, killed, stopped] {
         let _ = std::fs::remove_dir_all(dir);
     }
 }

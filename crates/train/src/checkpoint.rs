@@ -16,12 +16,10 @@
 
 use std::collections::BTreeMap;
 use std::fs;
-use std::io::Read;
 use std::path::{Path, PathBuf};
 
 use burn::store::{ModuleSnapshot, SafetensorsStore};
 use serde::{Deserialize, Serialize};
-use sha2::{Digest, Sha256};
 use terse_comm::Communicator;
 
 use crate::{RunConfig, TrainError};
@@ -106,21 +104,7 @@ pub fn latest(run_dir: &Path) -> Result<Option<PathBuf>, TrainError> {
 }
 
 fn sha256_file(path: &Path) -> Result<String, TrainError> {
-    let mut file = fs::File::open(path).map_err(io(path))?;
-    let mut hasher = Sha256::new();
-    let mut buf = vec![0u8; 1 << 20];
-    loop {
-        let n = file.read(&mut buf).map_err(io(path))?;
-        if n == 0 {
-            break;
-        }
-        hasher.update(&buf[..n]);
-    }
-    Ok(hasher
-        .finalize()
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect())
+    Ok(terse_data::fetch::sha256_file(path)?)
 }
 
 fn bad(path: &Path, reason: impl Into<String>) -> TrainError {

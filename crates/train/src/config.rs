@@ -143,8 +143,8 @@ impl TrainSettings {
         let per_rank = self.global_batch / world.max(1);
         if self.micro_batch == 0
             || self.global_batch == 0
-            || self.global_batch % world != 0
-            || per_rank % self.micro_batch != 0
+            || !self.global_batch.is_multiple_of(world)
+            || !per_rank.is_multiple_of(self.micro_batch)
         {
             return Err(TrainError::InvalidRun {
                 field: "train.global_batch",

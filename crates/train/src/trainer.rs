@@ -290,7 +290,7 @@ impl Trainer<'_> {
                 model = finish(&mut optimizer, model, &layout, comm)?;
             }
             let every = cfg.train.checkpoint_every;
-            if stop || last || (every > 0 && t % every == 0) {
+            if stop || last || (every > 0 && t.is_multiple_of(every)) {
                 let dir = self.save(&model, &optimizer, comm)?;
                 if stop && !last {
                     bar.abandon();
@@ -301,7 +301,7 @@ impl Trainer<'_> {
                 }
             }
             let eval_every = cfg.train.eval_every;
-            if lead && !last && eval_every > 0 && t % eval_every == 0 {
+            if lead && !last && eval_every > 0 && t.is_multiple_of(eval_every) {
                 let eval =
                     bar.suspend(|| task.evaluate(&model.valid(), &device.clone().inner()))?;
                 bar.suspend(|| eprintln!("terse: step {t}: {}", render_eval(&eval)));
