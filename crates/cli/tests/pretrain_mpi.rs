@@ -57,10 +57,13 @@ fn succeed(command: &mut Command) -> String {
     text
 }
 
-/// `terse pretrain` on 2 ranks as threads of one process.
+/// `terse pretrain` on 2 ranks as threads of one process, with one rayon
+/// thread as each MPI rank has: flex's kernels may split reductions by
+/// thread count, and the comparison is of backends, not thread counts.
 fn threads(run_dir: &Path, extra: &[&str]) -> Command {
     let mut command = Command::new(env!("CARGO_BIN_EXE_terse"));
     command
+        .env("RAYON_NUM_THREADS", "1")
         .args([
             "pretrain",
             "--no-progress",

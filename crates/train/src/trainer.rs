@@ -201,12 +201,16 @@ impl Trainer<'_> {
         }
 
         let device = Device::flex().autodiff();
-        let mut model = {
+        let (mut model, layout) = {
             let _turn = FORWARD.lock().unwrap_or_else(|p| p.into_inner());
             device.seed(cfg.train.seed);
-            task.init(&device)?
+            let model = task.init(&device)?;
+            // burn initialises parameters lazily, on first use: draw them
+            // all now, from this seed, while this thread holds the RNG.
+            let layout = ParamLayout::from_module(&model);
+            gather_params(&layout, &model)?;
+            (model, layout)
         };
-        let layout = ParamLayout::from_module(&model);
         let mut optimizer = Optimizer::new(
             cfg.optimizer.clone(),
             cfg.schedule.clone(),

@@ -1,6 +1,8 @@
-//! Every file in configs/ loads and validates (the MLP files as the MLP
-//! run, the rest as trainer runs), and the paper settings carry the numbers
-//! of ALGORITHMS.md's "Paper settings" table.
+//! Every file in configs/ loads and validates (unknown fields are errors, so
+//! a typo fails here): the MLP files as the MLP run, equal to the defaults
+//! `terse train mlp` uses without a config, the rest as trainer runs; and
+//! the paper settings carry the numbers of ALGORITHMS.md's "Paper settings"
+//! table.
 
 use std::path::Path;
 
@@ -33,7 +35,19 @@ fn every_config_loads() {
         let name = path.file_name().unwrap().to_string_lossy().into_owned();
         if name.starts_with("mlp-") {
             let text = std::fs::read_to_string(&path).unwrap();
-            toml::from_str::<ClassifierRun>(&text).unwrap_or_else(|e| panic!("{name}: {e}"));
+            let run =
+                toml::from_str::<ClassifierRun>(&text).unwrap_or_else(|e| panic!("{name}: {e}"));
+            run.optimizer.validate().unwrap();
+            run.schedule.validate().unwrap();
+            let optimizer = name
+                .strip_prefix("mlp-fashion-mnist-")
+                .and_then(|n| n.strip_suffix(".toml"))
+                .unwrap_or_else(|| panic!("{name}: an MLP config for another dataset"));
+            assert_eq!(
+                run,
+                ClassifierRun::fashion_mnist_default(optimizer).unwrap(),
+                "{name}"
+            );
         } else {
             let config = RunConfig::load(&path).unwrap_or_else(|e| panic!("{e}"));
             // Round trip: what a run writes next to its metrics loads again.
@@ -128,4 +142,14 @@ fn paper_settings_match_the_table() {
         OptimizerConfig::Slamb(c) => assert_eq!((c.beta_3, c.sync_every), (0.99, 50)),
         other => panic!("{other:?}"),
     }
+}
+
+#[test]
+fn a_misspelled_field_is_an_error_naming_it() {
+    let text = "hidden = [8]\nepochs = 1\nbatch_size = 4\nseed = 1\nlearning_rate = 3\n\
+                [optimizer]\nname = \"sgd\"\n[schedule]\nkind = \"constant\"\nlr = 0.1\n";
+    let error = toml::from_str::<ClassifierRun>(text)
+        .unwrap_err()
+        .to_string();
+    assert!(error.contains("learning_rate"), "{error}");
 }
