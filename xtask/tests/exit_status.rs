@@ -20,7 +20,7 @@ fn stderr(output: &Output) -> String {
 #[test]
 fn not_implemented_commands_fail_with_status_2_and_one_line() {
     let cases = [
-        (&["reproduce", "eps-fix"][..], "`reproduce eps-fix`", 9),
+        (&["reproduce", "scale-block"][..], "`reproduce scale-block`", 9),
         (&["reproduce", "bandwidth"][..], "`reproduce bandwidth`", 10),
     ];
     for (args, command, issue) in cases {

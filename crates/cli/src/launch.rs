@@ -12,7 +12,7 @@ use std::time::Duration;
 use anyhow::{Context, Result, bail};
 use terse_comm::{Communicator, LocalComm, MpiComm, SingleRank};
 use terse_optim::OptimizerConfig;
-use terse_train::{Init, RunConfig, RunOutcome, Task, TaskConfig, TrainError, Trainer};
+use terse_train::{Init, Override, RunConfig, RunOutcome, Task, TaskConfig, TrainError, Trainer};
 
 /// Options of every training command.
 #[derive(Debug, Clone, clap::Args)]
@@ -30,6 +30,12 @@ pub struct RunOptions {
     /// onebit_lamb, lamb_onebit_basic, slamb)
     #[arg(long, value_name = "NAME")]
     pub optimizer: Option<String>,
+
+    /// Set any config field, e.g. `--set train.seed=3` or
+    /// `--set 'optimizer={ name = "adam", lr = 1e-3 }'` (TOML values; repeatable,
+    /// applied before the flags above)
+    #[arg(long = "set", value_name = "KEY=VALUE", value_parser = Override::parse)]
+    pub overrides: Vec<Override>,
 
     /// Fine-tuning: start from this HuggingFace-layout directory (e.g. a
     /// pre-training run's export/) instead of the config's init
@@ -57,7 +63,7 @@ pub struct RunOptions {
 impl RunOptions {
     /// The config file with the command line's overrides applied.
     pub fn resolve(&self) -> Result<RunConfig> {
-        let mut config = RunConfig::load(&self.config)?;
+        let mut config = RunConfig::load_with(&self.config, &self.overrides)?;
         if let Some(steps) = self.steps {
             if steps == 0 {
                 bail!("--steps must be at least 1");

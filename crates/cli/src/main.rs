@@ -8,6 +8,7 @@ mod finetune;
 mod inspect;
 mod launch;
 mod pretrain;
+mod sum_of_squares;
 mod train;
 
 use std::process::ExitCode;
@@ -34,6 +35,8 @@ enum Command {
     Eval(inspect::Args),
     /// Write a checkpoint's predictions on its task's held-out data.
     Predict(inspect::Args),
+    /// Minimise a sum of squares with one optimizer (the eps-fix toy problem).
+    SumOfSquares(sum_of_squares::Args),
 }
 
 fn main() -> ExitCode {
@@ -44,6 +47,7 @@ fn main() -> ExitCode {
         Command::Finetune(args) => finetune::run(args),
         Command::Eval(args) => inspect::run(args, inspect::Action::Eval),
         Command::Predict(args) => inspect::run(args, inspect::Action::Predict),
+        Command::SumOfSquares(args) => sum_of_squares::run(args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -11,7 +11,7 @@ use anyhow::{Context, Result, bail};
 use clap::ValueEnum;
 use terse_data::FASHION_MNIST_DEBIAN_DIR;
 use terse_models::{ModelConfig, Resnet, Vgg};
-use terse_train::ClassifierRun;
+use terse_train::{ClassifierRun, Override};
 use terse_train::tasks::ImageTask;
 
 use crate::launch::{RunOptions, train};
@@ -44,6 +44,10 @@ pub struct Args {
     /// Override train.steps (ResNet / VGG)
     #[arg(long, value_name = "N")]
     steps: Option<u64>,
+
+    /// Set any config field (ResNet / VGG), e.g. `--set train.seed=3`
+    #[arg(long = "set", value_name = "KEY=VALUE", value_parser = Override::parse)]
+    overrides: Vec<Override>,
 
     /// Directory holding the four Fashion-MNIST `*-ubyte.gz` files (`mlp`)
     #[arg(long, value_name = "DIR", default_value = FASHION_MNIST_DEBIAN_DIR)]
@@ -123,6 +127,7 @@ fn image(args: &Args) -> Result<()> {
     let options = RunOptions {
         config,
         steps: args.steps,
+        overrides: args.overrides.clone(),
         optimizer: args.optimizer.clone(),
         from: None,
         run_dir: args.run_dir.clone(),
@@ -161,9 +166,15 @@ pub fn run(args: &Args) -> Result<()> {
     if args.config.is_some() && args.optimizer.is_some() {
         bail!("`mlp` takes --config or --optimizer (whose tuned defaults to use), not both");
     }
-    if args.steps.is_some() || args.run_dir.is_some() || args.resume || args.ranks != 1 {
+    if args.steps.is_some()
+        || !args.overrides.is_empty()
+        || args.run_dir.is_some()
+        || args.resume
+        || args.ranks != 1
+    {
         bail!(
-            "--steps, --run-dir, --resume and --ranks are for ResNet / VGG; `mlp` takes --epochs"
+            "--steps, --set, --run-dir, --resume and --ranks are for ResNet / VGG; \
+             `mlp` takes --epochs"
         );
     }
     let mut run = match &args.config {

@@ -13,7 +13,7 @@ use serde::{Deserialize, Serialize};
 use terse_models::ModelConfig;
 use terse_optim::{LrSchedule, OptimizerConfig};
 
-use crate::TrainError;
+use crate::{Override, TrainError};
 
 /// One run.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -162,14 +162,34 @@ impl TrainSettings {
 impl RunConfig {
     /// Reads a config file; errors name the file and the field.
     pub fn load(path: &Path) -> Result<Self, TrainError> {
+        Self::load_with(path, &[])
+    }
+
+    /// Reads a config file and applies `overrides` (`--set`) before
+    /// deserialising it; errors name the file and the field.
+    pub fn load_with(path: &Path, overrides: &[Override]) -> Result<Self, TrainError> {
         let text = std::fs::read_to_string(path).map_err(|source| TrainError::Io {
             path: path.to_path_buf(),
             source,
         })?;
-        Self::parse(&text).map_err(|reason| TrainError::Config {
+        let config_error = |reason| TrainError::Config {
             path: path.to_path_buf(),
             reason,
-        })
+        };
+        if overrides.is_empty() {
+            // Straight from the text, so errors keep their line and column.
+            return Self::parse(&text).map_err(config_error);
+        }
+        let mut document: toml::Table =
+            toml::from_str(&text).map_err(|e: toml::de::Error| config_error(e.to_string()))?;
+        for o in overrides {
+            o.apply(&mut document).map_err(config_error)?;
+        }
+        let config: Self = document
+            .try_into()
+            .map_err(|e: toml::de::Error| config_error(e.to_string()))?;
+        config.validate().map_err(config_error)?;
+        Ok(config)
     }
 
     /// Parses and validates TOML text.

@@ -17,6 +17,7 @@ mod classifier;
 mod config;
 mod error;
 mod inspect;
+pub mod overrides;
 pub mod metrics;
 mod progress;
 mod shuffle;
@@ -33,6 +34,7 @@ pub use batch::{
 pub use classifier::{ClassifierRun, EpochReport};
 pub use config::{Init, RunConfig, TaskConfig, TrainSettings};
 pub use error::TrainError;
+pub use overrides::Override;
 pub use inspect::{evaluate_checkpoint, load_checkpoint, predict_checkpoint};
 pub use shuffle::shuffled_indices;
 pub use trainer::{RunOutcome, Task, Trainer};

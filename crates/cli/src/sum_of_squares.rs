@@ -1,0 +1,117 @@
+//! `terse sum-of-squares`: minimise `Σ wᵢ²` with any optimizer (Tarasov &
+//! Ershov §3–4, Figs. 1 and 6).
+//!
+//! Two coordinates an order of magnitude apart are the smallest model in
+//! which 1-bit compression with one scale per chunk hands the small
+//! coordinate a momentum of the large one's size; divided by its tiny frozen
+//! variance, that is the divergence the eps-inside-sqrt fix bounds. One rank,
+//! as in the paper: the whole vector is one compression chunk.
+
+use std::io::Write;
+use std::path::PathBuf;
+
+use anyhow::{Context, Result, bail};
+use serde::Deserialize;
+use terse_comm::SingleRank;
+use terse_optim::{LrSchedule, Optimizer, OptimizerConfig, ParamLayout};
+use terse_train::Override;
+
+/// Arguments of `terse sum-of-squares`.
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    /// TOML with `start`, `steps`, `[optimizer]` and `[schedule]`
+    /// (configs/reproduce-eps-fix-sum-of-squares.toml)
+    #[arg(long, value_name = "PATH")]
+    config: PathBuf,
+
+    /// Set any config field, e.g. `--set optimizer.eps_mode=inside`
+    #[arg(long = "set", value_name = "KEY=VALUE", value_parser = Override::parse)]
+    overrides: Vec<Override>,
+
+    /// Write one JSON line per step here: step, w, f(w), stage
+    #[arg(long, value_name = "PATH")]
+    out: Option<PathBuf>,
+}
+
+/// The problem and its optimizer.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Problem {
+    /// The starting point w₀.
+    start: Vec<f32>,
+    /// Optimizer steps to take.
+    steps: u64,
+    optimizer: OptimizerConfig,
+    schedule: LrSchedule,
+}
+
+pub fn run(args: &Args) -> Result<()> {
+    let problem = load(args)?;
+    let comm = SingleRank::new();
+    let layout = ParamLayout::from_shapes(
+        (0..problem.start.len()).map(|i| (format!("w{i}"), vec![1usize])),
+    );
+    let mut optimizer = Optimizer::new(
+        problem.optimizer.clone(),
+        problem.schedule.clone(),
+        layout,
+        &comm,
+    )
+    .with_context(|| format!("{}", args.config.display()))?;
+    let mut out = match &args.out {
+        Some(path) => Some(std::io::BufWriter::new(
+            std::fs::File::create(path).with_context(|| format!("cannot create {}", path.display()))?,
+        )),
+        None => None,
+    };
+    let mut w = problem.start.clone();
+    let mut f = objective(&w);
+    for _ in 0..problem.steps {
+        let mut g: Vec<f32> = w.iter().map(|wi| 2.0 * wi).collect();
+        let report = optimizer.step_flat(&mut w, &mut g, &comm)?;
+        f = objective(&w);
+        if let Some(out) = &mut out {
+            let line = serde_json::json!({
+                "step": report.t, "w": w, "f": f, "stage": report.stage.to_string(),
+            });
+            writeln!(out, "{line}")?;
+        }
+    }
+    if let Some(out) = &mut out {
+        out.flush()?;
+    }
+    println!(
+        "{}: f(w) = {f:.6e} after {} steps (f(w0) = {:.6e}), w = {w:?}",
+        problem.optimizer.name(),
+        problem.steps,
+        objective(&problem.start)
+    );
+    Ok(())
+}
+
+fn objective(w: &[f32]) -> f64 {
+    w.iter().map(|&wi| f64::from(wi) * f64::from(wi)).sum()
+}
+
+fn load(args: &Args) -> Result<Problem> {
+    let path = &args.config;
+    let text =
+        std::fs::read_to_string(path).with_context(|| format!("cannot read {}", path.display()))?;
+    let mut document: toml::Table =
+        toml::from_str(&text).with_context(|| format!("{}", path.display()))?;
+    for o in &args.overrides {
+        o.apply(&mut document)
+            .map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
+    }
+    let problem: Problem = document
+        .try_into()
+        .with_context(|| format!("{}", path.display()))?;
+    if problem.start.is_empty() {
+        bail!("{}: start: needs at least one coordinate", path.display());
+    }
+    problem
+        .optimizer
+        .validate()
+        .with_context(|| format!("{}: [optimizer]", path.display()))?;
+    Ok(problem)
+}

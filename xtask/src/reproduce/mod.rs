@@ -1,0 +1,236 @@
+//! `cargo xtask reproduce`: re-run one of the papers' experiments.
+//!
+//! Each name is one claim from the papers in `papers/` (a table, a figure, a
+//! reduction factor). The training claims (issue 9) run their variants
+//! through `terse` at a scale one machine finishes in well under an hour, with
+//! N workers as local ranks, and write `results/<name>/`: table.md (the
+//! numbers and whether each claim held), plot.png, metrics.jsonl (every
+//! logged line, tagged by run), configs/ (each run's resolved config) and
+//! machine.txt. `--quick` runs a few-minute version into `runs/` instead and
+//! fails unless the direction of every claim holds: the CI check. The
+//! communication and timing measurements are issue 10.
+
+mod eps_fix;
+mod onebit_adam;
+mod onebit_lamb;
+mod plot;
+mod report;
+mod runner;
+mod slamb_ratio;
+
+use std::path::{Path, PathBuf};
+
+use anyhow::{Result, bail};
+use clap::ValueEnum;
+
+use crate::not_implemented::{ISSUE_9, ISSUE_10, NotImplemented, Tracking, cli_name};
+use report::Report;
+
+/// Arguments of `cargo xtask reproduce`.
+#[derive(Debug, Clone, PartialEq, Eq, clap::Args)]
+pub struct Args {
+    /// The experiment to reproduce
+    #[arg(value_enum)]
+    pub name: Experiment,
+
+    /// A few-minute version that asserts the direction of each claim
+    /// (writes runs/reproduce/<name>-quick/, not results/)
+    #[arg(long)]
+    pub quick: bool,
+}
+
+/// An experiment from the papers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Experiment {
+    /// 1-bit Adam vs Adam, 1-bit Adam fp32 and naive 1-bit Adam: BERT pre-training loss
+    OnebitAdam,
+    /// 1-bit LAMB vs LAMB and basic 1-bit LAMB: large-batch BERT pre-training loss
+    OnebitLamb,
+    /// SLAMB at k = 0.5 … 0.01 beside LAMB and 1-bit LAMB: final loss and volume
+    SlambRatio,
+    /// Tarasov & Ershov: 1-bit Adam with ε outside the sqrt diverges, inside trains
+    EpsFix,
+    /// SQuAD/GLUE scores of Adam and 1-bit Adam fine-tuning agree across seeds
+    FinetuneParity,
+    /// 1-bit Adam with one scale per 2048 elements against one per chunk
+    ScaleBlock,
+    /// Bytes each optimizer sends per step against the papers' reduction factors
+    CommVolume,
+    /// Throughput of each optimizer as network bandwidth shrinks
+    Bandwidth,
+    /// Step time split into forward, backward, communication and optimizer
+    StepProfile,
+}
+
+/// One claim of a paper and whether this run bore it out.
+pub struct Claim {
+    /// The claim, with the numbers that decide it.
+    pub text: String,
+    /// Whether it held.
+    pub holds: bool,
+}
+
+impl Claim {
+    /// A claim that holds when `holds`.
+    pub fn new(holds: bool, text: impl Into<String>) -> Self {
+        Self {
+            text: text.into(),
+            holds,
+        }
+    }
+}
+
+/// What an experiment produced: the body of table.md and its claims.
+pub struct Outcome {
+    /// Title line of table.md.
+    pub title: String,
+    /// Markdown: the table(s) and notes.
+    pub body: String,
+    /// The claims checked.
+    pub claims: Vec<Claim>,
+}
+
+/// Where an experiment runs and writes.
+pub struct Context {
+    /// The quick (CI) version.
+    pub quick: bool,
+    /// The `terse` executable.
+    pub terse: PathBuf,
+    /// Parent of the variants' run directories.
+    pub runs: PathBuf,
+    /// The output directory.
+    pub report: Report,
+}
+
+impl Context {
+    /// `full` normally, `quick` under `--quick`.
+    pub fn pick<T>(&self, full: T, quick: T) -> T {
+        if self.quick { quick } else { full }
+    }
+}
+
+impl Experiment {
+    /// The experiments not implemented yet, and their issue.
+    fn tracking(self) -> Option<Tracking> {
+        match self {
+            Experiment::FinetuneParity | Experiment::ScaleBlock => Some(Tracking::In(ISSUE_9)),
+            Experiment::CommVolume | Experiment::Bandwidth | Experiment::StepProfile => {
+                Some(Tracking::In(ISSUE_10))
+            }
+            _ => None,
+        }
+    }
+}
+
+/// Runs `reproduce`.
+pub fn run(args: &Args) -> Result<()> {
+    let name = cli_name(&args.name);
+    let command = format!("reproduce {name}{}", if args.quick { " --quick" } else { "" });
+    if let Some(tracking) = args.name.tracking() {
+        return Err(NotImplemented::new(format!("reproduce {name}"), tracking).into());
+    }
+    let runs = Path::new("runs/reproduce").join(if args.quick {
+        format!("{name}-quick")
+    } else {
+        name.clone()
+    });
+    let out = if args.quick {
+        runs.join("report")
+    } else {
+        Path::new("results").join(&name)
+    };
+    let terse = crate::terse_binary::build()?;
+    let ctx = Context {
+        quick: args.quick,
+        terse,
+        runs,
+        report: Report::create(&out)?,
+    };
+    let outcome = match args.name {
+        Experiment::OnebitAdam => onebit_adam::run(&ctx)?,
+        Experiment::OnebitLamb => onebit_lamb::run(&ctx)?,
+        Experiment::SlambRatio => slamb_ratio::run(&ctx)?,
+        Experiment::EpsFix => eps_fix::run(&ctx)?,
+        Experiment::FinetuneParity
+        | Experiment::ScaleBlock
+        | Experiment::CommVolume
+        | Experiment::Bandwidth
+        | Experiment::StepProfile => unreachable!("tracked above"),
+    };
+    ctx.report.write_machine(&command)?;
+    let mut table = format!("# {}\n\n`cargo xtask {command}`\n\n## Claims\n\n", outcome.title);
+    for claim in &outcome.claims {
+        let mark = if claim.holds { "holds" } else { "does NOT hold" };
+        table.push_str(&format!("- **{mark}**: {}\n", claim.text));
+    }
+    table.push('\n');
+    table.push_str(&outcome.body);
+    ctx.report.write("table.md", &table)?;
+    println!("{table}");
+    println!("reproduce: wrote {}", out.display());
+    let failed: Vec<&Claim> = outcome.claims.iter().filter(|c| !c.holds).collect();
+    if args.quick && !failed.is_empty() {
+        bail!(
+            "{} claim(s) did not hold in the quick run: {}",
+            failed.len(),
+            failed
+                .iter()
+                .map(|c| c.text.as_str())
+                .collect::<Vec<_>>()
+                .join("; ")
+        );
+    }
+    Ok(())
+}
+
+/// `x` with 4 significant digits.
+pub fn num(x: f64) -> String {
+    if x == 0.0 || !x.is_finite() {
+        return format!("{x}");
+    }
+    let digits = (3 - x.abs().log10().floor() as i32).max(0) as usize;
+    format!("{x:.digits$}")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::testing;
+
+    #[test]
+    fn measurement_experiments_name_issue_10() {
+        for name in ["comm-volume", "bandwidth", "step-profile"] {
+            let err = testing::not_implemented(&["reproduce", name]);
+            assert_eq!(err.command, format!("reproduce {name}"));
+            assert_eq!(err.tracking.issue().number, 10, "{name}");
+        }
+    }
+
+    #[test]
+    fn quick_flag_parses() {
+        let crate::Command::Reproduce(args) =
+            testing::command(&["reproduce", "onebit-adam", "--quick"])
+        else {
+            panic!("not reproduce");
+        };
+        assert!(args.quick);
+        assert_eq!(args.name, Experiment::OnebitAdam);
+    }
+
+    #[test]
+    fn rejects_unknown_or_missing_experiment() {
+        testing::rejection(&["reproduce"]);
+        let message = testing::rejection(&["reproduce", "onebit-sgd"]);
+        for valid in ["onebit-adam", "eps-fix", "scale-block", "step-profile"] {
+            assert!(message.contains(valid), "{valid} not listed:\n{message}");
+        }
+    }
+
+    #[test]
+    fn numbers_keep_four_significant_digits() {
+        assert_eq!(num(10.3651234), "10.37");
+        assert_eq!(num(0.0123456), "0.01235");
+        assert_eq!(num(1234.4), "1234");
+        assert_eq!(num(0.0), "0");
+    }
+}

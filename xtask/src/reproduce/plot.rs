@@ -1,0 +1,157 @@
+//! Curves as PNG: one line per variant, as in the papers' figures.
+//!
+//! Text is drawn with DejaVu Sans from the system (Debian's
+//! fonts-dejavu-core, which CI installs) through plotters' pure-Rust
+//! ab_glyph backend, so no font library is linked.
+
+use std::path::Path;
+use std::sync::OnceLock;
+
+use anyhow::{Context, Result, anyhow};
+use plotters::prelude::*;
+
+/// Where Debian puts the font.
+const FONT: &str = "/usr/share/fonts/truetype/dejavu/DejaVuSans.ttf";
+
+/// One line of a plot.
+pub struct Series {
+    /// Legend entry.
+    pub label: String,
+    /// Points in x order.
+    pub points: Vec<(f64, f64)>,
+}
+
+/// A chart's title and axes.
+pub struct Chart<'a> {
+    /// Title above the plot.
+    pub title: &'a str,
+    /// x axis label.
+    pub x_label: &'a str,
+    /// y axis label.
+    pub y_label: &'a str,
+    /// Logarithmic y axis (values spanning orders of magnitude).
+    pub log_y: bool,
+}
+
+/// Draws `series` into a PNG at `path`.
+pub fn draw(path: &Path, chart: &Chart<'_>, series: &[Series]) -> Result<()> {
+    register_font()?;
+    let finite = |v: f64| v.is_finite() && (!chart.log_y || v > 0.0);
+    let points = || {
+        series
+            .iter()
+            .flat_map(|s| s.points.iter())
+            .filter(|&&(_, y)| finite(y))
+    };
+    let (x_min, x_max) = bounds(points().map(|&(x, _)| x)).context("nothing to plot")?;
+    let (y_min, y_max) = bounds(points().map(|&(_, y)| y)).context("nothing to plot")?;
+    let root = BitMapBackend::new(path, (960, 600)).into_drawing_area();
+    root.fill(&WHITE).map_err(plot_error)?;
+    let mut builder = ChartBuilder::on(&root);
+    builder
+        .caption(chart.title, ("sans-serif", 22))
+        .margin(14)
+        .x_label_area_size(46)
+        .y_label_area_size(72);
+    let x_range = x_min..x_max.max(x_min + 1e-12);
+    if chart.log_y {
+        let y_range = (y_min * 0.8)..(y_max * 1.25);
+        let mut ctx = builder
+            .build_cartesian_2d(x_range, y_range.log_scale())
+            .map_err(plot_error)?;
+        ctx.configure_mesh()
+            .x_desc(chart.x_label)
+            .y_desc(chart.y_label)
+            .y_label_formatter(&|v| format!("{v:.0e}"))
+            .draw()
+            .map_err(plot_error)?;
+        for (i, s) in series.iter().enumerate() {
+            let color = Palette99::pick(i).to_rgba();
+            ctx.draw_series(LineSeries::new(
+                s.points.iter().copied().filter(|&(_, y)| finite(y)),
+                color.stroke_width(2),
+            ))
+            .map_err(plot_error)?
+            .label(&s.label)
+            .legend(move |(x, y)| PathElement::new([(x, y), (x + 20, y)], color.stroke_width(2)));
+        }
+        legend(&mut ctx)?;
+    } else {
+        let pad = (y_max - y_min).max(1e-12) * 0.05;
+        let mut ctx = builder
+            .build_cartesian_2d(x_range, (y_min - pad)..(y_max + pad))
+            .map_err(plot_error)?;
+        ctx.configure_mesh()
+            .x_desc(chart.x_label)
+            .y_desc(chart.y_label)
+            .draw()
+            .map_err(plot_error)?;
+        for (i, s) in series.iter().enumerate() {
+            let color = Palette99::pick(i).to_rgba();
+            ctx.draw_series(LineSeries::new(
+                s.points.iter().copied().filter(|&(_, y)| finite(y)),
+                color.stroke_width(2),
+            ))
+            .map_err(plot_error)?
+            .label(&s.label)
+            .legend(move |(x, y)| PathElement::new([(x, y), (x + 20, y)], color.stroke_width(2)));
+        }
+        legend(&mut ctx)?;
+    }
+    root.present()
+        .map_err(|e| anyhow!("cannot write {}: {e}", path.display()))?;
+    Ok(())
+}
+
+/// Moving average over `window` points (the papers plot smoothed loss).
+pub fn smooth(points: &[(f64, f64)], window: usize) -> Vec<(f64, f64)> {
+    let window = window.max(1);
+    points
+        .iter()
+        .enumerate()
+        .map(|(i, &(x, _))| {
+            let from = (i + 1).saturating_sub(window);
+            let slice = &points[from..=i];
+            (x, slice.iter().map(|&(_, y)| y).sum::<f64>() / slice.len() as f64)
+        })
+        .collect()
+}
+
+fn legend<DB: DrawingBackend, CT: plotters::coord::CoordTranslate>(
+    ctx: &mut ChartContext<'_, DB, CT>,
+) -> Result<()>
+where
+    DB::ErrorType: 'static,
+{
+    ctx.configure_series_labels()
+        .background_style(WHITE.mix(0.85))
+        .border_style(BLACK)
+        .position(SeriesLabelPosition::UpperRight)
+        .draw()
+        .map_err(plot_error)
+}
+
+fn bounds(values: impl Iterator<Item = f64>) -> Option<(f64, f64)> {
+    values.fold(None, |acc, v| match acc {
+        None => Some((v, v)),
+        Some((lo, hi)) => Some((lo.min(v), hi.max(v))),
+    })
+}
+
+fn register_font() -> Result<()> {
+    static REGISTERED: OnceLock<Result<(), String>> = OnceLock::new();
+    REGISTERED
+        .get_or_init(|| {
+            let bytes = std::fs::read(FONT).map_err(|e| {
+                format!("{FONT}: {e} (install Debian's fonts-dejavu-core for the plots' text)")
+            })?;
+            plotters::style::register_font("sans-serif", FontStyle::Normal, bytes.leak())
+                .map_err(|_| format!("{FONT}: not a font plotters can read"))
+        })
+        .clone()
+        .map_err(|e| anyhow!(e))
+}
+
+fn plot_error<E: std::error::Error + Send + Sync + 'static>(e: E) -> anyhow::Error {
+    anyhow!("plotting: {e}")
+}

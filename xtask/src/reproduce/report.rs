@@ -1,0 +1,145 @@
+//! An experiment's output directory: the table, the curves, every logged
+//! line, the resolved configs and the machine it ran on.
+
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use anyhow::{Context, Result};
+
+use super::runner::RunLog;
+
+/// The directory an experiment writes (results/<name>/, or a scratch
+/// directory for `--quick`).
+pub struct Report {
+    dir: PathBuf,
+}
+
+impl Report {
+    /// Creates (or empties) `dir`.
+    pub fn create(dir: &Path) -> Result<Self> {
+        if dir.exists() {
+            std::fs::remove_dir_all(dir).with_context(|| format!("cannot clear {}", dir.display()))?;
+        }
+        std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
+        Ok(Self {
+            dir: dir.to_path_buf(),
+        })
+    }
+
+    /// A path inside the report.
+    pub fn path(&self, name: &str) -> PathBuf {
+        self.dir.join(name)
+    }
+
+    /// metrics.jsonl: every line of every run, tagged with `"run": label`;
+    /// configs/<label>.toml: each run's resolved config.
+    pub fn write_runs(&self, logs: &[RunLog]) -> Result<()> {
+        let mut all = String::new();
+        for log in logs {
+            for line in &log.lines {
+                let mut tagged = serde_json::Map::new();
+                tagged.insert("run".into(), log.label.clone().into());
+                if let Some(fields) = line.as_object() {
+                    tagged.extend(fields.clone());
+                }
+                writeln!(all, "{}", serde_json::Value::Object(tagged))?;
+            }
+            let config = log.dir.join("config.toml");
+            if config.is_file() {
+                let target = self.dir.join("configs").join(format!("{}.toml", log.label));
+                std::fs::create_dir_all(target.parent().expect("has a parent"))?;
+                std::fs::copy(&config, &target)
+                    .with_context(|| format!("cannot copy {}", config.display()))?;
+            }
+        }
+        self.write("metrics.jsonl", &all)
+    }
+
+    /// machine.txt: CPU, cores, memory, toolchain, commit, date, command.
+    pub fn write_machine(&self, command: &str) -> Result<()> {
+        let cpu = std::fs::read_to_string("/proc/cpuinfo")
+            .ok()
+            .and_then(|text| {
+                text.lines()
+                    .find(|l| l.starts_with("model name"))
+                    .and_then(|l| l.split(':').nth(1))
+                    .map(|s| s.trim().to_string())
+            })
+            .unwrap_or_else(|| "unknown".into());
+        let memory = std::fs::read_to_string("/proc/meminfo")
+            .ok()
+            .and_then(|text| text.lines().next().map(|l| l.replace("MemTotal:", "").trim().to_string()))
+            .unwrap_or_else(|| "unknown".into());
+        let cores = std::thread::available_parallelism().map_or(0, |n| n.get());
+        let text = format!(
+            "command: cargo xtask {command}\n\
+             date: {}\n\
+             commit: {}{}\n\
+             cpu: {cpu}\n\
+             cores: {cores}\n\
+             memory: {memory}\n\
+             rustc: {}\n\
+             os: {}\n",
+            output("date", &["-u", "+%Y-%m-%dT%H:%M:%SZ"]),
+            output("git", &["rev-parse", "HEAD"]),
+            if output("git", &["status", "--porcelain", "--untracked-files=no"]).is_empty() {
+                ""
+            } else {
+                " (with uncommitted changes)"
+            },
+            output("rustc", &["--version"]),
+            output("uname", &["-srm"]),
+        );
+        self.write("machine.txt", &text)
+    }
+
+    /// Writes `name` inside the report.
+    pub fn write(&self, name: &str, text: &str) -> Result<()> {
+        let path = self.dir.join(name);
+        std::fs::write(&path, text).with_context(|| format!("cannot write {}", path.display()))
+    }
+}
+
+/// A markdown table.
+pub struct Table {
+    header: Vec<String>,
+    rows: Vec<Vec<String>>,
+}
+
+impl Table {
+    /// A table with these column headers.
+    pub fn new(header: &[&str]) -> Self {
+        Self {
+            header: header.iter().map(|s| s.to_string()).collect(),
+            rows: Vec::new(),
+        }
+    }
+
+    /// Adds a row (as many cells as headers).
+    pub fn row(&mut self, cells: Vec<String>) {
+        debug_assert_eq!(cells.len(), self.header.len());
+        self.rows.push(cells);
+    }
+
+    /// The table in GitHub markdown.
+    pub fn markdown(&self) -> String {
+        let line = |cells: &[String]| format!("| {} |\n", cells.join(" | "));
+        let mut out = line(&self.header);
+        out.push_str(&line(&vec!["---".to_string(); self.header.len()]));
+        for row in &self.rows {
+            out.push_str(&line(row));
+        }
+        out
+    }
+}
+
+fn output(program: &str, args: &[&str]) -> String {
+    Command::new(program)
+        .args(args)
+        .output()
+        .ok()
+        .filter(|o| o.status.success())
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
+        .unwrap_or_default()
+}

@@ -1,0 +1,202 @@
+//! Runs an experiment's variants through the `terse` binary and reads back
+//! what each one logged.
+//!
+//! A variant is a committed config plus `--set` overrides, so the difference
+//! between, say, Adam and 1-bit Adam is the override on the command line and
+//! nothing else. Each variant has its own run directory under
+//! `runs/reproduce/`; a finished one is reused and an interrupted one resumed
+//! from its last checkpoint (bit-identically), so re-running an experiment
+//! after a crash or a Ctrl-C loses no finished work.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use anyhow::{Context, Result, bail};
+use serde_json::Value;
+
+/// One run of an experiment.
+#[derive(Debug, Clone)]
+pub struct Variant {
+    /// Short name: the legend entry and the run directory's name.
+    pub label: String,
+    /// The `terse` subcommand and its positional arguments, e.g. `["pretrain"]`.
+    pub command: Vec<String>,
+    /// The committed config the variant starts from.
+    pub config: PathBuf,
+    /// `--set` overrides (`key=value`).
+    pub overrides: Vec<String>,
+    /// Ranks, as threads of one process (the `local` backend).
+    pub ranks: usize,
+}
+
+impl Variant {
+    /// A variant of `command` on `config` over `ranks` local ranks.
+    pub fn new(label: &str, command: &[&str], config: &str, ranks: usize) -> Self {
+        Self {
+            label: label.to_string(),
+            command: command.iter().map(|s| s.to_string()).collect(),
+            config: PathBuf::from(config),
+            overrides: Vec::new(),
+            ranks,
+        }
+    }
+
+    /// Adds a `--set key=value` override.
+    pub fn set(mut self, key: &str, value: impl std::fmt::Display) -> Self {
+        self.overrides.push(format!("{key}={value}"));
+        self
+    }
+}
+
+/// What one variant logged: its step and evaluation lines, in order.
+#[derive(Debug, Clone)]
+pub struct RunLog {
+    /// The variant's label.
+    pub label: String,
+    /// Its run directory.
+    pub dir: PathBuf,
+    /// Every line of its metrics.jsonl.
+    pub lines: Vec<Value>,
+}
+
+impl RunLog {
+    /// `(step, value)` of a step field (`loss`, `bytes_sent`, …).
+    pub fn series(&self, field: &str) -> Vec<(u64, f64)> {
+        self.lines
+            .iter()
+            .filter(|line| line.get("eval").is_none())
+            .filter_map(|line| Some((line["step"].as_u64()?, line.get(field)?.as_f64()?)))
+            .collect()
+    }
+
+    /// `(step, value)` of an evaluation metric over the run.
+    pub fn eval_series(&self, metric: &str) -> Vec<(u64, f64)> {
+        self.lines
+            .iter()
+            .filter_map(|line| {
+                let value = line.get("eval")?.as_array()?.iter().find_map(|pair| {
+                    (pair.get(0)?.as_str()? == metric).then(|| pair.get(1)?.as_f64())?
+                })?;
+                Some((line["step"].as_u64()?, value))
+            })
+            .collect()
+    }
+
+    /// The last evaluation's value of `metric`.
+    pub fn final_eval(&self, metric: &str) -> Result<f64> {
+        self.eval_series(metric)
+            .last()
+            .map(|&(_, v)| v)
+            .with_context(|| format!("{}: no `{metric}` evaluation logged", self.label))
+    }
+
+    /// Mean of a step field over the last `n` steps.
+    pub fn tail_mean(&self, field: &str, n: usize) -> f64 {
+        let series = self.series(field);
+        let tail = &series[series.len().saturating_sub(n)..];
+        tail.iter().map(|&(_, v)| v).sum::<f64>() / tail.len().max(1) as f64
+    }
+
+    /// Total of a step field over the run (e.g. bytes sent).
+    pub fn total(&self, field: &str) -> f64 {
+        self.series(field).iter().map(|&(_, v)| v).sum()
+    }
+
+    /// The number of steps logged.
+    pub fn steps(&self) -> u64 {
+        self.series("loss").last().map_or(0, |&(s, _)| s)
+    }
+}
+
+/// Runs every variant (reusing or resuming what an earlier invocation left
+/// in `runs_dir`) and returns their logs, in order.
+pub fn run_all(terse: &Path, runs_dir: &Path, variants: &[Variant]) -> Result<Vec<RunLog>> {
+    let mut logs = Vec::new();
+    for (i, variant) in variants.iter().enumerate() {
+        eprintln!(
+            "reproduce: [{}/{}] {}",
+            i + 1,
+            variants.len(),
+            variant.label
+        );
+        logs.push(run_one(terse, runs_dir, variant)?);
+    }
+    Ok(logs)
+}
+
+fn run_one(terse: &Path, runs_dir: &Path, variant: &Variant) -> Result<RunLog> {
+    let dir = runs_dir.join(&variant.label);
+    let stamp = dir.join("variant.txt");
+    let command_line = command_line(variant, &dir);
+    let same_variant =
+        std::fs::read_to_string(&stamp).is_ok_and(|text| text.trim() == command_line.join(" "));
+    if same_variant && finished(&dir) {
+        eprintln!("reproduce: {}: finished earlier, reusing {}", variant.label, dir.display());
+        return read_log(variant, &dir);
+    }
+    let resume = same_variant && dir.join("checkpoints").is_dir();
+    if !resume && dir.exists() {
+        std::fs::remove_dir_all(&dir).with_context(|| format!("cannot clear {}", dir.display()))?;
+    }
+    std::fs::create_dir_all(&dir).with_context(|| format!("cannot create {}", dir.display()))?;
+    std::fs::write(&stamp, command_line.join(" ") + "\n")?;
+    let mut command = Command::new(terse);
+    command.args(&command_line);
+    if resume {
+        eprintln!("reproduce: {}: resuming from its last checkpoint", variant.label);
+        command.arg("--resume");
+    }
+    let status = command
+        .status()
+        .with_context(|| format!("cannot start {}", terse.display()))?;
+    if !status.success() {
+        bail!(
+            "variant `{}` failed ({status}); its run directory {} is kept, and running the \
+             same command again resumes it",
+            variant.label,
+            dir.display()
+        );
+    }
+    std::fs::write(dir.join(FINISHED), "")?;
+    read_log(variant, &dir)
+}
+
+/// The `terse` arguments of a variant writing to `dir`.
+fn command_line(variant: &Variant, dir: &Path) -> Vec<String> {
+    let mut args = variant.command.clone();
+    args.extend(["--config".into(), variant.config.display().to_string()]);
+    for o in &variant.overrides {
+        args.extend(["--set".into(), o.clone()]);
+    }
+    args.extend(["--run-dir".into(), dir.display().to_string()]);
+    if variant.ranks > 1 {
+        args.extend(["--ranks".into(), variant.ranks.to_string()]);
+    }
+    args
+}
+
+/// Written after `terse` exits successfully: the run is complete.
+const FINISHED: &str = "finished";
+
+fn finished(dir: &Path) -> bool {
+    dir.join(FINISHED).is_file() && dir.join("metrics.jsonl").is_file()
+}
+
+fn read_log(variant: &Variant, dir: &Path) -> Result<RunLog> {
+    let path = dir.join("metrics.jsonl");
+    let text =
+        std::fs::read_to_string(&path).with_context(|| format!("cannot read {}", path.display()))?;
+    let lines = text
+        .lines()
+        .enumerate()
+        .map(|(i, line)| {
+            serde_json::from_str(line)
+                .with_context(|| format!("{}:{}: not JSON", path.display(), i + 1))
+        })
+        .collect::<Result<Vec<Value>>>()?;
+    Ok(RunLog {
+        label: variant.label.clone(),
+        dir: dir.to_path_buf(),
+        lines,
+    })
+}
