@@ -27,11 +27,6 @@ pub const ISSUE_5: Issue = Issue {
     number: 5,
     title: "1-bit Adam, 1-bit LAMB and SLAMB",
 };
-/// Reproducing the papers' training results.
-pub const ISSUE_9: Issue = Issue {
-    number: 9,
-    title: "reproducing the papers' training results",
-};
 /// Communication volume, bandwidth and per-step timing measurements.
 pub const ISSUE_10: Issue = Issue {
     number: 10,
@@ -101,17 +96,17 @@ mod tests {
 
     #[test]
     fn message_names_command_and_issue() {
-        let err = NotImplemented::new("reproduce onebit-adam", Tracking::In(ISSUE_9));
+        let err = NotImplemented::new("reproduce bandwidth", Tracking::In(ISSUE_10));
         assert_eq!(
             err.to_string(),
-            "`reproduce onebit-adam` is not implemented yet \
-             (tracked in issue 9: reproducing the papers' training results)"
+            "`reproduce bandwidth` is not implemented yet \
+             (tracked in issue 10: measuring communication volume and step time)"
         );
     }
 
     #[test]
     fn message_is_one_line() {
-        for issue in [ISSUE_5, ISSUE_9, ISSUE_10] {
+        for issue in [ISSUE_5, ISSUE_10] {
             let message = NotImplemented::new("x", Tracking::In(issue)).to_string();
             assert!(!message.contains('\n'), "{message:?}");
             assert!(message.contains(&format!("issue {}: ", issue.number)));

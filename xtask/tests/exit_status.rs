@@ -20,7 +20,11 @@ fn stderr(output: &Output) -> String {
 #[test]
 fn not_implemented_commands_fail_with_status_2_and_one_line() {
     let cases = [
-        (&["reproduce", "scale-block"][..], "`reproduce scale-block`", 9),
+        (
+            &["reproduce", "comm-volume"][..],
+            "`reproduce comm-volume`",
+            10,
+        ),
         (&["reproduce", "bandwidth"][..], "`reproduce bandwidth`", 10),
     ];
     for (args, command, issue) in cases {

@@ -48,9 +48,8 @@ struct Problem {
 pub fn run(args: &Args) -> Result<()> {
     let problem = load(args)?;
     let comm = SingleRank::new();
-    let layout = ParamLayout::from_shapes(
-        (0..problem.start.len()).map(|i| (format!("w{i}"), vec![1usize])),
-    );
+    let layout =
+        ParamLayout::from_shapes((0..problem.start.len()).map(|i| (format!("w{i}"), vec![1usize])));
     let mut optimizer = Optimizer::new(
         problem.optimizer.clone(),
         problem.schedule.clone(),
@@ -60,7 +59,8 @@ pub fn run(args: &Args) -> Result<()> {
     .with_context(|| format!("{}", args.config.display()))?;
     let mut out = match &args.out {
         Some(path) => Some(std::io::BufWriter::new(
-            std::fs::File::create(path).with_context(|| format!("cannot create {}", path.display()))?,
+            std::fs::File::create(path)
+                .with_context(|| format!("cannot create {}", path.display()))?,
         )),
         None => None,
     };
@@ -113,5 +113,9 @@ fn load(args: &Args) -> Result<Problem> {
         .optimizer
         .validate()
         .with_context(|| format!("{}: [optimizer]", path.display()))?;
+    problem
+        .schedule
+        .validate()
+        .with_context(|| format!("{}: [schedule]", path.display()))?;
     Ok(problem)
 }

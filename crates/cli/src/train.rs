@@ -11,8 +11,8 @@ use anyhow::{Context, Result, bail};
 use clap::ValueEnum;
 use terse_data::FASHION_MNIST_DEBIAN_DIR;
 use terse_models::{ModelConfig, Resnet, Vgg};
-use terse_train::{ClassifierRun, Override};
 use terse_train::tasks::ImageTask;
+use terse_train::{ClassifierRun, Override};
 
 use crate::launch::{RunOptions, train};
 

@@ -17,8 +17,8 @@ mod classifier;
 mod config;
 mod error;
 mod inspect;
-pub mod overrides;
 pub mod metrics;
+pub mod overrides;
 mod progress;
 mod shuffle;
 pub mod signals;
@@ -34,7 +34,7 @@ pub use batch::{
 pub use classifier::{ClassifierRun, EpochReport};
 pub use config::{Init, RunConfig, TaskConfig, TrainSettings};
 pub use error::TrainError;
-pub use overrides::Override;
 pub use inspect::{evaluate_checkpoint, load_checkpoint, predict_checkpoint};
+pub use overrides::Override;
 pub use shuffle::shuffled_indices;
 pub use trainer::{RunOutcome, Task, Trainer};

@@ -97,8 +97,16 @@ mod tests {
 
     #[test]
     fn refuses_malformed_overrides() {
-        assert!(Override::parse("train.steps").unwrap_err().contains("key=value"));
-        assert!(Override::parse("train..steps=3").unwrap_err().contains("empty part"));
+        assert!(
+            Override::parse("train.steps")
+                .unwrap_err()
+                .contains("key=value")
+        );
+        assert!(
+            Override::parse("train..steps=3")
+                .unwrap_err()
+                .contains("empty part")
+        );
         let err = Override::parse("train.steps.x=1")
             .unwrap()
             .apply(&mut document())

@@ -11,11 +11,13 @@
 //! communication and timing measurements are issue 10.
 
 mod eps_fix;
+mod finetune_parity;
 mod onebit_adam;
 mod onebit_lamb;
 mod plot;
 mod report;
 mod runner;
+mod scale_block;
 mod slamb_ratio;
 
 use std::path::{Path, PathBuf};
@@ -23,7 +25,7 @@ use std::path::{Path, PathBuf};
 use anyhow::{Result, bail};
 use clap::ValueEnum;
 
-use crate::not_implemented::{ISSUE_9, ISSUE_10, NotImplemented, Tracking, cli_name};
+use crate::not_implemented::{ISSUE_10, NotImplemented, Tracking, cli_name};
 use report::Report;
 
 /// Arguments of `cargo xtask reproduce`.
@@ -103,6 +105,17 @@ pub struct Context {
 }
 
 impl Context {
+    /// The run directory of another experiment in the same mode, for runs
+    /// two experiments share (reused when its command line is identical).
+    pub fn sibling(&self, experiment: &str) -> PathBuf {
+        let name = if self.quick {
+            format!("{experiment}-quick")
+        } else {
+            experiment.to_string()
+        };
+        self.runs.with_file_name(name)
+    }
+
     /// `full` normally, `quick` under `--quick`.
     pub fn pick<T>(&self, full: T, quick: T) -> T {
         if self.quick { quick } else { full }
@@ -113,7 +126,6 @@ impl Experiment {
     /// The experiments not implemented yet, and their issue.
     fn tracking(self) -> Option<Tracking> {
         match self {
-            Experiment::FinetuneParity | Experiment::ScaleBlock => Some(Tracking::In(ISSUE_9)),
             Experiment::CommVolume | Experiment::Bandwidth | Experiment::StepProfile => {
                 Some(Tracking::In(ISSUE_10))
             }
@@ -125,7 +137,10 @@ impl Experiment {
 /// Runs `reproduce`.
 pub fn run(args: &Args) -> Result<()> {
     let name = cli_name(&args.name);
-    let command = format!("reproduce {name}{}", if args.quick { " --quick" } else { "" });
+    let command = format!(
+        "reproduce {name}{}",
+        if args.quick { " --quick" } else { "" }
+    );
     if let Some(tracking) = args.name.tracking() {
         return Err(NotImplemented::new(format!("reproduce {name}"), tracking).into());
     }
@@ -151,16 +166,23 @@ pub fn run(args: &Args) -> Result<()> {
         Experiment::OnebitLamb => onebit_lamb::run(&ctx)?,
         Experiment::SlambRatio => slamb_ratio::run(&ctx)?,
         Experiment::EpsFix => eps_fix::run(&ctx)?,
-        Experiment::FinetuneParity
-        | Experiment::ScaleBlock
-        | Experiment::CommVolume
-        | Experiment::Bandwidth
-        | Experiment::StepProfile => unreachable!("tracked above"),
+        Experiment::FinetuneParity => finetune_parity::run(&ctx)?,
+        Experiment::ScaleBlock => scale_block::run(&ctx)?,
+        Experiment::CommVolume | Experiment::Bandwidth | Experiment::StepProfile => {
+            unreachable!("tracked above")
+        }
     };
     ctx.report.write_machine(&command)?;
-    let mut table = format!("# {}\n\n`cargo xtask {command}`\n\n## Claims\n\n", outcome.title);
+    let mut table = format!(
+        "# {}\n\n`cargo xtask {command}`\n\n## Claims\n\n",
+        outcome.title
+    );
     for claim in &outcome.claims {
-        let mark = if claim.holds { "holds" } else { "does NOT hold" };
+        let mark = if claim.holds {
+            "holds"
+        } else {
+            "does NOT hold"
+        };
         table.push_str(&format!("- **{mark}**: {}\n", claim.text));
     }
     table.push('\n');

@@ -13,33 +13,52 @@ use super::{Claim, Context, Outcome, num};
 const CONFIG: &str = "configs/reproduce-onebit-adam.toml";
 const WORKERS: usize = 4;
 
+/// Steps, global batch and micro-batch (quick: a sixth of the steps on half
+/// the batch, same proportions).
+pub fn shape(ctx: &Context) -> (u64, usize, usize) {
+    ctx.pick((400, 32, 8), (60, 16, 4))
+}
+
+/// The `--set optimizer=…` table of `name`, freezing at 20% of the steps when
+/// `freezes`, plus `extra` fields (e.g. `scale_block = 2048`).
+///
+/// Bias correction is on, unlike the papers' BertAdam: their variance is
+/// frozen after 23,000 steps, ours after 80, where without the correction
+/// `v` is still (1 − 0.999⁸⁰) ≈ 8% of its value and the frozen
+/// preconditioner makes 1-bit Adam diverge at the freeze (measured: loss
+/// 7.7 → 55 in the quick run).
+pub fn optimizer(ctx: &Context, name: &str, freezes: bool, extra: &str) -> String {
+    let (steps, _, _) = shape(ctx);
+    let freeze = if freezes {
+        format!(", freeze_step = {}", steps / 5)
+    } else {
+        String::new()
+    };
+    format!("{{ name = \"{name}\", weight_decay = 0.01, bias_correction = true{freeze}{extra} }}")
+}
+
+/// A pre-training run of the experiment with `optimizer`.
+pub fn variant(ctx: &Context, label: &str, optimizer: String) -> Variant {
+    let (steps, batch, micro) = shape(ctx);
+    Variant::new(label, &["pretrain"], CONFIG, WORKERS)
+        .set("optimizer", optimizer)
+        .set("train.steps", steps)
+        .set("train.global_batch", batch)
+        .set("train.micro_batch", micro)
+        .set("train.checkpoint_every", steps / 4)
+        .set("schedule.warmup_steps", steps / 10)
+        .set("schedule.decay_every", steps / 10)
+}
+
 pub fn run(ctx: &Context) -> Result<Outcome> {
-    // Quick: a sixth of the steps on half the batch, same proportions.
-    let (steps, batch, micro) = ctx.pick((400, 32, 8), (60, 16, 4));
+    let (steps, batch, _) = shape(ctx);
     let freeze = steps / 5;
-    let optimizer = |name: &str, freeze: bool| {
-        let freeze = if freeze {
-            format!(", freeze_step = {freeze}")
-        } else {
-            String::new()
-        };
-        format!("{{ name = \"{name}\", weight_decay = 0.01, bias_correction = false{freeze} }}")
-    };
-    let variant = |label: &str, optimizer: String| {
-        Variant::new(label, &["pretrain"], CONFIG, WORKERS)
-            .set("optimizer", optimizer)
-            .set("train.steps", steps)
-            .set("train.global_batch", batch)
-            .set("train.micro_batch", micro)
-            .set("train.checkpoint_every", steps / 4)
-            .set("schedule.warmup_steps", steps / 10)
-            .set("schedule.decay_every", steps / 10)
-    };
+    let v = |label: &str, freezes: bool| variant(ctx, label, optimizer(ctx, label, freezes, ""));
     let variants = [
-        variant("adam", optimizer("adam", false)),
-        variant("onebit_adam", optimizer("onebit_adam", true)),
-        variant("onebit_adam_fp32", optimizer("onebit_adam_fp32", true)),
-        variant("adam_onebit_naive", optimizer("adam_onebit_naive", false)),
+        v("adam", false),
+        v("onebit_adam", true),
+        v("onebit_adam_fp32", true),
+        v("adam_onebit_naive", false),
     ];
     let logs = run_all(&ctx.terse, &ctx.runs, &variants)?;
     ctx.report.write_runs(&logs)?;
@@ -69,10 +88,10 @@ pub fn run(ctx: &Context) -> Result<Outcome> {
         },
         &series,
     )?;
-    summarize(&logs, steps, freeze)
+    summarize(&logs, steps, freeze, ctx.quick)
 }
 
-fn summarize(logs: &[RunLog], steps: u64, freeze: u64) -> Result<Outcome> {
+fn summarize(logs: &[RunLog], steps: u64, freeze: u64, quick: bool) -> Result<Outcome> {
     let tail = (steps / 10) as usize;
     let mut table = super::report::Table::new(&[
         "optimizer",
@@ -97,7 +116,7 @@ fn summarize(logs: &[RunLog], steps: u64, freeze: u64) -> Result<Outcome> {
         unreachable!("four variants")
     };
     let gap = |x: f64| 100.0 * (x - adam) / adam;
-    let claims = vec![
+    let mut claims = vec![
         Claim::new(
             naive > onebit,
             format!(
@@ -116,7 +135,10 @@ fn summarize(logs: &[RunLog], steps: u64, freeze: u64) -> Result<Outcome> {
                 num(adam)
             ),
         ),
-        Claim::new(
+    ];
+    // Closeness needs the full run's warmup; the quick run checks directions.
+    if !quick {
+        claims.push(Claim::new(
             gap(onebit).abs() < 5.0 && gap(fp32).abs() < 5.0,
             format!(
                 "1-bit Adam and its fp32-momentum ablation end within 5% of Adam: {:+.2}% and \
@@ -124,15 +146,20 @@ fn summarize(logs: &[RunLog], steps: u64, freeze: u64) -> Result<Outcome> {
                 gap(onebit),
                 gap(fp32)
             ),
-        ),
-    ];
+        ));
+    }
     Ok(Outcome {
         title: "1-bit Adam vs Adam: BERT pre-training (1-bit Adam Fig. 1, 4a, 6)".into(),
         body: format!(
             "BERT-Tiny, State of the Union corpus, seq 128, {} steps, 4 workers (local \
              ranks); 1-bit Adam freezes at step {freeze} (20%). Held-out loss: masked LM + \
              next sentence on the held-out sequences after the last step.\n\n{}\n\
-             ![training loss](plot.png)\n",
+             ![training loss](plot.png)\n\n\
+             All four run with bias correction, unlike the papers' BertAdam: their variance \
+             is frozen after 23,000 steps, ours after {freeze}, where the uncorrected `v` is \
+             still a small fraction of its value (1 − 0.999^{freeze}) and the frozen \
+             preconditioner makes 1-bit Adam diverge at the freeze (seen in the quick run: \
+             loss 7.7 → 55).\n",
             steps,
             table.markdown()
         ),

@@ -53,7 +53,10 @@ pub fn run(ctx: &Context) -> Result<Outcome> {
                 FINETUNE,
                 1,
             )
-            .set("task.init", format!("{{ path = \"{}\" }}", export.display()))
+            .set(
+                "task.init",
+                format!("{{ path = \"{}\" }}", export.display()),
+            )
             .set("schedule.peak", 2e-4)
             .set("schedule.warmup_steps", finetune_steps / 10)
             .set("schedule.total_steps", finetune_steps)

@@ -112,13 +112,16 @@ pub fn smooth(points: &[(f64, f64)], window: usize) -> Vec<(f64, f64)> {
         .map(|(i, &(x, _))| {
             let from = (i + 1).saturating_sub(window);
             let slice = &points[from..=i];
-            (x, slice.iter().map(|&(_, y)| y).sum::<f64>() / slice.len() as f64)
+            (
+                x,
+                slice.iter().map(|&(_, y)| y).sum::<f64>() / slice.len() as f64,
+            )
         })
         .collect()
 }
 
-fn legend<DB: DrawingBackend, CT: plotters::coord::CoordTranslate>(
-    ctx: &mut ChartContext<'_, DB, CT>,
+fn legend<'a, DB: DrawingBackend + 'a, CT: plotters::coord::CoordTranslate>(
+    ctx: &mut ChartContext<'a, DB, CT>,
 ) -> Result<()>
 where
     DB::ErrorType: 'static,

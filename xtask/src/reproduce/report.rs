@@ -19,7 +19,8 @@ impl Report {
     /// Creates (or empties) `dir`.
     pub fn create(dir: &Path) -> Result<Self> {
         if dir.exists() {
-            std::fs::remove_dir_all(dir).with_context(|| format!("cannot clear {}", dir.display()))?;
+            std::fs::remove_dir_all(dir)
+                .with_context(|| format!("cannot clear {}", dir.display()))?;
         }
         std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
         Ok(Self {
@@ -69,7 +70,11 @@ impl Report {
             .unwrap_or_else(|| "unknown".into());
         let memory = std::fs::read_to_string("/proc/meminfo")
             .ok()
-            .and_then(|text| text.lines().next().map(|l| l.replace("MemTotal:", "").trim().to_string()))
+            .and_then(|text| {
+                text.lines()
+                    .next()
+                    .map(|l| l.replace("MemTotal:", "").trim().to_string())
+            })
             .unwrap_or_else(|| "unknown".into());
         let cores = std::thread::available_parallelism().map_or(0, |n| n.get());
         let text = format!(

@@ -101,11 +101,6 @@ impl RunLog {
     pub fn total(&self, field: &str) -> f64 {
         self.series(field).iter().map(|&(_, v)| v).sum()
     }
-
-    /// The number of steps logged.
-    pub fn steps(&self) -> u64 {
-        self.series("loss").last().map_or(0, |&(s, _)| s)
-    }
 }
 
 /// Runs every variant (reusing or resuming what an earlier invocation left
@@ -131,7 +126,11 @@ fn run_one(terse: &Path, runs_dir: &Path, variant: &Variant) -> Result<RunLog> {
     let same_variant =
         std::fs::read_to_string(&stamp).is_ok_and(|text| text.trim() == command_line.join(" "));
     if same_variant && finished(&dir) {
-        eprintln!("reproduce: {}: finished earlier, reusing {}", variant.label, dir.display());
+        eprintln!(
+            "reproduce: {}: finished earlier, reusing {}",
+            variant.label,
+            dir.display()
+        );
         return read_log(variant, &dir);
     }
     let resume = same_variant && dir.join("checkpoints").is_dir();
@@ -143,7 +142,10 @@ fn run_one(terse: &Path, runs_dir: &Path, variant: &Variant) -> Result<RunLog> {
     let mut command = Command::new(terse);
     command.args(&command_line);
     if resume {
-        eprintln!("reproduce: {}: resuming from its last checkpoint", variant.label);
+        eprintln!(
+            "reproduce: {}: resuming from its last checkpoint",
+            variant.label
+        );
         command.arg("--resume");
     }
     let status = command
@@ -184,8 +186,8 @@ fn finished(dir: &Path) -> bool {
 
 fn read_log(variant: &Variant, dir: &Path) -> Result<RunLog> {
     let path = dir.join("metrics.jsonl");
-    let text =
-        std::fs::read_to_string(&path).with_context(|| format!("cannot read {}", path.display()))?;
+    let text = std::fs::read_to_string(&path)
+        .with_context(|| format!("cannot read {}", path.display()))?;
     let lines = text
         .lines()
         .enumerate()
