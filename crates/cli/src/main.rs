@@ -39,6 +39,10 @@ enum Command {
     SumOfSquares(sum_of_squares::Args),
 }
 
+/// Exit status of a run whose loss stopped being a number, so a caller
+/// (`cargo xtask reproduce`) can record the divergence as a result.
+const DIVERGED: u8 = 3;
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match &cli.command {
@@ -53,7 +57,17 @@ fn main() -> ExitCode {
         Ok(()) => ExitCode::SUCCESS,
         Err(error) => {
             eprintln!("terse: error: {error:#}");
-            ExitCode::FAILURE
+            let diverged = error.chain().any(|e| {
+                matches!(
+                    e.downcast_ref::<terse_train::TrainError>(),
+                    Some(terse_train::TrainError::Diverged { .. })
+                )
+            });
+            if diverged {
+                ExitCode::from(DIVERGED)
+            } else {
+                ExitCode::FAILURE
+            }
         }
     }
 }

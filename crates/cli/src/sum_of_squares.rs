@@ -28,7 +28,8 @@ pub struct Args {
     #[arg(long = "set", value_name = "KEY=VALUE", value_parser = Override::parse)]
     overrides: Vec<Override>,
 
-    /// Write one JSON line per step here: step, w, f(w), stage
+    /// Write one JSON line per step here: step, w (one coordinate per
+    /// block), f(w), stage
     #[arg(long, value_name = "PATH")]
     out: Option<PathBuf>,
 }
@@ -39,6 +40,11 @@ pub struct Args {
 struct Problem {
     /// The starting point w₀.
     start: Vec<f32>,
+    /// Each coordinate of `start` repeated this many times, in order: blocks
+    /// of equal coordinates, to compare one compression scale per block
+    /// with one per chunk (`reproduce scale-block`).
+    #[serde(default = "one")]
+    repeat: usize,
     /// Optimizer steps to take.
     steps: u64,
     optimizer: OptimizerConfig,
@@ -48,8 +54,9 @@ struct Problem {
 pub fn run(args: &Args) -> Result<()> {
     let problem = load(args)?;
     let comm = SingleRank::new();
-    let layout =
-        ParamLayout::from_shapes((0..problem.start.len()).map(|i| (format!("w{i}"), vec![1usize])));
+    let layout = ParamLayout::from_shapes(
+        (0..problem.start.len()).map(|i| (format!("w{i}"), vec![problem.repeat])),
+    );
     let mut optimizer = Optimizer::new(
         problem.optimizer.clone(),
         problem.schedule.clone(),
@@ -64,7 +71,12 @@ pub fn run(args: &Args) -> Result<()> {
         )),
         None => None,
     };
-    let mut w = problem.start.clone();
+    let start: Vec<f32> = problem
+        .start
+        .iter()
+        .flat_map(|&x| std::iter::repeat_n(x, problem.repeat))
+        .collect();
+    let mut w = start.clone();
     let mut f = objective(&w);
     for _ in 0..problem.steps {
         let mut g: Vec<f32> = w.iter().map(|wi| 2.0 * wi).collect();
@@ -72,7 +84,11 @@ pub fn run(args: &Args) -> Result<()> {
         f = objective(&w);
         if let Some(out) = &mut out {
             let line = serde_json::json!({
-                "step": report.t, "w": w, "f": f, "stage": report.stage.to_string(),
+                // One coordinate per block: the blocks move in lockstep.
+                "step": report.t,
+                "w": w.iter().step_by(problem.repeat).collect::<Vec<_>>(),
+                "f": f,
+                "stage": report.stage.to_string(),
             });
             writeln!(out, "{line}")?;
         }
@@ -81,12 +97,17 @@ pub fn run(args: &Args) -> Result<()> {
         out.flush()?;
     }
     println!(
-        "{}: f(w) = {f:.6e} after {} steps (f(w0) = {:.6e}), w = {w:?}",
+        "{}: f(w) = {f:.6e} after {} steps (f(w0) = {:.6e}), w = {:?} (one per block)",
         problem.optimizer.name(),
         problem.steps,
-        objective(&problem.start)
+        objective(&start),
+        w.iter().step_by(problem.repeat).collect::<Vec<_>>()
     );
     Ok(())
+}
+
+fn one() -> usize {
+    1
 }
 
 fn objective(w: &[f32]) -> f64 {
@@ -106,8 +127,11 @@ fn load(args: &Args) -> Result<Problem> {
     let problem: Problem = document
         .try_into()
         .with_context(|| format!("{}", path.display()))?;
-    if problem.start.is_empty() {
-        bail!("{}: start: needs at least one coordinate", path.display());
+    if problem.start.is_empty() || problem.repeat == 0 {
+        bail!(
+            "{}: start and repeat: need at least one coordinate",
+            path.display()
+        );
     }
     problem
         .optimizer

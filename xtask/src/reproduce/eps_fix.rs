@@ -72,17 +72,7 @@ fn sum_of_squares(ctx: &Context) -> Result<(String, Vec<Claim>)> {
     let mut all = String::new();
     for (label, optimizer) in optimizers(100) {
         let out = dir.join(format!("{label}.jsonl"));
-        let status = Command::new(&ctx.terse)
-            .args(["sum-of-squares", "--config", TOY, "--set"])
-            .arg(format!("optimizer={optimizer}"))
-            .arg("--out")
-            .arg(&out)
-            .status()
-            .with_context(|| format!("cannot start {}", ctx.terse.display()))?;
-        if !status.success() {
-            bail!("`terse sum-of-squares` ({label}) failed ({status})");
-        }
-        let points = read_toy(&out)?;
+        let points = run_toy(ctx, &out, &[format!("optimizer={optimizer}")])?;
         for &(step, f) in &points {
             all.push_str(&format!(
                 "{{\"run\":\"{label}\",\"step\":{step},\"f\":{f}}}\n"
@@ -155,6 +145,28 @@ fn sum_of_squares(ctx: &Context) -> Result<(String, Vec<Claim>)> {
     Ok((table.markdown(), claims))
 }
 
+/// Runs `terse sum-of-squares` on the committed problem with `sets`
+/// overrides, writing its steps to `out`, and returns `(step, f)`.
+pub fn run_toy(ctx: &Context, out: &Path, sets: &[String]) -> Result<Vec<(u64, f64)>> {
+    let mut command = Command::new(&ctx.terse);
+    command.args(["sum-of-squares", "--config", TOY]);
+    for set in sets {
+        command.args(["--set", set]);
+    }
+    let status = command
+        .arg("--out")
+        .arg(out)
+        .status()
+        .with_context(|| format!("cannot start {}", ctx.terse.display()))?;
+    if !status.success() {
+        bail!(
+            "`terse sum-of-squares {}` failed ({status})",
+            sets.join(" ")
+        );
+    }
+    read_toy(out)
+}
+
 fn read_toy(path: &Path) -> Result<Vec<(u64, f64)>> {
     let text =
         std::fs::read_to_string(path).with_context(|| format!("cannot read {}", path.display()))?;
@@ -198,32 +210,16 @@ fn vgg(ctx: &Context) -> Result<(String, Vec<Claim>)> {
         .collect();
     let logs = run_all(&ctx.terse, &vgg_runs(ctx), &variants)?;
     ctx.report.write_runs(&logs)?;
-    let mut table = Table::new(&[
-        "optimizer",
-        "train loss, last 30 steps",
-        "test accuracy",
-        "non-finite losses",
-    ]);
+    let mut table = Table::new(&["optimizer", "train loss, last 30 steps", "test accuracy"]);
     let mut results = Vec::new();
     for log in &logs {
         let loss = log.tail_mean("loss", 30);
         let acc = log.final_eval("test_accuracy")?;
-        let bad = log
-            .series("loss")
-            .iter()
-            .filter(|(_, l)| !l.is_finite())
-            .count()
-            + log
-                .lines
-                .iter()
-                .filter(|l| l.get("loss").is_some_and(|v| v.is_null()))
-                .count();
         results.push((loss, acc));
         table.row(vec![
             log.label.clone(),
             num(loss),
-            format!("{:.2}%", 100.0 * acc),
-            bad.to_string(),
+            log.show(acc, |acc| format!("{:.2}%", 100.0 * acc)),
         ]);
     }
     let series: Vec<Series> = logs

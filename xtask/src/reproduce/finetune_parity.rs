@@ -3,9 +3,10 @@
 //!
 //! Claim: fine-tuning with 1-bit Adam scores the same as with Adam, "the
 //! same" meaning the two optimizers' mean scores differ by less than the
-//! spread the seed alone causes. MiniLM on rt-polarity and on a SQuAD
-//! subset, 4 workers, both optimizers without bias correction (the papers'
-//! BertAdam) so compression is the only difference.
+//! spread the seed alone causes in Adam's scores. MiniLM on rt-polarity
+//! and on a SQuAD subset, 4 workers, both optimizers with bias correction
+//! (a warmup of a few dozen steps leaves the uncorrected variance far too
+//! small to freeze) so compression is the only difference.
 
 use anyhow::Result;
 
@@ -35,7 +36,7 @@ fn tasks(ctx: &Context) -> Vec<Task> {
         config: "configs/finetune-rt-polarity.toml",
         metric: "accuracy",
         metric_label: "held-out accuracy (%)",
-        steps: ctx.pick(120, 30),
+        steps: ctx.pick(80, 12),
         extra: vec![("train.micro_batch", "8".into())],
     }];
     if !ctx.quick {
@@ -44,11 +45,11 @@ fn tasks(ctx: &Context) -> Vec<Task> {
             command: &["finetune", "squad"],
             config: "configs/finetune-squad.toml",
             metric: "f1",
-            metric_label: "F1 on the first 300 dev questions",
-            steps: 60,
+            metric_label: "F1 on the first 200 dev questions",
+            steps: 30,
             extra: vec![
                 ("train.micro_batch", "4".into()),
-                ("task.dev_questions", "300".into()),
+                ("task.dev_questions", "200".into()),
             ],
         });
     }
@@ -66,12 +67,13 @@ pub fn run(ctx: &Context) -> Result<Outcome> {
         let optimizers = [
             (
                 "adam",
-                "{ name = \"adam\", weight_decay = 0.01, bias_correction = false }".to_string(),
+                "{ name = \"adam\", weight_decay = 0.01, bias_correction = true }".to_string(),
             ),
             (
                 "onebit_adam",
                 format!(
-                    "{{ name = \"onebit_adam\", weight_decay = 0.01, freeze_step = {freeze} }}"
+                    "{{ name = \"onebit_adam\", weight_decay = 0.01, bias_correction = true, \
+                     freeze_step = {freeze} }}"
                 ),
             ),
         ];
@@ -133,7 +135,7 @@ pub fn run(ctx: &Context) -> Result<Outcome> {
         body: format!(
             "MiniLM (all-MiniLM-L6-v2) fine-tuned on {WORKERS} workers (local ranks) from the \
              same pretrained weights with Adam and with 1-bit Adam (freeze at 20% of the steps), \
-             both without bias correction, seeds {seeds:?}; the seed sets the head's \
+             both with bias correction, seeds {seeds:?}; the seed sets the head's \
              initialisation, the data order and dropout.\n{body}\n![score per seed](plot.png)\n"
         ),
         claims,
@@ -169,8 +171,8 @@ fn spread(xs: &[f64]) -> f64 {
     max - min
 }
 
-/// The task's table and its claim: the means differ by less than the larger
-/// of the two optimizers' seed spreads (max − min over seeds).
+/// The task's table and its claim: the means differ by no more than Adam's
+/// seed spread (max − min over seeds), the noise of the baseline itself.
 fn compare(
     task: &Task,
     seeds: &[u64],
@@ -189,12 +191,12 @@ fn compare(
         table.row(row);
     }
     let difference = (mean(onebit) - mean(adam)).abs();
-    let tolerance = spread(adam).max(spread(onebit));
+    let tolerance = spread(adam);
     let claim = Claim::new(
         difference <= tolerance,
         format!(
             "{}: 1-bit Adam's mean {} is within the seeds' spread of Adam's {} (difference {}, \
-             spread {})",
+             Adam's spread {})",
             task.name,
             num(mean(onebit)),
             num(mean(adam)),
@@ -230,7 +232,7 @@ mod tests {
             steps: 10,
             extra: vec![],
         };
-        // Means 80 and 81, spreads 2 and 1: within.
+        // Means 80 and 81, Adam's spread 2: within.
         let (_, claim) = compare(
             &task,
             &[1, 2, 3],
@@ -239,7 +241,7 @@ mod tests {
             &[80.5, 81.0, 81.5],
         );
         assert!(claim.holds, "{}", claim.text);
-        // Means 80 and 84, spreads 2 and 1: outside.
+        // Means 80 and 84, Adam's spread 2: outside.
         let (table, claim) = compare(
             &task,
             &[1, 2, 3],

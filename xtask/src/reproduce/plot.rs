@@ -37,6 +37,26 @@ pub struct Chart<'a> {
 pub fn draw(path: &Path, chart: &Chart<'_>, series: &[Series]) -> Result<()> {
     register_font()?;
     let finite = |v: f64| v.is_finite() && (!chart.log_y || v > 0.0);
+    // On a linear axis a diverging run would flatten every other curve:
+    // the axis stops at 1.5× the highest starting value, and a curve that
+    // leaves it runs along the top edge.
+    let ceiling = if chart.log_y {
+        f64::INFINITY
+    } else {
+        1.5 * series
+            .iter()
+            .filter_map(|s| s.points.first().map(|p| p.1))
+            .filter(|&y| finite(y))
+            .fold(f64::MIN, f64::max)
+    };
+    let clamped: Vec<Series> = series
+        .iter()
+        .map(|s| Series {
+            label: s.label.clone(),
+            points: s.points.iter().map(|&(x, y)| (x, y.min(ceiling))).collect(),
+        })
+        .collect();
+    let series = &clamped[..];
     let points = || {
         series
             .iter()

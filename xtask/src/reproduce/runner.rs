@@ -57,6 +57,9 @@ pub struct RunLog {
     pub dir: PathBuf,
     /// Every line of its metrics.jsonl.
     pub lines: Vec<Value>,
+    /// The loss stopped being a number and `terse` stopped the run: the
+    /// lines end at the last finite step.
+    pub diverged: bool,
 }
 
 impl RunLog {
@@ -82,8 +85,17 @@ impl RunLog {
             .collect()
     }
 
-    /// The last evaluation's value of `metric`.
+    /// The last evaluation's value of `metric`. A diverged run scores the
+    /// worst value, so comparisons rank it last: an infinite loss, zero
+    /// accuracy or F1.
     pub fn final_eval(&self, metric: &str) -> Result<f64> {
+        if self.diverged {
+            return Ok(if metric.contains("loss") {
+                f64::INFINITY
+            } else {
+                0.0
+            });
+        }
         self.eval_series(metric)
             .last()
             .map(|&(_, v)| v)
@@ -95,6 +107,16 @@ impl RunLog {
         let series = self.series(field);
         let tail = &series[series.len().saturating_sub(n)..];
         tail.iter().map(|&(_, v)| v).sum::<f64>() / tail.len().max(1) as f64
+    }
+
+    /// `format(value)`, or where the run diverged.
+    pub fn show(&self, value: f64, format: impl Fn(f64) -> String) -> String {
+        if self.diverged {
+            let last = self.series("loss").last().map_or(0, |&(s, _)| s);
+            format!("diverged (NaN at step {})", last + 1)
+        } else {
+            format(value)
+        }
     }
 
     /// Total of a step field over the run (e.g. bytes sent).
@@ -151,7 +173,11 @@ fn run_one(terse: &Path, runs_dir: &Path, variant: &Variant) -> Result<RunLog> {
     let status = command
         .status()
         .with_context(|| format!("cannot start {}", terse.display()))?;
-    if !status.success() {
+    if status.code() == Some(DIVERGED_EXIT) {
+        // A result, not a failure: the experiment reports it.
+        eprintln!("reproduce: {}: diverged", variant.label);
+        std::fs::write(dir.join(DIVERGED), "")?;
+    } else if !status.success() {
         bail!(
             "variant `{}` failed ({status}); its run directory {} is kept, and running the \
              same command again resumes it",
@@ -180,6 +206,12 @@ fn command_line(variant: &Variant, dir: &Path) -> Vec<String> {
 /// Written after `terse` exits successfully: the run is complete.
 const FINISHED: &str = "finished";
 
+/// Written beside [`FINISHED`] when the run ended by diverging.
+const DIVERGED: &str = "diverged";
+
+/// `terse`'s exit status when the loss stopped being a number.
+const DIVERGED_EXIT: i32 = 3;
+
 fn finished(dir: &Path) -> bool {
     dir.join(FINISHED).is_file() && dir.join("metrics.jsonl").is_file()
 }
@@ -200,5 +232,6 @@ fn read_log(variant: &Variant, dir: &Path) -> Result<RunLog> {
         label: variant.label.clone(),
         dir: dir.to_path_buf(),
         lines,
+        diverged: dir.join(DIVERGED).is_file(),
     })
 }
