@@ -10,7 +10,7 @@ use std::process::Command;
 
 use anyhow::{Context as _, Result, bail};
 
-use super::plot::{Chart, Series, draw, smooth};
+use super::plot::{Chart, Series, draw, loss_curves};
 use super::report::Table;
 use super::runner::{Variant, run_all};
 use super::{Claim, Context, Outcome, num};
@@ -222,19 +222,7 @@ fn vgg(ctx: &Context) -> Result<(String, Vec<Claim>)> {
             log.show(acc, |acc| format!("{:.2}%", 100.0 * acc)),
         ]);
     }
-    let series: Vec<Series> = logs
-        .iter()
-        .map(|log| Series {
-            label: log.label.clone(),
-            points: smooth(
-                &log.series("loss")
-                    .iter()
-                    .map(|&(s, l)| (s as f64, l))
-                    .collect::<Vec<_>>(),
-                10,
-            ),
-        })
-        .collect();
+    let series = loss_curves(&logs, 1.0, 10);
     draw(
         &ctx.report.path("plot.png"),
         &Chart {

@@ -6,7 +6,7 @@
 
 use anyhow::Result;
 
-use super::plot::{Chart, Series, draw, smooth};
+use super::plot::{Chart, draw, loss_curves};
 use super::runner::{RunLog, Variant, run_all};
 use super::{Claim, Context, Outcome, num};
 
@@ -65,19 +65,7 @@ pub fn run(ctx: &Context) -> Result<Outcome> {
     let logs = run_all(&ctx.terse, &ctx.runs, &variants)?;
     ctx.report.write_runs(&logs)?;
     let batch = batch as f64;
-    let series: Vec<Series> = logs
-        .iter()
-        .map(|log| Series {
-            label: log.label.clone(),
-            points: smooth(
-                &log.series("loss")
-                    .iter()
-                    .map(|&(s, l)| (s as f64 * batch, l))
-                    .collect::<Vec<_>>(),
-                ctx.pick(20, 5),
-            ),
-        })
-        .collect();
+    let series = loss_curves(&logs, batch, ctx.pick(20, 5));
     draw(
         &ctx.report.path("plot.png"),
         &Chart {

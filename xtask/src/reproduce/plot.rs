@@ -10,6 +10,8 @@ use std::sync::OnceLock;
 use anyhow::{Context, Result, anyhow};
 use plotters::prelude::*;
 
+use super::runner::RunLog;
+
 /// Where Debian puts the font.
 const FONT: &str = "/usr/share/fonts/truetype/dejavu/DejaVuSans.ttf";
 
@@ -136,6 +138,23 @@ pub fn smooth(points: &[(f64, f64)], window: usize) -> Vec<(f64, f64)> {
                 x,
                 slice.iter().map(|&(_, y)| y).sum::<f64>() / slice.len() as f64,
             )
+        })
+        .collect()
+}
+
+/// Each run's training loss, smoothed over `window` steps, against steps ×
+/// `x_per_step` (the batch, for sample-wise curves as in the papers).
+pub fn loss_curves(logs: &[RunLog], x_per_step: f64, window: usize) -> Vec<Series> {
+    logs.iter()
+        .map(|log| Series {
+            label: log.label.clone(),
+            points: smooth(
+                &log.series("loss")
+                    .iter()
+                    .map(|&(s, l)| (s as f64 * x_per_step, l))
+                    .collect::<Vec<_>>(),
+                window,
+            ),
         })
         .collect()
 }

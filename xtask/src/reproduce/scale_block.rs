@@ -11,7 +11,7 @@
 
 use anyhow::Result;
 
-use super::plot::{Chart, Series, draw, smooth};
+use super::plot::{Chart, Series, draw, loss_curves};
 use super::report::Table;
 use super::runner::{RunLog, run_all};
 use super::{Claim, Context, Outcome, eps_fix, num, onebit_adam};
@@ -198,7 +198,7 @@ fn bert(ctx: &Context) -> Result<(String, Vec<Claim>, Vec<RunLog>)> {
             y_label: "MLM + NSP loss (moving average)",
             log_y: false,
         },
-        &loss_series(&logs, batch as f64, ctx.pick(20, 5)),
+        &loss_curves(&logs, batch as f64, ctx.pick(20, 5)),
     )?;
     Ok((
         format!(
@@ -265,7 +265,7 @@ fn vgg(ctx: &Context) -> Result<(String, Vec<Claim>, Vec<RunLog>)> {
             y_label: "training loss (moving average)",
             log_y: true,
         },
-        &loss_series(&logs, 1.0, 10),
+        &loss_curves(&logs, 1.0, 10),
     )?;
     Ok((
         format!(
@@ -288,20 +288,4 @@ fn prefixed(prefix: &str, logs: impl Iterator<Item = RunLog>) -> Vec<RunLog> {
         log
     })
     .collect()
-}
-
-/// Each run's smoothed training loss against steps × `x_per_step`.
-fn loss_series(logs: &[RunLog], x_per_step: f64, window: usize) -> Vec<Series> {
-    logs.iter()
-        .map(|log| Series {
-            label: log.label.clone(),
-            points: smooth(
-                &log.series("loss")
-                    .iter()
-                    .map(|&(s, l)| (s as f64 * x_per_step, l))
-                    .collect::<Vec<_>>(),
-                window,
-            ),
-        })
-        .collect()
 }
