@@ -37,11 +37,12 @@ fn tasks(ctx: &Context) -> Vec<Task> {
         metric: "accuracy",
         metric_label: "held-out accuracy (%)",
         steps: ctx.pick(80, 16),
-        // Quick: shorter sentences and a higher peak, so 16 steps learn
-        // something in the CI budget.
+        // Quick: half the batch, shorter sentences and a higher peak, so 16
+        // steps learn something within the CI budget.
         extra: if ctx.quick {
             vec![
-                ("train.micro_batch", "8".into()),
+                ("train.global_batch", "16".into()),
+                ("train.micro_batch", "4".into()),
                 ("task.max_seq", "32".into()),
                 ("schedule.peak", "2e-4".into()),
             ]
