@@ -78,16 +78,7 @@ fn sum_of_squares(ctx: &Context) -> Result<(String, Vec<Claim>)> {
                 "{{\"run\":\"{label}\",\"step\":{step},\"f\":{f}}}\n"
             ));
         }
-        let at_freeze = points
-            .iter()
-            .find(|&&(s, _)| s == 100)
-            .map_or(f64::NAN, |p| p.1);
-        let after_max = points
-            .iter()
-            .filter(|&&(s, _)| s > 100)
-            .map(|&(_, f)| f)
-            .fold(0.0, f64::max);
-        let last = points.last().map_or(f64::NAN, |p| p.1);
+        let (at_freeze, after_max, last) = around_freeze(&points, 100);
         table.row(vec![
             label.into(),
             num(at_freeze),
@@ -143,6 +134,21 @@ fn sum_of_squares(ctx: &Context) -> Result<(String, Vec<Claim>)> {
         ),
     ];
     Ok((table.markdown(), claims))
+}
+
+/// f at the freeze step, its maximum after it and its last value.
+pub fn around_freeze(points: &[(u64, f64)], freeze: u64) -> (f64, f64, f64) {
+    let at_freeze = points
+        .iter()
+        .find(|p| p.0 == freeze)
+        .map_or(f64::NAN, |p| p.1);
+    let peak = points
+        .iter()
+        .filter(|p| p.0 > freeze)
+        .map(|p| p.1)
+        .fold(0.0, f64::max);
+    let last = points.last().map_or(f64::NAN, |p| p.1);
+    (at_freeze, peak, last)
 }
 
 /// Runs `terse sum-of-squares` on the committed problem with `sets`

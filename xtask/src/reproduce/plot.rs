@@ -87,17 +87,7 @@ pub fn draw(path: &Path, chart: &Chart<'_>, series: &[Series]) -> Result<()> {
             .y_label_formatter(&|v| format!("{v:.0e}"))
             .draw()
             .map_err(plot_error)?;
-        for (i, s) in series.iter().enumerate() {
-            let color = Palette99::pick(i).to_rgba();
-            ctx.draw_series(LineSeries::new(
-                s.points.iter().copied().filter(|&(_, y)| finite(y)),
-                color.stroke_width(2),
-            ))
-            .map_err(plot_error)?
-            .label(&s.label)
-            .legend(move |(x, y)| PathElement::new([(x, y), (x + 20, y)], color.stroke_width(2)));
-        }
-        legend(&mut ctx)?;
+        lines(&mut ctx, series, finite)?;
     } else {
         let pad = (y_max - y_min).max(1e-12) * 0.05;
         let mut ctx = builder
@@ -108,17 +98,7 @@ pub fn draw(path: &Path, chart: &Chart<'_>, series: &[Series]) -> Result<()> {
             .y_desc(chart.y_label)
             .draw()
             .map_err(plot_error)?;
-        for (i, s) in series.iter().enumerate() {
-            let color = Palette99::pick(i).to_rgba();
-            ctx.draw_series(LineSeries::new(
-                s.points.iter().copied().filter(|&(_, y)| finite(y)),
-                color.stroke_width(2),
-            ))
-            .map_err(plot_error)?
-            .label(&s.label)
-            .legend(move |(x, y)| PathElement::new([(x, y), (x + 20, y)], color.stroke_width(2)));
-        }
-        legend(&mut ctx)?;
+        lines(&mut ctx, series, finite)?;
     }
     root.present()
         .map_err(|e| anyhow!("cannot write {}: {e}", path.display()))?;
@@ -157,6 +137,30 @@ pub fn loss_curves(logs: &[RunLog], x_per_step: f64, window: usize) -> Vec<Serie
             ),
         })
         .collect()
+}
+
+/// One coloured line per series (its finite points) and the legend.
+fn lines<'a, DB, CT>(
+    ctx: &mut ChartContext<'a, DB, CT>,
+    series: &[Series],
+    finite: impl Fn(f64) -> bool,
+) -> Result<()>
+where
+    DB: DrawingBackend + 'a,
+    DB::ErrorType: 'static,
+    CT: plotters::coord::CoordTranslate<From = (f64, f64)>,
+{
+    for (i, s) in series.iter().enumerate() {
+        let color = Palette99::pick(i).to_rgba();
+        ctx.draw_series(LineSeries::new(
+            s.points.iter().copied().filter(|&(_, y)| finite(y)),
+            color.stroke_width(2),
+        ))
+        .map_err(plot_error)?
+        .label(&s.label)
+        .legend(move |(x, y)| PathElement::new([(x, y), (x + 20, y)], color.stroke_width(2)));
+    }
+    legend(ctx)
 }
 
 fn legend<'a, DB: DrawingBackend + 'a, CT: plotters::coord::CoordTranslate>(

@@ -77,16 +77,7 @@ fn sum_of_squares(ctx: &Context) -> Result<(String, Vec<Claim>)> {
                 "{{\"run\":\"{label}\",\"step\":{step},\"f\":{f}}}\n"
             ));
         }
-        let at_freeze = points
-            .iter()
-            .find(|p| p.0 == freeze)
-            .map_or(f64::NAN, |p| p.1);
-        let peak = points
-            .iter()
-            .filter(|p| p.0 > freeze)
-            .map(|p| p.1)
-            .fold(0.0, f64::max);
-        let last = points.last().map_or(f64::NAN, |p| p.1);
+        let (at_freeze, peak, last) = eps_fix::around_freeze(&points, freeze);
         table.row(vec![label.into(), num(at_freeze), num(peak), num(last)]);
         peaks.push(peak / at_freeze);
         series.push(Series {
