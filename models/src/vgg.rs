@@ -3,11 +3,12 @@
 //! CIFAR head (one linear layer on the 512 features). Max-pooling rounds up,
 //! so 28×28 inputs reach 1×1 after the five pools as 32×32 do.
 
-use burn::module::Module;
+use burn::module::{Module, Param};
 use burn::nn::conv::{Conv2d, Conv2dConfig};
 use burn::nn::pool::{AdaptiveAvgPool2d, AdaptiveAvgPool2dConfig, MaxPool2d, MaxPool2dConfig};
 use burn::nn::{
-    BatchNorm, BatchNormConfig, Dropout, DropoutConfig, Linear, LinearConfig, PaddingConfig2d,
+    BatchNorm, BatchNormConfig, Dropout, DropoutConfig, Initializer, Linear, LinearConfig,
+    PaddingConfig2d,
 };
 use burn::tensor::activation::relu;
 use burn::tensor::{Device, Tensor};
@@ -118,9 +119,20 @@ impl VggConfig {
                 widths
                     .iter()
                     .map(|&width| {
-                        let conv = Conv2dConfig::new([c, width], [3, 3])
+                        // torchvision's VGG initialisation (He-normal on
+                        // fan-out, zero bias). burn's layer default,
+                        // PyTorch's Kaiming-uniform with a = √5, shrinks the
+                        // activations' variance six-fold per ReLU layer: VGG-16
+                        // without BatchNorm would start with an output that
+                        // ignores its input and sit at loss ln 10.
+                        let mut conv = Conv2dConfig::new([c, width], [3, 3])
                             .with_padding(PaddingConfig2d::Explicit(1, 1, 1, 1))
+                            .with_initializer(Initializer::KaimingNormal {
+                                gain: std::f64::consts::SQRT_2,
+                                fan_out_only: true,
+                            })
                             .init(device);
+                        conv.bias = Some(Param::from_tensor(Tensor::zeros([width], device)));
                         c = width;
                         VggConv {
                             conv,
@@ -136,15 +148,12 @@ impl VggConfig {
             VggHead::Imagenet => (
                 Some(AdaptiveAvgPool2dConfig::new([7, 7]).init()),
                 vec![
-                    LinearConfig::new(512 * 49, 4096).init(device),
-                    LinearConfig::new(4096, 4096).init(device),
-                    LinearConfig::new(4096, self.classes).init(device),
+                    classifier_linear(512 * 49, 4096, device),
+                    classifier_linear(4096, 4096, device),
+                    classifier_linear(4096, self.classes, device),
                 ],
             ),
-            VggHead::Cifar => (
-                None,
-                vec![LinearConfig::new(512, self.classes).init(device)],
-            ),
+            VggHead::Cifar => (None, vec![classifier_linear(512, self.classes, device)]),
         };
         Vgg {
             stages,
@@ -154,6 +163,18 @@ impl VggConfig {
             dropout: DropoutConfig::new(0.5).init(),
         }
     }
+}
+
+/// A classifier layer initialised as torchvision's VGG: N(0, 0.01), zero bias.
+fn classifier_linear(inputs: usize, outputs: usize, device: &Device) -> Linear {
+    let mut linear = LinearConfig::new(inputs, outputs)
+        .with_initializer(Initializer::Normal {
+            mean: 0.0,
+            std: 0.01,
+        })
+        .init(device);
+    linear.bias = Some(Param::from_tensor(Tensor::zeros([outputs], device)));
+    linear
 }
 
 impl Vgg {
