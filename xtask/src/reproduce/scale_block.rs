@@ -51,7 +51,7 @@ fn sum_of_squares(ctx: &Context) -> Result<(String, Vec<Claim>)> {
     let dir = ctx.runs.join("sum-of-squares");
     std::fs::create_dir_all(&dir)?;
     let freeze = 100;
-    let [_, (_, outside), _] = eps_fix::optimizers(freeze);
+    let [_, (_, outside), _] = eps_fix::optimizers(freeze, false);
     let block = outside.trim_end_matches('}').to_string() + &format!(", scale_block = {BLOCK} }}");
     let mut table = Table::new(&[
         "1-bit Adam, ε outside",
@@ -205,7 +205,7 @@ fn bert(ctx: &Context) -> Result<(String, Vec<Claim>, Vec<RunLog>)> {
 }
 
 fn vgg(ctx: &Context) -> Result<(String, Vec<Claim>, Vec<RunLog>)> {
-    let [adam, outside, inside] = eps_fix::optimizers(eps_fix::VGG_FREEZE);
+    let [adam, outside, inside] = eps_fix::vgg_optimizers();
     let shared = run_all(
         &ctx.terse,
         &eps_fix::vgg_runs(ctx),
