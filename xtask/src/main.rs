@@ -13,6 +13,7 @@ mod fashion_mnist;
 mod finetune;
 mod inspect;
 mod mpi;
+mod netlab;
 mod not_implemented;
 mod pretrain;
 mod reproduce;
@@ -60,6 +61,8 @@ enum Command {
     Bench(bench::Args),
     /// List datasets and pretrained weights, fetch and verify them, build BERT pre-training shards
     Data(data::Args),
+    /// Bring up or down a rate-limited network of N hosts (namespaces) and run MPI ranks on it
+    Netlab(netlab::Args),
 }
 
 /// Runs the parsed command.
@@ -73,6 +76,7 @@ fn run(cli: &Cli) -> Result<()> {
         Command::Reproduce(args) => reproduce::run(args),
         Command::Bench(args) => bench::run(args),
         Command::Data(args) => data::run(args),
+        Command::Netlab(args) => netlab::run(args),
     }
 }
 
@@ -122,6 +126,7 @@ mod tests {
             "reproduce",
             "bench",
             "data",
+            "netlab",
         ] {
             let line = help
                 .lines()

@@ -21,17 +21,22 @@ pub fn require_mpirun() -> Result<()> {
     }
 }
 
-fn is_root() -> bool {
+pub fn is_root() -> bool {
     Command::new("id")
         .arg("-u")
         .output()
         .is_ok_and(|o| String::from_utf8_lossy(&o.stdout).trim() == "0")
 }
 
+/// Worker threads per rank when `ranks` ranks share this machine's cores.
+pub fn threads_per_rank(ranks: usize) -> usize {
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    (cores / ranks.max(1)).max(1)
+}
+
 /// Runs `executable args…` on `ranks` MPI ranks of this machine.
 pub fn launch(ranks: usize, executable: &Path, args: &[String]) -> Result<()> {
-    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
-    let threads = (cores / ranks).max(1).to_string();
+    let threads = threads_per_rank(ranks).to_string();
     let mut command = Command::new("mpirun");
     if is_root() {
         command.arg("--allow-run-as-root");
