@@ -7,6 +7,8 @@
 //! (reporting [`CommError::RankMismatch`] / [`CommError::CallMismatch`] on
 //! every rank) instead of corrupting memory or hanging.
 
+use std::time::Instant;
+
 use crate::CommError;
 use crate::traffic::{Collective, Traffic, TrafficMeter, volume};
 
@@ -85,8 +87,9 @@ pub trait Communicator: Send + Sync {
     /// Reduces `buf` over all ranks in place; every rank ends with the same
     /// result.
     fn allreduce_f32(&self, buf: &mut [f32], op: ReduceOp) -> Result<(), CommError> {
+        let start = Instant::now();
         self.allreduce_f32_raw(buf, op)?;
-        record(self, Collective::Allreduce, 0, size_of_val(buf));
+        record(self, Collective::Allreduce, 0, size_of_val(buf), start);
         Ok(())
     }
 
@@ -143,15 +146,22 @@ pub trait Communicator: Send + Sync {
 
     /// Returns once every rank has called it.
     fn barrier(&self) -> Result<(), CommError> {
+        let start = Instant::now();
         self.barrier_raw()?;
-        record(self, Collective::Barrier, 0, 0);
+        record(self, Collective::Barrier, 0, 0, start);
         Ok(())
     }
 }
 
-fn record<C: Communicator + ?Sized>(comm: &C, kind: Collective, root: usize, bytes: usize) {
+fn record<C: Communicator + ?Sized>(
+    comm: &C,
+    kind: Collective,
+    root: usize,
+    bytes: usize,
+    start: Instant,
+) {
     let (sent, received) = volume(kind, comm.world_size(), comm.rank(), root, bytes);
-    comm.meter().record(kind, sent, received);
+    comm.meter().record(kind, sent, received, start.elapsed());
 }
 
 // A rank whose own buffers are wrong still takes part, with an empty buffer,
@@ -172,8 +182,9 @@ fn broadcast<C: Communicator + ?Sized>(
             world_size: n,
         });
     }
+    let start = Instant::now();
     comm.broadcast_raw(buf, width, root)?;
-    record(comm, Collective::Broadcast, root, buf.len());
+    record(comm, Collective::Broadcast, root, buf.len(), start);
     Ok(())
 }
 
@@ -192,8 +203,9 @@ fn all_gather<C: Communicator + ?Sized>(
             actual: recv.len() / width.bytes(),
         });
     }
+    let start = Instant::now();
     comm.all_gather_raw(send, recv, width)?;
-    record(comm, Collective::AllGather, 0, send.len());
+    record(comm, Collective::AllGather, 0, send.len(), start);
     Ok(())
 }
 
@@ -228,7 +240,8 @@ fn all_to_all<C: Communicator + ?Sized>(
             actual,
         });
     }
+    let start = Instant::now();
     comm.all_to_all_raw(send, recv, width)?;
-    record(comm, Collective::AllToAll, 0, send.len());
+    record(comm, Collective::AllToAll, 0, send.len(), start);
     Ok(())
 }

@@ -11,6 +11,7 @@
 use std::fmt;
 use std::ops::Sub;
 use std::sync::Mutex;
+use std::time::Duration;
 
 /// The kinds of collective the meter tells apart.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -68,6 +69,9 @@ pub struct Volume {
     pub sent: u64,
     /// Bytes this rank received.
     pub received: u64,
+    /// Wall time this rank spent inside these calls: the network and the
+    /// waiting for other ranks, none of the compression around them.
+    pub time: Duration,
 }
 
 /// A reading of the meter: cumulative since the communicator was created.
@@ -92,6 +96,11 @@ impl Traffic {
     pub fn received(&self) -> u64 {
         self.by_kind.iter().map(|v| v.received).sum()
     }
+
+    /// Wall time spent inside collectives, over all kinds.
+    pub fn time(&self) -> Duration {
+        self.by_kind.iter().map(|v| v.time).sum()
+    }
 }
 
 impl Sub for Traffic {
@@ -103,6 +112,7 @@ impl Sub for Traffic {
             v.calls -= e.calls;
             v.sent -= e.sent;
             v.received -= e.received;
+            v.time -= e.time;
         }
         out
     }
@@ -121,12 +131,13 @@ impl TrafficMeter {
     }
 
     /// Counts one call.
-    pub fn record(&self, kind: Collective, sent: u64, received: u64) {
+    pub fn record(&self, kind: Collective, sent: u64, received: u64, time: Duration) {
         let mut totals = self.totals.lock().unwrap_or_else(|p| p.into_inner());
         let v = &mut totals.by_kind[kind.index()];
         v.calls += 1;
         v.sent += sent;
         v.received += received;
+        v.time += time;
     }
 }
 

@@ -13,30 +13,11 @@
 
 use std::time::Instant;
 
-use terse_comm::SingleRank;
-use terse_optim::{
-    AdamConfig, LambConfig, LrSchedule, Optimizer, OptimizerConfig, ParamLayout, SgdConfig,
-};
+#[path = "common/bert_layout.rs"]
+mod bert_layout;
 
-/// BERT-base-like segment sizes: 768-row matrices and 768-element vectors,
-/// about `d` elements in all (the last matrix is rounded up).
-fn layout(d: usize) -> ParamLayout {
-    let mut shapes = Vec::new();
-    let mut total = 0;
-    let mut i = 0;
-    while total < d {
-        let (rows, cols) = (768usize, 768usize.min((d - total).div_ceil(768)));
-        shapes.push((format!("layer.{i}.weight"), vec![rows, cols]));
-        total += rows * cols;
-        if total < d {
-            let n = 768.min(d - total);
-            shapes.push((format!("layer.{i}.bias"), vec![n]));
-            total += n;
-        }
-        i += 1;
-    }
-    ParamLayout::from_shapes(shapes)
-}
+use terse_comm::SingleRank;
+use terse_optim::{AdamConfig, LambConfig, LrSchedule, Optimizer, OptimizerConfig, SgdConfig};
 
 fn parallel_copy(dst: &mut [f32], src: &[f32]) {
     use rayon::prelude::*;
@@ -57,7 +38,7 @@ fn best_of<F: FnMut()>(repeats: usize, mut f: F) -> f64 {
 
 fn main() {
     let quick = std::env::args().any(|a| a == "--quick");
-    let layout = layout(if quick { 10_000_000 } else { 110_000_000 });
+    let layout = bert_layout::layout(if quick { 10_000_000 } else { 110_000_000 });
     let d = layout.len();
     let repeats = if quick { 3 } else { 5 };
     let threads = rayon::current_num_threads();

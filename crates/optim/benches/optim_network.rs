@@ -1,0 +1,171 @@
+//! The distributed optimizer step on the ranks of an `mpirun` job: step
+//! time, its communication time and the bytes each rank sends, step by step
+//! through the warmup and the compressed stage. Started by `cargo xtask
+//! reproduce comm-volume | bandwidth | step-profile`, one rank per netlab
+//! host, so the network is a shaped link rather than shared memory.
+//!
+//! Each rank steps a BERT-like flat buffer of `--elements` parameters with
+//! its own fixed random gradient (the values do not change the bytes a
+//! compressed step sends, only its compression error). Per step: the step's
+//! time, its communication time as the optimizer reports it (compression
+//! included), the time spent inside the collectives alone, each the slowest
+//! rank's; the bytes rank 0's traffic meter counted, the most any rank's
+//! counted, and, inside netlab, the bytes rank 0's `lab0` interface actually
+//! transmitted (headers included) over the step.
+//!
+//! ```text
+//! optim_network --elements N --optimizer adam|onebit_adam|onebit_lamb|slamb
+//!               --warmup W --steps K --out FILE [--label TEXT]
+//! ```
+//! appends one JSON line per step to FILE (rank 0).
+
+#[path = "common/bert_layout.rs"]
+mod bert_layout;
+
+use std::io::Write;
+use std::time::Instant;
+
+use terse_comm::{Communicator, MpiComm};
+use terse_kernels::random::SplitMix64;
+use terse_optim::{
+    AdamConfig, LrSchedule, OneBitAdamConfig, OneBitLambConfig, Optimizer, OptimizerConfig,
+    SlambConfig,
+};
+
+struct Options {
+    elements: usize,
+    optimizer: String,
+    warmup: u64,
+    steps: u64,
+    out: std::path::PathBuf,
+    label: String,
+}
+
+fn options() -> Options {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let value = |name: &str| {
+        args.iter()
+            .position(|a| a == name)
+            .and_then(|i| args.get(i + 1))
+            .cloned()
+    };
+    let number = |name: &str, default: u64| {
+        value(name).map_or(default, |v| {
+            v.parse()
+                .unwrap_or_else(|_| panic!("{name} {v:?} is not a number"))
+        })
+    };
+    Options {
+        elements: number("--elements", 110_000_000) as usize,
+        optimizer: value("--optimizer").unwrap_or_else(|| "adam".into()),
+        warmup: number("--warmup", 2),
+        steps: number("--steps", 3),
+        out: value("--out")
+            .expect("--out FILE: where rank 0 appends its JSON lines")
+            .into(),
+        label: value("--label").unwrap_or_default(),
+    }
+}
+
+/// The optimizer under test; the 1-bit ones freeze after `warmup` steps
+/// (SLAMB has no warmup: it is sparse from the first step).
+fn config(name: &str, warmup: u64) -> OptimizerConfig {
+    match name {
+        "adam" => OptimizerConfig::Adam(AdamConfig::default()),
+        "onebit_adam" => OptimizerConfig::OnebitAdam(OneBitAdamConfig {
+            freeze_step: warmup,
+            ..Default::default()
+        }),
+        "onebit_lamb" => OptimizerConfig::OnebitLamb(OneBitLambConfig {
+            freeze_step: warmup,
+            ..Default::default()
+        }),
+        "slamb" => OptimizerConfig::Slamb(SlambConfig::default()),
+        other => panic!("--optimizer {other:?}: adam, onebit_adam, onebit_lamb or slamb"),
+    }
+}
+
+/// The largest of every rank's `value`.
+fn slowest(comm: &dyn Communicator, value: f64) -> f64 {
+    let mut all = vec![0.0f32; comm.world_size()];
+    comm.all_gather_f32(&[value as f32], &mut all).unwrap();
+    all.iter().copied().fold(0.0f32, f32::max) as f64
+}
+
+/// The largest of every rank's byte count, exactly (as two u32 halves).
+fn most_bytes(comm: &dyn Communicator, bytes: u64) -> u64 {
+    let mut all = vec![0u32; 2 * comm.world_size()];
+    comm.all_gather_u32(&[bytes as u32, (bytes >> 32) as u32], &mut all)
+        .unwrap();
+    all.chunks(2)
+        .map(|w| u64::from(w[0]) | (u64::from(w[1]) << 32))
+        .max()
+        .unwrap_or(0)
+}
+
+/// Bytes this rank's netlab interface has transmitted, `None` outside
+/// netlab. `ip netns exec` mounts the namespace's own /sys, so this is the
+/// lab link of the namespace the rank runs in.
+fn wire_bytes() -> Option<u64> {
+    std::fs::read_to_string("/sys/class/net/lab0/statistics/tx_bytes")
+        .ok()?
+        .trim()
+        .parse()
+        .ok()
+}
+
+fn main() {
+    let o = options();
+    let comm = MpiComm::init().expect("MPI starts (run under mpirun)");
+    let layout = bert_layout::layout(o.elements);
+    let d = layout.len();
+    let mut optimizer = Optimizer::new(
+        config(&o.optimizer, o.warmup),
+        LrSchedule::Constant { lr: 1e-4 },
+        layout,
+        &comm,
+    )
+    .expect("a valid optimizer");
+    let mut rng = SplitMix64(1 + comm.rank() as u64);
+    let gradient: Vec<f32> = (0..d).map(|_| 1e-3 * rng.normal()).collect();
+    let mut g = gradient.clone();
+    let mut x = vec![0.01f32; d];
+    let mut lines = String::new();
+    for _ in 0..o.warmup + o.steps {
+        g.copy_from_slice(&gradient);
+        comm.barrier().unwrap();
+        let start = Instant::now();
+        let wire_before = wire_bytes();
+        let report = optimizer.step_flat(&mut x, &mut g, &comm).unwrap();
+        let step_s = start.elapsed().as_secs_f64();
+        let wire = match (wire_before, wire_bytes()) {
+            (Some(before), Some(after)) => (after - before).to_string(),
+            _ => "null".into(),
+        };
+        let step_ms = 1e3 * slowest(&comm, step_s);
+        let comm_ms = 1e3 * slowest(&comm, report.comm_time.as_secs_f64());
+        let collective_ms = 1e3 * slowest(&comm, report.traffic.time().as_secs_f64());
+        let sent = report.traffic.sent();
+        let sent_max = most_bytes(&comm, sent);
+        lines.push_str(&format!(
+            "{{\"label\":\"{}\",\"optimizer\":\"{}\",\"elements\":{d},\"ranks\":{},\"step\":{},\
+             \"stage\":\"{}\",\"step_ms\":{step_ms:.3},\"comm_ms\":{comm_ms:.3},\
+             \"collective_ms\":{collective_ms:.3},\"bytes_sent\":{sent},\
+             \"bytes_sent_max\":{sent_max},\"wire_bytes_sent\":{wire}}}\n",
+            o.label,
+            o.optimizer,
+            comm.world_size(),
+            report.t,
+            report.stage,
+        ));
+    }
+    if comm.rank() == 0 {
+        let mut file = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&o.out)
+            .unwrap_or_else(|e| panic!("cannot open {}: {e}", o.out.display()));
+        file.write_all(lines.as_bytes()).unwrap();
+        print!("{lines}");
+    }
+}
