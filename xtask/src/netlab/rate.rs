@@ -22,11 +22,6 @@ impl Rate {
         self.bits_per_s
     }
 
-    /// Seconds `bytes` take at this rate.
-    pub fn seconds_for(self, bytes: f64) -> f64 {
-        8.0 * bytes / self.bits_per_s
-    }
-
     /// `tbf` arguments for this rate. The bucket holds at least 1 ms of
     /// traffic and at least 128 KiB: veth hands the qdisc GSO packets of up
     /// to 64 KiB, and a bucket smaller than a packet stalls the link. The

@@ -8,10 +8,15 @@
 //! logged line, tagged by run), configs/ (each run's resolved config) and
 //! machine.txt. `--quick` runs a few-minute version into `runs/` instead and
 //! fails unless the direction of every claim holds: the CI check. The
-//! communication and timing measurements are issue 10.
+//! communication and timing measurements (`comm-volume`, `bandwidth`,
+//! `step-profile`) run `optim_network` or `terse` one rank per host of a
+//! shaped netlab network instead, and need root.
 
+mod bandwidth;
+mod comm_volume;
 mod eps_fix;
 mod finetune_parity;
+mod network;
 mod onebit_adam;
 mod onebit_lamb;
 mod plot;
@@ -19,13 +24,14 @@ mod report;
 mod runner;
 mod scale_block;
 mod slamb_ratio;
+mod step_profile;
 
 use std::path::{Path, PathBuf};
 
 use anyhow::{Result, bail};
 use clap::ValueEnum;
 
-use crate::not_implemented::{ISSUE_10, NotImplemented, Tracking, cli_name};
+use crate::not_implemented::cli_name;
 use report::Report;
 
 /// Arguments of `cargo xtask reproduce`.
@@ -122,18 +128,6 @@ impl Context {
     }
 }
 
-impl Experiment {
-    /// The experiments not implemented yet, and their issue.
-    fn tracking(self) -> Option<Tracking> {
-        match self {
-            Experiment::CommVolume | Experiment::Bandwidth | Experiment::StepProfile => {
-                Some(Tracking::In(ISSUE_10))
-            }
-            _ => None,
-        }
-    }
-}
-
 /// Runs `reproduce`.
 pub fn run(args: &Args) -> Result<()> {
     let name = cli_name(&args.name);
@@ -141,9 +135,6 @@ pub fn run(args: &Args) -> Result<()> {
         "reproduce {name}{}",
         if args.quick { " --quick" } else { "" }
     );
-    if let Some(tracking) = args.name.tracking() {
-        return Err(NotImplemented::new(format!("reproduce {name}"), tracking).into());
-    }
     let runs = Path::new("runs/reproduce").join(if args.quick {
         format!("{name}-quick")
     } else {
@@ -168,9 +159,9 @@ pub fn run(args: &Args) -> Result<()> {
         Experiment::EpsFix => eps_fix::run(&ctx)?,
         Experiment::FinetuneParity => finetune_parity::run(&ctx)?,
         Experiment::ScaleBlock => scale_block::run(&ctx)?,
-        Experiment::CommVolume | Experiment::Bandwidth | Experiment::StepProfile => {
-            unreachable!("tracked above")
-        }
+        Experiment::CommVolume => comm_volume::run(&ctx)?,
+        Experiment::Bandwidth => bandwidth::run(&ctx)?,
+        Experiment::StepProfile => step_profile::run(&ctx)?,
     };
     ctx.report.write_machine(&command)?;
     let mut table = format!(
@@ -218,15 +209,6 @@ pub fn num(x: f64) -> String {
 mod tests {
     use super::*;
     use crate::testing;
-
-    #[test]
-    fn measurement_experiments_name_issue_10() {
-        for name in ["comm-volume", "bandwidth", "step-profile"] {
-            let err = testing::not_implemented(&["reproduce", name]);
-            assert_eq!(err.command, format!("reproduce {name}"));
-            assert_eq!(err.tracking.issue().number, 10, "{name}");
-        }
-    }
 
     #[test]
     fn quick_flag_parses() {

@@ -190,7 +190,7 @@ fn run_one(terse: &Path, runs_dir: &Path, variant: &Variant) -> Result<RunLog> {
 }
 
 /// The `terse` arguments of a variant writing to `dir`.
-fn command_line(variant: &Variant, dir: &Path) -> Vec<String> {
+pub fn command_line(variant: &Variant, dir: &Path) -> Vec<String> {
     let mut args = variant.command.clone();
     args.extend(["--config".into(), variant.config.display().to_string()]);
     for o in &variant.overrides {

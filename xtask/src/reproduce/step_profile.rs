@@ -1,0 +1,206 @@
+//! `reproduce step-profile` (1-bit Adam Table 1; SLAMB Tables 5, 12): where
+//! a training step's time goes (forward, backward, communication,
+//! optimizer) and the communication's share, for Adam, 1-bit Adam and SLAMB
+//! at two link rates.
+//!
+//! BERT-base pre-training on the real corpus by 4 MPI ranks, one per netlab
+//! host, each with a micro-batch of one sequence: the compute is what 2
+//! cores give 4 ranks, the communication is a BERT-base gradient over
+//! shaped links. 1-bit Adam freezes after its first step; the first step of
+//! every run (allocation, the warmup) is left out of the means.
+
+use std::path::Path;
+
+use anyhow::{Context as _, Result, bail};
+use serde_json::Value;
+
+use super::network::RANKS;
+use super::report::Table;
+use super::runner::{Variant, command_line};
+use super::{Claim, Context, Outcome, num};
+use crate::netlab::lab::{Lab, Shape};
+use crate::netlab::launch;
+use crate::netlab::rate::Rate;
+
+const CONFIG: &str = "configs/pretrain-bert-base.toml";
+
+/// The optimizers profiled: label and `--set optimizer=…`.
+const OPTIMIZERS: [(&str, &str); 3] = [
+    ("adam", "{ name = \"adam\", weight_decay = 0.01 }"),
+    (
+        "onebit_adam",
+        "{ name = \"onebit_adam\", weight_decay = 0.01, freeze_step = 1 }",
+    ),
+    ("slamb", "{ name = \"slamb\", weight_decay = 0.01 }"),
+];
+
+/// Mean milliseconds per step of each phase.
+#[derive(Debug, Clone, Copy, Default)]
+struct Profile {
+    forward: f64,
+    backward: f64,
+    comm: f64,
+    optimizer: f64,
+}
+
+impl Profile {
+    fn total(&self) -> f64 {
+        self.forward + self.backward + self.comm + self.optimizer
+    }
+
+    fn comm_share(&self) -> f64 {
+        self.comm / self.total()
+    }
+}
+
+fn variant(ctx: &Context, label: &str, optimizer: &str, steps: u64) -> Variant {
+    Variant::new(label, &["pretrain"], CONFIG, 1)
+        .set("model.preset", ctx.pick("\"base\"", "\"tiny\""))
+        .set("optimizer", optimizer)
+        .set("train.steps", steps)
+        .set("train.global_batch", RANKS)
+        .set("train.micro_batch", 1)
+        .set("train.checkpoint_every", 0)
+        .set("train.eval_every", 0)
+}
+
+/// The means over steps 2.. of the run's metrics.jsonl.
+fn profile(dir: &Path) -> Result<Profile> {
+    let path = dir.join("metrics.jsonl");
+    let text = std::fs::read_to_string(&path)
+        .with_context(|| format!("cannot read {}", path.display()))?;
+    let steps: Vec<Value> = text
+        .lines()
+        .map(serde_json::from_str)
+        .collect::<Result<Vec<Value>, _>>()?
+        .into_iter()
+        .filter(|v| v["step"].as_u64().is_some_and(|s| s > 1) && v.get("forward_ms").is_some())
+        .collect();
+    if steps.is_empty() {
+        bail!("{} has no step after the first", path.display());
+    }
+    let mean =
+        |k: &str| steps.iter().filter_map(|v| v[k].as_f64()).sum::<f64>() / steps.len() as f64;
+    Ok(Profile {
+        forward: mean("forward_ms"),
+        backward: mean("backward_ms"),
+        comm: mean("comm_ms"),
+        optimizer: mean("optimizer_ms"),
+    })
+}
+
+pub fn run(ctx: &Context) -> Result<Outcome> {
+    let steps = ctx.pick(5, 3);
+    // The lab's namespaces have no route out: fetch the corpus, the
+    // tokenizer and build the shards first, with one step on one rank.
+    let warm = variant(ctx, "prepare", OPTIMIZERS[0].1, 1);
+    let status = std::process::Command::new(&ctx.terse)
+        .args(command_line(&warm, &ctx.runs.join("prepare")))
+        .status()
+        .context("cannot start terse")?;
+    if !status.success() {
+        bail!("preparing the data failed ({status})");
+    }
+    let rates: Vec<Rate> = ["1gbit", "10gbit"]
+        .iter()
+        .map(|r| r.parse())
+        .collect::<Result<_>>()?;
+    let lab = Lab::up(
+        RANKS,
+        Shape {
+            rate: rates[0],
+            delay_ms: None,
+        },
+    )?;
+    let mut profiles = Vec::new();
+    for &rate in &rates {
+        lab.reshape(Shape {
+            rate,
+            delay_ms: None,
+        })?;
+        for (label, optimizer) in OPTIMIZERS {
+            let dir = ctx.runs.join(format!("{rate}-{label}"));
+            if dir.exists() {
+                std::fs::remove_dir_all(&dir)?;
+            }
+            eprintln!("reproduce: {label} at {rate} on {RANKS} lab hosts");
+            let mut args = command_line(&variant(ctx, label, optimizer, steps), &dir);
+            args.push("--no-progress".into());
+            let status = launch::run(RANKS, &ctx.terse, &args)?;
+            if !status.success() {
+                bail!("terse pretrain ({label} at {rate}) failed ({status})");
+            }
+            profiles.push((rate, label, profile(&dir)?));
+        }
+    }
+    drop(lab);
+
+    let mut table = Table::new(&[
+        "link rate",
+        "optimizer",
+        "forward ms",
+        "backward ms",
+        "communication ms",
+        "optimizer ms",
+        "step ms",
+        "communication share",
+    ]);
+    for (rate, label, p) in &profiles {
+        table.row(vec![
+            rate.to_string(),
+            label.to_string(),
+            num(p.forward),
+            num(p.backward),
+            num(p.comm),
+            num(p.optimizer),
+            num(p.total()),
+            format!("{:.1}%", 100.0 * p.comm_share()),
+        ]);
+    }
+    let get = |rate: Rate, label: &str| {
+        profiles
+            .iter()
+            .find(|(r, l, _)| *r == rate && *l == label)
+            .map(|p| p.2)
+            .expect("every optimizer at every rate")
+    };
+    let (slow, fast) = (rates[0], rates[1]);
+    let claims = vec![
+        Claim::new(
+            get(slow, "adam").comm_share() > get(fast, "adam").comm_share(),
+            format!(
+                "Adam's communication share grows as the links slow: {:.1}% at {slow} against \
+                 {:.1}% at {fast}",
+                100.0 * get(slow, "adam").comm_share(),
+                100.0 * get(fast, "adam").comm_share()
+            ),
+        ),
+        Claim::new(
+            get(slow, "onebit_adam").comm < get(slow, "adam").comm
+                && get(slow, "slamb").comm < get(slow, "adam").comm,
+            format!(
+                "at {slow}, 1-bit Adam's and SLAMB's communication take less time than Adam's: \
+                 {} and {} ms against {} ms per step",
+                num(get(slow, "onebit_adam").comm),
+                num(get(slow, "slamb").comm),
+                num(get(slow, "adam").comm)
+            ),
+        ),
+    ];
+    let body = format!(
+        "## Time per step\n\nBERT-{} pre-training (seq 128, the SOTU and SQuAD corpus), \
+         {RANKS} MPI ranks on {RANKS} netlab hosts, one sequence per rank per step; means of \
+         steps 2–{steps}. Communication includes compression; on this machine the 4 ranks \
+         share 2 cores, so compute is slow and the shares differ from the papers' GPU \
+         clusters.\n\n{}",
+        ctx.pick("base", "tiny"),
+        table.markdown()
+    );
+    Ok(Outcome {
+        title: "Step-time profile: forward, backward, communication, optimizer (1-bit Adam \
+                Table 1, SLAMB Tables 5, 12)"
+            .into(),
+        body,
+        claims,
+    })
+}
