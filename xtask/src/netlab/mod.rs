@@ -9,6 +9,8 @@
 pub mod lab;
 pub mod launch;
 pub mod rate;
+#[cfg(test)]
+mod shaping_tests;
 
 use std::path::PathBuf;
 

@@ -222,7 +222,7 @@ pub fn run(ctx: &Context) -> Result<Outcome> {
         ),
     ];
     let body = format!(
-        "## Bytes per step\n\n{} elements (BERT-base-sized), {RANKS} ranks, one per netlab \
+        "## Bytes per step\n\n{} elements{}, {RANKS} ranks, one per netlab \
          host, links at {rate} with 9000-byte frames; {warmup} warmup and {steps} compressed \
          steps per optimizer (SLAMB is sparse from its first step). Bytes are what rank 0 \
          sent: metered by terse's traffic meter, and on the wire as its link's transmit \
@@ -232,6 +232,7 @@ pub fn run(ctx: &Context) -> Result<Outcome> {
          applied to the bytes per step measured above (the ratios do not depend on the \
          buffer's size).\n\n{}",
         d,
+        ctx.pick(" (BERT-base-sized)", ""),
         table.markdown(),
         figures.markdown()
     );
