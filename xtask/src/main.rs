@@ -151,7 +151,7 @@ mod tests {
 
     #[test]
     fn not_implemented_exits_with_its_own_code() {
-        let cli = testing::parse(&["reproduce", "comm-volume"]);
+        let cli = testing::parse(&["train", "mlp", "--optimizer", "onebit-adam"]);
         let err = run(&cli).unwrap_err();
         assert_eq!(report(&err), ExitCode::from(2));
         assert_eq!(report(&anyhow::anyhow!("disk full")), ExitCode::FAILURE);
