@@ -16,8 +16,12 @@
 //! ```text
 //! optim_network --elements N --optimizer adam|onebit_adam|onebit_lamb|slamb
 //!               --warmup W --steps K --out FILE [--label TEXT]
+//!               [--after-warmup SHELL-COMMAND]
 //! ```
-//! appends one JSON line per step to FILE (rank 0).
+//! appends one JSON line per step to FILE (rank 0). `--after-warmup` is run
+//! by rank 0 between the warmup and the measured steps, while every rank
+//! waits (`bandwidth` reshapes the links there, so the fp32 warmup crosses
+//! fast links and only the measured steps the slow ones).
 
 #[path = "common/bert_layout.rs"]
 mod bert_layout;
@@ -39,6 +43,7 @@ struct Options {
     steps: u64,
     out: std::path::PathBuf,
     label: String,
+    after_warmup: Option<String>,
 }
 
 fn options() -> Options {
@@ -64,6 +69,7 @@ fn options() -> Options {
             .expect("--out FILE: where rank 0 appends its JSON lines")
             .into(),
         label: value("--label").unwrap_or_default(),
+        after_warmup: value("--after-warmup"),
     }
 }
 
@@ -131,7 +137,22 @@ fn main() {
     let mut g = gradient.clone();
     let mut x = vec![0.01f32; d];
     let mut lines = String::new();
-    for _ in 0..o.warmup + o.steps {
+    for t in 0..o.warmup + o.steps {
+        if t == o.warmup
+            && let Some(command) = &o.after_warmup
+        {
+            if comm.rank() == 0 {
+                let status = std::process::Command::new("sh")
+                    .args(["-c", command])
+                    .status()
+                    .expect("sh runs");
+                assert!(
+                    status.success(),
+                    "--after-warmup {command:?} failed ({status})"
+                );
+            }
+            comm.barrier().unwrap();
+        }
         g.copy_from_slice(&gradient);
         comm.barrier().unwrap();
         let start = Instant::now();

@@ -40,7 +40,8 @@ pub fn mpirun(ranks: usize, program: &Path, args: &[String]) -> Result<Command> 
         })?;
     let host_list: Vec<String> = (0..ranks).map(lab::host_address).collect();
     let mut command = Command::new("ip");
-    command.args(["netns", "exec", &lab::host_namespace(0), "mpirun"]);
+    command.args(["netns", "exec", &lab::host_namespace(0)]);
+    command.args(as_host(0, "exec \"$0\" \"$@\"")).arg("mpirun");
     if mpi::is_root() {
         command.arg("--allow-run-as-root");
     }
@@ -69,6 +70,21 @@ pub fn run(ranks: usize, program: &Path, args: &[String]) -> Result<ExitStatus> 
         .with_context(|| format!("cannot start mpirun for {}", program.display()))
 }
 
+/// `unshare --uts /bin/sh -c "hostname <host i's namespace> && <script>"`:
+/// `script` run as host `i`, with a hostname of its own.
+/// OpenMPI names its session directory in /tmp after the hostname; on one
+/// shared hostname the daemons of different hosts create and remove the
+/// same directories and a launch fails now and then.
+fn as_host(i: usize, script: &str) -> [String; 5] {
+    [
+        "unshare".into(),
+        "--uts".into(),
+        "/bin/sh".into(),
+        "-c".into(),
+        format!("hostname {} && {script}", lab::host_namespace(i)),
+    ]
+}
+
 /// OpenMPI's launch agent: runs `command` (one shell line, as OpenMPI
 /// passes it to `ssh host command`) inside the namespace of lab address
 /// `host`.
@@ -77,8 +93,8 @@ pub fn agent(host: &str, command: &[String]) -> Result<()> {
         bail!("netlab agent: {host:?} is not a lab address; refusing to start anything there");
     };
     let status = Command::new("ip")
-        .args(["netns", "exec", &lab::host_namespace(i), "/bin/sh", "-c"])
-        .arg(command.join(" "))
+        .args(["netns", "exec", &lab::host_namespace(i)])
+        .args(as_host(i, &command.join(" ")))
         .status()
         .context("netlab agent: cannot run `ip netns exec`")?;
     if !status.success() {

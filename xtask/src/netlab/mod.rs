@@ -43,6 +43,15 @@ pub enum Action {
         #[arg(long, value_parser = parse_delay_ms, value_name = "DELAY")]
         delay: Option<f64>,
     },
+    /// Set every link of the lab that is up to a new rate
+    Shape {
+        /// The lab's hosts (as given to `up`)
+        #[arg(long, default_value_t = 4)]
+        hosts: usize,
+        /// Rate of each direction of each link
+        #[arg(long)]
+        rate: Rate,
+    },
     /// Remove every netlab namespace, veth pair, bridge and qdisc
     Down,
     /// Show the lab's hosts, addresses and link shapes
@@ -96,6 +105,19 @@ pub fn run(args: &Args) -> Result<()> {
             )?;
             print!("{}", lab::describe()?);
             Ok(())
+        }
+        Action::Shape { hosts, rate } => {
+            let up = lab::hosts_up()?;
+            if up != *hosts {
+                bail!("--hosts {hosts}, but the lab that is up has {up}");
+            }
+            lab::reshape(
+                *hosts,
+                Shape {
+                    rate: *rate,
+                    delay_ms: None,
+                },
+            )
         }
         Action::Down => {
             let removed = lab::down()?;

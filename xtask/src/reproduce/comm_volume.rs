@@ -130,6 +130,7 @@ pub fn run(ctx: &Context) -> Result<Outcome> {
             warmup,
             steps,
             label: rate.to_string(),
+            measure_at: None,
         };
         measured.push((optimizer, bench.measure(&lab, &run, &log)?));
     }

@@ -8,6 +8,7 @@ use serde_json::Value;
 
 use crate::netlab::lab::Lab;
 use crate::netlab::launch;
+use crate::netlab::rate::Rate;
 use crate::terse_binary;
 
 /// Ranks (and lab hosts) of every measurement: the papers' node count is
@@ -68,6 +69,9 @@ pub struct Run<'a> {
     pub steps: u64,
     /// Tags the lines (e.g. the link rate).
     pub label: String,
+    /// Reshape every link to this rate after the warmup steps (which then
+    /// run at the lab's current rate).
+    pub measure_at: Option<Rate>,
 }
 
 /// The built benchmark.
@@ -91,7 +95,7 @@ impl Bench {
         }
         let out = log.with_extension("part");
         let _ = std::fs::remove_file(&out);
-        let args: Vec<String> = [
+        let mut args: Vec<String> = [
             "--elements",
             &run.elements.to_string(),
             "--optimizer",
@@ -108,6 +112,15 @@ impl Bench {
         .iter()
         .map(|s| s.to_string())
         .collect();
+        if let Some(rate) = run.measure_at {
+            let xtask = std::env::current_exe().context("cannot locate the xtask binary")?;
+            args.push("--after-warmup".into());
+            args.push(format!(
+                "{} netlab shape --hosts {} --rate {rate}",
+                xtask.display(),
+                lab.hosts()
+            ));
+        }
         eprintln!(
             "reproduce: {} on {RANKS} lab hosts, {} elements, {} ({} + {} steps)",
             run.optimizer, run.elements, run.label, run.warmup, run.steps
