@@ -158,7 +158,7 @@ pub fn mean(rows: &[&StepRow], f: impl Fn(&StepRow) -> f64) -> f64 {
 
 /// The rows of the stage the optimizer spends its run in: the compressed
 /// (or sparse) steps of the 1-bit optimizers and SLAMB, every step of Adam.
-pub fn steady<'a>(rows: &'a [StepRow]) -> Vec<&'a StepRow> {
+pub fn steady(rows: &[StepRow]) -> Vec<&StepRow> {
     let compressed: Vec<&StepRow> = rows.iter().filter(|r| r.compressed()).collect();
     if compressed.is_empty() {
         rows.iter().collect()
@@ -184,6 +184,6 @@ mod tests {
         )
         .unwrap();
         assert_eq!(outside.wire_bytes_sent, None);
-        assert_eq!(steady(&[outside.clone()]), vec![&outside]);
+        assert_eq!(steady(std::slice::from_ref(&outside)), vec![&outside]);
     }
 }
