@@ -43,6 +43,16 @@ pub struct Shape {
     pub delay_ms: Option<f64>,
 }
 
+impl Shape {
+    /// Links at `rate` with no added delay.
+    pub fn at(rate: Rate) -> Self {
+        Self {
+            rate,
+            delay_ms: None,
+        }
+    }
+}
+
 /// Host `i`'s namespace.
 pub fn host_namespace(i: usize) -> String {
     format!("{PREFIX}h{i}")

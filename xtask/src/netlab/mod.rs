@@ -111,13 +111,7 @@ pub fn run(args: &Args) -> Result<()> {
             if up != *hosts {
                 bail!("--hosts {hosts}, but the lab that is up has {up}");
             }
-            lab::reshape(
-                *hosts,
-                Shape {
-                    rate: *rate,
-                    delay_ms: None,
-                },
-            )
+            lab::reshape(*hosts, Shape::at(*rate))
         }
         Action::Down => {
             let removed = lab::down()?;

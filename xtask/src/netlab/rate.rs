@@ -40,6 +40,11 @@ impl Rate {
     }
 }
 
+/// Parses each of `rates` (`tc` spelling), in order.
+pub fn parse_all(rates: &[&str]) -> Result<Vec<Rate>> {
+    rates.iter().map(|r| r.parse()).collect()
+}
+
 impl FromStr for Rate {
     type Err = anyhow::Error;
 

@@ -64,10 +64,7 @@ fn root_links() -> String {
 #[test]
 fn links_carry_their_rate_reach_only_the_lab_and_leave_nothing_behind() {
     let links_before = root_links();
-    let shape = |rate: &str| Shape {
-        rate: rate.parse().unwrap(),
-        delay_ms: None,
-    };
+    let shape = |rate: &str| Shape::at(rate.parse().unwrap());
     {
         let lab = Lab::up(2, shape("100mbit")).expect("netlab needs root and iproute2");
         // 100 Mbit/s: 12.5 MB take a second; TCP over 9000-byte frames

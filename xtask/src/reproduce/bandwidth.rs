@@ -15,7 +15,7 @@ use super::plot::{Chart, Series, draw};
 use super::report::Table;
 use super::{Claim, Context, Outcome, num};
 use crate::netlab::lab::{Lab, Shape};
-use crate::netlab::rate::Rate;
+use crate::netlab::rate::{self, Rate};
 
 /// BERT-base's parameter count.
 const ELEMENTS: u64 = 110_000_000;
@@ -31,29 +31,16 @@ struct Point {
 
 pub fn run(ctx: &Context) -> Result<Outcome> {
     let bench = Bench::build()?;
-    let rates: Vec<Rate> = ctx
-        .pick(
-            &[
-                "10gbit", "2.5gbit", "1gbit", "500mbit", "250mbit", "100mbit", "50mbit",
-            ][..],
-            &["10gbit", "1gbit", "100mbit"][..],
-        )
-        .iter()
-        .map(|r| r.parse())
-        .collect::<Result<_>>()?;
+    let rates = rate::parse_all(ctx.pick(
+        &[
+            "10gbit", "2.5gbit", "1gbit", "500mbit", "250mbit", "100mbit", "50mbit",
+        ][..],
+        &["10gbit", "1gbit", "100mbit"][..],
+    ))?;
     let elements = ctx.pick(ELEMENTS, 4_000_000);
     let log = ctx.report.path("metrics.jsonl");
-    let lab = Lab::up(
-        RANKS,
-        Shape {
-            rate: rates[0],
-            delay_ms: None,
-        },
-    )?;
-    let fast = Shape {
-        rate: rates[0],
-        delay_ms: None,
-    };
+    let fast = Shape::at(rates[0]);
+    let lab = Lab::up(RANKS, fast)?;
     let mut points = Vec::new();
     for &rate in &rates {
         // Below 500 Mbit/s an fp32 step of BERT-base takes minutes and

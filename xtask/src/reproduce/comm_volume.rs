@@ -114,13 +114,7 @@ pub fn run(ctx: &Context) -> Result<Outcome> {
     let d = ctx.pick(BERT_BASE, 4_000_000);
     let (warmup, steps) = ctx.pick((2, 3), (1, 2));
     let rate = "10gbit".parse()?;
-    let lab = Lab::up(
-        RANKS,
-        Shape {
-            rate,
-            delay_ms: None,
-        },
-    )?;
+    let lab = Lab::up(RANKS, Shape::at(rate))?;
     let log = ctx.report.path("metrics.jsonl");
     let mut measured = Vec::new();
     for optimizer in OPTIMIZERS {

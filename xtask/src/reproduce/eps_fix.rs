@@ -161,7 +161,8 @@ pub fn around_freeze(points: &[(u64, f64)], freeze: u64) -> (f64, f64, f64) {
 /// Runs `terse sum-of-squares` on the committed problem with `sets`
 /// overrides, writing its steps to `out`, and returns `(step, f)`.
 pub fn run_toy(ctx: &Context, out: &Path, sets: &[String]) -> Result<Vec<(u64, f64)>> {
-    let mut command = Command::new(&ctx.terse);
+    let terse = ctx.terse()?;
+    let mut command = Command::new(terse);
     command.args(["sum-of-squares", "--config", TOY]);
     for set in sets {
         command.args(["--set", set]);
@@ -170,7 +171,7 @@ pub fn run_toy(ctx: &Context, out: &Path, sets: &[String]) -> Result<Vec<(u64, f
         .arg("--out")
         .arg(out)
         .status()
-        .with_context(|| format!("cannot start {}", ctx.terse.display()))?;
+        .with_context(|| format!("cannot start {}", terse.display()))?;
     if !status.success() {
         bail!(
             "`terse sum-of-squares {}` failed ({status})",
@@ -221,7 +222,7 @@ fn vgg(ctx: &Context) -> Result<(String, Vec<Claim>)> {
         .into_iter()
         .map(|(label, optimizer)| vgg_variant(label, optimizer))
         .collect();
-    let logs = run_all(&ctx.terse, &vgg_runs(ctx), &variants)?;
+    let logs = run_all(ctx.terse()?, &vgg_runs(ctx), &variants)?;
     ctx.report.write_runs(&logs)?;
     let mut table = Table::new(&["optimizer", "train loss, last 30 steps", "test accuracy"]);
     let mut results = Vec::new();

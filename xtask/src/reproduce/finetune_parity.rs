@@ -118,7 +118,7 @@ pub fn run(ctx: &Context) -> Result<Outcome> {
                 variants.push(v);
             }
         }
-        let logs = run_all(&ctx.terse, &ctx.runs, &variants)?;
+        let logs = run_all(ctx.terse()?, &ctx.runs, &variants)?;
         let scores = |prefix: &str| -> Result<Vec<(u64, f64)>> {
             logs.iter()
                 .filter(|l| l.label.starts_with(&format!("{}_{prefix}_", task.name)))

@@ -26,6 +26,7 @@ mod scale_block;
 mod slamb_ratio;
 mod step_profile;
 
+use std::cell::OnceCell;
 use std::path::{Path, PathBuf};
 
 use anyhow::{Result, bail};
@@ -102,8 +103,10 @@ pub struct Outcome {
 pub struct Context {
     /// The quick (CI) version.
     pub quick: bool,
-    /// The `terse` executable.
-    pub terse: PathBuf,
+    /// The `terse` executable, built on first use: `comm-volume` and
+    /// `bandwidth` never need it, and building it costs minutes when the
+    /// last build resolved the workspace's features differently.
+    terse: OnceCell<PathBuf>,
     /// Parent of the variants' run directories.
     pub runs: PathBuf,
     /// The output directory.
@@ -120,6 +123,15 @@ impl Context {
             experiment.to_string()
         };
         self.runs.with_file_name(name)
+    }
+
+    /// The `terse` executable, built the first time it is asked for.
+    pub fn terse(&self) -> Result<&Path> {
+        if self.terse.get().is_none() {
+            let built = crate::terse_binary::build()?;
+            let _ = self.terse.set(built);
+        }
+        Ok(self.terse.get().expect("set above"))
     }
 
     /// `full` normally, `quick` under `--quick`.
@@ -145,10 +157,9 @@ pub fn run(args: &Args) -> Result<()> {
     } else {
         Path::new("results").join(&name)
     };
-    let terse = crate::terse_binary::build()?;
     let ctx = Context {
         quick: args.quick,
-        terse,
+        terse: OnceCell::new(),
         runs,
         report: Report::create(&out)?,
     };

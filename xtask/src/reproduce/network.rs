@@ -1,6 +1,7 @@
 //! What the issue-10 measurements share: the `optim_network` benchmark run
 //! one rank per netlab host, and its per-step lines.
 
+use std::io::Write as _;
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context as _, Result, bail};
@@ -143,9 +144,12 @@ impl Bench {
             .map(StepRow::parse)
             .collect::<Result<Vec<_>>>()
             .with_context(|| format!("bad line in {}", out.display()))?;
-        let mut all = std::fs::read_to_string(log).unwrap_or_default();
-        all.push_str(&text);
-        std::fs::write(log, all)?;
+        std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(log)
+            .and_then(|mut file| file.write_all(text.as_bytes()))
+            .with_context(|| format!("cannot append to {}", log.display()))?;
         std::fs::remove_file(&out)?;
         Ok(rows)
     }

@@ -62,7 +62,7 @@ pub fn run(ctx: &Context) -> Result<Outcome> {
     if !ctx.quick {
         variants.insert(2, v("onebit_adam_fp32", true));
     }
-    let logs = run_all(&ctx.terse, &ctx.runs, &variants)?;
+    let logs = run_all(ctx.terse()?, &ctx.runs, &variants)?;
     ctx.report.write_runs(&logs)?;
     let batch = batch as f64;
     let series = loss_curves(&logs, batch, ctx.pick(20, 5));

@@ -38,7 +38,7 @@ pub fn run(ctx: &Context) -> Result<Outcome> {
         variant("lamb_onebit_basic", onebit("lamb_onebit_basic")),
         variant("onebit_lamb", onebit("onebit_lamb")),
     ];
-    let pretrained = run_all(&ctx.terse, &ctx.runs, &variants)?;
+    let pretrained = run_all(ctx.terse()?, &ctx.runs, &variants)?;
 
     // Fine-tune each pre-trained model the same way (Adam, one rank): the
     // paper's Table 3 question is whether the checkpoints differ.
@@ -67,7 +67,7 @@ pub fn run(ctx: &Context) -> Result<Outcome> {
             .set("train.eval_every", 0)
         })
         .collect();
-    let mut runs = run_all(&ctx.terse, &ctx.runs, &finetunes)?.into_iter();
+    let mut runs = run_all(ctx.terse()?, &ctx.runs, &finetunes)?.into_iter();
     // None where pre-training diverged and there is nothing to fine-tune,
     // and in the quick run (60 steps of pre-training fine-tune to chance).
     let finetuned: Vec<Option<RunLog>> = pretrained

@@ -216,7 +216,7 @@ fn finished(dir: &Path) -> bool {
     dir.join(FINISHED).is_file() && dir.join("metrics.jsonl").is_file()
 }
 
-fn read_log(variant: &Variant, dir: &Path) -> Result<RunLog> {
+pub fn read_log(variant: &Variant, dir: &Path) -> Result<RunLog> {
     let path = dir.join("metrics.jsonl");
     let text = std::fs::read_to_string(&path)
         .with_context(|| format!("cannot read {}", path.display()))?;

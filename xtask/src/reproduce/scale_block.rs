@@ -121,7 +121,7 @@ fn sum_of_squares(ctx: &Context) -> Result<(String, Vec<Claim>)> {
 fn bert(ctx: &Context) -> Result<(String, Vec<Claim>, Vec<RunLog>)> {
     let (steps, batch, _) = onebit_adam::shape(ctx);
     let shared = run_all(
-        &ctx.terse,
+        ctx.terse()?,
         &ctx.sibling("onebit-adam"),
         &[
             onebit_adam::variant(ctx, "adam", onebit_adam::optimizer(ctx, "adam", false, "")),
@@ -133,7 +133,7 @@ fn bert(ctx: &Context) -> Result<(String, Vec<Claim>, Vec<RunLog>)> {
         ],
     )?;
     let block = run_all(
-        &ctx.terse,
+        ctx.terse()?,
         &ctx.runs,
         &[onebit_adam::variant(
             ctx,
@@ -207,7 +207,7 @@ fn bert(ctx: &Context) -> Result<(String, Vec<Claim>, Vec<RunLog>)> {
 fn vgg(ctx: &Context) -> Result<(String, Vec<Claim>, Vec<RunLog>)> {
     let [adam, outside, inside] = eps_fix::vgg_optimizers();
     let shared = run_all(
-        &ctx.terse,
+        ctx.terse()?,
         &eps_fix::vgg_runs(ctx),
         &[adam, outside.clone(), inside]
             .map(|(label, optimizer)| eps_fix::vgg_variant(label, optimizer)),
@@ -215,7 +215,7 @@ fn vgg(ctx: &Context) -> Result<(String, Vec<Claim>, Vec<RunLog>)> {
     let block_optimizer =
         outside.1.trim_end_matches('}').to_string() + &format!(", scale_block = {BLOCK} }}");
     let block = run_all(
-        &ctx.terse,
+        ctx.terse()?,
         &ctx.runs.join("vgg16"),
         &[eps_fix::vgg_variant(
             "onebit_adam_eps_outside_block2048",

@@ -43,7 +43,7 @@ pub fn run(ctx: &Context) -> Result<Outcome> {
             ),
         ));
     }
-    let logs = run_all(&ctx.terse, &ctx.runs, &variants)?;
+    let logs = run_all(ctx.terse()?, &ctx.runs, &variants)?;
     ctx.report.write_runs(&logs)?;
 
     let lamb_bytes = logs[0].total("bytes_sent");

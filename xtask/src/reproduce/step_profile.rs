@@ -9,18 +9,15 @@
 //! shaped links. 1-bit Adam freezes after its first step; the first step of
 //! every run (allocation, the warmup) is left out of the means.
 
-use std::path::Path;
-
 use anyhow::{Context as _, Result, bail};
-use serde_json::Value;
 
 use super::network::RANKS;
 use super::report::Table;
-use super::runner::{Variant, command_line};
+use super::runner::{RunLog, Variant, command_line, read_log};
 use super::{Claim, Context, Outcome, num};
 use crate::netlab::lab::{Lab, Shape};
 use crate::netlab::launch;
-use crate::netlab::rate::Rate;
+use crate::netlab::rate::{self, Rate};
 
 const CONFIG: &str = "configs/pretrain-bert-base.toml";
 
@@ -64,28 +61,28 @@ fn variant(ctx: &Context, label: &str, optimizer: &str, steps: u64) -> Variant {
         .set("train.eval_every", 0)
 }
 
-/// The means over steps 2.. of the run's metrics.jsonl.
-fn profile(dir: &Path) -> Result<Profile> {
-    let path = dir.join("metrics.jsonl");
-    let text = std::fs::read_to_string(&path)
-        .with_context(|| format!("cannot read {}", path.display()))?;
-    let steps: Vec<Value> = text
-        .lines()
-        .map(serde_json::from_str)
-        .collect::<Result<Vec<Value>, _>>()?
-        .into_iter()
-        .filter(|v| v["step"].as_u64().is_some_and(|s| s > 1) && v.get("forward_ms").is_some())
-        .collect();
-    if steps.is_empty() {
-        bail!("{} has no step after the first", path.display());
-    }
-    let mean =
-        |k: &str| steps.iter().filter_map(|v| v[k].as_f64()).sum::<f64>() / steps.len() as f64;
+/// The means over steps 2.. of the run's logged steps.
+fn profile(log: &RunLog) -> Result<Profile> {
+    let mean = |field: &str| -> Result<f64> {
+        let after_first: Vec<f64> = log
+            .series(field)
+            .into_iter()
+            .filter(|&(step, _)| step > 1)
+            .map(|(_, value)| value)
+            .collect();
+        if after_first.is_empty() {
+            bail!(
+                "{} logged no {field} after the first step",
+                log.dir.display()
+            );
+        }
+        Ok(after_first.iter().sum::<f64>() / after_first.len() as f64)
+    };
     Ok(Profile {
-        forward: mean("forward_ms"),
-        backward: mean("backward_ms"),
-        comm: mean("comm_ms"),
-        optimizer: mean("optimizer_ms"),
+        forward: mean("forward_ms")?,
+        backward: mean("backward_ms")?,
+        comm: mean("comm_ms")?,
+        optimizer: mean("optimizer_ms")?,
     })
 }
 
@@ -94,43 +91,32 @@ pub fn run(ctx: &Context) -> Result<Outcome> {
     // The lab's namespaces have no route out: fetch the corpus, the
     // tokenizer and build the shards first, with one step on one rank.
     let warm = variant(ctx, "prepare", OPTIMIZERS[0].1, 1);
-    let status = std::process::Command::new(&ctx.terse)
+    let status = std::process::Command::new(ctx.terse()?)
         .args(command_line(&warm, &ctx.runs.join("prepare")))
         .status()
         .context("cannot start terse")?;
     if !status.success() {
         bail!("preparing the data failed ({status})");
     }
-    let rates: Vec<Rate> = ["1gbit", "10gbit"]
-        .iter()
-        .map(|r| r.parse())
-        .collect::<Result<_>>()?;
-    let lab = Lab::up(
-        RANKS,
-        Shape {
-            rate: rates[0],
-            delay_ms: None,
-        },
-    )?;
+    let rates = rate::parse_all(&["1gbit", "10gbit"])?;
+    let lab = Lab::up(RANKS, Shape::at(rates[0]))?;
     let mut profiles = Vec::new();
     for &rate in &rates {
-        lab.reshape(Shape {
-            rate,
-            delay_ms: None,
-        })?;
+        lab.reshape(Shape::at(rate))?;
         for (label, optimizer) in OPTIMIZERS {
             let dir = ctx.runs.join(format!("{rate}-{label}"));
             if dir.exists() {
                 std::fs::remove_dir_all(&dir)?;
             }
             eprintln!("reproduce: {label} at {rate} on {RANKS} lab hosts");
-            let mut args = command_line(&variant(ctx, label, optimizer, steps), &dir);
+            let run = variant(ctx, label, optimizer, steps);
+            let mut args = command_line(&run, &dir);
             args.push("--no-progress".into());
-            let status = launch::run(RANKS, &ctx.terse, &args)?;
+            let status = launch::run(RANKS, ctx.terse()?, &args)?;
             if !status.success() {
                 bail!("terse pretrain ({label} at {rate}) failed ({status})");
             }
-            profiles.push((rate, label, profile(&dir)?));
+            profiles.push((rate, label, profile(&read_log(&run, &dir)?)?));
         }
     }
     drop(lab);
