@@ -22,7 +22,7 @@ pub struct Issue {
     pub title: &'static str,
 }
 
-/// Datasets: manifests, fetching, verification; owns `data`.
+/// The compressed optimizers; `train mlp` (one rank) still refuses them.
 pub const ISSUE_5: Issue = Issue {
     number: 5,
     title: "1-bit Adam, 1-bit LAMB and SLAMB",

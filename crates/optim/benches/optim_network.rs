@@ -15,13 +15,16 @@
 //!
 //! ```text
 //! optim_network --elements N --optimizer adam|onebit_adam|onebit_lamb|slamb
-//!               --warmup W --steps K --out FILE [--label TEXT]
+//!               --warmup W [--settle S] --steps K --out FILE [--label TEXT]
 //!               [--after-warmup SHELL-COMMAND]
 //! ```
-//! appends one JSON line per step to FILE (rank 0). `--after-warmup` is run
-//! by rank 0 between the warmup and the measured steps, while every rank
-//! waits (`bandwidth` reshapes the links there, so the fp32 warmup crosses
-//! fast links and only the measured steps the slow ones).
+//! runs W warmup steps (the 1-bit optimizers freeze after them), S settling
+//! steps and K measured steps, and appends one JSON line per step to FILE
+//! (rank 0). `--after-warmup` is run by rank 0 after the warmup and settling
+//! steps, while every rank waits (`bandwidth` reshapes the links there, so
+//! the fp32 warmup and the first compressed step, which touches the error
+//! buffers for the first time, cross fast links and only the measured steps
+//! the slow ones).
 
 #[path = "common/bert_layout.rs"]
 mod bert_layout;
@@ -40,6 +43,7 @@ struct Options {
     elements: usize,
     optimizer: String,
     warmup: u64,
+    settle: u64,
     steps: u64,
     out: std::path::PathBuf,
     label: String,
@@ -64,6 +68,7 @@ fn options() -> Options {
         elements: number("--elements", 110_000_000) as usize,
         optimizer: value("--optimizer").unwrap_or_else(|| "adam".into()),
         warmup: number("--warmup", 2),
+        settle: number("--settle", 0),
         steps: number("--steps", 3),
         out: value("--out")
             .expect("--out FILE: where rank 0 appends its JSON lines")
@@ -137,8 +142,8 @@ fn main() {
     let mut g = gradient.clone();
     let mut x = vec![0.01f32; d];
     let mut lines = String::new();
-    for t in 0..o.warmup + o.steps {
-        if t == o.warmup
+    for t in 0..o.warmup + o.settle + o.steps {
+        if t == o.warmup + o.settle
             && let Some(command) = &o.after_warmup
         {
             if comm.rank() == 0 {

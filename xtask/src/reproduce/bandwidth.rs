@@ -6,11 +6,12 @@
 //! synchronisation and the update over a BERT-base-sized buffer, without
 //! forward and backward (`reproduce step-profile` has those). Adam
 //! allreduces fp32 gradients; 1-bit Adam and 1-bit LAMB are measured in
-//! their compression stage after one warmup step, SLAMB from its first step.
+//! their compression stage after one warmup step and one settling step, SLAMB
+//! after one settling step.
 
 use anyhow::Result;
 
-use super::network::{Bench, OPTIMIZERS, RANKS, Run, StepRow, mean, steady};
+use super::network::{Bench, OPTIMIZERS, RANKS, Run, StepRow, mean};
 use super::plot::{Chart, Series, draw};
 use super::report::Table;
 use super::{Claim, Context, Outcome, num};
@@ -20,7 +21,7 @@ use crate::netlab::rate::{self, Rate};
 /// BERT-base's parameter count.
 const ELEMENTS: u64 = 110_000_000;
 
-/// One optimizer at one rate: its steady-stage means.
+/// One optimizer at one rate: the means of its measured steps.
 struct Point {
     optimizer: &'static str,
     rate: Rate,
@@ -51,19 +52,23 @@ pub fn run(ctx: &Context) -> Result<Outcome> {
         let steps = if rate.bps() < 5e8 { 1 } else { 2 };
         for optimizer in OPTIMIZERS {
             let warmup = u64::from(optimizer.starts_with("onebit"));
-            // The fp32 warmup step crosses the fastest links; the links
-            // drop to `rate` for the measured steps only.
+            // The fp32 warmup step and one more cross the fastest links;
+            // the links drop to `rate` for the measured steps only. The
+            // extra step is every optimizer's first touch of its state
+            // (Adam's moments, the 1-bit error buffers), seconds on this
+            // machine whatever the rate.
             lab.reshape(fast)?;
             let run = Run {
                 optimizer,
                 elements,
                 warmup,
+                settle: 1,
                 steps,
                 label: rate.to_string(),
                 measure_at: Some(rate),
             };
             let rows = bench.measure(&lab, &run, &log)?;
-            let stage: Vec<&StepRow> = steady(&rows);
+            let stage: Vec<&StepRow> = run.measured(&rows);
             points.push(Point {
                 optimizer,
                 rate,
@@ -172,7 +177,9 @@ pub fn run(ctx: &Context) -> Result<Outcome> {
     let body = format!(
         "## Step time against link rate\n\n{elements} elements{}, {RANKS} ranks on {RANKS} \
          netlab hosts, every link shaped to the rate in both directions; means over each \
-         optimizer's steady-stage steps (2 at 500 Mbit/s and above, 1 below). \
+         optimizer's measured steps (2 at 500 Mbit/s and above, 1 below), which \
+         follow the 1-bit optimizers' fp32 warmup step and one settling step on 10 Gbit/s \
+         links. \
          \"In collectives\" is the time inside MPI calls (the network and the waiting); \
          \"communication\" adds the compression around them, which on this 2-core machine \
          runs 4 ranks on 2 cores and is far slower than a GPU's. \

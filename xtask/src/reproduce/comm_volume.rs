@@ -122,6 +122,7 @@ pub fn run(ctx: &Context) -> Result<Outcome> {
             optimizer,
             elements: d,
             warmup,
+            settle: 0,
             steps,
             label: rate.to_string(),
             measure_at: None,

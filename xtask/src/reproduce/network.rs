@@ -61,18 +61,30 @@ impl StepRow {
 }
 
 /// One benchmark run: an optimizer stepping a buffer for `warmup` steps
-/// before its freeze and `steps` after it.
+/// before its freeze, `settle` steps after it and then `steps` measured ones.
 #[derive(Debug, Clone)]
 pub struct Run<'a> {
     pub optimizer: &'a str,
     pub elements: u64,
     pub warmup: u64,
+    /// Steps after the freeze that are not measured: the first compressed
+    /// step allocates and first touches the error buffers.
+    pub settle: u64,
     pub steps: u64,
     /// Tags the lines (e.g. the link rate).
     pub label: String,
-    /// Reshape every link to this rate after the warmup steps (which then
-    /// run at the lab's current rate).
+    /// Reshape every link to this rate after the warmup and settling steps
+    /// (which then run at the lab's current rate).
     pub measure_at: Option<Rate>,
+}
+
+impl Run<'_> {
+    /// The measured steps among `rows`: those after warmup and settling.
+    pub fn measured<'r>(&self, rows: &'r [StepRow]) -> Vec<&'r StepRow> {
+        rows.iter()
+            .filter(|r| r.step > self.warmup + self.settle)
+            .collect()
+    }
 }
 
 /// The built benchmark.
@@ -103,6 +115,8 @@ impl Bench {
             run.optimizer,
             "--warmup",
             &run.warmup.to_string(),
+            "--settle",
+            &run.settle.to_string(),
             "--steps",
             &run.steps.to_string(),
             "--label",
@@ -123,8 +137,8 @@ impl Bench {
             ));
         }
         eprintln!(
-            "reproduce: {} on {RANKS} lab hosts, {} elements, {} ({} + {} steps)",
-            run.optimizer, run.elements, run.label, run.warmup, run.steps
+            "reproduce: {} on {RANKS} lab hosts, {} elements, {} ({} + {} + {} steps)",
+            run.optimizer, run.elements, run.label, run.warmup, run.settle, run.steps
         );
         let status = launch::mpirun(RANKS, &self.exe, &args)?
             .stdout(std::process::Stdio::null())
@@ -160,17 +174,6 @@ pub fn mean(rows: &[&StepRow], f: impl Fn(&StepRow) -> f64) -> f64 {
     rows.iter().map(|r| f(r)).sum::<f64>() / rows.len().max(1) as f64
 }
 
-/// The rows of the stage the optimizer spends its run in: the compressed
-/// (or sparse) steps of the 1-bit optimizers and SLAMB, every step of Adam.
-pub fn steady(rows: &[StepRow]) -> Vec<&StepRow> {
-    let compressed: Vec<&StepRow> = rows.iter().filter(|r| r.compressed()).collect();
-    if compressed.is_empty() {
-        rows.iter().collect()
-    } else {
-        compressed
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -188,6 +191,34 @@ mod tests {
         )
         .unwrap();
         assert_eq!(outside.wire_bytes_sent, None);
-        assert_eq!(steady(std::slice::from_ref(&outside)), vec![&outside]);
+    }
+
+    #[test]
+    fn measured_steps_follow_warmup_and_settling() {
+        let rows: Vec<StepRow> = (1..=4)
+            .map(|step| StepRow {
+                optimizer: "onebit_adam".into(),
+                elements: 8,
+                step,
+                stage: if step == 1 { "warmup" } else { "compression" }.into(),
+                step_ms: 1.0,
+                comm_ms: 1.0,
+                collective_ms: 1.0,
+                bytes_sent: 8,
+                bytes_sent_max: 8,
+                wire_bytes_sent: None,
+            })
+            .collect();
+        let run = Run {
+            optimizer: "onebit_adam",
+            elements: 8,
+            warmup: 1,
+            settle: 1,
+            steps: 2,
+            label: String::new(),
+            measure_at: None,
+        };
+        let steps: Vec<u64> = run.measured(&rows).iter().map(|r| r.step).collect();
+        assert_eq!(steps, [3, 4]);
     }
 }

@@ -61,6 +61,15 @@ fn variant(ctx: &Context, label: &str, optimizer: &str, steps: u64) -> Variant {
         .set("train.eval_every", 0)
 }
 
+fn remove_checkpoints(run_dir: &std::path::Path) -> Result<()> {
+    let dir = run_dir.join("checkpoints");
+    if dir.exists() {
+        std::fs::remove_dir_all(&dir)
+            .with_context(|| format!("cannot remove {}", dir.display()))?;
+    }
+    Ok(())
+}
+
 /// The means over steps 2.. of the run's logged steps.
 fn profile(log: &RunLog) -> Result<Profile> {
     let mean = |field: &str| -> Result<f64> {
@@ -98,6 +107,7 @@ pub fn run(ctx: &Context) -> Result<Outcome> {
     if !status.success() {
         bail!("preparing the data failed ({status})");
     }
+    remove_checkpoints(&ctx.runs.join("prepare"))?;
     let rates = rate::parse_all(&["1gbit", "10gbit"])?;
     let lab = Lab::up(RANKS, Shape::at(rates[0]))?;
     let mut profiles = Vec::new();
@@ -117,6 +127,9 @@ pub fn run(ctx: &Context) -> Result<Outcome> {
                 bail!("terse pretrain ({label} at {rate}) failed ({status})");
             }
             profiles.push((rate, label, profile(&read_log(&run, &dir)?)?));
+            // Only the metrics are read; BERT-base's end-of-run checkpoint
+            // (4 ranks × ~1.3 GB) would pile up over the six runs.
+            remove_checkpoints(&dir)?;
         }
     }
     drop(lab);
