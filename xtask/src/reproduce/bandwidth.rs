@@ -184,11 +184,12 @@ pub fn run(ctx: &Context) -> Result<Outcome> {
          \"communication\" adds the compression around them, which on this 2-core machine \
          runs 4 ranks on 2 cores and is far slower than a GPU's. \
          \"Bytes at line rate\" is the busiest rank's metered bytes divided by the link rate: \
-         the time the collective would take if the endpoints were free. They are not: the 4 \
-         ranks' TCP stacks share 2 cores, so an fp32 allreduce costs CPU time in proportion \
-         to its bytes (BERT-base's: about 5.5 s at any rate; unshaped it runs at ~1 Gbit/s \
-         per rank) and takes roughly that plus its line-rate time; the 1-bit stages move 1/32 \
-         of the bytes and pay 1/32 of that. The claim below is checked against both.\n\n{}\n![speed-up against \
+         the time the collective would take at full link speed with free endpoints. The \
+         endpoints are not free here: the 4 ranks' TCP stacks and reductions share 2 cores \
+         (unshaped, an fp32 allreduce of BERT-base runs at about 1 Gbit/s per rank), so at \
+         10 and 2.5 Gbit/s the measured times are the CPU's rather than the link's. The \
+         collectives are OpenMPI's bandwidth-optimal ones (ring allreduce as NCCL's, pairwise \
+         all-to-all, ring allgather; netlab's mpirun selects them). The claim below is checked against both.\n\n{}\n![speed-up against \
          link rate](plot.png)\n",
         ctx.pick(" (a BERT-base-sized gradient)", ""),
         table.markdown()
