@@ -178,7 +178,7 @@ pub fn run(ctx: &Context) -> Result<Outcome> {
         "## Step time against link rate\n\n{elements} elements{}, {RANKS} ranks on {RANKS} \
          netlab hosts, every link shaped to the rate in both directions; means over each \
          optimizer's measured steps (2 at 500 Mbit/s and above, 1 below), which \
-         follow the 1-bit optimizers' fp32 warmup step and one settling step on 10 Gbit/s \
+         follow the 1-bit optimizers' fp32 warmup step and one settling step on {} \
          links. \
          \"In collectives\" is the time inside MPI calls (the network and the waiting); \
          \"communication\" adds the compression around them, which on this 2-core machine \
@@ -192,6 +192,7 @@ pub fn run(ctx: &Context) -> Result<Outcome> {
          all-to-all, ring allgather; netlab's mpirun selects them). The claim below is checked against both.\n\n{}\n![speed-up against \
          link rate](plot.png)\n",
         ctx.pick(" (a BERT-base-sized gradient)", ""),
+        fast.rate,
         table.markdown()
     );
     Ok(Outcome {

@@ -6,8 +6,8 @@
 //! BERT-base pre-training on the real corpus by 4 MPI ranks, one per netlab
 //! host, each with a micro-batch of one sequence: the compute is what 2
 //! cores give 4 ranks, the communication is a BERT-base gradient over
-//! shaped links. 1-bit Adam freezes after its first step; the first step of
-//! every run (allocation, the warmup) is left out of the means.
+//! shaped links. 1-bit Adam freezes after its first step; the first two
+//! steps of every run are left out of the means (see [`profile`]).
 
 use anyhow::{Context as _, Result, bail};
 
@@ -75,16 +75,16 @@ fn remove_checkpoints(run_dir: &std::path::Path) -> Result<()> {
 /// error buffers.
 fn profile(log: &RunLog) -> Result<Profile> {
     let mean = |field: &str| -> Result<f64> {
-        let after_first: Vec<f64> = log
+        let measured: Vec<f64> = log
             .series(field)
             .into_iter()
             .filter(|&(step, _)| step > 2)
             .map(|(_, value)| value)
             .collect();
-        if after_first.is_empty() {
+        if measured.is_empty() {
             bail!("{} logged no {field} after step 2", log.dir.display());
         }
-        Ok(after_first.iter().sum::<f64>() / after_first.len() as f64)
+        Ok(measured.iter().sum::<f64>() / measured.len() as f64)
     };
     Ok(Profile {
         forward: mean("forward_ms")?,
