@@ -103,7 +103,7 @@ fn quick_flag(quick: bool) -> &'static [&'static str] {
 /// Runs bench target `bench` through `cargo test` with `args` after `--`.
 /// `--workspace` resolves features as the tests do, so nothing is rebuilt.
 fn run_cargo_bench(bench: &str, args: &[&str]) -> Result<()> {
-    let status = terse_binary::cargo()
+    let status = terse_binary::cargo()?
         .args(["test", "--quiet", "--workspace", "--bench", bench, "--"])
         .args(args)
         .status()

@@ -6,12 +6,13 @@
 //! source first and registry mirrors after); `terse-data` (a binary of the
 //! `terse-data` crate, which needs no system library) tries the sources in
 //! order, verifies every file and stores it in the git-ignored cache. This
-//! command builds and runs it in the one profile.
+//! command builds and runs it in the one profile and feature resolution
+//! (terse_binary.rs).
 
-use anyhow::{Context, Result, bail};
+use anyhow::Result;
 use clap::Subcommand;
 
-use crate::terse_binary::cargo;
+use crate::terse_binary;
 
 /// Arguments of `cargo xtask data`.
 #[derive(Debug, Clone, PartialEq, Eq, clap::Args)]
@@ -59,22 +60,7 @@ impl DataCommand {
 /// Runs `terse-data` with the command's arguments.
 pub fn run(args: &Args) -> Result<()> {
     let forwarded = args.command.terse_data_args();
-    let status = cargo()
-        .args([
-            "run",
-            "--quiet",
-            "--package",
-            "terse-data",
-            "--bin",
-            "terse-data",
-            "--",
-        ])
-        .args(&forwarded)
-        .status()
-        .context("cannot start cargo to build and run `terse-data`")?;
-    if !status.success() {
-        bail!("`terse-data {}` failed ({status})", forwarded.join(" "));
-    }
+    terse_binary::run_binary("terse-data", &forwarded)?;
     Ok(())
 }
 

@@ -1,11 +1,10 @@
 //! Fashion-MNIST for the commands that train on it: Debian's
 //! `dataset-fashion-mnist` package (the only registry that ships it here),
-//! installed when missing and running as root, and checked file by file
+//! installed with the other system packages (system_packages.rs), and checked file by file
 //! against the checksums recorded below, so a truncated or altered file is
 //! named instead of silently training on it.
 
 use std::path::PathBuf;
-use std::process::Command;
 
 use anyhow::{Context, Result, bail};
 use md5::{Digest, Md5};
@@ -43,7 +42,9 @@ const FILES: [(&str, u64, &str); 4] = [
 pub fn ensure() -> Result<PathBuf> {
     let dir = PathBuf::from(DIR);
     if !FILES.iter().all(|(name, _, _)| dir.join(name).is_file()) {
-        install()?;
+        // The package is on the system package list: installed (as root)
+        // or named in the install line there.
+        crate::system_packages::ensure()?;
     }
     for (name, bytes, md5) in FILES {
         let path = dir.join(name);
@@ -61,29 +62,4 @@ pub fn ensure() -> Result<PathBuf> {
     }
     eprintln!("data: Fashion-MNIST in {DIR} (4 files, md5 verified)");
     Ok(dir)
-}
-
-fn install() -> Result<()> {
-    let is_root = Command::new("id")
-        .arg("-u")
-        .output()
-        .is_ok_and(|o| String::from_utf8_lossy(&o.stdout).trim() == "0");
-    if !is_root {
-        bail!("Fashion-MNIST is not installed; run: sudo apt-get install -y {PACKAGE}");
-    }
-    eprintln!("data: installing {PACKAGE} with apt-get");
-    for args in [
-        &["update", "-qq"][..],
-        &["install", "-y", "-qq", PACKAGE][..],
-    ] {
-        let status = Command::new("apt-get")
-            .args(args)
-            .env("DEBIAN_FRONTEND", "noninteractive")
-            .status()
-            .context("cannot run apt-get")?;
-        if !status.success() {
-            bail!("`apt-get {}` failed ({status})", args.join(" "));
-        }
-    }
-    Ok(())
 }

@@ -105,7 +105,7 @@ pub fn run(args: &Args) -> Result<()> {
     if let Some(from) = &common.from {
         terse.extend(["--from".into(), from.display().to_string()]);
     }
-    terse_binary::launch(common.run.ranks as usize, &terse)
+    terse_binary::train(common.run.ranks as usize, &terse)
 }
 
 #[cfg(test)]

@@ -52,5 +52,5 @@ pub fn run(command: &str, args: &Args) -> Result<()> {
     if let Some(out) = &args.out {
         terse.extend(["--out".into(), out.display().to_string()]);
     }
-    terse_binary::launch(1, &terse)
+    terse_binary::launch(1, &terse).map(drop)
 }

@@ -18,7 +18,11 @@ mod not_implemented;
 mod pretrain;
 mod reproduce;
 mod run_args;
+mod run_plot;
+mod setup;
+mod system_packages;
 mod terse_binary;
+mod test;
 #[cfg(test)]
 mod testing;
 mod train;
@@ -63,6 +67,10 @@ enum Command {
     Data(data::Args),
     /// Bring up or down a rate-limited network of N hosts (namespaces) and run MPI ranks on it
     Netlab(netlab::Args),
+    /// Run the whole test suite (`cargo test --workspace`) after checking the system packages
+    Test(test::Args),
+    /// Check the Debian packages terse needs and install the missing ones (as root); builds nothing
+    Setup,
 }
 
 /// Runs the parsed command.
@@ -77,6 +85,8 @@ fn run(cli: &Cli) -> Result<()> {
         Command::Bench(args) => bench::run(args),
         Command::Data(args) => data::run(args),
         Command::Netlab(args) => netlab::run(args),
+        Command::Test(args) => test::run(args),
+        Command::Setup => setup::run(),
     }
 }
 
@@ -127,6 +137,8 @@ mod tests {
             "bench",
             "data",
             "netlab",
+            "test",
+            "setup",
         ] {
             let line = help
                 .lines()

@@ -21,24 +21,18 @@ pub fn require_mpirun() -> Result<()> {
     }
 }
 
-pub fn is_root() -> bool {
-    Command::new("id")
-        .arg("-u")
-        .output()
-        .is_ok_and(|o| String::from_utf8_lossy(&o.stdout).trim() == "0")
-}
-
 /// Worker threads per rank when `ranks` ranks share this machine's cores.
 pub fn threads_per_rank(ranks: usize) -> usize {
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
     (cores / ranks.max(1)).max(1)
 }
 
-/// Runs `executable args…` on `ranks` MPI ranks of this machine.
-pub fn launch(ranks: usize, executable: &Path, args: &[String]) -> Result<()> {
+/// The `mpirun` command that runs `executable args…` on `ranks` MPI ranks of
+/// this machine.
+pub fn command(ranks: usize, executable: &Path, args: &[String]) -> Command {
     let threads = threads_per_rank(ranks).to_string();
     let mut command = Command::new("mpirun");
-    if is_root() {
+    if crate::system_packages::is_root() {
         command.arg("--allow-run-as-root");
     }
     command
@@ -53,7 +47,12 @@ pub fn launch(ranks: usize, executable: &Path, args: &[String]) -> Result<()> {
         .env("RAYON_NUM_THREADS", &threads)
         .arg(executable)
         .args(args);
-    let status = command
+    command
+}
+
+/// Runs `executable args…` on `ranks` MPI ranks of this machine.
+pub fn launch(ranks: usize, executable: &Path, args: &[String]) -> Result<()> {
+    let status = command(ranks, executable, args)
         .status()
         .with_context(|| format!("cannot start mpirun for {}", executable.display()))?;
     if !status.success() {

@@ -61,7 +61,7 @@ pub fn run(args: &Args) -> Result<()> {
     if let Some(steps) = args.steps {
         terse.extend(["--steps".into(), steps.to_string()]);
     }
-    terse_binary::launch(args.run.ranks as usize, &terse)
+    terse_binary::train(args.run.ranks as usize, &terse)
 }
 
 #[cfg(test)]

@@ -1,82 +1,130 @@
 //! Builds and runs the per-rank `terse` binary.
 //!
-//! It goes through `cargo run` in the workspace's dev profile (dependencies at
-//! opt-level 3): the one profile CI and the tests build, so a command after
-//! `cargo test` compiles only the binary itself.
+//! One build for every command: the workspace's dev profile (dependencies at
+//! opt-level 3) and the workspace's feature resolution. `cargo build -p
+//! terse-cli` would resolve the dependencies' features for that package
+//! alone and differ from `cargo test --workspace` (num-traits, byteorder, …:
+//! the whole burn stack compiled twice); `cargo build --workspace --lib
+//! --bins` resolves them as the tests do and also builds every dependency the
+//! tests need, so after a training command `cargo xtask test` compiles only
+//! the workspace's own crates and test targets (and after the tests, a
+//! training command compiles nothing).
 
-use std::process::Command;
+use std::io::{BufRead, BufReader};
+use std::path::PathBuf;
+use std::process::{Command, Stdio};
 
 use anyhow::{Context, Result, bail};
 
 /// A `cargo` command: the one running this xtask (`$CARGO`), else from `PATH`.
-pub fn cargo() -> Command {
-    Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_string()))
+///
+/// Every cargo this xtask starts comes from here, after the system packages
+/// the build needs are checked (and installed as root): nothing is compiled
+/// before that check.
+pub fn cargo() -> Result<Command> {
+    crate::system_packages::ensure()?;
+    Ok(Command::new(
+        std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_string()),
+    ))
 }
 
 /// Runs `terse <args…>` on one rank, inheriting stdin, stdout and stderr.
 pub fn run(args: &[String]) -> Result<()> {
-    let status = cargo()
-        .args([
-            "run",
-            "--quiet",
-            "--package",
-            "terse-cli",
-            "--bin",
-            "terse",
-            "--",
-        ])
-        .args(args)
-        .status()
-        .context("cannot start cargo to build and run `terse`")?;
-    if !status.success() {
-        bail!("`terse {}` failed ({status})", args.join(" "));
-    }
-    Ok(())
+    run_binary("terse", args)
 }
 
-/// Builds the `terse` binary in the one profile and returns its path.
-pub fn build() -> Result<std::path::PathBuf> {
-    let output = cargo()
-        .args(["build", "--package", "terse-cli", "--bin", "terse"])
-        .args(["--message-format", "json-render-diagnostics"])
-        .stderr(std::process::Stdio::inherit())
-        .output()
-        .context("cannot start cargo to build `terse`")?;
-    if !output.status.success() {
-        bail!("building `terse` failed ({})", output.status);
-    }
-    executable(&String::from_utf8_lossy(&output.stdout), "terse")
-}
-
-/// Runs `terse <args…>` on `ranks` ranks: itself for one, through `mpirun`
-/// for more (one process per rank).
-pub fn launch(ranks: usize, args: &[String]) -> Result<()> {
-    let exe = build()?;
-    if ranks > 1 {
-        crate::mpi::require_mpirun()?;
-        return crate::mpi::launch(ranks, &exe, args);
-    }
+/// Builds the workspace's binaries and runs `name <args…>`, inheriting
+/// stdin, stdout and stderr.
+pub fn run_binary(name: &str, args: &[String]) -> Result<()> {
+    let exe = binary(name)?;
     let status = Command::new(&exe)
         .args(args)
         .status()
         .with_context(|| format!("cannot start {}", exe.display()))?;
     if !status.success() {
-        bail!("`terse {}` failed ({status})", args.join(" "));
+        bail!("`{name} {}` failed ({status})", args.join(" "));
     }
     Ok(())
 }
 
-/// The executable cargo reported for target `name` in its JSON messages.
-fn executable(messages: &str, name: &str) -> Result<std::path::PathBuf> {
-    let marker = format!("\"name\":\"{name}\"");
+/// Builds the `terse` binary in the one profile and returns its path.
+pub fn build() -> Result<PathBuf> {
+    binary("terse")
+}
+
+/// Builds the workspace's libraries and binaries (the tests' feature
+/// resolution, see the module doc) and returns the path of binary `name`.
+pub fn binary(name: &str) -> Result<PathBuf> {
+    let output = cargo()?
+        .args(["build", "--workspace", "--lib", "--bins"])
+        .args(["--message-format", "json-render-diagnostics"])
+        .stderr(Stdio::inherit())
+        .output()
+        .context("cannot start cargo to build the workspace")?;
+    if !output.status.success() {
+        bail!("building `{name}` failed ({})", output.status);
+    }
+    executable(&String::from_utf8_lossy(&output.stdout), name)
+}
+
+/// Runs `terse <args…>` on `ranks` ranks: itself for one, through `mpirun`
+/// for more (one process per rank). Rank 0's standard output is passed
+/// through line by line; the run directory it reports at the end
+/// (`terse: run directory DIR`) is returned.
+pub fn launch(ranks: usize, args: &[String]) -> Result<Option<PathBuf>> {
+    let exe = build()?;
+    let mut command = if ranks > 1 {
+        crate::mpi::require_mpirun()?;
+        crate::mpi::command(ranks, &exe, args)
+    } else {
+        let mut command = Command::new(&exe);
+        command.args(args);
+        command
+    };
+    let mut child = command
+        .stdout(Stdio::piped())
+        .spawn()
+        .with_context(|| format!("cannot start {}", exe.display()))?;
+    let mut run_dir = None;
+    let stdout = child.stdout.take().expect("piped above");
+    for line in BufReader::new(stdout).lines() {
+        let line = line.context("cannot read the output of `terse`")?;
+        println!("{line}");
+        if let Some(dir) = line.strip_prefix(RUN_DIRECTORY) {
+            run_dir = Some(PathBuf::from(dir.trim()));
+        }
+    }
+    let status = child.wait().context("cannot wait for `terse`")?;
+    if !status.success() {
+        bail!(
+            "`terse {}` on {ranks} rank(s) failed ({status})",
+            args.join(" ")
+        );
+    }
+    Ok(run_dir)
+}
+
+/// How `terse` names the run directory on its last line (crates/cli/src/launch.rs).
+const RUN_DIRECTORY: &str = "terse: run directory ";
+
+/// Runs a training command and draws its loss plot into the run directory.
+pub fn train(ranks: usize, args: &[String]) -> Result<()> {
+    if let Some(dir) = launch(ranks, args)? {
+        let plot = crate::run_plot::loss_plot(&dir)?;
+        println!("terse: loss plot {}", plot.display());
+    }
+    Ok(())
+}
+
+/// The executable cargo reported for target `name` in its JSON messages
+/// (one `compiler-artifact` object per line).
+fn executable(messages: &str, name: &str) -> Result<PathBuf> {
     messages
         .lines()
-        .filter(|line| line.contains(&marker) && line.contains("\"executable\":\""))
-        .find_map(|line| {
-            let start = line.find("\"executable\":\"")? + "\"executable\":\"".len();
-            let end = start + line[start..].find('"')?;
-            Some(std::path::PathBuf::from(&line[start..end]))
-        })
+        .filter_map(|line| serde_json::from_str::<serde_json::Value>(line).ok())
+        .filter(|message| message["reason"] == "compiler-artifact")
+        .filter(|message| message["target"]["name"] == name)
+        .find_map(|message| message["executable"].as_str().map(PathBuf::from))
         .with_context(|| format!("cargo did not report an executable for `{name}`"))
 }
 
@@ -84,15 +132,34 @@ fn executable(messages: &str, name: &str) -> Result<std::path::PathBuf> {
 /// returns the path of its executable, read from cargo's JSON messages.
 /// `--workspace` resolves features exactly as `cargo test --workspace` does,
 /// so the build reuses the tests' artifacts instead of rebuilding burn.
-pub fn build_bench(bench: &str) -> Result<std::path::PathBuf> {
-    let output = cargo()
+pub fn build_bench(bench: &str) -> Result<PathBuf> {
+    let output = cargo()?
         .args(["test", "--workspace", "--bench", bench, "--no-run"])
         .args(["--message-format", "json-render-diagnostics"])
-        .stderr(std::process::Stdio::inherit())
+        .stderr(Stdio::inherit())
         .output()
         .with_context(|| format!("cannot start cargo to build bench `{bench}`"))?;
     if !output.status.success() {
         bail!("building bench `{bench}` failed ({})", output.status);
     }
     executable(&String::from_utf8_lossy(&output.stdout), bench)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn finds_the_executable_of_the_named_target_in_cargos_messages() {
+        let messages = r#"{"reason":"compiler-artifact","target":{"name":"terse-data","kind":["bin"]},"executable":"/t/debug/terse-data"}
+{"reason":"compiler-artifact","target":{"name":"terse_train","kind":["lib"]},"executable":null}
+{"reason":"compiler-artifact","target":{"name":"terse","kind":["bin"]},"executable":"/t/debug/terse"}
+{"reason":"build-finished","success":true}"#;
+        assert_eq!(
+            executable(messages, "terse").unwrap(),
+            PathBuf::from("/t/debug/terse")
+        );
+        assert!(executable(messages, "terse_train").is_err());
+        assert!(executable(messages, "xtask").is_err());
+    }
 }

@@ -77,7 +77,7 @@ fn image(args: &Args) -> Result<()> {
         .config_or(&format!("configs/train-{model}-{dataset}.toml"))?;
     let mut terse = vec!["train".to_string(), model, "--dataset".into(), dataset];
     terse.extend(args.run.terse_args(&config));
-    terse_binary::launch(args.run.ranks as usize, &terse)
+    terse_binary::train(args.run.ranks as usize, &terse)
 }
 
 /// Runs `train`.

@@ -133,6 +133,8 @@ pub struct RunSummary {
     pub final_loss: f64,
     /// The last evaluation.
     pub eval: Vec<(String, f64)>,
+    /// The evaluation of the starting point (step 0), when the run made one.
+    pub eval_before: Vec<(String, f64)>,
 }
 
 impl RunSummary {
@@ -167,8 +169,37 @@ impl RunSummary {
             ));
         }
         for (name, value) in &self.eval {
-            out.push_str(&format!("; {name} {value:.4}"));
+            match self.eval_before.iter().find(|(before, _)| before == name) {
+                Some((_, before)) => out.push_str(&format!("; {name} {before:.4} → {value:.4}")),
+                None => out.push_str(&format!("; {name} {value:.4}")),
+            }
         }
         out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_summary_shows_each_metric_before_and_after_and_the_saving() {
+        let summary = RunSummary {
+            steps: 2,
+            samples: 64,
+            seconds: 4.0,
+            comm_seconds: 1.0,
+            bytes_sent: 1_000_000,
+            fp32_allreduce_bytes: 8_000_000,
+            final_loss: 0.5,
+            eval: vec![("accuracy".into(), 0.75), ("loss".into(), 0.5)],
+            eval_before: vec![("accuracy".into(), 0.5)],
+        };
+        assert_eq!(
+            summary.render(),
+            "2 steps, 64 samples in 4.0 s: 16.0 samples/s; communication 25.0% of step time; \
+             final loss 0.5000; sent 1.00 MB per rank, 8.00× less than an fp32 gradient \
+             allreduce (8.00 MB); accuracy 0.5000 → 0.7500; loss 0.5000"
+        );
     }
 }

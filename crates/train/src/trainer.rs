@@ -233,6 +233,7 @@ impl Trainer<'_> {
             // untrained head, or random weights).
             let eval = bar.suspend(|| task.evaluate(&model.valid(), &device.clone().inner()))?;
             bar.suspend(|| eprintln!("terse: before training: {}", render_eval(&eval)));
+            summary.eval_before = eval.clone();
             log.line(&EvalRecord { step: 0, eval })?;
         }
         for t in start_step + 1..=cfg.train.steps {

@@ -61,7 +61,7 @@ pub fn mpirun(ranks: usize, program: &Path, args: &[String]) -> Result<Command> 
     let mut command = Command::new("ip");
     command.args(["netns", "exec", &lab::host_namespace(0)]);
     command.args(as_host(0, "exec \"$0\" \"$@\"")).arg("mpirun");
-    if mpi::is_root() {
+    if crate::system_packages::is_root() {
         command.arg("--allow-run-as-root");
     }
     command

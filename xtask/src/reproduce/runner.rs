@@ -217,21 +217,28 @@ fn finished(dir: &Path) -> bool {
 }
 
 pub fn read_log(variant: &Variant, dir: &Path) -> Result<RunLog> {
-    let path = dir.join("metrics.jsonl");
-    let text = std::fs::read_to_string(&path)
-        .with_context(|| format!("cannot read {}", path.display()))?;
-    let lines = text
-        .lines()
-        .enumerate()
-        .map(|(i, line)| {
-            serde_json::from_str(line)
-                .with_context(|| format!("{}:{}: not JSON", path.display(), i + 1))
+    RunLog::read(&variant.label, dir)
+}
+
+impl RunLog {
+    /// The metrics.jsonl of run directory `dir`, labelled `label`.
+    pub fn read(label: &str, dir: &Path) -> Result<RunLog> {
+        let path = dir.join("metrics.jsonl");
+        let text = std::fs::read_to_string(&path)
+            .with_context(|| format!("cannot read {}", path.display()))?;
+        let lines = text
+            .lines()
+            .enumerate()
+            .map(|(i, line)| {
+                serde_json::from_str(line)
+                    .with_context(|| format!("{}:{}: not JSON", path.display(), i + 1))
+            })
+            .collect::<Result<Vec<Value>>>()?;
+        Ok(RunLog {
+            label: label.to_string(),
+            dir: dir.to_path_buf(),
+            lines,
+            diverged: dir.join(DIVERGED).is_file(),
         })
-        .collect::<Result<Vec<Value>>>()?;
-    Ok(RunLog {
-        label: variant.label.clone(),
-        dir: dir.to_path_buf(),
-        lines,
-        diverged: dir.join(DIVERGED).is_file(),
-    })
+    }
 }
