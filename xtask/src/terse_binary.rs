@@ -23,9 +23,33 @@ use anyhow::{Context, Result, bail};
 /// before that check.
 pub fn cargo() -> Result<Command> {
     crate::system_packages::ensure()?;
-    Ok(Command::new(
-        std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_string()),
-    ))
+    let mut command = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_string()));
+    // `cargo run` gave this process xtask's own package variables. Build
+    // scripts that watch them (ring's `rerun-if-env-changed=CARGO_PKG_NAME`,
+    // …) would see them change between a cargo started here and one started
+    // from a shell, and rebuild (ring, rustls, ureq) every time the two
+    // alternate; the inner cargo gets the user's environment instead.
+    for (name, _) in std::env::vars_os() {
+        if name.to_str().is_some_and(set_by_cargo_run) {
+            command.env_remove(&name);
+        }
+    }
+    Ok(command)
+}
+
+/// Whether `name` is one of the variables `cargo run` sets for the program
+/// it runs (as opposed to the user's `CARGO_HOME`, `CARGO_TARGET_DIR`, …).
+fn set_by_cargo_run(name: &str) -> bool {
+    name.starts_with("CARGO_PKG_")
+        || matches!(
+            name,
+            "CARGO_MANIFEST_DIR"
+                | "CARGO_MANIFEST_PATH"
+                | "CARGO_MANIFEST_LINKS"
+                | "CARGO_CRATE_NAME"
+                | "CARGO_BIN_NAME"
+                | "CARGO_PRIMARY_PACKAGE"
+        )
 }
 
 /// Runs `terse <args…>` on one rank, inheriting stdin, stdout and stderr.
@@ -161,5 +185,24 @@ mod tests {
         );
         assert!(executable(messages, "terse_train").is_err());
         assert!(executable(messages, "xtask").is_err());
+    }
+
+    #[test]
+    fn the_user_cargo_settings_reach_the_inner_cargo_and_xtasks_own_do_not() {
+        for own in [
+            "CARGO_PKG_NAME",
+            "CARGO_PKG_VERSION_MAJOR",
+            "CARGO_MANIFEST_DIR",
+        ] {
+            assert!(set_by_cargo_run(own), "{own}");
+        }
+        for user in [
+            "CARGO_HOME",
+            "CARGO_TARGET_DIR",
+            "CARGO_TERM_COLOR",
+            "CARGO",
+        ] {
+            assert!(!set_by_cargo_run(user), "{user}");
+        }
     }
 }

@@ -36,10 +36,15 @@ fn cargo_args(args: &Args) -> Vec<String> {
 /// Runs `test`.
 pub fn run(args: &Args) -> Result<()> {
     let cargo_args = cargo_args(args);
-    let status = terse_binary::cargo()?
-        .args(&cargo_args)
-        .status()
-        .context("cannot start cargo for the tests")?;
+    let mut cargo = terse_binary::cargo()?;
+    cargo.args(&cargo_args);
+    if crate::system_packages::is_root() {
+        // The MPI tests start real `mpirun` jobs, which OpenMPI refuses as
+        // root (containers, CI) unless told twice.
+        cargo.env("OMPI_ALLOW_RUN_AS_ROOT", "1");
+        cargo.env("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1");
+    }
+    let status = cargo.status().context("cannot start cargo for the tests")?;
     if !status.success() {
         bail!("`cargo {}` failed ({status})", cargo_args.join(" "));
     }
