@@ -191,8 +191,12 @@ fn an_exported_bert_loads_in_transformers_with_the_same_outputs() {
         assert!(diff <= 1e-4, "{what} differs by {diff}");
     }
 
-    // Saving the loaded model again writes the same tensors under the same names.
+    // Saving the loaded model again writes the same tensors under the same
+    // names, replacing what an earlier export left in the directory (a run
+    // repeated in its run directory).
     let out_dir = std::env::temp_dir().join(format!("terse-export-{}", std::process::id()));
+    std::fs::create_dir_all(&out_dir).unwrap();
+    std::fs::write(out_dir.join("model.safetensors"), b"an earlier export").unwrap();
     save_hf(&model, &config, &out_dir).unwrap();
     assert_eq!(
         tensors(&out_dir.join("model.safetensors")),

@@ -138,7 +138,11 @@ pub fn save_hf<M: HfBert>(model: &M, config: &BertConfig, dir: &Path) -> Result<
         source,
     })?;
     let path = dir.join("model.safetensors");
+    // An export replaces the previous one (a run repeated or extended in
+    // the same directory); burn writes a temporary file and renames it over
+    // the old one, so a reader never sees half a file.
     let mut store = SafetensorsStore::from_file(&path)
+        .overwrite(true)
         .with_to_adapter(BurnToPyTorchAdapter)
         .with_key_remapping(r"\.layer_norm\.", ".LayerNorm.")
         .with_key_remapping(r"\.self_attention\.", ".self.")
