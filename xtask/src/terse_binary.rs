@@ -52,6 +52,23 @@ fn set_by_cargo_run(name: &str) -> bool {
         )
 }
 
+/// The path of this xtask binary, for commands that start it again (netlab's
+/// launch agent).
+///
+/// The workspace build above also links the `xtask` binary (under the
+/// workspace's feature resolution) and so replaces `target/debug/xtask`
+/// while this process runs from it; Linux then reports the running file as
+/// `<path> (deleted)`. The path itself names the same program, just built
+/// again, so the suffix is dropped when that path exists.
+pub fn xtask_exe() -> Result<PathBuf> {
+    let exe = std::env::current_exe().context("cannot locate the xtask binary")?;
+    let text = exe.to_string_lossy();
+    match text.strip_suffix(" (deleted)") {
+        Some(path) if std::path::Path::new(path).is_file() => Ok(PathBuf::from(path)),
+        _ => Ok(exe),
+    }
+}
+
 /// Runs `terse <args…>` on one rank, inheriting stdin, stdout and stderr.
 pub fn run(args: &[String]) -> Result<()> {
     run_binary("terse", args)

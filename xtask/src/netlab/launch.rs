@@ -46,7 +46,7 @@ pub fn mpirun(ranks: usize, program: &Path, args: &[String]) -> Result<Command> 
              `cargo xtask netlab up --hosts {ranks} --rate …`"
         );
     }
-    let agent = std::env::current_exe().context("cannot locate the xtask binary")?;
+    let agent = crate::terse_binary::xtask_exe()?;
     let agent = agent
         .to_str()
         .filter(|path| !path.contains(char::is_whitespace))

@@ -128,7 +128,7 @@ impl Bench {
         .map(|s| s.to_string())
         .collect();
         if let Some(rate) = run.measure_at {
-            let xtask = std::env::current_exe().context("cannot locate the xtask binary")?;
+            let xtask = crate::terse_binary::xtask_exe()?;
             args.push("--after-warmup".into());
             args.push(format!(
                 "{} netlab shape --hosts {} --rate {rate}",
