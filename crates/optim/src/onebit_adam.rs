@@ -102,7 +102,17 @@ pub(crate) struct FrozenUpdate<'a> {
 }
 
 impl FrozenUpdate<'_> {
-    /// `x -= lr_p·(m̂/denom(v̂) + wd·x)` with one rate per segment.
+    /// `x -= lr_p·(m̂/denom(v̂) + wd·x)` with one rate per segment, except
+    /// where the frozen `v` is exactly zero.
+    ///
+    /// A coordinate whose variance is exactly zero at the freeze has had a
+    /// zero gradient on every rank at every warmup step (an embedding row no
+    /// token used, a position beyond the sequence length, padding): the
+    /// compressed momentum would hand it ±scale (sign(0) = +1) and an update
+    /// of lr·scale/ε. Such coordinates are masked, as DeepSpeed's
+    /// `exp_avg_mask` does, and do not move at all (no decay either) for the
+    /// rest of the run. The mask is `v == 0` of the frozen v, so it is saved
+    /// with v in every checkpoint and needs no state of its own.
     pub(crate) fn apply(
         &self,
         layout: &ParamLayout,
@@ -126,7 +136,8 @@ impl FrozenUpdate<'_> {
                         .for_each(|((x, m), v)| {
                             with_avx(|| {
                                 for ((x, &m), &v) in x.iter_mut().zip(m).zip(v) {
-                                    *x -= lr * moments.direction::<INSIDE>(m, v, *x, wd);
+                                    let step = lr * moments.direction::<INSIDE>(m, v, *x, wd);
+                                    *x -= if v > 0.0 { step } else { 0.0 };
                                 }
                             })
                         });
@@ -134,6 +145,22 @@ impl FrozenUpdate<'_> {
             )
         });
     }
+}
+
+/// Zeroes the momentum where the frozen variance is exactly zero (see
+/// [`FrozenUpdate::apply`]), after the compressed allreduce gave those
+/// coordinates the chunk's ±scale: the masked momentum stays zero instead of
+/// carrying the scale into the next steps.
+pub(crate) fn mask_momentum(m: &mut [f32], v: &[f32]) {
+    m.par_chunks_mut(CHUNK)
+        .zip(v.par_chunks(CHUNK))
+        .for_each(|(m, v)| {
+            for (m, &v) in m.iter_mut().zip(v) {
+                if v == 0.0 {
+                    *m = 0.0;
+                }
+            }
+        });
 }
 
 /// `m = β1·m + (1-β1)·g` over the whole buffer.
@@ -184,6 +211,7 @@ impl FlatOptimizer for OneBitAdam {
                     _ => self.allreduce.allreduce_mean(ctx.comm, &mut self.m)?,
                 }
                 let comm_time = start.elapsed();
+                mask_momentum(&mut self.m, &self.v);
                 self.frozen_step(ctx, x, t_w);
                 Ok(comm_time)
             }

@@ -13,7 +13,7 @@ use terse_comm::CompressedAllreduce;
 use crate::freeze::FreezePoint;
 use crate::lamb::lamb_step;
 use crate::moments::{Moments, with_eps_mode};
-use crate::onebit_adam::{FrozenUpdate, accumulate_momentum, l1_norm};
+use crate::onebit_adam::{FrozenUpdate, accumulate_momentum, l1_norm, mask_momentum};
 use crate::optimizer::allreduce_mean_gradient;
 use crate::parallel::{CHUNK, split_segments, split_segments_mut, sum_of_squares, with_avx};
 use crate::{
@@ -126,6 +126,7 @@ impl OneBitLamb {
         let start = Instant::now();
         self.allreduce.allreduce_mean(ctx.comm, &mut self.m)?;
         let comm_time = start.elapsed();
+        mask_momentum(&mut self.m, &self.v);
         let moments = Moments::frozen(c.beta_1, c.beta_2, c.eps, c.bias_correction, ctx.t, t_w);
         let lrs: Vec<f64> = if self.basic {
             self.c_avg.iter().map(|c_avg| ctx.lr * c_avg).collect()
