@@ -1,8 +1,8 @@
 //! Fashion-MNIST for the commands that train on it: Debian's
 //! `dataset-fashion-mnist` package (the only registry that ships it here),
-//! installed with the other system packages (system_packages.rs), and checked file by file
-//! against the checksums recorded below, so a truncated or altered file is
-//! named instead of silently training on it.
+//! installed with the other system packages (system_packages.rs), and
+//! checked file by file against the checksums recorded below, so a truncated
+//! or altered file is named instead of silently training on it.
 
 use std::path::PathBuf;
 
