@@ -30,6 +30,9 @@ pub fn run(args: &Args) -> Result<()> {
     match &args.benchmark {
         Benchmark::Glue(options) => {
             let config = options.resolve()?;
+            if options.printed(&config) {
+                return Ok(());
+            }
             if !matches!(config.task, TaskConfig::Glue { .. }) {
                 bail!(
                     "{}: `terse finetune glue` needs [task] kind = \"glue\"",
@@ -43,6 +46,9 @@ pub fn run(args: &Args) -> Result<()> {
         }
         Benchmark::Squad(options) => {
             let config = options.resolve()?;
+            if options.printed(&config) {
+                return Ok(());
+            }
             if !matches!(config.task, TaskConfig::Squad { .. }) {
                 bail!(
                     "{}: `terse finetune squad` needs [task] kind = \"squad\"",

@@ -58,6 +58,12 @@ pub struct RunOptions {
     /// No progress bar (logs and CI)
     #[arg(long)]
     pub no_progress: bool,
+
+    /// Print the resolved config (the file with every override applied and
+    /// every default filled in, as config.toml would hold it) and exit
+    /// without loading data or training
+    #[arg(long)]
+    pub print_config: bool,
 }
 
 impl RunOptions {
@@ -87,6 +93,15 @@ impl RunOptions {
             .validate()
             .map_err(|e| anyhow::anyhow!("{}: {e}", self.config.display()))?;
         Ok(config)
+    }
+
+    /// Prints `config` when `--print-config` asked for it; true then, and
+    /// the command stops there.
+    pub fn printed(&self, config: &RunConfig) -> bool {
+        if self.print_config {
+            print!("{}", config.to_toml());
+        }
+        self.print_config
     }
 
     /// The run directory: `--run-dir`, else `runs/<config name>-<optimizer>`.

@@ -16,6 +16,9 @@ pub struct Args {
 
 pub fn run(args: &Args) -> Result<()> {
     let config = args.run.resolve()?;
+    if args.run.printed(&config) {
+        return Ok(());
+    }
     if !matches!(config.task, TaskConfig::Pretrain { .. }) {
         bail!(
             "{}: `terse pretrain` needs [task] kind = \"pretrain\"",

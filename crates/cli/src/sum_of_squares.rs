@@ -4,15 +4,24 @@
 //! Two coordinates an order of magnitude apart are the smallest model in
 //! which 1-bit compression with one scale per chunk hands the small
 //! coordinate a momentum of the large one's size; divided by its tiny frozen
-//! variance, that is the divergence the eps-inside-sqrt fix bounds. One rank,
-//! as in the paper: the whole vector is one compression chunk.
+//! variance, that is the divergence the eps-inside-sqrt fix bounds.
+//!
+//! The paper's setting is one worker compressing the whole vector as one
+//! chunk. A world of one does not compress at all (there is nothing to
+//! average), so the problem runs on `workers` local ranks (default 2) with
+//! the same gradient: the vector is tiled once per worker, and each tile —
+//! the whole problem — lands in one chunk, as the paper's single worker had
+//! it. Averaging identical compressed messages is exact, so the dynamics are
+//! one worker's compression. The output reports the first tile.
 
 use std::io::Write;
 use std::path::PathBuf;
 
 use anyhow::{Context, Result, bail};
 use serde::Deserialize;
-use terse_comm::SingleRank;
+use std::time::Duration;
+
+use terse_comm::{Communicator, LocalComm};
 use terse_optim::{LrSchedule, Optimizer, OptimizerConfig, ParamLayout};
 use terse_train::Override;
 
@@ -45,6 +54,10 @@ struct Problem {
     /// with one per chunk (`reproduce scale-block`).
     #[serde(default = "one")]
     repeat: usize,
+    /// Ranks compressing the (tiled) problem; at least 2, since a world of
+    /// one does not compress.
+    #[serde(default = "two")]
+    workers: usize,
     /// Optimizer steps to take.
     steps: u64,
     optimizer: OptimizerConfig,
@@ -53,40 +66,67 @@ struct Problem {
 
 pub fn run(args: &Args) -> Result<()> {
     let problem = load(args)?;
-    let comm = SingleRank::new();
-    let layout = ParamLayout::from_shapes(
-        (0..problem.start.len()).map(|i| (format!("w{i}"), vec![problem.repeat])),
-    );
-    let mut optimizer = Optimizer::new(
-        problem.optimizer.clone(),
-        problem.schedule.clone(),
-        layout,
-        &comm,
-    )
-    .with_context(|| format!("{}", args.config.display()))?;
-    let mut out = match &args.out {
-        Some(path) => Some(std::io::BufWriter::new(
-            std::fs::File::create(path)
-                .with_context(|| format!("cannot create {}", path.display()))?,
-        )),
-        None => None,
-    };
     let start: Vec<f32> = problem
         .start
         .iter()
         .flat_map(|&x| std::iter::repeat_n(x, problem.repeat))
         .collect();
-    let mut w = start.clone();
-    let mut f = objective(&w);
+    let results = LocalComm::run(problem.workers, Duration::from_secs(600), |comm| {
+        minimise(args, &problem, &start, comm)
+    });
+    let mut summary = None;
+    for (rank, result) in results.into_iter().enumerate() {
+        match result {
+            Ok(Ok(Some(line))) => summary = Some(line),
+            Ok(Ok(None)) => {}
+            Ok(Err(e)) => return Err(e).with_context(|| format!("rank {rank}")),
+            Err(_) => bail!("rank {rank} panicked"),
+        }
+    }
+    if let Some(line) = summary {
+        println!("{line}");
+    }
+    Ok(())
+}
+
+/// One rank's run over `workers` tiles of `start`; rank 0 writes the steps
+/// and returns the summary line.
+fn minimise(
+    args: &Args,
+    problem: &Problem,
+    start: &[f32],
+    comm: &dyn Communicator,
+) -> Result<Option<String>> {
+    let tile = start.len();
+    let layout = ParamLayout::from_shapes((0..problem.workers).flat_map(|t| {
+        (0..problem.start.len()).map(move |i| (format!("tile{t}.w{i}"), vec![problem.repeat]))
+    }));
+    let mut optimizer = Optimizer::new(
+        problem.optimizer.clone(),
+        problem.schedule.clone(),
+        layout,
+        comm,
+    )
+    .with_context(|| format!("{}", args.config.display()))?;
+    let lead = comm.rank() == 0;
+    let mut out = match (&args.out, lead) {
+        (Some(path), true) => Some(std::io::BufWriter::new(
+            std::fs::File::create(path)
+                .with_context(|| format!("cannot create {}", path.display()))?,
+        )),
+        _ => None,
+    };
+    let mut w: Vec<f32> = start.repeat(problem.workers);
+    let mut f = objective(&w[..tile]);
     for _ in 0..problem.steps {
         let mut g: Vec<f32> = w.iter().map(|wi| 2.0 * wi).collect();
-        let report = optimizer.step_flat(&mut w, &mut g, &comm)?;
-        f = objective(&w);
+        let report = optimizer.step_flat(&mut w, &mut g, comm)?;
+        f = objective(&w[..tile]);
         if let Some(out) = &mut out {
             let line = serde_json::json!({
                 // One coordinate per block: the blocks move in lockstep.
                 "step": report.t,
-                "w": w.iter().step_by(problem.repeat).collect::<Vec<_>>(),
+                "w": w[..tile].iter().step_by(problem.repeat).collect::<Vec<_>>(),
                 "f": f,
                 "stage": report.stage.to_string(),
             });
@@ -96,18 +136,23 @@ pub fn run(args: &Args) -> Result<()> {
     if let Some(out) = &mut out {
         out.flush()?;
     }
-    println!(
-        "{}: f(w) = {f:.6e} after {} steps (f(w0) = {:.6e}), w = {:?} (one per block)",
-        problem.optimizer.name(),
-        problem.steps,
-        objective(&start),
-        w.iter().step_by(problem.repeat).collect::<Vec<_>>()
-    );
-    Ok(())
+    Ok(lead.then(|| {
+        format!(
+            "{}: f(w) = {f:.6e} after {} steps (f(w0) = {:.6e}), w = {:?} (one per block)",
+            problem.optimizer.name(),
+            problem.steps,
+            objective(start),
+            w[..tile].iter().step_by(problem.repeat).collect::<Vec<_>>()
+        )
+    }))
 }
 
 fn one() -> usize {
     1
+}
+
+fn two() -> usize {
+    2
 }
 
 fn objective(w: &[f32]) -> f64 {
@@ -131,6 +176,13 @@ fn load(args: &Args) -> Result<Problem> {
         bail!(
             "{}: start and repeat: need at least one coordinate",
             path.display()
+        );
+    }
+    if problem.workers < 2 {
+        bail!(
+            "{}: workers = {}: needs at least 2 (a world of one does not compress)",
+            path.display(),
+            problem.workers
         );
     }
     problem

@@ -68,6 +68,10 @@ pub struct Args {
     /// No progress bar
     #[arg(long)]
     no_progress: bool,
+
+    /// Print the resolved config and exit without training (ResNet / VGG)
+    #[arg(long)]
+    print_config: bool,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -134,8 +138,12 @@ fn image(args: &Args) -> Result<()> {
         resume: args.resume,
         ranks: args.ranks,
         no_progress: args.no_progress,
+        print_config: args.print_config,
     };
     let config = options.resolve()?;
+    if options.printed(&config) {
+        return Ok(());
+    }
     match &config.model {
         Some(ModelConfig::Resnet(_)) => {
             let task = ImageTask::<Resnet>::prepare(&config)?;
@@ -171,9 +179,11 @@ pub fn run(args: &Args) -> Result<()> {
         || args.run_dir.is_some()
         || args.resume
         || args.ranks != 1
+        || args.print_config
     {
         bail!(
-            "--steps, --set, --run-dir, --resume and --ranks are for ResNet / VGG; \
+            "--steps, --set, --run-dir, --resume, --ranks and --print-config are for ResNet / \
+             VGG; \
              `mlp` takes --epochs"
         );
     }

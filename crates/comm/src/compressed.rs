@@ -7,6 +7,11 @@
 //! 4. All-gather of the server messages; every rank dequantises them all, so
 //!    the result is bit-identical on every rank.
 //!
+//! At world size 1 there is nothing to average: the allreduce returns its
+//! input unchanged and holds no error buffers (DeepSpeed skips compression
+//! for one worker too). Quantising twice there would only add noise and,
+//! through sign(0) = +1, move coordinates whose input is zero.
+//!
 //! Geometry: the buffer is cut into `n` chunks of `c = ⌈⌈d/n⌉/32⌉·32`
 //! elements (the last ones shorter, possibly empty). A message is the chunk's
 //! sign words followed by its scales (as f32 bits), padded to the same size
@@ -69,6 +74,9 @@ impl CompressedAllreduce {
             ));
         }
         let (rank, world_size) = (comm.rank(), comm.world_size());
+        if world_size == 1 {
+            return Ok(CompressedAllreduce::passthrough(len, options));
+        }
         let chunk = len.div_ceil(world_size).div_ceil(32) * 32;
         let message = words_for(chunk) + blocks_for(chunk, block_of(options, chunk));
         let mine = chunk_range(len, chunk, rank).len();
@@ -92,6 +100,30 @@ impl CompressedAllreduce {
         })
     }
 
+    /// The state of a world of one: no errors, no scratch.
+    fn passthrough(len: usize, options: CompressionOptions) -> CompressedAllreduce {
+        CompressedAllreduce {
+            len,
+            rank: 0,
+            world_size: 1,
+            options,
+            chunk: len.div_ceil(32) * 32,
+            message: 0,
+            worker_error: Vec::new(),
+            server_error: Vec::new(),
+            send: Vec::new(),
+            recv: Vec::new(),
+            average: Vec::new(),
+            bits: Vec::new(),
+            scales: Vec::new(),
+        }
+    }
+
+    /// Whether this state compresses at all (world size above 1).
+    pub fn compresses(&self) -> bool {
+        self.world_size > 1
+    }
+
     /// The buffer length this state is for.
     pub fn len(&self) -> usize {
         self.len
@@ -107,12 +139,12 @@ impl CompressedAllreduce {
         chunk_range(self.len, self.chunk, rank)
     }
 
-    /// The worker error `e` (length `len`).
+    /// The worker error `e` (length `len`; empty at world size 1).
     pub fn worker_error(&self) -> &[f32] {
         &self.worker_error
     }
 
-    /// The server error `E` of this rank's chunk.
+    /// The server error `E` of this rank's chunk (empty at world size 1).
     pub fn server_error(&self) -> &[f32] {
         &self.server_error
     }
@@ -145,7 +177,7 @@ impl CompressedAllreduce {
     }
 
     /// Replaces `buf` (this rank's `x`) with the compressed mean over ranks,
-    /// using this state's worker error.
+    /// using this state's worker error; at world size 1 leaves it unchanged.
     pub fn allreduce_mean(
         &mut self,
         comm: &dyn Communicator,
@@ -185,6 +217,9 @@ impl CompressedAllreduce {
             (self.rank, self.world_size),
             "compressed allreduce state used with another communicator"
         );
+        if !self.compresses() {
+            return Ok(());
+        }
         let block = block_of(self.options, self.chunk);
         let scale = self.options.scale;
         let layout = self.layout();

@@ -60,7 +60,8 @@ impl SparseAllreduce {
 
     /// Averages over ranks the elements of `buf` selected at step `t`; the
     /// others keep this rank's values. Returns the selection, which the
-    /// optimizer needs for its masked norms.
+    /// optimizer needs for its masked norms. At world size 1 `buf` is left
+    /// exactly as it is (the fp16 path would otherwise round it).
     pub fn allreduce_mean(
         &mut self,
         comm: &dyn Communicator,
@@ -68,6 +69,9 @@ impl SparseAllreduce {
         buf: &mut [f32],
     ) -> Result<&Selection, CommError> {
         self.selection = Selection::new(&self.mask, t, buf.len(), &self.always);
+        if comm.world_size() == 1 {
+            return Ok(&self.selection);
+        }
         self.values.resize(self.selection.len(), 0.0);
         self.selection.gather(buf, &mut self.values);
         match self.precision {

@@ -1,12 +1,16 @@
 //! SLAMB's fp16 value option against a float64 reference: the mean of the
 //! fp16-rounded values of every rank, rounded to fp16, on every rank alike,
 //! for 1 to 4 ranks and lengths that do not divide by the world size; and
-//! half the bytes of the fp32 allreduce.
+//! half the bytes of the fp32 allreduce. At world size 1 SLAMB's sparse
+//! allreduce leaves its buffer untouched (no fp16 rounding) and sends nothing.
 
 use std::time::Duration;
 
 use half::f16;
-use terse_comm::{Communicator, LocalComm, ReduceOp, allreduce_mean_f16};
+use terse_comm::{
+    Communicator, LocalComm, ReduceOp, SparseAllreduce, SparseValues, allreduce_mean_f16,
+};
+use terse_kernels::mask::Mask;
 use terse_kernels::random::{SplitMix64, mix64};
 
 /// Values from 1e-4 to 1e2 in magnitude, both signs.
@@ -88,5 +92,31 @@ fn the_fp16_mean_is_the_rounded_mean_of_rounded_values_on_every_rank() {
                 assert!((ratio - 2.0).abs() < 1e-3, "{n} ranks: ratio {ratio}");
             }
         }
+    }
+}
+
+#[test]
+fn a_world_of_one_keeps_the_buffer_exactly() {
+    for precision in [SparseValues::F32, SparseValues::F16] {
+        let results = LocalComm::run(1, Duration::from_secs(60), |comm| {
+            let mask = Mask::Hash { seed: 3, k: 0.5 };
+            let mut sparse = SparseAllreduce::with_precision(mask, vec![0..10], precision);
+            let input = values(0, 5003);
+            let mut v = input.clone();
+            let before = comm.traffic();
+            let selected = sparse.allreduce_mean(comm, 7, &mut v).unwrap().len();
+            let same = v
+                .iter()
+                .zip(&input)
+                .all(|(a, b)| a.to_bits() == b.to_bits());
+            (same, selected, (comm.traffic() - before).sent())
+        });
+        let (same, selected, sent) = results.into_iter().next().unwrap().unwrap();
+        assert!(same, "{precision:?}: the buffer changed at world size 1");
+        assert!(
+            selected > 2000,
+            "{precision:?}: the selection is still computed"
+        );
+        assert_eq!(sent, 0, "{precision:?}: bytes sent at world size 1");
     }
 }

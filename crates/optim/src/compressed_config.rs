@@ -6,7 +6,7 @@ use terse_comm::{CompressionOptions, SparseValues};
 use terse_kernels::mask::Mask;
 use terse_kernels::onebit::Scale;
 
-use crate::config::{check_moments, invalid};
+use crate::config::{check_eps_mode, check_moments, invalid};
 use crate::{EpsMode, OptimError};
 
 /// How a compressed block's scale is computed.
@@ -69,12 +69,19 @@ pub struct OneBitAdamConfig {
     pub weight_decay: f64,
     /// Bias correction (off: the papers' "BertAdam").
     pub bias_correction: bool,
-    /// Where ε enters the denominator (`inside`: the Tarasov–Ershov fix).
+    /// Where ε enters the denominator (`inside_compressed`: the
+    /// Tarasov–Ershov fix, from the compression stage on).
     pub eps_mode: EpsMode,
     /// How compression scales are computed.
     pub scale: ScaleKind,
     /// One scale per this many elements (multiple of 32); none: one per chunk.
     pub scale_block: Option<usize>,
+    /// Parameters kept out of compression: in the compression stage their
+    /// momentum is allreduced exactly in fp32 while the rest is 1-bit. Each
+    /// entry is a parameter path (`terse inspect` lists them) or a prefix
+    /// ending in `*`; one that names no parameter is an error.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub uncompressed: Vec<String>,
     /// How the freeze step is chosen.
     pub freeze: FreezeRule,
     /// The last warmup step `T_w` (with `freeze = "step"`).
@@ -94,6 +101,7 @@ impl Default for OneBitAdamConfig {
             eps_mode: EpsMode::Outside,
             scale: ScaleKind::L1,
             scale_block: None,
+            uncompressed: Vec::new(),
             freeze: FreezeRule::Step,
             freeze_step: 1000,
             freeze_threshold: 0.96,
@@ -135,6 +143,12 @@ pub struct OneBitLambConfig {
     pub scale: ScaleKind,
     /// One scale per this many elements (multiple of 32); none: one per chunk.
     pub scale_block: Option<usize>,
+    /// Parameters kept out of compression: in the compression stage their
+    /// momentum is allreduced exactly in fp32 while the rest is 1-bit. Each
+    /// entry is a parameter path (`terse inspect` lists them) or a prefix
+    /// ending in `*`; one that names no parameter is an error.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub uncompressed: Vec<String>,
     /// How the freeze step is chosen.
     pub freeze: FreezeRule,
     /// The last warmup step `T_w` (with `freeze = "step"`).
@@ -161,6 +175,7 @@ impl Default for OneBitLambConfig {
             ratio: RatioKind::Sqrt,
             scale: ScaleKind::L1,
             scale_block: None,
+            uncompressed: Vec::new(),
             freeze: FreezeRule::Step,
             freeze_step: 1000,
             freeze_threshold: 0.96,
@@ -368,6 +383,7 @@ impl SlambConfig {
             self.eps,
             self.weight_decay,
         )?;
+        check_eps_mode("slamb.eps_mode", self.eps_mode)?;
         if !(self.k > 0.0 && self.k <= 1.0) {
             return Err(invalid("slamb.k", self.k.to_string(), "needs 0 < k <= 1"));
         }

@@ -13,9 +13,40 @@ pub enum EpsMode {
     /// `m̂ / (sqrt(v̂) + ε)`: Adam as published.
     #[default]
     Outside,
-    /// `m̂ / sqrt(v̂ + ε)`: the Tarasov–Ershov fix, which bounds the update of
-    /// coordinates whose frozen variance is tiny.
+    /// `m̂ / sqrt(v̂ + ε)` at every step, warmup included: bounds the update
+    /// of coordinates whose frozen variance is tiny, but also changes the
+    /// warmup, so a run differs from Adam's before compression starts.
     Inside,
+    /// Outside during the warmup, inside from the compression stage on:
+    /// Tarasov & Ershov's placement, whose warmup is exactly Adam's. Only for
+    /// optimizers with a compression stage.
+    #[serde(rename = "inside_compressed")]
+    InsideCompressed,
+}
+
+impl EpsMode {
+    /// The placement in force in a stage: `inside_compressed` resolves to
+    /// `inside` while compressing and `outside` before.
+    pub fn in_stage(self, compressing: bool) -> EpsMode {
+        match self {
+            EpsMode::InsideCompressed if compressing => EpsMode::Inside,
+            EpsMode::InsideCompressed => EpsMode::Outside,
+            other => other,
+        }
+    }
+}
+
+/// Refuses `inside_compressed` for an optimizer without a compression stage,
+/// where it would silently mean `outside`.
+pub(crate) fn check_eps_mode(field: &'static str, mode: EpsMode) -> Result<(), OptimError> {
+    if mode == EpsMode::InsideCompressed {
+        return Err(invalid(
+            field,
+            "\"inside_compressed\"".into(),
+            "this optimizer has no compression stage; use \"inside\" or \"outside\"",
+        ));
+    }
+    Ok(())
 }
 
 /// One optimizer, chosen by `name` in a config file.
@@ -113,7 +144,8 @@ impl AdamConfig {
             self.beta_2,
             self.eps,
             self.weight_decay,
-        )
+        )?;
+        check_eps_mode("adam.eps_mode", self.eps_mode)
     }
 }
 
@@ -169,6 +201,7 @@ impl LambConfig {
             self.eps,
             self.weight_decay,
         )?;
+        check_eps_mode("lamb.eps_mode", self.eps_mode)?;
         if !(self.c_min > 0.0 && self.c_min <= self.c_max && self.c_max.is_finite()) {
             return Err(invalid(
                 "lamb.c_min",
@@ -365,5 +398,27 @@ mod tests {
                 .to_string()
                 .contains("sgd.nesterov")
         );
+    }
+
+    #[test]
+    fn eps_inside_the_compression_stage_needs_a_compression_stage() {
+        let config: OptimizerConfig =
+            toml::from_str("name = \"onebit_adam\"\neps_mode = \"inside_compressed\"\n").unwrap();
+        let OptimizerConfig::OnebitAdam(c) = &config else {
+            panic!("expected onebit_adam, got {config:?}")
+        };
+        assert_eq!(c.eps_mode, EpsMode::InsideCompressed);
+        config.validate().unwrap();
+        assert_eq!(EpsMode::InsideCompressed.in_stage(false), EpsMode::Outside);
+        assert_eq!(EpsMode::InsideCompressed.in_stage(true), EpsMode::Inside);
+        assert_eq!(EpsMode::Inside.in_stage(false), EpsMode::Inside);
+        for name in ["adam", "lamb", "slamb"] {
+            let config: OptimizerConfig = toml::from_str(&format!(
+                "name = \"{name}\"\neps_mode = \"inside_compressed\"\n"
+            ))
+            .unwrap();
+            let message = config.validate().unwrap_err().to_string();
+            assert!(message.contains(&format!("{name}.eps_mode")), "{message}");
+        }
     }
 }

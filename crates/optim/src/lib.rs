@@ -18,6 +18,7 @@ mod config;
 mod error;
 mod freeze;
 mod gather;
+mod kept_out;
 mod lamb;
 mod layout;
 mod moments;

@@ -3,7 +3,8 @@
 //! ```text
 //! m = β1·m + (1-β1)·g          v = β2·v + (1-β2)·g²
 //! u = m̂ / (sqrt(v̂) + ε)        (eps_mode = outside)
-//! u = m̂ / sqrt(v̂ + ε)          (eps_mode = inside)
+//! u = m̂ / sqrt(v̂ + ε)          (eps_mode = inside, or inside_compressed
+//!                               in the compression stage)
 //! u += wd·x                     (decay group)
 //! ```
 //! with `m̂ = m/(1-β1^t)`, `v̂ = v/(1-β2^t)` when bias correction is on.
@@ -93,7 +94,9 @@ impl Moments {
 }
 
 /// Calls `$body` with a `const INSIDE: bool` matching `$mode`, so the loop
-/// inside is compiled once per mode with no branch per element.
+/// inside is compiled once per mode with no branch per element. Callers
+/// resolve `inside_compressed` for their stage first (`EpsMode::in_stage`);
+/// unresolved, it is the warmup's placement, outside.
 macro_rules! with_eps_mode {
     ($mode:expr, $inside:ident => $body:expr) => {
         match $mode {
@@ -101,7 +104,7 @@ macro_rules! with_eps_mode {
                 const $inside: bool = true;
                 $body
             }
-            $crate::EpsMode::Outside => {
+            $crate::EpsMode::Outside | $crate::EpsMode::InsideCompressed => {
                 const $inside: bool = false;
                 $body
             }

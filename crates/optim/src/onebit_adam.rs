@@ -7,10 +7,11 @@
 use std::time::{Duration, Instant};
 
 use rayon::prelude::*;
-use terse_comm::{CompressedAllreduce, ReduceOp};
+use terse_comm::ReduceOp;
 
 use crate::adam::adam_step;
 use crate::freeze::FreezePoint;
+use crate::kept_out::KeptOutAllreduce;
 use crate::moments::{Moments, with_eps_mode};
 use crate::optimizer::allreduce_mean_gradient;
 use crate::parallel::{CHUNK, split_segments, split_segments_mut, with_avx};
@@ -36,20 +37,26 @@ pub struct OneBitAdam {
     variant: AdamVariant,
     m: Vec<f32>,
     v: Vec<f32>,
-    allreduce: CompressedAllreduce,
+    allreduce: KeptOutAllreduce,
     freeze: FreezePoint,
 }
 
 impl OneBitAdam {
-    /// Zeroed state for `d` parameters on `comm`'s rank.
+    /// Zeroed state for `layout`'s parameters on `comm`'s rank.
     pub fn new(
         config: OneBitAdamConfig,
         variant: AdamVariant,
-        d: usize,
+        layout: &ParamLayout,
         comm: &dyn terse_comm::Communicator,
     ) -> Result<Self, OptimError> {
-        let allreduce = CompressedAllreduce::new(d, comm, config.compression())
-            .expect("scale_block is validated with the config");
+        let d = layout.len();
+        let allreduce = KeptOutAllreduce::new(
+            &config.uncompressed,
+            "onebit_adam.uncompressed",
+            layout,
+            comm,
+            config.compression(),
+        )?;
         let freeze = FreezePoint::new(
             config.freeze,
             config.freeze_step,
@@ -66,8 +73,10 @@ impl OneBitAdam {
         })
     }
 
-    /// Adam on an already synchronised gradient `g`.
-    fn adam_step(&mut self, ctx: &StepContext<'_>, x: &mut [f32], g: &[f32]) {
+    /// Adam on an already synchronised gradient `g`; `compressing` picks
+    /// the ε placement of `inside_compressed` (the naive baseline compresses
+    /// from step 1).
+    fn adam_step(&mut self, ctx: &StepContext<'_>, x: &mut [f32], g: &[f32], compressing: bool) {
         let c = &self.config;
         let adam = AdamConfig {
             beta_1: c.beta_1,
@@ -75,7 +84,7 @@ impl OneBitAdam {
             eps: c.eps,
             weight_decay: c.weight_decay,
             bias_correction: c.bias_correction,
-            eps_mode: c.eps_mode,
+            eps_mode: c.eps_mode.in_stage(compressing),
         };
         adam_step(&adam, ctx, x, &mut self.m, &mut self.v, g);
     }
@@ -87,7 +96,7 @@ impl OneBitAdam {
         let lrs = vec![ctx.lr; ctx.layout.segments().len()];
         let update = FrozenUpdate {
             moments: &moments,
-            eps_mode: c.eps_mode,
+            eps_mode: c.eps_mode.in_stage(true),
             weight_decay: c.weight_decay,
         };
         update.apply(ctx.layout, &lrs, x, &self.m, &self.v);
@@ -197,7 +206,7 @@ impl FlatOptimizer for OneBitAdam {
             let start = Instant::now();
             self.allreduce.allreduce_mean(ctx.comm, g)?;
             let comm_time = start.elapsed();
-            self.adam_step(ctx, x, g);
+            self.adam_step(ctx, x, g, true);
             return Ok(comm_time);
         }
         match self.freeze.step() {
@@ -217,7 +226,7 @@ impl FlatOptimizer for OneBitAdam {
             }
             _ => {
                 let comm_time = allreduce_mean_gradient(ctx.comm, g)?;
-                self.adam_step(ctx, x, g);
+                self.adam_step(ctx, x, g, false);
                 let v = &self.v;
                 self.freeze.ends_warmup(ctx.t, || l1_norm(v), ctx.lr_warmup);
                 Ok(comm_time)

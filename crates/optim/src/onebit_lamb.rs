@@ -8,9 +8,9 @@
 use std::time::{Duration, Instant};
 
 use rayon::prelude::*;
-use terse_comm::CompressedAllreduce;
 
 use crate::freeze::FreezePoint;
+use crate::kept_out::KeptOutAllreduce;
 use crate::lamb::lamb_step;
 use crate::moments::{Moments, with_eps_mode};
 use crate::onebit_adam::{FrozenUpdate, accumulate_momentum, l1_norm, mask_momentum};
@@ -30,7 +30,7 @@ pub struct OneBitLamb {
     v: Vec<f32>,
     v_fresh: Vec<f32>,
     m_last: Vec<f32>,
-    allreduce: CompressedAllreduce,
+    allreduce: KeptOutAllreduce,
     c_avg: Vec<f64>,
     k: Vec<f64>,
     r_prev: Vec<f64>,
@@ -48,8 +48,13 @@ impl OneBitLamb {
     ) -> Result<Self, OptimError> {
         let d = layout.len();
         let p = layout.segments().len();
-        let allreduce = CompressedAllreduce::new(d, comm, config.compression())
-            .expect("scale_block is validated with the config");
+        let allreduce = KeptOutAllreduce::new(
+            &config.uncompressed,
+            "onebit_lamb.uncompressed",
+            layout,
+            comm,
+            config.compression(),
+        )?;
         let freeze = FreezePoint::new(
             config.freeze,
             config.freeze_step,
@@ -79,7 +84,7 @@ impl OneBitLamb {
             eps: c.eps,
             weight_decay: c.weight_decay,
             bias_correction: c.bias_correction,
-            eps_mode: c.eps_mode,
+            eps_mode: c.eps_mode.in_stage(false),
             c_min: c.c_min,
             c_max: c.c_max,
             grad_prenorm: false,
@@ -141,7 +146,7 @@ impl OneBitLamb {
         };
         let update = FrozenUpdate {
             moments: &moments,
-            eps_mode: c.eps_mode,
+            eps_mode: c.eps_mode.in_stage(true),
             weight_decay: c.weight_decay,
         };
         update.apply(layout, &lrs, x, &self.m, &self.v);
@@ -161,7 +166,7 @@ impl OneBitLamb {
         let lasts = split_segments(layout, &self.m_last);
         let vs = split_segments(layout, &self.v);
         let fresh = split_segments_mut(layout, &mut self.v_fresh);
-        let raw: Vec<f32> = with_eps_mode!(c.eps_mode, INSIDE => {
+        let raw: Vec<f32> = with_eps_mode!(c.eps_mode.in_stage(true), INSIDE => {
             ms.into_par_iter()
                 .zip(lasts)
                 .zip(vs)

@@ -153,18 +153,24 @@ impl Optimizer {
             OptimizerConfig::Adam(c) => Box::new(Adam::new(c.clone(), d)),
             OptimizerConfig::Lamb(c) => Box::new(Lamb::new(c.clone(), d)),
             OptimizerConfig::Sgd(c) => Box::new(Sgd::new(c.clone(), d)),
-            OptimizerConfig::OnebitAdam(c) => {
-                Box::new(OneBitAdam::new(c.clone(), AdamVariant::OneBit, d, comm)?)
-            }
+            OptimizerConfig::OnebitAdam(c) => Box::new(OneBitAdam::new(
+                c.clone(),
+                AdamVariant::OneBit,
+                &layout,
+                comm,
+            )?),
             OptimizerConfig::OnebitAdamFp32(c) => Box::new(OneBitAdam::new(
                 c.clone(),
                 AdamVariant::Fp32Momentum,
-                d,
+                &layout,
                 comm,
             )?),
-            OptimizerConfig::AdamOnebitNaive(c) => {
-                Box::new(OneBitAdam::new(c.clone(), AdamVariant::Naive, d, comm)?)
-            }
+            OptimizerConfig::AdamOnebitNaive(c) => Box::new(OneBitAdam::new(
+                c.clone(),
+                AdamVariant::Naive,
+                &layout,
+                comm,
+            )?),
             OptimizerConfig::OnebitLamb(c) => {
                 Box::new(OneBitLamb::new(c.clone(), false, &layout, comm)?)
             }

@@ -14,8 +14,8 @@ use std::time::Duration;
 use terse_comm::{Communicator, LocalComm};
 use terse_kernels::mask::{Mask, Selection};
 use terse_optim::{
-    LrSchedule, OneBitAdamConfig, OneBitLambConfig, Optimizer, OptimizerConfig, ParamLayout,
-    RatioKind, SlambConfig, Stage,
+    EpsMode, LrSchedule, OneBitAdamConfig, OneBitLambConfig, Optimizer, OptimizerConfig,
+    ParamLayout, RatioKind, SlambConfig, Stage,
 };
 
 mod compressed_setup;
@@ -50,9 +50,13 @@ fn run(config: &OptimizerConfig, n: usize) -> (Vec<Vec<Vec<f32>>>, Vec<Stage>) {
 
 /// The compressed allreduce of ALGORITHMS.md in f64: one l1 scale per
 /// chunk, worker errors `we` (per rank) and server errors `se` (per rank,
-/// over the whole buffer for simplicity: rank j uses its chunk).
+/// over the whole buffer for simplicity: rank j uses its chunk). A world of
+/// one returns its input: there is nothing to average.
 fn compressed_allreduce(inputs: &[Vec<f64>], we: &mut [Vec<f64>], se: &mut [Vec<f64>]) -> Vec<f64> {
     let n = inputs.len();
+    if n == 1 {
+        return inputs[0].clone();
+    }
     let d = inputs[0].len();
     let chunk = d.div_ceil(n).div_ceil(32) * 32;
     let compress = |y: &[f64]| -> Vec<f64> {
@@ -85,6 +89,16 @@ fn compressed_allreduce(inputs: &[Vec<f64>], we: &mut [Vec<f64>], se: &mut [Vec<
         }
     }
     out
+}
+
+/// Adam's denominator per ALGORITHMS.md: ε outside or inside the root, and
+/// `inside_compressed` inside only while compressing.
+fn denominator(mode: EpsMode, compressing: bool, v: f64, eps: f64) -> f64 {
+    match mode {
+        EpsMode::Inside => (v + eps).sqrt(),
+        EpsMode::InsideCompressed if compressing => (v + eps).sqrt(),
+        EpsMode::Outside | EpsMode::InsideCompressed => v.sqrt() + eps,
+    }
 }
 
 fn mean(v: &[Vec<f64>]) -> Vec<f64> {
@@ -155,14 +169,15 @@ impl Reference {
     }
 
     /// Adam on the synchronised gradient (every rank alike).
-    fn adam(&mut self, c: &OneBitAdamConfig, g: &[f64]) {
+    fn adam(&mut self, c: &OneBitAdamConfig, g: &[f64], compressing: bool) {
         for i in 0..self.n {
             for seg in self.layout.segments() {
                 let wd = if seg.decay { c.weight_decay } else { 0.0 };
                 for k in seg.range() {
                     self.m[i][k] = c.beta_1 * self.m[i][k] + (1.0 - c.beta_1) * g[k];
                     self.v[i][k] = c.beta_2 * self.v[i][k] + (1.0 - c.beta_2) * g[k] * g[k];
-                    let u = self.m[i][k] / (self.v[i][k].sqrt() + c.eps) + wd * self.x[i][k];
+                    let denom = denominator(c.eps_mode, compressing, self.v[i][k], c.eps);
+                    let u = self.m[i][k] / denom + wd * self.x[i][k];
                     self.x[i][k] -= LR * u;
                 }
             }
@@ -173,10 +188,10 @@ impl Reference {
         let g = self.grads(t);
         if variant == "naive" {
             let gbar = compressed_allreduce(&g, &mut self.we, &mut self.se);
-            return self.adam(c, &gbar);
+            return self.adam(c, &gbar, true);
         }
         if t <= FREEZE {
-            return self.adam(c, &mean(&g));
+            return self.adam(c, &mean(&g), false);
         }
         let local: Vec<Vec<f64>> = (0..self.n)
             .map(|i| {
@@ -195,7 +210,8 @@ impl Reference {
             for seg in self.layout.segments() {
                 let wd = if seg.decay { c.weight_decay } else { 0.0 };
                 for k in seg.range() {
-                    let u = m[k] / (self.v[i][k].sqrt() + c.eps) + wd * self.x[i][k];
+                    let denom = denominator(c.eps_mode, true, self.v[i][k], c.eps);
+                    let u = m[k] / denom + wd * self.x[i][k];
                     self.x[i][k] -= LR * u;
                 }
             }
@@ -452,6 +468,34 @@ fn onebit_adam_matches_the_float64_reference() {
 }
 
 #[test]
+fn onebit_adam_with_eps_inside_the_compression_stage_matches_the_float64_reference() {
+    for eps_mode in [EpsMode::Inside, EpsMode::InsideCompressed] {
+        let config = OneBitAdamConfig {
+            eps_mode,
+            ..adam_config()
+        };
+        check(OptimizerConfig::OnebitAdam(config), false);
+    }
+    // `inside_compressed` is Adam (ε outside) through the warmup, bit for
+    // bit, and inside afterwards: it leaves the outside run after T_w.
+    let bits = |eps_mode| {
+        let config = OptimizerConfig::OnebitAdam(OneBitAdamConfig {
+            eps_mode,
+            ..adam_config()
+        });
+        let (xs, _) = run(&config, 2);
+        xs.iter()
+            .map(|ranks| ranks[0].iter().map(|v| v.to_bits()).collect::<Vec<u32>>())
+            .collect::<Vec<_>>()
+    };
+    let (outside, paper) = (bits(EpsMode::Outside), bits(EpsMode::InsideCompressed));
+    for t in 0..FREEZE as usize {
+        assert!(outside[t] == paper[t], "warmup step {} differs", t + 1);
+    }
+    assert_ne!(outside[FREEZE as usize], paper[FREEZE as usize]);
+}
+
+#[test]
 fn onebit_adam_fp32_matches_the_float64_reference() {
     check(OptimizerConfig::OnebitAdamFp32(adam_config()), false);
 }
@@ -488,4 +532,51 @@ fn slamb_matches_the_float64_reference() {
         ..Default::default()
     };
     check(OptimizerConfig::Slamb(config), true);
+}
+
+/// The parameters of every step on a world of one, as bits.
+fn bits_at_world_one(config: OptimizerConfig) -> Vec<Vec<u32>> {
+    run(&config, 1)
+        .0
+        .iter()
+        .map(|ranks| ranks[0].iter().map(|v| v.to_bits()).collect())
+        .collect()
+}
+
+#[test]
+fn at_world_size_one_onebit_adam_is_adam_with_the_frozen_variance() {
+    // Nothing to average on one rank: the compressed allreduce returns its
+    // input, so 1-bit Adam equals the ablation that sends the momentum in
+    // fp32 (Adam with v frozen at T_w) bit for bit, and the naive baseline
+    // equals plain Adam.
+    let onebit = bits_at_world_one(OptimizerConfig::OnebitAdam(adam_config()));
+    let frozen = bits_at_world_one(OptimizerConfig::OnebitAdamFp32(adam_config()));
+    assert_eq!(onebit.len(), STEPS as usize);
+    for (t, (a, b)) in onebit.iter().zip(&frozen).enumerate() {
+        assert!(
+            a == b,
+            "1-bit Adam differs from frozen-v Adam at step {}",
+            t + 1
+        );
+    }
+    let c = adam_config();
+    let adam = terse_optim::AdamConfig {
+        beta_1: c.beta_1,
+        beta_2: c.beta_2,
+        eps: c.eps,
+        weight_decay: c.weight_decay,
+        bias_correction: c.bias_correction,
+        eps_mode: c.eps_mode,
+    };
+    let naive = bits_at_world_one(OptimizerConfig::AdamOnebitNaive(adam_config()));
+    let plain = bits_at_world_one(OptimizerConfig::Adam(adam));
+    for (t, (a, b)) in naive.iter().zip(&plain).enumerate() {
+        assert!(
+            a == b,
+            "naive 1-bit Adam differs from Adam at step {}",
+            t + 1
+        );
+    }
+    // And the frozen variance did change the trajectory after T_w.
+    assert_ne!(onebit[STEPS as usize - 1], plain[STEPS as usize - 1]);
 }

@@ -60,6 +60,7 @@ impl Reference {
                 u[i] = match eps_mode {
                     EpsMode::Outside => m_hat / (v_hat.sqrt() + eps),
                     EpsMode::Inside => m_hat / (v_hat + eps).sqrt(),
+                    EpsMode::InsideCompressed => unreachable!("refused for Adam and LAMB"),
                 };
                 if seg.decay {
                     u[i] += wd * x[i];

@@ -33,7 +33,9 @@ pub fn optimizers(freeze: u64, bias_correction: bool) -> [(&'static str, String)
             format!("{{ name = \"adam\", bias_correction = {bias_correction} }}"),
         ),
         ("onebit_adam_eps_outside", onebit("outside")),
-        ("onebit_adam_eps_inside", onebit("inside")),
+        // Tarasov & Ershov's placement: ε inside only once compression
+        // starts, so the warmup is Adam's bit for bit.
+        ("onebit_adam_eps_inside", onebit("inside_compressed")),
     ]
 }
 
@@ -48,8 +50,10 @@ pub fn run(ctx: &Context) -> Result<Outcome> {
     let (toy_table, mut claims) = sum_of_squares(ctx)?;
     let mut body = format!(
         "## Sum of squares (Fig. 6)\n\n`terse sum-of-squares --config {TOY}`: f(x, y) = x² + \
-         y² from (1, 10⁻⁶), lr 10⁻⁵, one worker (the whole vector is one compression chunk), 1-bit Adam \
-         freezing at step 100, no bias correction (DeepSpeed's default).\n\n{toy_table}\n![f over steps](sum-of-squares.png)\n"
+         y² from (1, 10⁻⁶), lr 10⁻⁵, the whole vector in one compression chunk (2 workers with \
+         the same gradient: a world of one does not compress), 1-bit Adam freezing at step \
+         100, no bias correction (DeepSpeed's default); ε inside means `inside_compressed` \
+         (outside during the warmup, inside from the compression stage on).\n\n{toy_table}\n![f over steps](sum-of-squares.png)\n"
     );
     if !ctx.quick {
         let (vgg_table, vgg_claims) = vgg(ctx)?;
@@ -77,9 +81,11 @@ fn sum_of_squares(ctx: &Context) -> Result<(String, Vec<Claim>)> {
         "max f after the freeze",
     ]);
     let mut all = String::new();
+    let mut curves = Vec::new();
     for (label, optimizer) in optimizers(100, false) {
         let out = dir.join(format!("{label}.jsonl"));
         let points = run_toy(ctx, &out, &[format!("optimizer={optimizer}")])?;
+        curves.push(points.clone());
         for &(step, f) in &points {
             all.push_str(&format!(
                 "{{\"run\":\"{label}\",\"step\":{step},\"f\":{f}}}\n"
@@ -117,7 +123,17 @@ fn sum_of_squares(ctx: &Context) -> Result<(String, Vec<Claim>)> {
     else {
         unreachable!("three optimizers")
     };
+    let warmup_steps = 100;
+    let same = same_warmup(&curves[0], &curves[2], warmup_steps);
     let claims = vec![
+        Claim::new(
+            same,
+            format!(
+                "sum of squares, ε inside from the compression stage: f over the {warmup_steps} \
+                 warmup steps is bit-identical to Adam's ({})",
+                if same { "all equal" } else { "they differ" }
+            ),
+        ),
         Claim::new(
             max_out > 10.0 * freeze_out,
             format!(
@@ -141,6 +157,20 @@ fn sum_of_squares(ctx: &Context) -> Result<(String, Vec<Claim>)> {
         ),
     ];
     Ok((table.markdown(), claims))
+}
+
+/// Whether two runs' values agree bit for bit over steps 1..=`steps` (and
+/// both logged them all).
+pub fn same_warmup(a: &[(u64, f64)], b: &[(u64, f64)], steps: u64) -> bool {
+    let head = |points: &[(u64, f64)]| -> Vec<(u64, u64)> {
+        points
+            .iter()
+            .filter(|p| p.0 <= steps)
+            .map(|&(s, v)| (s, v.to_bits()))
+            .collect()
+    };
+    let (a, b) = (head(a), head(b));
+    a.len() as u64 == steps && a == b
 }
 
 /// f at the freeze step, its maximum after it and its last value.
@@ -211,6 +241,15 @@ pub fn vgg_variant(label: &str, optimizer: String) -> Variant {
     .set("train.steps", VGG_STEPS)
 }
 
+/// The VGG-16 runs of `optimizers`; ε's placement is the subject of the
+/// comparison, so the variants may differ in `optimizer.eps_mode`.
+pub fn vgg_variants(optimizers: [(&str, String); 3]) -> Vec<Variant> {
+    optimizers
+        .into_iter()
+        .map(|(label, optimizer)| vgg_variant(label, optimizer).varies("optimizer.eps_mode"))
+        .collect()
+}
+
 /// Where the VGG-16 runs live (shared with `reproduce scale-block`).
 pub fn vgg_runs(ctx: &Context) -> std::path::PathBuf {
     ctx.sibling("eps-fix").join("vgg16")
@@ -218,10 +257,7 @@ pub fn vgg_runs(ctx: &Context) -> std::path::PathBuf {
 
 fn vgg(ctx: &Context) -> Result<(String, Vec<Claim>)> {
     let (steps, freeze) = (VGG_STEPS, VGG_FREEZE);
-    let variants: Vec<Variant> = vgg_optimizers()
-        .into_iter()
-        .map(|(label, optimizer)| vgg_variant(label, optimizer))
-        .collect();
+    let variants = vgg_variants(vgg_optimizers());
     let logs = run_all(ctx.terse()?, &vgg_runs(ctx), &variants)?;
     ctx.report.write_runs(&logs)?;
     let mut table = Table::new(&["optimizer", "train loss, last 30 steps", "test accuracy"]);
@@ -250,7 +286,16 @@ fn vgg(ctx: &Context) -> Result<(String, Vec<Claim>)> {
     let [(_, adam), (_, outside), (_, inside)] = results[..] else {
         unreachable!("three optimizers")
     };
+    let same = same_warmup(&logs[0].series("loss"), &logs[2].series("loss"), freeze);
     let claims = vec![
+        Claim::new(
+            same,
+            format!(
+                "VGG-16, ε inside from the compression stage: the training loss of the {freeze} \
+                 warmup steps is bit-identical to Adam's ({})",
+                if same { "all equal" } else { "they differ" }
+            ),
+        ),
         Claim::new(
             outside < 0.5 * adam,
             format!(

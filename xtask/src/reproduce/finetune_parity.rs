@@ -107,6 +107,7 @@ pub fn run(ctx: &Context) -> Result<Outcome> {
                 )
                 .set("optimizer", optimizer)
                 .set("train.seed", seed)
+                .varies("train.seed")
                 .set("train.steps", task.steps)
                 .set("train.checkpoint_every", task.steps / 2)
                 .set("train.eval_every", 0)

@@ -22,6 +22,7 @@ mod onebit_lamb;
 pub(crate) mod plot;
 mod report;
 pub(crate) mod runner;
+mod same_settings;
 mod scale_block;
 mod slamb_ratio;
 mod step_profile;

@@ -65,6 +65,8 @@ pub fn run(ctx: &Context) -> Result<Outcome> {
             .set("train.steps", finetune_steps)
             .set("train.checkpoint_every", finetune_steps)
             .set("train.eval_every", 0)
+            // The pre-trained model is what the fine-tunes compare.
+            .varies("task.init.path")
         })
         .collect();
     let mut runs = run_all(ctx.terse()?, &ctx.runs, &finetunes)?.into_iter();

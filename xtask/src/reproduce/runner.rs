@@ -14,6 +14,8 @@ use std::process::Command;
 use anyhow::{Context, Result, bail};
 use serde_json::Value;
 
+use super::same_settings::{self, Resolved};
+
 /// One run of an experiment.
 #[derive(Debug, Clone)]
 pub struct Variant {
@@ -27,6 +29,9 @@ pub struct Variant {
     pub overrides: Vec<String>,
     /// Ranks, as threads of one process (the `local` backend).
     pub ranks: usize,
+    /// Config keys this variant may differ in from the others of its
+    /// comparison besides its optimizer's own fields (see `same_settings`).
+    pub varies: Vec<String>,
 }
 
 impl Variant {
@@ -38,7 +43,15 @@ impl Variant {
             config: PathBuf::from(config),
             overrides: Vec::new(),
             ranks,
+            varies: Vec::new(),
         }
+    }
+
+    /// Declares that this variant differs from the others in `key` on
+    /// purpose (the subject of the comparison, e.g. `train.seed`).
+    pub fn varies(mut self, key: &str) -> Self {
+        self.varies.push(key.to_string());
+        self
     }
 
     /// Adds a `--set key=value` override.
@@ -126,8 +139,11 @@ impl RunLog {
 }
 
 /// Runs every variant (reusing or resuming what an earlier invocation left
-/// in `runs_dir`) and returns their logs, in order.
+/// in `runs_dir`) and returns their logs, in order. The variants are one
+/// comparison: before anything runs, their resolved configs must agree in
+/// everything but their optimizers' own fields and declared keys.
 pub fn run_all(terse: &Path, runs_dir: &Path, variants: &[Variant]) -> Result<Vec<RunLog>> {
+    check_comparable(terse, &[(runs_dir, variants)])?;
     let mut logs = Vec::new();
     for (i, variant) in variants.iter().enumerate() {
         eprintln!(
@@ -139,6 +155,40 @@ pub fn run_all(terse: &Path, runs_dir: &Path, variants: &[Variant]) -> Result<Ve
         logs.push(run_one(terse, runs_dir, variant)?);
     }
     Ok(logs)
+}
+
+/// Refuses to go on when variants compared with each other — possibly from
+/// several run directories, as when an experiment reuses another's runs —
+/// differ in a config key that is not their subject (`same_settings`).
+pub fn check_comparable(terse: &Path, groups: &[(&Path, &[Variant])]) -> Result<()> {
+    let mut resolved = Vec::new();
+    for (runs_dir, variants) in groups {
+        for variant in variants.iter() {
+            resolved.push(resolve(terse, runs_dir, variant)?);
+        }
+    }
+    same_settings::check(&resolved)
+}
+
+/// A variant's config as `terse` resolves it (`--print-config`).
+fn resolve(terse: &Path, runs_dir: &Path, variant: &Variant) -> Result<Resolved> {
+    let output = Command::new(terse)
+        .args(command_line(variant, &runs_dir.join(&variant.label)))
+        .arg("--print-config")
+        .output()
+        .with_context(|| format!("cannot start {}", terse.display()))?;
+    if !output.status.success() {
+        bail!(
+            "variant `{}`: its config does not resolve: {}",
+            variant.label,
+            String::from_utf8_lossy(&output.stderr).trim()
+        );
+    }
+    Resolved::parse(
+        &variant.label,
+        &String::from_utf8_lossy(&output.stdout),
+        &variant.varies,
+    )
 }
 
 fn run_one(terse: &Path, runs_dir: &Path, variant: &Variant) -> Result<RunLog> {

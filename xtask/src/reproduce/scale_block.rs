@@ -13,7 +13,7 @@ use anyhow::Result;
 
 use super::plot::{Chart, Series, draw, loss_curves};
 use super::report::Table;
-use super::runner::{RunLog, run_all};
+use super::runner::{RunLog, check_comparable, run_all};
 use super::{Claim, Context, Outcome, eps_fix, num, onebit_adam};
 
 /// Elements per compression scale in the block-scaled runs.
@@ -109,7 +109,7 @@ fn sum_of_squares(ctx: &Context) -> Result<(String, Vec<Claim>)> {
         format!(
             "## Sum of squares over blocks (`eps-fix`'s problem)\n\n`terse sum-of-squares \
              --config configs/reproduce-eps-fix-sum-of-squares.toml --set repeat={BLOCK}`: \
-             {BLOCK} coordinates at 1 and {BLOCK} at 10⁻⁶, lr 10⁻⁵, one worker, 1-bit Adam \
+             {BLOCK} coordinates at 1 and {BLOCK} at 10⁻⁶, lr 10⁻⁵, 2 workers with the same gradient (each compresses one copy of the problem per chunk), 1-bit Adam \
              with ε outside freezing at step {freeze}.\n\n{}\n\
              ![f over steps](sum-of-squares.png)\n",
             table.markdown()
@@ -120,32 +120,35 @@ fn sum_of_squares(ctx: &Context) -> Result<(String, Vec<Claim>)> {
 
 fn bert(ctx: &Context) -> Result<(String, Vec<Claim>, Vec<RunLog>)> {
     let (steps, batch, _) = onebit_adam::shape(ctx);
-    let shared = run_all(
+    let shared_variants = [
+        onebit_adam::variant(ctx, "adam", onebit_adam::optimizer(ctx, "adam", false, "")),
+        onebit_adam::variant(
+            ctx,
+            "onebit_adam",
+            onebit_adam::optimizer(ctx, "onebit_adam", true, ""),
+        ),
+    ];
+    let block_variants = [onebit_adam::variant(
+        ctx,
+        "onebit_adam_block2048",
+        onebit_adam::optimizer(
+            ctx,
+            "onebit_adam",
+            true,
+            &format!(", scale_block = {BLOCK}"),
+        ),
+    )
+    .varies("optimizer.scale_block")];
+    let shared_dir = ctx.sibling("onebit-adam");
+    check_comparable(
         ctx.terse()?,
-        &ctx.sibling("onebit-adam"),
         &[
-            onebit_adam::variant(ctx, "adam", onebit_adam::optimizer(ctx, "adam", false, "")),
-            onebit_adam::variant(
-                ctx,
-                "onebit_adam",
-                onebit_adam::optimizer(ctx, "onebit_adam", true, ""),
-            ),
+            (&shared_dir, &shared_variants),
+            (&ctx.runs, &block_variants),
         ],
     )?;
-    let block = run_all(
-        ctx.terse()?,
-        &ctx.runs,
-        &[onebit_adam::variant(
-            ctx,
-            "onebit_adam_block2048",
-            onebit_adam::optimizer(
-                ctx,
-                "onebit_adam",
-                true,
-                &format!(", scale_block = {BLOCK}"),
-            ),
-        )],
-    )?;
+    let shared = run_all(ctx.terse()?, &shared_dir, &shared_variants)?;
+    let block = run_all(ctx.terse()?, &ctx.runs, &block_variants)?;
     let logs = prefixed("bert_", shared.into_iter().chain(block));
     let mut table = Table::new(&[
         "optimizer",
@@ -206,22 +209,24 @@ fn bert(ctx: &Context) -> Result<(String, Vec<Claim>, Vec<RunLog>)> {
 
 fn vgg(ctx: &Context) -> Result<(String, Vec<Claim>, Vec<RunLog>)> {
     let [adam, outside, inside] = eps_fix::vgg_optimizers();
-    let shared = run_all(
-        ctx.terse()?,
-        &eps_fix::vgg_runs(ctx),
-        &[adam, outside.clone(), inside]
-            .map(|(label, optimizer)| eps_fix::vgg_variant(label, optimizer)),
-    )?;
+    let shared_variants = eps_fix::vgg_variants([adam, outside.clone(), inside]);
     let block_optimizer =
         outside.1.trim_end_matches('}').to_string() + &format!(", scale_block = {BLOCK} }}");
-    let block = run_all(
+    let block_variants =
+        [
+            eps_fix::vgg_variant("onebit_adam_eps_outside_block2048", block_optimizer)
+                .varies("optimizer.scale_block"),
+        ];
+    let (shared_dir, block_dir) = (eps_fix::vgg_runs(ctx), ctx.runs.join("vgg16"));
+    check_comparable(
         ctx.terse()?,
-        &ctx.runs.join("vgg16"),
-        &[eps_fix::vgg_variant(
-            "onebit_adam_eps_outside_block2048",
-            block_optimizer,
-        )],
+        &[
+            (&shared_dir, &shared_variants),
+            (&block_dir, &block_variants),
+        ],
     )?;
+    let shared = run_all(ctx.terse()?, &shared_dir, &shared_variants)?;
+    let block = run_all(ctx.terse()?, &block_dir, &block_variants)?;
     let logs = prefixed("vgg16_", shared.into_iter().chain(block));
     let mut table = Table::new(&["optimizer", "train loss, last 30 steps", "test accuracy"]);
     let mut accuracy = Vec::new();

@@ -1,0 +1,152 @@
+//! The compression stage's allreduce with some parameters kept out of
+//! compression (the `uncompressed` field of 1-bit Adam and 1-bit LAMB).
+//!
+//! The segments the config names are averaged with a plain fp32 allreduce,
+//! exactly; every other element goes through the 1-bit compressed allreduce,
+//! whose chunks, scales and error buffers then cover only those elements, so
+//! a kept-out parameter neither receives quantisation error nor skews its
+//! neighbours' scales. With nothing kept out (the default) the buffer is
+//! compressed in place with no copy.
+
+use std::ops::Range;
+
+use terse_comm::{Communicator, CompressedAllreduce, CompressionOptions, ReduceOp};
+
+use crate::{OptimError, ParamLayout};
+
+/// A compressed allreduce over a flat buffer minus the kept-out ranges.
+pub(crate) struct KeptOutAllreduce {
+    compressed: CompressedAllreduce,
+    /// Sorted, disjoint ranges of the flat buffer synchronised in fp32.
+    kept_out: Vec<Range<usize>>,
+    /// Scratch: the compressed elements, packed.
+    packed: Vec<f32>,
+    /// Scratch: the kept-out elements, packed.
+    exact: Vec<f32>,
+}
+
+impl KeptOutAllreduce {
+    /// Keeps out the segments of `layout` that `patterns` name (a parameter
+    /// path, or a prefix followed by `*`); `field` names the config field in
+    /// errors.
+    ///
+    /// # Errors
+    /// A pattern that names no parameter (a typo would otherwise silently
+    /// compress what the user meant to keep out), or a bad `scale_block`.
+    pub(crate) fn new(
+        patterns: &[String],
+        field: &'static str,
+        layout: &ParamLayout,
+        comm: &dyn Communicator,
+        options: CompressionOptions,
+    ) -> Result<Self, OptimError> {
+        for pattern in patterns {
+            if !layout.segments().iter().any(|s| matches(pattern, &s.path)) {
+                return Err(OptimError::InvalidConfig {
+                    field,
+                    value: format!("\"{pattern}\""),
+                    reason: "names no parameter of the model (`terse inspect` lists them; \
+                             end a prefix with `*`)",
+                });
+            }
+        }
+        let kept_out: Vec<Range<usize>> = layout
+            .segments()
+            .iter()
+            .filter(|s| patterns.iter().any(|p| matches(p, &s.path)))
+            .map(|s| s.range())
+            .filter(|r| !r.is_empty())
+            .collect();
+        let kept: usize = kept_out.iter().map(|r| r.len()).sum();
+        let compressed =
+            CompressedAllreduce::new(layout.len() - kept, comm, options).map_err(|_| {
+                OptimError::InvalidConfig {
+                    field,
+                    value: format!("{:?}", options.scale_block),
+                    reason: "scale_block must be a positive multiple of 32",
+                }
+            })?;
+        Ok(Self {
+            compressed,
+            kept_out,
+            packed: Vec::new(),
+            exact: Vec::new(),
+        })
+    }
+
+    /// Replaces `buf` with its mean over ranks: 1-bit compressed with error
+    /// feedback, the kept-out ranges exact.
+    pub(crate) fn allreduce_mean(
+        &mut self,
+        comm: &dyn Communicator,
+        buf: &mut [f32],
+    ) -> Result<(), OptimError> {
+        if self.kept_out.is_empty() {
+            return Ok(self.compressed.allreduce_mean(comm, buf)?);
+        }
+        self.packed.clear();
+        self.exact.clear();
+        let mut at = 0;
+        for range in &self.kept_out {
+            self.packed.extend_from_slice(&buf[at..range.start]);
+            self.exact.extend_from_slice(&buf[range.clone()]);
+            at = range.end;
+        }
+        self.packed.extend_from_slice(&buf[at..]);
+        self.compressed.allreduce_mean(comm, &mut self.packed)?;
+        comm.allreduce_f32(&mut self.exact, ReduceOp::Mean)?;
+        let (mut at, mut packed, mut exact) = (0, 0, 0);
+        for range in &self.kept_out {
+            let before = range.start - at;
+            buf[at..range.start].copy_from_slice(&self.packed[packed..packed + before]);
+            buf[range.clone()].copy_from_slice(&self.exact[exact..exact + range.len()]);
+            (packed, exact, at) = (packed + before, exact + range.len(), range.end);
+        }
+        buf[at..].copy_from_slice(&self.packed[packed..]);
+        Ok(())
+    }
+
+    /// The compressed part's worker error (the compressed elements only).
+    pub(crate) fn worker_error(&self) -> &[f32] {
+        self.compressed.worker_error()
+    }
+
+    /// The compressed part's server error.
+    pub(crate) fn server_error(&self) -> &[f32] {
+        self.compressed.server_error()
+    }
+
+    /// Both errors, mutable (worker, server), for loading a checkpoint.
+    pub(crate) fn errors_mut(&mut self) -> (&mut [f32], &mut [f32]) {
+        self.compressed.errors_mut()
+    }
+}
+
+/// Whether `pattern` names the parameter at `path`: equal, or a prefix
+/// ending in `*`.
+fn matches(pattern: &str, path: &str) -> bool {
+    match pattern.strip_suffix('*') {
+        Some(prefix) => path.starts_with(prefix),
+        None => pattern == path,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::matches;
+
+    #[test]
+    fn a_pattern_is_a_path_or_a_prefix_with_a_star() {
+        assert!(matches(
+            "embeddings.position.weight",
+            "embeddings.position.weight"
+        ));
+        assert!(!matches(
+            "embeddings.position",
+            "embeddings.position.weight"
+        ));
+        assert!(matches("embeddings.*", "embeddings.position.weight"));
+        assert!(matches("*", "anything"));
+        assert!(!matches("encoder.*", "embeddings.position.weight"));
+    }
+}
