@@ -16,6 +16,7 @@ mod bandwidth;
 mod comm_volume;
 mod eps_fix;
 mod finetune_parity;
+mod gates;
 mod network;
 mod onebit_adam;
 mod onebit_lamb;
@@ -47,6 +48,12 @@ pub struct Args {
     /// (writes runs/reproduce/<name>-quick/, not results/)
     #[arg(long)]
     pub quick: bool,
+
+    /// Train nothing: re-check the claims (and redraw the table and plots)
+    /// from the committed results/<name>/metrics.jsonl and configs/, with
+    /// the current claim code. The runs' machine.txt is kept.
+    #[arg(long, conflicts_with = "quick")]
+    pub from_results: bool,
 }
 
 /// An experiment from the papers.
@@ -110,6 +117,9 @@ pub struct Context {
     terse: OnceCell<PathBuf>,
     /// Parent of the variants' run directories.
     pub runs: PathBuf,
+    /// `--from-results`: the committed results directory the runs are read
+    /// back from instead of being run.
+    pub replay: Option<PathBuf>,
     /// The output directory.
     pub report: Report,
 }
@@ -158,11 +168,29 @@ pub fn run(args: &Args) -> Result<()> {
     } else {
         Path::new("results").join(&name)
     };
+    if args.from_results
+        && !matches!(
+            args.name,
+            Experiment::OnebitAdam
+                | Experiment::OnebitLamb
+                | Experiment::SlambRatio
+                | Experiment::EpsFix
+                | Experiment::FinetuneParity
+                | Experiment::ScaleBlock
+        )
+    {
+        bail!("--from-results: `{name}` measures time and bytes on a network, not training claims");
+    }
     let ctx = Context {
         quick: args.quick,
         terse: OnceCell::new(),
         runs,
-        report: Report::create(&out)?,
+        replay: args.from_results.then(|| out.clone()),
+        report: if args.from_results {
+            Report::open(&out)?
+        } else {
+            Report::create(&out)?
+        },
     };
     let outcome = match args.name {
         Experiment::OnebitAdam => onebit_adam::run(&ctx)?,
@@ -175,11 +203,17 @@ pub fn run(args: &Args) -> Result<()> {
         Experiment::Bandwidth => bandwidth::run(&ctx)?,
         Experiment::StepProfile => step_profile::run(&ctx)?,
     };
-    ctx.report.write_machine(&command)?;
-    let mut table = format!(
-        "# {}\n\n`cargo xtask {command}`\n\n## Claims\n\n",
-        outcome.title
-    );
+    let mut table = format!("# {}\n\n`cargo xtask {command}`\n\n", outcome.title);
+    if args.from_results {
+        table.push_str(&format!(
+            "Claims re-checked from the committed metrics by `cargo xtask {command} \
+             --from-results` at commit {}; the runs themselves: machine.txt.\n\n",
+            report::commit()
+        ));
+    } else {
+        ctx.report.write_machine(&command)?;
+    }
+    table.push_str("## Claims\n\n");
     for claim in &outcome.claims {
         let mark = if claim.holds {
             "holds"

@@ -8,7 +8,7 @@ use anyhow::Result;
 
 use super::plot::{Chart, draw, loss_curves};
 use super::runner::{RunLog, Variant, run_all};
-use super::{Claim, Context, Outcome, num};
+use super::{Claim, Context, Outcome, gates, num};
 
 const CONFIG: &str = "configs/reproduce-onebit-adam.toml";
 const WORKERS: usize = 4;
@@ -62,7 +62,7 @@ pub fn run(ctx: &Context) -> Result<Outcome> {
     if !ctx.quick {
         variants.insert(2, v("onebit_adam_fp32", true));
     }
-    let logs = run_all(ctx.terse()?, &ctx.runs, &variants)?;
+    let logs = run_all(ctx, &ctx.runs, &variants)?;
     ctx.report.write_runs(&logs)?;
     let batch = batch as f64;
     let series = loss_curves(&logs, batch, ctx.pick(20, 5));
@@ -88,6 +88,7 @@ fn summarize(logs: &[RunLog], steps: u64, freeze: u64, quick: bool) -> Result<Ou
         "final held-out loss",
         &format!("train loss, last {tail} steps"),
         "MLM accuracy",
+        "unigram baseline",
         "MB sent per rank",
     ]);
     let mut held = Vec::new();
@@ -99,6 +100,8 @@ fn summarize(logs: &[RunLog], steps: u64, freeze: u64, quick: bool) -> Result<Ou
             log.show(loss, num),
             log.show(log.tail_mean("loss", tail), num),
             log.show(log.final_eval("mlm_accuracy")?, num),
+            log.final_eval("mlm_majority_accuracy")
+                .map_or("not logged".into(), num),
             num(log.total("bytes_sent") / 1e6),
         ]);
     }
@@ -138,37 +141,56 @@ fn summarize(logs: &[RunLog], steps: u64, freeze: u64, quick: bool) -> Result<Ou
         )]
     } else {
         let fp32 = held_of("onebit_adam_fp32").unwrap_or(f64::NAN);
+        let log_of = |label: &str| logs.iter().find(|log| log.label == label);
+        let reference = log_of("adam").expect("a variant above");
+        let (learned, learned_text) = gates::mlm_learned(reference);
+        let onebit_log = log_of("onebit_adam").expect("a variant above");
+        let (steady, steady_text) =
+            gates::gap_not_growing(reference, onebit_log, steps, steps / 10);
+        let gated = |text: String| {
+            if learned {
+                text
+            } else {
+                format!("{text} — cannot hold: the reference has not learned")
+            }
+        };
         vec![
+            Claim::new(learned, format!("the reference learned: {learned_text}")),
             Claim::new(
-                naive > onebit,
-                format!(
+                learned && naive > onebit,
+                gated(format!(
                     "naive 1-bit Adam ends worse than 1-bit Adam: held-out loss {} vs {}",
                     num(naive),
                     num(onebit)
-                ),
+                )),
             ),
             Claim::new(
-                (onebit - adam).abs() < (naive - adam).abs(),
-                format!(
-                    "1-bit Adam tracks Adam more closely than naive compression: {:+.2}% vs \
+                learned && (onebit - adam).abs() < (naive - adam).abs(),
+                gated(format!(
+                    "1-bit Adam stays closer to Adam than naive compression: {:+.2}% vs \
                      {:+.2}% from Adam's {}",
                     gap(onebit),
                     gap(naive),
                     num(adam)
-                ),
+                )),
             ),
             Claim::new(
-                gap(onebit).abs() < 5.0 && gap(fp32).abs() < 5.0,
-                format!(
-                    "1-bit Adam and its fp32-momentum ablation end within 5% of Adam: {:+.2}% \
-                     and {}",
-                    gap(onebit),
+                learned && steady && gap(onebit).abs() < 5.0,
+                gated(format!(
+                    "1-bit Adam tracks Adam: ends within 5% ({:+.2}%) and {steady_text}",
+                    gap(onebit)
+                )),
+            ),
+            Claim::new(
+                learned && gap(fp32).abs() < 5.0,
+                gated(format!(
+                    "the fp32-momentum ablation ends within 5% of Adam: {}",
                     if fp32.is_finite() {
                         format!("{:+.2}%", gap(fp32))
                     } else {
                         "diverged".into()
                     }
-                ),
+                )),
             ),
         ]
     };

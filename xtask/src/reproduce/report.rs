@@ -28,6 +28,16 @@ impl Report {
         })
     }
 
+    /// An existing report directory, kept as it is (`--from-results`).
+    pub fn open(dir: &Path) -> Result<Self> {
+        if !dir.join("metrics.jsonl").is_file() {
+            anyhow::bail!("{}: no committed metrics.jsonl to re-check", dir.display());
+        }
+        Ok(Self {
+            dir: dir.to_path_buf(),
+        })
+    }
+
     /// A path inside the report.
     pub fn path(&self, name: &str) -> PathBuf {
         self.dir.join(name)
@@ -80,19 +90,14 @@ impl Report {
         let text = format!(
             "command: cargo xtask {command}\n\
              date: {}\n\
-             commit: {}{}\n\
+             commit: {}\n\
              cpu: {cpu}\n\
              cores: {cores}\n\
              memory: {memory}\n\
              rustc: {}\n\
              os: {}\n",
             output("date", &["-u", "+%Y-%m-%dT%H:%M:%SZ"]),
-            output("git", &["rev-parse", "HEAD"]),
-            if output("git", &["status", "--porcelain", "--untracked-files=no"]).is_empty() {
-                ""
-            } else {
-                " (with uncommitted changes)"
-            },
+            commit(),
             output("rustc", &["--version"]),
             output("uname", &["-srm"]),
         );
@@ -137,6 +142,20 @@ impl Table {
         }
         out
     }
+}
+
+/// `HEAD`'s hash, marked when tracked files have uncommitted changes.
+pub fn commit() -> String {
+    let dirty = !output("git", &["status", "--porcelain", "--untracked-files=no"]).is_empty();
+    format!(
+        "{}{}",
+        output("git", &["rev-parse", "HEAD"]),
+        if dirty {
+            " (with uncommitted changes)"
+        } else {
+            ""
+        }
+    )
 }
 
 fn output(program: &str, args: &[&str]) -> String {

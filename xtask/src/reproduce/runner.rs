@@ -11,9 +11,10 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use anyhow::{Context, Result, bail};
+use anyhow::{Context as _, Result, bail};
 use serde_json::Value;
 
+use super::Context;
 use super::same_settings::{self, Resolved};
 
 /// One run of an experiment.
@@ -142,8 +143,18 @@ impl RunLog {
 /// in `runs_dir`) and returns their logs, in order. The variants are one
 /// comparison: before anything runs, their resolved configs must agree in
 /// everything but their optimizers' own fields and declared keys.
-pub fn run_all(terse: &Path, runs_dir: &Path, variants: &[Variant]) -> Result<Vec<RunLog>> {
-    check_comparable(terse, &[(runs_dir, variants)])?;
+///
+/// With `--from-results` nothing runs: the logs are read back from the
+/// experiment's committed metrics.jsonl (see [`replay`]).
+pub fn run_all(ctx: &Context, runs_dir: &Path, variants: &[Variant]) -> Result<Vec<RunLog>> {
+    check_comparable(ctx, &[(runs_dir, variants)])?;
+    if let Some(results) = &ctx.replay {
+        return variants
+            .iter()
+            .map(|v| replay(results, runs_dir, &v.label))
+            .collect();
+    }
+    let terse = ctx.terse()?;
     let mut logs = Vec::new();
     for (i, variant) in variants.iter().enumerate() {
         eprintln!(
@@ -160,14 +171,88 @@ pub fn run_all(terse: &Path, runs_dir: &Path, variants: &[Variant]) -> Result<Ve
 /// Refuses to go on when variants compared with each other — possibly from
 /// several run directories, as when an experiment reuses another's runs —
 /// differ in a config key that is not their subject (`same_settings`).
-pub fn check_comparable(terse: &Path, groups: &[(&Path, &[Variant])]) -> Result<()> {
+/// With `--from-results` the committed configs/<label>.toml are compared.
+pub fn check_comparable(ctx: &Context, groups: &[(&Path, &[Variant])]) -> Result<()> {
     let mut resolved = Vec::new();
     for (runs_dir, variants) in groups {
         for variant in variants.iter() {
-            resolved.push(resolve(terse, runs_dir, variant)?);
+            resolved.push(match &ctx.replay {
+                Some(results) => {
+                    let label = committed_label(results, runs_dir, &variant.label)?;
+                    let path = results.join("configs").join(format!("{label}.toml"));
+                    let text = std::fs::read_to_string(&path)
+                        .with_context(|| format!("cannot read {}", path.display()))?;
+                    Resolved::parse(&variant.label, &text, &variant.varies)?
+                }
+                None => resolve(ctx.terse()?, runs_dir, variant)?,
+            });
         }
     }
     same_settings::check(&resolved)
+}
+
+/// The name a variant's run has in an experiment's committed results:
+/// its label, or — where the experiment reports runs of several models
+/// (scale-block) — the label behind the model's prefix.
+fn committed_label(results: &Path, runs_dir: &Path, label: &str) -> Result<String> {
+    let prefix = if runs_dir.ends_with("vgg16") {
+        "vgg16_"
+    } else {
+        "bert_"
+    };
+    for candidate in [label.to_string(), format!("{prefix}{label}")] {
+        if results
+            .join("configs")
+            .join(format!("{candidate}.toml"))
+            .is_file()
+        {
+            return Ok(candidate);
+        }
+    }
+    bail!(
+        "{}: no committed run `{label}` (configs/{label}.toml)",
+        results.display()
+    )
+}
+
+/// A variant's log as the committed results hold it: its lines of
+/// metrics.jsonl (the `run` tag removed). It diverged when its last logged
+/// step is short of the `train.steps` of its committed config.
+pub fn replay(results: &Path, runs_dir: &Path, label: &str) -> Result<RunLog> {
+    let name = committed_label(results, runs_dir, label)?;
+    let path = results.join("metrics.jsonl");
+    let text = std::fs::read_to_string(&path)
+        .with_context(|| format!("cannot read {}", path.display()))?;
+    let mut lines = Vec::new();
+    for (i, line) in text.lines().enumerate() {
+        let mut value: Value = serde_json::from_str(line)
+            .with_context(|| format!("{}:{}: not JSON", path.display(), i + 1))?;
+        if value.get("run").and_then(Value::as_str) == Some(name.as_str()) {
+            if let Some(fields) = value.as_object_mut() {
+                fields.remove("run");
+            }
+            lines.push(value);
+        }
+    }
+    let config = results.join("configs").join(format!("{name}.toml"));
+    let config = std::fs::read_to_string(&config)
+        .with_context(|| format!("cannot read {}", config.display()))?;
+    let steps = config
+        .parse::<toml::Table>()
+        .ok()
+        .and_then(|t| t.get("train")?.get("steps")?.as_integer())
+        .with_context(|| format!("{name}: no train.steps in its committed config"))?;
+    let last = lines
+        .iter()
+        .filter_map(|l| l.get("step")?.as_u64())
+        .max()
+        .unwrap_or(0);
+    Ok(RunLog {
+        label: label.to_string(),
+        dir: results.to_path_buf(),
+        diverged: last < steps as u64,
+        lines,
+    })
 }
 
 /// A variant's config as `terse` resolves it (`--print-config`).

@@ -141,14 +141,14 @@ fn bert(ctx: &Context) -> Result<(String, Vec<Claim>, Vec<RunLog>)> {
     .varies("optimizer.scale_block")];
     let shared_dir = ctx.sibling("onebit-adam");
     check_comparable(
-        ctx.terse()?,
+        ctx,
         &[
             (&shared_dir, &shared_variants),
             (&ctx.runs, &block_variants),
         ],
     )?;
-    let shared = run_all(ctx.terse()?, &shared_dir, &shared_variants)?;
-    let block = run_all(ctx.terse()?, &ctx.runs, &block_variants)?;
+    let shared = run_all(ctx, &shared_dir, &shared_variants)?;
+    let block = run_all(ctx, &ctx.runs, &block_variants)?;
     let logs = prefixed("bert_", shared.into_iter().chain(block));
     let mut table = Table::new(&[
         "optimizer",
@@ -219,14 +219,14 @@ fn vgg(ctx: &Context) -> Result<(String, Vec<Claim>, Vec<RunLog>)> {
         ];
     let (shared_dir, block_dir) = (eps_fix::vgg_runs(ctx), ctx.runs.join("vgg16"));
     check_comparable(
-        ctx.terse()?,
+        ctx,
         &[
             (&shared_dir, &shared_variants),
             (&block_dir, &block_variants),
         ],
     )?;
-    let shared = run_all(ctx.terse()?, &shared_dir, &shared_variants)?;
-    let block = run_all(ctx.terse()?, &block_dir, &block_variants)?;
+    let shared = run_all(ctx, &shared_dir, &shared_variants)?;
+    let block = run_all(ctx, &block_dir, &block_variants)?;
     let logs = prefixed("vgg16_", shared.into_iter().chain(block));
     let mut table = Table::new(&["optimizer", "train loss, last 30 steps", "test accuracy"]);
     let mut accuracy = Vec::new();

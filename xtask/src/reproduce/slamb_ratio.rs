@@ -9,7 +9,7 @@ use anyhow::Result;
 use super::plot::{Chart, draw, loss_curves};
 use super::report::Table;
 use super::runner::{Variant, run_all};
-use super::{Claim, Context, Outcome, num};
+use super::{Claim, Context, Outcome, gates, num};
 
 const CONFIG: &str = "configs/reproduce-slamb-ratio.toml";
 const WORKERS: usize = 4;
@@ -45,7 +45,7 @@ pub fn run(ctx: &Context) -> Result<Outcome> {
             format!("{{ name = \"slamb\", {shared}, k = {k}, sync_every = {sync_every} }}"),
         ));
     }
-    let logs = run_all(ctx.terse()?, &ctx.runs, &variants)?;
+    let logs = run_all(ctx, &ctx.runs, &variants)?;
     ctx.report.write_runs(&logs)?;
 
     let lamb_bytes = logs[0].total("bytes_sent");
@@ -55,6 +55,8 @@ pub fn run(ctx: &Context) -> Result<Outcome> {
         "final held-out loss",
         "vs LAMB",
         "MB sent per rank",
+        "MLM accuracy",
+        "unigram baseline",
         "volume reduction vs LAMB",
         "paper's 1/(k + 1/H)",
     ]);
@@ -76,6 +78,10 @@ pub fn run(ctx: &Context) -> Result<Outcome> {
                 format!("{:+.2}%", 100.0 * (loss - lamb_loss) / lamb_loss)
             }),
             num(bytes / 1e6),
+            log.final_eval("mlm_accuracy")
+                .map_or("–".into(), |a| log.show(a, num)),
+            log.final_eval("mlm_majority_accuracy")
+                .map_or("not logged".into(), num),
             format!("{}×", num(reduction)),
             formula.map_or("–".into(), |f| format!("{}×", num(f))),
         ]);
@@ -106,27 +112,51 @@ pub fn run(ctx: &Context) -> Result<Outcome> {
                 num(paper)
             ),
         ));
+        // Convergence claims need a reference that learned (full run only).
+        let (learned, learned_text) = if ctx.quick {
+            (true, String::new())
+        } else {
+            gates::mlm_learned(&logs[0])
+        };
+        let gate = |text: String| {
+            if learned {
+                text
+            } else {
+                format!("{text} — cannot hold: the reference has not learned")
+            }
+        };
+        if !ctx.quick {
+            claims.push(Claim::new(
+                learned,
+                format!("the reference learned: {learned_text}"),
+            ));
+        }
         if let Some(&(_, _, loss_001)) = reductions.iter().find(|(k, _, _)| *k == 0.01) {
             claims.push(Claim::new(
-                loss <= loss_001,
-                format!(
+                learned && loss <= loss_001,
+                gate(format!(
                     "quality falls as k shrinks (Table 3: max F1 90.79 at k = 0.1, 87.85 at \
                      0.01): held-out loss {} at k = 0.1, {} at k = 0.01",
                     num(loss),
                     num(loss_001)
-                ),
+                )),
             ));
         }
         // Parity with LAMB needs the full run's length: after 60 quick steps
         // the sparse momenta are still far from the dense one's.
         if !ctx.quick {
+            let k01 = logs.iter().find(|l| l.label == "slamb_k0.1");
+            let (steady, steady_text) = k01.map_or((false, "no k = 0.1 run".into()), |log| {
+                gates::gap_not_growing(&logs[0], log, steps, steps / 10)
+            });
             claims.push(Claim::new(
-                loss < lamb_loss * 1.05,
-                format!(
-                    "SLAMB at k = 0.1 ends within 5% of LAMB's held-out loss: {} vs {}",
+                learned && steady && loss < lamb_loss * 1.05,
+                gate(format!(
+                    "SLAMB at k = 0.1 tracks LAMB: ends within 5% of its held-out loss ({} vs \
+                     {}) and {steady_text}",
                     num(loss),
                     num(lamb_loss)
-                ),
+                )),
             ));
         }
         claims.push(Claim::new(

@@ -186,7 +186,11 @@ impl Task for PretrainTask {
         Ok(model.loss(&out, batch.mlm_labels, batch.nsp_labels))
     }
 
-    /// Loss and masked-LM / next-sentence accuracy on the held-out examples.
+    /// Loss and masked-LM / next-sentence accuracy on the held-out examples,
+    /// and the masked-LM baseline a model must beat to have learned more
+    /// than word frequencies: `mlm_majority_accuracy`, the accuracy of always
+    /// answering the held-out set's most frequent masked token (the best any
+    /// unigram predictor can score there; it depends on the data only).
     fn evaluate(
         &self,
         model: &Self::Model,
@@ -194,6 +198,7 @@ impl Task for PretrainTask {
     ) -> Result<Vec<(String, f64)>, TrainError> {
         let (mut loss, mut batches) = (0.0, 0usize);
         let (mut mlm_hit, mut mlm_all, mut nsp_hit, mut nsp_all) = (0usize, 0usize, 0usize, 0usize);
+        let mut targets: std::collections::HashMap<i64, usize> = Default::default();
         let held: Vec<usize> = (self.train..self.shards.len()).collect();
         for chunk in held.chunks(32) {
             let examples = self.examples_at(chunk.iter().copied())?;
@@ -215,6 +220,9 @@ impl Task for PretrainTask {
                     .count();
                 (hits, labels.len())
             };
+            for label in batch.mlm_labels.clone().into_data().iter::<i64>() {
+                *targets.entry(label).or_default() += 1;
+            }
             let (h, a) = count(out.mlm_logits, batch.mlm_labels);
             (mlm_hit, mlm_all) = (mlm_hit + h, mlm_all + a);
             let (h, a) = count(out.nsp_logits, batch.nsp_labels);
@@ -232,6 +240,10 @@ impl Task for PretrainTask {
             (
                 "nsp_accuracy".into(),
                 nsp_hit as f64 / nsp_all.max(1) as f64,
+            ),
+            (
+                "mlm_majority_accuracy".into(),
+                targets.values().copied().max().unwrap_or(0) as f64 / mlm_all.max(1) as f64,
             ),
         ])
     }
