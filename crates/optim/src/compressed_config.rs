@@ -78,8 +78,8 @@ pub struct OneBitAdamConfig {
     pub scale_block: Option<usize>,
     /// Parameters kept out of compression: in the compression stage their
     /// momentum is allreduced exactly in fp32 while the rest is 1-bit. Each
-    /// entry is a parameter path (`terse inspect` lists them) or a prefix
-    /// ending in `*`; one that names no parameter is an error.
+    /// entry is a parameter path or a prefix ending in `*`; one that names
+    /// no parameter is an error listing the model's paths.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub uncompressed: Vec<String>,
     /// How the freeze step is chosen.
@@ -145,8 +145,8 @@ pub struct OneBitLambConfig {
     pub scale_block: Option<usize>,
     /// Parameters kept out of compression: in the compression stage their
     /// momentum is allreduced exactly in fp32 while the rest is 1-bit. Each
-    /// entry is a parameter path (`terse inspect` lists them) or a prefix
-    /// ending in `*`; one that names no parameter is an error.
+    /// entry is a parameter path or a prefix ending in `*`; one that names
+    /// no parameter is an error listing the model's paths.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub uncompressed: Vec<String>,
     /// How the freeze step is chosen.

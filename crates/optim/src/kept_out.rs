@@ -28,7 +28,7 @@ pub(crate) struct KeptOutAllreduce {
 impl KeptOutAllreduce {
     /// Keeps out the segments of `layout` that `patterns` name (a parameter
     /// path, or a prefix followed by `*`); `field` names the config field in
-    /// errors.
+    /// errors, which list the model's parameter paths.
     ///
     /// # Errors
     /// A pattern that names no parameter (a typo would otherwise silently
@@ -42,11 +42,19 @@ impl KeptOutAllreduce {
     ) -> Result<Self, OptimError> {
         for pattern in patterns {
             if !layout.segments().iter().any(|s| matches(pattern, &s.path)) {
+                let paths: Vec<&str> = layout.segments().iter().map(|s| s.path.as_str()).collect();
+                let shown = paths.iter().take(8).copied().collect::<Vec<_>>().join(", ");
                 return Err(OptimError::InvalidConfig {
                     field,
-                    value: format!("\"{pattern}\""),
-                    reason: "names no parameter of the model (`terse inspect` lists them; \
-                             end a prefix with `*`)",
+                    value: format!(
+                        "\"{pattern}\" (the model's parameters: {shown}{})",
+                        if paths.len() > 8 {
+                            format!(", … {} in all", paths.len())
+                        } else {
+                            String::new()
+                        }
+                    ),
+                    reason: "names no parameter of the model; end a prefix with `*`",
                 });
             }
         }

@@ -4,7 +4,7 @@
 //! out in one flat vector ([`ParamLayout`]); an optimizer sees that vector, the
 //! local flat gradient and a [`Communicator`](terse_comm::Communicator), and
 //! decides itself what to send. The update rules are those of
-//! `shared/ALGORITHMS.md` (Adam/AdamW, LAMB, momentum SGD), implemented as fused
+//! `docs/ALGORITHMS.md` (Adam/AdamW, LAMB, momentum SGD), implemented as fused
 //! single-pass loops over host slices (auto-vectorised, rayon over chunks),
 //! because a chain of tensor ops costs a pass and an allocation each.
 //!

@@ -140,7 +140,9 @@ fn a_pattern_that_names_no_parameter_is_refused() {
     .unwrap()
     .expect("refused");
     assert!(
-        message.contains("onebit_adam.uncompressed") && message.contains("embeddings.position"),
+        message.contains("onebit_adam.uncompressed")
+            && message.contains("embeddings.position")
+            && message.contains("used.weight, exact.weight"),
         "{message}"
     );
 }
