@@ -12,6 +12,7 @@
 use anyhow::{Context as _, Result, bail};
 
 use super::network::RANKS;
+use super::plot::{Chart, Series, draw};
 use super::report::Table;
 use super::runner::{RunLog, Variant, command_line, read_log};
 use super::{Claim, Context, Outcome, num};
@@ -110,6 +111,7 @@ pub fn run(ctx: &Context) -> Result<Outcome> {
     let rates = rate::parse_all(&["1gbit", "10gbit"])?;
     let lab = Lab::up(RANKS, Shape::at(rates[0]))?;
     let mut profiles = Vec::new();
+    let mut logs = Vec::new();
     for &rate in &rates {
         lab.reshape(Shape::at(rate))?;
         for (label, optimizer) in OPTIMIZERS {
@@ -125,13 +127,51 @@ pub fn run(ctx: &Context) -> Result<Outcome> {
             if !status.success() {
                 bail!("terse pretrain ({label} at {rate}) failed ({status})");
             }
-            profiles.push((rate, label, profile(&read_log(&run, &dir)?)?));
+            let mut log = read_log(&run, &dir)?;
+            profiles.push((rate, label, profile(&log)?));
+            log.label = format!("{rate}-{label}");
+            logs.push(log);
             // Only the metrics are read; BERT-base's end-of-run checkpoint
             // (4 ranks × ~1.3 GB) would pile up over the six runs.
             remove_checkpoints(&dir)?;
         }
     }
     drop(lab);
+    // Every step's phases, committed beside the table, and the step time
+    // per run as a plot.
+    ctx.report.write_runs(&logs)?;
+    let series: Vec<Series> = logs
+        .iter()
+        .map(|log| {
+            let phase = |field: &str| log.series(field);
+            let (f, b, c, o) = (
+                phase("forward_ms"),
+                phase("backward_ms"),
+                phase("comm_ms"),
+                phase("optimizer_ms"),
+            );
+            Series {
+                label: log.label.clone(),
+                points: f
+                    .iter()
+                    .zip(&b)
+                    .zip(&c)
+                    .zip(&o)
+                    .map(|(((f, b), c), o)| (f.0 as f64, f.1 + b.1 + c.1 + o.1))
+                    .collect(),
+            }
+        })
+        .collect();
+    draw(
+        &ctx.report.path("plot.png"),
+        &Chart {
+            title: "Step time per step: forward + backward + communication + optimizer",
+            x_label: "step",
+            y_label: "ms",
+            log_y: true,
+        },
+        &series,
+    )?;
 
     let mut table = Table::new(&[
         "link rate",
@@ -190,7 +230,8 @@ pub fn run(ctx: &Context) -> Result<Outcome> {
          {RANKS} MPI ranks on {RANKS} netlab hosts, one sequence per rank per step; means of \
          steps 3–{steps}. Communication includes compression; on this machine the 4 ranks \
          share 2 cores, so compute is slow and the shares differ from the papers' GPU \
-         clusters.\n\n{}",
+         clusters. Every step's phases: metrics.jsonl (one run per rate and \
+         optimizer).\n\n{}\n![step time per step](plot.png)\n",
         ctx.pick("base", "tiny"),
         table.markdown()
     );
