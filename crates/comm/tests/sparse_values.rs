@@ -100,7 +100,7 @@ fn a_world_of_one_keeps_the_buffer_exactly() {
     for precision in [SparseValues::F32, SparseValues::F16] {
         let results = LocalComm::run(1, Duration::from_secs(60), |comm| {
             let mask = Mask::Hash { seed: 3, k: 0.5 };
-            let mut sparse = SparseAllreduce::with_precision(mask, vec![0..10], precision);
+            let mut sparse = SparseAllreduce::with_precision(mask, vec![0..10, 20..30], precision);
             let input = values(0, 5003);
             let mut v = input.clone();
             let before = comm.traffic();
