@@ -155,16 +155,7 @@ where
             }
             one(comm)
         });
-        let mut lead = None;
-        for (rank, result) in results.into_iter().enumerate() {
-            match result {
-                Ok(Ok(Some(outcome))) => lead = Some(outcome),
-                Ok(Ok(None)) => {}
-                Ok(Err(e)) => return Err(e).with_context(|| format!("rank {rank}")),
-                Err(_) => bail!("rank {rank} panicked"),
-            }
-        }
-        lead
+        lead_result(results)?
     } else {
         let comm = SingleRank::new();
         announce(&comm, config, &run_dir);
@@ -175,6 +166,24 @@ where
         println!("terse: run directory {}", run_dir.display());
     }
     Ok(())
+}
+
+/// What the lead rank returned from a [`LocalComm::run`] whose ranks return
+/// `Some` on the lead only, or the first failure: a rank's error (named by
+/// its rank) or its panic.
+pub fn lead_result<T, E: Into<anyhow::Error>>(
+    results: Vec<std::thread::Result<Result<Option<T>, E>>>,
+) -> Result<Option<T>> {
+    let mut lead = None;
+    for (rank, result) in results.into_iter().enumerate() {
+        match result {
+            Ok(Ok(Some(value))) => lead = Some(value),
+            Ok(Ok(None)) => {}
+            Ok(Err(e)) => return Err(e.into()).with_context(|| format!("rank {rank}")),
+            Err(_) => bail!("rank {rank} panicked"),
+        }
+    }
+    Ok(lead)
 }
 
 fn announce(comm: &dyn Communicator, config: &RunConfig, run_dir: &std::path::Path) {

@@ -16,14 +16,15 @@
 
 use std::io::Write;
 use std::path::PathBuf;
+use std::time::Duration;
 
 use anyhow::{Context, Result, bail};
 use serde::Deserialize;
-use std::time::Duration;
-
 use terse_comm::{Communicator, LocalComm};
 use terse_optim::{LrSchedule, Optimizer, OptimizerConfig, ParamLayout};
 use terse_train::Override;
+
+use crate::launch::lead_result;
 
 /// Arguments of `terse sum-of-squares`.
 #[derive(Debug, clap::Args)]
@@ -74,16 +75,7 @@ pub fn run(args: &Args) -> Result<()> {
     let results = LocalComm::run(problem.workers, Duration::from_secs(600), |comm| {
         minimise(args, &problem, &start, comm)
     });
-    let mut summary = None;
-    for (rank, result) in results.into_iter().enumerate() {
-        match result {
-            Ok(Ok(Some(line))) => summary = Some(line),
-            Ok(Ok(None)) => {}
-            Ok(Err(e)) => return Err(e).with_context(|| format!("rank {rank}")),
-            Err(_) => bail!("rank {rank} panicked"),
-        }
-    }
-    if let Some(line) = summary {
+    if let Some(line) = lead_result(results)? {
         println!("{line}");
     }
     Ok(())

@@ -32,7 +32,7 @@ impl KeptOutAllreduce {
     ///
     /// # Errors
     /// A pattern that names no parameter (a typo would otherwise silently
-    /// compress what the user meant to keep out), or a bad `scale_block`.
+    /// compress what the user meant to keep out).
     pub(crate) fn new(
         patterns: &[String],
         field: &'static str,
@@ -66,14 +66,8 @@ impl KeptOutAllreduce {
             .filter(|r| !r.is_empty())
             .collect();
         let kept: usize = kept_out.iter().map(|r| r.len()).sum();
-        let compressed =
-            CompressedAllreduce::new(layout.len() - kept, comm, options).map_err(|_| {
-                OptimError::InvalidConfig {
-                    field,
-                    value: format!("{:?}", options.scale_block),
-                    reason: "scale_block must be a positive multiple of 32",
-                }
-            })?;
+        let compressed = CompressedAllreduce::new(layout.len() - kept, comm, options)
+            .expect("scale_block is validated with the config");
         Ok(Self {
             compressed,
             kept_out,

@@ -12,7 +12,7 @@ use anyhow::{Context as _, Result, bail};
 
 use super::plot::{Chart, Series, draw, loss_curves};
 use super::report::Table;
-use super::runner::{Variant, run_all};
+use super::runner::{Variant, read_jsonl, run_all};
 use super::{Claim, Context, Outcome, gates, num};
 
 const TOY: &str = "configs/reproduce-eps-fix-sum-of-squares.toml";
@@ -198,7 +198,7 @@ pub fn run_toy(ctx: &Context, out: &Path, sets: &[String]) -> Result<Vec<(u64, f
         let stem = out
             .file_stem()
             .map_or(String::new(), |s| s.to_string_lossy().into_owned());
-        return replay_toy(&results.join("sum-of-squares.jsonl"), &stem);
+        return read_toy(&results.join("sum-of-squares.jsonl"), Some(&stem));
     }
     let terse = ctx.terse()?;
     let mut command = Command::new(terse);
@@ -217,41 +217,30 @@ pub fn run_toy(ctx: &Context, out: &Path, sets: &[String]) -> Result<Vec<(u64, f
             sets.join(" ")
         );
     }
-    read_toy(out)
+    read_toy(out, None)
 }
 
-/// The `(step, f)` of the run whose `run` tag (spaces as `_`) is `stem`.
-fn replay_toy(path: &Path, stem: &str) -> Result<Vec<(u64, f64)>> {
-    let text =
-        std::fs::read_to_string(path).with_context(|| format!("cannot read {}", path.display()))?;
+/// The `(step, f)` of a sum-of-squares log; with `run`, only the lines of
+/// the run whose `run` tag (spaces as `_`) is `run` (the committed,
+/// tagged sum-of-squares.jsonl), of which there must be some.
+fn read_toy(path: &Path, run: Option<&str>) -> Result<Vec<(u64, f64)>> {
     let mut points = Vec::new();
-    for line in text.lines() {
-        let v: serde_json::Value = serde_json::from_str(line)?;
-        if v["run"].as_str().map(|r| r.replace(' ', "_")).as_deref() == Some(stem) {
-            points.push((
-                v["step"].as_u64().context("step")?,
-                v["f"].as_f64().unwrap_or(f64::NAN),
-            ));
+    for v in read_jsonl(path)? {
+        let tag = v["run"].as_str().map(|r| r.replace(' ', "_"));
+        if run.is_some_and(|run| tag.as_deref() != Some(run)) {
+            continue;
         }
+        points.push((
+            v["step"].as_u64().context("step")?,
+            v["f"].as_f64().unwrap_or(f64::NAN),
+        ));
     }
-    if points.is_empty() {
-        bail!("{}: no run `{stem}`", path.display());
+    if let Some(run) = run
+        && points.is_empty()
+    {
+        bail!("{}: no run `{run}`", path.display());
     }
     Ok(points)
-}
-
-fn read_toy(path: &Path) -> Result<Vec<(u64, f64)>> {
-    let text =
-        std::fs::read_to_string(path).with_context(|| format!("cannot read {}", path.display()))?;
-    text.lines()
-        .map(|line| {
-            let v: serde_json::Value = serde_json::from_str(line)?;
-            Ok((
-                v["step"].as_u64().context("step")?,
-                v["f"].as_f64().unwrap_or(f64::NAN),
-            ))
-        })
-        .collect()
 }
 
 /// VGG-16's steps and freeze step.

@@ -3,8 +3,8 @@
 //! and for a "tracks" claim a gap that does not grow over the last half of
 //! the run.
 
-use super::num;
 use super::runner::RunLog;
+use super::{Claim, num};
 
 /// The largest growth of the training-loss gap over the last half of a run
 /// (least-squares slope × span) that still counts as "tracking".
@@ -41,6 +41,19 @@ pub fn mlm_learned(reference: &RunLog) -> (bool, String) {
             false,
             format!("{}: no MLM accuracy logged", reference.label),
         ),
+    }
+}
+
+/// A convergence claim, judged only where the reference learned: it holds
+/// when `learned` and `holds`, and otherwise its text says it cannot.
+pub fn claim(learned: bool, holds: bool, text: String) -> Claim {
+    if learned {
+        Claim::new(holds, text)
+    } else {
+        Claim::new(
+            false,
+            format!("{text} — cannot hold: the reference has not learned"),
+        )
     }
 }
 
@@ -106,7 +119,7 @@ pub fn gap_growth(
         sxy += dx * (g - y_mean);
         sxx += dx * dx;
     }
-    Some((gaps.clone(), sxy / sxx * (n - 1.0)))
+    Some((gaps, sxy / sxx * (n - 1.0)))
 }
 
 /// The sentence and verdict of the "does not grow" condition.

@@ -147,50 +147,47 @@ fn summarize(logs: &[RunLog], steps: u64, freeze: u64, quick: bool) -> Result<Ou
         let onebit_log = log_of("onebit_adam").expect("a variant above");
         let (steady, steady_text) =
             gates::gap_not_growing(reference, onebit_log, steps, steps / 10);
-        let gated = |text: String| {
-            if learned {
-                text
-            } else {
-                format!("{text} — cannot hold: the reference has not learned")
-            }
-        };
         vec![
             Claim::new(learned, format!("the reference learned: {learned_text}")),
-            Claim::new(
-                learned && naive > onebit,
-                gated(format!(
+            gates::claim(
+                learned,
+                naive > onebit,
+                format!(
                     "naive 1-bit Adam ends worse than 1-bit Adam: held-out loss {} vs {}",
                     num(naive),
                     num(onebit)
-                )),
+                ),
             ),
-            Claim::new(
-                learned && (onebit - adam).abs() < (naive - adam).abs(),
-                gated(format!(
+            gates::claim(
+                learned,
+                (onebit - adam).abs() < (naive - adam).abs(),
+                format!(
                     "1-bit Adam stays closer to Adam than naive compression: {:+.2}% vs \
                      {:+.2}% from Adam's {}",
                     gap(onebit),
                     gap(naive),
                     num(adam)
-                )),
+                ),
             ),
-            Claim::new(
-                learned && steady && gap(onebit).abs() < 5.0,
-                gated(format!(
+            gates::claim(
+                learned,
+                steady && gap(onebit).abs() < 5.0,
+                format!(
                     "1-bit Adam tracks Adam: ends within 5% ({:+.2}%) and {steady_text}",
                     gap(onebit)
-                )),
+                ),
             ),
-            Claim::new(
-                learned && gap(fp32).abs() < 5.0,
-                gated(format!(
+            gates::claim(
+                learned,
+                gap(fp32).abs() < 5.0,
+                format!(
                     "the fp32-momentum ablation ends within 5% of Adam: {}",
                     if fp32.is_finite() {
                         format!("{:+.2}%", gap(fp32))
                     } else {
                         "diverged".into()
                     }
-                )),
+                ),
             ),
         ]
     };

@@ -140,35 +140,30 @@ pub fn run(ctx: &Context) -> Result<Outcome> {
         ));
     } else {
         let (learned, learned_text) = gates::mlm_learned(&pretrained[0]);
-        let gated = |text: String| {
-            if learned {
-                text
-            } else {
-                format!("{text} — cannot hold: the reference has not learned")
-            }
-        };
         claims.push(Claim::new(
             learned,
             format!("the reference learned: {learned_text}"),
         ));
-        claims.push(Claim::new(
-            learned && basic > onebit,
-            gated(format!(
+        claims.push(gates::claim(
+            learned,
+            basic > onebit,
+            format!(
                 "basic 1-bit LAMB ends worse than 1-bit LAMB: held-out loss {} vs {}",
                 num(basic),
                 num(onebit)
-            )),
+            ),
         ));
         let (steady, steady_text) =
             gates::gap_not_growing(&pretrained[0], &pretrained[2], steps, steps / 10);
-        claims.push(Claim::new(
-            learned && steady && (onebit - lamb).abs() / lamb < 0.05,
-            gated(format!(
+        claims.push(gates::claim(
+            learned,
+            steady && (onebit - lamb).abs() / lamb < 0.05,
+            format!(
                 "1-bit LAMB tracks LAMB: ends within 5% ({} vs {}, {:+.2}%) and {steady_text}",
                 num(onebit),
                 num(lamb),
                 100.0 * (onebit - lamb) / lamb
-            )),
+            ),
         ));
         // rt-polarity is balanced: chance is 50%; a fine-tune that learned
         // clears it by 10 points.

@@ -220,18 +220,11 @@ fn committed_label(results: &Path, runs_dir: &Path, label: &str) -> Result<Strin
 /// step is short of the `train.steps` of its committed config.
 pub fn replay(results: &Path, runs_dir: &Path, label: &str) -> Result<RunLog> {
     let name = committed_label(results, runs_dir, label)?;
-    let path = results.join("metrics.jsonl");
-    let text = std::fs::read_to_string(&path)
-        .with_context(|| format!("cannot read {}", path.display()))?;
-    let mut lines = Vec::new();
-    for (i, line) in text.lines().enumerate() {
-        let mut value: Value = serde_json::from_str(line)
-            .with_context(|| format!("{}:{}: not JSON", path.display(), i + 1))?;
-        if value.get("run").and_then(Value::as_str) == Some(name.as_str()) {
-            if let Some(fields) = value.as_object_mut() {
-                fields.remove("run");
-            }
-            lines.push(value);
+    let mut lines = read_jsonl(&results.join("metrics.jsonl"))?;
+    lines.retain(|line| line.get("run").and_then(Value::as_str) == Some(name.as_str()));
+    for line in &mut lines {
+        if let Some(fields) = line.as_object_mut() {
+            fields.remove("run");
         }
     }
     let config = results.join("configs").join(format!("{name}.toml"));
@@ -358,17 +351,7 @@ pub fn read_log(variant: &Variant, dir: &Path) -> Result<RunLog> {
 impl RunLog {
     /// The metrics.jsonl of run directory `dir`, labelled `label`.
     pub fn read(label: &str, dir: &Path) -> Result<RunLog> {
-        let path = dir.join("metrics.jsonl");
-        let text = std::fs::read_to_string(&path)
-            .with_context(|| format!("cannot read {}", path.display()))?;
-        let lines = text
-            .lines()
-            .enumerate()
-            .map(|(i, line)| {
-                serde_json::from_str(line)
-                    .with_context(|| format!("{}:{}: not JSON", path.display(), i + 1))
-            })
-            .collect::<Result<Vec<Value>>>()?;
+        let lines = read_jsonl(&dir.join("metrics.jsonl"))?;
         Ok(RunLog {
             label: label.to_string(),
             dir: dir.to_path_buf(),
@@ -376,4 +359,17 @@ impl RunLog {
             diverged: dir.join(DIVERGED).is_file(),
         })
     }
+}
+
+/// Every line of a JSON-lines file, naming the file and line of a bad one.
+pub fn read_jsonl(path: &Path) -> Result<Vec<Value>> {
+    let text =
+        std::fs::read_to_string(path).with_context(|| format!("cannot read {}", path.display()))?;
+    text.lines()
+        .enumerate()
+        .map(|(i, line)| {
+            serde_json::from_str(line)
+                .with_context(|| format!("{}:{}: not JSON", path.display(), i + 1))
+        })
+        .collect()
 }

@@ -118,13 +118,6 @@ pub fn run(ctx: &Context) -> Result<Outcome> {
         } else {
             gates::mlm_learned(&logs[0])
         };
-        let gate = |text: String| {
-            if learned {
-                text
-            } else {
-                format!("{text} — cannot hold: the reference has not learned")
-            }
-        };
         if !ctx.quick {
             claims.push(Claim::new(
                 learned,
@@ -132,14 +125,15 @@ pub fn run(ctx: &Context) -> Result<Outcome> {
             ));
         }
         if let Some(&(_, _, loss_001)) = reductions.iter().find(|(k, _, _)| *k == 0.01) {
-            claims.push(Claim::new(
-                learned && loss <= loss_001,
-                gate(format!(
+            claims.push(gates::claim(
+                learned,
+                loss <= loss_001,
+                format!(
                     "quality falls as k shrinks (Table 3: max F1 90.79 at k = 0.1, 87.85 at \
                      0.01): held-out loss {} at k = 0.1, {} at k = 0.01",
                     num(loss),
                     num(loss_001)
-                )),
+                ),
             ));
         }
         // Parity with LAMB needs the full run's length: after 60 quick steps
@@ -149,14 +143,15 @@ pub fn run(ctx: &Context) -> Result<Outcome> {
             let (steady, steady_text) = k01.map_or((false, "no k = 0.1 run".into()), |log| {
                 gates::gap_not_growing(&logs[0], log, steps, steps / 10)
             });
-            claims.push(Claim::new(
-                learned && steady && loss < lamb_loss * 1.05,
-                gate(format!(
+            claims.push(gates::claim(
+                learned,
+                steady && loss < lamb_loss * 1.05,
+                format!(
                     "SLAMB at k = 0.1 tracks LAMB: ends within 5% of its held-out loss ({} vs \
                      {}) and {steady_text}",
                     num(loss),
                     num(lamb_loss)
-                )),
+                ),
             ));
         }
         claims.push(Claim::new(
