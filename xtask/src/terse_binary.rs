@@ -157,15 +157,38 @@ pub fn train(ranks: usize, args: &[String]) -> Result<()> {
     Ok(())
 }
 
+/// One line of cargo's `--message-format json` output: the fields read
+/// here, the rest ignored. With `json-render-diagnostics` cargo prints the
+/// compiler's diagnostics to stderr itself, so no `compiler-message` (and no
+/// rendered text) reaches this parser; a line that does not parse as a
+/// message is skipped.
+#[derive(serde::Deserialize)]
+struct CargoMessage {
+    /// `compiler-artifact`, `build-script-executed`, `build-finished`, ….
+    reason: String,
+    /// The target an artifact was built for (absent on `build-finished`).
+    target: Option<Target>,
+    /// The artifact's executable: `null` for a library, absent on other
+    /// reasons.
+    executable: Option<PathBuf>,
+}
+
+/// The `target` of a cargo message.
+#[derive(serde::Deserialize)]
+struct Target {
+    /// The target's name: the binary's or bench's, or the crate's.
+    name: String,
+}
+
 /// The executable cargo reported for target `name` in its JSON messages
 /// (one `compiler-artifact` object per line).
 fn executable(messages: &str, name: &str) -> Result<PathBuf> {
     messages
         .lines()
-        .filter_map(|line| serde_json::from_str::<serde_json::Value>(line).ok())
-        .filter(|message| message["reason"] == "compiler-artifact")
-        .filter(|message| message["target"]["name"] == name)
-        .find_map(|message| message["executable"].as_str().map(PathBuf::from))
+        .filter_map(|line| serde_json::from_str::<CargoMessage>(line).ok())
+        .filter(|message| message.reason == "compiler-artifact")
+        .filter(|message| message.target.as_ref().is_some_and(|t| t.name == name))
+        .find_map(|message| message.executable)
         .with_context(|| format!("cargo did not report an executable for `{name}`"))
 }
 

@@ -13,7 +13,7 @@ use std::time::Instant;
 
 use terse_comm::{Communicator, CompressedAllreduce, MpiComm, ReduceOp, Traffic};
 use terse_kernels::onebit::{self, Scale};
-use terse_kernels::random::SplitMix64;
+use terse_rng::SplitMix64;
 
 struct Row {
     elements: usize,
@@ -72,7 +72,7 @@ fn main() {
     let mut rows = Vec::new();
     for &d in sizes {
         let repeats = if d >= 100_000_000 { 2 } else { 3 };
-        let mut rng = SplitMix64(17 + comm.rank() as u64);
+        let mut rng = SplitMix64::new(17 + comm.rank() as u64);
         let input: Vec<f32> = (0..d).map(|_| rng.normal()).collect();
         let mut buf = input.clone();
 

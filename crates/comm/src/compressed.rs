@@ -65,13 +65,15 @@ impl CompressedAllreduce {
         len: usize,
         comm: &dyn Communicator,
         options: CompressionOptions,
-    ) -> Result<CompressedAllreduce, String> {
+    ) -> Result<CompressedAllreduce, CommError> {
         if let Some(block) = options.scale_block
             && (block == 0 || !block.is_multiple_of(32))
         {
-            return Err(format!(
-                "scale_block = {block}: must be a positive multiple of 32"
-            ));
+            return Err(CommError::BadOption {
+                option: "scale_block",
+                value: block.to_string(),
+                reason: "must be a positive multiple of 32 (its signs fill whole words)",
+            });
         }
         let (rank, world_size) = (comm.rank(), comm.world_size());
         if world_size == 1 {
@@ -158,18 +160,26 @@ impl CompressedAllreduce {
     ///
     /// # Errors
     /// When a length does not match this rank's geometry.
-    pub fn restore(&mut self, worker: &[f32], server: &[f32]) -> Result<(), String> {
-        if worker.len() != self.worker_error.len() || server.len() != self.server_error.len() {
-            return Err(format!(
-                "error buffers of {} and {} elements, expected {} and {} \
-                 (rank {} of {})",
-                worker.len(),
-                server.len(),
+    pub fn restore(&mut self, worker: &[f32], server: &[f32]) -> Result<(), CommError> {
+        for (op, expected, actual) in [
+            (
+                "restore worker error",
                 self.worker_error.len(),
+                worker.len(),
+            ),
+            (
+                "restore server error",
                 self.server_error.len(),
-                self.rank,
-                self.world_size
-            ));
+                server.len(),
+            ),
+        ] {
+            if expected != actual {
+                return Err(CommError::LengthMismatch {
+                    op,
+                    expected,
+                    actual,
+                });
+            }
         }
         self.worker_error.copy_from_slice(worker);
         self.server_error.copy_from_slice(server);

@@ -41,6 +41,16 @@ pub enum CommError {
         /// What it called.
         actual: String,
     },
+    /// An option of a collective outside its valid range.
+    #[error("`{option}` = {value}: {reason}")]
+    BadOption {
+        /// The option.
+        option: &'static str,
+        /// Its value, printed.
+        value: String,
+        /// The rule it breaks.
+        reason: &'static str,
+    },
     /// A rank argument outside `0..world_size`.
     #[error("{op}: rank {rank} is out of range for world size {world_size}")]
     BadRank {

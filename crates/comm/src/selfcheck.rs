@@ -9,7 +9,7 @@
 
 use std::time::Duration;
 
-use terse_kernels::random::SplitMix64;
+use terse_rng::SplitMix64;
 
 use crate::traffic::volume;
 use crate::{
@@ -210,7 +210,7 @@ fn mismatch(comm: &dyn Communicator) -> Result<(), String> {
 
 /// Rank `rank`'s input to call `call` of a compressed-allreduce check.
 pub fn compressed_input(seed: u64, rank: usize, call: usize, len: usize) -> Vec<f32> {
-    let mut rng = SplitMix64(seed ^ ((rank as u64) << 32) ^ (call as u64) << 48);
+    let mut rng = SplitMix64::new(seed ^ ((rank as u64) << 32) ^ (call as u64) << 48);
     (0..len)
         .map(|i| rng.normal() * (1.0 + (i % 7) as f32))
         .collect()
@@ -239,7 +239,8 @@ fn compressed(comm: &dyn Communicator) -> Result<(), String> {
         for options in OPTIONS {
             // The same inputs through an in-process world of threads.
             let reference = LocalComm::run(n, Duration::from_secs(60), |local| {
-                let mut state = CompressedAllreduce::new(len, local, options)?;
+                let mut state =
+                    CompressedAllreduce::new(len, local, options).map_err(|e| e.to_string())?;
                 (0..calls)
                     .map(|call| {
                         let mut x = compressed_input(7, local.rank(), call, len);
@@ -254,7 +255,8 @@ fn compressed(comm: &dyn Communicator) -> Result<(), String> {
                 Some(Ok(outputs)) => outputs?,
                 _ => return fail("the in-process reference world failed".into()),
             };
-            let mut state = CompressedAllreduce::new(len, comm, options)?;
+            let mut state =
+                CompressedAllreduce::new(len, comm, options).map_err(|e| e.to_string())?;
             for (call, want) in reference.iter().enumerate() {
                 let mut x = compressed_input(7, r, call, len);
                 state

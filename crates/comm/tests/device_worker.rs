@@ -11,11 +11,11 @@ use std::time::Duration;
 
 use burn::tensor::{Device, DeviceKind, Tensor, TensorData};
 use terse_comm::{Communicator, CompressedAllreduce, CompressionOptions, LocalComm, Scale};
-use terse_kernels::random::{SplitMix64, mix64};
 use terse_kernels::tensor::TensorWorker;
+use terse_rng::{SplitMix64, mix64};
 
 fn input(seed: u64, rank: usize, call: usize, len: usize) -> Vec<f32> {
-    let mut rng = SplitMix64(mix64(seed ^ ((rank as u64) << 32) ^ call as u64));
+    let mut rng = SplitMix64::new(mix64(seed ^ ((rank as u64) << 32) ^ call as u64));
     (0..len)
         .map(|_| rng.normal() * (1.0 + rank as f32))
         .collect()

@@ -11,11 +11,11 @@ use terse_comm::{
     Communicator, LocalComm, ReduceOp, SparseAllreduce, SparseValues, allreduce_mean_f16,
 };
 use terse_kernels::mask::Mask;
-use terse_kernels::random::{SplitMix64, mix64};
+use terse_rng::{SplitMix64, mix64};
 
 /// Values from 1e-4 to 1e2 in magnitude, both signs.
 fn values(rank: usize, len: usize) -> Vec<f32> {
-    let mut rng = SplitMix64(mix64(rank as u64 + 17));
+    let mut rng = SplitMix64::new(mix64(rank as u64 + 17));
     (0..len)
         .map(|_| rng.symmetric() * 10f32.powf(4.0 * rng.symmetric().abs() - 2.0))
         .collect()

@@ -5,7 +5,7 @@
 //! reading and featurization ([`squad`]); the GLUE readers, their stand-ins
 //! and classification inputs ([`glue`]); image readers and augmentation
 //! ([`images`], with the IDX reader and Fashion-MNIST at the root); and the
-//! seeded random stream all of it draws from ([`rng`]).
+//! seeded random stream all of it draws from (`terse_rng`).
 #![warn(missing_docs)]
 
 mod datasets;
@@ -18,7 +18,6 @@ pub mod images;
 mod manifest;
 mod minilm;
 pub mod pretrain;
-pub mod rng;
 pub mod squad;
 mod tar;
 mod tokenizer;

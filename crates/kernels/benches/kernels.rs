@@ -20,7 +20,7 @@ use cubecl::prelude::*;
 use rayon::prelude::*;
 use terse_kernels::device::{self, DeviceCompressed};
 use terse_kernels::onebit::{self, Scale, blocks_for, words_for};
-use terse_kernels::random::SplitMix64;
+use terse_rng::SplitMix64;
 
 const BLOCK: usize = 1 << 20;
 
@@ -43,7 +43,7 @@ fn main() {
     let d: usize = if quick { 1 << 22 } else { 1 << 26 };
     let repeats = if quick { 3 } else { 5 };
     let rounds = if quick { 5 } else { 21 };
-    let mut rng = SplitMix64(3);
+    let mut rng = SplitMix64::new(3);
     let x: Vec<f32> = (0..d).map(|_| rng.normal()).collect();
     let mut e = vec![0.0f32; d];
     let mut bits = vec![0u32; words_for(d)];

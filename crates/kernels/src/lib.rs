@@ -10,7 +10,6 @@
 //!   received chunks, add the server error, recompress);
 //! - [`mask`]: SLAMB's counter-based hash mask and cyclic mask, and the masked
 //!   gather and scatter;
-//! - [`random`]: the counter-based generators every seeded choice flows from;
 //! - [`worker`] and [`tensor`]: the worker side of the compressed allreduce
 //!   over host slices or burn tensors on any device (one API).
 #![warn(missing_docs)]
@@ -18,7 +17,6 @@
 pub mod device;
 pub mod mask;
 pub mod onebit;
-pub mod random;
 pub mod server;
 mod simd;
 pub mod tensor;

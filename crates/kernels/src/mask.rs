@@ -9,7 +9,7 @@ use std::ops::Range;
 
 use rayon::prelude::*;
 
-use crate::random::{mix32, mix64};
+use terse_rng::{mix32, mix64};
 
 /// Elements per parallel work item.
 const PIECE: usize = 1 << 14;

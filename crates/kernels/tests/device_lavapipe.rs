@@ -12,7 +12,7 @@ use cubecl::device::{WgpuDevice, WgpuDeviceKind};
 use cubecl::prelude::*;
 use terse_kernels::device::{self, DeviceCompressed};
 use terse_kernels::onebit::{self, Scale, blocks_for, words_for};
-use terse_kernels::random::SplitMix64;
+use terse_rng::SplitMix64;
 
 fn client() -> Client {
     // The Vulkan loader wants a runtime dir; .cargo/config.toml sets one.
@@ -39,7 +39,7 @@ fn compression_matches_the_cpu_implementation() {
         .unwrap()
         .as_nanos() as u64;
     eprintln!("inputs seeded with {seed}");
-    let mut rng = SplitMix64(seed);
+    let mut rng = SplitMix64::new(seed);
     for len in [1usize, 31, 32, 33, 1000, (1 << 20) + 7] {
         for block in [len, 64, 32 * 37] {
             for scale in [Scale::L1, Scale::L2] {
@@ -97,7 +97,7 @@ fn server_average_and_recompress_matches_the_cpu_implementation() {
     use terse_kernels::server::{self, Compressed};
 
     let client = client();
-    let mut rng = SplitMix64(std::process::id() as u64 ^ 0x5e4e);
+    let mut rng = SplitMix64::new(std::process::id() as u64 ^ 0x5e4e);
     for copies in [1usize, 2, 3, 4] {
         for len in [33usize, 1000, (1 << 16) + 5] {
             for (block, scale) in [(len, Scale::L1), (64, Scale::L2)] {
@@ -204,7 +204,7 @@ fn hash_mask_gather_and_scatter_match_the_cpu_selection() {
     use terse_kernels::mask::{Mask, Selection};
 
     let client = client();
-    let mut rng = SplitMix64(std::process::id() as u64 ^ 0x3a5c);
+    let mut rng = SplitMix64::new(std::process::id() as u64 ^ 0x3a5c);
     for len in [1usize, 33, 1000, (1 << 20) + 7] {
         let always = [0..1.min(len), (len / 2)..(len / 2 + 40).min(len)];
         let always_dev =

@@ -4,11 +4,11 @@
 //! one block and several, both scales; and decompress inverts the packing.
 
 use terse_kernels::onebit::{Scale, blocks_for, compress, decompress, words_for};
-use terse_kernels::random::SplitMix64 as SplitMix;
+use terse_rng::SplitMix64 as SplitMix;
 
 #[test]
 fn compress_matches_float64_reference() {
-    let mut rng = SplitMix(11);
+    let mut rng = SplitMix::new(11);
     // 2^20 + 7 spans many parallel pieces, inside one block and across blocks
     // larger than a piece.
     for len in [1usize, 31, 32, 33, 1000, 100_003, (1 << 20) + 7] {

@@ -7,9 +7,9 @@
 
 use burn::tensor::{Device, DeviceKind, Tensor, TensorData};
 use terse_kernels::onebit::{self, Scale, blocks_for, words_for};
-use terse_kernels::random::SplitMix64;
 use terse_kernels::server::Compressed;
 use terse_kernels::tensor;
+use terse_rng::SplitMix64;
 
 fn fresh_seed() -> u64 {
     std::time::SystemTime::now()
@@ -25,7 +25,7 @@ fn to_vec(t: Tensor<1>) -> Vec<f32> {
 #[test]
 fn tensors_compress_as_the_cpu_does_on_every_device() {
     let seed = fresh_seed();
-    let mut rng = SplitMix64(seed);
+    let mut rng = SplitMix64::new(seed);
     for device in [Device::flex(), Device::wgpu(DeviceKind::Cpu)] {
         let exact = device == Device::flex();
         for (len, block, scale) in [

@@ -33,11 +33,11 @@ use std::io::Write;
 use std::time::Instant;
 
 use terse_comm::{Communicator, MpiComm};
-use terse_kernels::random::SplitMix64;
 use terse_optim::{
     AdamConfig, LrSchedule, OneBitAdamConfig, OneBitLambConfig, Optimizer, OptimizerConfig,
     SlambConfig,
 };
+use terse_rng::SplitMix64;
 
 struct Options {
     elements: usize,
@@ -84,11 +84,17 @@ fn config(name: &str, warmup: u64) -> OptimizerConfig {
     match name {
         "adam" => OptimizerConfig::Adam(AdamConfig::default()),
         "onebit_adam" => OptimizerConfig::OnebitAdam(OneBitAdamConfig {
-            freeze_step: warmup,
+            compression: terse_optim::CompressionConfig {
+                freeze_step: warmup,
+                ..Default::default()
+            },
             ..Default::default()
         }),
         "onebit_lamb" => OptimizerConfig::OnebitLamb(OneBitLambConfig {
-            freeze_step: warmup,
+            compression: terse_optim::CompressionConfig {
+                freeze_step: warmup,
+                ..Default::default()
+            },
             ..Default::default()
         }),
         "slamb" => OptimizerConfig::Slamb(SlambConfig::default()),
@@ -137,7 +143,7 @@ fn main() {
         &comm,
     )
     .expect("a valid optimizer");
-    let mut rng = SplitMix64(1 + comm.rank() as u64);
+    let mut rng = SplitMix64::new(1 + comm.rank() as u64);
     let gradient: Vec<f32> = (0..d).map(|_| 1e-3 * rng.normal()).collect();
     let mut g = gradient.clone();
     let mut x = vec![0.01f32; d];

@@ -66,7 +66,10 @@ fn main() {
         (
             "adam",
             OptimizerConfig::Adam(AdamConfig {
-                weight_decay: 0.01,
+                moments: terse_optim::MomentConfig {
+                    weight_decay: 0.01,
+                    ..Default::default()
+                },
                 ..Default::default()
             }),
             28.0,
@@ -74,7 +77,10 @@ fn main() {
         (
             "lamb",
             OptimizerConfig::Lamb(LambConfig {
-                weight_decay: 0.01,
+                moments: terse_optim::MomentConfig {
+                    weight_decay: 0.01,
+                    ..Default::default()
+                },
                 ..Default::default()
             }),
             40.0,

@@ -5,10 +5,45 @@ use std::time::Duration;
 
 use rayon::prelude::*;
 
+use serde::{Deserialize, Serialize};
+
+use crate::config_check::NoOtherFields;
+use crate::eps_mode::check_has_compression_stage;
 use crate::moments::{Moments, with_eps_mode};
-use crate::optimizer::allreduce_mean_gradient;
 use crate::parallel::{CHUNK, split_segments, split_segments_mut, with_avx};
-use crate::{AdamConfig, FlatOptimizer, OptimError, StepContext};
+use crate::step::{FlatOptimizer, StepContext, allreduce_mean_gradient};
+use crate::{MomentConfig, OptimError};
+
+/// `adam` (ALGORITHMS.md "Adam / AdamW").
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct AdamConfig {
+    /// β1, β2, ε, its placement and the weight decay.
+    #[serde(flatten)]
+    pub moments: MomentConfig,
+    /// Divide m and v by `1-β^t`. The papers' BERT runs ("BertAdam") turn it off.
+    pub bias_correction: bool,
+    /// Refuses keys no field claims (must stay last).
+    #[serde(flatten, skip_serializing)]
+    pub no_other_fields: NoOtherFields,
+}
+
+impl Default for AdamConfig {
+    fn default() -> Self {
+        Self {
+            moments: MomentConfig::default(),
+            bias_correction: true,
+            no_other_fields: NoOtherFields,
+        }
+    }
+}
+
+impl AdamConfig {
+    pub(crate) fn validate(&self, name: &str) -> Result<(), OptimError> {
+        self.moments.validate(name)?;
+        check_has_compression_stage(format!("{name}.eps_mode"), self.moments.eps_mode)
+    }
+}
 
 /// Adam's state: first and second moments of the averaged gradient.
 pub struct Adam {
@@ -59,15 +94,15 @@ pub(crate) fn adam_step(
     v: &mut [f32],
     g: &[f32],
 ) {
-    let moments = Moments::new(c.beta_1, c.beta_2, c.eps, c.bias_correction, ctx.t);
+    let moments = Moments::new(&c.moments, c.bias_correction, ctx.t);
     let lr = ctx.lr as f32;
-    let weight_decay = c.weight_decay as f32;
+    let weight_decay = c.moments.weight_decay as f32;
 
     let xs = split_segments_mut(ctx.layout, x);
     let ms = split_segments_mut(ctx.layout, m);
     let vs = split_segments_mut(ctx.layout, v);
     let gs = split_segments(ctx.layout, g);
-    with_eps_mode!(c.eps_mode, INSIDE => {
+    with_eps_mode!(c.moments.eps_mode, INSIDE => {
         ctx.layout
             .segments()
             .par_iter()

@@ -9,7 +9,7 @@ pub enum OptimError {
     #[error("invalid optimizer config: `{field}` = {value}: {reason}")]
     InvalidConfig {
         /// The config field, dotted (`lamb.c_min`).
-        field: &'static str,
+        field: String,
         /// The offending value, printed.
         value: String,
         /// Which rule it breaks.

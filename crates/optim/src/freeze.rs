@@ -5,7 +5,7 @@
 
 use std::collections::VecDeque;
 
-use crate::{FreezeRule, Stage};
+use crate::{CompressionConfig, FreezeRule, Stage};
 
 /// The norm history the rule needs: `‖v‖₁` of the last `Δ + 1` steps.
 #[derive(Debug, Clone, PartialEq)]
@@ -75,17 +75,19 @@ pub(crate) struct FreezePoint {
 }
 
 impl FreezePoint {
-    pub(crate) fn new(rule: FreezeRule, freeze_step: u64, beta_2: f64, threshold: f64) -> Self {
+    /// The freeze `config` asks for; the auto rule's window follows β2.
+    pub(crate) fn new(config: &CompressionConfig, beta_2: f64) -> Self {
+        let rule = config.freeze;
         match rule {
             FreezeRule::Step => FreezePoint {
                 rule,
-                step: Some(freeze_step),
+                step: Some(config.freeze_step),
                 auto: None,
             },
             FreezeRule::Auto => FreezePoint {
                 rule,
                 step: None,
-                auto: Some(AutoFreeze::new(beta_2, threshold)),
+                auto: Some(AutoFreeze::new(beta_2, config.freeze_threshold)),
             },
         }
     }

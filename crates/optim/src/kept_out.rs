@@ -35,7 +35,7 @@ impl KeptOutAllreduce {
     /// compress what the user meant to keep out).
     pub(crate) fn new(
         patterns: &[String],
-        field: &'static str,
+        field: String,
         layout: &ParamLayout,
         comm: &dyn Communicator,
         options: CompressionOptions,
@@ -66,8 +66,7 @@ impl KeptOutAllreduce {
             .filter(|r| !r.is_empty())
             .collect();
         let kept: usize = kept_out.iter().map(|r| r.len()).sum();
-        let compressed = CompressedAllreduce::new(layout.len() - kept, comm, options)
-            .expect("scale_block is validated with the config");
+        let compressed = CompressedAllreduce::new(layout.len() - kept, comm, options)?;
         Ok(Self {
             compressed,
             kept_out,

@@ -9,12 +9,65 @@ use std::time::Duration;
 
 use rayon::prelude::*;
 
+use serde::{Deserialize, Serialize};
+
+use crate::config_check::{NoOtherFields, check_clip};
+use crate::eps_mode::check_has_compression_stage;
 use crate::moments::{Moments, with_eps_mode};
-use crate::optimizer::allreduce_mean_gradient;
 use crate::parallel::{
     CHUNK, chunk_sum_of_squares, split_segments, split_segments_mut, sum_of_squares, with_avx,
 };
-use crate::{FlatOptimizer, LambConfig, OptimError, StepContext};
+use crate::step::{FlatOptimizer, StepContext, allreduce_mean_gradient};
+use crate::{MomentConfig, OptimError};
+
+/// `lamb` (ALGORITHMS.md "LAMB").
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct LambConfig {
+    /// β1, β2, ε, its placement and the weight decay.
+    #[serde(flatten)]
+    pub moments: MomentConfig,
+    /// Divide m and v by `1-β^t` (off by default, as in both LAMB papers' BERT runs).
+    pub bias_correction: bool,
+    /// Lower clip of the trust ratio.
+    pub c_min: f64,
+    /// Upper clip of the trust ratio.
+    pub c_max: f64,
+    /// Divide ḡ by `max(‖ḡ‖, 1)` before the moments (NVIDIA FusedLAMB).
+    pub grad_prenorm: bool,
+    /// Use a trust ratio of 1 for the no-decay group (NVIDIA FusedLAMB).
+    pub trust_decay_only: bool,
+    /// Refuses keys no field claims (must stay last).
+    #[serde(flatten, skip_serializing)]
+    pub no_other_fields: NoOtherFields,
+}
+
+impl Default for LambConfig {
+    fn default() -> Self {
+        Self {
+            moments: MomentConfig::default(),
+            bias_correction: false,
+            c_min: 0.01,
+            c_max: 0.3,
+            grad_prenorm: false,
+            trust_decay_only: false,
+            no_other_fields: NoOtherFields,
+        }
+    }
+}
+
+impl LambConfig {
+    pub(crate) fn validate(&self, name: &str) -> Result<(), OptimError> {
+        self.moments.validate(name)?;
+        check_has_compression_stage(format!("{name}.eps_mode"), self.moments.eps_mode)?;
+        check_clip(
+            format!("{name}.c_min"),
+            "c_max",
+            (self.c_min, self.c_max),
+            "needs 0 < c_min <= c_max < inf",
+        )
+    }
+}
 
 /// LAMB's state: first and second moments of the averaged gradient.
 pub struct Lamb {
@@ -87,19 +140,19 @@ pub(crate) fn lamb_step(
     v: &mut [f32],
     g: &[f32],
 ) -> Vec<Trust> {
-    let mut moments = Moments::new(c.beta_1, c.beta_2, c.eps, c.bias_correction, ctx.t);
+    let mut moments = Moments::new(&c.moments, c.bias_correction, ctx.t);
     if c.grad_prenorm {
         let norm = sum_of_squares(g).sqrt();
         moments.grad_scale = (1.0 / norm.max(1.0)) as f32;
     }
     let lr = ctx.lr;
-    let weight_decay = c.weight_decay as f32;
+    let weight_decay = c.moments.weight_decay as f32;
 
     let xs = split_segments_mut(ctx.layout, x);
     let ms = split_segments_mut(ctx.layout, m);
     let vs = split_segments_mut(ctx.layout, v);
     let gs = split_segments(ctx.layout, g);
-    with_eps_mode!(c.eps_mode, INSIDE => {
+    with_eps_mode!(c.moments.eps_mode, INSIDE => {
         ctx.layout
             .segments()
             .par_iter()

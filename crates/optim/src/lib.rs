@@ -13,34 +13,43 @@
 #![warn(missing_docs)]
 
 mod adam;
-mod compressed_config;
-mod config;
+mod compression_config;
+mod config_check;
+mod eps_mode;
 mod error;
 mod freeze;
 mod gather;
 mod kept_out;
 mod lamb;
 mod layout;
+mod moment_config;
 mod moments;
 mod onebit_adam;
 mod onebit_lamb;
 mod optimizer;
 mod parallel;
+mod registry;
 mod schedule;
 mod sgd;
 mod slamb;
 mod state;
+mod step;
 
-pub use adam::Adam;
-pub use compressed_config::{
-    FreezeRule, MaskKind, OneBitAdamConfig, OneBitLambConfig, RatioKind, ScaleKind, SlambConfig,
-};
-pub use config::{AdamConfig, EpsMode, LambConfig, OptimizerConfig, SgdConfig};
+pub use adam::{Adam, AdamConfig};
+pub use compression_config::{CompressionConfig, FreezeRule, ScaleKind};
+pub use config_check::NoOtherFields;
+pub use eps_mode::EpsMode;
 pub use error::OptimError;
 pub use freeze::AutoFreeze;
 pub use gather::{gather_grads, gather_params, tensor_to_host, write_back};
-pub use lamb::Lamb;
+pub use lamb::{Lamb, LambConfig};
 pub use layout::{ParamLayout, Segment};
-pub use optimizer::{FlatOptimizer, Optimizer, Stage, StepContext, StepReport};
+pub use moment_config::MomentConfig;
+pub use onebit_adam::OneBitAdamConfig;
+pub use onebit_lamb::{OneBitLambConfig, RatioKind};
+pub use optimizer::Optimizer;
+pub use registry::OptimizerConfig;
 pub use schedule::LrSchedule;
-pub use sgd::Sgd;
+pub use sgd::{Sgd, SgdConfig};
+pub use slamb::{MaskKind, SlambConfig};
+pub use step::{FlatOptimizer, Stage, StepContext, StepReport};

@@ -11,6 +11,8 @@
 //! Coefficients are f32 so the per-element loop vectorises; the reference
 //! tests bound the rounding this costs against a float64 implementation.
 
+use crate::MomentConfig;
+
 /// The per-step constants of the moment update.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Moments {
@@ -26,7 +28,8 @@ pub(crate) struct Moments {
 }
 
 impl Moments {
-    pub(crate) fn new(beta_1: f64, beta_2: f64, eps: f64, bias_correction: bool, t: u64) -> Self {
+    pub(crate) fn new(config: &MomentConfig, bias_correction: bool, t: u64) -> Self {
+        let (beta_1, beta_2, eps) = (config.beta_1, config.beta_2, config.eps);
         let (inv_bias_1, inv_bias_2) = if bias_correction {
             let t = i32::try_from(t).unwrap_or(i32::MAX);
             (1.0 / (1.0 - beta_1.powi(t)), 1.0 / (1.0 - beta_2.powi(t)))
@@ -47,16 +50,9 @@ impl Moments {
 
     /// The constants of a compression-stage step `t` with v frozen at the
     /// end of step `t_w`: m̂ corrected for `t`, the frozen v̂ for `t_w`.
-    pub(crate) fn frozen(
-        beta_1: f64,
-        beta_2: f64,
-        eps: f64,
-        bias_correction: bool,
-        t: u64,
-        t_w: u64,
-    ) -> Self {
-        let mut moments = Self::new(beta_1, beta_2, eps, bias_correction, t);
-        moments.inv_bias_2 = Self::new(beta_1, beta_2, eps, bias_correction, t_w).inv_bias_2;
+    pub(crate) fn frozen(config: &MomentConfig, bias_correction: bool, t: u64, t_w: u64) -> Self {
+        let mut moments = Self::new(config, bias_correction, t);
+        moments.inv_bias_2 = Self::new(config, bias_correction, t_w).inv_bias_2;
         moments
     }
 

@@ -7,17 +7,54 @@
 use std::time::{Duration, Instant};
 
 use rayon::prelude::*;
+use serde::{Deserialize, Serialize};
 use terse_comm::ReduceOp;
 
 use crate::adam::adam_step;
+use crate::config_check::NoOtherFields;
 use crate::freeze::FreezePoint;
 use crate::kept_out::KeptOutAllreduce;
 use crate::moments::{Moments, with_eps_mode};
-use crate::optimizer::allreduce_mean_gradient;
 use crate::parallel::{CHUNK, split_segments, split_segments_mut, with_avx};
-use crate::{
-    AdamConfig, FlatOptimizer, OneBitAdamConfig, OptimError, ParamLayout, Stage, StepContext,
-};
+use crate::step::{FlatOptimizer, StepContext, allreduce_mean_gradient};
+use crate::{AdamConfig, CompressionConfig, MomentConfig, OptimError, ParamLayout, Stage};
+
+/// `onebit_adam`, `onebit_adam_fp32` and `adam_onebit_naive` (the naive
+/// baseline ignores the freeze fields: it compresses from step 1).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct OneBitAdamConfig {
+    /// β1, β2, ε, its placement (`inside_compressed`: the Tarasov–Ershov
+    /// fix, from the compression stage on) and the weight decay.
+    #[serde(flatten)]
+    pub moments: MomentConfig,
+    /// Bias correction (off: the papers' "BertAdam").
+    pub bias_correction: bool,
+    /// Scales, parameters kept out of compression, the freeze.
+    #[serde(flatten)]
+    pub compression: CompressionConfig,
+    /// Refuses keys no field claims (must stay last).
+    #[serde(flatten, skip_serializing)]
+    pub no_other_fields: NoOtherFields,
+}
+
+impl Default for OneBitAdamConfig {
+    fn default() -> Self {
+        Self {
+            moments: MomentConfig::default(),
+            bias_correction: false,
+            compression: CompressionConfig::default(),
+            no_other_fields: NoOtherFields,
+        }
+    }
+}
+
+impl OneBitAdamConfig {
+    pub(crate) fn validate(&self, name: &str) -> Result<(), OptimError> {
+        self.moments.validate(name)?;
+        self.compression.validate(name)
+    }
+}
 
 /// Which member of the family.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -42,27 +79,24 @@ pub struct OneBitAdam {
 }
 
 impl OneBitAdam {
-    /// Zeroed state for `layout`'s parameters on `comm`'s rank.
+    /// Zeroed state for `layout`'s parameters on `comm`'s rank; `name` is
+    /// the config's, for errors.
     pub fn new(
         config: OneBitAdamConfig,
+        name: &str,
         variant: AdamVariant,
         layout: &ParamLayout,
         comm: &dyn terse_comm::Communicator,
     ) -> Result<Self, OptimError> {
         let d = layout.len();
         let allreduce = KeptOutAllreduce::new(
-            &config.uncompressed,
-            "onebit_adam.uncompressed",
+            &config.compression.uncompressed,
+            format!("{name}.uncompressed"),
             layout,
             comm,
-            config.compression(),
+            config.compression.options(),
         )?;
-        let freeze = FreezePoint::new(
-            config.freeze,
-            config.freeze_step,
-            config.beta_2,
-            config.freeze_threshold,
-        );
+        let freeze = FreezePoint::new(&config.compression, config.moments.beta_2);
         Ok(Self {
             m: vec![0.0; d],
             v: vec![0.0; d],
@@ -79,12 +113,12 @@ impl OneBitAdam {
     fn adam_step(&mut self, ctx: &StepContext<'_>, x: &mut [f32], g: &[f32], compressing: bool) {
         let c = &self.config;
         let adam = AdamConfig {
-            beta_1: c.beta_1,
-            beta_2: c.beta_2,
-            eps: c.eps,
-            weight_decay: c.weight_decay,
+            moments: MomentConfig {
+                eps_mode: c.moments.eps_mode.in_stage(compressing),
+                ..c.moments.clone()
+            },
             bias_correction: c.bias_correction,
-            eps_mode: c.eps_mode.in_stage(compressing),
+            no_other_fields: NoOtherFields,
         };
         adam_step(&adam, ctx, x, &mut self.m, &mut self.v, g);
     }
@@ -92,12 +126,12 @@ impl OneBitAdam {
     /// The compression stage's update from the synchronised m and frozen v.
     fn frozen_step(&self, ctx: &StepContext<'_>, x: &mut [f32], t_w: u64) {
         let c = &self.config;
-        let moments = Moments::frozen(c.beta_1, c.beta_2, c.eps, c.bias_correction, ctx.t, t_w);
+        let moments = Moments::frozen(&c.moments, c.bias_correction, ctx.t, t_w);
         let lrs = vec![ctx.lr; ctx.layout.segments().len()];
         let update = FrozenUpdate {
             moments: &moments,
-            eps_mode: c.eps_mode.in_stage(true),
-            weight_decay: c.weight_decay,
+            eps_mode: c.moments.eps_mode.in_stage(true),
+            weight_decay: c.moments.weight_decay,
         };
         update.apply(ctx.layout, &lrs, x, &self.m, &self.v);
     }
@@ -211,7 +245,7 @@ impl FlatOptimizer for OneBitAdam {
         }
         match self.freeze.step() {
             Some(t_w) if ctx.t > t_w => {
-                accumulate_momentum(self.config.beta_1, &mut self.m, g);
+                accumulate_momentum(self.config.moments.beta_1, &mut self.m, g);
                 let start = Instant::now();
                 match self.variant {
                     AdamVariant::Fp32Momentum => {

@@ -8,18 +8,98 @@
 use std::time::{Duration, Instant};
 
 use rayon::prelude::*;
+use serde::{Deserialize, Serialize};
 
+use crate::config_check::{NoOtherFields, check_clip, check_unit};
 use crate::freeze::FreezePoint;
 use crate::kept_out::KeptOutAllreduce;
 use crate::lamb::lamb_step;
 use crate::moments::{Moments, with_eps_mode};
 use crate::onebit_adam::{FrozenUpdate, accumulate_momentum, l1_norm, mask_momentum};
-use crate::optimizer::allreduce_mean_gradient;
 use crate::parallel::{CHUNK, split_segments, split_segments_mut, sum_of_squares, with_avx};
-use crate::{
-    FlatOptimizer, LambConfig, OneBitLambConfig, OptimError, ParamLayout, RatioKind, Stage,
-    StepContext,
-};
+use crate::step::{FlatOptimizer, StepContext, allreduce_mean_gradient};
+use crate::{CompressionConfig, LambConfig, MomentConfig, OptimError, ParamLayout, Stage};
+
+/// 1-bit LAMB's variance-ratio flavour.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum RatioKind {
+    /// `max(denom_frozen / denom_fresh)` (the authors' implementation).
+    #[default]
+    Sqrt,
+    /// `max((v_frozen + ε)/(v_fresh + ε))` (the paper's formula).
+    Variance,
+}
+
+/// `onebit_lamb` and `lamb_onebit_basic`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct OneBitLambConfig {
+    /// β1, β2, ε, its placement and the weight decay.
+    #[serde(flatten)]
+    pub moments: MomentConfig,
+    /// Bias correction (off, as in the paper's BERT runs).
+    pub bias_correction: bool,
+    /// Lower clip of the trust ratio.
+    pub c_min: f64,
+    /// Upper clip of the trust ratio.
+    pub c_max: f64,
+    /// Decay of the running trust ratio `c_avg`.
+    pub beta_3: f64,
+    /// Lower clip of the variance ratio r.
+    pub r_min: f64,
+    /// Upper clip of the variance ratio r.
+    pub r_max: f64,
+    /// Largest relative change of r per step.
+    pub r_threshold: f64,
+    /// Which variance ratio.
+    pub ratio: RatioKind,
+    /// Scales, parameters kept out of compression, the freeze.
+    #[serde(flatten)]
+    pub compression: CompressionConfig,
+    /// Refuses keys no field claims (must stay last).
+    #[serde(flatten, skip_serializing)]
+    pub no_other_fields: NoOtherFields,
+}
+
+impl Default for OneBitLambConfig {
+    fn default() -> Self {
+        Self {
+            moments: MomentConfig::default(),
+            bias_correction: false,
+            c_min: 0.01,
+            c_max: 0.3,
+            beta_3: 0.9,
+            r_min: 0.5,
+            r_max: 4.0,
+            r_threshold: 0.1,
+            ratio: RatioKind::Sqrt,
+            compression: CompressionConfig::default(),
+            no_other_fields: NoOtherFields,
+        }
+    }
+}
+
+impl OneBitLambConfig {
+    pub(crate) fn validate(&self, name: &str) -> Result<(), OptimError> {
+        self.moments.validate(name)?;
+        check_clip(
+            format!("{name}.c_min"),
+            "c_max",
+            (self.c_min, self.c_max),
+            "needs 0 < c_min <= c_max < inf",
+        )?;
+        check_unit(format!("{name}.beta_3"), self.beta_3)?;
+        check_clip(
+            format!("{name}.r_min"),
+            "r_max",
+            (self.r_min, self.r_max),
+            "needs 0 < r_min <= r_max < inf",
+        )?;
+        check_unit(format!("{name}.r_threshold"), self.r_threshold)?;
+        self.compression.validate(name)
+    }
+}
 
 /// The state of 1-bit LAMB: m, v (v_frozen after `T_w`), v_fresh, the
 /// errors, and per segment c_avg, the momentum scale k and r_prev.
@@ -38,10 +118,11 @@ pub struct OneBitLamb {
 }
 
 impl OneBitLamb {
-    /// Zeroed state for `layout` on `comm`'s rank; `basic` selects the
-    /// ablation (v and c frozen, no momentum scaling, no fresh variance).
+    /// Zeroed state for `layout` on `comm`'s rank (`name`: the config's, for
+    /// errors); `basic` selects the ablation (v and c frozen, no momentum scaling, no fresh variance).
     pub fn new(
         config: OneBitLambConfig,
+        name: &str,
         basic: bool,
         layout: &ParamLayout,
         comm: &dyn terse_comm::Communicator,
@@ -49,18 +130,13 @@ impl OneBitLamb {
         let d = layout.len();
         let p = layout.segments().len();
         let allreduce = KeptOutAllreduce::new(
-            &config.uncompressed,
-            "onebit_lamb.uncompressed",
+            &config.compression.uncompressed,
+            format!("{name}.uncompressed"),
             layout,
             comm,
-            config.compression(),
+            config.compression.options(),
         )?;
-        let freeze = FreezePoint::new(
-            config.freeze,
-            config.freeze_step,
-            config.beta_2,
-            config.freeze_threshold,
-        );
+        let freeze = FreezePoint::new(&config.compression, config.moments.beta_2);
         Ok(Self {
             basic,
             m: vec![0.0; d],
@@ -79,16 +155,16 @@ impl OneBitLamb {
     fn lamb_config(&self) -> LambConfig {
         let c = &self.config;
         LambConfig {
-            beta_1: c.beta_1,
-            beta_2: c.beta_2,
-            eps: c.eps,
-            weight_decay: c.weight_decay,
+            moments: MomentConfig {
+                eps_mode: c.moments.eps_mode.in_stage(false),
+                ..c.moments.clone()
+            },
             bias_correction: c.bias_correction,
-            eps_mode: c.eps_mode.in_stage(false),
             c_min: c.c_min,
             c_max: c.c_max,
             grad_prenorm: false,
             trust_decay_only: false,
+            no_other_fields: NoOtherFields,
         }
     }
 
@@ -123,16 +199,16 @@ impl OneBitLamb {
         let c = self.config.clone();
         let layout = ctx.layout;
         if self.basic {
-            accumulate_momentum(c.beta_1, &mut self.m, g);
+            accumulate_momentum(c.moments.beta_1, &mut self.m, g);
         } else {
             self.m_last.copy_from_slice(&self.m);
-            scaled_momentum(layout, c.beta_1, &self.k, &mut self.m, g);
+            scaled_momentum(layout, c.moments.beta_1, &self.k, &mut self.m, g);
         }
         let start = Instant::now();
         self.allreduce.allreduce_mean(ctx.comm, &mut self.m)?;
         let comm_time = start.elapsed();
         mask_momentum(&mut self.m, &self.v);
-        let moments = Moments::frozen(c.beta_1, c.beta_2, c.eps, c.bias_correction, ctx.t, t_w);
+        let moments = Moments::frozen(&c.moments, c.bias_correction, ctx.t, t_w);
         let lrs: Vec<f64> = if self.basic {
             self.c_avg.iter().map(|c_avg| ctx.lr * c_avg).collect()
         } else {
@@ -146,8 +222,8 @@ impl OneBitLamb {
         };
         let update = FrozenUpdate {
             moments: &moments,
-            eps_mode: c.eps_mode.in_stage(true),
-            weight_decay: c.weight_decay,
+            eps_mode: c.moments.eps_mode.in_stage(true),
+            weight_decay: c.moments.weight_decay,
         };
         update.apply(layout, &lrs, x, &self.m, &self.v);
         Ok(comm_time)
@@ -157,16 +233,18 @@ impl OneBitLamb {
     /// segment's clipped ratio r (also kept as r_prev).
     fn fresh_variance(&mut self, layout: &ParamLayout, moments: &Moments) -> Vec<f64> {
         let c = &self.config;
-        let (b1, b2) = (c.beta_1 as f32, c.beta_2 as f32);
-        let (inv_one_minus_b1, one_minus_b2) =
-            (1.0 / (1.0 - c.beta_1) as f32, (1.0 - c.beta_2) as f32);
-        let eps = c.eps as f32;
+        let (b1, b2) = (c.moments.beta_1 as f32, c.moments.beta_2 as f32);
+        let (inv_one_minus_b1, one_minus_b2) = (
+            1.0 / (1.0 - c.moments.beta_1) as f32,
+            (1.0 - c.moments.beta_2) as f32,
+        );
+        let eps = c.moments.eps as f32;
         let variance = c.ratio == RatioKind::Variance;
         let ms = split_segments(layout, &self.m);
         let lasts = split_segments(layout, &self.m_last);
         let vs = split_segments(layout, &self.v);
         let fresh = split_segments_mut(layout, &mut self.v_fresh);
-        let raw: Vec<f32> = with_eps_mode!(c.eps_mode.in_stage(true), INSIDE => {
+        let raw: Vec<f32> = with_eps_mode!(c.moments.eps_mode.in_stage(true), INSIDE => {
             ms.into_par_iter()
                 .zip(lasts)
                 .zip(vs)

@@ -1,128 +1,18 @@
-//! The optimizer interface and the driver that owns step counting, the
-//! learning-rate schedule and the module round trip.
+//! The driver every caller steps: it owns the step counter, the
+//! learning-rate schedule and the module round trip, and delegates the
+//! update to the rule the registry built.
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use burn::module::Module;
 use burn::tensor::{Gradients, Tensor, TensorData};
-use terse_comm::{Communicator, ReduceOp};
+use terse_comm::Communicator;
 
-use crate::onebit_adam::{AdamVariant, OneBitAdam};
-use crate::onebit_lamb::OneBitLamb;
-use crate::slamb::Slamb;
+use crate::step::{FlatOptimizer, StepContext};
 use crate::{
-    Adam, Lamb, LrSchedule, OptimError, OptimizerConfig, ParamLayout, Sgd, gather_grads,
+    LrSchedule, OptimError, OptimizerConfig, ParamLayout, Stage, StepReport, gather_grads,
     gather_params, tensor_to_host, write_back,
 };
-
-/// What an optimizer step may look at besides the buffers.
-pub struct StepContext<'a> {
-    /// The step being taken, counted from 1.
-    pub t: u64,
-    /// The learning rate of this step.
-    pub lr: f64,
-    /// Where each parameter lives in the flat buffers.
-    pub layout: &'a ParamLayout,
-    /// The ranks this step is synchronised over.
-    pub comm: &'a dyn Communicator,
-    /// The last step of the LR schedule's warmup (0 without one).
-    pub lr_warmup: u64,
-}
-
-/// Which kind of step an optimizer took.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Stage {
-    /// An uncompressed optimizer: the gradient allreduced in fp32.
-    Full,
-    /// A 1-bit optimizer before its freeze: the uncompressed optimizer.
-    Warmup,
-    /// A 1-bit optimizer after its freeze: compressed momentum.
-    Compression,
-    /// SLAMB: a masked subset of the momentum synchronised.
-    Sparse,
-}
-
-impl std::fmt::Display for Stage {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(match self {
-            Stage::Full => "full",
-            Stage::Warmup => "warmup",
-            Stage::Compression => "compression",
-            Stage::Sparse => "sparse",
-        })
-    }
-}
-
-/// An update rule over flat buffers that owns its state and its communication.
-pub trait FlatOptimizer: Send {
-    /// Applies step `ctx.t` to the parameters `x` given this rank's local
-    /// gradient `g` (which the optimizer may overwrite, e.g. with the
-    /// allreduced gradient). Returns the wall time spent communicating.
-    fn step(
-        &mut self,
-        ctx: &StepContext<'_>,
-        x: &mut [f32],
-        g: &mut [f32],
-    ) -> Result<Duration, OptimError>;
-
-    /// The flat state tensors, named by role (`m`, `v`, ...), for saving.
-    fn state(&self) -> Vec<(&'static str, &[f32])>;
-
-    /// The same tensors, mutable, for loading.
-    fn state_mut(&mut self) -> Vec<(&'static str, &mut [f32])>;
-
-    /// Small state kept in f64 (per-segment coefficients, the freeze step,
-    /// the auto-freeze history), named by role; any length.
-    fn scalars(&self) -> Vec<(&'static str, Vec<f64>)> {
-        Vec::new()
-    }
-
-    /// Restores one [`FlatOptimizer::scalars`] entry; `Err` names what is
-    /// wrong with it.
-    fn set_scalars(&mut self, role: &str, values: Vec<f64>) -> Result<(), String> {
-        let _ = values;
-        Err(format!("unknown scalar state `{role}`"))
-    }
-
-    /// The kind of step `t` is (or was).
-    fn stage(&self, t: u64) -> Stage {
-        let _ = t;
-        Stage::Full
-    }
-
-    /// Called once after the last step (SLAMB averages the parameters).
-    fn finish(&mut self, ctx: &StepContext<'_>, x: &mut [f32]) -> Result<Duration, OptimError> {
-        let _ = (ctx, x);
-        Ok(Duration::ZERO)
-    }
-}
-
-/// Allreduces the local gradient to its mean over ranks, timing the call:
-/// the communication of the uncompressed optimizers.
-pub(crate) fn allreduce_mean_gradient(
-    comm: &dyn Communicator,
-    g: &mut [f32],
-) -> Result<Duration, OptimError> {
-    let start = Instant::now();
-    comm.allreduce_f32(g, ReduceOp::Mean)?;
-    Ok(start.elapsed())
-}
-
-/// What one step did.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub struct StepReport {
-    /// The step taken (from 1).
-    pub t: u64,
-    /// Its learning rate.
-    pub lr: f64,
-    /// Wall time spent in collectives.
-    pub comm_time: Duration,
-    /// What the step's collectives moved, per kind (bytes sent and received).
-    pub traffic: terse_comm::Traffic,
-    /// Which stage the step was in.
-    pub stage: Stage,
-}
 
 /// A configured optimizer bound to one parameter layout: the update rule, its
 /// schedule and the step counter.
@@ -148,37 +38,7 @@ impl Optimizer {
     ) -> Result<Self, OptimError> {
         config.validate()?;
         schedule.validate()?;
-        let d = layout.len();
-        let rule: Box<dyn FlatOptimizer> = match &config {
-            OptimizerConfig::Adam(c) => Box::new(Adam::new(c.clone(), d)),
-            OptimizerConfig::Lamb(c) => Box::new(Lamb::new(c.clone(), d)),
-            OptimizerConfig::Sgd(c) => Box::new(Sgd::new(c.clone(), d)),
-            OptimizerConfig::OnebitAdam(c) => Box::new(OneBitAdam::new(
-                c.clone(),
-                AdamVariant::OneBit,
-                &layout,
-                comm,
-            )?),
-            OptimizerConfig::OnebitAdamFp32(c) => Box::new(OneBitAdam::new(
-                c.clone(),
-                AdamVariant::Fp32Momentum,
-                &layout,
-                comm,
-            )?),
-            OptimizerConfig::AdamOnebitNaive(c) => Box::new(OneBitAdam::new(
-                c.clone(),
-                AdamVariant::Naive,
-                &layout,
-                comm,
-            )?),
-            OptimizerConfig::OnebitLamb(c) => {
-                Box::new(OneBitLamb::new(c.clone(), false, &layout, comm)?)
-            }
-            OptimizerConfig::LambOnebitBasic(c) => {
-                Box::new(OneBitLamb::new(c.clone(), true, &layout, comm)?)
-            }
-            OptimizerConfig::Slamb(c) => Box::new(Slamb::new(c.clone(), &layout, comm)),
-        };
+        let rule = config.build(&layout, comm)?;
         Ok(Self {
             config,
             schedule,

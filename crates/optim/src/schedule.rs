@@ -6,7 +6,7 @@
 use serde::{Deserialize, Serialize};
 
 use crate::OptimError;
-use crate::config::invalid;
+use crate::config_check::invalid;
 
 /// A learning rate as a function of the step, chosen by `kind` in a config.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

@@ -6,9 +6,55 @@ use std::time::Duration;
 
 use rayon::prelude::*;
 
-use crate::optimizer::allreduce_mean_gradient;
+use serde::{Deserialize, Serialize};
+
+use crate::OptimError;
+use crate::config_check::{check_decay, invalid};
 use crate::parallel::{CHUNK, split_segments, split_segments_mut, with_avx};
-use crate::{FlatOptimizer, OptimError, SgdConfig, StepContext};
+use crate::step::{FlatOptimizer, StepContext, allreduce_mean_gradient};
+
+/// `sgd` (ALGORITHMS.md "Momentum SGD"). No Adam moments, so no shared
+/// fields to flatten and serde's own `deny_unknown_fields` applies.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct SgdConfig {
+    /// Momentum μ (0 gives plain SGD).
+    pub momentum: f64,
+    /// L2 weight decay added to the gradient, decay group only.
+    pub weight_decay: f64,
+    /// Nesterov momentum: step along `ḡ + μ·m` instead of `m`.
+    pub nesterov: bool,
+}
+
+impl Default for SgdConfig {
+    fn default() -> Self {
+        Self {
+            momentum: 0.9,
+            weight_decay: 0.0,
+            nesterov: false,
+        }
+    }
+}
+
+impl SgdConfig {
+    pub(crate) fn validate(&self, name: &str) -> Result<(), OptimError> {
+        if !(0.0..1.0).contains(&self.momentum) {
+            return Err(invalid(
+                format!("{name}.momentum"),
+                self.momentum.to_string(),
+                "needs 0 <= momentum < 1",
+            ));
+        }
+        if self.nesterov && self.momentum == 0.0 {
+            return Err(invalid(
+                format!("{name}.nesterov"),
+                "true".into(),
+                "Nesterov momentum needs momentum > 0",
+            ));
+        }
+        check_decay(format!("{name}.weight_decay"), self.weight_decay)
+    }
+}
 
 /// SGD's state: the momentum buffer.
 pub struct Sgd {

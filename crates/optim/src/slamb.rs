@@ -8,12 +8,123 @@ use std::ops::Range;
 use std::time::{Duration, Instant};
 
 use rayon::prelude::*;
-use terse_comm::{ReduceOp, SparseAllreduce};
+use serde::{Deserialize, Serialize};
+use terse_comm::{ReduceOp, SparseAllreduce, SparseValues};
+use terse_kernels::mask::Mask;
 
+use crate::config_check::{NoOtherFields, check_clip, check_unit, invalid};
+use crate::eps_mode::check_has_compression_stage;
 use crate::lamb::trust_coefficient;
 use crate::moments::{Moments, with_eps_mode};
 use crate::parallel::{CHUNK, split_segments, split_segments_mut, with_avx};
-use crate::{FlatOptimizer, OptimError, ParamLayout, SlambConfig, Stage, StepContext};
+use crate::step::{FlatOptimizer, StepContext};
+use crate::{MomentConfig, OptimError, ParamLayout, Stage};
+
+/// SLAMB's mask.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum MaskKind {
+    /// A counter-based hash of (seed, t, j) below k (default).
+    #[default]
+    Hash,
+    /// A fixed permutation cut into 1/k chunks, chunk `t mod 1/k` (authors' v1).
+    Cyclic,
+}
+
+/// `slamb`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct SlambConfig {
+    /// β1, β2, ε, its placement and the weight decay λ.
+    #[serde(flatten)]
+    pub moments: MomentConfig,
+    /// Bias correction (on by default for SLAMB).
+    pub bias_correction: bool,
+    /// Fraction of the elements synchronised per step.
+    pub k: f64,
+    /// Decay of the per-element freshness c.
+    pub beta_3: f64,
+    /// Average the parameters every `sync_every` steps (H).
+    pub sync_every: u64,
+    /// Lower clip `a` of the trust ratios.
+    pub phi_min: f64,
+    /// Upper clip `b` of the trust ratios.
+    pub phi_max: f64,
+    /// Which mask.
+    pub mask: MaskKind,
+    /// The mask's seed (the same on every rank).
+    pub mask_seed: u64,
+    /// Segments with fewer elements are synchronised every step.
+    pub always_sync_below: usize,
+    /// The precision the synchronised momentum values travel in (`f16`
+    /// halves the sparse phase's bytes).
+    pub values: SparseValues,
+    /// Refuses keys no field claims (must stay last).
+    #[serde(flatten, skip_serializing)]
+    pub no_other_fields: NoOtherFields,
+}
+
+impl Default for SlambConfig {
+    fn default() -> Self {
+        Self {
+            moments: MomentConfig::default(),
+            bias_correction: true,
+            k: 0.1,
+            beta_3: 0.93,
+            sync_every: 100,
+            phi_min: 0.01,
+            phi_max: 0.4,
+            mask: MaskKind::Hash,
+            mask_seed: 0,
+            always_sync_below: 9000,
+            values: SparseValues::F32,
+            no_other_fields: NoOtherFields,
+        }
+    }
+}
+
+impl SlambConfig {
+    pub(crate) fn validate(&self, name: &str) -> Result<(), OptimError> {
+        self.moments.validate(name)?;
+        check_has_compression_stage(format!("{name}.eps_mode"), self.moments.eps_mode)?;
+        if !(self.k > 0.0 && self.k <= 1.0) {
+            return Err(invalid(
+                format!("{name}.k"),
+                self.k.to_string(),
+                "needs 0 < k <= 1",
+            ));
+        }
+        check_unit(format!("{name}.beta_3"), self.beta_3)?;
+        if self.sync_every == 0 {
+            return Err(invalid(
+                format!("{name}.sync_every"),
+                "0".into(),
+                "needs H >= 1",
+            ));
+        }
+        check_clip(
+            format!("{name}.phi_min"),
+            "phi_max",
+            (self.phi_min, self.phi_max),
+            "needs 0 < phi_min <= phi_max < inf",
+        )
+    }
+
+    /// The mask over a buffer of `len` elements.
+    pub(crate) fn mask(&self, len: usize) -> Mask {
+        match self.mask {
+            MaskKind::Hash => Mask::Hash {
+                seed: self.mask_seed,
+                k: self.k,
+            },
+            MaskKind::Cyclic => Mask::Cyclic {
+                seed: self.mask_seed,
+                k: self.k,
+                len,
+            },
+        }
+    }
+}
 
 /// SLAMB's state: local m and v, the per-element freshness c, and the
 /// per-step selection flags (scratch).
@@ -88,7 +199,7 @@ impl FlatOptimizer for Slamb {
         g: &mut [f32],
     ) -> Result<Duration, OptimError> {
         let c = self.config.clone();
-        let moments = Moments::new(c.beta_1, c.beta_2, c.eps, c.bias_correction, ctx.t);
+        let moments = Moments::new(&c.moments, c.bias_correction, ctx.t);
         self.m
             .par_chunks_mut(CHUNK)
             .zip(self.v.par_chunks_mut(CHUNK))
@@ -119,14 +230,14 @@ impl FlatOptimizer for Slamb {
 
         let lr = ctx.lr;
         let stale_lr = lr / (self.world_size as f64).sqrt();
-        let weight_decay = c.weight_decay as f32;
+        let weight_decay = c.moments.weight_decay as f32;
         let layout = ctx.layout;
         let xs = split_segments_mut(layout, x);
         let ms = split_segments(layout, &self.m);
         let vs = split_segments(layout, &self.v);
         let fs = split_segments(layout, &self.freshness);
         let ss = split_segments(layout, &self.selected);
-        with_eps_mode!(c.eps_mode, INSIDE => {
+        with_eps_mode!(c.moments.eps_mode, INSIDE => {
             layout.segments().par_iter().zip(xs).zip(ms).zip(vs).zip(fs).zip(ss).for_each(
                 |(((((segment, x), m), v), f), s)| {
                     let wd = if segment.decay { weight_decay } else { 0.0 };

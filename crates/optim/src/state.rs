@@ -103,7 +103,7 @@ impl Optimizer {
                 continue;
             }
             let theirs = field(&key)?;
-            if theirs != ours {
+            if !same_metadata(theirs, &ours) {
                 return Err(bad(path, describe_difference(&key, theirs, &ours)));
             }
         }
@@ -185,6 +185,17 @@ fn to_json<T: serde::Serialize>(value: &T) -> Result<String, OptimError> {
         path: PathBuf::new(),
         detail: format!("cannot describe the optimizer as JSON: {e}"),
     })
+}
+
+/// Whether a saved metadata value equals ours: JSON values compare as
+/// values (key order is not meaning: the config's fields may be reordered
+/// between versions), anything else as text.
+fn same_metadata(saved: &str, ours: &str) -> bool {
+    let parse = |s: &str| serde_json::from_str::<serde_json::Value>(s).ok();
+    match (parse(saved), parse(ours)) {
+        (Some(a), Some(b)) => a == b,
+        _ => saved == ours,
+    }
 }
 
 /// Names the top-level keys that differ between two JSON metadata values.

@@ -5,7 +5,7 @@
 
 use terse_optim::ParamLayout;
 
-pub use terse_kernels::random::SplitMix64 as SplitMix;
+pub use terse_rng::SplitMix64 as SplitMix;
 
 /// Segments of very different size and magnitude. `(path, shape, scale)`:
 /// parameters and gradients of a segment are drawn with that scale. The

@@ -172,11 +172,18 @@ impl Reference {
     fn adam(&mut self, c: &OneBitAdamConfig, g: &[f64], compressing: bool) {
         for i in 0..self.n {
             for seg in self.layout.segments() {
-                let wd = if seg.decay { c.weight_decay } else { 0.0 };
+                let wd = if seg.decay {
+                    c.moments.weight_decay
+                } else {
+                    0.0
+                };
                 for k in seg.range() {
-                    self.m[i][k] = c.beta_1 * self.m[i][k] + (1.0 - c.beta_1) * g[k];
-                    self.v[i][k] = c.beta_2 * self.v[i][k] + (1.0 - c.beta_2) * g[k] * g[k];
-                    let denom = denominator(c.eps_mode, compressing, self.v[i][k], c.eps);
+                    self.m[i][k] =
+                        c.moments.beta_1 * self.m[i][k] + (1.0 - c.moments.beta_1) * g[k];
+                    self.v[i][k] =
+                        c.moments.beta_2 * self.v[i][k] + (1.0 - c.moments.beta_2) * g[k] * g[k];
+                    let denom =
+                        denominator(c.moments.eps_mode, compressing, self.v[i][k], c.moments.eps);
                     let u = self.m[i][k] / denom + wd * self.x[i][k];
                     self.x[i][k] -= LR * u;
                 }
@@ -196,7 +203,7 @@ impl Reference {
         let local: Vec<Vec<f64>> = (0..self.n)
             .map(|i| {
                 (0..g[i].len())
-                    .map(|k| c.beta_1 * self.m[i][k] + (1.0 - c.beta_1) * g[i][k])
+                    .map(|k| c.moments.beta_1 * self.m[i][k] + (1.0 - c.moments.beta_1) * g[i][k])
                     .collect()
             })
             .collect();
@@ -208,9 +215,13 @@ impl Reference {
         for i in 0..self.n {
             self.m[i] = m.clone();
             for seg in self.layout.segments() {
-                let wd = if seg.decay { c.weight_decay } else { 0.0 };
+                let wd = if seg.decay {
+                    c.moments.weight_decay
+                } else {
+                    0.0
+                };
                 for k in seg.range() {
-                    let denom = denominator(c.eps_mode, true, self.v[i][k], c.eps);
+                    let denom = denominator(c.moments.eps_mode, true, self.v[i][k], c.moments.eps);
                     let u = m[k] / denom + wd * self.x[i][k];
                     self.x[i][k] -= LR * u;
                 }
@@ -225,12 +236,16 @@ impl Reference {
             let gbar = mean(&g);
             let (m, v, x) = (&mut self.m[0], &mut self.v[0], &mut self.x[0]);
             for (p, seg) in segments.iter().enumerate() {
-                let wd = if seg.decay { c.weight_decay } else { 0.0 };
+                let wd = if seg.decay {
+                    c.moments.weight_decay
+                } else {
+                    0.0
+                };
                 let mut u = Vec::new();
                 for k in seg.range() {
-                    m[k] = c.beta_1 * m[k] + (1.0 - c.beta_1) * gbar[k];
-                    v[k] = c.beta_2 * v[k] + (1.0 - c.beta_2) * gbar[k] * gbar[k];
-                    u.push(m[k] / (v[k].sqrt() + c.eps) + wd * x[k]);
+                    m[k] = c.moments.beta_1 * m[k] + (1.0 - c.moments.beta_1) * gbar[k];
+                    v[k] = c.moments.beta_2 * v[k] + (1.0 - c.moments.beta_2) * gbar[k] * gbar[k];
+                    u.push(m[k] / (v[k].sqrt() + c.moments.eps) + wd * x[k]);
                 }
                 let xn = norm(seg.range().map(|k| x[k]));
                 let un = norm(u.iter().copied());
@@ -269,7 +284,7 @@ impl Reference {
             for (p, seg) in segments.iter().enumerate() {
                 let k = if basic { 1.0 } else { self.k[p] };
                 for j in seg.range() {
-                    mi[j] = (c.beta_1 * m_last[j] + (1.0 - c.beta_1) * gi[j]) * k;
+                    mi[j] = (c.moments.beta_1 * m_last[j] + (1.0 - c.moments.beta_1) * gi[j]) * k;
                 }
             }
             local.push(mi);
@@ -278,17 +293,26 @@ impl Reference {
         let v = self.v[0].clone();
         let x = &mut self.x[0];
         for (p, seg) in segments.iter().enumerate() {
-            let wd = if seg.decay { c.weight_decay } else { 0.0 };
+            let wd = if seg.decay {
+                c.moments.weight_decay
+            } else {
+                0.0
+            };
             let mut scale = self.c_avg[p];
             if !basic {
                 let mut r: f64 = 0.0;
                 for j in seg.range() {
                     m[j] /= self.k[p];
-                    let g_rec = (m[j] - c.beta_1 * m_last[j]) / (1.0 - c.beta_1);
-                    self.v_fresh[j] = c.beta_2 * self.v_fresh[j] + (1.0 - c.beta_2) * g_rec * g_rec;
+                    let g_rec = (m[j] - c.moments.beta_1 * m_last[j]) / (1.0 - c.moments.beta_1);
+                    self.v_fresh[j] = c.moments.beta_2 * self.v_fresh[j]
+                        + (1.0 - c.moments.beta_2) * g_rec * g_rec;
                     let ratio = match c.ratio {
-                        RatioKind::Sqrt => (v[j].sqrt() + c.eps) / (self.v_fresh[j].sqrt() + c.eps),
-                        RatioKind::Variance => (v[j] + c.eps) / (self.v_fresh[j] + c.eps),
+                        RatioKind::Sqrt => {
+                            (v[j].sqrt() + c.moments.eps) / (self.v_fresh[j].sqrt() + c.moments.eps)
+                        }
+                        RatioKind::Variance => {
+                            (v[j] + c.moments.eps) / (self.v_fresh[j] + c.moments.eps)
+                        }
                     };
                     r = r.max(ratio);
                 }
@@ -299,7 +323,7 @@ impl Reference {
                 scale *= r;
             }
             for j in seg.range() {
-                let u = m[j] / (v[j].sqrt() + c.eps) + wd * x[j];
+                let u = m[j] / (v[j].sqrt() + c.moments.eps) + wd * x[j];
                 x[j] -= LR * scale * u;
             }
         }
@@ -329,15 +353,19 @@ impl Reference {
         }
         for i in 0..self.n {
             for k in 0..d {
-                self.m[i][k] = c.beta_1 * self.m[i][k] + (1.0 - c.beta_1) * g[i][k];
-                self.v[i][k] = c.beta_2 * self.v[i][k] + (1.0 - c.beta_2) * g[i][k] * g[i][k];
+                self.m[i][k] = c.moments.beta_1 * self.m[i][k] + (1.0 - c.moments.beta_1) * g[i][k];
+                self.v[i][k] =
+                    c.moments.beta_2 * self.v[i][k] + (1.0 - c.moments.beta_2) * g[i][k] * g[i][k];
             }
         }
         for k in (0..d).filter(|&k| selected[k]) {
             let avg = (0..self.n).map(|i| self.m[i][k]).sum::<f64>() / self.n as f64;
             (0..self.n).for_each(|i| self.m[i][k] = avg);
         }
-        let (bc1, bc2) = (1.0 - c.beta_1.powi(t as i32), 1.0 - c.beta_2.powi(t as i32));
+        let (bc1, bc2) = (
+            1.0 - c.moments.beta_1.powi(t as i32),
+            1.0 - c.moments.beta_2.powi(t as i32),
+        );
         for i in 0..self.n {
             for k in 0..d {
                 self.c[i][k] = if selected[k] {
@@ -347,11 +375,15 @@ impl Reference {
                 };
             }
             for seg in self.layout.segments() {
-                let wd = if seg.decay { c.weight_decay } else { 0.0 };
+                let wd = if seg.decay {
+                    c.moments.weight_decay
+                } else {
+                    0.0
+                };
                 let u: Vec<f64> = seg
                     .range()
                     .map(|k| {
-                        (self.m[i][k] / bc1) / ((self.v[i][k] / bc2).sqrt() + c.eps)
+                        (self.m[i][k] / bc1) / ((self.v[i][k] / bc2).sqrt() + c.moments.eps)
                             + wd * self.x[i][k]
                     })
                     .collect();
@@ -471,7 +503,10 @@ fn onebit_adam_matches_the_float64_reference() {
 fn onebit_adam_with_eps_inside_the_compression_stage_matches_the_float64_reference() {
     for eps_mode in [EpsMode::Inside, EpsMode::InsideCompressed] {
         let config = OneBitAdamConfig {
-            eps_mode,
+            moments: terse_optim::MomentConfig {
+                eps_mode,
+                ..adam_config().moments.clone()
+            },
             ..adam_config()
         };
         check(OptimizerConfig::OnebitAdam(config), false);
@@ -480,7 +515,10 @@ fn onebit_adam_with_eps_inside_the_compression_stage_matches_the_float64_referen
     // bit, and inside afterwards: it leaves the outside run after T_w.
     let bits = |eps_mode| {
         let config = OptimizerConfig::OnebitAdam(OneBitAdamConfig {
-            eps_mode,
+            moments: terse_optim::MomentConfig {
+                eps_mode,
+                ..adam_config().moments.clone()
+            },
             ..adam_config()
         });
         let (xs, _) = run(&config, 2);
@@ -523,10 +561,13 @@ fn basic_onebit_lamb_matches_the_float64_reference() {
 #[test]
 fn slamb_matches_the_float64_reference() {
     let config = SlambConfig {
+        moments: terse_optim::MomentConfig {
+            weight_decay: 0.01,
+            eps: 1e-6,
+            ..Default::default()
+        },
         k: 0.2,
         sync_every: 8,
-        weight_decay: 0.01,
-        eps: 1e-6,
         always_sync_below: 30,
         mask_seed: 9,
         ..Default::default()
@@ -561,12 +602,9 @@ fn at_world_size_one_onebit_adam_is_adam_with_the_frozen_variance() {
     }
     let c = adam_config();
     let adam = terse_optim::AdamConfig {
-        beta_1: c.beta_1,
-        beta_2: c.beta_2,
-        eps: c.eps,
-        weight_decay: c.weight_decay,
+        moments: c.moments.clone(),
         bias_correction: c.bias_correction,
-        eps_mode: c.eps_mode,
+        ..Default::default()
     };
     let naive = bits_at_world_one(OptimizerConfig::AdamOnebitNaive(adam_config()));
     let plain = bits_at_world_one(OptimizerConfig::Adam(adam));

@@ -7,10 +7,10 @@
 use std::time::Duration;
 
 use terse_comm::{Communicator, LocalComm, SparseValues};
-use terse_kernels::random::{SplitMix64, mix64};
 use terse_optim::{
     LrSchedule, OneBitAdamConfig, Optimizer, OptimizerConfig, ParamLayout, SlambConfig,
 };
+use terse_rng::{SplitMix64, mix64};
 
 mod compressed_setup;
 use compressed_setup::*;
@@ -53,9 +53,15 @@ fn resuming_in_any_stage_is_bit_identical() {
     let dir = std::env::temp_dir().join(format!("terse-compressed-resume-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let auto = OneBitAdamConfig {
-        freeze: terse_optim::FreezeRule::Auto,
-        beta_2: 0.9,
-        freeze_threshold: 0.5,
+        moments: terse_optim::MomentConfig {
+            beta_2: 0.9,
+            ..adam_config().moments.clone()
+        },
+        compression: terse_optim::CompressionConfig {
+            freeze: terse_optim::FreezeRule::Auto,
+            freeze_threshold: 0.5,
+            ..adam_config().compression.clone()
+        },
         ..adam_config()
     };
     let configs = [
@@ -120,7 +126,7 @@ fn bytes_ratio(config: OptimizerConfig, steps: u64, from: u64) -> f64 {
         let mut x = vec![0.5f32; d];
         let mut total = 0u64;
         for t in 1..=steps {
-            let mut rng = SplitMix64(mix64(t ^ ((comm.rank() as u64) << 40)));
+            let mut rng = SplitMix64::new(mix64(t ^ ((comm.rank() as u64) << 40)));
             let mut g: Vec<f32> = (0..d).map(|_| rng.normal()).collect();
             let report = opt.step_flat(&mut x, &mut g, comm).unwrap();
             if t >= from {
@@ -141,7 +147,10 @@ fn results_rank0(results: Vec<std::thread::Result<f64>>) -> f64 {
 #[test]
 fn compression_cuts_the_bytes_per_step() {
     let adam = OptimizerConfig::OnebitAdam(OneBitAdamConfig {
-        freeze_step: 2,
+        compression: terse_optim::CompressionConfig {
+            freeze_step: 2,
+            ..Default::default()
+        },
         ..Default::default()
     });
     let ratio = bytes_ratio(adam, 5, 3);
@@ -175,10 +184,13 @@ fn slamb_with_fp16_values_tracks_fp32() {
     let dir = std::env::temp_dir();
     let config = |values| {
         OptimizerConfig::Slamb(SlambConfig {
+            moments: terse_optim::MomentConfig {
+                weight_decay: 0.01,
+                eps: 1e-6,
+                ..Default::default()
+            },
             k: 0.2,
             sync_every: 8,
-            weight_decay: 0.01,
-            eps: 1e-6,
             always_sync_below: 30,
             values,
             ..Default::default()
@@ -223,7 +235,7 @@ fn eps_inside_bounds_the_update_of_flat_coordinates() {
             let mut x = vec![0.0f32; 256];
             let mut largest = 0.0f32;
             for t in 1..=8u64 {
-                let mut rng = SplitMix64(mix64(t));
+                let mut rng = SplitMix64::new(mix64(t));
                 let tile: Vec<f32> = (0..128)
                     .map(|i| rng.normal() * if i < 64 { 1.0 } else { 1e-6 })
                     .collect();
@@ -243,8 +255,14 @@ fn eps_inside_bounds_the_update_of_flat_coordinates() {
     };
     let onebit = |eps_mode| {
         OptimizerConfig::OnebitAdam(OneBitAdamConfig {
-            freeze_step: 5,
-            eps_mode,
+            moments: terse_optim::MomentConfig {
+                eps_mode,
+                ..Default::default()
+            },
+            compression: terse_optim::CompressionConfig {
+                freeze_step: 5,
+                ..Default::default()
+            },
             bias_correction: true,
             ..Default::default()
         })

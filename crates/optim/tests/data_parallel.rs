@@ -17,18 +17,24 @@ const STEPS: usize = 10;
 fn ranks_agree_and_match_the_mean_gradient_run() {
     let configs = [
         OptimizerConfig::Adam(AdamConfig {
-            weight_decay: 0.01,
+            moments: terse_optim::MomentConfig {
+                weight_decay: 0.01,
+                ..Default::default()
+            },
             ..Default::default()
         }),
         OptimizerConfig::Lamb(LambConfig {
-            weight_decay: 0.01,
+            moments: terse_optim::MomentConfig {
+                weight_decay: 0.01,
+                ..Default::default()
+            },
             ..Default::default()
         }),
         OptimizerConfig::Sgd(SgdConfig::default()),
     ];
     for config in configs {
         let schedule = LrSchedule::Constant { lr: 1e-3 };
-        let mut rng = SplitMix(2024);
+        let mut rng = SplitMix::new(2024);
         let x0 = initial_params(&mut rng);
         // grads[step][rank]
         let grads: Vec<Vec<Vec<f32>>> = (0..STEPS)

@@ -13,10 +13,10 @@ use std::ops::Range;
 use std::time::Duration;
 
 use terse_comm::{Communicator, LocalComm};
-use terse_kernels::random::{SplitMix64, mix64};
 use terse_optim::{
     LrSchedule, OneBitAdamConfig, OneBitLambConfig, Optimizer, OptimizerConfig, ParamLayout,
 };
+use terse_rng::{SplitMix64, mix64};
 
 const FREEZE: u64 = 8;
 const STEPS: u64 = 30;
@@ -35,7 +35,7 @@ fn range(name: &str) -> Range<usize> {
 }
 
 fn gradient(layout: &ParamLayout, seed: u64, t: u64) -> Vec<f32> {
-    let mut rng = SplitMix64(mix64(t * 1000 + seed));
+    let mut rng = SplitMix64::new(mix64(t * 1000 + seed));
     (0..layout.len()).map(|_| 0.3 + rng.normal()).collect()
 }
 
@@ -64,16 +64,22 @@ fn kept_out() -> Vec<String> {
 
 fn onebit_adam() -> OptimizerConfig {
     OptimizerConfig::OnebitAdam(OneBitAdamConfig {
-        freeze_step: FREEZE,
-        uncompressed: kept_out(),
+        compression: terse_optim::CompressionConfig {
+            freeze_step: FREEZE,
+            uncompressed: kept_out(),
+            ..Default::default()
+        },
         ..Default::default()
     })
 }
 
 fn onebit_lamb() -> OptimizerConfig {
     OptimizerConfig::OnebitLamb(OneBitLambConfig {
-        freeze_step: FREEZE,
-        uncompressed: kept_out(),
+        compression: terse_optim::CompressionConfig {
+            freeze_step: FREEZE,
+            uncompressed: kept_out(),
+            ..Default::default()
+        },
         ..Default::default()
     })
 }
@@ -106,7 +112,10 @@ fn kept_out_parameters_are_averaged_exactly() {
 #[test]
 fn a_kept_out_parameter_of_onebit_adam_follows_the_fp32_momentum_ablation() {
     let fp32 = OptimizerConfig::OnebitAdamFp32(OneBitAdamConfig {
-        freeze_step: FREEZE,
+        compression: terse_optim::CompressionConfig {
+            freeze_step: FREEZE,
+            ..Default::default()
+        },
         ..Default::default()
     });
     let (ours, exact) = (run(&onebit_adam(), 4, true), run(&fp32, 4, true));
@@ -125,7 +134,10 @@ fn a_kept_out_parameter_of_onebit_adam_follows_the_fp32_momentum_ablation() {
 #[test]
 fn a_pattern_that_names_no_parameter_is_refused() {
     let config = OptimizerConfig::OnebitAdam(OneBitAdamConfig {
-        uncompressed: vec!["embeddings.position.weight".to_string()],
+        compression: terse_optim::CompressionConfig {
+            uncompressed: vec!["embeddings.position.weight".to_string()],
+            ..Default::default()
+        },
         ..Default::default()
     });
     let message = LocalComm::run(1, Duration::from_secs(10), |comm| {

@@ -86,9 +86,14 @@ impl Reference {
                     x,
                     g,
                     t,
-                    (c.beta_1, c.beta_2, c.eps, c.weight_decay),
+                    (
+                        c.moments.beta_1,
+                        c.moments.beta_2,
+                        c.moments.eps,
+                        c.moments.weight_decay,
+                    ),
                     c.bias_correction,
-                    c.eps_mode,
+                    c.moments.eps_mode,
                 );
                 for (x, u) in x.iter_mut().zip(u) {
                     *x -= lr * u;
@@ -106,9 +111,14 @@ impl Reference {
                     x,
                     &g,
                     t,
-                    (c.beta_1, c.beta_2, c.eps, c.weight_decay),
+                    (
+                        c.moments.beta_1,
+                        c.moments.beta_2,
+                        c.moments.eps,
+                        c.moments.weight_decay,
+                    ),
                     c.bias_correction,
-                    c.eps_mode,
+                    c.moments.eps_mode,
                 );
                 for seg in layout.segments() {
                     let r = seg.range();
@@ -155,7 +165,7 @@ impl Reference {
 /// worst per-segment relative error over all steps.
 fn worst_error(config: OptimizerConfig, schedule: LrSchedule) -> f64 {
     let layout = layout();
-    let mut rng = SplitMix(0x7e55e);
+    let mut rng = SplitMix::new(0x7e55e);
     let mut x = initial_params(&mut rng);
     let mut x_ref: Vec<f64> = x.iter().map(|&v| f64::from(v)).collect();
     let mut optimizer = Optimizer::new(
@@ -219,8 +229,11 @@ fn adam_matches_float64_reference_for_every_option() {
         (
             "adam eps inside",
             AdamConfig {
-                eps_mode: EpsMode::Inside,
-                eps: 1e-6,
+                moments: terse_optim::MomentConfig {
+                    eps_mode: EpsMode::Inside,
+                    eps: 1e-6,
+                    ..base.moments.clone()
+                },
                 ..base.clone()
             },
         ),
@@ -234,9 +247,12 @@ fn adam_matches_float64_reference_for_every_option() {
         (
             "adamw",
             AdamConfig {
-                weight_decay: 0.1,
-                beta_1: 0.8,
-                beta_2: 0.99,
+                moments: terse_optim::MomentConfig {
+                    weight_decay: 0.1,
+                    beta_1: 0.8,
+                    beta_2: 0.99,
+                    ..base.moments.clone()
+                },
                 ..base.clone()
             },
         ),
@@ -249,7 +265,10 @@ fn adam_matches_float64_reference_for_every_option() {
 #[test]
 fn lamb_matches_float64_reference_for_every_option() {
     let base = LambConfig {
-        weight_decay: 0.01,
+        moments: terse_optim::MomentConfig {
+            weight_decay: 0.01,
+            ..Default::default()
+        },
         ..Default::default()
     };
     let variants = [
@@ -271,9 +290,12 @@ fn lamb_matches_float64_reference_for_every_option() {
         (
             "lamb eps inside + bias correction",
             LambConfig {
-                eps_mode: EpsMode::Inside,
+                moments: terse_optim::MomentConfig {
+                    eps_mode: EpsMode::Inside,
+                    eps: 1e-6,
+                    ..base.moments.clone()
+                },
                 bias_correction: true,
-                eps: 1e-6,
                 ..base.clone()
             },
         ),

@@ -29,11 +29,17 @@ fn schedule() -> LrSchedule {
 fn configs() -> [OptimizerConfig; 3] {
     [
         OptimizerConfig::Adam(AdamConfig {
-            weight_decay: 0.01,
+            moments: terse_optim::MomentConfig {
+                weight_decay: 0.01,
+                ..Default::default()
+            },
             ..Default::default()
         }),
         OptimizerConfig::Lamb(LambConfig {
-            weight_decay: 0.01,
+            moments: terse_optim::MomentConfig {
+                weight_decay: 0.01,
+                ..Default::default()
+            },
             grad_prenorm: true,
             ..Default::default()
         }),
@@ -58,7 +64,7 @@ fn bits(x: &[f32]) -> Vec<u32> {
 fn resumed_runs_are_bit_identical() {
     for config in configs() {
         let name = config.name();
-        let mut rng = SplitMix(99);
+        let mut rng = SplitMix::new(99);
         let x0 = initial_params(&mut rng);
         let grads: Vec<Vec<f32>> = (0..STEPS).map(|_| gradient(&mut rng)).collect();
 
@@ -139,7 +145,10 @@ fn mismatched_state_files_are_refused() {
     assert!(error(lamb.unwrap()).contains("saved by optimizer `adam`"));
 
     let other_beta = OptimizerConfig::Adam(AdamConfig {
-        beta_2: 0.98,
+        moments: terse_optim::MomentConfig {
+            beta_2: 0.98,
+            ..Default::default()
+        },
         ..Default::default()
     });
     let detail =

@@ -12,10 +12,10 @@
 use std::time::Duration;
 
 use terse_comm::{Communicator, LocalComm};
-use terse_kernels::random::{SplitMix64, mix64};
 use terse_optim::{
     LrSchedule, OneBitAdamConfig, OneBitLambConfig, Optimizer, OptimizerConfig, ParamLayout,
 };
+use terse_rng::{SplitMix64, mix64};
 
 const FREEZE: u64 = 10;
 const COMPRESSION_STEPS: u64 = 50;
@@ -31,12 +31,12 @@ fn layout() -> ParamLayout {
 }
 
 fn initial(layout: &ParamLayout) -> Vec<f32> {
-    let mut rng = SplitMix64(7);
+    let mut rng = SplitMix64::new(7);
     (0..layout.len()).map(|_| 0.1 * rng.symmetric()).collect()
 }
 
 fn gradient(layout: &ParamLayout, rank: usize, t: u64) -> Vec<f32> {
-    let mut rng = SplitMix64(mix64(t * 1000 + rank as u64));
+    let mut rng = SplitMix64::new(mix64(t * 1000 + rank as u64));
     layout
         .segments()
         .iter()
@@ -150,8 +150,14 @@ fn onebit_adam_leaves_zero_gradient_coordinates_where_the_freeze_found_them() {
     check(
         "onebit_adam",
         OptimizerConfig::OnebitAdam(OneBitAdamConfig {
-            freeze_step: FREEZE,
-            weight_decay: 0.01,
+            moments: terse_optim::MomentConfig {
+                weight_decay: 0.01,
+                ..Default::default()
+            },
+            compression: terse_optim::CompressionConfig {
+                freeze_step: FREEZE,
+                ..Default::default()
+            },
             bias_correction: true,
             ..Default::default()
         }),
@@ -163,8 +169,14 @@ fn onebit_lamb_leaves_zero_gradient_coordinates_where_the_freeze_found_them() {
     check(
         "onebit_lamb",
         OptimizerConfig::OnebitLamb(OneBitLambConfig {
-            freeze_step: FREEZE,
-            weight_decay: 0.01,
+            moments: terse_optim::MomentConfig {
+                weight_decay: 0.01,
+                ..Default::default()
+            },
+            compression: terse_optim::CompressionConfig {
+                freeze_step: FREEZE,
+                ..Default::default()
+            },
             bias_correction: true,
             ..Default::default()
         }),

@@ -14,9 +14,9 @@ use std::time::Instant;
 
 use burn::tensor::{Device, Int, Tensor, TensorData};
 use terse_comm::SingleRank;
-use terse_kernels::random::SplitMix64;
 use terse_models::bert::{BertForPreTraining, BertInput, BertPreset};
 use terse_optim::{AdamConfig, LrSchedule, Optimizer, OptimizerConfig, ParamLayout};
+use terse_rng::SplitMix64;
 
 struct Args {
     presets: Vec<BertPreset>,
@@ -90,7 +90,7 @@ fn main() {
             config.attention_probs_dropout_prob = 0.0;
         }
         let (b, t) = (args.batch, args.seq);
-        let mut rng = SplitMix64(7);
+        let mut rng = SplitMix64::new(7);
         let mut ids: Vec<i64> = (0..b * t)
             .map(|_| 999 + (rng.next_u64() % (config.vocab_size as u64 - 999)) as i64)
             .collect();
@@ -115,8 +115,11 @@ fn main() {
         let mut model = BertForPreTraining::new(&config, &device);
         let comm = SingleRank::new();
         let adam = OptimizerConfig::Adam(AdamConfig {
-            weight_decay: 0.01,
-            eps: 1e-6,
+            moments: terse_optim::MomentConfig {
+                weight_decay: 0.01,
+                eps: 1e-6,
+                ..Default::default()
+            },
             ..Default::default()
         });
         let schedule = LrSchedule::Constant { lr: 1e-4 };

@@ -61,7 +61,10 @@ impl ClassifierRun {
             "adam" => (OptimizerConfig::Adam(AdamConfig::default()), 1e-3),
             "lamb" => (
                 OptimizerConfig::Lamb(LambConfig {
-                    weight_decay: 0.01,
+                    moments: terse_optim::MomentConfig {
+                        weight_decay: 0.01,
+                        ..Default::default()
+                    },
                     ..Default::default()
                 }),
                 0.01,

@@ -1,22 +1,11 @@
 //! Seeded shuffling: every permutation of the data comes from the run's seed,
 //! so the same config and seed see the same batches.
 
-/// A permutation of `0..n` drawn from a SplitMix64 stream seeded with `seed`
-/// (Fisher–Yates).
+/// A permutation of `0..n` drawn from the SplitMix64 stream of `seed`
+/// (Fisher–Yates with terse's one bounded draw, `terse_rng`).
 pub fn shuffled_indices(n: usize, seed: u64) -> Vec<usize> {
-    let mut state = seed;
-    let mut next = move || {
-        state = state.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = state;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    };
     let mut order: Vec<usize> = (0..n).collect();
-    for i in (1..n).rev() {
-        let j = (next() % (i as u64 + 1)) as usize;
-        order.swap(i, j);
-    }
+    terse_rng::SplitMix64::new(seed).shuffle(&mut order);
     order
 }
 

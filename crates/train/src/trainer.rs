@@ -168,7 +168,7 @@ pub struct RunOutcome<M> {
 /// forward pass of the run.
 fn forward_seed(seed: u64, step: u64, rank: usize, micro: usize) -> u64 {
     let mut rng =
-        terse_data::rng::SplitMix64::keyed(seed, &[0x4452_4f50, step, rank as u64, micro as u64]);
+        terse_rng::SplitMix64::keyed(seed, &[0x4452_4f50, step, rank as u64, micro as u64]);
     rng.next_u64()
 }
 

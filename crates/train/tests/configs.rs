@@ -89,8 +89,8 @@ fn every_config_loads() {
 
 fn freeze(config: &RunConfig) -> u64 {
     match &config.optimizer {
-        OptimizerConfig::OnebitAdam(c) => c.freeze_step,
-        OptimizerConfig::OnebitLamb(c) => c.freeze_step,
+        OptimizerConfig::OnebitAdam(c) => c.compression.freeze_step,
+        OptimizerConfig::OnebitLamb(c) => c.compression.freeze_step,
         other => panic!("{other:?} has no freeze step"),
     }
 }

@@ -144,9 +144,23 @@ impl Table {
     }
 }
 
-/// `HEAD`'s hash, marked when tracked files have uncommitted changes.
+/// `HEAD`'s hash, marked when tracked files outside `results/` have
+/// uncommitted changes. `results/` is left out because a reproduction
+/// rewrites its own tracked results before it writes machine.txt: counting
+/// them marked every run as dirty, whatever the code's state.
 pub fn commit() -> String {
-    let dirty = !output("git", &["status", "--porcelain", "--untracked-files=no"]).is_empty();
+    let dirty = !output(
+        "git",
+        &[
+            "status",
+            "--porcelain",
+            "--untracked-files=no",
+            "--",
+            ".",
+            ":(exclude)results",
+        ],
+    )
+    .is_empty();
     format!(
         "{}{}",
         output("git", &["rev-parse", "HEAD"]),

@@ -12,7 +12,7 @@ use super::csv::parse_csv;
 use super::example::SentenceExample;
 use super::task::GlueTask;
 use crate::DataError;
-use crate::rng::SplitMix64;
+use terse_rng::SplitMix64;
 
 /// The key that separates the dev-split draws from every other use of the
 /// same seed (ASCII `DEV`).

@@ -15,7 +15,7 @@ use serde::{Deserialize, Serialize};
 
 use super::ImageSet;
 use crate::DataError;
-use crate::rng::SplitMix64;
+use terse_rng::SplitMix64;
 
 /// CIFAR-10 channel means (R, G, B) of the training set, on the [0, 1]
 /// scale (the values the CIFAR ResNet code bases use).

@@ -18,8 +18,8 @@ use super::instances::{
 };
 use super::masking::MaskingVocab;
 use super::shard::write_shard;
-use crate::rng::SplitMix64;
 use crate::{DataError, WordPiece};
+use terse_rng::SplitMix64;
 
 /// What `build_shards` wrote (also saved as `pretrain.json` beside the shards).
 #[derive(Debug, Clone, PartialEq, Serialize)]

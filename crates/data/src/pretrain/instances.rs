@@ -17,7 +17,7 @@
 //! half of the time, its sentence cut at a random token: B still follows A
 //! in the text, and the classes stay balanced (50% ± 2%, tested).
 
-use crate::rng::SplitMix64;
+use terse_rng::SplitMix64;
 
 use super::masking::{MaskedLm, MaskingVocab, mask_tokens};
 

@@ -4,7 +4,7 @@
 //! uniformly; each becomes `[MASK]` with probability 0.8, a uniformly random
 //! vocabulary token with 0.1, and stays unchanged with 0.1.
 
-use crate::rng::SplitMix64;
+use terse_rng::SplitMix64;
 
 /// The ids the corruption needs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -18,7 +18,7 @@
 use super::instances::PretrainExample;
 use super::set::ShardSet;
 use crate::DataError;
-use crate::rng::SplitMix64;
+use terse_rng::SplitMix64;
 
 /// The example indices rank `rank` of `world` reads in `epoch`, in order.
 pub fn epoch_indices(count: usize, seed: u64, epoch: u64, rank: usize, world: usize) -> Vec<usize> {

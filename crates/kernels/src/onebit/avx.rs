@@ -186,7 +186,7 @@ pub(super) fn apply_quantisation(e: &mut [f32], bits: &[u32], s: f32) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::random::SplitMix64;
+    use terse_rng::SplitMix64;
 
     /// The AVX loops give the portable loops' bits exactly, so a machine
     /// without AVX computes the same numbers.
@@ -195,7 +195,7 @@ mod tests {
         if !std::arch::is_x86_feature_detected!("avx") {
             return;
         }
-        let mut rng = SplitMix64(5);
+        let mut rng = SplitMix64::new(5);
         for len in [1usize, 31, 32, 33, 64, 1000, 4099] {
             let x: Vec<f32> = (0..len).map(|_| rng.normal()).collect();
             let e0: Vec<f32> = (0..len)

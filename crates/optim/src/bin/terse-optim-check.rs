@@ -15,11 +15,11 @@ use std::time::Duration;
 
 use clap::{Parser, ValueEnum};
 use terse_comm::{Communicator, LocalComm, SparseValues};
-use terse_kernels::random::{SplitMix64, mix64};
 use terse_optim::{
     AdamConfig, LambConfig, LrSchedule, MaskKind, OneBitAdamConfig, OneBitLambConfig, Optimizer,
     OptimizerConfig, ParamLayout, RatioKind, ScaleKind, SgdConfig, SlambConfig,
 };
+use terse_rng::{SplitMix64, mix64};
 
 #[derive(Clone, Copy, Debug, ValueEnum)]
 enum Backend {
@@ -62,19 +62,34 @@ fn layout() -> ParamLayout {
 /// Every optimizer, with the options that change its communication.
 fn optimizers() -> Vec<(&'static str, OptimizerConfig)> {
     let adam = OneBitAdamConfig {
-        freeze_step: FREEZE,
-        weight_decay: 0.01,
+        moments: terse_optim::MomentConfig {
+            weight_decay: 0.01,
+            ..Default::default()
+        },
+        compression: terse_optim::CompressionConfig {
+            freeze_step: FREEZE,
+            ..Default::default()
+        },
         ..Default::default()
     };
     let lamb = OneBitLambConfig {
-        freeze_step: FREEZE,
-        weight_decay: 0.01,
+        moments: terse_optim::MomentConfig {
+            weight_decay: 0.01,
+            ..Default::default()
+        },
+        compression: terse_optim::CompressionConfig {
+            freeze_step: FREEZE,
+            ..Default::default()
+        },
         ..Default::default()
     };
     let slamb = SlambConfig {
+        moments: terse_optim::MomentConfig {
+            weight_decay: 0.01,
+            ..Default::default()
+        },
         k: 0.25,
         sync_every: 7,
-        weight_decay: 0.01,
         always_sync_below: 1000,
         mask_seed: 5,
         ..Default::default()
@@ -87,8 +102,11 @@ fn optimizers() -> Vec<(&'static str, OptimizerConfig)> {
         (
             "onebit_adam_l2_block64",
             OptimizerConfig::OnebitAdam(OneBitAdamConfig {
-                scale: ScaleKind::L2,
-                scale_block: Some(64),
+                compression: terse_optim::CompressionConfig {
+                    scale: ScaleKind::L2,
+                    scale_block: Some(64),
+                    ..adam.compression.clone()
+                },
                 ..adam.clone()
             }),
         ),
@@ -119,7 +137,7 @@ fn optimizers() -> Vec<(&'static str, OptimizerConfig)> {
 }
 
 fn seeded(seed: u64, len: usize, f: impl Fn(&mut SplitMix64) -> f32) -> Vec<f32> {
-    let mut rng = SplitMix64(mix64(seed));
+    let mut rng = SplitMix64::new(mix64(seed));
     (0..len).map(|_| f(&mut rng)).collect()
 }
 

@@ -4,8 +4,8 @@
 
 #![allow(dead_code)]
 
-use terse_kernels::random::{SplitMix64, mix64};
 use terse_optim::{OneBitAdamConfig, OneBitLambConfig, ParamLayout};
+use terse_rng::{SplitMix64, mix64};
 
 pub const STEPS: u64 = 32;
 pub const FREEZE: u64 = 10;
@@ -28,7 +28,7 @@ pub fn scales() -> [f32; 4] {
 }
 
 pub fn initial(layout: &ParamLayout) -> Vec<f32> {
-    let mut rng = SplitMix64(42);
+    let mut rng = SplitMix64::new(42);
     layout
         .segments()
         .iter()
@@ -42,7 +42,7 @@ pub fn initial(layout: &ParamLayout) -> Vec<f32> {
 }
 
 pub fn gradient(layout: &ParamLayout, rank: usize, t: u64) -> Vec<f32> {
-    let mut rng = SplitMix64(mix64(t * 1000 + rank as u64));
+    let mut rng = SplitMix64::new(mix64(t * 1000 + rank as u64));
     layout
         .segments()
         .iter()
@@ -57,18 +57,30 @@ pub fn gradient(layout: &ParamLayout, rank: usize, t: u64) -> Vec<f32> {
 
 pub fn adam_config() -> OneBitAdamConfig {
     OneBitAdamConfig {
-        freeze_step: FREEZE,
-        weight_decay: 0.01,
-        eps: 1e-6,
+        moments: terse_optim::MomentConfig {
+            weight_decay: 0.01,
+            eps: 1e-6,
+            ..Default::default()
+        },
+        compression: terse_optim::CompressionConfig {
+            freeze_step: FREEZE,
+            ..Default::default()
+        },
         ..Default::default()
     }
 }
 
 pub fn lamb_config() -> OneBitLambConfig {
     OneBitLambConfig {
-        freeze_step: FREEZE,
-        weight_decay: 0.01,
-        eps: 1e-6,
+        moments: terse_optim::MomentConfig {
+            weight_decay: 0.01,
+            eps: 1e-6,
+            ..Default::default()
+        },
+        compression: terse_optim::CompressionConfig {
+            freeze_step: FREEZE,
+            ..Default::default()
+        },
         ..Default::default()
     }
 }

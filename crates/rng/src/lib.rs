@@ -1,8 +1,14 @@
-//! The one pseudo-random generator of terse-data: SplitMix64 (Steele, Lea
-//! and Flood, "Fast splittable pseudorandom number generators", 2014), as in
-//! `java.util.SplittableRandom`. Small, fast, and fully determined by its
-//! 64-bit seed, so every shuffle, mask and augmentation is reproducible from
+//! The one pseudo-random generator of terse: SplitMix64 (Steele, Lea and
+//! Flood, "Fast splittable pseudorandom number generators", 2014), as in
+//! `java.util.SplittableRandom`, and the counter-based hashes built from its
+//! finaliser. Small, fast and fully determined by a 64-bit seed, so every
+//! shuffle, mask, dropout decision and augmentation is reproducible from
 //! the config's seed on any machine and any number of threads or ranks.
+//!
+//! It lives in its own crate, below every other, so the data pipeline, the
+//! kernels and the trainer draw from the same code (one stream, one way to
+//! draw a bounded integer).
+#![warn(missing_docs)]
 
 /// A SplitMix64 stream.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -31,10 +37,7 @@ impl SplitMix64 {
     /// The next 64 random bits.
     pub fn next_u64(&mut self) -> u64 {
         self.state = self.state.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.state;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
+        mix64(self.state)
     }
 
     /// Uniform in [0, 1), with 53 random bits.
@@ -54,12 +57,43 @@ impl SplitMix64 {
         lo + self.below(hi - lo + 1)
     }
 
-    /// Fisher–Yates shuffle.
+    /// Uniform in [-1, 1), on a grid of 2^-23 (test and benchmark inputs).
+    pub fn symmetric(&mut self) -> f32 {
+        ((self.next_u64() >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
+    }
+
+    /// Standard normal (Box–Muller), for inputs with realistic tails.
+    pub fn normal(&mut self) -> f32 {
+        let u1 = ((self.next_u64() >> 11) as f64 + 1.0) / (1u64 << 53) as f64;
+        let u2 = (self.next_u64() >> 11) as f64 / (1u64 << 53) as f64;
+        ((-2.0 * u1.ln()).sqrt() * (std::f64::consts::TAU * u2).cos()) as f32
+    }
+
+    /// Fisher–Yates shuffle, drawing with [`SplitMix64::below`].
     pub fn shuffle<T>(&mut self, items: &mut [T]) {
         for i in (1..items.len()).rev() {
             items.swap(i, self.below(i + 1));
         }
     }
+}
+
+/// SplitMix64's finaliser: a bijection of u64 with full avalanche.
+#[inline]
+pub fn mix64(mut z: u64) -> u64 {
+    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    z ^ (z >> 31)
+}
+
+/// A bijection of u32 with low bias (C. Wellons' "lowbias32"). 32-bit only, so
+/// a GPU kernel computes exactly the same values.
+#[inline]
+pub fn mix32(mut x: u32) -> u32 {
+    x ^= x >> 16;
+    x = x.wrapping_mul(0x7feb_352d);
+    x ^= x >> 15;
+    x = x.wrapping_mul(0x846c_a68b);
+    x ^ (x >> 16)
 }
 
 #[cfg(test)]

@@ -1,0 +1,111 @@
+//! The settings of the 1-bit compression stage, shared by the configs of
+//! 1-bit Adam and 1-bit LAMB and their ablations (flattened into them: the
+//! TOML keys stay top-level). ALGORITHMS.md "1-bit Adam", "Compressed
+//! allreduce", "Zero-gradient coordinates".
+
+use serde::{Deserialize, Serialize};
+use terse_comm::CompressionOptions;
+use terse_kernels::onebit::Scale;
+
+use crate::OptimError;
+use crate::config_check::invalid;
+
+/// How a compressed block's scale is computed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ScaleKind {
+    /// `mean(|y|)` (default).
+    #[default]
+    L1,
+    /// `‖y‖/sqrt(len)` (DeepSpeed parity).
+    L2,
+}
+
+/// When the warmup stage ends and v freezes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum FreezeRule {
+    /// At `freeze_step` (default).
+    #[default]
+    Step,
+    /// The first step at or after the LR warmup where
+    /// `‖v_t‖₁/‖v_{t-Δ}‖₁ ≥ freeze_threshold`, `Δ = round(1/(1-β2))`.
+    Auto,
+}
+
+/// Scales, the parameters kept out of compression and the freeze.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct CompressionConfig {
+    /// How compression scales are computed.
+    pub scale: ScaleKind,
+    /// One scale per this many elements (multiple of 32); none: one per chunk.
+    pub scale_block: Option<usize>,
+    /// Parameters kept out of compression: in the compression stage their
+    /// momentum is allreduced exactly in fp32 while the rest is 1-bit. Each
+    /// entry is a parameter path or a prefix ending in `*`; one that names
+    /// no parameter is an error listing the model's paths.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub uncompressed: Vec<String>,
+    /// How the freeze step is chosen.
+    pub freeze: FreezeRule,
+    /// The last warmup step `T_w` (with `freeze = "step"`).
+    pub freeze_step: u64,
+    /// The ratio of the auto rule.
+    pub freeze_threshold: f64,
+}
+
+impl Default for CompressionConfig {
+    fn default() -> Self {
+        Self {
+            scale: ScaleKind::L1,
+            scale_block: None,
+            uncompressed: Vec::new(),
+            freeze: FreezeRule::Step,
+            freeze_step: 1000,
+            freeze_threshold: 0.96,
+        }
+    }
+}
+
+impl CompressionConfig {
+    /// Checks the ranges; errors name the field as `{optimizer}.{field}`.
+    pub(crate) fn validate(&self, optimizer: &str) -> Result<(), OptimError> {
+        let field = |name: &str| format!("{optimizer}.{name}");
+        if let Some(b) = self.scale_block
+            && (b == 0 || !b.is_multiple_of(32))
+        {
+            return Err(invalid(
+                field("scale_block"),
+                b.to_string(),
+                "needs a positive multiple of 32",
+            ));
+        }
+        if self.freeze == FreezeRule::Step && self.freeze_step == 0 {
+            return Err(invalid(
+                field("freeze_step"),
+                "0".into(),
+                "needs at least one warmup step (v must be estimated before it freezes)",
+            ));
+        }
+        if !(self.freeze_threshold > 0.0 && self.freeze_threshold <= 1.0) {
+            return Err(invalid(
+                field("freeze_threshold"),
+                self.freeze_threshold.to_string(),
+                "needs 0 < threshold <= 1",
+            ));
+        }
+        Ok(())
+    }
+
+    /// The compressed allreduce's options.
+    pub(crate) fn options(&self) -> CompressionOptions {
+        CompressionOptions {
+            scale: match self.scale {
+                ScaleKind::L1 => Scale::L1,
+                ScaleKind::L2 => Scale::L2,
+            },
+            scale_block: self.scale_block,
+        }
+    }
+}
