@@ -182,6 +182,79 @@ impl RunSummary {
 mod tests {
     use super::*;
 
+    /// The metrics format is a contract with `cargo xtask reproduce`, which
+    /// reads the same committed fixture in its own test
+    /// (xtask/src/reproduce/runner.rs). A change to a record's fields fails
+    /// here first: update the fixture, then xtask's reader.
+    #[test]
+    fn the_records_serialise_as_the_committed_fixture() {
+        let metrics = |pairs: [(&str, f64); 3]| -> Vec<(String, f64)> {
+            pairs.iter().map(|&(k, v)| (k.to_string(), v)).collect()
+        };
+        let step = |step, loss, lr, stage: &str, bytes_sent, phases: [f64; 4], samples_per_s| {
+            serde_json::to_string(&StepRecord {
+                step,
+                loss,
+                lr,
+                stage: stage.to_string(),
+                bytes_sent,
+                forward_ms: phases[0],
+                backward_ms: phases[1],
+                comm_ms: phases[2],
+                optimizer_ms: phases[3],
+                samples_per_s,
+            })
+            .unwrap()
+        };
+        let lines = [
+            serde_json::to_string(&EvalRecord {
+                step: 0,
+                eval: metrics([
+                    ("mlm_loss", 10.25),
+                    ("mlm_accuracy", 0.0),
+                    ("mlm_majority_accuracy", 0.0705),
+                ]),
+            })
+            .unwrap(),
+            step(
+                1,
+                10.5,
+                1e-4,
+                "warmup",
+                1_048_576,
+                [12.5, 25.0, 3.25, 1.5],
+                376.5,
+            ),
+            step(
+                2,
+                9.75,
+                2e-4,
+                "compression",
+                32_768,
+                [12.0, 24.5, 0.5, 2.0],
+                410.0,
+            ),
+            serde_json::to_string(&EvalRecord {
+                step: 2,
+                eval: metrics([
+                    ("mlm_loss", 9.5),
+                    ("mlm_accuracy", 0.125),
+                    ("mlm_majority_accuracy", 0.0705),
+                ]),
+            })
+            .unwrap(),
+        ];
+        let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/metrics.jsonl");
+        let fixture = std::fs::read_to_string(&path).unwrap();
+        let committed: Vec<&str> = fixture.lines().collect();
+        assert_eq!(
+            committed,
+            lines,
+            "{} no longer matches the records",
+            path.display()
+        );
+    }
+
     #[test]
     fn the_summary_shows_each_metric_before_and_after_and_the_saving() {
         let summary = RunSummary {

@@ -76,9 +76,27 @@ pub struct RunLog {
     pub diverged: bool,
 }
 
+/// The numeric fields of a step line of metrics.jsonl (terse-train's
+/// `StepRecord`; the test `reads_the_trainers_metrics_fixture` ties the two
+/// through the fixture the trainer's own test checks its records against).
+pub const STEP_FIELDS: [&str; 8] = [
+    "loss",
+    "lr",
+    "bytes_sent",
+    "forward_ms",
+    "backward_ms",
+    "comm_ms",
+    "optimizer_ms",
+    "samples_per_s",
+];
+
 impl RunLog {
-    /// `(step, value)` of a step field (`loss`, `bytes_sent`, …).
+    /// `(step, value)` of a step field (one of [`STEP_FIELDS`]).
     pub fn series(&self, field: &str) -> Vec<(u64, f64)> {
+        assert!(
+            STEP_FIELDS.contains(&field),
+            "`{field}` is not a field of terse's step records ({STEP_FIELDS:?})"
+        );
         self.lines
             .iter()
             .filter(|line| line.get("eval").is_none())
@@ -372,4 +390,35 @@ pub fn read_jsonl(path: &Path) -> Result<Vec<Value>> {
                 .with_context(|| format!("{}:{}: not JSON", path.display(), i + 1))
         })
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reads_the_trainers_metrics_fixture() {
+        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../crates/train/tests/fixtures");
+        let log = RunLog::read("fixture", &dir).unwrap();
+        assert_eq!(log.series("loss"), vec![(1, 10.5), (2, 9.75)]);
+        assert_eq!(log.total("bytes_sent"), 1_081_344.0);
+        assert_eq!(log.series("comm_ms"), vec![(1, 3.25), (2, 0.5)]);
+        assert_eq!(log.eval_series("mlm_accuracy"), vec![(0, 0.0), (2, 0.125)]);
+        assert_eq!(log.final_eval("mlm_majority_accuracy").unwrap(), 0.0705);
+        // Every numeric field the trainer writes is one this reader knows,
+        // and every one it knows is written.
+        let mut known = STEP_FIELDS.to_vec();
+        known.sort_unstable();
+        for line in log.lines.iter().filter(|l| l.get("eval").is_none()) {
+            let mut written: Vec<&str> = line
+                .as_object()
+                .unwrap()
+                .iter()
+                .filter(|(key, value)| value.is_number() && *key != "step")
+                .map(|(key, _)| key.as_str())
+                .collect();
+            written.sort_unstable();
+            assert_eq!(written, known);
+        }
+    }
 }
