@@ -31,6 +31,7 @@ mod bert_layout;
 
 use std::io::Write;
 use std::time::Instant;
+use terse_optim::WithCompression;
 
 use terse_comm::{Communicator, MpiComm};
 use terse_optim::{
@@ -83,20 +84,12 @@ fn options() -> Options {
 fn config(name: &str, warmup: u64) -> OptimizerConfig {
     match name {
         "adam" => OptimizerConfig::Adam(AdamConfig::default()),
-        "onebit_adam" => OptimizerConfig::OnebitAdam(OneBitAdamConfig {
-            compression: terse_optim::CompressionConfig {
-                freeze_step: warmup,
-                ..Default::default()
-            },
-            ..Default::default()
-        }),
-        "onebit_lamb" => OptimizerConfig::OnebitLamb(OneBitLambConfig {
-            compression: terse_optim::CompressionConfig {
-                freeze_step: warmup,
-                ..Default::default()
-            },
-            ..Default::default()
-        }),
+        "onebit_adam" => {
+            OptimizerConfig::OnebitAdam(OneBitAdamConfig::default().with_freeze_step(warmup))
+        }
+        "onebit_lamb" => {
+            OptimizerConfig::OnebitLamb(OneBitLambConfig::default().with_freeze_step(warmup))
+        }
         "slamb" => OptimizerConfig::Slamb(SlambConfig::default()),
         other => panic!("--optimizer {other:?}: adam, onebit_adam, onebit_lamb or slamb"),
     }

@@ -12,6 +12,7 @@
 //! writes `results/bench/optim.json`.
 
 use std::time::Instant;
+use terse_optim::WithMoments;
 
 #[path = "common/bert_layout.rs"]
 mod bert_layout;
@@ -65,24 +66,12 @@ fn main() {
     let configs = [
         (
             "adam",
-            OptimizerConfig::Adam(AdamConfig {
-                moments: terse_optim::MomentConfig {
-                    weight_decay: 0.01,
-                    ..Default::default()
-                },
-                ..Default::default()
-            }),
+            OptimizerConfig::Adam(AdamConfig::default().with_weight_decay(0.01)),
             28.0,
         ),
         (
             "lamb",
-            OptimizerConfig::Lamb(LambConfig {
-                moments: terse_optim::MomentConfig {
-                    weight_decay: 0.01,
-                    ..Default::default()
-                },
-                ..Default::default()
-            }),
+            OptimizerConfig::Lamb(LambConfig::default().with_weight_decay(0.01)),
             40.0,
         ),
         ("sgd", OptimizerConfig::Sgd(SgdConfig::default()), 20.0),

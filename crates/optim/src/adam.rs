@@ -12,7 +12,7 @@ use crate::eps_mode::check_has_compression_stage;
 use crate::moments::{Moments, with_eps_mode};
 use crate::parallel::{CHUNK, split_segments, split_segments_mut, with_avx};
 use crate::step::{FlatOptimizer, StepContext, allreduce_mean_gradient};
-use crate::{MomentConfig, OptimError};
+use crate::{MomentConfig, OptimError, WithMoments};
 
 /// `adam` (ALGORITHMS.md "Adam / AdamW").
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -42,6 +42,12 @@ impl AdamConfig {
     pub(crate) fn validate(&self, name: &str) -> Result<(), OptimError> {
         self.moments.validate(name)?;
         check_has_compression_stage(format!("{name}.eps_mode"), self.moments.eps_mode)
+    }
+}
+
+impl WithMoments for AdamConfig {
+    fn moments_mut(&mut self) -> &mut MomentConfig {
+        &mut self.moments
     }
 }
 

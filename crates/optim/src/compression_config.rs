@@ -109,3 +109,46 @@ impl CompressionConfig {
         }
     }
 }
+
+/// burn-style builder methods (`with_freeze_step(10)`) for the compression
+/// settings of any config that flattens a [`CompressionConfig`].
+pub trait WithCompression: Sized {
+    /// The config's compression settings.
+    fn compression_mut(&mut self) -> &mut CompressionConfig;
+
+    /// Sets how scales are computed.
+    fn with_scale(mut self, scale: ScaleKind) -> Self {
+        self.compression_mut().scale = scale;
+        self
+    }
+
+    /// Sets one scale per `block` elements (`None`: one per chunk).
+    fn with_scale_block(mut self, block: Option<usize>) -> Self {
+        self.compression_mut().scale_block = block;
+        self
+    }
+
+    /// Sets the parameters kept out of compression.
+    fn with_uncompressed(mut self, patterns: Vec<String>) -> Self {
+        self.compression_mut().uncompressed = patterns;
+        self
+    }
+
+    /// Sets how the freeze step is chosen.
+    fn with_freeze(mut self, rule: FreezeRule) -> Self {
+        self.compression_mut().freeze = rule;
+        self
+    }
+
+    /// Sets the last warmup step `T_w`.
+    fn with_freeze_step(mut self, step: u64) -> Self {
+        self.compression_mut().freeze_step = step;
+        self
+    }
+
+    /// Sets the auto rule's ratio.
+    fn with_freeze_threshold(mut self, threshold: f64) -> Self {
+        self.compression_mut().freeze_threshold = threshold;
+        self
+    }
+}

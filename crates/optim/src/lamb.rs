@@ -18,7 +18,7 @@ use crate::parallel::{
     CHUNK, chunk_sum_of_squares, split_segments, split_segments_mut, sum_of_squares, with_avx,
 };
 use crate::step::{FlatOptimizer, StepContext, allreduce_mean_gradient};
-use crate::{MomentConfig, OptimError};
+use crate::{MomentConfig, OptimError, WithMoments};
 
 /// `lamb` (ALGORITHMS.md "LAMB").
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -66,6 +66,12 @@ impl LambConfig {
             (self.c_min, self.c_max),
             "needs 0 < c_min <= c_max < inf",
         )
+    }
+}
+
+impl WithMoments for LambConfig {
+    fn moments_mut(&mut self) -> &mut MomentConfig {
+        &mut self.moments
     }
 }
 

@@ -36,7 +36,7 @@ mod state;
 mod step;
 
 pub use adam::{Adam, AdamConfig};
-pub use compression_config::{CompressionConfig, FreezeRule, ScaleKind};
+pub use compression_config::{CompressionConfig, FreezeRule, ScaleKind, WithCompression};
 pub use config_check::NoOtherFields;
 pub use eps_mode::EpsMode;
 pub use error::OptimError;
@@ -44,7 +44,7 @@ pub use freeze::AutoFreeze;
 pub use gather::{gather_grads, gather_params, tensor_to_host, write_back};
 pub use lamb::{Lamb, LambConfig};
 pub use layout::{ParamLayout, Segment};
-pub use moment_config::MomentConfig;
+pub use moment_config::{MomentConfig, WithMoments};
 pub use onebit_adam::OneBitAdamConfig;
 pub use onebit_lamb::{OneBitLambConfig, RatioKind};
 pub use optimizer::Optimizer;

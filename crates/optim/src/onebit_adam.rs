@@ -17,7 +17,10 @@ use crate::kept_out::KeptOutAllreduce;
 use crate::moments::{Moments, with_eps_mode};
 use crate::parallel::{CHUNK, split_segments, split_segments_mut, with_avx};
 use crate::step::{FlatOptimizer, StepContext, allreduce_mean_gradient};
-use crate::{AdamConfig, CompressionConfig, MomentConfig, OptimError, ParamLayout, Stage};
+use crate::{
+    AdamConfig, CompressionConfig, MomentConfig, OptimError, ParamLayout, Stage, WithCompression,
+    WithMoments,
+};
 
 /// `onebit_adam`, `onebit_adam_fp32` and `adam_onebit_naive` (the naive
 /// baseline ignores the freeze fields: it compresses from step 1).
@@ -53,6 +56,18 @@ impl OneBitAdamConfig {
     pub(crate) fn validate(&self, name: &str) -> Result<(), OptimError> {
         self.moments.validate(name)?;
         self.compression.validate(name)
+    }
+}
+
+impl WithMoments for OneBitAdamConfig {
+    fn moments_mut(&mut self) -> &mut MomentConfig {
+        &mut self.moments
+    }
+}
+
+impl WithCompression for OneBitAdamConfig {
+    fn compression_mut(&mut self) -> &mut CompressionConfig {
+        &mut self.compression
     }
 }
 

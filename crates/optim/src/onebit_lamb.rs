@@ -18,7 +18,10 @@ use crate::moments::{Moments, with_eps_mode};
 use crate::onebit_adam::{FrozenUpdate, accumulate_momentum, l1_norm, mask_momentum};
 use crate::parallel::{CHUNK, split_segments, split_segments_mut, sum_of_squares, with_avx};
 use crate::step::{FlatOptimizer, StepContext, allreduce_mean_gradient};
-use crate::{CompressionConfig, LambConfig, MomentConfig, OptimError, ParamLayout, Stage};
+use crate::{
+    CompressionConfig, LambConfig, MomentConfig, OptimError, ParamLayout, Stage, WithCompression,
+    WithMoments,
+};
 
 /// 1-bit LAMB's variance-ratio flavour.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
@@ -98,6 +101,18 @@ impl OneBitLambConfig {
         )?;
         check_unit(format!("{name}.r_threshold"), self.r_threshold)?;
         self.compression.validate(name)
+    }
+}
+
+impl WithMoments for OneBitLambConfig {
+    fn moments_mut(&mut self) -> &mut MomentConfig {
+        &mut self.moments
+    }
+}
+
+impl WithCompression for OneBitLambConfig {
+    fn compression_mut(&mut self) -> &mut CompressionConfig {
+        &mut self.compression
     }
 }
 

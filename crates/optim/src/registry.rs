@@ -117,7 +117,7 @@ impl OptimizerConfig {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::EpsMode;
+    use crate::{EpsMode, WithMoments};
 
     #[test]
     fn toml_names_the_optimizer_and_fills_defaults() {
@@ -210,13 +210,7 @@ mod tests {
 
     #[test]
     fn validation_names_the_field() {
-        let bad = OptimizerConfig::Adam(AdamConfig {
-            moments: crate::MomentConfig {
-                beta_2: 1.0,
-                ..Default::default()
-            },
-            ..Default::default()
-        });
+        let bad = OptimizerConfig::Adam(AdamConfig::default().with_beta_2(1.0));
         assert!(
             bad.validate()
                 .unwrap_err()

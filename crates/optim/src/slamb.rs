@@ -18,7 +18,7 @@ use crate::lamb::trust_coefficient;
 use crate::moments::{Moments, with_eps_mode};
 use crate::parallel::{CHUNK, split_segments, split_segments_mut, with_avx};
 use crate::step::{FlatOptimizer, StepContext};
-use crate::{MomentConfig, OptimError, ParamLayout, Stage};
+use crate::{MomentConfig, OptimError, ParamLayout, Stage, WithMoments};
 
 /// SLAMB's mask.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
@@ -123,6 +123,12 @@ impl SlambConfig {
                 len,
             },
         }
+    }
+}
+
+impl WithMoments for SlambConfig {
+    fn moments_mut(&mut self) -> &mut MomentConfig {
+        &mut self.moments
     }
 }
 

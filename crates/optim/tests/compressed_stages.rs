@@ -5,6 +5,7 @@
 //! shared 1-bit scale forces on coordinates with a tiny frozen variance.
 
 use std::time::Duration;
+use terse_optim::{WithCompression, WithMoments};
 
 use terse_comm::{Communicator, LocalComm, SparseValues};
 use terse_optim::{
@@ -52,18 +53,10 @@ fn run_with_stop(
 fn resuming_in_any_stage_is_bit_identical() {
     let dir = std::env::temp_dir().join(format!("terse-compressed-resume-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
-    let auto = OneBitAdamConfig {
-        moments: terse_optim::MomentConfig {
-            beta_2: 0.9,
-            ..adam_config().moments.clone()
-        },
-        compression: terse_optim::CompressionConfig {
-            freeze: terse_optim::FreezeRule::Auto,
-            freeze_threshold: 0.5,
-            ..adam_config().compression.clone()
-        },
-        ..adam_config()
-    };
+    let auto = adam_config()
+        .with_beta_2(0.9)
+        .with_freeze(terse_optim::FreezeRule::Auto)
+        .with_freeze_threshold(0.5);
     let configs = [
         OptimizerConfig::OnebitAdam(adam_config()),
         OptimizerConfig::OnebitAdam(auto),
@@ -146,13 +139,7 @@ fn results_rank0(results: Vec<std::thread::Result<f64>>) -> f64 {
 
 #[test]
 fn compression_cuts_the_bytes_per_step() {
-    let adam = OptimizerConfig::OnebitAdam(OneBitAdamConfig {
-        compression: terse_optim::CompressionConfig {
-            freeze_step: 2,
-            ..Default::default()
-        },
-        ..Default::default()
-    });
+    let adam = OptimizerConfig::OnebitAdam(OneBitAdamConfig::default().with_freeze_step(2));
     let ratio = bytes_ratio(adam, 5, 3);
     println!("1-bit Adam compression stage: {ratio:.1}x fewer bytes than fp32");
     assert!(ratio >= 30.0, "1-bit Adam: only {ratio:.1}x");
@@ -184,16 +171,13 @@ fn slamb_with_fp16_values_tracks_fp32() {
     let dir = std::env::temp_dir();
     let config = |values| {
         OptimizerConfig::Slamb(SlambConfig {
-            moments: terse_optim::MomentConfig {
-                weight_decay: 0.01,
-                eps: 1e-6,
-                ..Default::default()
-            },
             k: 0.2,
             sync_every: 8,
             always_sync_below: 30,
             values,
-            ..Default::default()
+            ..SlambConfig::default()
+                .with_weight_decay(0.01)
+                .with_eps(1e-6)
         })
     };
     let f32_run = run_with_stop(&config(SparseValues::F32), 4, None, &dir);
@@ -255,16 +239,10 @@ fn eps_inside_bounds_the_update_of_flat_coordinates() {
     };
     let onebit = |eps_mode| {
         OptimizerConfig::OnebitAdam(OneBitAdamConfig {
-            moments: terse_optim::MomentConfig {
-                eps_mode,
-                ..Default::default()
-            },
-            compression: terse_optim::CompressionConfig {
-                freeze_step: 5,
-                ..Default::default()
-            },
             bias_correction: true,
-            ..Default::default()
+            ..OneBitAdamConfig::default()
+                .with_eps_mode(eps_mode)
+                .with_freeze_step(5)
         })
     };
     let adam = largest_flat_update(OptimizerConfig::Adam(Default::default()));

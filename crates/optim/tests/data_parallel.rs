@@ -8,6 +8,7 @@ mod common;
 
 use common::{SplitMix, gradient, initial_params, layout};
 use terse_comm::{Collective, Communicator, LocalComm, SingleRank};
+use terse_optim::WithMoments;
 use terse_optim::{AdamConfig, LambConfig, LrSchedule, Optimizer, OptimizerConfig, SgdConfig};
 
 const RANKS: usize = 4;
@@ -16,20 +17,8 @@ const STEPS: usize = 10;
 #[test]
 fn ranks_agree_and_match_the_mean_gradient_run() {
     let configs = [
-        OptimizerConfig::Adam(AdamConfig {
-            moments: terse_optim::MomentConfig {
-                weight_decay: 0.01,
-                ..Default::default()
-            },
-            ..Default::default()
-        }),
-        OptimizerConfig::Lamb(LambConfig {
-            moments: terse_optim::MomentConfig {
-                weight_decay: 0.01,
-                ..Default::default()
-            },
-            ..Default::default()
-        }),
+        OptimizerConfig::Adam(AdamConfig::default().with_weight_decay(0.01)),
+        OptimizerConfig::Lamb(LambConfig::default().with_weight_decay(0.01)),
         OptimizerConfig::Sgd(SgdConfig::default()),
     ];
     for config in configs {

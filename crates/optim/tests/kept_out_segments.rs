@@ -11,6 +11,7 @@
 
 use std::ops::Range;
 use std::time::Duration;
+use terse_optim::WithCompression;
 
 use terse_comm::{Communicator, LocalComm};
 use terse_optim::{
@@ -63,25 +64,19 @@ fn kept_out() -> Vec<String> {
 }
 
 fn onebit_adam() -> OptimizerConfig {
-    OptimizerConfig::OnebitAdam(OneBitAdamConfig {
-        compression: terse_optim::CompressionConfig {
-            freeze_step: FREEZE,
-            uncompressed: kept_out(),
-            ..Default::default()
-        },
-        ..Default::default()
-    })
+    OptimizerConfig::OnebitAdam(
+        OneBitAdamConfig::default()
+            .with_freeze_step(FREEZE)
+            .with_uncompressed(kept_out()),
+    )
 }
 
 fn onebit_lamb() -> OptimizerConfig {
-    OptimizerConfig::OnebitLamb(OneBitLambConfig {
-        compression: terse_optim::CompressionConfig {
-            freeze_step: FREEZE,
-            uncompressed: kept_out(),
-            ..Default::default()
-        },
-        ..Default::default()
-    })
+    OptimizerConfig::OnebitLamb(
+        OneBitLambConfig::default()
+            .with_freeze_step(FREEZE)
+            .with_uncompressed(kept_out()),
+    )
 }
 
 #[test]
@@ -111,13 +106,8 @@ fn kept_out_parameters_are_averaged_exactly() {
 
 #[test]
 fn a_kept_out_parameter_of_onebit_adam_follows_the_fp32_momentum_ablation() {
-    let fp32 = OptimizerConfig::OnebitAdamFp32(OneBitAdamConfig {
-        compression: terse_optim::CompressionConfig {
-            freeze_step: FREEZE,
-            ..Default::default()
-        },
-        ..Default::default()
-    });
+    let fp32 =
+        OptimizerConfig::OnebitAdamFp32(OneBitAdamConfig::default().with_freeze_step(FREEZE));
     let (ours, exact) = (run(&onebit_adam(), 4, true), run(&fp32, 4, true));
     let (kept, used) = (range("exact.weight"), range("used.weight"));
     for t in 0..STEPS as usize {
@@ -133,13 +123,10 @@ fn a_kept_out_parameter_of_onebit_adam_follows_the_fp32_momentum_ablation() {
 
 #[test]
 fn a_pattern_that_names_no_parameter_is_refused() {
-    let config = OptimizerConfig::OnebitAdam(OneBitAdamConfig {
-        compression: terse_optim::CompressionConfig {
-            uncompressed: vec!["embeddings.position.weight".to_string()],
-            ..Default::default()
-        },
-        ..Default::default()
-    });
+    let config = OptimizerConfig::OnebitAdam(
+        OneBitAdamConfig::default()
+            .with_uncompressed(vec!["embeddings.position.weight".to_string()]),
+    );
     let message = LocalComm::run(1, Duration::from_secs(10), |comm| {
         let schedule = LrSchedule::Constant { lr: 1e-2 };
         Optimizer::new(config.clone(), schedule, layout(), comm)

@@ -10,6 +10,7 @@ mod common;
 
 use common::{SplitMix, gradient, initial_params, layout};
 use terse_comm::SingleRank;
+use terse_optim::WithMoments;
 use terse_optim::{
     AdamConfig, EpsMode, LambConfig, LrSchedule, Optimizer, OptimizerConfig, ParamLayout, SgdConfig,
 };
@@ -228,14 +229,7 @@ fn adam_matches_float64_reference_for_every_option() {
         ("adam default", base.clone()),
         (
             "adam eps inside",
-            AdamConfig {
-                moments: terse_optim::MomentConfig {
-                    eps_mode: EpsMode::Inside,
-                    eps: 1e-6,
-                    ..base.moments.clone()
-                },
-                ..base.clone()
-            },
+            base.clone().with_eps_mode(EpsMode::Inside).with_eps(1e-6),
         ),
         (
             "adam no bias correction",
@@ -246,15 +240,10 @@ fn adam_matches_float64_reference_for_every_option() {
         ),
         (
             "adamw",
-            AdamConfig {
-                moments: terse_optim::MomentConfig {
-                    weight_decay: 0.1,
-                    beta_1: 0.8,
-                    beta_2: 0.99,
-                    ..base.moments.clone()
-                },
-                ..base.clone()
-            },
+            base.clone()
+                .with_weight_decay(0.1)
+                .with_beta_1(0.8)
+                .with_beta_2(0.99),
         ),
     ];
     for (name, config) in variants {
@@ -264,13 +253,7 @@ fn adam_matches_float64_reference_for_every_option() {
 
 #[test]
 fn lamb_matches_float64_reference_for_every_option() {
-    let base = LambConfig {
-        moments: terse_optim::MomentConfig {
-            weight_decay: 0.01,
-            ..Default::default()
-        },
-        ..Default::default()
-    };
+    let base = LambConfig::default().with_weight_decay(0.01);
     let variants = [
         ("lamb default", base.clone()),
         (
@@ -290,13 +273,8 @@ fn lamb_matches_float64_reference_for_every_option() {
         (
             "lamb eps inside + bias correction",
             LambConfig {
-                moments: terse_optim::MomentConfig {
-                    eps_mode: EpsMode::Inside,
-                    eps: 1e-6,
-                    ..base.moments.clone()
-                },
                 bias_correction: true,
-                ..base.clone()
+                ..base.clone().with_eps_mode(EpsMode::Inside).with_eps(1e-6)
             },
         ),
         (

@@ -5,6 +5,7 @@
 mod common;
 
 use std::path::PathBuf;
+use terse_optim::WithMoments;
 
 use common::{SplitMix, gradient, initial_params, layout};
 use terse_comm::SingleRank;
@@ -28,20 +29,10 @@ fn schedule() -> LrSchedule {
 
 fn configs() -> [OptimizerConfig; 3] {
     [
-        OptimizerConfig::Adam(AdamConfig {
-            moments: terse_optim::MomentConfig {
-                weight_decay: 0.01,
-                ..Default::default()
-            },
-            ..Default::default()
-        }),
+        OptimizerConfig::Adam(AdamConfig::default().with_weight_decay(0.01)),
         OptimizerConfig::Lamb(LambConfig {
-            moments: terse_optim::MomentConfig {
-                weight_decay: 0.01,
-                ..Default::default()
-            },
             grad_prenorm: true,
-            ..Default::default()
+            ..LambConfig::default().with_weight_decay(0.01)
         }),
         OptimizerConfig::Sgd(SgdConfig {
             nesterov: true,
@@ -144,13 +135,7 @@ fn mismatched_state_files_are_refused() {
     );
     assert!(error(lamb.unwrap()).contains("saved by optimizer `adam`"));
 
-    let other_beta = OptimizerConfig::Adam(AdamConfig {
-        moments: terse_optim::MomentConfig {
-            beta_2: 0.98,
-            ..Default::default()
-        },
-        ..Default::default()
-    });
+    let other_beta = OptimizerConfig::Adam(AdamConfig::default().with_beta_2(0.98));
     let detail =
         error(Optimizer::new(other_beta, schedule(), layout(), &SingleRank::new()).unwrap());
     assert!(detail.contains("config.beta_2"), "{detail}");

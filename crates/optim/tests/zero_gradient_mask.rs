@@ -10,6 +10,7 @@
 //! variance is not zero) keeps training.
 
 use std::time::Duration;
+use terse_optim::{WithCompression, WithMoments};
 
 use terse_comm::{Communicator, LocalComm};
 use terse_optim::{
@@ -150,16 +151,10 @@ fn onebit_adam_leaves_zero_gradient_coordinates_where_the_freeze_found_them() {
     check(
         "onebit_adam",
         OptimizerConfig::OnebitAdam(OneBitAdamConfig {
-            moments: terse_optim::MomentConfig {
-                weight_decay: 0.01,
-                ..Default::default()
-            },
-            compression: terse_optim::CompressionConfig {
-                freeze_step: FREEZE,
-                ..Default::default()
-            },
             bias_correction: true,
-            ..Default::default()
+            ..OneBitAdamConfig::default()
+                .with_weight_decay(0.01)
+                .with_freeze_step(FREEZE)
         }),
     );
 }
@@ -169,16 +164,10 @@ fn onebit_lamb_leaves_zero_gradient_coordinates_where_the_freeze_found_them() {
     check(
         "onebit_lamb",
         OptimizerConfig::OnebitLamb(OneBitLambConfig {
-            moments: terse_optim::MomentConfig {
-                weight_decay: 0.01,
-                ..Default::default()
-            },
-            compression: terse_optim::CompressionConfig {
-                freeze_step: FREEZE,
-                ..Default::default()
-            },
             bias_correction: true,
-            ..Default::default()
+            ..OneBitLambConfig::default()
+                .with_weight_decay(0.01)
+                .with_freeze_step(FREEZE)
         }),
     );
 }

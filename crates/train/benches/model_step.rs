@@ -11,6 +11,7 @@
 //! Prints one JSON line per preset.
 
 use std::time::Instant;
+use terse_optim::WithMoments;
 
 use burn::tensor::{Device, Int, Tensor, TensorData};
 use terse_comm::SingleRank;
@@ -114,14 +115,8 @@ fn main() {
 
         let mut model = BertForPreTraining::new(&config, &device);
         let comm = SingleRank::new();
-        let adam = OptimizerConfig::Adam(AdamConfig {
-            moments: terse_optim::MomentConfig {
-                weight_decay: 0.01,
-                eps: 1e-6,
-                ..Default::default()
-            },
-            ..Default::default()
-        });
+        let adam =
+            OptimizerConfig::Adam(AdamConfig::default().with_weight_decay(0.01).with_eps(1e-6));
         let schedule = LrSchedule::Constant { lr: 1e-4 };
         let mut optimizer: Option<Optimizer> = None;
         let mut times = Vec::new();

@@ -4,6 +4,7 @@
 
 use std::path::Path;
 use std::time::Instant;
+use terse_optim::WithMoments;
 
 use burn::module::Module;
 use burn::nn::loss::CrossEntropyLossConfig;
@@ -60,13 +61,7 @@ impl ClassifierRun {
         let (optimizer, lr) = match optimizer {
             "adam" => (OptimizerConfig::Adam(AdamConfig::default()), 1e-3),
             "lamb" => (
-                OptimizerConfig::Lamb(LambConfig {
-                    moments: terse_optim::MomentConfig {
-                        weight_decay: 0.01,
-                        ..Default::default()
-                    },
-                    ..Default::default()
-                }),
+                OptimizerConfig::Lamb(LambConfig::default().with_weight_decay(0.01)),
                 0.01,
             ),
             "sgd" => (OptimizerConfig::Sgd(SgdConfig::default()), 0.05),

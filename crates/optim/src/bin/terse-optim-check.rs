@@ -12,6 +12,7 @@
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::Duration;
+use terse_optim::{WithCompression, WithMoments};
 
 use clap::{Parser, ValueEnum};
 use terse_comm::{Communicator, LocalComm, SparseValues};
@@ -61,38 +62,18 @@ fn layout() -> ParamLayout {
 
 /// Every optimizer, with the options that change its communication.
 fn optimizers() -> Vec<(&'static str, OptimizerConfig)> {
-    let adam = OneBitAdamConfig {
-        moments: terse_optim::MomentConfig {
-            weight_decay: 0.01,
-            ..Default::default()
-        },
-        compression: terse_optim::CompressionConfig {
-            freeze_step: FREEZE,
-            ..Default::default()
-        },
-        ..Default::default()
-    };
-    let lamb = OneBitLambConfig {
-        moments: terse_optim::MomentConfig {
-            weight_decay: 0.01,
-            ..Default::default()
-        },
-        compression: terse_optim::CompressionConfig {
-            freeze_step: FREEZE,
-            ..Default::default()
-        },
-        ..Default::default()
-    };
+    let adam = OneBitAdamConfig::default()
+        .with_weight_decay(0.01)
+        .with_freeze_step(FREEZE);
+    let lamb = OneBitLambConfig::default()
+        .with_weight_decay(0.01)
+        .with_freeze_step(FREEZE);
     let slamb = SlambConfig {
-        moments: terse_optim::MomentConfig {
-            weight_decay: 0.01,
-            ..Default::default()
-        },
         k: 0.25,
         sync_every: 7,
         always_sync_below: 1000,
         mask_seed: 5,
-        ..Default::default()
+        ..SlambConfig::default().with_weight_decay(0.01)
     };
     vec![
         ("adam", OptimizerConfig::Adam(AdamConfig::default())),
@@ -101,14 +82,11 @@ fn optimizers() -> Vec<(&'static str, OptimizerConfig)> {
         ("onebit_adam", OptimizerConfig::OnebitAdam(adam.clone())),
         (
             "onebit_adam_l2_block64",
-            OptimizerConfig::OnebitAdam(OneBitAdamConfig {
-                compression: terse_optim::CompressionConfig {
-                    scale: ScaleKind::L2,
-                    scale_block: Some(64),
-                    ..adam.compression.clone()
-                },
-                ..adam.clone()
-            }),
+            OptimizerConfig::OnebitAdam(
+                adam.clone()
+                    .with_scale(ScaleKind::L2)
+                    .with_scale_block(Some(64)),
+            ),
         ),
         (
             "onebit_adam_fp32",

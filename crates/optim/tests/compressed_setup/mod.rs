@@ -1,10 +1,17 @@
 //! The problem the compressed-optimizer tests share: two layers of
 //! different magnitude, seeded initial parameters and per-rank gradients,
-//! and the configs under test (freeze at step 10).
+//! the configs under test (freeze at step 10), and a run of them on `n`
+//! thread ranks.
 
 #![allow(dead_code)]
 
-use terse_optim::{OneBitAdamConfig, OneBitLambConfig, ParamLayout};
+use std::time::Duration;
+
+use terse_comm::{Communicator, LocalComm};
+use terse_optim::{
+    LrSchedule, OneBitAdamConfig, OneBitLambConfig, Optimizer, OptimizerConfig, ParamLayout, Stage,
+    WithCompression, WithMoments,
+};
 use terse_rng::{SplitMix64, mix64};
 
 pub const STEPS: u64 = 32;
@@ -56,31 +63,49 @@ pub fn gradient(layout: &ParamLayout, rank: usize, t: u64) -> Vec<f32> {
 }
 
 pub fn adam_config() -> OneBitAdamConfig {
-    OneBitAdamConfig {
-        moments: terse_optim::MomentConfig {
-            weight_decay: 0.01,
-            eps: 1e-6,
-            ..Default::default()
-        },
-        compression: terse_optim::CompressionConfig {
-            freeze_step: FREEZE,
-            ..Default::default()
-        },
-        ..Default::default()
-    }
+    OneBitAdamConfig::default()
+        .with_weight_decay(0.01)
+        .with_eps(1e-6)
+        .with_freeze_step(FREEZE)
 }
 
 pub fn lamb_config() -> OneBitLambConfig {
-    OneBitLambConfig {
-        moments: terse_optim::MomentConfig {
-            weight_decay: 0.01,
-            eps: 1e-6,
-            ..Default::default()
-        },
-        compression: terse_optim::CompressionConfig {
-            freeze_step: FREEZE,
-            ..Default::default()
-        },
-        ..Default::default()
-    }
+    OneBitLambConfig::default()
+        .with_weight_decay(0.01)
+        .with_eps(1e-6)
+        .with_freeze_step(FREEZE)
+}
+
+/// x on every rank after every step, and the stage of every step.
+pub fn run(config: &OptimizerConfig, n: usize) -> (Vec<Vec<Vec<f32>>>, Vec<Stage>) {
+    let layout = layout();
+    let results = LocalComm::run(n, Duration::from_secs(120), |comm| {
+        let schedule = LrSchedule::Constant { lr: LR };
+        let mut opt = Optimizer::new(config.clone(), schedule, layout.clone(), comm).unwrap();
+        let mut x = initial(&layout);
+        let mut xs = Vec::new();
+        let mut stages = Vec::new();
+        for t in 1..=STEPS {
+            let mut g = gradient(&layout, comm.rank(), t);
+            let report = opt.step_flat(&mut x, &mut g, comm).unwrap();
+            xs.push(x.clone());
+            stages.push(report.stage);
+        }
+        (xs, stages)
+    });
+    let results: Vec<_> = results.into_iter().map(|r| r.unwrap()).collect();
+    let stages = results[0].1.clone();
+    let per_step = (0..STEPS as usize)
+        .map(|s| results.iter().map(|(xs, _)| xs[s].clone()).collect())
+        .collect();
+    (per_step, stages)
+}
+
+/// The parameters of every step on a world of one, as bits.
+pub fn bits_at_world_one(config: OptimizerConfig) -> Vec<Vec<u32>> {
+    run(&config, 1)
+        .0
+        .iter()
+        .map(|ranks| ranks[0].iter().map(|v| v.to_bits()).collect())
+        .collect()
 }
