@@ -116,39 +116,18 @@ pub trait WithCompression: Sized {
     /// The config's compression settings.
     fn compression_mut(&mut self) -> &mut CompressionConfig;
 
-    /// Sets how scales are computed.
-    fn with_scale(mut self, scale: ScaleKind) -> Self {
-        self.compression_mut().scale = scale;
-        self
-    }
-
-    /// Sets one scale per `block` elements (`None`: one per chunk).
-    fn with_scale_block(mut self, block: Option<usize>) -> Self {
-        self.compression_mut().scale_block = block;
-        self
-    }
-
-    /// Sets the parameters kept out of compression.
-    fn with_uncompressed(mut self, patterns: Vec<String>) -> Self {
-        self.compression_mut().uncompressed = patterns;
-        self
-    }
-
-    /// Sets how the freeze step is chosen.
-    fn with_freeze(mut self, rule: FreezeRule) -> Self {
-        self.compression_mut().freeze = rule;
-        self
-    }
-
-    /// Sets the last warmup step `T_w`.
-    fn with_freeze_step(mut self, step: u64) -> Self {
-        self.compression_mut().freeze_step = step;
-        self
-    }
-
-    /// Sets the auto rule's ratio.
-    fn with_freeze_threshold(mut self, threshold: f64) -> Self {
-        self.compression_mut().freeze_threshold = threshold;
-        self
-    }
+    crate::config_check::with_setters!(compression_mut;
+        /// Sets how scales are computed.
+        with_scale(scale: ScaleKind),
+        /// Sets one scale per this many elements (`None`: one per chunk).
+        with_scale_block(scale_block: Option<usize>),
+        /// Sets the parameters kept out of compression.
+        with_uncompressed(uncompressed: Vec<String>),
+        /// Sets how the freeze step is chosen.
+        with_freeze(freeze: FreezeRule),
+        /// Sets the last warmup step `T_w`.
+        with_freeze_step(freeze_step: u64),
+        /// Sets the auto rule's ratio.
+        with_freeze_threshold(freeze_threshold: f64),
+    );
 }

@@ -92,3 +92,18 @@ impl<'de> Deserialize<'de> for NoOtherFields {
         deserializer.deserialize_map(Refuse)
     }
 }
+
+/// The `with_*` methods of a builder trait: each sets one field of the
+/// struct its accessor (`moments_mut`, `compression_mut`) returns.
+macro_rules! with_setters {
+    ($access:ident; $($(#[$doc:meta])* $name:ident($field:ident: $ty:ty)),* $(,)?) => {
+        $(
+            $(#[$doc])*
+            fn $name(mut self, $field: $ty) -> Self {
+                self.$access().$field = $field;
+                self
+            }
+        )*
+    };
+}
+pub(crate) use with_setters;

@@ -60,12 +60,7 @@ impl LambConfig {
     pub(crate) fn validate(&self, name: &str) -> Result<(), OptimError> {
         self.moments.validate(name)?;
         check_has_compression_stage(format!("{name}.eps_mode"), self.moments.eps_mode)?;
-        check_clip(
-            format!("{name}.c_min"),
-            "c_max",
-            (self.c_min, self.c_max),
-            "needs 0 < c_min <= c_max < inf",
-        )
+        check_trust_clip(name, self.c_min, self.c_max)
     }
 }
 
@@ -91,6 +86,17 @@ impl Lamb {
             v: vec![0.0; d],
         }
     }
+}
+
+/// The trust ratio's clip range `[c_min, c_max]`, shared by LAMB and 1-bit
+/// LAMB.
+pub(crate) fn check_trust_clip(name: &str, c_min: f64, c_max: f64) -> Result<(), OptimError> {
+    check_clip(
+        format!("{name}.c_min"),
+        "c_max",
+        (c_min, c_max),
+        "needs 0 < c_min <= c_max < inf",
+    )
 }
 
 /// LAMB's layer-wise coefficient from the two norms.

@@ -75,33 +75,16 @@ pub trait WithMoments: Sized {
     /// The config's moment settings.
     fn moments_mut(&mut self) -> &mut MomentConfig;
 
-    /// Sets β1.
-    fn with_beta_1(mut self, beta_1: f64) -> Self {
-        self.moments_mut().beta_1 = beta_1;
-        self
-    }
-
-    /// Sets β2.
-    fn with_beta_2(mut self, beta_2: f64) -> Self {
-        self.moments_mut().beta_2 = beta_2;
-        self
-    }
-
-    /// Sets ε.
-    fn with_eps(mut self, eps: f64) -> Self {
-        self.moments_mut().eps = eps;
-        self
-    }
-
-    /// Sets the decoupled weight decay.
-    fn with_weight_decay(mut self, weight_decay: f64) -> Self {
-        self.moments_mut().weight_decay = weight_decay;
-        self
-    }
-
-    /// Sets where ε enters the denominator.
-    fn with_eps_mode(mut self, eps_mode: EpsMode) -> Self {
-        self.moments_mut().eps_mode = eps_mode;
-        self
-    }
+    crate::config_check::with_setters!(moments_mut;
+        /// Sets β1.
+        with_beta_1(beta_1: f64),
+        /// Sets β2.
+        with_beta_2(beta_2: f64),
+        /// Sets ε.
+        with_eps(eps: f64),
+        /// Sets the decoupled weight decay.
+        with_weight_decay(weight_decay: f64),
+        /// Sets where ε enters the denominator.
+        with_eps_mode(eps_mode: EpsMode),
+    );
 }

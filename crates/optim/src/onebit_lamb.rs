@@ -13,7 +13,7 @@ use serde::{Deserialize, Serialize};
 use crate::config_check::{NoOtherFields, check_clip, check_unit};
 use crate::freeze::FreezePoint;
 use crate::kept_out::KeptOutAllreduce;
-use crate::lamb::lamb_step;
+use crate::lamb::{check_trust_clip, lamb_step};
 use crate::moments::{Moments, with_eps_mode};
 use crate::onebit_adam::{FrozenUpdate, accumulate_momentum, l1_norm, mask_momentum};
 use crate::parallel::{CHUNK, split_segments, split_segments_mut, sum_of_squares, with_avx};
@@ -66,12 +66,15 @@ pub struct OneBitLambConfig {
 }
 
 impl Default for OneBitLambConfig {
+    /// LAMB's defaults for what the warmup shares with LAMB (the warmup is
+    /// LAMB), the paper's for the rest.
     fn default() -> Self {
+        let lamb = LambConfig::default();
         Self {
-            moments: MomentConfig::default(),
-            bias_correction: false,
-            c_min: 0.01,
-            c_max: 0.3,
+            moments: lamb.moments,
+            bias_correction: lamb.bias_correction,
+            c_min: lamb.c_min,
+            c_max: lamb.c_max,
             beta_3: 0.9,
             r_min: 0.5,
             r_max: 4.0,
@@ -86,12 +89,7 @@ impl Default for OneBitLambConfig {
 impl OneBitLambConfig {
     pub(crate) fn validate(&self, name: &str) -> Result<(), OptimError> {
         self.moments.validate(name)?;
-        check_clip(
-            format!("{name}.c_min"),
-            "c_max",
-            (self.c_min, self.c_max),
-            "needs 0 < c_min <= c_max < inf",
-        )?;
+        check_trust_clip(name, self.c_min, self.c_max)?;
         check_unit(format!("{name}.beta_3"), self.beta_3)?;
         check_clip(
             format!("{name}.r_min"),

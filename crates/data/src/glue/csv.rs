@@ -134,14 +134,19 @@ fn check_quotes(text: &str) -> Result<(), (usize, String)> {
 mod tests {
     use super::*;
 
+    /// Each record's line number and fields, for comparing with a literal.
+    fn lines_and_fields(records: &[CsvRecord]) -> Vec<(usize, Vec<&str>)> {
+        records
+            .iter()
+            .map(|r| (r.line, r.fields.iter().map(String::as_str).collect()))
+            .collect()
+    }
+
     #[test]
     fn quotes_commas_and_newlines() {
         let text = "text,label\n\"a, b\",1\r\n\"say \"\"hi\"\"\nthere\",0\nplain,1";
         let records = parse_csv(text).unwrap();
-        let got: Vec<(usize, Vec<&str>)> = records
-            .iter()
-            .map(|r| (r.line, r.fields.iter().map(String::as_str).collect()))
-            .collect();
+        let got = lines_and_fields(&records);
         assert_eq!(
             got,
             [
@@ -181,10 +186,7 @@ mod tests {
     #[test]
     fn lines_after_blank_lines_and_crlf() {
         let records = parse_csv("h\n\nx,1\r\n\r\ny\rz\n").unwrap();
-        let got: Vec<(usize, Vec<&str>)> = records
-            .iter()
-            .map(|r| (r.line, r.fields.iter().map(String::as_str).collect()))
-            .collect();
+        let got = lines_and_fields(&records);
         assert_eq!(
             got,
             [
