@@ -41,7 +41,7 @@ pub fn run(args: &Args) -> Result<()> {
             }
             let task = SentenceTask::prepare(&config)?;
             let (train_n, dev_n) = task.sizes();
-            eprintln!("terse: {train_n} training and {dev_n} held-out examples");
+            tracing::info!("{train_n} training and {dev_n} held-out examples");
             train(options, &config, |_| Ok(&task))
         }
         Benchmark::Squad(options) => {
@@ -58,8 +58,8 @@ pub fn run(args: &Args) -> Result<()> {
             let predictions = options.run_dir(&config).join("predictions.json");
             let task = SquadTask::prepare(&config, predictions)?;
             let (train_n, questions, dev_n) = task.sizes();
-            eprintln!(
-                "terse: {train_n} training windows; {questions} dev questions in {dev_n} windows"
+            tracing::info!(
+                "{train_n} training windows; {questions} dev questions in {dev_n} windows"
             );
             train(options, &config, |_| Ok(&task))
         }

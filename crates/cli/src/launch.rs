@@ -143,16 +143,14 @@ where
         if let Err(e) = &result
             && !matches!(e, TrainError::Interrupted { .. })
         {
-            eprintln!("terse: rank {}: {e}", comm.rank());
+            tracing::error!("rank {}: {e}", comm.rank());
             comm.abort(&e.to_string());
         }
         result?
     } else if options.ranks > 1 {
         // No rank waits for another longer than a whole evaluation.
         let results = LocalComm::run(options.ranks, Duration::from_secs(6 * 3600), |comm| {
-            if comm.rank() == 0 {
-                announce(comm, config, &run_dir);
-            }
+            announce(comm, config, &run_dir);
             one(comm)
         });
         lead_result(results)?
@@ -186,10 +184,19 @@ pub fn lead_result<T, E: Into<anyhow::Error>>(
     Ok(lead)
 }
 
+/// Tags this thread's log lines with the rank, sends them to the run
+/// directory's terse.log, and has rank 0 say what runs.
 fn announce(comm: &dyn Communicator, config: &RunConfig, run_dir: &std::path::Path) {
+    terse_train::logging::set_rank(comm.rank());
+    if let Err(e) = terse_train::logging::attach_run_dir(run_dir) {
+        tracing::warn!(
+            "cannot write {}: {e}",
+            run_dir.join(terse_train::logging::LOG_FILE).display()
+        );
+    }
     if comm.rank() == 0 {
-        eprintln!(
-            "terse: {} rank(s) ({}), optimizer {}, {} steps of global batch {} (micro-batch {}), run directory {}",
+        tracing::info!(
+            "{} rank(s) ({}), optimizer {}, {} steps of global batch {} (micro-batch {}), run directory {}",
             comm.world_size(),
             comm.backend(),
             config.optimizer.name(),

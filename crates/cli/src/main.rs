@@ -45,6 +45,7 @@ const DIVERGED: u8 = 3;
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    terse_train::logging::init();
     let result = match &cli.command {
         Command::Train(args) => train::run(args),
         Command::Pretrain(args) => pretrain::run(args),
@@ -56,7 +57,7 @@ fn main() -> ExitCode {
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(error) => {
-            eprintln!("terse: error: {error:#}");
+            tracing::error!("{error:#}");
             let diverged = error.chain().any(|e| {
                 matches!(
                     e.downcast_ref::<terse_train::TrainError>(),

@@ -148,13 +148,13 @@ fn image(args: &Args) -> Result<()> {
         Some(ModelConfig::Resnet(_)) => {
             let task = ImageTask::<Resnet>::prepare(&config)?;
             let (train_n, test_n) = task.sizes();
-            eprintln!("terse: {train_n} training and {test_n} test images");
+            tracing::info!("{train_n} training and {test_n} test images");
             train(&options, &config, |_| Ok(&task))
         }
         Some(ModelConfig::Vgg(_)) => {
             let task = ImageTask::<Vgg>::prepare(&config)?;
             let (train_n, test_n) = task.sizes();
-            eprintln!("terse: {train_n} training and {test_n} test images");
+            tracing::info!("{train_n} training and {test_n} test images");
             train(&options, &config, |_| Ok(&task))
         }
         _ => bail!(

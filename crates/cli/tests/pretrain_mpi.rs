@@ -116,6 +116,19 @@ fn steps(run_dir: &Path) -> Vec<serde_json::Value> {
         .collect()
 }
 
+/// The run's terse.log holds levelled lines of both ranks: rank 0's
+/// announcements at info, every rank's steps at debug.
+fn every_rank_logged(run_dir: &Path) {
+    let log = std::fs::read_to_string(run_dir.join("terse.log")).unwrap();
+    assert!(log.contains(" INFO  rank 0: 2 rank(s) ("), "{log}");
+    for rank in 0..2 {
+        for t in [1, STEPS] {
+            let line = format!(" DEBUG rank {rank}: step {t}: local loss ");
+            assert!(log.contains(&line), "no `{line}` in\n{log}");
+        }
+    }
+}
+
 #[test]
 fn two_mpi_ranks_train_agree_resume_after_kill_and_refuse_damage() {
     // 1. Uninterrupted.
@@ -146,6 +159,7 @@ fn two_mpi_ranks_train_agree_resume_after_kill_and_refuse_damage() {
     );
     let weights = final_weights(&whole, 0);
     assert!(final_weights(&whole, 1) == weights, "ranks disagree");
+    every_rank_logged(&whole);
 
     // The same run as 2 threads of one process.
     let threads_dir = scratch("threads");
@@ -155,6 +169,7 @@ fn two_mpi_ranks_train_agree_resume_after_kill_and_refuse_damage() {
         final_weights(&threads_dir, 1) == weights,
         "local backend differs"
     );
+    every_rank_logged(&threads_dir);
 
     // 2. kill -9 of the whole job once a compression-stage checkpoint exists.
     let killed = scratch("killed");

@@ -156,10 +156,14 @@ impl Communicator for MpiComm {
     }
 
     fn abort(&self, reason: &str) {
-        eprintln!(
-            "terse: rank {} failed: {reason}; aborting the MPI job",
-            self.rank
-        );
+        let message = format!("rank {} failed: {reason}; aborting the MPI job", self.rank);
+        // The job is about to die: the reason must reach stderr even in a
+        // binary that installed no `tracing` subscriber (terse-comm-check).
+        if tracing::dispatcher::has_been_set() {
+            tracing::error!("{message}");
+        } else {
+            eprintln!("terse: {message}");
+        }
         self.world.abort(1);
     }
 

@@ -85,7 +85,7 @@ pub fn ensure(manifest: &Manifest, dir: &Path) -> Result<(), DataError> {
     for name in &missing {
         let path = dir.join(name);
         if path.exists() {
-            eprintln!(
+            tracing::warn!(
                 "data: {}: partial or corrupted, fetching it again",
                 path.display()
             );
@@ -102,14 +102,14 @@ pub fn ensure(manifest: &Manifest, dir: &Path) -> Result<(), DataError> {
         if wanted.is_empty() {
             break;
         }
-        eprintln!(
+        tracing::info!(
             "data: {}: fetching {} file(s) from {}",
             manifest.name,
             wanted.len(),
             source.describe()
         );
         if let Err(error) = provide(source, &wanted, dir) {
-            eprintln!(
+            tracing::warn!(
                 "data: {}: {} failed: {error}",
                 manifest.name,
                 source.describe()

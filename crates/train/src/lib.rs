@@ -3,7 +3,8 @@
 //! of a seeded global batch, accumulating micro-batch gradients into the
 //! flat buffer the optimizer steps and communicates; checkpoints written
 //! atomically with checksums and resumed bit-identically ([`checkpoint`]);
-//! a JSONL line per step and an end-of-run summary ([`metrics`]); SIGINT and
+//! a JSONL line per step and an end-of-run summary ([`metrics`]); levelled,
+//! ranked logs on the terminal and in the run directory ([`logging`]); SIGINT and
 //! SIGTERM end a run with a checkpoint ([`signals`]). The tasks
 //! ([`tasks`]): BERT pre-training, SQuAD and GLUE fine-tuning, ResNet/VGG
 //! image classification; plus the single-rank MLP run of `terse train mlp`
@@ -17,6 +18,7 @@ mod classifier;
 mod config;
 mod error;
 mod inspect;
+pub mod logging;
 pub mod metrics;
 pub mod overrides;
 mod progress;

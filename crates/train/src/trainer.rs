@@ -24,6 +24,7 @@ use terse_optim::{
 };
 
 use crate::checkpoint::{self, model_file, optimizer_file};
+use crate::logging;
 use crate::metrics::{EvalRecord, MetricsLog, RunSummary, StepRecord};
 use crate::progress::step_bar;
 use crate::step_order::StepOrder;
@@ -190,6 +191,15 @@ impl Trainer<'_> {
             cfg.train.global_batch / world,
         )?;
         let lead = rank == 0;
+        logging::set_rank(rank);
+        logging::attach_run_dir(self.run_dir).map_err(|source| TrainError::Io {
+            path: self.run_dir.join(logging::LOG_FILE),
+            source,
+        })?;
+        tracing::debug!(
+            "rank {rank} of {world} starts, run directory {}",
+            self.run_dir.display()
+        );
         if lead {
             std::fs::create_dir_all(self.run_dir).map_err(|source| TrainError::Io {
                 path: self.run_dir.to_path_buf(),
@@ -232,7 +242,7 @@ impl Trainer<'_> {
             // The starting point, for comparison (pretrained weights and an
             // untrained head, or random weights).
             let eval = bar.suspend(|| task.evaluate(&model.valid(), &device.clone().inner()))?;
-            bar.suspend(|| eprintln!("terse: before training: {}", render_eval(&eval)));
+            bar.suspend(|| tracing::info!("before training: {}", render_eval(&eval)));
             summary.eval_before = eval.clone();
             log.line(&EvalRecord { step: 0, eval })?;
         }
@@ -264,7 +274,15 @@ impl Trainer<'_> {
                 comm.allreduce_f32(&mut shared, ReduceOp::Mean)?;
             }
             let loss = f64::from(shared[0]);
+            tracing::debug!(
+                "step {t}: local loss {:.6}, {} stage, {} bytes sent, forward {forward_ms:.1} ms, \
+                 backward {backward_ms:.1} ms, optimizer step {step_ms:.1} ms",
+                local.loss,
+                report.stage,
+                report.traffic.sent()
+            );
             if !loss.is_finite() {
+                tracing::error!("step {t}: the loss is {loss}: the run diverged");
                 return Err(TrainError::Diverged {
                     step: t,
                     loss: shared[0],
@@ -309,7 +327,7 @@ impl Trainer<'_> {
             if lead && !last && eval_every > 0 && t.is_multiple_of(eval_every) {
                 let eval =
                     bar.suspend(|| task.evaluate(&model.valid(), &device.clone().inner()))?;
-                bar.suspend(|| eprintln!("terse: step {t}: {}", render_eval(&eval)));
+                bar.suspend(|| tracing::info!("step {t}: {}", render_eval(&eval)));
                 log.line(&EvalRecord { step: t, eval })?;
             }
         }
@@ -408,8 +426,8 @@ impl Trainer<'_> {
     ) -> Result<M, TrainError> {
         let Some(dir) = checkpoint::latest(self.run_dir)? else {
             if comm.rank() == 0 {
-                eprintln!(
-                    "terse: no checkpoint in {} yet: starting from step 0",
+                tracing::info!(
+                    "no checkpoint in {} yet: starting from step 0",
                     checkpoint::checkpoints_dir(self.run_dir).display()
                 );
             }
@@ -420,8 +438,8 @@ impl Trainer<'_> {
         checkpoint::load_model(&mut model, &dir.join(model_file(comm.rank())))?;
         optimizer.load(&dir.join(optimizer_file(comm.rank())))?;
         if comm.rank() == 0 {
-            eprintln!(
-                "terse: resumed from {} (step {}, {})",
+            tracing::info!(
+                "resumed from {} (step {}, {})",
                 dir.display(),
                 meta.step,
                 meta.stage

@@ -69,6 +69,14 @@ struct ShardsArgs {
 }
 
 fn main() -> ExitCode {
+    // The library's fetch progress (`data: …: fetching …`) is logged
+    // through `tracing`; show it as plain lines.
+    tracing_subscriber::fmt()
+        .with_writer(std::io::stderr)
+        .with_target(false)
+        .with_level(false)
+        .without_time()
+        .init();
     let result = match Cli::parse().command {
         Command::List => list(),
         Command::Fetch { name } => fetch(&name),

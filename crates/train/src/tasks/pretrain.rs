@@ -147,8 +147,8 @@ fn build(
             source,
         })?;
     }
-    eprintln!(
-        "terse: making pre-training examples from {} ({} documents) into {}",
+    tracing::info!(
+        "making pre-training examples from {} ({} documents) into {}",
         corpus.join(", "),
         documents.len(),
         shard_dir.display()
@@ -158,7 +158,7 @@ fn build(
         path: shard_dir.to_path_buf(),
         source,
     })?;
-    eprintln!("terse: {} examples", summary.examples);
+    tracing::info!("{} examples", summary.examples);
     Ok(())
 }
 
