@@ -52,11 +52,11 @@ pub fn init() {
         .and_then(|level| level.parse::<LevelFilter>().ok())
         .unwrap_or(LevelFilter::INFO);
     let stderr = tracing_subscriber::fmt::layer()
-        .event_format(Terminal)
+        .event_format(LineStart::Terminal)
         .with_writer(io::stderr)
         .with_filter(terminal);
     let file = tracing_subscriber::fmt::layer()
-        .event_format(Ranked)
+        .event_format(LineStart::File)
         .with_writer(|| RunLog)
         .with_filter(LevelFilter::DEBUG);
     let _ = tracing_subscriber::registry()
@@ -80,37 +80,16 @@ pub fn attach_run_dir(dir: &Path) -> io::Result<()> {
     Ok(())
 }
 
-/// The terminal's format: `terse: ` and the level where it is not info.
-struct Terminal;
-
-impl<S, N> FormatEvent<S, N> for Terminal
-where
-    S: Subscriber + for<'a> LookupSpan<'a>,
-    N: for<'a> FormatFields<'a> + 'static,
-{
-    fn format_event(
-        &self,
-        ctx: &FmtContext<'_, S, N>,
-        mut writer: Writer<'_>,
-        event: &Event<'_>,
-    ) -> std::fmt::Result {
-        let level = match *event.metadata().level() {
-            Level::INFO => "",
-            Level::WARN => "warning: ",
-            Level::ERROR => "error: ",
-            Level::DEBUG => "debug: ",
-            Level::TRACE => "trace: ",
-        };
-        write!(writer, "terse: {level}")?;
-        ctx.field_format().format_fields(writer.by_ref(), event)?;
-        writeln!(writer)
-    }
+/// How a line starts: on the terminal `terse: ` and the level where it is
+/// not info; in the file the time (seconds since the epoch), the level and
+/// the rank. The message and fields follow either way.
+#[derive(Debug, Clone, Copy)]
+enum LineStart {
+    Terminal,
+    File,
 }
 
-/// The file's format: seconds since the epoch, level, rank, message.
-struct Ranked;
-
-impl<S, N> FormatEvent<S, N> for Ranked
+impl<S, N> FormatEvent<S, N> for LineStart
 where
     S: Subscriber + for<'a> LookupSpan<'a>,
     N: for<'a> FormatFields<'a> + 'static,
@@ -121,19 +100,33 @@ where
         mut writer: Writer<'_>,
         event: &Event<'_>,
     ) -> std::fmt::Result {
-        let now = SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .unwrap_or_default();
-        let rank = RANK
-            .with(Cell::get)
-            .map_or("-".to_string(), |r| r.to_string());
-        write!(
-            writer,
-            "{}.{:03} {:<5} rank {rank}: ",
-            now.as_secs(),
-            now.subsec_millis(),
-            event.metadata().level()
-        )?;
+        let level = *event.metadata().level();
+        match self {
+            LineStart::Terminal => {
+                let label = match level {
+                    Level::INFO => "",
+                    Level::WARN => "warning: ",
+                    Level::ERROR => "error: ",
+                    Level::DEBUG => "debug: ",
+                    Level::TRACE => "trace: ",
+                };
+                write!(writer, "terse: {label}")?;
+            }
+            LineStart::File => {
+                let now = SystemTime::now()
+                    .duration_since(UNIX_EPOCH)
+                    .unwrap_or_default();
+                let rank = RANK
+                    .with(Cell::get)
+                    .map_or("-".to_string(), |r| r.to_string());
+                write!(
+                    writer,
+                    "{}.{:03} {level:<5} rank {rank}: ",
+                    now.as_secs(),
+                    now.subsec_millis()
+                )?;
+            }
+        }
         ctx.field_format().format_fields(writer.by_ref(), event)?;
         writeln!(writer)
     }
