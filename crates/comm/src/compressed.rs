@@ -33,6 +33,23 @@ pub struct CompressionOptions {
     pub scale_block: Option<usize>,
 }
 
+impl CompressionOptions {
+    /// Checks the options: a `scale_block` must be a positive multiple of
+    /// 32, so a block's signs fill whole words. The one statement of the
+    /// rule: the compressed allreduce checks it, and so do the optimizer
+    /// configs (naming their own field).
+    pub fn check(&self) -> Result<(), CommError> {
+        match self.scale_block {
+            Some(block) if block == 0 || !block.is_multiple_of(32) => Err(CommError::BadOption {
+                option: "scale_block",
+                value: block.to_string(),
+                reason: "needs a positive multiple of 32 (its signs fill whole words)",
+            }),
+            _ => Ok(()),
+        }
+    }
+}
+
 /// One rank's state of the compressed allreduce over buffers of a fixed
 /// length: its worker error (whole buffer) and server error (its chunk).
 #[derive(Debug, Clone)]
@@ -66,15 +83,7 @@ impl CompressedAllreduce {
         comm: &dyn Communicator,
         options: CompressionOptions,
     ) -> Result<CompressedAllreduce, CommError> {
-        if let Some(block) = options.scale_block
-            && (block == 0 || !block.is_multiple_of(32))
-        {
-            return Err(CommError::BadOption {
-                option: "scale_block",
-                value: block.to_string(),
-                reason: "must be a positive multiple of 32 (its signs fill whole words)",
-            });
-        }
+        options.check()?;
         let (rank, world_size) = (comm.rank(), comm.world_size());
         if world_size == 1 {
             return Ok(CompressedAllreduce::passthrough(len, options));

@@ -4,7 +4,7 @@
 //! allreduce", "Zero-gradient coordinates".
 
 use serde::{Deserialize, Serialize};
-use terse_comm::CompressionOptions;
+use terse_comm::{CommError, CompressionOptions};
 use terse_kernels::onebit::Scale;
 
 use crate::OptimError;
@@ -72,14 +72,8 @@ impl CompressionConfig {
     /// Checks the ranges; errors name the field as `{optimizer}.{field}`.
     pub(crate) fn validate(&self, optimizer: &str) -> Result<(), OptimError> {
         let field = |name: &str| format!("{optimizer}.{name}");
-        if let Some(b) = self.scale_block
-            && (b == 0 || !b.is_multiple_of(32))
-        {
-            return Err(invalid(
-                field("scale_block"),
-                b.to_string(),
-                "needs a positive multiple of 32",
-            ));
+        if let Err(CommError::BadOption { value, reason, .. }) = self.options().check() {
+            return Err(invalid(field("scale_block"), value, reason));
         }
         if self.freeze == FreezeRule::Step && self.freeze_step == 0 {
             return Err(invalid(

@@ -210,6 +210,15 @@ mod tests {
 
     #[test]
     fn validation_names_the_field() {
+        // The scale-block rule is the compressed allreduce's own check,
+        // reported under the config's field.
+        let bad: OptimizerConfig =
+            toml::from_str("name = \"onebit_lamb\"\nscale_block = 48\n").unwrap();
+        let message = bad.validate().unwrap_err().to_string();
+        assert!(
+            message.contains("onebit_lamb.scale_block") && message.contains("multiple of 32"),
+            "{message}"
+        );
         let bad = OptimizerConfig::Adam(AdamConfig::default().with_beta_2(1.0));
         assert!(
             bad.validate()
