@@ -4,7 +4,9 @@
 use serde::{Deserialize, Serialize};
 
 use crate::bert::BertConfig;
-use crate::{MlpConfig, ResnetConfig, VggConfig};
+use crate::{
+    ImageClassifier, ImageModelVisitor, Mlp, MlpConfig, Resnet, ResnetConfig, Vgg, VggConfig,
+};
 
 /// Any model terse builds, as written in `configs/*.toml` under `[model]`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -18,6 +20,35 @@ pub enum ModelConfig {
     Vgg(VggConfig),
     /// Multi-layer perceptron.
     Mlp(MlpConfig),
+}
+
+impl ModelConfig {
+    /// The registry of image models: hands the model type this config
+    /// names, and its config, to `visitor`; `None` for a model that does
+    /// not classify images (BERT). A new image model is one arm here, one
+    /// variant above, and its own file implementing
+    /// [`ImageClassifier`](crate::ImageClassifier).
+    pub fn with_image_model<V: ImageModelVisitor>(&self, visitor: V) -> Option<V::Output> {
+        match self {
+            Self::Resnet(config) => Some(visitor.visit::<Resnet>(config)),
+            Self::Vgg(config) => Some(visitor.visit::<Vgg>(config)),
+            Self::Mlp(config) => Some(visitor.visit::<Mlp>(config)),
+            Self::Bert(_) => None,
+        }
+    }
+
+    /// The name of the image model this config builds (`resnet20`, `vgg16`,
+    /// `mlp`); `None` for BERT.
+    pub fn image_model_name(&self) -> Option<String> {
+        struct Name;
+        impl ImageModelVisitor for Name {
+            type Output = String;
+            fn visit<M: ImageClassifier>(self, config: &M::Config) -> String {
+                M::name(config)
+            }
+        }
+        self.with_image_model(Name)
+    }
 }
 
 #[cfg(test)]

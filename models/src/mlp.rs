@@ -6,6 +6,8 @@ use burn::nn::{Linear, LinearConfig, Relu};
 use burn::tensor::{Device, Tensor};
 use serde::{Deserialize, Serialize};
 
+use crate::ImageClassifier;
+
 /// Layer sizes of an [`Mlp`].
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -55,5 +57,19 @@ impl Mlp {
             }
         }
         x
+    }
+}
+
+impl ImageClassifier for Mlp {
+    type Config = MlpConfig;
+    fn name(_: &MlpConfig) -> String {
+        "mlp".into()
+    }
+    fn build(config: &MlpConfig, device: &Device) -> Self {
+        config.init(device)
+    }
+    fn logits(&self, images: Tensor<4>) -> Tensor<2> {
+        let [batch, channels, height, width] = images.dims();
+        self.forward(images.reshape([batch, channels * height * width]))
     }
 }

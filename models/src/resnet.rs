@@ -13,6 +13,9 @@ use burn::tensor::activation::relu;
 use burn::tensor::{Device, Tensor, s};
 use serde::{Deserialize, Serialize};
 
+use crate::ImageClassifier;
+use crate::image_classifier::serde_name;
+
 use crate::ModelError;
 
 /// The depths terse builds.
@@ -259,5 +262,18 @@ impl Resnet {
         }
         let [b, c, _, _] = h.dims();
         self.fc.forward(self.pool.forward(h).reshape([b, c]))
+    }
+}
+
+impl ImageClassifier for Resnet {
+    type Config = ResnetConfig;
+    fn name(config: &ResnetConfig) -> String {
+        serde_name(&config.depth)
+    }
+    fn build(config: &ResnetConfig, device: &Device) -> Self {
+        config.init(device)
+    }
+    fn logits(&self, images: Tensor<4>) -> Tensor<2> {
+        self.forward(images)
     }
 }

@@ -14,6 +14,9 @@ use burn::tensor::activation::relu;
 use burn::tensor::{Device, Tensor};
 use serde::{Deserialize, Serialize};
 
+use crate::ImageClassifier;
+use crate::image_classifier::serde_name;
+
 /// The VGG depths.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -205,5 +208,18 @@ impl Vgg {
             }
         }
         z
+    }
+}
+
+impl ImageClassifier for Vgg {
+    type Config = VggConfig;
+    fn name(config: &VggConfig) -> String {
+        serde_name(&config.depth)
+    }
+    fn build(config: &VggConfig, device: &Device) -> Self {
+        config.init(device)
+    }
+    fn logits(&self, images: Tensor<4>) -> Tensor<2> {
+        self.forward(images)
     }
 }

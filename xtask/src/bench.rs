@@ -14,7 +14,6 @@ use anyhow::{Context, Result, bail};
 use clap::ValueEnum;
 
 use crate::mpi;
-use crate::not_implemented::{NotImplemented, Tracking, cli_name};
 use crate::terse_binary;
 
 /// Arguments of `cargo xtask bench`.
@@ -66,24 +65,8 @@ pub enum Suite {
     Model,
 }
 
-impl Suite {
-    /// The issue that will implement this suite, if it is not implemented yet.
-    pub fn tracking(self) -> Option<Tracking> {
-        match self {
-            Suite::Kernels => None,
-            Suite::Optim => None,
-            Suite::Comm => None,
-            Suite::Model => None,
-        }
-    }
-}
-
 /// Runs `bench`.
 pub fn run(args: &Args) -> Result<()> {
-    if let Some(tracking) = args.name.tracking() {
-        let command = format!("bench {}", cli_name(&args.name));
-        return Err(NotImplemented::new(command, tracking).into());
-    }
     if args.name == Suite::Comm {
         return run_comm(args.quick);
     }
@@ -215,7 +198,6 @@ fn run_comm(quick: bool) -> Result<()> {
 
 #[cfg(test)]
 mod tests {
-    use super::*;
     use crate::Command;
     use crate::testing;
 
@@ -230,14 +212,6 @@ mod tests {
                 other => panic!("parsed as {other:?}"),
             }
         }
-    }
-
-    #[test]
-    fn each_suite_names_its_issue() {
-        assert_eq!(Suite::Kernels.tracking(), None, "bench kernels runs");
-        assert_eq!(Suite::Optim.tracking(), None, "bench optim runs");
-        assert_eq!(Suite::Comm.tracking(), None, "bench comm runs");
-        assert_eq!(Suite::Model.tracking(), None, "bench model runs");
     }
 
     #[test]

@@ -8,13 +8,12 @@
 //! command lives in its own file.
 
 mod bench;
+mod cli_name;
 mod data;
-mod fashion_mnist;
 mod finetune;
 mod inspect;
 mod mpi;
 mod netlab;
-mod not_implemented;
 mod pretrain;
 mod reproduce;
 mod run_args;
@@ -31,8 +30,6 @@ use std::process::ExitCode;
 
 use anyhow::Result;
 use clap::{Parser, Subcommand};
-
-use crate::not_implemented::NotImplemented;
 
 /// The command line of `cargo xtask`.
 #[derive(Debug, Parser)]
@@ -90,17 +87,10 @@ fn run(cli: &Cli) -> Result<()> {
     }
 }
 
-/// Prints `err` as one `terse: …` line on stderr and picks the exit status:
-/// [`not_implemented::EXIT_CODE`] for a command that is not there yet, 1 for
-/// any other failure.
+/// Prints `err` as one `terse: …` line on stderr; exit status 1.
 fn report(err: &anyhow::Error) -> ExitCode {
-    if let Some(missing) = err.downcast_ref::<NotImplemented>() {
-        eprintln!("terse: {missing}");
-        ExitCode::from(not_implemented::EXIT_CODE)
-    } else {
-        eprintln!("terse: {err:#}");
-        ExitCode::FAILURE
-    }
+    eprintln!("terse: {err:#}");
+    ExitCode::FAILURE
 }
 
 fn main() -> ExitCode {
@@ -159,14 +149,6 @@ mod tests {
             err.kind(),
             clap::error::ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand
         );
-    }
-
-    #[test]
-    fn not_implemented_exits_with_its_own_code() {
-        let cli = testing::parse(&["train", "mlp", "--optimizer", "onebit-adam"]);
-        let err = run(&cli).unwrap_err();
-        assert_eq!(report(&err), ExitCode::from(2));
-        assert_eq!(report(&anyhow::anyhow!("disk full")), ExitCode::FAILURE);
     }
 
     /// STYLE.md habit 10, for this crate: every source file opens with a

@@ -69,11 +69,6 @@ pub fn xtask_exe() -> Result<PathBuf> {
     }
 }
 
-/// Runs `terse <args…>` on one rank, inheriting stdin, stdout and stderr.
-pub fn run(args: &[String]) -> Result<()> {
-    run_binary("terse", args)
-}
-
 /// Builds the workspace's binaries and runs `name <args…>`, inheriting
 /// stdin, stdout and stderr.
 pub fn run_binary(name: &str, args: &[String]) -> Result<()> {

@@ -1,8 +1,7 @@
 //! Helpers for the command tests: parse an argument vector the way a user
-//! would type it, and run it to get the error a command returns.
+//! would type it, or get clap's rejection of it.
 
-use crate::not_implemented::NotImplemented;
-use crate::{Cli, Command, run};
+use crate::{Cli, Command};
 use clap::Parser;
 
 /// Parses `cargo xtask <args…>`, panicking with clap's message on failure.
@@ -14,14 +13,6 @@ pub fn parse(args: &[&str]) -> Cli {
 /// The parsed command of `cargo xtask <args…>`.
 pub fn command(args: &[&str]) -> Command {
     parse(args).command
-}
-
-/// Parses and runs `cargo xtask <args…>` and returns its [`NotImplemented`]
-/// error, panicking if it succeeds or fails in any other way.
-pub fn not_implemented(args: &[&str]) -> NotImplemented {
-    let err = run(&parse(args)).expect_err("a command that is not implemented succeeded");
-    err.downcast::<NotImplemented>()
-        .unwrap_or_else(|other| panic!("{args:?} failed with another error: {other:#}"))
 }
 
 /// Parses `cargo xtask <args…>` and returns clap's rendered error, panicking

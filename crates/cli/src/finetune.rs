@@ -2,12 +2,10 @@
 //! default, or a pre-training run's `export/`) and report the task's metric
 //! on its held-out split.
 
-use anyhow::{Result, bail};
+use anyhow::Result;
 use clap::Subcommand;
-use terse_train::TaskConfig;
-use terse_train::tasks::{SentenceTask, SquadTask};
 
-use crate::launch::{RunOptions, train};
+use crate::launch::RunOptions;
 
 /// Arguments of `terse finetune`.
 #[derive(Debug, clap::Args)]
@@ -28,40 +26,7 @@ enum Benchmark {
 
 pub fn run(args: &Args) -> Result<()> {
     match &args.benchmark {
-        Benchmark::Glue(options) => {
-            let config = options.resolve()?;
-            if options.printed(&config) {
-                return Ok(());
-            }
-            if !matches!(config.task, TaskConfig::Glue { .. }) {
-                bail!(
-                    "{}: `terse finetune glue` needs [task] kind = \"glue\"",
-                    options.config.display()
-                );
-            }
-            let task = SentenceTask::prepare(&config)?;
-            let (train_n, dev_n) = task.sizes();
-            tracing::info!("{train_n} training and {dev_n} held-out examples");
-            train(options, &config, |_| Ok(&task))
-        }
-        Benchmark::Squad(options) => {
-            let config = options.resolve()?;
-            if options.printed(&config) {
-                return Ok(());
-            }
-            if !matches!(config.task, TaskConfig::Squad { .. }) {
-                bail!(
-                    "{}: `terse finetune squad` needs [task] kind = \"squad\"",
-                    options.config.display()
-                );
-            }
-            let predictions = options.run_dir(&config).join("predictions.json");
-            let task = SquadTask::prepare(&config, predictions)?;
-            let (train_n, questions, dev_n) = task.sizes();
-            tracing::info!(
-                "{train_n} training windows; {questions} dev questions in {dev_n} windows"
-            );
-            train(options, &config, |_| Ok(&task))
-        }
+        Benchmark::Glue(options) => options.flags.run(&options.config, "glue"),
+        Benchmark::Squad(options) => options.flags.run(&options.config, "squad"),
     }
 }

@@ -4,11 +4,11 @@
 
 use std::path::PathBuf;
 
-use anyhow::{Result, bail};
+use anyhow::Result;
 use terse_comm::SingleRank;
-use terse_models::{ModelConfig, Resnet, Vgg};
-use terse_train::tasks::{ImageTask, PretrainTask, SentenceTask, SquadTask};
-use terse_train::{RunConfig, Task, TaskConfig, evaluate_checkpoint, predict_checkpoint};
+use terse_train::{
+    RunConfig, Task, TaskAction, TrainError, evaluate_checkpoint, predict_checkpoint, with_task,
+};
 
 /// Arguments of `terse eval` and `terse predict`.
 #[derive(Debug, clap::Args)]
@@ -38,45 +38,43 @@ pub enum Action {
     Predict,
 }
 
-fn act<T: Task>(task: &T, args: &Args, action: Action) -> Result<()> {
-    match action {
-        Action::Eval => {
-            let (meta, metrics) = evaluate_checkpoint(task, &args.checkpoint)?;
-            println!("terse: checkpoint at step {} ({})", meta.step, meta.stage);
-            for (name, value) in metrics {
-                println!("{name}\t{value:.4}");
+/// `action` with the checkpoint of `args`, as a [`TaskAction`].
+struct Inspect<'a> {
+    args: &'a Args,
+    action: Action,
+}
+
+impl TaskAction for Inspect<'_> {
+    type Output = ();
+
+    fn act<T: Task>(self, task: T) -> Result<(), TrainError> {
+        let args = self.args;
+        match self.action {
+            Action::Eval => {
+                let (meta, metrics) = evaluate_checkpoint(&task, &args.checkpoint)?;
+                println!("terse: checkpoint at step {} ({})", meta.step, meta.stage);
+                for (name, value) in metrics {
+                    println!("{name}\t{value:.4}");
+                }
+            }
+            Action::Predict => {
+                let n = predict_checkpoint(&task, &args.checkpoint, &args.out)?;
+                println!("terse: {n} predictions written to {}", args.out.display());
             }
         }
-        Action::Predict => {
-            let n = predict_checkpoint(task, &args.checkpoint, &args.out)?;
-            println!("terse: {n} predictions written to {}", args.out.display());
-        }
+        Ok(())
     }
-    Ok(())
 }
 
 pub fn run(args: &Args, action: Action) -> Result<()> {
     let config = RunConfig::load(&args.config)?;
-    match &config.task {
-        TaskConfig::Pretrain { .. } => act(
-            &PretrainTask::prepare(&config, &SingleRank::new())?,
-            args,
-            action,
-        ),
-        TaskConfig::Glue { .. } => act(&SentenceTask::prepare(&config)?, args, action),
-        TaskConfig::Squad { .. } => {
-            let predictions = match action {
-                Action::Predict => args.out.clone(),
-                Action::Eval => std::env::temp_dir().join("terse-eval-predictions.json"),
-            };
-            act(&SquadTask::prepare(&config, predictions)?, args, action)
-        }
-        TaskConfig::Image { .. } => match &config.model {
-            Some(ModelConfig::Resnet(_)) => {
-                act(&ImageTask::<Resnet>::prepare(&config)?, args, action)
-            }
-            Some(ModelConfig::Vgg(_)) => act(&ImageTask::<Vgg>::prepare(&config)?, args, action),
-            _ => bail!("{}: [model] must be resnet or vgg", args.config.display()),
-        },
-    }
+    // SQuAD writes its predictions while it evaluates: `eval` keeps them
+    // out of the way.
+    let predictions = match action {
+        Action::Predict => args.out.clone(),
+        Action::Eval => std::env::temp_dir().join("terse-eval-predictions.json"),
+    };
+    let inspect = Inspect { args, action };
+    with_task(&config, &SingleRank::new(), &predictions, inspect)?;
+    Ok(())
 }

@@ -1,34 +1,34 @@
-//! How `terse` becomes one or more ranks, and the options every training
-//! command shares: the config and its overrides, the run directory, resume.
-//!
-//! Started by `mpirun`, each process is one MPI rank; otherwise `--ranks N`
-//! runs N ranks as threads of this process (the `local` backend: the same
-//! algorithms, error feedback and masks, on one machine), and one rank runs
-//! alone.
+//! The flags every training command shares (the config and its overrides,
+//! the run directory, resume, ranks) and the one way they start a run:
+//! resolve the config, check it is the command's kind of task, and hand it
+//! to [`terse_train::train`], which picks the backend and the task.
 
-use std::path::PathBuf;
-use std::time::Duration;
+use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result, bail};
-use terse_comm::{Communicator, LocalComm, MpiComm, SingleRank};
 use terse_optim::OptimizerConfig;
-use terse_train::{Init, Override, RunConfig, RunOutcome, Task, TaskConfig, TrainError, Trainer};
+use terse_train::{Init, Launch, Override, RunConfig, TaskConfig};
 
-/// Options of every training command.
+/// A training command's flags with its required config.
 #[derive(Debug, Clone, clap::Args)]
 pub struct RunOptions {
     /// TOML run config (see configs/)
     #[arg(long, value_name = "PATH")]
     pub config: PathBuf,
 
+    #[command(flatten)]
+    pub flags: RunFlags,
+}
+
+/// The flags of every training command besides its config.
+#[derive(Debug, Clone, clap::Args)]
+pub struct RunFlags {
     /// Override train.steps (a resume may extend a run this way)
     #[arg(long, value_name = "N")]
     pub steps: Option<u64>,
 
     /// Replace the config's optimizer by this one with its default settings
-    /// (adam, lamb, sgd, onebit_adam, onebit_adam_fp32, adam_onebit_naive,
-    /// onebit_lamb, lamb_onebit_basic, slamb)
-    #[arg(long, value_name = "NAME")]
+    #[arg(long, value_name = "NAME", value_parser = optimizer_names())]
     pub optimizer: Option<String>,
 
     /// Set any config field, e.g. `--set train.seed=3` or
@@ -66,10 +66,60 @@ pub struct RunOptions {
     pub print_config: bool,
 }
 
-impl RunOptions {
-    /// The config file with the command line's overrides applied.
-    pub fn resolve(&self) -> Result<RunConfig> {
-        let mut config = RunConfig::load_with(&self.config, &self.overrides)?;
+/// The registry's optimizer names as `--optimizer` values (a `-` may
+/// stand for a `_`).
+fn optimizer_names() -> clap::builder::PossibleValuesParser {
+    clap::builder::PossibleValuesParser::new(terse_optim::OPTIMIZER_NAMES.lines().map(|name| {
+        let kebab: &'static str = Box::leak(name.replace('_', "-").into_boxed_str());
+        clap::builder::PossibleValue::new(name).alias(kebab)
+    }))
+}
+
+impl RunFlags {
+    /// Loads `path`, applies these flags, checks that it is a `kind` task
+    /// (the command's), and trains it (or prints it, with
+    /// `--print-config`).
+    pub fn run(&self, path: &Path, kind: &str) -> Result<()> {
+        self.run_checked(path, kind, |_| Ok(()))
+    }
+
+    /// [`RunFlags::run`], with `check` refusing a config the command's other
+    /// arguments contradict.
+    pub fn run_checked(
+        &self,
+        path: &Path,
+        kind: &str,
+        check: impl FnOnce(&RunConfig) -> Result<()>,
+    ) -> Result<()> {
+        let config = self.resolve(path)?;
+        if config.task.kind() != kind {
+            bail!(
+                "{}: this command trains [task] kind = \"{kind}\", not \"{}\"",
+                path.display(),
+                config.task.kind()
+            );
+        }
+        check(&config).with_context(|| path.display().to_string())?;
+        if self.print_config {
+            print!("{}", config.to_toml());
+            return Ok(());
+        }
+        let launch = Launch {
+            run_dir: self.run_dir(path, &config),
+            resume: self.resume,
+            ranks: self.ranks,
+            progress: !self.no_progress,
+        };
+        if let Some(summary) = terse_train::train(&config, &launch)? {
+            println!("terse: {}", summary.render());
+            println!("terse: run directory {}", launch.run_dir.display());
+        }
+        Ok(())
+    }
+
+    /// The config file at `path` with the command line's overrides applied.
+    fn resolve(&self, path: &Path) -> Result<RunConfig> {
+        let mut config = RunConfig::load_with(path, &self.overrides)?;
         if let Some(steps) = self.steps {
             if steps == 0 {
                 bail!("--steps must be at least 1");
@@ -91,119 +141,17 @@ impl RunOptions {
         }
         config
             .validate()
-            .map_err(|e| anyhow::anyhow!("{}: {e}", self.config.display()))?;
+            .map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
         Ok(config)
     }
 
-    /// Prints `config` when `--print-config` asked for it; true then, and
-    /// the command stops there.
-    pub fn printed(&self, config: &RunConfig) -> bool {
-        if self.print_config {
-            print!("{}", config.to_toml());
-        }
-        self.print_config
-    }
-
     /// The run directory: `--run-dir`, else `runs/<config name>-<optimizer>`.
-    pub fn run_dir(&self, config: &RunConfig) -> PathBuf {
+    fn run_dir(&self, path: &Path, config: &RunConfig) -> PathBuf {
         self.run_dir.clone().unwrap_or_else(|| {
-            let stem = self
-                .config
+            let stem = path
                 .file_stem()
                 .map_or("run".into(), |s| s.to_string_lossy().into_owned());
             PathBuf::from("runs").join(format!("{stem}-{}", config.optimizer.name()))
         })
-    }
-}
-
-/// Runs `make_task` + the trainer on every rank of the chosen backend and
-/// prints rank 0's summary.
-pub fn train<T, F>(options: &RunOptions, config: &RunConfig, make_task: F) -> Result<()>
-where
-    T: Task,
-    F: Fn(&dyn Communicator) -> Result<T, TrainError> + Sync,
-{
-    terse_train::signals::install();
-    let run_dir = options.run_dir(config);
-    let trainer = Trainer {
-        config,
-        run_dir: &run_dir,
-        resume: options.resume,
-        progress: !options.no_progress,
-    };
-    let one = |comm: &dyn Communicator| -> Result<Option<RunOutcome<T::Model>>, TrainError> {
-        let task = make_task(comm)?;
-        let outcome = trainer.run(&task, comm)?;
-        Ok((comm.rank() == 0).then_some(outcome))
-    };
-    let outcome = if MpiComm::launched_by_mpirun() {
-        let comm = MpiComm::init()?;
-        announce(&comm, config, &run_dir);
-        let result = one(&comm);
-        if let Err(e) = &result
-            && !matches!(e, TrainError::Interrupted { .. })
-        {
-            tracing::error!("rank {}: {e}", comm.rank());
-            comm.abort(&e.to_string());
-        }
-        result?
-    } else if options.ranks > 1 {
-        // No rank waits for another longer than a whole evaluation.
-        let results = LocalComm::run(options.ranks, Duration::from_secs(6 * 3600), |comm| {
-            announce(comm, config, &run_dir);
-            one(comm)
-        });
-        lead_result(results)?
-    } else {
-        let comm = SingleRank::new();
-        announce(&comm, config, &run_dir);
-        one(&comm)?
-    };
-    if let Some(outcome) = outcome {
-        println!("terse: {}", outcome.summary.render());
-        println!("terse: run directory {}", run_dir.display());
-    }
-    Ok(())
-}
-
-/// What the lead rank returned from a [`LocalComm::run`] whose ranks return
-/// `Some` on the lead only, or the first failure: a rank's error (named by
-/// its rank) or its panic.
-pub fn lead_result<T, E: Into<anyhow::Error>>(
-    results: Vec<std::thread::Result<Result<Option<T>, E>>>,
-) -> Result<Option<T>> {
-    let mut lead = None;
-    for (rank, result) in results.into_iter().enumerate() {
-        match result {
-            Ok(Ok(Some(value))) => lead = Some(value),
-            Ok(Ok(None)) => {}
-            Ok(Err(e)) => return Err(e.into()).with_context(|| format!("rank {rank}")),
-            Err(_) => bail!("rank {rank} panicked"),
-        }
-    }
-    Ok(lead)
-}
-
-/// Tags this thread's log lines with the rank, sends them to the run
-/// directory's terse.log, and has rank 0 say what runs.
-fn announce(comm: &dyn Communicator, config: &RunConfig, run_dir: &std::path::Path) {
-    terse_train::logging::set_rank(comm.rank());
-    if let Err(e) = terse_train::logging::attach_run_dir(run_dir) {
-        tracing::warn!(
-            "cannot write {}: {e}",
-            run_dir.join(terse_train::logging::LOG_FILE).display()
-        );
-    }
-    if comm.rank() == 0 {
-        tracing::info!(
-            "{} rank(s) ({}), optimizer {}, {} steps of global batch {} (micro-batch {}), run directory {}",
-            comm.world_size(),
-            comm.backend(),
-            config.optimizer.name(),
-            config.train.steps,
-            config.train.global_batch,
-            config.train.micro_batch,
-            run_dir.display()
-        );
     }
 }

@@ -8,7 +8,6 @@ mod finetune;
 mod inspect;
 mod launch;
 mod pretrain;
-mod sum_of_squares;
 mod train;
 
 use std::process::ExitCode;
@@ -35,8 +34,6 @@ enum Command {
     Eval(inspect::Args),
     /// Write a checkpoint's predictions on its task's held-out data.
     Predict(inspect::Args),
-    /// Minimise a sum of squares with one optimizer (the eps-fix toy problem).
-    SumOfSquares(sum_of_squares::Args),
 }
 
 /// Exit status of a run whose loss stopped being a number, so a caller
@@ -52,17 +49,14 @@ fn main() -> ExitCode {
         Command::Finetune(args) => finetune::run(args),
         Command::Eval(args) => inspect::run(args, inspect::Action::Eval),
         Command::Predict(args) => inspect::run(args, inspect::Action::Predict),
-        Command::SumOfSquares(args) => sum_of_squares::run(args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(error) => {
             tracing::error!("{error:#}");
             let diverged = error.chain().any(|e| {
-                matches!(
-                    e.downcast_ref::<terse_train::TrainError>(),
-                    Some(terse_train::TrainError::Diverged { .. })
-                )
+                e.downcast_ref::<terse_train::TrainError>()
+                    .is_some_and(terse_train::TrainError::diverged)
             });
             if diverged {
                 ExitCode::from(DIVERGED)

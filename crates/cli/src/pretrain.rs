@@ -1,11 +1,9 @@
 //! `terse pretrain`: masked-LM + next-sentence pre-training of BERT on the
 //! corpus the config names.
 
-use anyhow::{Result, bail};
-use terse_train::TaskConfig;
-use terse_train::tasks::PretrainTask;
+use anyhow::Result;
 
-use crate::launch::{RunOptions, train};
+use crate::launch::RunOptions;
 
 /// Arguments of `terse pretrain`.
 #[derive(Debug, clap::Args)]
@@ -15,17 +13,5 @@ pub struct Args {
 }
 
 pub fn run(args: &Args) -> Result<()> {
-    let config = args.run.resolve()?;
-    if args.run.printed(&config) {
-        return Ok(());
-    }
-    if !matches!(config.task, TaskConfig::Pretrain { .. }) {
-        bail!(
-            "{}: `terse pretrain` needs [task] kind = \"pretrain\"",
-            args.run.config.display()
-        );
-    }
-    train(&args.run, &config, |comm| {
-        PretrainTask::prepare(&config, comm)
-    })
+    args.run.flags.run(&args.run.config, "pretrain")
 }

@@ -10,7 +10,6 @@
 
 mod datasets;
 mod error;
-mod fashion_mnist;
 pub mod fetch;
 pub mod glue;
 mod idx;
@@ -24,7 +23,6 @@ mod tokenizer;
 
 pub use datasets::{Presence, dataset, dataset_dir, ensure, presence};
 pub use error::DataError;
-pub use fashion_mnist::{FASHION_MNIST_DEBIAN_DIR, FashionMnist};
 pub use glue::{
     ClassificationFeature, GlueMetric, GlueTask, Label, ReviewSource, SentenceExample,
     encode_classification, read_glue, read_movie_reviews, read_snli, split_dev,

@@ -1,13 +1,15 @@
 //! Image readers: CIFAR binary files in the official layouts (a committed
 //! three-record fixture written by `fixtures/cifar/make_tiny.py`, and files
 //! with marked pixels written here), the real MNIST CSV sample against
-//! counts taken with Python, and malformed input named by file, record,
+//! counts taken with Python, real Fashion-MNIST against its paper, and
+//! malformed input named by file, record,
 //! byte, line and column.
 
 use std::path::{Path, PathBuf};
 
 use terse_data::dataset;
 use terse_data::images::{CifarKind, ImageSet, read_cifar_file, read_cifar_split, read_mnist_csv};
+use terse_data::{read_idx_images, read_idx_labels};
 
 fn fixture(name: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -184,6 +186,37 @@ fn malformed_cifar_files_are_named() {
         error.contains("test.bin: missing: the CIFAR-100 test split is test.bin"),
         "{error}"
     );
+}
+
+/// The dataset paper (Xiao et al. 2017, Table 1) gives 60,000/10,000 images
+/// of 28×28 with 6,000/1,000 per class; the first training image is an
+/// ankle boot (label 9) and so is the first test image, the second test
+/// image a pullover (2), as every Fashion-MNIST loader shows.
+#[test]
+fn fashion_mnist_has_the_published_sizes_and_balanced_classes() {
+    let dir = dataset("fashion-mnist").unwrap();
+    for (prefix, count, per_class) in [("train", 60_000, 6_000), ("t10k", 10_000, 1_000)] {
+        let images = read_idx_images(&dir.join(format!("{prefix}-images-idx3-ubyte"))).unwrap();
+        let labels = read_idx_labels(&dir.join(format!("{prefix}-labels-idx1-ubyte"))).unwrap();
+        let set = ImageSet::from_idx(images, &labels).unwrap();
+        assert_eq!(
+            (set.len(), set.channels, set.height, set.width),
+            (count, 1, 28, 28)
+        );
+        let mut histogram = [0usize; 10];
+        for &label in &set.labels {
+            histogram[usize::from(label)] += 1;
+        }
+        assert_eq!(histogram, [per_class; 10], "{prefix}");
+        assert_eq!(
+            set.labels[0], 9,
+            "{prefix}: the first image is an ankle boot"
+        );
+        if prefix == "t10k" {
+            assert_eq!(set.labels[1], 2);
+        }
+        assert!(set.pixels.contains(&255), "some pixel is saturated");
+    }
 }
 
 #[test]

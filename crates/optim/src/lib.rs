@@ -48,7 +48,7 @@ pub use moment_config::{MomentConfig, WithMoments};
 pub use onebit_adam::OneBitAdamConfig;
 pub use onebit_lamb::{OneBitLambConfig, RatioKind};
 pub use optimizer::Optimizer;
-pub use registry::OptimizerConfig;
+pub use registry::{OPTIMIZER_NAMES, OptimizerConfig};
 pub use schedule::LrSchedule;
 pub use sgd::{Sgd, SgdConfig};
 pub use slamb::{MaskKind, SlambConfig};

@@ -1,18 +1,14 @@
 //! The driver every caller steps: it owns the step counter, the
-//! learning-rate schedule and the module round trip, and delegates the
-//! update to the rule the registry built.
+//! learning-rate schedule and the world it was built for, and delegates
+//! the update of the flat buffers to the rule the registry built (callers
+//! gather and write back modules with [`crate::gather`]).
 
 use std::time::Duration;
 
-use burn::module::Module;
-use burn::tensor::{Gradients, Tensor, TensorData};
 use terse_comm::Communicator;
 
 use crate::step::{FlatOptimizer, StepContext};
-use crate::{
-    LrSchedule, OptimError, OptimizerConfig, ParamLayout, Stage, StepReport, gather_grads,
-    gather_params, tensor_to_host, write_back,
-};
+use crate::{LrSchedule, OptimError, OptimizerConfig, ParamLayout, Stage, StepReport};
 
 /// A configured optimizer bound to one parameter layout: the update rule, its
 /// schedule and the step counter.
@@ -136,25 +132,6 @@ impl Optimizer {
                 actual: (comm.rank(), comm.world_size()),
             })
         }
-    }
-
-    /// One step on a module: gathers its parameters and the gradients of
-    /// `grads`, steps, and writes the parameters back (ids, autodiff and
-    /// require-grad kept).
-    pub fn step_module<M: Module>(
-        &mut self,
-        module: M,
-        grads: &Gradients,
-        comm: &dyn Communicator,
-    ) -> Result<(M, StepReport), OptimError> {
-        let params = gather_params(&self.layout, &module)?;
-        let device = params.device();
-        let mut x = tensor_to_host(params)?;
-        let mut g = tensor_to_host(gather_grads(&self.layout, &module, grads)?)?;
-        let report = self.step_flat(&mut x, &mut g, comm)?;
-        let n = x.len();
-        let flat = Tensor::<1>::from_data(TensorData::new(x, [n]), &device);
-        Ok((write_back(&self.layout, module, flat)?, report))
     }
 
     fn check_len(&self, what: &'static str, actual: usize) -> Result<(), OptimError> {

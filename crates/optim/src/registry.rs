@@ -1,6 +1,8 @@
 //! The registry of optimizers: the `name` a config file gives, its config
 //! type, and the rule built from it. Adding an optimizer is its own file and
-//! one variant (with its `name` and `build` arms) here.
+//! one variant (with its `name` and `build` arms) here, and its name in
+//! `optimizer-names.txt` (the list tools outside the workspace's crates
+//! read; a test here keeps the two equal).
 
 use serde::{Deserialize, Serialize};
 use terse_comm::Communicator;
@@ -38,6 +40,10 @@ pub enum OptimizerConfig {
     /// SLAMB: random-k sparse momentum synchronisation.
     Slamb(SlambConfig),
 }
+
+/// Every optimizer's `name`, one per line, in the registry's order: the list
+/// `cargo xtask` (which links no workspace crate) offers as `--optimizer`.
+pub const OPTIMIZER_NAMES: &str = include_str!("../optimizer-names.txt");
 
 impl OptimizerConfig {
     /// The optimizer's name as written in configs and state files.
@@ -118,6 +124,32 @@ impl OptimizerConfig {
 mod tests {
     use super::*;
     use crate::{EpsMode, WithMoments};
+
+    #[test]
+    fn the_names_file_lists_every_variant_in_order() {
+        // serde names every variant when it refuses an unknown one:
+        // "unknown variant `nope`, expected one of `adam`, `lamb`, …".
+        let error = toml::from_str::<OptimizerConfig>("name = \"nope\"")
+            .unwrap_err()
+            .to_string();
+        let expected = error
+            .split("expected one of ")
+            .nth(1)
+            .unwrap_or_else(|| panic!("{error}"));
+        let variants: Vec<&str> = expected
+            .lines()
+            .next()
+            .unwrap()
+            .split(", ")
+            .map(|name| name.trim_matches('`'))
+            .collect();
+        let listed: Vec<&str> = OPTIMIZER_NAMES.lines().collect();
+        assert_eq!(listed, variants);
+        for name in listed {
+            let config: OptimizerConfig = toml::from_str(&format!("name = \"{name}\"")).unwrap();
+            assert_eq!(config.name(), name);
+        }
+    }
 
     #[test]
     fn toml_names_the_optimizer_and_fills_defaults() {

@@ -16,7 +16,10 @@ use terse_optim::WithMoments;
 use burn::tensor::{Device, Int, Tensor, TensorData};
 use terse_comm::SingleRank;
 use terse_models::bert::{BertForPreTraining, BertInput, BertPreset};
-use terse_optim::{AdamConfig, LrSchedule, Optimizer, OptimizerConfig, ParamLayout};
+use terse_optim::{
+    AdamConfig, LrSchedule, Optimizer, OptimizerConfig, ParamLayout, gather_grads, gather_params,
+    tensor_to_host, write_back,
+};
 use terse_rng::SplitMix64;
 
 struct Args {
@@ -134,7 +137,16 @@ fn main() {
                 let layout = ParamLayout::from_module(&model);
                 Optimizer::new(adam.clone(), schedule.clone(), layout, &comm).unwrap()
             });
-            model = opt.step_module(model, &grads, &comm).unwrap().0;
+            // The trainer's round trip: flat parameters and gradients,
+            // one step, written back.
+            let layout = opt.layout().clone();
+            let mut x = tensor_to_host(gather_params(&layout, &model).unwrap()).unwrap();
+            let flat_grads = gather_grads(&layout, &model, &grads).unwrap();
+            let mut g = tensor_to_host(flat_grads).unwrap();
+            opt.step_flat(&mut x, &mut g, &comm).unwrap();
+            let n = x.len();
+            let flat = Tensor::<1>::from_data(TensorData::new(x, [n]), &device);
+            model = write_back(&layout, model, flat).unwrap();
             let ms = start.elapsed().as_secs_f64() * 1e3;
             if step >= args.warmup {
                 times.push(ms);

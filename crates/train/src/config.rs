@@ -107,6 +107,18 @@ pub enum TaskConfig {
     },
 }
 
+impl TaskConfig {
+    /// The `kind` it is written with.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Self::Pretrain { .. } => "pretrain",
+            Self::Glue { .. } => "glue",
+            Self::Squad { .. } => "squad",
+            Self::Image { .. } => "image",
+        }
+    }
+}
+
 fn one() -> usize {
     1
 }

@@ -58,6 +58,20 @@ pub enum TrainError {
     /// Weights could not be loaded or saved.
     #[error(transparent)]
     Model(#[from] terse_models::ModelError),
+    /// A rank of the `local` backend failed (the lead rank reports it).
+    #[error("rank {rank}: {error}")]
+    Rank {
+        /// The rank.
+        rank: usize,
+        /// Its error.
+        error: Box<TrainError>,
+    },
+    /// A rank of the `local` backend panicked.
+    #[error("rank {rank} panicked")]
+    Panicked {
+        /// The rank.
+        rank: usize,
+    },
     /// The run was stopped by SIGINT or SIGTERM after writing a checkpoint.
     #[error("stopped by a signal at step {step}; checkpoint written to {}", checkpoint.display())]
     Interrupted {
@@ -66,4 +80,16 @@ pub enum TrainError {
         /// The checkpoint that `--resume` continues from.
         checkpoint: std::path::PathBuf,
     },
+}
+
+impl TrainError {
+    /// Whether the run ended because its loss stopped being a number (on
+    /// any rank).
+    pub fn diverged(&self) -> bool {
+        match self {
+            Self::Diverged { .. } => true,
+            Self::Rank { error, .. } => error.diverged(),
+            _ => false,
+        }
+    }
 }

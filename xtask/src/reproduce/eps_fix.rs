@@ -49,7 +49,7 @@ pub fn vgg_optimizers() -> [(&'static str, String); 3] {
 pub fn run(ctx: &Context) -> Result<Outcome> {
     let (toy_table, mut claims) = sum_of_squares(ctx)?;
     let mut body = format!(
-        "## Sum of squares (Fig. 6)\n\n`terse sum-of-squares --config {TOY}`: f(x, y) = x² + \
+        "## Sum of squares (Fig. 6)\n\n`terse-sum-of-squares --config {TOY}` (terse-optim): f(x, y) = x² + \
          y² from (1, 10⁻⁶), lr 10⁻⁵, the whole vector in one compression chunk (2 workers with \
          the same gradient: a world of one does not compress), 1-bit Adam freezing at step \
          100, no bias correction (DeepSpeed's default); ε inside means `inside_compressed` \
@@ -84,7 +84,7 @@ fn sum_of_squares(ctx: &Context) -> Result<(String, Vec<Claim>)> {
     let mut curves = Vec::new();
     for (label, optimizer) in optimizers(100, false) {
         let out = dir.join(format!("{label}.jsonl"));
-        let points = run_toy(ctx, &out, &[format!("optimizer={optimizer}")])?;
+        let points = run_toy(ctx, &out, &optimizer, None)?;
         curves.push(points.clone());
         for &(step, f) in &points {
             all.push_str(&format!(
@@ -188,34 +188,37 @@ pub fn around_freeze(points: &[(u64, f64)], freeze: u64) -> (f64, f64, f64) {
     (at_freeze, peak, last)
 }
 
-/// Runs `terse sum-of-squares` on the committed problem with `sets`
-/// overrides, writing its steps to `out`, and returns `(step, f)`.
+/// Runs terse-optim's `terse-sum-of-squares` on [`TOY`] with `optimizer`
+/// (a TOML table) and, when given, `repeat` coordinates per block, writing
+/// its steps to `out`, and returns `(step, f)`.
 ///
 /// With `--from-results`, the run named by `out`'s file stem is read back
 /// from the committed sum-of-squares.jsonl instead.
-pub fn run_toy(ctx: &Context, out: &Path, sets: &[String]) -> Result<Vec<(u64, f64)>> {
+pub fn run_toy(
+    ctx: &Context,
+    out: &Path,
+    optimizer: &str,
+    repeat: Option<usize>,
+) -> Result<Vec<(u64, f64)>> {
     if let Some(results) = &ctx.replay {
         let stem = out
             .file_stem()
             .map_or(String::new(), |s| s.to_string_lossy().into_owned());
         return read_toy(&results.join("sum-of-squares.jsonl"), Some(&stem));
     }
-    let terse = ctx.terse()?;
-    let mut command = Command::new(terse);
-    command.args(["sum-of-squares", "--config", TOY]);
-    for set in sets {
-        command.args(["--set", set]);
+    let toy = crate::terse_binary::binary("terse-sum-of-squares")?;
+    let mut command = Command::new(&toy);
+    command.args(["--config", TOY, "--optimizer", optimizer]);
+    if let Some(repeat) = repeat {
+        command.args(["--repeat", &repeat.to_string()]);
     }
     let status = command
         .arg("--out")
         .arg(out)
         .status()
-        .with_context(|| format!("cannot start {}", terse.display()))?;
+        .with_context(|| format!("cannot start {}", toy.display()))?;
     if !status.success() {
-        bail!(
-            "`terse sum-of-squares {}` failed ({status})",
-            sets.join(" ")
-        );
+        bail!("`terse-sum-of-squares --optimizer '{optimizer}'` failed ({status})");
     }
     read_toy(out, None)
 }

@@ -34,7 +34,7 @@ use std::path::{Path, PathBuf};
 use anyhow::{Result, bail};
 use clap::ValueEnum;
 
-use crate::not_implemented::cli_name;
+use crate::cli_name::cli_name;
 use report::Report;
 
 /// Arguments of `cargo xtask reproduce`.

@@ -67,11 +67,7 @@ fn sum_of_squares(ctx: &Context) -> Result<(String, Vec<Claim>)> {
         ("one scale per 2048", block),
     ] {
         let file = dir.join(format!("{}.jsonl", label.replace(' ', "_")));
-        let points = eps_fix::run_toy(
-            ctx,
-            &file,
-            &[format!("optimizer={optimizer}"), format!("repeat={BLOCK}")],
-        )?;
+        let points = eps_fix::run_toy(ctx, &file, &optimizer, Some(BLOCK))?;
         for &(step, f) in &points {
             all.push_str(&format!(
                 "{{\"run\":\"{label}\",\"step\":{step},\"f\":{f}}}\n"
@@ -107,8 +103,8 @@ fn sum_of_squares(ctx: &Context) -> Result<(String, Vec<Claim>)> {
     )];
     Ok((
         format!(
-            "## Sum of squares over blocks (`eps-fix`'s problem)\n\n`terse sum-of-squares \
-             --config configs/reproduce-eps-fix-sum-of-squares.toml --set repeat={BLOCK}`: \
+            "## Sum of squares over blocks (`eps-fix`'s problem)\n\n`terse-sum-of-squares \
+             --config configs/reproduce-eps-fix-sum-of-squares.toml --repeat {BLOCK}`: \
              {BLOCK} coordinates at 1 and {BLOCK} at 10⁻⁶, lr 10⁻⁵, 2 workers with the same gradient (each compresses one copy of the problem per chunk), 1-bit Adam \
              with ε outside freezing at step {freeze}.\n\n{}\n\
              ![f over steps](sum-of-squares.png)\n",

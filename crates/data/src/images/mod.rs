@@ -20,7 +20,7 @@ pub use augment::{
 pub use cifar::{CifarKind, read_cifar_file, read_cifar_split};
 pub use mnist_csv::read_mnist_csv;
 
-use crate::{DataError, FashionMnist, IdxImages};
+use crate::{DataError, IdxImages};
 
 /// Labelled byte images, `channels × height × width` each, stored image
 /// after image in CHW order (channel planes, each row-major).
@@ -124,20 +124,6 @@ impl ImageSet {
     }
 }
 
-impl From<FashionMnist> for ImageSet {
-    /// A loaded Fashion-MNIST split (its loader has already checked that
-    /// there is one label in `0..10` per image).
-    fn from(split: FashionMnist) -> Self {
-        Self {
-            channels: 1,
-            height: split.images.rows,
-            width: split.images.cols,
-            pixels: split.images.pixels,
-            labels: split.labels.into_iter().map(u16::from).collect(),
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -160,20 +146,6 @@ mod tests {
         assert_eq!(set.labels, [7, 9]);
         let error = ImageSet::from_idx(idx, &[7]).unwrap_err().to_string();
         assert_eq!(error, "ImageSet: 1 labels for 2 IDX images");
-        let fashion = FashionMnist {
-            images: IdxImages {
-                count: 1,
-                rows: 1,
-                cols: 2,
-                pixels: vec![0, 200],
-            },
-            labels: vec![9],
-        };
-        let set = ImageSet::from(fashion);
-        assert_eq!(
-            (set.image(0), set.labels.as_slice()),
-            (&[0u8, 200][..], &[9u16][..])
-        );
     }
 
     #[test]

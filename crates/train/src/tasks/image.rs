@@ -1,74 +1,23 @@
-//! Image classification: ResNet or VGG on Fashion-MNIST, the MNIST sample
-//! or CIFAR, with the augmentation keyed by `(seed, epoch, image)` so any
+//! Image classification: any image model of terse-models' registry
+//! ([`terse_models::ModelConfig::with_image_model`]: MLP, ResNet, VGG) on Fashion-MNIST,
+//! the MNIST sample or CIFAR, with the augmentation keyed by `(seed, epoch, image)` so any
 //! rank and any resume sees the same crops and flips; accuracy on the whole
 //! test split.
 
 use std::path::Path;
 
-use burn::module::Module;
 use burn::nn::loss::CrossEntropyLossConfig;
-use burn::store::ModuleSnapshot;
 use burn::tensor::{Device, Int, Tensor, TensorData};
 use terse_data::images::{FASHION_MNIST_MEAN, FASHION_MNIST_STD, MNIST_MEAN, MNIST_STD};
 use terse_data::{
     Augment, CifarKind, ImageSet, dataset, read_cifar_split, read_idx_images, read_idx_labels,
     read_mnist_csv,
 };
-use terse_models::{ModelConfig, Resnet, ResnetConfig, Vgg, VggConfig};
+use terse_models::{ImageClassifier, ImageModelVisitor};
 
+use crate::dispatch::TaskAction;
 use crate::trainer::Task;
 use crate::{RunConfig, TaskConfig, TrainError};
-
-/// A model that maps `[batch, C, H, W]` images to class logits.
-pub trait ImageClassifier: Module + ModuleSnapshot {
-    /// Its config in `[model]`.
-    type Config;
-    /// The config of `model`, or an error naming what is wrong.
-    fn config(model: &ModelConfig) -> Result<&Self::Config, TrainError>;
-    /// A new model.
-    fn build(config: &Self::Config, device: &Device) -> Self;
-    /// Class logits.
-    fn logits(&self, images: Tensor<4>) -> Tensor<2>;
-}
-
-impl ImageClassifier for Resnet {
-    type Config = ResnetConfig;
-    fn config(model: &ModelConfig) -> Result<&ResnetConfig, TrainError> {
-        match model {
-            ModelConfig::Resnet(c) => Ok(c),
-            _ => Err(kind_error()),
-        }
-    }
-    fn build(config: &ResnetConfig, device: &Device) -> Self {
-        config.init(device)
-    }
-    fn logits(&self, images: Tensor<4>) -> Tensor<2> {
-        self.forward(images)
-    }
-}
-
-impl ImageClassifier for Vgg {
-    type Config = VggConfig;
-    fn config(model: &ModelConfig) -> Result<&VggConfig, TrainError> {
-        match model {
-            ModelConfig::Vgg(c) => Ok(c),
-            _ => Err(kind_error()),
-        }
-    }
-    fn build(config: &VggConfig, device: &Device) -> Self {
-        config.init(device)
-    }
-    fn logits(&self, images: Tensor<4>) -> Tensor<2> {
-        self.forward(images)
-    }
-}
-
-fn kind_error() -> TrainError {
-    TrainError::InvalidRun {
-        field: "model.kind",
-        reason: "image tasks train `resnet` or `vgg`".into(),
-    }
-}
 
 /// An image-classification task of a run.
 pub struct ImageTask<M: ImageClassifier> {
@@ -146,12 +95,10 @@ fn split_set(all: &ImageSet, cut: usize) -> Result<(ImageSet, ImageSet), TrainEr
     Ok((part(0..cut)?, part(cut..all.len())?))
 }
 
-impl<M: ImageClassifier> ImageTask<M>
-where
-    M::Config: Clone,
-{
-    /// Reads the dataset `config` names (fetched and checked).
-    pub fn prepare(config: &RunConfig) -> Result<Self, TrainError> {
+impl<M: ImageClassifier> ImageTask<M> {
+    /// Reads the dataset `config` names (fetched and checked), for the model
+    /// `model`.
+    pub fn prepare(config: &RunConfig, model: &M::Config) -> Result<Self, TrainError> {
         let TaskConfig::Image {
             dataset,
             dir,
@@ -163,8 +110,6 @@ where
                 reason: "not an image task".into(),
             });
         };
-        let model = config.model.as_ref().ok_or_else(kind_error)?;
-        let model = M::config(model)?.clone();
         let (train, test, mean, std) = read_images(dataset, dir.as_deref())?;
         let plain = Augment::normalize_only(&mean, &std);
         let augment = if *augment {
@@ -176,12 +121,18 @@ where
         } else {
             plain.clone()
         };
+        tracing::info!(
+            "{}: {} training and {} test images",
+            M::name(model),
+            train.len(),
+            test.len()
+        );
         Ok(Self {
             train,
             test,
             augment,
             plain,
-            config: model,
+            config: model.clone(),
             seed: config.train.seed,
         })
     }
@@ -211,10 +162,7 @@ fn labels(set: &ImageSet, indices: &[usize], device: &Device) -> Tensor<1, Int> 
     Tensor::from_data(TensorData::new(values, [indices.len()]), device)
 }
 
-impl<M: ImageClassifier> Task for ImageTask<M>
-where
-    M::Config: Clone + Sync,
-{
+impl<M: ImageClassifier> Task for ImageTask<M> {
     type Model = M;
 
     fn examples(&self) -> usize {
@@ -252,4 +200,33 @@ where
             terse_eval::accuracy(&predictions, &gold),
         )])
     }
+}
+
+/// Prepares the image task of `config` for the model its `[model]` names
+/// (the registry: [`terse_models::ModelConfig::with_image_model`]) and hands it to `action`.
+pub(crate) fn with_image_task<A: TaskAction>(
+    config: &RunConfig,
+    action: A,
+) -> Result<A::Output, TrainError> {
+    struct Prepare<'a, A> {
+        config: &'a RunConfig,
+        action: A,
+    }
+    impl<A: TaskAction> ImageModelVisitor for Prepare<'_, A> {
+        type Output = Result<A::Output, TrainError>;
+        fn visit<M: ImageClassifier>(self, model: &M::Config) -> Self::Output {
+            self.action
+                .act(ImageTask::<M>::prepare(self.config, model)?)
+        }
+    }
+    config
+        .model
+        .as_ref()
+        .and_then(|model| model.with_image_model(Prepare { config, action }))
+        .unwrap_or_else(|| {
+            Err(TrainError::InvalidRun {
+                field: "model.kind",
+                reason: "an image task needs a [model] that classifies images (not BERT)".into(),
+            })
+        })
 }

@@ -1,5 +1,6 @@
 //! The tasks the trainer runs: each turns example indices into a loss on its
 //! model, evaluates on its held-out data and exports what other tools read.
+//! [`crate::dispatch`] picks one from a run config.
 
 mod image;
 mod pretrain;
@@ -7,7 +8,8 @@ mod sentence;
 mod squad;
 mod weights;
 
-pub use image::{ImageClassifier, ImageTask};
+pub use image::ImageTask;
+pub(crate) use image::with_image_task;
 pub use pretrain::PretrainTask;
 pub use sentence::SentenceTask;
 pub use squad::SquadTask;

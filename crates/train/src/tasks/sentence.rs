@@ -120,14 +120,17 @@ impl SentenceTask {
                 .map(|e| Ok(encode_classification(&tokenizer, e, *max_seq)?))
                 .collect()
         };
-        Ok(Self {
+        let task = Self {
             train: encode(&train)?,
             dev: encode(&dev)?,
             labels,
             metric,
             weights,
             pad_id: tokenizer.special().pad,
-        })
+        };
+        let (train, dev) = task.sizes();
+        tracing::info!("{train} training and {dev} held-out examples");
+        Ok(task)
     }
 
     /// Training and held-out example counts.

@@ -66,14 +66,17 @@ impl SquadTask {
             dev_questions.truncate(n);
         }
         let dev = featurizer.featurize(&dev_questions)?;
-        Ok(Self {
+        let task = Self {
             train,
             dev_questions,
             dev,
             weights,
             pad_id: tokenizer.special().pad,
             predictions,
-        })
+        };
+        let (train, questions, dev) = task.sizes();
+        tracing::info!("{train} training windows; {questions} dev questions in {dev} windows");
+        Ok(task)
     }
 
     /// Training windows, dev questions and dev windows.

@@ -1,5 +1,5 @@
-//! `terse sum-of-squares`: minimise `Σ wᵢ²` with any optimizer (Tarasov &
-//! Ershov §3–4, Figs. 1 and 6).
+//! `terse-sum-of-squares`: minimise `Σ wᵢ²` with any optimizer through the
+//! optimizer API alone (Tarasov & Ershov §3–4, Figs. 1 and 6).
 //!
 //! Two coordinates an order of magnitude apart are the smallest model in
 //! which 1-bit compression with one scale per chunk hands the small
@@ -15,28 +15,32 @@
 //! one worker's compression. The output reports the first tile.
 
 use std::io::Write;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
 use std::time::Duration;
 
-use anyhow::{Context, Result, bail};
+use clap::Parser;
 use serde::Deserialize;
 use terse_comm::{Communicator, LocalComm};
 use terse_optim::{LrSchedule, Optimizer, OptimizerConfig, ParamLayout};
-use terse_train::Override;
 
-use crate::launch::lead_result;
-
-/// Arguments of `terse sum-of-squares`.
-#[derive(Debug, clap::Args)]
-pub struct Args {
+/// Minimise a sum of squares with one optimizer (the eps-fix toy problem).
+#[derive(Parser, Debug)]
+#[command(version)]
+struct Args {
     /// TOML with `start`, `steps`, `[optimizer]` and `[schedule]`
     /// (configs/reproduce-eps-fix-sum-of-squares.toml)
     #[arg(long, value_name = "PATH")]
     config: PathBuf,
 
-    /// Set any config field, e.g. `--set optimizer.eps_mode=inside`
-    #[arg(long = "set", value_name = "KEY=VALUE", value_parser = Override::parse)]
-    overrides: Vec<Override>,
+    /// Replace the config's [optimizer] by this TOML table, e.g.
+    /// '{ name = "onebit_adam", freeze_step = 100 }'
+    #[arg(long, value_name = "TOML")]
+    optimizer: Option<String>,
+
+    /// Replace the config's `repeat` (coordinates per block)
+    #[arg(long, value_name = "N")]
+    repeat: Option<usize>,
 
     /// Write one JSON line per step here: step, w (one coordinate per
     /// block), f(w), stage
@@ -65,7 +69,21 @@ struct Problem {
     schedule: LrSchedule,
 }
 
-pub fn run(args: &Args) -> Result<()> {
+fn main() -> ExitCode {
+    let args = Args::parse();
+    match run(&args) {
+        Ok(line) => {
+            println!("{line}");
+            ExitCode::SUCCESS
+        }
+        Err(error) => {
+            eprintln!("terse-sum-of-squares: error: {error}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn run(args: &Args) -> Result<String, String> {
     let problem = load(args)?;
     let start: Vec<f32> = problem
         .start
@@ -75,10 +93,15 @@ pub fn run(args: &Args) -> Result<()> {
     let results = LocalComm::run(problem.workers, Duration::from_secs(600), |comm| {
         minimise(args, &problem, &start, comm)
     });
-    if let Some(line) = lead_result(results)? {
-        println!("{line}");
+    let mut lead = None;
+    for (rank, result) in results.into_iter().enumerate() {
+        match result {
+            Ok(Ok(line)) => lead = lead.or(line),
+            Ok(Err(error)) => return Err(format!("rank {rank}: {error}")),
+            Err(_) => return Err(format!("rank {rank} panicked")),
+        }
     }
-    Ok(())
+    Ok(lead.expect("rank 0 returns the summary"))
 }
 
 /// One rank's run over `workers` tiles of `start`; rank 0 writes the steps
@@ -88,7 +111,7 @@ fn minimise(
     problem: &Problem,
     start: &[f32],
     comm: &dyn Communicator,
-) -> Result<Option<String>> {
+) -> Result<Option<String>, String> {
     let tile = start.len();
     let layout = ParamLayout::from_shapes((0..problem.workers).flat_map(|t| {
         (0..problem.start.len()).map(move |i| (format!("tile{t}.w{i}"), vec![problem.repeat]))
@@ -99,20 +122,23 @@ fn minimise(
         layout,
         comm,
     )
-    .with_context(|| format!("{}", args.config.display()))?;
+    .map_err(|e| format!("{}: {e}", args.config.display()))?;
     let lead = comm.rank() == 0;
     let mut out = match (&args.out, lead) {
         (Some(path), true) => Some(std::io::BufWriter::new(
             std::fs::File::create(path)
-                .with_context(|| format!("cannot create {}", path.display()))?,
+                .map_err(|e| format!("cannot create {}: {e}", path.display()))?,
         )),
         _ => None,
     };
+    let write_error = |e: std::io::Error| format!("cannot write the steps: {e}");
     let mut w: Vec<f32> = start.repeat(problem.workers);
     let mut f = objective(&w[..tile]);
     for _ in 0..problem.steps {
         let mut g: Vec<f32> = w.iter().map(|wi| 2.0 * wi).collect();
-        let report = optimizer.step_flat(&mut w, &mut g, comm)?;
+        let report = optimizer
+            .step_flat(&mut w, &mut g, comm)
+            .map_err(|e| e.to_string())?;
         f = objective(&w[..tile]);
         if let Some(out) = &mut out {
             let line = serde_json::json!({
@@ -122,11 +148,11 @@ fn minimise(
                 "f": f,
                 "stage": report.stage.to_string(),
             });
-            writeln!(out, "{line}")?;
+            writeln!(out, "{line}").map_err(write_error)?;
         }
     }
     if let Some(out) = &mut out {
-        out.flush()?;
+        out.flush().map_err(write_error)?;
     }
     Ok(lead.then(|| {
         format!(
@@ -151,39 +177,39 @@ fn objective(w: &[f32]) -> f64 {
     w.iter().map(|&wi| f64::from(wi) * f64::from(wi)).sum()
 }
 
-fn load(args: &Args) -> Result<Problem> {
-    let path = &args.config;
-    let text =
-        std::fs::read_to_string(path).with_context(|| format!("cannot read {}", path.display()))?;
-    let mut document: toml::Table =
-        toml::from_str(&text).with_context(|| format!("{}", path.display()))?;
-    for o in &args.overrides {
-        o.apply(&mut document)
-            .map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
+/// The problem of `args.config` with the command line's replacements;
+/// errors name the file and the field.
+fn load(args: &Args) -> Result<Problem, String> {
+    let path: &Path = &args.config;
+    let at = |e: &dyn std::fmt::Display| format!("{}: {e}", path.display());
+    let text = std::fs::read_to_string(path).map_err(|e| format!("cannot read {}", at(&e)))?;
+    let mut document: toml::Table = toml::from_str(&text).map_err(|e| at(&e))?;
+    if let Some(optimizer) = &args.optimizer {
+        let table: toml::Table = toml::from_str(&format!("optimizer = {optimizer}"))
+            .map_err(|e| format!("--optimizer {optimizer}: {e}"))?;
+        document.extend(table);
     }
-    let problem: Problem = document
-        .try_into()
-        .with_context(|| format!("{}", path.display()))?;
+    if let Some(repeat) = args.repeat {
+        let repeat = i64::try_from(repeat).map_err(|e| format!("--repeat: {e}"))?;
+        document.insert("repeat".into(), toml::Value::Integer(repeat));
+    }
+    let problem: Problem = document.try_into().map_err(|e| at(&e))?;
     if problem.start.is_empty() || problem.repeat == 0 {
-        bail!(
-            "{}: start and repeat: need at least one coordinate",
-            path.display()
-        );
+        return Err(at(&"start and repeat: need at least one coordinate"));
     }
     if problem.workers < 2 {
-        bail!(
-            "{}: workers = {}: needs at least 2 (a world of one does not compress)",
-            path.display(),
+        return Err(at(&format_args!(
+            "workers = {}: needs at least 2 (a world of one does not compress)",
             problem.workers
-        );
+        )));
     }
     problem
         .optimizer
         .validate()
-        .with_context(|| format!("{}: [optimizer]", path.display()))?;
+        .map_err(|e| at(&format_args!("[optimizer]: {e}")))?;
     problem
         .schedule
         .validate()
-        .with_context(|| format!("{}: [schedule]", path.display()))?;
+        .map_err(|e| at(&format_args!("[schedule]: {e}")))?;
     Ok(problem)
 }

@@ -1,0 +1,143 @@
+//! How a training run becomes one or more ranks and runs its task.
+//!
+//! Started by `mpirun`, each process is one MPI rank; otherwise `ranks`
+//! threads of this process form a `local` world (the same algorithms, error
+//! feedback and masks, on one machine), and one rank runs alone. The task is
+//! prepared once per process ([`with_task`]) and shared by its ranks.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use terse_comm::{Communicator, LocalComm, MpiComm, SingleRank};
+
+use crate::dispatch::{TaskAction, with_task};
+use crate::metrics::RunSummary;
+use crate::{RunConfig, Task, TrainError, Trainer, logging, signals};
+
+/// Where and how a run goes, beyond its config.
+#[derive(Debug, Clone)]
+pub struct Launch {
+    /// metrics.jsonl, config.toml, terse.log, checkpoints/ and export/.
+    pub run_dir: PathBuf,
+    /// Continue from the run directory's newest checkpoint.
+    pub resume: bool,
+    /// Ranks as threads of this process when not started by `mpirun`.
+    pub ranks: usize,
+    /// Show a progress bar.
+    pub progress: bool,
+}
+
+/// Trains the task of `config` on every rank of the backend this process
+/// was started for; returns the lead rank's summary (`None` on the other
+/// MPI ranks).
+pub fn train(config: &RunConfig, launch: &Launch) -> Result<Option<RunSummary>, TrainError> {
+    signals::install();
+    let trainer = Trainer {
+        config,
+        run_dir: &launch.run_dir,
+        resume: launch.resume,
+        progress: launch.progress,
+    };
+    let predictions = launch.run_dir.join("predictions.json");
+    if MpiComm::launched_by_mpirun() {
+        let comm = MpiComm::init()?;
+        announce(&comm, config, &launch.run_dir);
+        let on = TrainOn::Process(&comm, &trainer);
+        let result = with_task(config, &comm, &predictions, on);
+        if let Err(e) = &result
+            && !matches!(e, TrainError::Interrupted { .. })
+        {
+            tracing::error!("rank {}: {e}", comm.rank());
+            comm.abort(&e.to_string());
+        }
+        result
+    } else if launch.ranks > 1 {
+        let on = TrainOn::Threads(launch.ranks, &trainer);
+        with_task(config, &SingleRank::new(), &predictions, on)
+    } else {
+        let comm = SingleRank::new();
+        announce(&comm, config, &launch.run_dir);
+        with_task(
+            config,
+            &comm,
+            &predictions,
+            TrainOn::Process(&comm, &trainer),
+        )
+    }
+}
+
+/// Training as a [`TaskAction`]: on this process's one rank, or on a world
+/// of threads sharing the task.
+enum TrainOn<'a> {
+    Process(&'a dyn Communicator, &'a Trainer<'a>),
+    Threads(usize, &'a Trainer<'a>),
+}
+
+impl TaskAction for TrainOn<'_> {
+    type Output = Option<RunSummary>;
+
+    fn act<T: Task>(self, task: T) -> Result<Self::Output, TrainError> {
+        match self {
+            Self::Process(comm, trainer) => {
+                let outcome = trainer.run(&task, comm)?;
+                Ok((comm.rank() == 0).then_some(outcome.summary))
+            }
+            Self::Threads(ranks, trainer) => {
+                // No rank waits for another longer than a whole evaluation.
+                let results = LocalComm::run(ranks, Duration::from_secs(6 * 3600), |comm| {
+                    announce(comm, trainer.config, trainer.run_dir);
+                    let outcome = trainer.run(&task, comm)?;
+                    Ok((comm.rank() == 0).then_some(outcome.summary))
+                });
+                lead_result(results)
+            }
+        }
+    }
+}
+
+/// What the lead rank returned from a [`LocalComm::run`] whose ranks return
+/// `Some` on the lead only, or the first failure: a rank's error (named by
+/// its rank) or its panic.
+pub fn lead_result<T>(
+    results: Vec<std::thread::Result<Result<Option<T>, TrainError>>>,
+) -> Result<Option<T>, TrainError> {
+    let mut lead = None;
+    for (rank, result) in results.into_iter().enumerate() {
+        match result {
+            Ok(Ok(Some(value))) => lead = Some(value),
+            Ok(Ok(None)) => {}
+            Ok(Err(error)) => {
+                return Err(TrainError::Rank {
+                    rank,
+                    error: Box::new(error),
+                });
+            }
+            Err(_) => return Err(TrainError::Panicked { rank }),
+        }
+    }
+    Ok(lead)
+}
+
+/// Tags this thread's log lines with the rank, sends them to the run
+/// directory's terse.log, and has rank 0 say what runs.
+fn announce(comm: &dyn Communicator, config: &RunConfig, run_dir: &Path) {
+    logging::set_rank(comm.rank());
+    if let Err(e) = logging::attach_run_dir(run_dir) {
+        tracing::warn!(
+            "cannot write {}: {e}",
+            run_dir.join(logging::LOG_FILE).display()
+        );
+    }
+    if comm.rank() == 0 {
+        tracing::info!(
+            "{} rank(s) ({}), optimizer {}, {} steps of global batch {} (micro-batch {}), run directory {}",
+            comm.world_size(),
+            comm.backend(),
+            config.optimizer.name(),
+            config.train.steps,
+            config.train.global_batch,
+            config.train.micro_batch,
+            run_dir.display()
+        );
+    }
+}
