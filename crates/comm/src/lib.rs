@@ -9,6 +9,7 @@
 //! counted by a [`TrafficMeter`].
 #![warn(missing_docs)]
 
+pub mod analytic;
 mod communicator;
 mod compressed;
 mod error;

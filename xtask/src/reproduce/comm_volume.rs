@@ -21,17 +21,20 @@ use crate::netlab::lab::{Lab, Shape};
 /// BERT-base's parameter count.
 const BERT_BASE: u64 = 110_000_000;
 
+/// terse-comm's analytic volumes (ALGORITHMS.md), compiled here from the
+/// same file: xtask links no workspace crate.
+#[path = "../../../crates/comm/src/analytic.rs"]
+#[allow(dead_code)]
+mod analytic_volumes;
+
 /// Analytic bytes one rank sends per step in each stage, for `d` elements
-/// on `n` ranks: a ring fp32 allreduce `2(n-1)/n·4d`; the 1-bit allreduce
-/// `2(n-1)/n·d/8` (signs; the per-chunk scales are bytes, not per-element);
-/// SLAMB's selected values `2(n-1)/n·4·(k·d_hashed + d_small)`.
+/// on [`RANKS`] ranks (`small` of them always synchronised by SLAMB, whose
+/// `k` is 0.1 here).
 fn analytic(optimizer: &str, compressed: bool, d: f64, small: f64) -> f64 {
-    let n = RANKS as f64;
-    let ring = 2.0 * (n - 1.0) / n;
     match (optimizer, compressed) {
-        (_, false) => ring * 4.0 * d,
-        ("slamb", true) => ring * 4.0 * (0.1 * (d - small) + small),
-        (_, true) => ring * d / 8.0,
+        (_, false) => analytic_volumes::fp32_allreduce_bytes(d, RANKS),
+        ("slamb", true) => analytic_volumes::sparse_allreduce_bytes(d, RANKS, 0.1, small),
+        (_, true) => analytic_volumes::onebit_allreduce_bytes(d, RANKS),
     }
 }
 
