@@ -37,21 +37,18 @@ pub struct Args {
 pub fn run(args: &Args) -> Result<()> {
     let dataset = args.dataset.as_deref().unwrap_or(DEFAULT_DATASET);
     let default = format!("configs/train-{}-{dataset}.toml", args.model);
-    let config = match &args.run.config {
-        Some(_) => args.run.config_or(&default)?,
-        None if std::path::Path::new(&default).exists() => default.into(),
-        None => {
-            let shipped = shipped_models(std::path::Path::new("configs"), dataset);
-            bail!(
-                "{default}: no such config; models shipped for {dataset}: {} (or pass --config)",
-                if shipped.is_empty() {
-                    "none".to_string()
-                } else {
-                    shipped.join(", ")
-                }
-            )
-        }
-    };
+    if args.run.config.is_none() && !std::path::Path::new(&default).exists() {
+        let shipped = shipped_models(std::path::Path::new("configs"), dataset);
+        bail!(
+            "{default}: no such config; models shipped for {dataset}: {} (or pass --config)",
+            if shipped.is_empty() {
+                "none".to_string()
+            } else {
+                shipped.join(", ")
+            }
+        )
+    }
+    let config = args.run.config_or(&default)?;
     let mut terse = vec!["train".to_string(), args.model.clone()];
     if let Some(dataset) = &args.dataset {
         terse.extend(["--dataset".into(), dataset.clone()]);

@@ -98,7 +98,7 @@ impl TaskAction for TrainOn<'_> {
 /// What the lead rank returned from a [`LocalComm::run`] whose ranks return
 /// `Some` on the lead only, or the first failure: a rank's error (named by
 /// its rank) or its panic.
-pub fn lead_result<T>(
+fn lead_result<T>(
     results: Vec<std::thread::Result<Result<Option<T>, TrainError>>>,
 ) -> Result<Option<T>, TrainError> {
     let mut lead = None;

@@ -24,7 +24,6 @@ const BERT_BASE: u64 = 110_000_000;
 /// terse-comm's analytic volumes (ALGORITHMS.md), compiled here from the
 /// same file: xtask links no workspace crate.
 #[path = "../../../crates/comm/src/analytic.rs"]
-#[allow(dead_code)]
 mod analytic_volumes;
 
 /// Analytic bytes one rank sends per step in each stage, for `d` elements
