@@ -13,6 +13,7 @@ use burn::nn::{
 use burn::tensor::activation::relu;
 use burn::tensor::{Device, Tensor};
 use serde::{Deserialize, Serialize};
+use terse_kernels::fused;
 
 use crate::ImageClassifier;
 use crate::image_classifier::serde_name;
@@ -204,7 +205,7 @@ impl Vgg {
         for (i, linear) in self.classifier.iter().enumerate() {
             z = linear.forward(z);
             if i < last {
-                z = self.dropout.forward(relu(z));
+                z = fused::dropout(relu(z), &self.dropout);
             }
         }
         z

@@ -11,10 +11,14 @@
 //! - [`mask`]: SLAMB's counter-based hash mask and cyclic mask, and the masked
 //!   gather and scatter;
 //! - [`worker`] and [`tensor`]: the worker side of the compressed allreduce
-//!   over host slices or burn tensors on any device (one API).
+//!   over host slices or burn tensors on any device (one API);
+//! - [`fused`]: BERT's training ops (LayerNorm, attention softmax, bias +
+//!   GELU, counter-based dropout, cross-entropy) fused on flex, forward and
+//!   backward, as a burn backend extension.
 #![warn(missing_docs)]
 
 pub mod device;
+pub mod fused;
 pub mod mask;
 pub mod onebit;
 pub mod server;

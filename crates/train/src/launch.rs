@@ -84,15 +84,42 @@ impl TaskAction for TrainOn<'_> {
             }
             Self::Threads(ranks, trainer) => {
                 // No rank waits for another longer than a whole evaluation.
+                let threads = threads_per_rank(ranks);
                 let results = LocalComm::run(ranks, Duration::from_secs(6 * 3600), |comm| {
                     announce(comm, trainer.config, trainer.run_dir);
-                    let outcome = trainer.run(&task, comm)?;
+                    // The rank's own pool: its kernels and matmuls stay on
+                    // its share of the cores instead of queueing in rayon's
+                    // one global pool behind the other ranks' work.
+                    let rank = comm.rank();
+                    let pool = rayon::ThreadPoolBuilder::new()
+                        .num_threads(threads)
+                        .thread_name(move |i| format!("rank-{rank}-{i}"))
+                        .build()
+                        .map_err(|e| TrainError::Io {
+                            path: trainer.run_dir.to_path_buf(),
+                            source: std::io::Error::other(format!(
+                                "cannot start rank {rank}'s {threads} threads: {e}"
+                            )),
+                        })?;
+                    let outcome = pool.install(|| trainer.run(&task, comm))?;
                     Ok((comm.rank() == 0).then_some(outcome.summary))
                 });
                 lead_result(results)
             }
         }
     }
+}
+
+/// Threads of each of `ranks` local ranks: the cores (or
+/// `RAYON_NUM_THREADS`) divided among them, at least one each, as MPI ranks
+/// get through `RAYON_NUM_THREADS`.
+fn threads_per_rank(ranks: usize) -> usize {
+    let cores = std::env::var("RAYON_NUM_THREADS")
+        .ok()
+        .and_then(|v| v.parse::<usize>().ok())
+        .filter(|&n| n > 0)
+        .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
+    (cores / ranks.max(1)).max(1)
 }
 
 /// What the lead rank returned from a [`LocalComm::run`] whose ranks return

@@ -19,6 +19,7 @@ use burn::module::Module;
 use burn::store::{ModuleSnapshot, SafetensorsStore};
 use burn::tensor::{Device, Tensor, TensorData};
 use terse_comm::{Communicator, ReduceOp};
+use terse_kernels::fused::{DropoutStream, with_dropout_stream};
 use terse_optim::{
     Optimizer, ParamLayout, gather_grads, gather_params, tensor_to_host, write_back,
 };
@@ -133,8 +134,11 @@ impl<T: Task> Task for &T {
     }
 }
 
-/// Serialises seeding + forward across the threads of one process.
-static FORWARD: Mutex<()> = Mutex::new(());
+/// Serialises seeding + parameter initialisation across the threads of one
+/// process: burn draws initial weights from its one device generator.
+/// Forward passes need no lock: dropout masks are counter-based
+/// ([`DropoutStream`]), so local ranks run forward and backward concurrently.
+static INIT: Mutex<()> = Mutex::new(());
 
 /// One run of the loop.
 pub struct Trainer<'a> {
@@ -163,14 +167,6 @@ pub struct RunOutcome<M> {
     pub model: M,
     /// Totals of this session's steps and the final evaluation.
     pub summary: RunSummary,
-}
-
-/// A key for the backend RNG: the same on every run, different for every
-/// forward pass of the run.
-fn forward_seed(seed: u64, step: u64, rank: usize, micro: usize) -> u64 {
-    let mut rng =
-        terse_rng::SplitMix64::keyed(seed, &[0x4452_4f50, step, rank as u64, micro as u64]);
-    rng.next_u64()
 }
 
 impl Trainer<'_> {
@@ -212,7 +208,7 @@ impl Trainer<'_> {
 
         let device = Device::flex().autodiff();
         let (mut model, layout) = {
-            let _turn = FORWARD.lock().unwrap_or_else(|p| p.into_inner());
+            let _turn = INIT.lock().unwrap_or_else(|p| p.into_inner());
             device.seed(cfg.train.seed);
             let model = task.init(&device)?;
             // burn initialises parameters lazily, on first use: draw them
@@ -344,7 +340,7 @@ impl Trainer<'_> {
     }
 
     /// This rank's mean gradient over its share of step `t`, micro-batch by
-    /// micro-batch, with the dropout RNG re-seeded before each forward.
+    /// micro-batch, each forward with its own dropout stream.
     fn local_gradient<T: Task>(
         &self,
         task: &T,
@@ -361,11 +357,8 @@ impl Trainer<'_> {
         let count = micro_batches.len();
         for (micro, examples) in micro_batches.enumerate() {
             let clock = Instant::now();
-            let loss = {
-                let _turn = FORWARD.lock().unwrap_or_else(|p| p.into_inner());
-                device.seed(forward_seed(seed, t, rank, micro));
-                task.loss(model, examples, epoch, device)?
-            };
+            let stream = DropoutStream::new(seed, t, rank, micro);
+            let loss = with_dropout_stream(stream, || task.loss(model, examples, epoch, device))?;
             forward_ms += ms(clock);
             let clock = Instant::now();
             let grads = loss.backward();

@@ -5,6 +5,7 @@ use burn::nn::{
     Dropout, DropoutConfig, Embedding, EmbeddingConfig, Initializer, LayerNorm, LayerNormConfig,
 };
 use burn::tensor::{Device, Int, Tensor};
+use terse_kernels::fused;
 
 use super::BertConfig;
 
@@ -20,6 +21,7 @@ pub struct BertEmbeddings {
     /// HuggingFace `embeddings.LayerNorm`.
     pub layer_norm: LayerNorm,
     dropout: Dropout,
+    layer_norm_eps: f64,
 }
 
 impl BertEmbeddings {
@@ -42,6 +44,7 @@ impl BertEmbeddings {
                 .with_epsilon(config.layer_norm_eps)
                 .init(device),
             dropout: DropoutConfig::new(config.hidden_dropout_prob).init(),
+            layer_norm_eps: config.layer_norm_eps,
         }
     }
 
@@ -58,6 +61,7 @@ impl BertEmbeddings {
         let x = self.word_embeddings.forward(input_ids)
             + self.token_type_embeddings.forward(token_type_ids)
             + positions;
-        self.dropout.forward(self.layer_norm.forward(x))
+        let x = fused::layer_norm(x, &self.layer_norm, self.layer_norm_eps);
+        fused::dropout(x, &self.dropout)
     }
 }

@@ -4,10 +4,10 @@
 //! (GLUE). Field names follow HuggingFace's classes.
 
 use burn::module::{Module, Param};
-use burn::nn::loss::{CrossEntropyLossConfig, MseLoss, Reduction};
+use burn::nn::loss::{MseLoss, Reduction};
 use burn::nn::{Dropout, DropoutConfig, LayerNorm, Linear};
-use burn::tensor::activation::gelu;
 use burn::tensor::{Device, Int, Tensor};
+use terse_kernels::fused;
 
 use super::layer::{dense, layer_norm};
 use super::{BertConfig, BertInput, BertModel};
@@ -20,6 +20,7 @@ pub struct BertPredictionTransform {
     pub dense: Linear,
     /// HuggingFace `LayerNorm`.
     pub layer_norm: LayerNorm,
+    layer_norm_eps: f64,
 }
 
 /// The MLM head (HuggingFace `cls.predictions`): the decoder weight is the
@@ -74,6 +75,7 @@ impl BertForPreTraining {
                     transform: BertPredictionTransform {
                         dense: dense(&config, h, h, device),
                         layer_norm: layer_norm(&config, device),
+                        layer_norm_eps: config.layer_norm_eps,
                     },
                     bias: Param::from_tensor(Tensor::zeros([config.vocab_size], device)),
                 },
@@ -89,10 +91,12 @@ impl BertForPreTraining {
         let [batch, seq, hidden] = out.hidden.dims();
         let at_masks = out.hidden.reshape([batch * seq, hidden]).select(0, masked);
         let p = &self.cls.predictions;
-        let h = p
-            .transform
-            .layer_norm
-            .forward(gelu(p.transform.dense.forward(at_masks)));
+        let t = &p.transform;
+        let h = fused::layer_norm(
+            fused::dense_gelu(at_masks, &t.dense),
+            &t.layer_norm,
+            t.layer_norm_eps,
+        );
         let decoder = self.bert.embeddings.word_embeddings.weight.val();
         let mlm_logits = h.matmul(decoder.transpose()) + p.bias.val().unsqueeze_dim(0);
         let pooled = out.pooled.expect("BertForPreTraining always has a pooler");
@@ -109,10 +113,8 @@ impl BertForPreTraining {
         mlm_labels: Tensor<1, Int>,
         nsp_labels: Tensor<1, Int>,
     ) -> Tensor<1> {
-        let device = mlm_labels.device();
-        let ce = CrossEntropyLossConfig::new().init(&device);
-        ce.forward(out.mlm_logits.clone(), mlm_labels)
-            + ce.forward(out.nsp_logits.clone(), nsp_labels)
+        fused::cross_entropy(out.mlm_logits.clone(), mlm_labels)
+            + fused::cross_entropy(out.nsp_logits.clone(), nsp_labels)
     }
 }
 
@@ -160,8 +162,8 @@ impl BertForQuestionAnswering {
         start_positions: Tensor<1, Int>,
         end_positions: Tensor<1, Int>,
     ) -> Tensor<1> {
-        let ce = CrossEntropyLossConfig::new().init(&start.device());
-        (ce.forward(start, start_positions) + ce.forward(end, end_positions)).div_scalar(2.0)
+        (fused::cross_entropy(start, start_positions) + fused::cross_entropy(end, end_positions))
+            .div_scalar(2.0)
     }
 }
 
@@ -193,14 +195,13 @@ impl BertForSequenceClassification {
     /// Logits `[batch, labels]` (scores `[batch, 1]` for regression).
     pub fn forward(&self, input: BertInput) -> Tensor<2> {
         let pooled = self.bert.forward(input).pooled.expect("a pooler");
-        self.classifier.forward(self.dropout.forward(pooled))
+        self.classifier
+            .forward(fused::dropout(pooled, &self.dropout))
     }
 
     /// Cross-entropy over class labels `[batch]`.
     pub fn classification_loss(&self, logits: Tensor<2>, labels: Tensor<1, Int>) -> Tensor<1> {
-        CrossEntropyLossConfig::new()
-            .init(&logits.device())
-            .forward(logits, labels)
+        fused::cross_entropy(logits, labels)
     }
 
     /// Mean squared error against targets `[batch]` (regression).

@@ -6,8 +6,8 @@ use burn::module::Module;
 use burn::nn::{
     Dropout, DropoutConfig, Initializer, LayerNorm, LayerNormConfig, Linear, LinearConfig,
 };
-use burn::tensor::activation::{gelu, softmax};
 use burn::tensor::{Device, Tensor};
+use terse_kernels::fused;
 
 use super::{BertConfig, LayerNormPlacement};
 
@@ -57,16 +57,16 @@ impl BertSelfAttention {
             .swap_dims(1, 2)
     }
 
-    /// `mask_bias` `[batch, 1, 1, seq]` is 0 on real tokens and the lowest
-    /// float on padding, added to the scores before the softmax.
-    fn forward(&self, x: Tensor<3>, mask_bias: Tensor<4>) -> Tensor<3> {
+    /// `mask_bias` `[batch, seq]` is 0 on real tokens and the lowest float
+    /// on padding, added to the scores before the softmax.
+    fn forward(&self, x: Tensor<3>, mask_bias: Tensor<2>) -> Tensor<3> {
         let [batch, seq, hidden] = x.dims();
         let scale = 1.0 / ((hidden / self.heads) as f64).sqrt();
         let q = self.split_heads(self.query.forward(x.clone()));
         let k = self.split_heads(self.key.forward(x.clone()));
         let v = self.split_heads(self.value.forward(x));
-        let scores = q.matmul(k.swap_dims(2, 3)).mul_scalar(scale) + mask_bias;
-        let probs = self.dropout.forward(softmax(scores, 3));
+        let scores = q.matmul(k.swap_dims(2, 3));
+        let probs = fused::attention_probs(scores, mask_bias, scale, &self.dropout);
         probs
             .matmul(v)
             .swap_dims(1, 2)
@@ -84,6 +84,7 @@ pub struct BertResidual {
     /// HuggingFace `LayerNorm`.
     pub layer_norm: LayerNorm,
     dropout: Dropout,
+    layer_norm_eps: f64,
 }
 
 impl BertResidual {
@@ -92,7 +93,17 @@ impl BertResidual {
             dense: dense(config, d_in, config.hidden_size, device),
             layer_norm: layer_norm(config, device),
             dropout: DropoutConfig::new(config.hidden_dropout_prob).init(),
+            layer_norm_eps: config.layer_norm_eps,
         }
+    }
+
+    /// Dropout of the projection of `h`.
+    fn project(&self, h: Tensor<3>) -> Tensor<3> {
+        fused::dropout(self.dense.forward(h), &self.dropout)
+    }
+
+    fn norm(&self, x: Tensor<3>) -> Tensor<3> {
+        fused::layer_norm(x, &self.layer_norm, self.layer_norm_eps)
     }
 }
 
@@ -108,7 +119,7 @@ pub struct BertAttention {
 /// The feed-forward block's expansion (HuggingFace `intermediate`).
 #[derive(Module, Debug)]
 pub struct BertIntermediate {
-    /// hidden → intermediate, followed by exact GELU.
+    /// hidden → intermediate, followed by exact GELU (fused with the bias).
     pub dense: Linear,
 }
 
@@ -142,27 +153,23 @@ impl BertLayer {
 
     /// # Shapes
     /// `[batch, seq, hidden]` → `[batch, seq, hidden]`.
-    pub fn forward(&self, x: Tensor<3>, mask_bias: Tensor<4>) -> Tensor<3> {
+    pub fn forward(&self, x: Tensor<3>, mask_bias: Tensor<2>) -> Tensor<3> {
         let attn = &self.attention.output;
         let ffn = &self.output;
-        let feed_forward = |h: Tensor<3>| {
-            ffn.dropout
-                .forward(ffn.dense.forward(gelu(self.intermediate.dense.forward(h))))
-        };
+        let feed_forward =
+            |h: Tensor<3>| ffn.project(fused::dense_gelu(h, &self.intermediate.dense));
         if self.pre_ln {
             let h = self
                 .attention
                 .self_attention
-                .forward(attn.layer_norm.forward(x.clone()), mask_bias);
-            let x = x + attn.dropout.forward(attn.dense.forward(h));
-            let h = feed_forward(ffn.layer_norm.forward(x.clone()));
+                .forward(attn.norm(x.clone()), mask_bias);
+            let x = x + attn.project(h);
+            let h = feed_forward(ffn.norm(x.clone()));
             x + h
         } else {
             let h = self.attention.self_attention.forward(x.clone(), mask_bias);
-            let x = attn
-                .layer_norm
-                .forward(attn.dropout.forward(attn.dense.forward(h)) + x);
-            ffn.layer_norm.forward(feed_forward(x.clone()) + x)
+            let x = attn.norm(attn.project(h) + x);
+            ffn.norm(feed_forward(x.clone()) + x)
         }
     }
 }

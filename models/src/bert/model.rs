@@ -4,6 +4,7 @@
 use burn::module::Module;
 use burn::nn::{LayerNorm, Linear};
 use burn::tensor::{Device, Int, Tensor};
+use terse_kernels::fused;
 
 use super::layer::{dense, layer_norm};
 use super::{BertConfig, BertEmbeddings, BertLayer, LayerNormPlacement};
@@ -46,6 +47,7 @@ pub struct BertEncoder {
     pub layer: Vec<BertLayer>,
     /// Pre-LN only: the LayerNorm after the last layer.
     pub final_layer_norm: Option<LayerNorm>,
+    layer_norm_eps: f64,
 }
 
 /// `tanh(W·h_[CLS] + b)` (HuggingFace `pooler`).
@@ -87,6 +89,7 @@ impl BertConfig {
                     .collect(),
                 final_layer_norm: (self.layer_norm == LayerNormPlacement::Pre)
                     .then(|| layer_norm(self, device)),
+                layer_norm_eps: self.layer_norm_eps,
             },
             pooler: self.pooler.then(|| BertPooler {
                 dense: dense(self, self.hidden_size, self.hidden_size, device),
@@ -99,15 +102,14 @@ impl BertModel {
     /// # Shapes
     /// `[batch, seq]` inputs → `[batch, seq, hidden]` (+ `[batch, hidden]` pooled).
     pub fn forward(&self, input: BertInput) -> BertOutput {
-        let [batch, seq] = input.input_ids.dims();
+        let [batch, _] = input.input_ids.dims();
         // 0 where attended, the lowest float where padded (as HuggingFace).
         let mask_bias = input
             .attention_mask
             .float()
             .neg()
             .add_scalar(1.0)
-            .mul_scalar(f32::MIN)
-            .reshape([batch, 1, 1, seq]);
+            .mul_scalar(f32::MIN);
         let mut x = self
             .embeddings
             .forward(input.input_ids, input.token_type_ids);
@@ -115,7 +117,7 @@ impl BertModel {
             x = layer.forward(x, mask_bias.clone());
         }
         if let Some(norm) = &self.encoder.final_layer_norm {
-            x = norm.forward(x);
+            x = fused::layer_norm(x, norm, self.encoder.layer_norm_eps);
         }
         let pooled = self.pooler.as_ref().map(|pooler| {
             let [_, _, hidden] = x.dims();

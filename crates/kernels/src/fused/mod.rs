@@ -1,0 +1,144 @@
+//! Fused training ops for the flex CPU backend (issue: BERT's training step
+//! spent more time in chains of small ops than in its matmuls). Each
+//! function takes burn tensors and modules, runs the fused kernel on flex
+//! (with a hand-written backward under autodiff), and falls back to burn's
+//! own ops on any other backend, where nothing changes except that dropout
+//! masks come from terse's counter-based hash on every backend.
+//!
+//! - [`layer_norm`]: LayerNorm over the last dimension;
+//! - [`attention_probs`]: scale + additive mask + softmax + dropout;
+//! - [`dense_gelu`]: a linear layer's bias with the exact GELU;
+//! - [`dropout`]: counter-based dropout ([`DropoutStream`]);
+//! - [`cross_entropy`]: mean cross-entropy from logits.
+
+mod attention_probs;
+mod bias_gelu;
+mod cross_entropy;
+mod dropout;
+mod extension;
+mod layer_norm;
+mod rows;
+pub mod vector_math;
+
+use burn::backend::Dispatch;
+use burn::nn::loss::CrossEntropyLossConfig;
+use burn::nn::{Dropout, LayerNorm, Linear};
+use burn::tensor::activation::{gelu, softmax};
+use burn::tensor::{Device, Int, Tensor, TensorData};
+
+pub use attention_probs::{ScoresShape, attention_probs_backward, attention_probs_forward};
+pub use bias_gelu::{bias_gelu_backward, bias_gelu_forward};
+pub use cross_entropy::{cross_entropy_backward, cross_entropy_forward};
+pub use dropout::{DropoutStream, SiteMask, with_dropout_stream};
+pub use extension::FusedOps;
+pub use layer_norm::{LayerNormStats, layer_norm_backward, layer_norm_forward};
+
+/// Elements per parallel work item of the elementwise loops.
+const PIECE: usize = 1 << 14;
+
+/// Whether tensors on `device` are flex tensors (with or without
+/// autodiff): the fused kernels apply.
+pub fn is_flex(device: &Device) -> bool {
+    device.clone().without_autodiff() == Device::flex()
+}
+
+/// LayerNorm over the last dimension with `norm`'s γ and β and `eps`
+/// (burn's `LayerNorm` keeps its ε private; the model config has it).
+pub fn layer_norm<const D: usize>(x: Tensor<D>, norm: &LayerNorm, eps: f64) -> Tensor<D> {
+    match &norm.beta {
+        Some(beta) if is_flex(&x.device()) => {
+            Tensor::from_dispatch(<Dispatch as FusedOps>::fused_layer_norm(
+                x.into_dispatch(),
+                norm.gamma.val().into_dispatch(),
+                beta.val().into_dispatch(),
+                eps as f32,
+            ))
+        }
+        _ => norm.forward(x),
+    }
+}
+
+/// `dropout(softmax(scores·scale + mask_bias))` over the last axis; scores
+/// `[batch, heads, queries, keys]`, `mask_bias` `[batch, keys]` (0 where
+/// attended, the lowest float on padding).
+pub fn attention_probs(
+    scores: Tensor<4>,
+    mask_bias: Tensor<2>,
+    scale: f64,
+    layer: &Dropout,
+) -> Tensor<4> {
+    if is_flex(&scores.device()) {
+        let (prob, key) = match site(layer, &scores.device()) {
+            Some(key) => (layer.prob as f32, key),
+            None => (0.0, 0),
+        };
+        return Tensor::from_dispatch(<Dispatch as FusedOps>::fused_attention_probs(
+            scores.into_dispatch(),
+            mask_bias.into_dispatch(),
+            scale as f32,
+            prob,
+            key,
+        ));
+    }
+    let [batch, keys] = mask_bias.dims();
+    let z = scores.mul_scalar(scale) + mask_bias.reshape([batch, 1, 1, keys]);
+    dropout(softmax(z, 3), layer)
+}
+
+/// `gelu(x·W + b)` of a linear layer, the bias added inside the fused GELU.
+pub fn dense_gelu<const D: usize>(x: Tensor<D>, dense: &Linear) -> Tensor<D> {
+    match &dense.bias {
+        Some(bias) if is_flex(&x.device()) => {
+            let h = burn::tensor::module::linear(x, dense.weight.val(), None);
+            Tensor::from_dispatch(<Dispatch as FusedOps>::fused_bias_gelu(
+                h.into_dispatch(),
+                bias.val().into_dispatch(),
+            ))
+        }
+        _ => gelu(dense.forward(x)),
+    }
+}
+
+/// `layer`'s dropout with a counter-based mask: identity outside training
+/// (no autodiff, or the layer's training flag off) and at probability 0.
+pub fn dropout<const D: usize>(x: Tensor<D>, layer: &Dropout) -> Tensor<D> {
+    let device = x.device();
+    let Some(key) = site(layer, &device) else {
+        return x;
+    };
+    let prob = layer.prob as f32;
+    if is_flex(&device) {
+        return Tensor::from_dispatch(<Dispatch as FusedOps>::fused_dropout(
+            x.into_dispatch(),
+            prob,
+            key,
+        ));
+    }
+    // Other backends: the same mask, made on the host.
+    let mask = SiteMask::new(prob, key);
+    let shape = x.shape();
+    let factors: Vec<f32> = (0..shape.num_elements()).map(|j| mask.factor(j)).collect();
+    let factors = Tensor::<D>::from_data(TensorData::new(factors, shape), &device);
+    x * factors
+}
+
+/// Mean cross-entropy of `logits` `[n, classes]` against `labels` `[n]`.
+pub fn cross_entropy(logits: Tensor<2>, labels: Tensor<1, Int>) -> Tensor<1> {
+    let device = logits.device();
+    if is_flex(&device) {
+        return Tensor::from_dispatch(<Dispatch as FusedOps>::fused_cross_entropy(
+            logits.into_dispatch(),
+            labels.into_dispatch(),
+        ));
+    }
+    CrossEntropyLossConfig::new()
+        .init(&device)
+        .forward(logits, labels)
+}
+
+/// The mask key of this dropout call, `None` when the layer is inactive.
+/// Every active call takes the next site of the thread's stream.
+fn site(layer: &Dropout, device: &Device) -> Option<u64> {
+    (layer.training.is_enabled() && device.is_autodiff() && layer.prob > 0.0)
+        .then(dropout::next_site_key)
+}

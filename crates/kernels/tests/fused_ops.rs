@@ -1,0 +1,227 @@
+//! Each fused op against burn's unfused composition of the same function
+//! (burn's LayerNorm module, softmax, GELU, cross-entropy, and dropout as a
+//! product with the same keep mask) on random inputs of several shapes,
+//! odd sizes and padding included: the forward value and the gradient of
+//! every input agree within 1e-5 relative (max |fused − burn| over max
+//! |burn|).
+
+use burn::nn::loss::CrossEntropyLossConfig;
+use burn::nn::{DropoutConfig, LayerNormConfig, LinearConfig};
+use burn::tensor::activation::{gelu, softmax};
+use burn::tensor::{Device, Int, Tensor, TensorData};
+use terse_kernels::fused::{self, DropoutStream, SiteMask, with_dropout_stream};
+use terse_rng::SplitMix64;
+
+fn device() -> Device {
+    Device::flex().autodiff()
+}
+
+fn random<const D: usize>(rng: &mut SplitMix64, shape: [usize; D], spread: f32) -> Tensor<D> {
+    let n = shape.iter().product();
+    let v: Vec<f32> = (0..n)
+        .map(|_| ((rng.next_u64() % 20_001) as f32 / 10_000.0 - 1.0) * spread)
+        .collect();
+    Tensor::from_data(TensorData::new(v, shape), &device())
+}
+
+fn values<const D: usize>(t: &Tensor<D>) -> Vec<f32> {
+    t.clone().inner().into_data().to_vec::<f32>().unwrap()
+}
+
+#[track_caller]
+fn assert_close<const D: usize>(what: &str, fused: &Tensor<D>, burn: &Tensor<D>) {
+    let (a, b) = (values(fused), values(burn));
+    assert_eq!(a.len(), b.len(), "{what}: lengths");
+    let scale = b.iter().fold(0.0f32, |m, v| m.max(v.abs())).max(1e-20);
+    let worst = a
+        .iter()
+        .zip(&b)
+        .fold(0.0f32, |m, (x, y)| m.max((x - y).abs()));
+    assert!(
+        worst <= 1e-5 * scale,
+        "{what}: max |fused - burn| = {worst:e}, max |burn| = {scale:e}"
+    );
+}
+
+/// The mask the fused dropout drew at site `site` of `stream`, as a tensor.
+fn mask_tensor<const D: usize>(
+    stream: DropoutStream,
+    site: u64,
+    prob: f64,
+    shape: [usize; D],
+) -> Tensor<D> {
+    let mask = SiteMask::new(prob as f32, stream.site_key(site));
+    let n = shape.iter().product();
+    let v: Vec<f32> = (0..n).map(|j| mask.factor(j)).collect();
+    Tensor::from_data(TensorData::new(v, shape), &device())
+}
+
+#[test]
+fn layer_norm_matches_burn() {
+    let mut rng = SplitMix64::new(1);
+    for shape in [[2, 3, 7], [4, 5, 33], [1, 2, 768]] {
+        let d = shape[2];
+        let mut norm = LayerNormConfig::new(d).with_epsilon(1e-12).init(&device());
+        norm.gamma = norm
+            .gamma
+            .map(|_| random(&mut rng, [d], 2.0).require_grad());
+        norm.beta = norm
+            .beta
+            .map(|b| b.map(|_| random(&mut rng, [d], 1.0).require_grad()));
+        let x = random(&mut rng, shape, 3.0).require_grad();
+        let w = random(&mut rng, shape, 1.0);
+        let fused_out = fused::layer_norm(x.clone(), &norm, 1e-12);
+        let fused_grads = (fused_out.clone() * w.clone()).sum().backward();
+        let burn_out = norm.forward(x.clone());
+        let burn_grads = (burn_out.clone() * w).sum().backward();
+        assert_close("layer norm", &fused_out, &burn_out);
+        let g = |t: &Tensor<1>, grads| t.grad(grads).unwrap();
+        assert_close(
+            "∂x",
+            &x.grad(&fused_grads).unwrap(),
+            &x.grad(&burn_grads).unwrap(),
+        );
+        let (gamma, beta) = (norm.gamma.val(), norm.beta.as_ref().unwrap().val());
+        assert_close("∂γ", &g(&gamma, &fused_grads), &g(&gamma, &burn_grads));
+        assert_close("∂β", &g(&beta, &fused_grads), &g(&beta, &burn_grads));
+    }
+}
+
+#[test]
+fn attention_probs_match_burn_with_padding_and_dropout() {
+    let mut rng = SplitMix64::new(2);
+    for (shape, prob) in [
+        ([2, 3, 5, 5], 0.0),
+        ([3, 2, 7, 7], 0.1),
+        ([2, 12, 17, 17], 0.1),
+    ] {
+        let [batch, _, _, keys] = shape;
+        // Batch element 1 pads its last third of keys.
+        let bias: Vec<f32> = (0..batch * keys)
+            .map(|i| {
+                if i / keys == 1 && i % keys >= keys - keys / 3 {
+                    f32::MIN
+                } else {
+                    0.0
+                }
+            })
+            .collect();
+        let bias = Tensor::<2>::from_data(TensorData::new(bias, [batch, keys]), &device());
+        let scores = random(&mut rng, shape, 6.0).require_grad();
+        let w = random(&mut rng, shape, 1.0);
+        let layer = DropoutConfig::new(prob).init();
+        let stream = DropoutStream::new(5, 1, 0, 0);
+        let scale = 0.125;
+        let fused_out = with_dropout_stream(stream, || {
+            fused::attention_probs(scores.clone(), bias.clone(), scale, &layer)
+        });
+        let fused_grads = (fused_out.clone() * w.clone()).sum().backward();
+        let z = scores.clone().mul_scalar(scale) + bias.reshape([batch, 1, 1, keys]);
+        let mut burn_out = softmax(z, 3);
+        if prob > 0.0 {
+            burn_out = burn_out * mask_tensor(stream, 0, prob, shape);
+        }
+        let burn_grads = (burn_out.clone() * w).sum().backward();
+        assert_close("attention probs", &fused_out, &burn_out);
+        assert_close(
+            "∂scores",
+            &scores.grad(&fused_grads).unwrap(),
+            &scores.grad(&burn_grads).unwrap(),
+        );
+    }
+}
+
+#[test]
+fn dense_gelu_matches_burn() {
+    let mut rng = SplitMix64::new(3);
+    for [rows, d_in, d_out] in [[3, 4, 5], [7, 16, 33], [2, 64, 128]] {
+        let dense = LinearConfig::new(d_in, d_out).init(&device());
+        let dense = burn::nn::Linear {
+            weight: dense
+                .weight
+                .map(|_| random(&mut rng, [d_in, d_out], 0.5).require_grad()),
+            bias: dense
+                .bias
+                .map(|b| b.map(|_| random(&mut rng, [d_out], 1.0).require_grad())),
+        };
+        let x = random(&mut rng, [rows, 3, d_in], 2.0).require_grad();
+        let w = random(&mut rng, [rows, 3, d_out], 1.0);
+        let fused_out = fused::dense_gelu(x.clone(), &dense);
+        let fused_grads = (fused_out.clone() * w.clone()).sum().backward();
+        let burn_out = gelu(dense.forward(x.clone()));
+        let burn_grads = (burn_out.clone() * w).sum().backward();
+        assert_close("bias + gelu", &fused_out, &burn_out);
+        assert_close(
+            "∂x",
+            &x.grad(&fused_grads).unwrap(),
+            &x.grad(&burn_grads).unwrap(),
+        );
+        let weight = dense.weight.val();
+        assert_close(
+            "∂W",
+            &weight.grad(&fused_grads).unwrap(),
+            &weight.grad(&burn_grads).unwrap(),
+        );
+        let bias = dense.bias.as_ref().unwrap().val();
+        assert_close(
+            "∂b",
+            &bias.grad(&fused_grads).unwrap(),
+            &bias.grad(&burn_grads).unwrap(),
+        );
+    }
+}
+
+#[test]
+fn dropout_matches_the_product_with_its_mask() {
+    let mut rng = SplitMix64::new(4);
+    for (shape, prob) in [([3, 5, 7], 0.1), ([2, 128, 64], 0.1), ([1, 1, 9], 0.0)] {
+        let x = random(&mut rng, shape, 2.0).require_grad();
+        let w = random(&mut rng, shape, 1.0);
+        let layer = DropoutConfig::new(prob).init();
+        let stream = DropoutStream::new(9, 3, 1, 2);
+        let fused_out = with_dropout_stream(stream, || fused::dropout(x.clone(), &layer));
+        let fused_grads = (fused_out.clone() * w.clone()).sum().backward();
+        let burn_out = if prob > 0.0 {
+            x.clone() * mask_tensor(stream, 0, prob, shape)
+        } else {
+            x.clone()
+        };
+        let burn_grads = (burn_out.clone() * w).sum().backward();
+        assert_close("dropout", &fused_out, &burn_out);
+        assert_close(
+            "∂x",
+            &x.grad(&fused_grads).unwrap(),
+            &x.grad(&burn_grads).unwrap(),
+        );
+    }
+    // Outside autodiff (evaluation) dropout is the identity.
+    let x = Tensor::<2>::ones([4, 4], &Device::flex());
+    let same = fused::dropout(x.clone(), &DropoutConfig::new(0.5).init());
+    assert_eq!(values(&same), values(&x));
+}
+
+#[test]
+fn cross_entropy_matches_burn() {
+    let mut rng = SplitMix64::new(5);
+    for [n, classes] in [[5, 3], [13, 101], [1, 2], [40, 3001]] {
+        let logits = random(&mut rng, [n, classes], 8.0).require_grad();
+        let labels: Vec<i64> = (0..n)
+            .map(|_| (rng.next_u64() % classes as u64) as i64)
+            .collect();
+        let labels = Tensor::<1, Int>::from_data(TensorData::new(labels, [n]), &device());
+        let fused_loss = fused::cross_entropy(logits.clone(), labels.clone()).mul_scalar(1.7);
+        let fused_grads = fused_loss.backward();
+        let burn_loss = CrossEntropyLossConfig::new()
+            .init(&device())
+            .forward(logits.clone(), labels)
+            .mul_scalar(1.7);
+        let burn_grads = burn_loss.backward();
+        let (fl, bl) = (values(&fused_loss)[0], values(&burn_loss)[0]);
+        assert!((fl - bl).abs() <= 1e-5 * bl.abs(), "loss {fl} vs {bl}");
+        assert_close(
+            "∂logits",
+            &logits.grad(&fused_grads).unwrap(),
+            &logits.grad(&burn_grads).unwrap(),
+        );
+    }
+}
