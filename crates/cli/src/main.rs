@@ -42,6 +42,7 @@ const DIVERGED: u8 = 3;
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    terse_train::allocator::tune_for_training();
     terse_train::logging::init();
     let result = match &cli.command {
         Command::Train(args) => train::run(args),

@@ -25,7 +25,7 @@ fn random<const D: usize>(rng: &mut SplitMix64, shape: [usize; D], spread: f32) 
 }
 
 fn values<const D: usize>(t: &Tensor<D>) -> Vec<f32> {
-    t.clone().inner().into_data().to_vec::<f32>().unwrap()
+    t.clone().inner().into_data().try_to_vec::<f32>().unwrap()
 }
 
 #[track_caller]

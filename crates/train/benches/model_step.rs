@@ -85,6 +85,7 @@ fn parse() -> Args {
 
 fn main() {
     let args = parse();
+    terse_train::allocator::tune_for_training();
     let device = Device::flex().autodiff();
     for preset in &args.presets {
         device.seed(0);

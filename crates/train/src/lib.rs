@@ -12,6 +12,7 @@
 //! plus the collation of BERT inputs ([`batch`]).
 #![warn(missing_docs)]
 
+pub mod allocator;
 pub mod batch;
 pub mod checkpoint;
 mod config;
