@@ -43,6 +43,17 @@ fn assert_close<const D: usize>(what: &str, fused: &Tensor<D>, burn: &Tensor<D>)
     );
 }
 
+/// `t`'s gradient in the fused graph against its gradient in burn's.
+#[track_caller]
+fn assert_grads_close<const D: usize>(
+    what: &str,
+    t: &Tensor<D>,
+    fused: &burn::tensor::Gradients,
+    burn: &burn::tensor::Gradients,
+) {
+    assert_close(what, &t.grad(fused).unwrap(), &t.grad(burn).unwrap());
+}
+
 /// The mask the fused dropout drew at site `site` of `stream`, as a tensor.
 fn mask_tensor<const D: usize>(
     stream: DropoutStream,
@@ -75,15 +86,10 @@ fn layer_norm_matches_burn() {
         let burn_out = norm.forward(x.clone());
         let burn_grads = (burn_out.clone() * w).sum().backward();
         assert_close("layer norm", &fused_out, &burn_out);
-        let g = |t: &Tensor<1>, grads| t.grad(grads).unwrap();
-        assert_close(
-            "∂x",
-            &x.grad(&fused_grads).unwrap(),
-            &x.grad(&burn_grads).unwrap(),
-        );
+        assert_grads_close("∂x", &x, &fused_grads, &burn_grads);
         let (gamma, beta) = (norm.gamma.val(), norm.beta.as_ref().unwrap().val());
-        assert_close("∂γ", &g(&gamma, &fused_grads), &g(&gamma, &burn_grads));
-        assert_close("∂β", &g(&beta, &fused_grads), &g(&beta, &burn_grads));
+        assert_grads_close("∂γ", &gamma, &fused_grads, &burn_grads);
+        assert_grads_close("∂β", &beta, &fused_grads, &burn_grads);
     }
 }
 
@@ -123,11 +129,7 @@ fn attention_probs_match_burn_with_padding_and_dropout() {
         }
         let burn_grads = (burn_out.clone() * w).sum().backward();
         assert_close("attention probs", &fused_out, &burn_out);
-        assert_close(
-            "∂scores",
-            &scores.grad(&fused_grads).unwrap(),
-            &scores.grad(&burn_grads).unwrap(),
-        );
+        assert_grads_close("∂scores", &scores, &fused_grads, &burn_grads);
     }
 }
 
@@ -151,23 +153,11 @@ fn dense_gelu_matches_burn() {
         let burn_out = gelu(dense.forward(x.clone()));
         let burn_grads = (burn_out.clone() * w).sum().backward();
         assert_close("bias + gelu", &fused_out, &burn_out);
-        assert_close(
-            "∂x",
-            &x.grad(&fused_grads).unwrap(),
-            &x.grad(&burn_grads).unwrap(),
-        );
+        assert_grads_close("∂x", &x, &fused_grads, &burn_grads);
         let weight = dense.weight.val();
-        assert_close(
-            "∂W",
-            &weight.grad(&fused_grads).unwrap(),
-            &weight.grad(&burn_grads).unwrap(),
-        );
+        assert_grads_close("∂W", &weight, &fused_grads, &burn_grads);
         let bias = dense.bias.as_ref().unwrap().val();
-        assert_close(
-            "∂b",
-            &bias.grad(&fused_grads).unwrap(),
-            &bias.grad(&burn_grads).unwrap(),
-        );
+        assert_grads_close("∂b", &bias, &fused_grads, &burn_grads);
     }
 }
 
@@ -188,11 +178,7 @@ fn dropout_matches_the_product_with_its_mask() {
         };
         let burn_grads = (burn_out.clone() * w).sum().backward();
         assert_close("dropout", &fused_out, &burn_out);
-        assert_close(
-            "∂x",
-            &x.grad(&fused_grads).unwrap(),
-            &x.grad(&burn_grads).unwrap(),
-        );
+        assert_grads_close("∂x", &x, &fused_grads, &burn_grads);
     }
     // Outside autodiff (evaluation) dropout is the identity.
     let x = Tensor::<2>::ones([4, 4], &Device::flex());
@@ -218,10 +204,6 @@ fn cross_entropy_matches_burn() {
         let burn_grads = burn_loss.backward();
         let (fl, bl) = (values(&fused_loss)[0], values(&burn_loss)[0]);
         assert!((fl - bl).abs() <= 1e-5 * bl.abs(), "loss {fl} vs {bl}");
-        assert_close(
-            "∂logits",
-            &logits.grad(&fused_grads).unwrap(),
-            &logits.grad(&burn_grads).unwrap(),
-        );
+        assert_grads_close("∂logits", &logits, &fused_grads, &burn_grads);
     }
 }

@@ -6,7 +6,7 @@
 //! page-faults them in again: the BERT-base profile showed ~12% of its
 //! samples in page faults, page clearing and TLB shootdowns. Keeping freed
 //! memory in the heap (mmap only above glibc's 32 MiB maximum, trim only
-//! above 4 GiB) measured 1.08–1.22× samples/s on BERT-mini and base
+//! above 2 GiB) measured 1.05–1.21× samples/s on BERT-mini and base
 //! (`cargo xtask bench model`, same run, with and without).
 
 /// Applies the settings; call once at the start of a process.

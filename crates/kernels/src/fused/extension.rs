@@ -11,7 +11,7 @@ use burn::backend::autodiff::Autodiff;
 use burn::backend::autodiff::checkpoint::base::Checkpointer;
 use burn::backend::autodiff::checkpoint::strategy::CheckpointStrategy;
 use burn::backend::autodiff::grads::Gradients;
-use burn::backend::autodiff::ops::{Backward, Ops, OpsKind};
+use burn::backend::autodiff::ops::{Backward, Ops, OpsKind, unary};
 use burn::backend::flex::FlexTensor;
 use burn::backend::tensor::{FloatTensor, IntTensor};
 use burn::backend::{Backend, DType, Flex, backend_extension};
@@ -57,7 +57,7 @@ fn values(t: &FlexTensor) -> Cow<'_, [f32]> {
     assert_eq!(t.dtype(), DType::F32, "fused ops are f32 only");
     match t.as_slice::<f32>() {
         Some(s) => Cow::Borrowed(s),
-        None => Cow::Owned(t.to_contiguous().as_slice::<f32>().unwrap().to_vec()),
+        None => Cow::Owned(into_values(t.to_contiguous())),
     }
 }
 
@@ -226,15 +226,14 @@ impl Backward<Flex, 1> for AttentionProbsBackward {
     type State = (FlexTensor, f32, Option<SiteMask>);
 
     fn backward(self, ops: Ops<Self::State, 1>, grads: &mut Gradients, _: &mut Checkpointer) {
-        let [node] = ops.parents;
-        let grad = grads.consume::<Flex>(&ops.node);
-        let Some(node) = node else { return };
         let (probs, scale, mask) = ops.state;
-        let shape = shape_of(&probs);
-        let keys = shape.dims::<4>()[3];
-        let mut g = into_values(grad);
-        attention_probs_backward(&mut g, &values(&probs), keys, scale, mask.as_ref());
-        grads.register::<Flex>(node.id, tensor(g, shape));
+        unary::<Flex, _>(ops.parents, ops.node, grads, |grad| {
+            let shape = shape_of(&probs);
+            let keys = shape.dims::<4>()[3];
+            let mut g = into_values(grad);
+            attention_probs_backward(&mut g, &values(&probs), keys, scale, mask.as_ref());
+            tensor(g, shape)
+        });
     }
 }
 
@@ -268,11 +267,8 @@ impl Backward<Flex, 1> for DropoutBackward {
     type State = SiteMask;
 
     fn backward(self, ops: Ops<Self::State, 1>, grads: &mut Gradients, _: &mut Checkpointer) {
-        let [node] = ops.parents;
-        let grad = grads.consume::<Flex>(&ops.node);
-        if let Some(node) = node {
-            grads.register::<Flex>(node.id, dropout(grad, &ops.state));
-        }
+        let mask = ops.state;
+        unary::<Flex, _>(ops.parents, ops.node, grads, |grad| dropout(grad, &mask));
     }
 }
 
@@ -283,16 +279,15 @@ impl Backward<Flex, 1> for CrossEntropyBackward {
     type State = (FlexTensor, Arc<Vec<i64>>, Arc<Vec<f32>>);
 
     fn backward(self, ops: Ops<Self::State, 1>, grads: &mut Gradients, _: &mut Checkpointer) {
-        let [node] = ops.parents;
-        let grad = grads.consume::<Flex>(&ops.node);
-        let Some(node) = node else { return };
         let (logits, labels, lse) = ops.state;
-        let shape = shape_of(&logits);
-        let classes = shape.dims::<2>()[1];
-        let upstream = values(&grad)[0];
-        let mut out = vec![0.0; shape.num_elements()];
-        cross_entropy_backward(&values(&logits), &labels, &lse, classes, upstream, &mut out);
-        grads.register::<Flex>(node.id, tensor(out, shape));
+        unary::<Flex, _>(ops.parents, ops.node, grads, |grad| {
+            let shape = shape_of(&logits);
+            let classes = shape.dims::<2>()[1];
+            let upstream = values(&grad)[0];
+            let mut out = vec![0.0; shape.num_elements()];
+            cross_entropy_backward(&values(&logits), &labels, &lse, classes, upstream, &mut out);
+            tensor(out, shape)
+        });
     }
 }
 
