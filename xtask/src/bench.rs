@@ -7,8 +7,9 @@
 //! (`crates/optim/benches/optim_step.rs`, against Adam and memory
 //! bandwidth), `comm` (`crates/comm/benches/comm_allreduce.rs`, under
 //! `mpirun -np 4`, against MPI_Allreduce) and `model` (a BERT training step
-//! against PyTorch eager on the same CPU), all built in the workspace's one
-//! profile.
+//! against PyTorch eager on the same CPU) and `workers` (simulated workers:
+//! local ranks against MPI processes, `bench_workers.rs`), all built in the
+//! workspace's one profile.
 
 use anyhow::{Context, Result, bail};
 use clap::ValueEnum;
@@ -61,8 +62,10 @@ pub enum Suite {
     Optim,
     /// Compressed vs fp32 allreduce (time, bytes) on 4 MPI ranks; results/bench/comm.json
     Comm,
-    /// A BERT mini and base pre-training step (seq 128) on flex, beside PyTorch eager CPU
+    /// A BERT mini and base pre-training step (seq 128) on flex, and ResNet-20, beside PyTorch eager CPU
     Model,
+    /// BERT-Tiny and mini pre-training on 1, 2, 4 local ranks and 2 mpirun processes; results/bench/workers.json
+    Workers,
 }
 
 /// Runs `bench`.
@@ -75,6 +78,9 @@ pub fn run(args: &Args) -> Result<()> {
     }
     if args.name == Suite::Model {
         return run_model(args.quick, args.python.clone());
+    }
+    if args.name == Suite::Workers {
+        return crate::bench_workers::run(args.quick);
     }
     run_cargo_bench("optim_step", quick_flag(args.quick))
 }
@@ -114,25 +120,42 @@ fn run_kernels(quick: bool, device: KernelDevice) -> Result<()> {
     run_cargo_bench("kernels", &args)
 }
 
-/// The terse side (`crates/train/benches/model_step.rs`), then the same
-/// step in PyTorch (`benches/pytorch_bert_step.py`) in the same run. The
-/// quick mode runs the terse side alone (CI has no PyTorch).
+/// The terse side (`crates/train/benches/model_step.rs`: BERT mini and
+/// base, ResNet-20), then the same steps in PyTorch
+/// (`benches/pytorch_bert_step.py`, `benches/pytorch_resnet_step.py`) in
+/// the same run; prints terse ÷ PyTorch per model and appends every line,
+/// numbered as the next run, to `results/bench/model.jsonl`. The quick mode
+/// runs the terse side alone (CI has no PyTorch).
 fn run_model(quick: bool, python: Option<std::path::PathBuf>) -> Result<()> {
-    let args: &[&str] = if quick {
-        &["--quick"]
-    } else {
-        &["--presets", "mini,base", "--batch", "8", "--seq", "128"]
-    };
-    run_cargo_bench("model_step", args)?;
     if quick {
-        return Ok(());
+        return run_cargo_bench("model_step", &["--quick"]);
     }
+    let terse = capture_lines(
+        terse_binary::cargo()?
+            .args([
+                "test",
+                "--quiet",
+                "--workspace",
+                "--bench",
+                "model_step",
+                "--",
+            ])
+            .args([
+                "--presets",
+                "mini,base,resnet20",
+                "--batch",
+                "8",
+                "--seq",
+                "128",
+            ]),
+        "the model_step benchmark",
+    )?;
     let python = match python.or_else(|| std::env::var_os("TERSE_BENCH_PYTHON").map(Into::into)) {
         Some(python) => python,
         None => bench_venv()?,
     };
-    let status = std::process::Command::new(&python)
-        .args([
+    let mut pytorch = capture_lines(
+        std::process::Command::new(&python).args([
             "benches/pytorch_bert_step.py",
             "--presets",
             "mini,base",
@@ -140,15 +163,94 @@ fn run_model(quick: bool, python: Option<std::path::PathBuf>) -> Result<()> {
             "8",
             "--seq",
             "128",
-        ])
-        .status()
-        .with_context(|| format!("cannot start {}", python.display()))?;
-    if !status.success() {
-        bail!(
-            "the PyTorch side failed ({status}); is torch installed for {}?",
-            python.display()
-        );
+        ]),
+        "the PyTorch BERT step (is torch installed for that python?)",
+    )?;
+    pytorch.extend(capture_lines(
+        std::process::Command::new(&python).args([
+            "benches/pytorch_resnet_step.py",
+            "--batch",
+            "128",
+        ]),
+        "the PyTorch ResNet-20 step",
+    )?);
+    let rate = |line: &serde_json::Value| line["samples_per_s"].as_f64().unwrap_or(f64::NAN);
+    println!("model      terse samples/s   PyTorch samples/s   terse ÷ PyTorch");
+    for t in &terse {
+        let preset = t["preset"].as_str().unwrap_or("?");
+        if let Some(p) = pytorch
+            .iter()
+            .find(|p| p["preset"].as_str() == Some(preset))
+        {
+            println!(
+                "{preset:<10} {:>15.3} {:>19.3} {:>16.2}×",
+                rate(t),
+                rate(p),
+                rate(t) / rate(p)
+            );
+        }
     }
+    append_run("results/bench/model.jsonl", &terse, &pytorch)
+}
+
+/// Runs `command`, echoing its standard output, and returns the lines that
+/// parse as JSON objects.
+fn capture_lines(
+    command: &mut std::process::Command,
+    what: &str,
+) -> Result<Vec<serde_json::Value>> {
+    let output = command
+        .stderr(std::process::Stdio::inherit())
+        .output()
+        .with_context(|| format!("cannot start {what}"))?;
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    print!("{stdout}");
+    if !output.status.success() {
+        bail!("{what} failed ({})", output.status);
+    }
+    Ok(stdout
+        .lines()
+        .filter_map(|line| serde_json::from_str::<serde_json::Value>(line).ok())
+        .filter(|v| v.is_object())
+        .collect())
+}
+
+/// Appends one run's lines to `path`, each with `"run"` one past the file's
+/// last and the framework named.
+fn append_run(
+    path: &str,
+    terse: &[serde_json::Value],
+    pytorch: &[serde_json::Value],
+) -> Result<()> {
+    use std::io::Write;
+    let existing = std::fs::read_to_string(path).unwrap_or_default();
+    let run = existing
+        .lines()
+        .filter_map(|line| serde_json::from_str::<serde_json::Value>(line).ok())
+        .filter_map(|v| v["run"].as_u64())
+        .max()
+        .unwrap_or(0)
+        + 1;
+    let mut file = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(path)
+        .with_context(|| format!("cannot open {path}"))?;
+    for (framework, lines) in [("terse", terse), ("pytorch", pytorch)] {
+        for line in lines {
+            let mut record = serde_json::Map::new();
+            record.insert("run".into(), run.into());
+            record.insert("framework".into(), framework.into());
+            if let Some(fields) = line.as_object() {
+                for (key, value) in fields {
+                    record.entry(key.clone()).or_insert_with(|| value.clone());
+                }
+            }
+            writeln!(file, "{}", serde_json::Value::Object(record))
+                .with_context(|| format!("cannot write {path}"))?;
+        }
+    }
+    println!("appended run {run} to {path}");
     Ok(())
 }
 

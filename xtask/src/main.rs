@@ -8,6 +8,7 @@
 //! command lives in its own file.
 
 mod bench;
+mod bench_workers;
 mod cli_name;
 mod data;
 mod finetune;

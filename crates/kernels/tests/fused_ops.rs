@@ -207,3 +207,127 @@ fn cross_entropy_matches_burn() {
         assert_grads_close("∂logits", &logits, &fused_grads, &burn_grads);
     }
 }
+
+/// A linear layer with random weights and bias, both tracked.
+fn random_linear(rng: &mut SplitMix64, d_in: usize, d_out: usize) -> burn::nn::Linear {
+    let dense = LinearConfig::new(d_in, d_out).init(&device());
+    burn::nn::Linear {
+        weight: dense
+            .weight
+            .map(|_| random(rng, [d_in, d_out], 0.5).require_grad()),
+        bias: dense
+            .bias
+            .map(|b| b.map(|_| random(rng, [d_out], 1.0).require_grad())),
+    }
+}
+
+#[test]
+fn linear_and_the_tied_decoder_match_burn() {
+    let mut rng = SplitMix64::new(6);
+    for [rows, d_in, d_out] in [[3, 4, 5], [7, 16, 33], [2, 64, 301]] {
+        let dense = random_linear(&mut rng, d_in, d_out);
+        let x = random(&mut rng, [rows, 3, d_in], 2.0).require_grad();
+        let w = random(&mut rng, [rows, 3, d_out], 1.0);
+        let fused_out = fused::linear(x.clone(), &dense);
+        let fused_grads = (fused_out.clone() * w.clone()).sum().backward();
+        let burn_out = dense.forward(x.clone());
+        let burn_grads = (burn_out.clone() * w).sum().backward();
+        assert_close("linear", &fused_out, &burn_out);
+        assert_grads_close("∂x", &x, &fused_grads, &burn_grads);
+        let weight = dense.weight.val();
+        assert_grads_close("∂W", &weight, &fused_grads, &burn_grads);
+        let bias = dense.bias.as_ref().unwrap().val();
+        assert_grads_close("∂b", &bias, &fused_grads, &burn_grads);
+
+        // The decoder's weight is stored [out, in] (the word embeddings).
+        let table = random(&mut rng, [d_out, d_in], 0.5).require_grad();
+        let bias = random(&mut rng, [d_out], 1.0).require_grad();
+        let h = random(&mut rng, [rows * 2, d_in], 2.0).require_grad();
+        let w = random(&mut rng, [rows * 2, d_out], 1.0);
+        let fused_out = fused::linear_transposed(h.clone(), table.clone(), bias.clone());
+        let fused_grads = (fused_out.clone() * w.clone()).sum().backward();
+        let burn_out = h.clone().matmul(table.clone().transpose()) + bias.clone().unsqueeze_dim(0);
+        let burn_grads = (burn_out.clone() * w).sum().backward();
+        assert_close("tied decoder", &fused_out, &burn_out);
+        assert_grads_close("decoder ∂h", &h, &fused_grads, &burn_grads);
+        assert_grads_close("decoder ∂table", &table, &fused_grads, &burn_grads);
+        assert_grads_close("decoder ∂b", &bias, &fused_grads, &burn_grads);
+    }
+}
+
+#[test]
+fn embedding_matches_burn_with_repeated_ids() {
+    let mut rng = SplitMix64::new(7);
+    for [batch, seq, vocab, d] in [[2, 5, 7, 3], [3, 17, 50, 33]] {
+        let mut table = burn::nn::EmbeddingConfig::new(vocab, d).init(&device());
+        table.weight = table
+            .weight
+            .map(|_| random(&mut rng, [vocab, d], 1.0).require_grad());
+        // Ids drawn from a third of the vocabulary: most repeat.
+        let ids: Vec<i64> = (0..batch * seq)
+            .map(|_| (rng.next_u64() % (vocab as u64 / 3 + 1)) as i64)
+            .collect();
+        let ids = Tensor::<2, Int>::from_data(TensorData::new(ids, [batch, seq]), &device());
+        let w = random(&mut rng, [batch, seq, d], 1.0);
+        let fused_out = fused::embedding(ids.clone(), &table);
+        let fused_grads = (fused_out.clone() * w.clone()).sum().backward();
+        let burn_out = table.forward(ids);
+        let burn_grads = (burn_out.clone() * w).sum().backward();
+        assert_close("embedding", &fused_out, &burn_out);
+        assert_grads_close("∂table", &table.weight.val(), &fused_grads, &burn_grads);
+    }
+}
+
+#[test]
+fn attention_core_matches_burn_with_padding_and_dropout() {
+    let mut rng = SplitMix64::new(8);
+    for ([batch, heads, seq, head_dim], prob) in [
+        ([2, 3, 5, 4], 0.0),
+        ([3, 2, 7, 5], 0.1),
+        ([2, 12, 17, 8], 0.1),
+    ] {
+        let bias: Vec<f32> = (0..batch * seq)
+            .map(|i| {
+                if i / seq == 1 && i % seq >= seq - seq / 3 {
+                    f32::MIN
+                } else {
+                    0.0
+                }
+            })
+            .collect();
+        let bias = Tensor::<2>::from_data(TensorData::new(bias, [batch, seq]), &device());
+        // q, k, v as the model makes them: head-split views of [b, t, hidden].
+        let split = |t: Tensor<3>| t.reshape([batch, seq, heads, head_dim]).swap_dims(1, 2);
+        let hidden = heads * head_dim;
+        let [q, k, v] = [0; 3].map(|_| random(&mut rng, [batch, seq, hidden], 2.0).require_grad());
+        let w = random(&mut rng, [batch, heads, seq, head_dim], 1.0);
+        let layer = DropoutConfig::new(prob).init();
+        let stream = DropoutStream::new(11, 2, 1, 0);
+        let scale = 1.0 / (head_dim as f64).sqrt();
+        let fused_out = with_dropout_stream(stream, || {
+            fused::attention(
+                split(q.clone()),
+                split(k.clone()),
+                split(v.clone()),
+                bias.clone(),
+                scale,
+                &layer,
+            )
+        });
+        let fused_grads = (fused_out.clone() * w.clone()).sum().backward();
+        let z = split(q.clone())
+            .matmul(split(k.clone()).swap_dims(2, 3))
+            .mul_scalar(scale)
+            + bias.reshape([batch, 1, 1, seq]);
+        let mut probs = softmax(z, 3);
+        if prob > 0.0 {
+            probs = probs * mask_tensor(stream, 0, prob, [batch, heads, seq, seq]);
+        }
+        let burn_out = probs.matmul(split(v.clone()));
+        let burn_grads = (burn_out.clone() * w).sum().backward();
+        assert_close("attention", &fused_out, &burn_out);
+        assert_grads_close("∂q", &q, &fused_grads, &burn_grads);
+        assert_grads_close("∂k", &k, &fused_grads, &burn_grads);
+        assert_grads_close("∂v", &v, &fused_grads, &burn_grads);
+    }
+}

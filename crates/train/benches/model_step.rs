@@ -1,29 +1,51 @@
-//! Throughput of one BERT pre-training step on the flex CPU backend: the
-//! same step as `benches/pytorch_bert_step.py` (BertForPreTraining in train
-//! mode with dropout 0.1, MLM at 15% of the positions + NSP, backward, AdamW
-//! with weight decay 0.01, lr 1e-4, eps 1e-6), the same inputs' recipe, seq
-//! 128. `cargo xtask bench model` runs this and the PyTorch script in the
-//! same run and prints the ratio.
+//! Throughput of one training step on the flex CPU backend, beside the same
+//! step in PyTorch eager (`cargo xtask bench model` runs both in one run and
+//! prints the ratio):
 //!
-//! Args (after `--`): `--presets mini,base`, `--batch 8`, `--seq 128`,
-//! `--warmup 2`, `--steps 5`, `--no-dropout` (to see what dropout costs),
-//! `--quick` (tiny preset, 2 steps: a smoke run).
-//! Prints one JSON line per preset.
+//! - BERT pre-training, as `benches/pytorch_bert_step.py`: BertForPreTraining
+//!   in train mode with dropout 0.1, MLM at 15% of the positions + NSP,
+//!   backward, AdamW (weight decay 0.01, lr 1e-4, eps 1e-6), seq 128;
+//! - ResNet-20 (CIFAR style, option-A shortcuts) on 32×32×3 images, batch
+//!   128, as `benches/pytorch_resnet_step.py`: cross-entropy over 10
+//!   classes, backward, the same AdamW.
+//!
+//! Each step's time is broken down by class of op ([`op_profile`]: matmul,
+//! attention, norm, activation, dropout, loss, embedding, optimizer, the
+//! flat-buffer round trip, and the rest as "other").
+//!
+//! Args (after `--`): `--presets mini,base,resnet20`, `--batch 8`, `--seq
+//! 128`, `--resnet-batch 128`, `--warmup 2`, `--steps 5`, `--no-dropout` (to
+//! see what dropout costs), `--quick` (BERT-Tiny, 2 steps: a smoke run).
+//! Prints one JSON line per model.
 
 use std::time::Instant;
-use terse_optim::WithMoments;
 
+use burn::module::Module;
 use burn::tensor::{Device, Int, Tensor, TensorData};
 use terse_comm::SingleRank;
+use terse_kernels::fused::{
+    self,
+    op_profile::{self, OpClass},
+};
 use terse_models::bert::{BertForPreTraining, BertInput, BertPreset};
+use terse_models::{ResnetConfig, ResnetDepth};
+use terse_optim::WithMoments;
 use terse_optim::{
-    AdamConfig, LrSchedule, Optimizer, OptimizerConfig, ParamLayout, gather_grads, gather_params,
-    tensor_to_host, write_back,
+    AdamConfig, LrSchedule, Optimizer, OptimizerConfig, ParamLayout, add_grads_to_host,
+    gather_params, tensor_to_host, write_back_host,
 };
 use terse_rng::SplitMix64;
 
+/// A model the benchmark times.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Bench {
+    Bert(BertPreset),
+    Resnet20,
+}
+
 struct Args {
-    presets: Vec<BertPreset>,
+    presets: Vec<Bench>,
+    resnet_batch: usize,
     batch: usize,
     seq: usize,
     warmup: usize,
@@ -33,7 +55,12 @@ struct Args {
 
 fn parse() -> Args {
     let mut args = Args {
-        presets: vec![BertPreset::Mini, BertPreset::Base],
+        presets: vec![
+            Bench::Bert(BertPreset::Mini),
+            Bench::Bert(BertPreset::Base),
+            Bench::Resnet20,
+        ],
+        resnet_batch: 128,
         batch: 8,
         seq: 128,
         warmup: 2,
@@ -46,7 +73,7 @@ fn parse() -> Args {
         let value = |i: usize| argv.get(i + 1).cloned().unwrap_or_default();
         match argv[i].as_str() {
             "--quick" => {
-                args.presets = vec![BertPreset::Tiny];
+                args.presets = vec![Bench::Bert(BertPreset::Tiny)];
                 (args.warmup, args.steps) = (1, 2);
                 i += 1;
                 continue;
@@ -54,11 +81,14 @@ fn parse() -> Args {
             "--presets" => {
                 args.presets = value(i)
                     .split(',')
-                    .map(|p| {
-                        BertPreset::ALL
-                            .into_iter()
-                            .find(|q| q.name() == p)
-                            .unwrap_or_else(|| panic!("unknown preset {p}"))
+                    .map(|p| match p {
+                        "resnet20" => Bench::Resnet20,
+                        p => Bench::Bert(
+                            BertPreset::ALL
+                                .into_iter()
+                                .find(|q| q.name() == p)
+                                .unwrap_or_else(|| panic!("unknown preset {p}")),
+                        ),
                     })
                     .collect();
             }
@@ -69,6 +99,7 @@ fn parse() -> Args {
             }
             "--batch" => args.batch = value(i).parse().expect("--batch N"),
             "--seq" => args.seq = value(i).parse().expect("--seq N"),
+            "--resnet-batch" => args.resnet_batch = value(i).parse().expect("--resnet-batch N"),
             "--warmup" => args.warmup = value(i).parse().expect("--warmup N"),
             "--steps" => args.steps = value(i).parse().expect("--steps N"),
             // cargo's own bench flags
@@ -83,91 +114,171 @@ fn parse() -> Args {
     args
 }
 
+/// Mean times of the timed steps, in milliseconds.
+struct Timings {
+    step: f64,
+    forward: f64,
+    backward: f64,
+    classes: [f64; OpClass::ALL.len()],
+}
+
+/// Runs `warmup + steps` training steps of `model` (forward and loss by
+/// `loss`, backward, the trainer's host round trip and an AdamW step) and
+/// returns the mean times of the last `steps`.
+fn time_steps<M: Module>(
+    mut model: M,
+    warmup: usize,
+    steps: usize,
+    loss: impl Fn(&M) -> Tensor<1>,
+) -> Timings {
+    let comm = SingleRank::new();
+    let adam = OptimizerConfig::Adam(AdamConfig::default().with_weight_decay(0.01).with_eps(1e-6));
+    let schedule = LrSchedule::Constant { lr: 1e-4 };
+    let layout = ParamLayout::from_module(&model);
+    let mut optimizer = Optimizer::new(adam, schedule, layout.clone(), &comm).unwrap();
+    let mut params: Option<Vec<f32>> = None;
+    let mut grad = vec![0.0; layout.len()];
+    let mut sums = Timings {
+        step: 0.0,
+        forward: 0.0,
+        backward: 0.0,
+        classes: [0.0; OpClass::ALL.len()],
+    };
+    for step in 0..warmup + steps {
+        op_profile::start();
+        let start = Instant::now();
+        let loss = loss(&model);
+        // Reading the loss waits for the forward pass.
+        let _ = loss.clone().into_scalar::<f32>();
+        let forward = start.elapsed().as_secs_f64() * 1e3;
+        let mut grads = loss.backward();
+        let backward = start.elapsed().as_secs_f64() * 1e3 - forward;
+        // The trainer's round trip: the gradients into the host buffer, one
+        // step of the host parameters, written back.
+        let params = params.get_or_insert_with(|| {
+            tensor_to_host(gather_params(&layout, &model).unwrap()).unwrap()
+        });
+        op_profile::timed(OpClass::FlatRoundTrip, || {
+            add_grads_to_host(&layout, &model, &mut grads, &mut grad, true).unwrap()
+        });
+        op_profile::timed(OpClass::Optimizer, || {
+            optimizer.step_flat(params, &mut grad, &comm).unwrap()
+        });
+        model = op_profile::timed(OpClass::FlatRoundTrip, || {
+            write_back_host(&layout, model, params).unwrap()
+        });
+        let ms = start.elapsed().as_secs_f64() * 1e3;
+        let recorded = op_profile::finish();
+        if step >= warmup {
+            sums.step += ms;
+            sums.forward += forward;
+            sums.backward += backward;
+            for (sum, s) in sums.classes.iter_mut().zip(recorded.0) {
+                *sum += s * 1e3;
+            }
+        }
+    }
+    let n = steps as f64;
+    Timings {
+        step: sums.step / n,
+        forward: sums.forward / n,
+        backward: sums.backward / n,
+        classes: sums.classes.map(|ms| ms / n),
+    }
+}
+
+/// One JSON line: throughput, the forward / backward / rest split and the
+/// per-class breakdown ("other": the step less every timed class).
+fn report(name: &str, batch: usize, extra: &str, t: &Timings) {
+    let mut breakdown: Vec<String> = OpClass::ALL
+        .iter()
+        .zip(t.classes)
+        .map(|(class, ms)| format!("\"{}\": {ms:.1}", class.name()))
+        .collect();
+    breakdown.push(format!(
+        "\"other\": {:.1}",
+        t.step - t.classes.iter().sum::<f64>()
+    ));
+    println!(
+        "{{\"framework\": \"terse\", \"preset\": \"{name}\", \"batch\": {batch},{extra} \
+         \"threads\": {}, \"samples_per_s\": {:.3}, \"step_ms\": {:.1}, \"forward_ms\": {:.1}, \
+         \"backward_ms\": {:.1}, \"optimizer_ms\": {:.1}, \"breakdown_ms\": {{{}}}}}",
+        rayon::current_num_threads(),
+        batch as f64 / (t.step / 1e3),
+        t.step,
+        t.forward,
+        t.backward,
+        t.step - t.forward - t.backward,
+        breakdown.join(", "),
+    );
+}
+
 fn main() {
     let args = parse();
     terse_train::allocator::tune_for_training();
     let device = Device::flex().autodiff();
-    for preset in &args.presets {
+    for bench in &args.presets {
         device.seed(0);
-        let mut config = preset.config();
-        if !args.dropout {
-            config.hidden_dropout_prob = 0.0;
-            config.attention_probs_dropout_prob = 0.0;
+        match *bench {
+            Bench::Bert(preset) => bert(&args, preset, &device),
+            Bench::Resnet20 => resnet20(&args, &device),
         }
-        let (b, t) = (args.batch, args.seq);
-        let mut rng = SplitMix64::new(7);
-        let mut ids: Vec<i64> = (0..b * t)
-            .map(|_| 999 + (rng.next_u64() % (config.vocab_size as u64 - 999)) as i64)
-            .collect();
-        let types: Vec<i64> = (0..b * t).map(|i| i64::from(i % t >= t / 2)).collect();
-        let mask = vec![1i64; b * t];
-        let mut masked = Vec::new();
-        let mut labels = Vec::new();
-        for (j, id) in ids.iter_mut().enumerate() {
-            if rng.next_u64() % 100 < 15 {
-                masked.push(j as i64);
-                labels.push(*id);
-                *id = 103;
-            }
-        }
-        let nsp: Vec<i64> = (0..b).map(|_| (rng.next_u64() % 2) as i64).collect();
-        let input = BertInput::from_rows(ids, types, mask, [b, t], &device);
-        let ints = |v: &Vec<i64>| {
-            Tensor::<1, Int>::from_data(TensorData::new(v.clone(), [v.len()]), &device)
-        };
-        let (masked, labels, nsp) = (ints(&masked), ints(&labels), ints(&nsp));
-
-        let mut model = BertForPreTraining::new(&config, &device);
-        let comm = SingleRank::new();
-        let adam =
-            OptimizerConfig::Adam(AdamConfig::default().with_weight_decay(0.01).with_eps(1e-6));
-        let schedule = LrSchedule::Constant { lr: 1e-4 };
-        let mut optimizer: Option<Optimizer> = None;
-        let mut times = Vec::new();
-        let mut parts = [0.0f64; 3];
-        for step in 0..args.warmup + args.steps {
-            let start = Instant::now();
-            let out = model.forward(input.clone(), masked.clone());
-            let loss = model.loss(&out, labels.clone(), nsp.clone());
-            // Reading the loss waits for the forward pass.
-            let _ = loss.clone().into_scalar::<f32>();
-            let forward = start.elapsed().as_secs_f64() * 1e3;
-            let grads = loss.backward();
-            let backward = start.elapsed().as_secs_f64() * 1e3 - forward;
-            let opt = optimizer.get_or_insert_with(|| {
-                let layout = ParamLayout::from_module(&model);
-                Optimizer::new(adam.clone(), schedule.clone(), layout, &comm).unwrap()
-            });
-            // The trainer's round trip: flat parameters and gradients,
-            // one step, written back.
-            let layout = opt.layout().clone();
-            let mut x = tensor_to_host(gather_params(&layout, &model).unwrap()).unwrap();
-            let flat_grads = gather_grads(&layout, &model, &grads).unwrap();
-            let mut g = tensor_to_host(flat_grads).unwrap();
-            opt.step_flat(&mut x, &mut g, &comm).unwrap();
-            let n = x.len();
-            let flat = Tensor::<1>::from_data(TensorData::new(x, [n]), &device);
-            model = write_back(&layout, model, flat).unwrap();
-            let ms = start.elapsed().as_secs_f64() * 1e3;
-            if step >= args.warmup {
-                times.push(ms);
-                parts[0] += forward;
-                parts[1] += backward;
-                parts[2] += ms - forward - backward;
-            }
-        }
-        let mean = times.iter().sum::<f64>() / times.len() as f64;
-        println!(
-            "{{\"framework\": \"terse\", \"preset\": \"{}\", \"batch\": {b}, \"seq\": {t}, \
-             \"threads\": {}, \"samples_per_s\": {:.3}, \"step_ms\": {:.1}, \
-             \"forward_ms\": {:.1}, \"backward_ms\": {:.1}, \"optimizer_ms\": {:.1}}}",
-            preset.name(),
-            std::thread::available_parallelism().map_or(1, |n| n.get()),
-            b as f64 / (mean / 1e3),
-            mean,
-            parts[0] / times.len() as f64,
-            parts[1] / times.len() as f64,
-            parts[2] / times.len() as f64,
-        );
     }
+}
+
+fn bert(args: &Args, preset: BertPreset, device: &Device) {
+    let mut config = preset.config();
+    if !args.dropout {
+        config.hidden_dropout_prob = 0.0;
+        config.attention_probs_dropout_prob = 0.0;
+    }
+    let (b, t) = (args.batch, args.seq);
+    let mut rng = SplitMix64::new(7);
+    let mut ids: Vec<i64> = (0..b * t)
+        .map(|_| 999 + (rng.next_u64() % (config.vocab_size as u64 - 999)) as i64)
+        .collect();
+    let types: Vec<i64> = (0..b * t).map(|i| i64::from(i % t >= t / 2)).collect();
+    let mask = vec![1i64; b * t];
+    let mut masked = Vec::new();
+    let mut labels = Vec::new();
+    for (j, id) in ids.iter_mut().enumerate() {
+        if rng.next_u64() % 100 < 15 {
+            masked.push(j as i64);
+            labels.push(*id);
+            *id = 103;
+        }
+    }
+    let nsp: Vec<i64> = (0..b).map(|_| (rng.next_u64() % 2) as i64).collect();
+    let input = BertInput::from_rows(ids, types, mask, [b, t], device);
+    let ints =
+        |v: &Vec<i64>| Tensor::<1, Int>::from_data(TensorData::new(v.clone(), [v.len()]), device);
+    let (masked, labels, nsp) = (ints(&masked), ints(&labels), ints(&nsp));
+    let model = BertForPreTraining::new(&config, device);
+    let timings = time_steps(model, args.warmup, args.steps, |model| {
+        let out = model.forward(input.clone(), masked.clone());
+        model.loss(&out, labels.clone(), nsp.clone())
+    });
+    report(preset.name(), b, &format!(" \"seq\": {t},"), &timings);
+}
+
+fn resnet20(args: &Args, device: &Device) {
+    let b = args.resnet_batch;
+    let mut rng = SplitMix64::new(7);
+    let pixels: Vec<f32> = (0..b * 3 * 32 * 32)
+        .map(|_| (rng.next_u64() % 2001) as f32 / 1000.0 - 1.0)
+        .collect();
+    let images = Tensor::<4>::from_data(TensorData::new(pixels, [b, 3, 32, 32]), device);
+    let labels: Vec<i64> = (0..b).map(|_| (rng.next_u64() % 10) as i64).collect();
+    let labels = Tensor::<1, Int>::from_data(TensorData::new(labels, [b]), device);
+    let model = ResnetConfig {
+        depth: ResnetDepth::Resnet20,
+        in_channels: 3,
+        classes: 10,
+        small_stem: false,
+    }
+    .init(device);
+    let timings = time_steps(model, args.warmup, args.steps, |model| {
+        fused::cross_entropy(model.forward(images.clone()), labels.clone())
+    });
+    report("resnet20", b, " \"image\": [3, 32, 32],", &timings);
 }

@@ -17,11 +17,11 @@ use std::time::Instant;
 
 use burn::module::Module;
 use burn::store::{ModuleSnapshot, SafetensorsStore};
-use burn::tensor::{Device, Tensor, TensorData};
+use burn::tensor::{Device, Tensor};
 use terse_comm::{Communicator, ReduceOp};
 use terse_kernels::fused::{DropoutStream, with_dropout_stream};
 use terse_optim::{
-    Optimizer, ParamLayout, gather_grads, gather_params, tensor_to_host, write_back,
+    Optimizer, ParamLayout, add_grads_to_host, gather_params, tensor_to_host, write_back_host,
 };
 
 use crate::checkpoint::{self, model_file, optimizer_file};
@@ -155,7 +155,6 @@ pub struct Trainer<'a> {
 
 /// One rank's part of a step.
 struct LocalGradient {
-    grad: Vec<f32>,
     loss: f64,
     forward_ms: f64,
     backward_ms: f64,
@@ -226,6 +225,11 @@ impl Trainer<'_> {
         if self.resume {
             model = self.restore(model, &mut optimizer, comm)?;
         }
+        // The optimizer's view of the parameters, gathered once: after each
+        // step it is written into the model, so the model never has to be
+        // gathered again. The gradient buffer is reused across steps.
+        let mut params = tensor_to_host(gather_params(&layout, &model)?)?;
+        let mut grad = vec![0.0f32; layout.len()];
 
         let start_step = optimizer.step_count();
         let mut log = MetricsLog::open(self.run_dir, lead, start_step)?;
@@ -245,22 +249,20 @@ impl Trainer<'_> {
         for t in start_step + 1..=cfg.train.steps {
             let step_start = Instant::now();
             let (epoch, share) = order.share(t);
-            let local =
-                self.local_gradient(task, &model, &layout, share, (t, epoch, rank), &device)?;
-            let (forward_ms, backward_ms, mut grad) =
-                (local.forward_ms, local.backward_ms, local.grad);
+            let local = self.local_gradient(
+                task,
+                &model,
+                &layout,
+                share,
+                (t, epoch, rank),
+                &device,
+                &mut grad,
+            )?;
+            let (forward_ms, backward_ms) = (local.forward_ms, local.backward_ms);
 
             let clock = Instant::now();
-            let params = gather_params(&layout, &model)?;
-            let param_device = params.device();
-            let mut x = tensor_to_host(params)?;
-            let report = optimizer.step_flat(&mut x, &mut grad, comm)?;
-            let len = x.len();
-            model = write_back(
-                &layout,
-                model,
-                Tensor::<1>::from_data(TensorData::new(x, [len]), &param_device),
-            )?;
+            let report = optimizer.step_flat(&mut params, &mut grad, comm)?;
+            model = write_back_host(&layout, model, &params)?;
             let step_ms = ms(clock);
 
             // The loss every rank saw and whether any rank was signalled,
@@ -306,7 +308,7 @@ impl Trainer<'_> {
             let stop = shared[1] > 0.0;
             let last = t == cfg.train.steps;
             if last {
-                model = finish(&mut optimizer, model, &layout, comm)?;
+                model = finish(&mut optimizer, model, &layout, &mut params, comm)?;
             }
             let every = cfg.train.checkpoint_every;
             if stop || last || (every > 0 && t.is_multiple_of(every)) {
@@ -340,7 +342,8 @@ impl Trainer<'_> {
     }
 
     /// This rank's mean gradient over its share of step `t`, micro-batch by
-    /// micro-batch, each forward with its own dropout stream.
+    /// micro-batch, each forward with its own dropout stream, into `grad`.
+    #[allow(clippy::too_many_arguments)]
     fn local_gradient<T: Task>(
         &self,
         task: &T,
@@ -349,10 +352,10 @@ impl Trainer<'_> {
         share: &[usize],
         (t, epoch, rank): (u64, u64, usize),
         device: &Device,
+        grad: &mut [f32],
     ) -> Result<LocalGradient, TrainError> {
         let seed = self.config.train.seed;
         let (mut forward_ms, mut backward_ms, mut loss_sum) = (0.0, 0.0, 0.0f64);
-        let mut grad: Option<Vec<f32>> = None;
         let micro_batches = share.chunks(self.config.train.micro_batch);
         let count = micro_batches.len();
         for (micro, examples) in micro_batches.enumerate() {
@@ -361,22 +364,16 @@ impl Trainer<'_> {
             let loss = with_dropout_stream(stream, || task.loss(model, examples, epoch, device))?;
             forward_ms += ms(clock);
             let clock = Instant::now();
-            let grads = loss.backward();
+            let mut grads = loss.backward();
             loss_sum += f64::from(loss.into_scalar::<f32>());
-            let g = tensor_to_host(gather_grads(layout, model, &grads)?)?;
-            match &mut grad {
-                None => grad = Some(g),
-                Some(sum) => sum.iter_mut().zip(&g).for_each(|(s, x)| *s += x),
-            }
+            add_grads_to_host(layout, model, &mut grads, grad, micro == 0)?;
             backward_ms += ms(clock);
         }
-        let mut grad = grad.expect("a share holds at least one micro-batch");
         if count > 1 {
             let scale = 1.0 / count as f32;
             grad.iter_mut().for_each(|g| *g *= scale);
         }
         Ok(LocalGradient {
-            grad,
             loss: loss_sum / count as f64,
             forward_ms,
             backward_ms,
@@ -459,16 +456,9 @@ fn finish<M: Module>(
     optimizer: &mut Optimizer,
     model: M,
     layout: &ParamLayout,
+    params: &mut [f32],
     comm: &dyn Communicator,
 ) -> Result<M, TrainError> {
-    let params = gather_params(layout, &model)?;
-    let device = params.device();
-    let mut x = tensor_to_host(params)?;
-    optimizer.finish_flat(&mut x, comm)?;
-    let len = x.len();
-    Ok(write_back(
-        layout,
-        model,
-        Tensor::<1>::from_data(TensorData::new(x, [len]), &device),
-    )?)
+    optimizer.finish_flat(params, comm)?;
+    Ok(write_back_host(layout, model, params)?)
 }

@@ -58,8 +58,8 @@ impl BertEmbeddings {
             .val()
             .slice(0..seq)
             .unsqueeze_dim::<3>(0);
-        let x = self.word_embeddings.forward(input_ids)
-            + self.token_type_embeddings.forward(token_type_ids)
+        let x = fused::embedding(input_ids, &self.word_embeddings)
+            + fused::embedding(token_type_ids, &self.token_type_embeddings)
             + positions;
         let x = fused::layer_norm(x, &self.layer_norm, self.layer_norm_eps);
         fused::dropout(x, &self.dropout)

@@ -62,13 +62,10 @@ impl BertSelfAttention {
     fn forward(&self, x: Tensor<3>, mask_bias: Tensor<2>) -> Tensor<3> {
         let [batch, seq, hidden] = x.dims();
         let scale = 1.0 / ((hidden / self.heads) as f64).sqrt();
-        let q = self.split_heads(self.query.forward(x.clone()));
-        let k = self.split_heads(self.key.forward(x.clone()));
-        let v = self.split_heads(self.value.forward(x));
-        let scores = q.matmul(k.swap_dims(2, 3));
-        let probs = fused::attention_probs(scores, mask_bias, scale, &self.dropout);
-        probs
-            .matmul(v)
+        let q = self.split_heads(fused::linear(x.clone(), &self.query));
+        let k = self.split_heads(fused::linear(x.clone(), &self.key));
+        let v = self.split_heads(fused::linear(x, &self.value));
+        fused::attention(q, k, v, mask_bias, scale, &self.dropout)
             .swap_dims(1, 2)
             .reshape([batch, seq, hidden])
     }
@@ -99,7 +96,7 @@ impl BertResidual {
 
     /// Dropout of the projection of `h`.
     fn project(&self, h: Tensor<3>) -> Tensor<3> {
-        fused::dropout(self.dense.forward(h), &self.dropout)
+        fused::dropout(fused::linear(h, &self.dense), &self.dropout)
     }
 
     fn norm(&self, x: Tensor<3>) -> Tensor<3> {

@@ -122,7 +122,7 @@ impl BertModel {
         let pooled = self.pooler.as_ref().map(|pooler| {
             let [_, _, hidden] = x.dims();
             let cls = x.clone().slice([0..batch, 0..1]).reshape([batch, hidden]);
-            pooler.dense.forward(cls).tanh()
+            fused::linear(cls, &pooler.dense).tanh()
         });
         BertOutput { hidden: x, pooled }
     }

@@ -7,22 +7,28 @@
 //!
 //! - [`layer_norm`]: LayerNorm over the last dimension;
 //! - [`attention_probs`]: scale + additive mask + softmax + dropout;
-//! - [`dense_gelu`]: a linear layer's bias with the exact GELU;
+//! - [`dense_gelu`]: a linear layer with the exact GELU fused into its bias;
 //! - [`dropout`]: counter-based dropout ([`DropoutStream`]);
-//! - [`cross_entropy`]: mean cross-entropy from logits.
+//! - [`cross_entropy`]: mean cross-entropy from logits;
+//! - [`linear`], [`linear_transposed`], [`embedding`], [`attention`]: burn's
+//!   own gemm and lookup kernels, as ops whose backward passes terse owns
+//!   (timed for [`op_profile`]; the tied decoder's gradient in its stored
+//!   layout; attention's whole core as one autodiff node).
 
 mod attention_probs;
+mod autodiff;
 mod bias_gelu;
 mod cross_entropy;
 mod dropout;
 mod extension;
 mod layer_norm;
+pub mod op_profile;
 mod rows;
 pub mod vector_math;
 
 use burn::backend::Dispatch;
 use burn::nn::loss::CrossEntropyLossConfig;
-use burn::nn::{Dropout, LayerNorm, Linear};
+use burn::nn::{Dropout, Embedding, LayerNorm, Linear};
 use burn::tensor::activation::{gelu, softmax};
 use burn::tensor::{Device, Int, Tensor, TensorData};
 
@@ -89,14 +95,83 @@ pub fn attention_probs(
 pub fn dense_gelu<const D: usize>(x: Tensor<D>, dense: &Linear) -> Tensor<D> {
     match &dense.bias {
         Some(bias) if is_flex(&x.device()) => {
-            let h = burn::tensor::module::linear(x, dense.weight.val(), None);
-            Tensor::from_dispatch(<Dispatch as FusedOps>::fused_bias_gelu(
-                h.into_dispatch(),
+            Tensor::from_dispatch(<Dispatch as FusedOps>::fused_dense_gelu(
+                x.into_dispatch(),
+                dense.weight.val().into_dispatch(),
                 bias.val().into_dispatch(),
             ))
         }
         _ => gelu(dense.forward(x)),
     }
+}
+
+/// `dense`'s `x·W + b`.
+pub fn linear<const D: usize>(x: Tensor<D>, dense: &Linear) -> Tensor<D> {
+    match &dense.bias {
+        Some(bias) if is_flex(&x.device()) => {
+            Tensor::from_dispatch(<Dispatch as FusedOps>::fused_linear(
+                x.into_dispatch(),
+                dense.weight.val().into_dispatch(),
+                bias.val().into_dispatch(),
+                false,
+            ))
+        }
+        _ => dense.forward(x),
+    }
+}
+
+/// `x·Wᵀ + b` with W stored `[out, in]` — BERT's MLM decoder, tied to the
+/// word embeddings `[vocab, hidden]`; on flex W's gradient is produced in
+/// that layout.
+pub fn linear_transposed(x: Tensor<2>, weight: Tensor<2>, bias: Tensor<1>) -> Tensor<2> {
+    if is_flex(&x.device()) {
+        return Tensor::from_dispatch(<Dispatch as FusedOps>::fused_linear(
+            x.into_dispatch(),
+            weight.into_dispatch(),
+            bias.into_dispatch(),
+            true,
+        ));
+    }
+    x.matmul(weight.transpose()) + bias.unsqueeze_dim(0)
+}
+
+/// `table`'s rows at `ids` `[batch, seq]`.
+pub fn embedding(ids: Tensor<2, Int>, table: &Embedding) -> Tensor<3> {
+    if is_flex(&ids.device()) {
+        return Tensor::from_dispatch(<Dispatch as FusedOps>::fused_embedding(
+            table.weight.val().into_dispatch(),
+            ids.into_dispatch(),
+        ));
+    }
+    table.forward(ids)
+}
+
+/// The attention core `dropout(softmax(q·kᵀ·scale + mask_bias))·v`; q, k,
+/// v `[batch, heads, seq, head_dim]`, `mask_bias` as in [`attention_probs`].
+pub fn attention(
+    q: Tensor<4>,
+    k: Tensor<4>,
+    v: Tensor<4>,
+    mask_bias: Tensor<2>,
+    scale: f64,
+    layer: &Dropout,
+) -> Tensor<4> {
+    if is_flex(&q.device()) {
+        let (prob, key) = match site(layer, &q.device()) {
+            Some(key) => (layer.prob as f32, key),
+            None => (0.0, 0),
+        };
+        return Tensor::from_dispatch(<Dispatch as FusedOps>::fused_attention(
+            q.into_dispatch(),
+            k.into_dispatch(),
+            v.into_dispatch(),
+            mask_bias.into_dispatch(),
+            scale as f32,
+            prob,
+            key,
+        ));
+    }
+    attention_probs(q.matmul(k.swap_dims(2, 3)), mask_bias, scale, layer).matmul(v)
 }
 
 /// `layer`'s dropout with a counter-based mask: identity outside training

@@ -1,0 +1,432 @@
+//! `FusedOps` for `Autodiff<Flex>`: each op's flex forward (from
+//! `extension.rs`) registered with a hand-written backward pass. Backward
+//! passes regenerate what is cheap to recompute (dropout masks) and keep
+//! what is not (softmax probabilities, LayerNorm's per-row statistics).
+
+use std::sync::Arc;
+
+use burn::backend::Flex;
+use burn::backend::autodiff::Autodiff;
+use burn::backend::autodiff::checkpoint::base::Checkpointer;
+use burn::backend::autodiff::checkpoint::strategy::CheckpointStrategy;
+use burn::backend::autodiff::grads::Gradients;
+use burn::backend::autodiff::ops::{Backward, Ops, OpsKind, unary};
+use burn::backend::flex::FlexTensor;
+use burn::backend::ops::{FloatTensorOps, ModuleOps};
+use burn::backend::tensor::FloatTensor;
+use burn::tensor::Shape;
+
+use super::attention_probs::attention_probs_backward;
+use super::bias_gelu::bias_gelu_backward;
+use super::cross_entropy::cross_entropy_backward;
+use super::dropout::SiteMask;
+use super::extension::{
+    FusedOps, attention, attention_probs, cross_entropy, dense_gelu, dropout, into_values,
+    labels_of, layer_norm, linear, linear_weight_grad, mask, shape_of, swap, tensor, values,
+};
+use super::layer_norm::{LayerNormStats, layer_norm_backward};
+use super::op_profile::{OpClass, timed};
+
+#[derive(Debug)]
+struct LayerNormBackward;
+
+impl Backward<Flex, 3> for LayerNormBackward {
+    type State = (FlexTensor, FlexTensor, Arc<LayerNormStats>);
+
+    fn backward(self, ops: Ops<Self::State, 3>, grads: &mut Gradients, _: &mut Checkpointer) {
+        let [node_x, node_gamma, node_beta] = ops.parents;
+        let grad = grads.consume::<Flex>(&ops.node);
+        let (x, gamma, stats) = ops.state;
+        let shape = shape_of(&x);
+        let mut dx = vec![0.0; shape.num_elements()];
+        let (dgamma, dbeta) = timed(OpClass::Norm, || {
+            layer_norm_backward(
+                &values(&grad),
+                &values(&x),
+                &values(&gamma),
+                &stats,
+                &mut dx,
+            )
+        });
+        let d = dgamma.len();
+        if let Some(node) = node_x {
+            grads.register::<Flex>(node.id, tensor(dx, shape));
+        }
+        if let Some(node) = node_gamma {
+            grads.register::<Flex>(node.id, tensor(dgamma, Shape::new([d])));
+        }
+        if let Some(node) = node_beta {
+            grads.register::<Flex>(node.id, tensor(dbeta, Shape::new([d])));
+        }
+    }
+}
+
+#[derive(Debug)]
+struct AttentionProbsBackward;
+
+impl Backward<Flex, 1> for AttentionProbsBackward {
+    type State = (FlexTensor, f32, Option<SiteMask>);
+
+    fn backward(self, ops: Ops<Self::State, 1>, grads: &mut Gradients, _: &mut Checkpointer) {
+        let (probs, scale, mask) = ops.state;
+        unary::<Flex, _>(ops.parents, ops.node, grads, |grad| {
+            timed(OpClass::Attention, || {
+                let shape = shape_of(&probs);
+                let keys = shape.dims::<4>()[3];
+                let mut g = into_values(grad);
+                attention_probs_backward(&mut g, &values(&probs), keys, scale, mask.as_ref());
+                tensor(g, shape)
+            })
+        });
+    }
+}
+
+#[derive(Debug)]
+struct DenseGeluBackward;
+
+impl Backward<Flex, 3> for DenseGeluBackward {
+    type State = (FlexTensor, FlexTensor, FlexTensor, FlexTensor);
+
+    fn backward(self, ops: Ops<Self::State, 3>, grads: &mut Gradients, _: &mut Checkpointer) {
+        let [node_x, node_weight, node_bias] = ops.parents;
+        let grad = grads.consume::<Flex>(&ops.node);
+        let (x, weight, h, bias) = ops.state;
+        let shape = shape_of(&h);
+        let mut g = into_values(grad);
+        let dbias = timed(OpClass::Activation, || {
+            bias_gelu_backward(&mut g, &values(&h), &values(&bias))
+        });
+        let dh = tensor(g, shape);
+        if let Some(node) = node_bias {
+            let d = dbias.len();
+            grads.register::<Flex>(node.id, tensor(dbias, Shape::new([d])));
+        }
+        timed(OpClass::Matmul, || {
+            if let Some(node) = node_weight {
+                grads.register::<Flex>(node.id, Flex::linear_weight_backward(x, dh.clone()));
+            }
+            if let Some(node) = node_x {
+                grads.register::<Flex>(node.id, Flex::linear_x_backward(weight, dh));
+            }
+        });
+    }
+}
+
+#[derive(Debug)]
+struct DropoutBackward;
+
+impl Backward<Flex, 1> for DropoutBackward {
+    type State = SiteMask;
+
+    fn backward(self, ops: Ops<Self::State, 1>, grads: &mut Gradients, _: &mut Checkpointer) {
+        let mask = ops.state;
+        unary::<Flex, _>(ops.parents, ops.node, grads, |grad| {
+            timed(OpClass::Dropout, || dropout(grad, &mask))
+        });
+    }
+}
+
+#[derive(Debug)]
+struct CrossEntropyBackward;
+
+impl Backward<Flex, 1> for CrossEntropyBackward {
+    type State = (FlexTensor, Arc<Vec<i64>>, Arc<Vec<f32>>);
+
+    fn backward(self, ops: Ops<Self::State, 1>, grads: &mut Gradients, _: &mut Checkpointer) {
+        let (logits, labels, lse) = ops.state;
+        unary::<Flex, _>(ops.parents, ops.node, grads, |grad| {
+            timed(OpClass::Loss, || {
+                let shape = shape_of(&logits);
+                let classes = shape.dims::<2>()[1];
+                let upstream = values(&grad)[0];
+                let mut out = vec![0.0; shape.num_elements()];
+                cross_entropy_backward(
+                    &values(&logits),
+                    &labels,
+                    &lse,
+                    classes,
+                    upstream,
+                    &mut out,
+                );
+                tensor(out, shape)
+            })
+        });
+    }
+}
+
+#[derive(Debug)]
+struct LinearBackward;
+
+impl Backward<Flex, 3> for LinearBackward {
+    type State = (FlexTensor, FlexTensor, bool);
+
+    fn backward(self, ops: Ops<Self::State, 3>, grads: &mut Gradients, _: &mut Checkpointer) {
+        let [node_x, node_weight, node_bias] = ops.parents;
+        let grad = grads.consume::<Flex>(&ops.node);
+        let (x, weight, transposed) = ops.state;
+        timed(OpClass::Matmul, || {
+            if let Some(node) = node_x {
+                let weight = if transposed {
+                    swap(weight, 0, 1)
+                } else {
+                    weight
+                };
+                grads.register::<Flex>(node.id, Flex::linear_x_backward(weight, grad.clone()));
+            }
+            if let Some(node) = node_weight {
+                grads.register::<Flex>(node.id, linear_weight_grad(&x, &grad, transposed));
+            }
+            if let Some(node) = node_bias {
+                grads.register::<Flex>(node.id, Flex::linear_bias_backward(grad));
+            }
+        });
+    }
+}
+
+#[derive(Debug)]
+struct EmbeddingBackward;
+
+impl Backward<Flex, 1> for EmbeddingBackward {
+    type State = (FlexTensor, FlexTensor);
+
+    fn backward(self, ops: Ops<Self::State, 1>, grads: &mut Gradients, _: &mut Checkpointer) {
+        let (weights, ids) = ops.state;
+        unary::<Flex, _>(ops.parents, ops.node, grads, |grad| {
+            timed(OpClass::Embedding, || {
+                Flex::embedding_backward(weights, grad, ids)
+            })
+        });
+    }
+}
+
+#[derive(Debug)]
+struct AttentionBackward;
+
+impl Backward<Flex, 3> for AttentionBackward {
+    type State = ([FlexTensor; 3], FlexTensor, f32, Option<SiteMask>);
+
+    fn backward(self, ops: Ops<Self::State, 3>, grads: &mut Gradients, _: &mut Checkpointer) {
+        let [node_q, node_k, node_v] = ops.parents;
+        let grad = grads.consume::<Flex>(&ops.node);
+        let ([q, k, v], probs, scale, mask) = ops.state;
+        timed(OpClass::Attention, || {
+            if let Some(node) = node_v {
+                // P·V's right operand: the probabilities after dropout,
+                // regenerated from the mask rather than stored.
+                let dropped = match &mask {
+                    Some(mask) => dropout(probs.clone(), mask),
+                    None => probs.clone(),
+                };
+                grads.register::<Flex>(
+                    node.id,
+                    Flex::float_matmul(swap(dropped, 2, 3), grad.clone()),
+                );
+            }
+            if node_q.is_none() && node_k.is_none() {
+                return;
+            }
+            let d_probs = Flex::float_matmul(grad, swap(v, 2, 3));
+            let shape = shape_of(&d_probs);
+            let keys = shape.dims::<4>()[3];
+            let mut g = into_values(d_probs);
+            attention_probs_backward(&mut g, &values(&probs), keys, scale, mask.as_ref());
+            let d_scores = tensor(g, shape);
+            if let Some(node) = node_q {
+                grads.register::<Flex>(node.id, Flex::float_matmul(d_scores.clone(), k));
+            }
+            if let Some(node) = node_k {
+                grads.register::<Flex>(node.id, Flex::float_matmul(swap(d_scores, 2, 3), q));
+            }
+        });
+    }
+}
+
+impl<C: CheckpointStrategy> FusedOps for Autodiff<Flex, C> {
+    fn fused_layer_norm(
+        x: FloatTensor<Self>,
+        gamma: FloatTensor<Self>,
+        beta: FloatTensor<Self>,
+        eps: f32,
+    ) -> FloatTensor<Self> {
+        let prep = LayerNormBackward
+            .prepare::<C>([x.node(), gamma.node(), beta.node()])
+            .compute_bound()
+            .stateful();
+        let (y, stats) = timed(OpClass::Norm, || {
+            layer_norm(x.primitive(), gamma.primitive(), beta.primitive(), eps)
+        });
+        match prep {
+            OpsKind::Tracked(prep) => prep.finish(
+                (
+                    x.primitive().clone(),
+                    gamma.primitive().clone(),
+                    Arc::new(stats),
+                ),
+                y,
+            ),
+            OpsKind::UnTracked(prep) => prep.finish(y),
+        }
+    }
+
+    fn fused_attention_probs(
+        scores: FloatTensor<Self>,
+        bias: FloatTensor<Self>,
+        scale: f32,
+        prob: f32,
+        key: u64,
+    ) -> FloatTensor<Self> {
+        // The additive mask is a constant: only the scores get a gradient.
+        let prep = AttentionProbsBackward
+            .prepare::<C>([scores.node()])
+            .compute_bound()
+            .stateful();
+        let mask = mask(prob, key);
+        let (probs, dropped) = timed(OpClass::Attention, || {
+            attention_probs(scores.primitive(), bias.primitive(), scale, mask.as_ref())
+        });
+        let out = dropped.unwrap_or_else(|| probs.clone());
+        match prep {
+            OpsKind::Tracked(prep) => prep.finish((probs, scale, mask), out),
+            OpsKind::UnTracked(prep) => prep.finish(out),
+        }
+    }
+
+    fn fused_dense_gelu(
+        x: FloatTensor<Self>,
+        weight: FloatTensor<Self>,
+        bias: FloatTensor<Self>,
+    ) -> FloatTensor<Self> {
+        let prep = DenseGeluBackward
+            .prepare::<C>([x.node(), weight.node(), bias.node()])
+            .compute_bound()
+            .stateful();
+        let (out, h) = dense_gelu(x.primitive(), weight.primitive(), bias.primitive());
+        match prep {
+            OpsKind::Tracked(prep) => prep.finish(
+                (
+                    x.primitive().clone(),
+                    weight.primitive().clone(),
+                    h,
+                    bias.primitive().clone(),
+                ),
+                out,
+            ),
+            OpsKind::UnTracked(prep) => prep.finish(out),
+        }
+    }
+
+    fn fused_dropout(x: FloatTensor<Self>, prob: f32, key: u64) -> FloatTensor<Self> {
+        let Some(mask) = mask(prob, key) else {
+            return x;
+        };
+        let prep = DropoutBackward
+            .prepare::<C>([x.node()])
+            .compute_bound()
+            .stateful();
+        let out = timed(OpClass::Dropout, || dropout(x.primitive().clone(), &mask));
+        match prep {
+            OpsKind::Tracked(prep) => prep.finish(mask, out),
+            OpsKind::UnTracked(prep) => prep.finish(out),
+        }
+    }
+
+    fn fused_cross_entropy(logits: FloatTensor<Self>, labels: FlexTensor) -> FloatTensor<Self> {
+        let prep = CrossEntropyBackward
+            .prepare::<C>([logits.node()])
+            .compute_bound()
+            .stateful();
+        let labels = labels_of(&labels);
+        let (loss, lse) = timed(OpClass::Loss, || cross_entropy(logits.primitive(), &labels));
+        match prep {
+            OpsKind::Tracked(prep) => prep.finish(
+                (logits.primitive().clone(), Arc::new(labels), Arc::new(lse)),
+                loss,
+            ),
+            OpsKind::UnTracked(prep) => prep.finish(loss),
+        }
+    }
+
+    fn fused_linear(
+        x: FloatTensor<Self>,
+        weight: FloatTensor<Self>,
+        bias: FloatTensor<Self>,
+        transposed: bool,
+    ) -> FloatTensor<Self> {
+        let prep = LinearBackward
+            .prepare::<C>([x.node(), weight.node(), bias.node()])
+            .compute_bound()
+            .stateful();
+        let out = linear(
+            x.primitive(),
+            weight.primitive(),
+            bias.primitive(),
+            transposed,
+        );
+        match prep {
+            OpsKind::Tracked(prep) => prep.finish(
+                (
+                    x.primitive().clone(),
+                    weight.primitive().clone(),
+                    transposed,
+                ),
+                out,
+            ),
+            OpsKind::UnTracked(prep) => prep.finish(out),
+        }
+    }
+
+    fn fused_embedding(weights: FloatTensor<Self>, ids: FlexTensor) -> FloatTensor<Self> {
+        let prep = EmbeddingBackward
+            .prepare::<C>([weights.node()])
+            .compute_bound()
+            .stateful();
+        let out = timed(OpClass::Embedding, || {
+            Flex::embedding(weights.primitive().clone(), ids.clone())
+        });
+        match prep {
+            OpsKind::Tracked(prep) => prep.finish((weights.primitive().clone(), ids), out),
+            OpsKind::UnTracked(prep) => prep.finish(out),
+        }
+    }
+
+    fn fused_attention(
+        q: FloatTensor<Self>,
+        k: FloatTensor<Self>,
+        v: FloatTensor<Self>,
+        bias: FloatTensor<Self>,
+        scale: f32,
+        prob: f32,
+        key: u64,
+    ) -> FloatTensor<Self> {
+        // The additive mask is a constant: q, k and v get gradients.
+        let prep = AttentionBackward
+            .prepare::<C>([q.node(), k.node(), v.node()])
+            .compute_bound()
+            .stateful();
+        let mask = mask(prob, key);
+        let (context, probs) = attention(
+            q.primitive(),
+            k.primitive(),
+            v.primitive(),
+            bias.primitive(),
+            scale,
+            mask.as_ref(),
+        );
+        match prep {
+            OpsKind::Tracked(prep) => prep.finish(
+                (
+                    [
+                        q.primitive().clone(),
+                        k.primitive().clone(),
+                        v.primitive().clone(),
+                    ],
+                    probs,
+                    scale,
+                    mask,
+                ),
+                context,
+            ),
+            OpsKind::UnTracked(prep) => prep.finish(context),
+        }
+    }
+}
