@@ -6,7 +6,6 @@
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result, bail};
-use terse_optim::OptimizerConfig;
 use terse_train::{Init, Launch, Override, RunConfig, TaskConfig};
 
 /// A training command's flags with its required config.
@@ -27,7 +26,10 @@ pub struct RunFlags {
     #[arg(long, value_name = "N")]
     pub steps: Option<u64>,
 
-    /// Replace the config's optimizer by this one with its default settings
+    /// Train with this optimizer instead of the config's, keeping every
+    /// hyper-parameter the two share (weight decay, betas, eps, bias
+    /// correction, freeze step, …; the schedule is untouched) and this
+    /// optimizer's defaults for the rest
     #[arg(long, value_name = "NAME", value_parser = optimizer_names())]
     pub optimizer: Option<String>,
 
@@ -128,8 +130,19 @@ impl RunFlags {
         }
         if let Some(name) = &self.optimizer {
             let name = name.replace('-', "_");
-            config.optimizer = toml::from_str::<OptimizerConfig>(&format!("name = \"{name}\""))
+            let swapped = config
+                .optimizer
+                .with_name(&name)
                 .with_context(|| format!("--optimizer {name}"))?;
+            if !swapped.dropped.is_empty() {
+                tracing::info!(
+                    "--optimizer {name}: the config's {} field(s) {} do not apply to {name} \
+                     and are left out",
+                    config.optimizer.name(),
+                    swapped.dropped.join(", ")
+                );
+            }
+            config.optimizer = swapped.config;
         }
         if let Some(dir) = &self.from {
             match &mut config.task {

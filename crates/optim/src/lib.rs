@@ -34,6 +34,7 @@ mod sgd;
 mod slamb;
 mod state;
 mod step;
+mod swap;
 
 pub use adam::{Adam, AdamConfig};
 pub use compression_config::{CompressionConfig, FreezeRule, ScaleKind, WithCompression};
@@ -55,3 +56,4 @@ pub use schedule::LrSchedule;
 pub use sgd::{Sgd, SgdConfig};
 pub use slamb::{MaskKind, SlambConfig};
 pub use step::{FlatOptimizer, Stage, StepContext, StepReport};
+pub use swap::Swapped;
