@@ -35,7 +35,8 @@ pub struct RunFlags {
 
     /// Set any config field, e.g. `--set train.seed=3` or
     /// `--set 'optimizer={ name = "adam", lr = 1e-3 }'` (TOML values; repeatable,
-    /// applied before the flags above)
+    /// applied before the flags above, except that with --optimizer a
+    /// `--set optimizer.FIELD=…` sets a field of the new optimizer)
     #[arg(long = "set", value_name = "KEY=VALUE", value_parser = Override::parse)]
     pub overrides: Vec<Override>,
 
@@ -121,7 +122,14 @@ impl RunFlags {
 
     /// The config file at `path` with the command line's overrides applied.
     fn resolve(&self, path: &Path) -> Result<RunConfig> {
-        let mut config = RunConfig::load_with(path, &self.overrides)?;
+        // With --optimizer, `--set optimizer.FIELD=…` sets a field of the
+        // new optimizer: applied after the swap, not to the config's own.
+        let (after_swap, before_swap): (Vec<Override>, Vec<Override>) = self
+            .overrides
+            .iter()
+            .cloned()
+            .partition(|o| self.optimizer.is_some() && o.key().starts_with("optimizer."));
+        let mut config = RunConfig::load_with(path, &before_swap)?;
         if let Some(steps) = self.steps {
             if steps == 0 {
                 bail!("--steps must be at least 1");
@@ -143,6 +151,25 @@ impl RunFlags {
                 );
             }
             config.optimizer = swapped.config;
+            if !after_swap.is_empty() {
+                let mut document = toml::Table::new();
+                document.insert(
+                    "optimizer".into(),
+                    toml::Value::try_from(&config.optimizer)
+                        .context("the optimizer config serialises")?,
+                );
+                for o in &after_swap {
+                    o.apply(&mut document)
+                        .map_err(|e| anyhow::anyhow!("--set {}: {e}", o.key()))?;
+                }
+                config.optimizer = document
+                    .remove("optimizer")
+                    .expect("inserted above")
+                    .try_into()
+                    .map_err(|e: toml::de::Error| {
+                        anyhow::anyhow!("{}: --optimizer {name} with --set: {e}", path.display())
+                    })?;
+            }
         }
         if let Some(dir) = &self.from {
             match &mut config.task {
@@ -166,5 +193,59 @@ impl RunFlags {
                 .map_or("run".into(), |s| s.to_string_lossy().into_owned());
             PathBuf::from("runs").join(format!("{stem}-{}", config.optimizer.name()))
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn flags(argv: &[&str]) -> RunFlags {
+        #[derive(clap::Parser)]
+        struct Line {
+            #[command(flatten)]
+            flags: RunFlags,
+        }
+        <Line as clap::Parser>::try_parse_from([&["terse"], argv].concat())
+            .unwrap()
+            .flags
+    }
+
+    fn shipped(name: &str) -> PathBuf {
+        Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../../configs")
+            .join(name)
+    }
+
+    #[test]
+    fn optimizer_keeps_the_configs_hyper_parameters_and_takes_its_own_fields_from_set() {
+        // The fine-tuning config trains Adam-family optimizers with weight
+        // decay; swapping to 1-bit LAMB must keep it, and a freeze step set
+        // on the command line lands on the new optimizer.
+        let path = shipped("finetune-rt-polarity-onebit-adam.toml");
+        let original = RunConfig::load(&path).unwrap();
+        let config = flags(&[
+            "--optimizer",
+            "onebit-lamb",
+            "--set",
+            "optimizer.freeze_step=7",
+            "--set",
+            "train.seed=5",
+        ])
+        .resolve(&path)
+        .unwrap();
+        let (before, after) = (
+            toml::to_string(&original.optimizer).unwrap(),
+            toml::to_string(&config.optimizer).unwrap(),
+        );
+        assert!(after.contains("name = \"onebit_lamb\""), "{after}");
+        assert!(after.contains("freeze_step = 7"), "{after}");
+        assert_eq!(config.train.seed, 5);
+        for line in before.lines() {
+            let key = line.split(" = ").next().unwrap();
+            if ["weight_decay", "beta_1", "beta_2", "eps", "bias_correction"].contains(&key) {
+                assert!(after.contains(line), "{line} not kept:\n{after}");
+            }
+        }
     }
 }

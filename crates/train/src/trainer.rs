@@ -231,6 +231,19 @@ impl Trainer<'_> {
         let mut params = tensor_to_host(gather_params(&layout, &model)?)?;
         let mut grad = vec![0.0f32; layout.len()];
 
+        let plan = cfg.optimizer.plan(cfg.train.steps, &cfg.schedule);
+        if lead {
+            tracing::info!("{}: {plan}", cfg.optimizer.name());
+            if plan.freeze_unreachable {
+                tracing::warn!(
+                    "{}'s freeze is never reached in this {}-step run: it trains as its \
+                     uncompressed baseline and sends fp32 gradients every step (lower \
+                     optimizer.freeze_step or raise train.steps to see compression)",
+                    cfg.optimizer.name(),
+                    cfg.train.steps
+                );
+            }
+        }
         let start_step = optimizer.step_count();
         let mut log = MetricsLog::open(self.run_dir, lead, start_step)?;
         let bar = step_bar(cfg.train.steps, self.progress && lead);
