@@ -1,7 +1,56 @@
-//! The progress bar every training run shows: elapsed time, ETA, steps and
-//! the live loss in the message.
+//! What a running training shows: on a terminal, a bar with elapsed time,
+//! ETA, steps and the live loss; anywhere else (under `mpirun`, in CI, into
+//! a file), where a bar is invisible, a plain line every few steps.
+
+use std::io::IsTerminal;
+use std::time::Instant;
 
 use indicatif::{ProgressBar, ProgressStyle};
+
+/// Plain progress lines, about twenty per run, for logs that are not a
+/// terminal.
+pub(crate) struct ProgressLines {
+    every: u64,
+    steps: u64,
+    first: u64,
+    start: Instant,
+}
+
+impl ProgressLines {
+    /// Lines for steps `first + 1..=steps` when `show` and standard error
+    /// is not a terminal (the bar covers the terminal).
+    pub(crate) fn new(steps: u64, first: u64, show: bool) -> Option<Self> {
+        (show && !std::io::stderr().is_terminal()).then(|| ProgressLines {
+            every: steps.div_ceil(20).max(1),
+            steps,
+            first,
+            start: Instant::now(),
+        })
+    }
+
+    /// Logs step `t`'s line when it is due (every `steps / 20` steps and the
+    /// last).
+    pub(crate) fn step(&self, t: u64, loss: f64, stage: &str) {
+        if !t.is_multiple_of(self.every) && t != self.steps {
+            return;
+        }
+        let done = (t - self.first).max(1);
+        let per_step = self.start.elapsed().as_secs_f64() / done as f64;
+        let eta = per_step * (self.steps - t) as f64;
+        tracing::info!(
+            "step {t}/{} ({:.0}%): loss {loss:.4}, {stage}, {per_step:.2} s/step, ETA {}",
+            self.steps,
+            100.0 * t as f64 / self.steps.max(1) as f64,
+            clock(eta)
+        );
+    }
+}
+
+/// `h:mm:ss`.
+fn clock(seconds: f64) -> String {
+    let s = seconds.max(0.0).round() as u64;
+    format!("{}:{:02}:{:02}", s / 3600, s / 60 % 60, s % 60)
+}
 
 /// A bar over `steps` steps, or a hidden one when `show` is false.
 pub(crate) fn step_bar(steps: u64, show: bool) -> ProgressBar {
@@ -16,4 +65,15 @@ pub(crate) fn step_bar(steps: u64, show: bool) -> ProgressBar {
         .expect("the template is valid"),
     );
     bar
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn clock_reads_hours_minutes_seconds() {
+        assert_eq!(clock(0.4), "0:00:00");
+        assert_eq!(clock(3_725.0), "1:02:05");
+    }
 }

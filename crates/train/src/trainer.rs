@@ -27,7 +27,7 @@ use terse_optim::{
 use crate::checkpoint::{self, model_file, optimizer_file};
 use crate::logging;
 use crate::metrics::{EvalRecord, MetricsLog, RunSummary, StepRecord};
-use crate::progress::step_bar;
+use crate::progress::{ProgressLines, step_bar};
 use crate::step_order::StepOrder;
 use crate::{RunConfig, TrainError, signals};
 
@@ -249,6 +249,7 @@ impl Trainer<'_> {
         let bar = step_bar(cfg.train.steps, self.progress && lead);
         bar.set_position(start_step);
         bar.set_prefix(cfg.optimizer.name());
+        let lines = ProgressLines::new(cfg.train.steps, start_step, self.progress && lead);
         let mut summary = RunSummary::default();
 
         if lead && start_step == 0 && cfg.train.eval_every > 0 {
@@ -317,6 +318,9 @@ impl Trainer<'_> {
             summary.add(&record, cfg.train.global_batch as u64, layout.len(), world);
             bar.inc(1);
             bar.set_message(format!("loss {loss:.4} {}", record.stage));
+            if let Some(lines) = &lines {
+                lines.step(t, loss, &record.stage);
+            }
 
             let stop = shared[1] > 0.0;
             let last = t == cfg.train.steps;
