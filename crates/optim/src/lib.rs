@@ -52,6 +52,7 @@ pub use moment_config::{MomentConfig, WithMoments};
 pub use onebit_adam::OneBitAdamConfig;
 pub use onebit_lamb::{OneBitLambConfig, RatioKind};
 pub use optimizer::Optimizer;
+pub use parallel::sum_of_squares;
 pub use plan::Plan;
 pub use registry::{OPTIMIZER_NAMES, OptimizerConfig};
 pub use schedule::LrSchedule;

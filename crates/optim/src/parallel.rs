@@ -40,8 +40,9 @@ pub(crate) fn split_segments<'a, T>(layout: &ParamLayout, buf: &'a [T]) -> Vec<&
     layout.segments().iter().map(|s| &buf[s.range()]).collect()
 }
 
-/// Sum of squares of `values` in f64, reduced in chunk order.
-pub(crate) fn sum_of_squares(values: &[f32]) -> f64 {
+/// Sum of squares of `values` in f64, reduced in chunk order (the same
+/// result on any number of threads).
+pub fn sum_of_squares(values: &[f32]) -> f64 {
     let partials: Vec<f64> = values.par_chunks(CHUNK).map(chunk_sum_of_squares).collect();
     partials.into_iter().sum()
 }

@@ -146,6 +146,15 @@ pub struct TrainSettings {
     /// Evaluate every N steps (0: only at the end).
     #[serde(default)]
     pub eval_every: u64,
+    /// Clip the gradient to this global norm before the optimizer (as
+    /// DeepSpeed's `gradient_clipping` and the HF Trainer's
+    /// `max_grad_norm`). The norm is the root mean square of the ranks'
+    /// gradient norms — the exact norm of the mean gradient on one rank, an
+    /// upper bound on several (the exact one would need the fp32 allreduce
+    /// the compressed stages avoid) — and every rank scales by the same
+    /// factor. Unset: no clipping (the norm is still logged).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_grad_norm: Option<f64>,
 }
 
 impl TrainSettings {
@@ -221,6 +230,13 @@ impl RunConfig {
             .map_err(|e| format!("[schedule]: {e}"))?;
         if self.train.steps == 0 {
             return Err("train.steps: must be at least 1".into());
+        }
+        if let Some(norm) = self.train.max_grad_norm
+            && !(norm.is_finite() && norm > 0.0)
+        {
+            return Err(format!(
+                "train.max_grad_norm = {norm}: must be a positive number (leave it out for no clipping)"
+            ));
         }
         self.train
             .accumulation(1)

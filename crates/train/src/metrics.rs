@@ -35,6 +35,9 @@ pub struct StepRecord {
     pub optimizer_ms: f64,
     /// Examples per second over all ranks for this step.
     pub samples_per_s: f64,
+    /// The gradient's global norm before clipping (the root mean square of
+    /// the ranks' norms; see `train.max_grad_norm`).
+    pub grad_norm: f64,
 }
 
 /// An evaluation, as logged.
@@ -191,7 +194,7 @@ mod tests {
         let metrics = |pairs: [(&str, f64); 3]| -> Vec<(String, f64)> {
             pairs.iter().map(|&(k, v)| (k.to_string(), v)).collect()
         };
-        let step = |step, loss, lr, stage: &str, bytes_sent, phases: [f64; 4], samples_per_s| {
+        let step = |step, loss, lr, stage: &str, bytes_sent, phases: [f64; 4], rates: [f64; 2]| {
             serde_json::to_string(&StepRecord {
                 step,
                 loss,
@@ -202,7 +205,8 @@ mod tests {
                 backward_ms: phases[1],
                 comm_ms: phases[2],
                 optimizer_ms: phases[3],
-                samples_per_s,
+                samples_per_s: rates[0],
+                grad_norm: rates[1],
             })
             .unwrap()
         };
@@ -223,7 +227,7 @@ mod tests {
                 "warmup",
                 1_048_576,
                 [12.5, 25.0, 3.25, 1.5],
-                376.5,
+                [376.5, 4.5],
             ),
             step(
                 2,
@@ -232,7 +236,7 @@ mod tests {
                 "compression",
                 32_768,
                 [12.0, 24.5, 0.5, 2.0],
-                410.0,
+                [410.0, 2.25],
             ),
             serde_json::to_string(&EvalRecord {
                 step: 2,
