@@ -79,7 +79,7 @@ pub struct RunLog {
 /// The numeric fields of a step line of metrics.jsonl (terse-train's
 /// `StepRecord`; the test `reads_the_trainers_metrics_fixture` ties the two
 /// through the fixture the trainer's own test checks its records against).
-pub const STEP_FIELDS: [&str; 8] = [
+pub const STEP_FIELDS: [&str; 9] = [
     "loss",
     "lr",
     "bytes_sent",
@@ -88,6 +88,7 @@ pub const STEP_FIELDS: [&str; 8] = [
     "comm_ms",
     "optimizer_ms",
     "samples_per_s",
+    "grad_norm",
 ];
 
 impl RunLog {
