@@ -153,6 +153,11 @@ mod tests {
             "--run-dir",
             "runs/x",
             "--resume",
+            "--set",
+            "train.steps=9",
+            "--set",
+            "optimizer.freeze_step=3",
+            "--allow-no-compression",
         ]);
         assert_eq!(
             args.run.terse_args(std::path::Path::new("c.toml")),
@@ -163,7 +168,12 @@ mod tests {
                 "onebit_lamb",
                 "--run-dir",
                 "runs/x",
-                "--resume"
+                "--resume",
+                "--set",
+                "train.steps=9",
+                "--set",
+                "optimizer.freeze_step=3",
+                "--allow-no-compression",
             ]
         );
     }

@@ -60,6 +60,16 @@ pub struct RunArgs {
     /// (bit-identically, in any optimizer stage)
     #[arg(long)]
     pub resume: bool,
+
+    /// Set a config field, passed to `terse` as is (e.g. `--set
+    /// train.steps=100`, `--set optimizer.freeze_step=20`; repeatable)
+    #[arg(long = "set", value_name = "KEY=VALUE")]
+    pub overrides: Vec<String>,
+
+    /// With --optimizer, run a 1-bit optimizer whose freeze the run never
+    /// reaches (refused otherwise)
+    #[arg(long)]
+    pub allow_no_compression: bool,
 }
 
 impl RunArgs {
@@ -75,6 +85,12 @@ impl RunArgs {
         }
         if self.resume {
             args.push("--resume".into());
+        }
+        for o in &self.overrides {
+            args.extend(["--set".into(), o.clone()]);
+        }
+        if self.allow_no_compression {
+            args.push("--allow-no-compression".into());
         }
         args
     }

@@ -33,6 +33,12 @@ pub struct RunFlags {
     #[arg(long, value_name = "NAME", value_parser = optimizer_names())]
     pub optimizer: Option<String>,
 
+    /// With --optimizer: run a 1-bit optimizer even when its freeze lies at
+    /// or after the last step (it then never compresses and trains as its
+    /// uncompressed baseline); without it such a run is refused
+    #[arg(long)]
+    pub allow_no_compression: bool,
+
     /// Set any config field, e.g. `--set train.seed=3` or
     /// `--set 'optimizer={ name = "adam", lr = 1e-3 }'` (TOML values; repeatable,
     /// applied before the flags above, except that with --optimizer a
@@ -171,6 +177,17 @@ impl RunFlags {
                     })?;
             }
         }
+        if let Some(name) = &self.optimizer {
+            let plan = config.optimizer.plan(config.train.steps, &config.schedule);
+            if plan.freeze_unreachable && !self.allow_no_compression {
+                bail!(
+                    "--optimizer {name}: {plan}. This run would train as the uncompressed \
+                     baseline under another name. Set a freeze inside the run (e.g. `--set \
+                     optimizer.freeze_step={}`), or pass --allow-no-compression to run it anyway",
+                    (config.train.steps / 5).max(1)
+                );
+            }
+        }
         if let Some(dir) = &self.from {
             match &mut config.task {
                 TaskConfig::Glue { init, .. } | TaskConfig::Squad { init, .. } => {
@@ -215,6 +232,22 @@ mod tests {
         Path::new(env!("CARGO_MANIFEST_DIR"))
             .join("../../configs")
             .join(name)
+    }
+
+    #[test]
+    fn an_optimizer_whose_freeze_the_run_never_reaches_is_refused_unless_allowed() {
+        // The shipped BERT-Tiny config trains 1-bit LAMB with its freeze
+        // at step 12.
+        let path = shipped("pretrain-bert-tiny.toml");
+        let argv = ["--optimizer", "onebit-adam", "--set", "train.steps=20"];
+        // From 1-bit LAMB the freeze (step 12) is kept: reachable.
+        flags(&argv).resolve(&path).unwrap();
+        let unreachable = [&argv[..], &["--set", "optimizer.freeze_step=20"]].concat();
+        let error = format!("{:#}", flags(&unreachable).resolve(&path).unwrap_err());
+        assert!(error.contains("never compresses"), "{error}");
+        assert!(error.contains("--allow-no-compression"), "{error}");
+        let allowed = [&unreachable[..], &["--allow-no-compression"]].concat();
+        flags(&allowed).resolve(&path).unwrap();
     }
 
     #[test]
