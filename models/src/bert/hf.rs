@@ -125,6 +125,18 @@ pub fn load_hf<M: HfBert>(model: &mut M, path: &Path) -> Result<HfLoadReport, Mo
 /// `transformers.<Class>.from_pretrained(dir)` loads it. Only Post-LN BERT
 /// exists in `transformers`: a Pre-LN model is refused.
 pub fn save_hf<M: HfBert>(model: &M, config: &BertConfig, dir: &Path) -> Result<(), ModelError> {
+    save_hf_with_head(model, config, &serde_json::Map::new(), dir)
+}
+
+/// [`save_hf`] with the head's keys added to `config.json` (a classifier's
+/// `num_labels`, `id2label`, `label2id`, `problem_type`: without them
+/// `transformers` builds a 2-label head and refuses a 3-label one's weights).
+pub fn save_hf_with_head<M: HfBert>(
+    model: &M,
+    config: &BertConfig,
+    head: &serde_json::Map<String, serde_json::Value>,
+    dir: &Path,
+) -> Result<(), ModelError> {
     if config.layer_norm == LayerNormPlacement::Pre
         || model.encoder().encoder.final_layer_norm.is_some()
     {
@@ -154,10 +166,17 @@ pub fn save_hf<M: HfBert>(model: &M, config: &BertConfig, dir: &Path) -> Result<
             detail: e.to_string(),
         })?;
     let config_path = dir.join("config.json");
-    let json = serde_json::to_string_pretty(&config.to_hf_json(M::ARCHITECTURE))
-        .expect("a JSON value serialises");
-    std::fs::write(&config_path, json).map_err(|source| ModelError::Io {
-        path: config_path,
-        source,
-    })
+    let mut json = config.to_hf_json(M::ARCHITECTURE);
+    if let Some(fields) = json.as_object_mut() {
+        fields.extend(head.clone());
+    }
+    let text = serde_json::to_string_pretty(&json).expect("a JSON value serialises");
+    // Written beside and renamed over, as the weights are.
+    let partial = dir.join("config.json.partial");
+    std::fs::write(&partial, text)
+        .and_then(|()| std::fs::rename(&partial, &config_path))
+        .map_err(|source| ModelError::Io {
+            path: config_path,
+            source,
+        })
 }

