@@ -88,10 +88,14 @@ fn run(cli: &Cli) -> Result<()> {
     }
 }
 
-/// Prints `err` as one `terse: …` line on stderr; exit status 1.
+/// Prints `err` as one `terse: …` line on stderr; exit status 1, or the
+/// status of the `terse` run that failed (3: diverged).
 fn report(err: &anyhow::Error) -> ExitCode {
     eprintln!("terse: {err:#}");
-    ExitCode::FAILURE
+    match err.downcast_ref::<terse_binary::ChildFailed>() {
+        Some(child) => ExitCode::from(child.code()),
+        None => ExitCode::FAILURE,
+    }
 }
 
 fn main() -> ExitCode {

@@ -78,7 +78,11 @@ pub fn run_binary(name: &str, args: &[String]) -> Result<()> {
         .status()
         .with_context(|| format!("cannot start {}", exe.display()))?;
     if !status.success() {
-        bail!("`{name} {}` failed ({status})", args.join(" "));
+        return Err(ChildFailed {
+            what: format!("`{name} {}`", args.join(" ")),
+            status,
+        }
+        .into());
     }
     Ok(())
 }
@@ -132,13 +136,45 @@ pub fn launch(ranks: usize, args: &[String]) -> Result<Option<PathBuf>> {
     }
     let status = child.wait().context("cannot wait for `terse`")?;
     if !status.success() {
-        bail!(
-            "`terse {}` on {ranks} rank(s) failed ({status})",
-            args.join(" ")
-        );
+        return Err(ChildFailed {
+            what: format!("`terse {}` on {ranks} rank(s)", args.join(" ")),
+            status,
+        }
+        .into());
     }
     Ok(run_dir)
 }
+
+/// A `terse` (or other workspace binary) run that failed: xtask exits with
+/// its status, so that a caller sees 3 for a diverged run as it would from
+/// `terse` itself (and 128 + N for a run ended by signal N).
+#[derive(Debug)]
+pub struct ChildFailed {
+    /// The command, for the message.
+    pub what: String,
+    /// How it ended.
+    pub status: std::process::ExitStatus,
+}
+
+impl ChildFailed {
+    /// The exit status to pass on.
+    pub fn code(&self) -> u8 {
+        use std::os::unix::process::ExitStatusExt;
+        match (self.status.code(), self.status.signal()) {
+            (Some(code), _) => u8::try_from(code).unwrap_or(1).max(1),
+            (None, Some(signal)) => u8::try_from(128 + signal).unwrap_or(1),
+            (None, None) => 1,
+        }
+    }
+}
+
+impl std::fmt::Display for ChildFailed {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{} failed ({})", self.what, self.status)
+    }
+}
+
+impl std::error::Error for ChildFailed {}
 
 /// How `terse` names the run directory on its last line (crates/cli/src/launch.rs).
 const RUN_DIRECTORY: &str = "terse: run directory ";
@@ -207,6 +243,21 @@ pub fn build_bench(bench: &str) -> Result<PathBuf> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn failed(script: &str) -> ChildFailed {
+        ChildFailed {
+            what: script.into(),
+            status: Command::new("sh").args(["-c", script]).status().unwrap(),
+        }
+    }
+
+    #[test]
+    fn a_failed_runs_status_is_passed_on() {
+        assert_eq!(failed("exit 3").code(), 3);
+        assert_eq!(failed("exit 1").code(), 1);
+        // Ended by SIGTERM: 128 + 15, as a shell reports it.
+        assert_eq!(failed("kill -TERM $$").code(), 143);
+    }
 
     #[test]
     fn finds_the_executable_of_the_named_target_in_cargos_messages() {

@@ -40,6 +40,18 @@ enum Command {
 /// (`cargo xtask reproduce`) can record the divergence as a result.
 const DIVERGED: u8 = 3;
 
+/// SIGTERM's number on Linux: the exit status of a rank that learned of
+/// another rank's signal is 128 + this.
+const SIGTERM: i32 = 15;
+
+/// Whether `error` is a run stopped by SIGINT or SIGTERM.
+fn interrupted(error: &anyhow::Error) -> bool {
+    error.chain().any(|e| {
+        e.downcast_ref::<terse_train::TrainError>()
+            .is_some_and(terse_train::TrainError::interrupted)
+    })
+}
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
     terse_train::allocator::tune_for_training();
@@ -53,6 +65,13 @@ fn main() -> ExitCode {
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
+        Err(error) if interrupted(&error) => {
+            // Not a failure: the run stopped where it was asked to, with a
+            // checkpoint. The shell's convention for a signal's end.
+            tracing::warn!("{error:#}; continue it with --resume");
+            let signal = terse_train::signals::received().unwrap_or(SIGTERM);
+            ExitCode::from(u8::try_from(128 + signal).unwrap_or(1))
+        }
         Err(error) => {
             tracing::error!("{error:#}");
             let diverged = error.chain().any(|e| {

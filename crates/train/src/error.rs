@@ -92,4 +92,13 @@ impl TrainError {
             _ => false,
         }
     }
+
+    /// Whether this is (or a rank's error was) a stop by SIGINT/SIGTERM.
+    pub fn interrupted(&self) -> bool {
+        match self {
+            Self::Interrupted { .. } => true,
+            Self::Rank { error, .. } => error.interrupted(),
+            _ => false,
+        }
+    }
 }

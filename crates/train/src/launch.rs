@@ -44,8 +44,13 @@ pub fn train(config: &RunConfig, launch: &Launch) -> Result<Option<RunSummary>, 
         announce(&comm, config, &launch.run_dir);
         let on = TrainOn::Process(&comm, &trainer);
         let result = with_task(config, &comm, &predictions, on);
+        // A signal and a divergence end every rank at the same step (both
+        // travel in the step's shared allreduce), so no rank is left
+        // waiting: those exit on their own, with their own status (3 for
+        // a divergence, which MPI_Abort would turn into 1).
         if let Err(e) = &result
-            && !matches!(e, TrainError::Interrupted { .. })
+            && !e.interrupted()
+            && !e.diverged()
         {
             tracing::error!("rank {}: {e}", comm.rank());
             comm.abort(&e.to_string());

@@ -4,12 +4,13 @@
 //! A second signal while that happens is not caught again: the default
 //! action (termination) applies, as a user pressing Ctrl-C twice expects.
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicI32, Ordering};
 
-static STOP: AtomicBool = AtomicBool::new(false);
+/// The signal received, 0 for none.
+static STOP: AtomicI32 = AtomicI32::new(0);
 
 extern "C" fn on_signal(signal: libc::c_int) {
-    STOP.store(true, Ordering::SeqCst);
+    STOP.store(signal, Ordering::SeqCst);
     // SAFETY: resetting a disposition to the default is async-signal-safe.
     unsafe {
         libc::signal(signal, libc::SIG_DFL);
@@ -29,5 +30,12 @@ pub fn install() {
 
 /// Whether a stop was requested.
 pub fn requested() -> bool {
-    STOP.load(Ordering::SeqCst)
+    STOP.load(Ordering::SeqCst) != 0
+}
+
+/// The signal that requested the stop, if this process received one (an
+/// MPI rank may learn of another rank's signal through the step's
+/// allreduce instead).
+pub fn received() -> Option<i32> {
+    Some(STOP.load(Ordering::SeqCst)).filter(|&s| s != 0)
 }

@@ -1,0 +1,55 @@
+//! A diverged run exits with status 3 whether it runs as one process or as
+//! 2 `mpirun` ranks (an MPI_Abort would turn it into 1): the real `terse`
+//! binary pre-trains BERT-Tiny with a learning rate of 10⁶, which takes the
+//! loss to NaN within a few steps.
+
+use std::path::Path;
+use std::process::Command;
+
+fn diverging(run_dir: &Path) -> Vec<String> {
+    [
+        "pretrain",
+        "--no-progress",
+        "--config",
+        "configs/pretrain-bert-tiny.toml",
+        "--set",
+        "schedule.peak=1e6",
+        "--set",
+        "train.steps=20",
+        "--run-dir",
+    ]
+    .map(String::from)
+    .into_iter()
+    .chain([run_dir.display().to_string()])
+    .collect()
+}
+
+fn status(mut command: Command, run_dir: &Path) -> (Option<i32>, String) {
+    let _ = std::fs::remove_dir_all(run_dir);
+    let output = command
+        .current_dir(Path::new(env!("CARGO_MANIFEST_DIR")).join("../.."))
+        .output()
+        .expect("the command starts");
+    let _ = std::fs::remove_dir_all(run_dir);
+    (
+        output.status.code(),
+        String::from_utf8_lossy(&output.stderr).into_owned(),
+    )
+}
+
+#[test]
+fn a_diverged_run_exits_3_alone_and_under_mpirun() {
+    let run_dir = std::env::temp_dir().join(format!("terse-diverge-{}", std::process::id()));
+    let mut alone = Command::new(env!("CARGO_BIN_EXE_terse"));
+    alone.args(diverging(&run_dir));
+    let (code, stderr) = status(alone, &run_dir);
+    assert_eq!(code, Some(3), "{stderr}");
+    assert!(stderr.contains("diverged"), "{stderr}");
+
+    let mut mpi = Command::new("mpirun");
+    mpi.args(["--allow-run-as-root", "--oversubscribe", "-np", "2"])
+        .args(["-x", "RAYON_NUM_THREADS=1", env!("CARGO_BIN_EXE_terse")])
+        .args(diverging(&run_dir));
+    let (code, stderr) = status(mpi, &run_dir);
+    assert_eq!(code, Some(3), "{stderr}");
+}
