@@ -27,6 +27,7 @@ mod progress;
 pub mod signals;
 mod step_order;
 pub mod tasks;
+pub mod tensorboard;
 mod trainer;
 
 pub use batch::{

@@ -11,6 +11,7 @@ use serde::Serialize;
 use terse_comm::traffic::{Collective, volume};
 
 use crate::TrainError;
+use crate::tensorboard::EventWriter;
 
 /// One optimizer step, as logged.
 #[derive(Debug, Clone, Serialize)]
@@ -53,6 +54,9 @@ pub struct EvalRecord {
 pub struct MetricsLog {
     file: Option<BufWriter<File>>,
     path: PathBuf,
+    /// The same records as TensorBoard scalars (`train/<field>`,
+    /// `eval/<metric>`), in an event file beside metrics.jsonl.
+    events: Option<EventWriter>,
 }
 
 impl MetricsLog {
@@ -64,6 +68,11 @@ impl MetricsLog {
         if write && path.exists() {
             keep_through(&path, from_step)?;
         }
+        let events = if write {
+            Some(EventWriter::create(dir)?)
+        } else {
+            None
+        };
         let file = if write {
             let file = OpenOptions::new()
                 .create(true)
@@ -77,10 +86,11 @@ impl MetricsLog {
         } else {
             None
         };
-        Ok(Self { file, path })
+        Ok(Self { file, path, events })
     }
 
-    /// Appends one JSON line and flushes it (a crash loses no logged step).
+    /// Appends one JSON line and flushes it (a crash loses no logged step),
+    /// and writes its numbers as TensorBoard scalars.
     pub fn line<T: Serialize>(&mut self, record: &T) -> Result<(), TrainError> {
         if let Some(file) = &mut self.file {
             let json = serde_json::to_string(record).expect("records serialise");
@@ -91,8 +101,37 @@ impl MetricsLog {
                     source,
                 })?;
         }
+        if let Some(events) = &mut self.events {
+            let value = serde_json::to_value(record).expect("records serialise");
+            let (step, scalars) = scalars_of(&value);
+            let scalars: Vec<(&str, f64)> = scalars.iter().map(|(t, v)| (t.as_str(), *v)).collect();
+            events.scalars(step, &scalars)?;
+        }
         Ok(())
     }
+}
+
+/// A record's step and its numbers as TensorBoard tags: a step record's
+/// fields as `train/<field>`, an evaluation's metrics as `eval/<metric>`.
+fn scalars_of(record: &serde_json::Value) -> (u64, Vec<(String, f64)>) {
+    let step = record["step"].as_u64().unwrap_or(0);
+    let mut scalars = Vec::new();
+    if let Some(eval) = record["eval"].as_array() {
+        for pair in eval {
+            if let (Some(name), Some(value)) = (pair[0].as_str(), pair[1].as_f64()) {
+                scalars.push((format!("eval/{name}"), value));
+            }
+        }
+    } else if let Some(fields) = record.as_object() {
+        for (name, value) in fields {
+            if let Some(value) = value.as_f64()
+                && name != "step"
+            {
+                scalars.push((format!("train/{name}"), value));
+            }
+        }
+    }
+    (step, scalars)
 }
 
 /// Rewrites `path` (atomically) with only the lines of steps ≤ `step`.
