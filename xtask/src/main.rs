@@ -61,6 +61,8 @@ enum Command {
     Reproduce(reproduce::Args),
     /// Benchmark kernels, optimizer steps or collectives against an in-run baseline
     Bench(bench::Args),
+    /// Draw runs' training loss and evaluation metrics as PNGs, side by side
+    Plot(run_plot::Args),
     /// List datasets and pretrained weights, fetch and verify them, build BERT pre-training shards
     Data(data::Args),
     /// Bring up or down a rate-limited network of N hosts (namespaces) and run MPI ranks on it
@@ -81,6 +83,7 @@ fn run(cli: &Cli) -> Result<()> {
         Command::Predict(args) => inspect::run("predict", args),
         Command::Reproduce(args) => reproduce::run(args),
         Command::Bench(args) => bench::run(args),
+        Command::Plot(args) => run_plot::run(args),
         Command::Data(args) => data::run(args),
         Command::Netlab(args) => netlab::run(args),
         Command::Test(args) => test::run(args),

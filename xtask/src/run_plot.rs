@@ -1,8 +1,9 @@
-//! The loss plot a training command leaves in its run directory.
-//!
-//! After `pretrain`, `finetune` or `train` ends, the run's metrics.jsonl is
-//! drawn as `loss.png` beside it (raw and smoothed training loss against
-//! steps), with the same plot code as the reproductions.
+//! Plots of runs' metrics.jsonl, with the same plot code as the
+//! reproductions: the loss plot a training command leaves in its run
+//! directory (raw and smoothed training loss against steps), and `cargo
+//! xtask plot RUN…`, which draws one or more runs side by side — training
+//! loss, and every evaluation metric they logged — while they train or
+//! after.
 
 use std::path::{Path, PathBuf};
 
@@ -39,8 +40,165 @@ pub fn loss_plot(run_dir: &Path) -> Result<PathBuf> {
             x_label: "step",
             y_label: "loss",
             log_y: false,
+            clip_above_start: true,
         },
         &series,
     )?;
     Ok(path)
+}
+
+/// Arguments of `cargo xtask plot`.
+#[derive(Debug, Clone, PartialEq, Eq, clap::Args)]
+pub struct Args {
+    /// Run directories (each holding a metrics.jsonl; a run still training
+    /// is drawn as far as it got)
+    #[arg(required = true, value_name = "RUN")]
+    pub runs: Vec<PathBuf>,
+
+    /// Where the PNGs go [default: the run's directory for one run,
+    /// `plots/` for several]
+    #[arg(long, value_name = "DIR")]
+    pub out: Option<PathBuf>,
+}
+
+/// Runs `plot`: `loss.png` (training loss, smoothed when long) and
+/// `<metric>.png` for each evaluation metric any run logged.
+pub fn run(args: &Args) -> Result<()> {
+    let out = match (&args.out, args.runs.as_slice()) {
+        (Some(out), _) => out.clone(),
+        (None, [one]) => one.clone(),
+        (None, _) => PathBuf::from("plots"),
+    };
+    std::fs::create_dir_all(&out)
+        .map_err(|e| anyhow::anyhow!("cannot create {}: {e}", out.display()))?;
+    for path in compare(&args.runs, &out)? {
+        println!("terse: plot {}", path.display());
+    }
+    Ok(())
+}
+
+/// Draws the runs' curves into `out`; returns the files written.
+pub fn compare(runs: &[PathBuf], out: &Path) -> Result<Vec<PathBuf>> {
+    let logs = runs
+        .iter()
+        .map(|dir| RunLog::read(&label(dir), dir))
+        .collect::<Result<Vec<_>>>()?;
+    let mut written = Vec::new();
+    let loss: Vec<Series> = logs
+        .iter()
+        .map(|log| {
+            let points: Vec<(f64, f64)> = log
+                .series("loss")
+                .iter()
+                .map(|&(step, loss)| (step as f64, loss))
+                .collect();
+            let window = (points.len() / 20).max(1);
+            Series {
+                label: if window > 1 {
+                    format!("{} (mean of {window} steps)", log.label)
+                } else {
+                    log.label.clone()
+                },
+                points: plot::smooth(&points, window),
+            }
+        })
+        .collect();
+    let path = out.join("loss.png");
+    plot::draw(
+        &path,
+        &Chart {
+            title: "training loss",
+            x_label: "step",
+            y_label: "loss",
+            log_y: false,
+            clip_above_start: true,
+        },
+        &loss,
+    )?;
+    written.push(path);
+    let mut metrics: Vec<String> = logs
+        .iter()
+        .flat_map(|log| log.lines.iter())
+        .filter_map(|line| line.get("eval")?.as_array().cloned())
+        .flatten()
+        .filter_map(|pair| Some(pair.get(0)?.as_str()?.to_string()))
+        .collect();
+    metrics.sort();
+    metrics.dedup();
+    for metric in metrics {
+        let series: Vec<Series> = logs
+            .iter()
+            .map(|log| Series {
+                label: log.label.clone(),
+                points: log
+                    .eval_series(&metric)
+                    .iter()
+                    .map(|&(step, v)| (step as f64, v))
+                    .collect(),
+            })
+            .filter(|s| !s.points.is_empty())
+            .collect();
+        let path = out.join(format!("{metric}.png"));
+        plot::draw(
+            &path,
+            &Chart {
+                title: &metric,
+                x_label: "step",
+                y_label: &metric,
+                log_y: false,
+                clip_above_start: false,
+            },
+            &series,
+        )?;
+        written.push(path);
+    }
+    Ok(written)
+}
+
+/// A run's legend entry: its directory's name.
+fn label(dir: &Path) -> String {
+    dir.file_name().map_or_else(
+        || dir.display().to_string(),
+        |n| n.to_string_lossy().into_owned(),
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn plots_the_loss_and_every_evaluation_metric_of_two_runs() {
+        let dir = std::env::temp_dir().join(format!("terse-plot-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let mut runs = Vec::new();
+        for (name, scale) in [("adam", 1.0), ("onebit", 1.1)] {
+            let run = dir.join(name);
+            std::fs::create_dir_all(&run).unwrap();
+            let mut text = String::new();
+            for step in 1..=30 {
+                text.push_str(&format!(
+                    "{{\"step\":{step},\"loss\":{}}}\n",
+                    scale * 10.0 / step as f64
+                ));
+                if step % 10 == 0 {
+                    text.push_str(&format!(
+                        "{{\"step\":{step},\"eval\":[[\"accuracy\",{}]]}}\n",
+                        step as f64 / 40.0
+                    ));
+                }
+            }
+            std::fs::write(run.join("metrics.jsonl"), text).unwrap();
+            runs.push(run);
+        }
+        let out = dir.join("plots");
+        std::fs::create_dir_all(&out).unwrap();
+        let written = compare(&runs, &out).unwrap();
+        assert_eq!(written, [out.join("loss.png"), out.join("accuracy.png")]);
+        for path in &written {
+            let bytes = std::fs::read(path).unwrap();
+            assert_eq!(&bytes[..8], b"\x89PNG\r\n\x1a\n", "{}", path.display());
+        }
+        let _ = std::fs::remove_dir_all(&dir);
+    }
 }

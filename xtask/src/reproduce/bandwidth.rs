@@ -134,6 +134,7 @@ pub fn run(ctx: &Context) -> Result<Outcome> {
             x_label: "link rate, log10(Mbit/s)",
             y_label: "speed-up over Adam (step time)",
             log_y: true,
+            clip_above_start: false,
         },
         &series,
     )?;

@@ -112,6 +112,7 @@ fn sum_of_squares(ctx: &Context) -> Result<(String, Vec<Claim>)> {
             x_label: "step",
             y_label: "f(x, y)",
             log_y: true,
+            clip_above_start: true,
         },
         &series,
     )?;
@@ -301,6 +302,7 @@ fn vgg(ctx: &Context) -> Result<(String, Vec<Claim>)> {
             x_label: "step",
             y_label: "training loss (moving average)",
             log_y: true,
+            clip_above_start: true,
         },
         &series,
     )?;

@@ -163,6 +163,7 @@ pub fn run(ctx: &Context) -> Result<Outcome> {
             x_label: "seed",
             y_label: "score (accuracy % / F1)",
             log_y: false,
+            clip_above_start: false,
         },
         &series,
     )?;

@@ -75,6 +75,7 @@ pub fn run(ctx: &Context) -> Result<Outcome> {
             x_label: "samples",
             y_label: "MLM + NSP loss",
             log_y: false,
+            clip_above_start: true,
         },
         &series,
     )?;

@@ -33,6 +33,10 @@ pub struct Chart<'a> {
     pub y_label: &'a str,
     /// Logarithmic y axis (values spanning orders of magnitude).
     pub log_y: bool,
+    /// A loss-like chart on a linear axis: values above 1.5× the highest
+    /// starting value are drawn at that ceiling, so that a diverging run
+    /// does not flatten every other curve. Off for scores, which rise.
+    pub clip_above_start: bool,
 }
 
 /// Draws `series` into a PNG at `path`.
@@ -42,7 +46,7 @@ pub fn draw(path: &Path, chart: &Chart<'_>, series: &[Series]) -> Result<()> {
     // On a linear axis a diverging run would flatten every other curve:
     // the axis stops at 1.5× the highest starting value, and a curve that
     // leaves it runs along the top edge.
-    let ceiling = if chart.log_y {
+    let ceiling = if chart.log_y || !chart.clip_above_start {
         f64::INFINITY
     } else {
         1.5 * series

@@ -89,6 +89,7 @@ fn sum_of_squares(ctx: &Context) -> Result<(String, Vec<Claim>)> {
             x_label: "step",
             y_label: "f",
             log_y: true,
+            clip_above_start: true,
         },
         &series,
     )?;
@@ -187,6 +188,7 @@ fn bert(ctx: &Context) -> Result<(String, Vec<Claim>, Vec<RunLog>)> {
             x_label: "samples",
             y_label: "MLM + NSP loss (moving average)",
             log_y: false,
+            clip_above_start: true,
         },
         &loss_curves(&logs, batch as f64, ctx.pick(20, 5)),
     )?;
@@ -256,6 +258,7 @@ fn vgg(ctx: &Context) -> Result<(String, Vec<Claim>, Vec<RunLog>)> {
             x_label: "step",
             y_label: "training loss (moving average)",
             log_y: true,
+            clip_above_start: true,
         },
         &loss_curves(&logs, 1.0, 10),
     )?;

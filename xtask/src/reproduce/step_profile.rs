@@ -169,6 +169,7 @@ pub fn run(ctx: &Context) -> Result<Outcome> {
             x_label: "step",
             y_label: "ms",
             log_y: true,
+            clip_above_start: false,
         },
         &series,
     )?;
