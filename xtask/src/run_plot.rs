@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 use anyhow::Result;
 
 use crate::reproduce::plot::{self, Chart, Series};
-use crate::reproduce::runner::RunLog;
+use crate::reproduce::runner::{RunLog, eval_metrics};
 
 /// Draws `run_dir/loss.png` from `run_dir/metrics.jsonl`; returns its path.
 pub fn loss_plot(run_dir: &Path) -> Result<PathBuf> {
@@ -119,9 +119,7 @@ pub fn compare(runs: &[PathBuf], out: &Path) -> Result<Vec<PathBuf>> {
     let mut metrics: Vec<String> = logs
         .iter()
         .flat_map(|log| log.lines.iter())
-        .filter_map(|line| line.get("eval")?.as_array().cloned())
-        .flatten()
-        .filter_map(|pair| Some(pair.get(0)?.as_str()?.to_string()))
+        .flat_map(|line| eval_metrics(line).into_iter().map(|(name, _)| name))
         .collect();
     metrics.sort();
     metrics.dedup();

@@ -18,6 +18,11 @@ use crate::tensorboard::EventWriter;
 pub struct StepRecord {
     /// The step (from 1).
     pub step: u64,
+    /// The epoch the step's examples come from (from 0).
+    pub epoch: u64,
+    /// Seconds since this process started training (a resumed run starts
+    /// again from 0).
+    pub elapsed_s: f64,
     /// Training loss, averaged over the step's micro-batches and all ranks.
     pub loss: f64,
     /// The step's learning rate.
@@ -41,13 +46,27 @@ pub struct StepRecord {
     pub grad_norm: f64,
 }
 
-/// An evaluation, as logged.
+/// An evaluation, as logged: `{"step": 300, "eval": {"mlm_accuracy": 0.41,
+/// …}}`, metrics in the task's order.
 #[derive(Debug, Clone, Serialize)]
 pub struct EvalRecord {
     /// The step evaluated after.
     pub step: u64,
     /// Metric name → value.
+    #[serde(serialize_with = "pairs_as_map")]
     pub eval: Vec<(String, f64)>,
+}
+
+fn pairs_as_map<S: serde::Serializer>(
+    pairs: &[(String, f64)],
+    serializer: S,
+) -> Result<S::Ok, S::Error> {
+    use serde::ser::SerializeMap;
+    let mut map = serializer.serialize_map(Some(pairs.len()))?;
+    for (name, value) in pairs {
+        map.serialize_entry(name, value)?;
+    }
+    map.end()
 }
 
 /// Rank 0's metrics file (other ranks hold a sink that writes nothing).
@@ -116,9 +135,9 @@ impl MetricsLog {
 fn scalars_of(record: &serde_json::Value) -> (u64, Vec<(String, f64)>) {
     let step = record["step"].as_u64().unwrap_or(0);
     let mut scalars = Vec::new();
-    if let Some(eval) = record["eval"].as_array() {
-        for pair in eval {
-            if let (Some(name), Some(value)) = (pair[0].as_str(), pair[1].as_f64()) {
+    if let Some(eval) = record["eval"].as_object() {
+        for (name, value) in eval {
+            if let Some(value) = value.as_f64() {
                 scalars.push((format!("eval/{name}"), value));
             }
         }
@@ -236,6 +255,8 @@ mod tests {
         let step = |step, loss, lr, stage: &str, bytes_sent, phases: [f64; 4], rates: [f64; 2]| {
             serde_json::to_string(&StepRecord {
                 step,
+                epoch: 0,
+                elapsed_s: step as f64 * 0.5,
                 loss,
                 lr,
                 stage: stage.to_string(),

@@ -261,6 +261,7 @@ impl Trainer<'_> {
             summary.eval_before = eval.clone();
             log.line(&EvalRecord { step: 0, eval })?;
         }
+        let run_start = Instant::now();
         for t in start_step + 1..=cfg.train.steps {
             let step_start = Instant::now();
             let (epoch, share) = order.share(t);
@@ -305,6 +306,8 @@ impl Trainer<'_> {
             let comm_ms = report.comm_time.as_secs_f64() * 1e3;
             let record = StepRecord {
                 step: t,
+                epoch,
+                elapsed_s: run_start.elapsed().as_secs_f64(),
                 loss,
                 lr: report.lr,
                 stage: report.stage.to_string(),

@@ -76,10 +76,29 @@ pub struct RunLog {
     pub diverged: bool,
 }
 
+/// The metrics of an evaluation line, in logged order: `"eval"` is a map
+/// since 2026-11-24 and a list of `[name, value]` pairs before (results
+/// committed earlier are read as they are).
+pub fn eval_metrics(line: &Value) -> Vec<(String, f64)> {
+    match line.get("eval") {
+        Some(Value::Object(map)) => map
+            .iter()
+            .filter_map(|(name, value)| Some((name.clone(), value.as_f64()?)))
+            .collect(),
+        Some(Value::Array(pairs)) => pairs
+            .iter()
+            .filter_map(|pair| Some((pair.get(0)?.as_str()?.to_string(), pair.get(1)?.as_f64()?)))
+            .collect(),
+        _ => Vec::new(),
+    }
+}
+
 /// The numeric fields of a step line of metrics.jsonl (terse-train's
 /// `StepRecord`; the test `reads_the_trainers_metrics_fixture` ties the two
 /// through the fixture the trainer's own test checks its records against).
-pub const STEP_FIELDS: [&str; 9] = [
+pub const STEP_FIELDS: [&str; 11] = [
+    "epoch",
+    "elapsed_s",
     "loss",
     "lr",
     "bytes_sent",
@@ -110,9 +129,9 @@ impl RunLog {
         self.lines
             .iter()
             .filter_map(|line| {
-                let value = line.get("eval")?.as_array()?.iter().find_map(|pair| {
-                    (pair.get(0)?.as_str()? == metric).then(|| pair.get(1)?.as_f64())?
-                })?;
+                let value = eval_metrics(line)
+                    .into_iter()
+                    .find_map(|(name, value)| (name == metric).then_some(value))?;
                 Some((line["step"].as_u64()?, value))
             })
             .collect()
