@@ -105,7 +105,11 @@ pub fn run(args: &Args) -> Result<()> {
     if let Some(from) = &common.from {
         terse.extend(["--from".into(), from.display().to_string()]);
     }
-    terse_binary::train(common.run.ranks as usize, &terse)
+    terse_binary::train(
+        common.run.ranks as usize,
+        common.run.hostfile.as_deref(),
+        &terse,
+    )
 }
 
 #[cfg(test)]

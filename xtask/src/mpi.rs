@@ -30,23 +30,38 @@ pub fn threads_per_rank(ranks: usize) -> usize {
 /// The `mpirun` command that runs `executable args…` on `ranks` MPI ranks of
 /// this machine.
 pub fn command(ranks: usize, executable: &Path, args: &[String]) -> Command {
-    let threads = threads_per_rank(ranks).to_string();
+    command_on(ranks, None, executable, args)
+}
+
+/// [`command`] on the hosts of an OpenMPI `hostfile` (one line per node,
+/// `node01 slots=8`), or on this machine without one. On this machine each
+/// rank gets cores ÷ ranks rayon threads; across nodes the cores per node
+/// are not known here, so `RAYON_NUM_THREADS` is passed on only if set.
+pub fn command_on(
+    ranks: usize,
+    hostfile: Option<&Path>,
+    executable: &Path,
+    args: &[String],
+) -> Command {
     let mut command = Command::new("mpirun");
     if crate::system_packages::is_root() {
         command.arg("--allow-run-as-root");
     }
-    command
-        .args([
-            "--oversubscribe",
-            "--bind-to",
-            "none",
-            "-np",
-            &ranks.to_string(),
-        ])
-        .args(["-x", "RAYON_NUM_THREADS"])
-        .env("RAYON_NUM_THREADS", &threads)
-        .arg(executable)
-        .args(args);
+    command.args(["--bind-to", "none", "-np", &ranks.to_string()]);
+    match hostfile {
+        Some(hostfile) => {
+            command.arg("--hostfile").arg(hostfile);
+            if std::env::var_os("RAYON_NUM_THREADS").is_some() {
+                command.args(["-x", "RAYON_NUM_THREADS"]);
+            }
+        }
+        None => {
+            command
+                .args(["--oversubscribe", "-x", "RAYON_NUM_THREADS"])
+                .env("RAYON_NUM_THREADS", threads_per_rank(ranks).to_string());
+        }
+    }
+    command.arg(executable).args(args);
     command
 }
 
@@ -62,4 +77,41 @@ pub fn launch(ranks: usize, executable: &Path, args: &[String]) -> Result<()> {
         );
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn args(command: &Command) -> Vec<String> {
+        command
+            .get_args()
+            .map(|a| a.to_string_lossy().into_owned())
+            .collect()
+    }
+
+    #[test]
+    fn a_hostfile_goes_to_mpirun_and_this_machines_thread_split_does_not() {
+        let exe = Path::new("/x/terse");
+        let here = command_on(4, None, exe, &["pretrain".into()]);
+        let here_args = args(&here);
+        assert!(
+            here_args.contains(&"--oversubscribe".to_string()),
+            "{here_args:?}"
+        );
+        assert!(
+            here.get_envs().any(|(k, _)| k == "RAYON_NUM_THREADS"),
+            "{here_args:?}"
+        );
+        let nodes = command_on(16, Some(Path::new("hosts.txt")), exe, &["pretrain".into()]);
+        let node_args = args(&nodes);
+        let at = node_args.iter().position(|a| a == "--hostfile").unwrap();
+        assert_eq!(node_args[at + 1], "hosts.txt");
+        assert!(
+            !node_args.contains(&"--oversubscribe".to_string()),
+            "{node_args:?}"
+        );
+        assert!(!nodes.get_envs().any(|(k, _)| k == "RAYON_NUM_THREADS"));
+        assert_eq!(node_args[node_args.len() - 2..], ["/x/terse", "pretrain"]);
+    }
 }

@@ -61,7 +61,11 @@ pub fn run(args: &Args) -> Result<()> {
     if let Some(steps) = args.steps {
         terse.extend(["--steps".into(), steps.to_string()]);
     }
-    terse_binary::train(args.run.ranks as usize, &terse)
+    terse_binary::train(
+        args.run.ranks as usize,
+        args.run.hostfile.as_deref(),
+        &terse,
+    )
 }
 
 #[cfg(test)]

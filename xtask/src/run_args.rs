@@ -47,6 +47,11 @@ pub struct RunArgs {
     )]
     pub ranks: u32,
 
+    /// An OpenMPI hostfile (`node01 slots=8` per line): the ranks run on
+    /// those nodes through mpirun (README: "Several machines")
+    #[arg(long, value_name = "FILE")]
+    pub hostfile: Option<PathBuf>,
+
     /// TOML experiment config (see configs/); the flags above override its fields
     #[arg(long, value_name = "PATH")]
     pub config: Option<PathBuf>,

@@ -112,10 +112,19 @@ pub fn binary(name: &str) -> Result<PathBuf> {
 /// through line by line; the run directory it reports at the end
 /// (`terse: run directory DIR`) is returned.
 pub fn launch(ranks: usize, args: &[String]) -> Result<Option<PathBuf>> {
+    launch_on(ranks, None, args)
+}
+
+/// [`launch`] on the hosts of `hostfile` (see [`crate::mpi::command_on`]).
+pub fn launch_on(
+    ranks: usize,
+    hostfile: Option<&std::path::Path>,
+    args: &[String],
+) -> Result<Option<PathBuf>> {
     let exe = build()?;
-    let mut command = if ranks > 1 {
+    let mut command = if ranks > 1 || hostfile.is_some() {
         crate::mpi::require_mpirun()?;
-        crate::mpi::command(ranks, &exe, args)
+        crate::mpi::command_on(ranks, hostfile, &exe, args)
     } else {
         let mut command = Command::new(&exe);
         command.args(args);
@@ -179,9 +188,10 @@ impl std::error::Error for ChildFailed {}
 /// How `terse` names the run directory on its last line (crates/cli/src/launch.rs).
 const RUN_DIRECTORY: &str = "terse: run directory ";
 
-/// Runs a training command and draws its loss plot into the run directory.
-pub fn train(ranks: usize, args: &[String]) -> Result<()> {
-    if let Some(dir) = launch(ranks, args)? {
+/// Runs a training command (on the hosts of `hostfile`, if given) and draws
+/// its loss plot into the run directory.
+pub fn train(ranks: usize, hostfile: Option<&std::path::Path>, args: &[String]) -> Result<()> {
+    if let Some(dir) = launch_on(ranks, hostfile, args)? {
         let plot = crate::run_plot::loss_plot(&dir)?;
         println!("terse: loss plot {}", plot.display());
     }

@@ -54,7 +54,11 @@ pub fn run(args: &Args) -> Result<()> {
         terse.extend(["--dataset".into(), dataset.clone()]);
     }
     terse.extend(args.run.terse_args(&config));
-    terse_binary::train(args.run.ranks as usize, &terse)
+    terse_binary::train(
+        args.run.ranks as usize,
+        args.run.hostfile.as_deref(),
+        &terse,
+    )
 }
 
 /// The models with a shipped config for `dataset` in `dir`
