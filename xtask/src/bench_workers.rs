@@ -111,7 +111,9 @@ fn samples_per_s(terse: &Path, preset: &str, world: World, steps: u64) -> Result
     let mut command = match world {
         World::Local(ranks) => {
             let mut command = std::process::Command::new(terse);
-            command.args(&args).args(["--ranks", &ranks.to_string()]);
+            command
+                .args(&args)
+                .args(["--local-ranks", &ranks.to_string()]);
             command
         }
         World::Mpirun(ranks) => mpi::command(ranks, terse, &args),

@@ -59,10 +59,16 @@ pub struct RunFlags {
     #[arg(long)]
     pub resume: bool,
 
-    /// Ranks as threads of this process (ignored under mpirun, where each
-    /// process is a rank)
+    /// Ranks as threads of this process, the `local` backend (ignored
+    /// under mpirun, where each process is a rank; `cargo xtask --ranks N`
+    /// means N mpirun processes)
     #[arg(long, value_name = "N", default_value_t = 1)]
-    pub ranks: usize,
+    pub local_ranks: usize,
+
+    /// The old name of --local-ranks, refused with a pointer to both
+    /// meanings (it meant threads here and processes in `cargo xtask`)
+    #[arg(long = "ranks", value_name = "N", hide = true)]
+    pub old_ranks: Option<usize>,
 
     /// No progress bar (logs and CI)
     #[arg(long)]
@@ -100,6 +106,12 @@ impl RunFlags {
         kind: &str,
         check: impl FnOnce(&RunConfig) -> Result<()>,
     ) -> Result<()> {
+        if let Some(n) = self.old_ranks {
+            bail!(
+                "`terse --ranks` is now `--local-ranks {n}` ({n} ranks as threads of this \
+                 process); `cargo xtask … --ranks {n}` starts {n} mpirun processes"
+            );
+        }
         let config = self.resolve(path)?;
         if config.task.kind() != kind {
             bail!(
@@ -116,7 +128,7 @@ impl RunFlags {
         let launch = Launch {
             run_dir: self.run_dir(path, &config),
             resume: self.resume,
-            ranks: self.ranks,
+            ranks: self.local_ranks,
             progress: !self.no_progress,
         };
         if let Some(summary) = terse_train::train(&config, &launch)? {

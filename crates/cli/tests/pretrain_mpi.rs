@@ -69,7 +69,7 @@ fn threads(run_dir: &Path, extra: &[&str]) -> Command {
             "--no-progress",
             "--config",
             CONFIG,
-            "--ranks",
+            "--local-ranks",
             "2",
         ])
         .arg("--run-dir")

@@ -31,7 +31,7 @@ fn losses(ranks: usize, threads: usize) -> Vec<f64> {
     let output = Command::new(env!("CARGO_BIN_EXE_terse"))
         .env("RAYON_NUM_THREADS", threads.to_string())
         .args(["pretrain", "--no-progress", "--config", CONFIG])
-        .args(["--ranks", &ranks.to_string()])
+        .args(["--local-ranks", &ranks.to_string()])
         .args(["--set", &format!("train.steps={STEPS}")])
         .arg("--run-dir")
         .arg(&run_dir)

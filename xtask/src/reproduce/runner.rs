@@ -364,7 +364,7 @@ pub fn command_line(variant: &Variant, dir: &Path) -> Vec<String> {
     }
     args.extend(["--run-dir".into(), dir.display().to_string()]);
     if variant.ranks > 1 {
-        args.extend(["--ranks".into(), variant.ranks.to_string()]);
+        args.extend(["--local-ranks".into(), variant.ranks.to_string()]);
     }
     args
 }
