@@ -61,10 +61,11 @@ pub struct RunArgs {
     #[arg(long, value_name = "DIR")]
     pub run_dir: Option<PathBuf>,
 
-    /// Continue from the newest checkpoint in the run directory
-    /// (bit-identically, in any optimizer stage)
-    #[arg(long)]
-    pub resume: bool,
+    /// Continue from the newest checkpoint in the run directory, or from
+    /// the checkpoint directory given (bit-identically, in any optimizer
+    /// stage)
+    #[arg(long, value_name = "CHECKPOINT", num_args = 0..=1)]
+    pub resume: Option<Option<PathBuf>>,
 
     /// Set a config field, passed to `terse` as is (e.g. `--set
     /// train.steps=100`, `--set optimizer.freeze_step=20`; repeatable)
@@ -88,8 +89,11 @@ impl RunArgs {
         if let Some(dir) = &self.run_dir {
             args.extend(["--run-dir".into(), dir.display().to_string()]);
         }
-        if self.resume {
+        if let Some(from) = &self.resume {
             args.push("--resume".into());
+            if let Some(checkpoint) = from {
+                args.push(checkpoint.display().to_string());
+            }
         }
         for o in &self.overrides {
             args.extend(["--set".into(), o.clone()]);

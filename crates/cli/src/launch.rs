@@ -55,9 +55,10 @@ pub struct RunFlags {
     #[arg(long, value_name = "DIR")]
     pub run_dir: Option<PathBuf>,
 
-    /// Continue from the newest checkpoint in the run directory
-    #[arg(long)]
-    pub resume: bool,
+    /// Continue from the newest checkpoint in the run directory, or from
+    /// the checkpoint directory given (e.g. `runs/x/checkpoints/step-00000200`)
+    #[arg(long, value_name = "CHECKPOINT", num_args = 0..=1)]
+    pub resume: Option<Option<PathBuf>>,
 
     /// Ranks as threads of this process, the `local` backend (ignored
     /// under mpirun, where each process is a rank; `cargo xtask --ranks N`
@@ -127,7 +128,8 @@ impl RunFlags {
         }
         let launch = Launch {
             run_dir: self.run_dir(path, &config),
-            resume: self.resume,
+            resume: self.resume.is_some(),
+            resume_from: self.resume.clone().flatten(),
             ranks: self.local_ranks,
             progress: !self.no_progress,
         };

@@ -21,6 +21,8 @@ pub struct Launch {
     pub run_dir: PathBuf,
     /// Continue from the run directory's newest checkpoint.
     pub resume: bool,
+    /// With `resume`: continue from this checkpoint directory instead.
+    pub resume_from: Option<PathBuf>,
     /// Ranks as threads of this process when not started by `mpirun`.
     pub ranks: usize,
     /// Show a progress bar.
@@ -36,6 +38,7 @@ pub fn train(config: &RunConfig, launch: &Launch) -> Result<Option<RunSummary>, 
         config,
         run_dir: &launch.run_dir,
         resume: launch.resume,
+        resume_from: launch.resume_from.as_deref(),
         progress: launch.progress,
     };
     let predictions = launch.run_dir.join("predictions.json");

@@ -150,6 +150,8 @@ pub struct Trainer<'a> {
     /// Continue from the newest checkpoint in `run_dir` (a fresh start when
     /// there is none).
     pub resume: bool,
+    /// With `resume`: this checkpoint directory instead of the newest.
+    pub resume_from: Option<&'a Path>,
     /// Show a progress bar (rank 0).
     pub progress: bool,
 }
@@ -431,13 +433,47 @@ impl Trainer<'_> {
         )
     }
 
+    /// `dir` as the checkpoint to continue from: it must exist, and when it
+    /// is one of this run directory's own, no newer one may follow it (the
+    /// continued run would write its checkpoints over them, and a later
+    /// plain `--resume` would pick the stale newest).
+    fn chosen_checkpoint(&self, dir: &Path) -> Result<std::path::PathBuf, TrainError> {
+        let bad = |reason: String| TrainError::Checkpoint {
+            path: dir.to_path_buf(),
+            reason,
+        };
+        if !dir.is_dir() {
+            return Err(bad("no such checkpoint directory".into()));
+        }
+        let canonical = |p: &Path| p.canonicalize().unwrap_or_else(|_| p.to_path_buf());
+        let own = checkpoint::list(self.run_dir)?;
+        if let Some(at) = own.iter().position(|(_, p)| canonical(p) == canonical(dir)) {
+            let newer: Vec<String> = own[at + 1..]
+                .iter()
+                .map(|(_, p)| p.display().to_string())
+                .collect();
+            if !newer.is_empty() {
+                return Err(bad(format!(
+                    "newer checkpoints of this run follow it ({}): remove them to continue \
+                     from here, or continue into another --run-dir",
+                    newer.join(", ")
+                )));
+            }
+        }
+        Ok(dir.to_path_buf())
+    }
+
     fn restore<M: ModuleSnapshot>(
         &self,
         mut model: M,
         optimizer: &mut Optimizer,
         comm: &dyn Communicator,
     ) -> Result<M, TrainError> {
-        let Some(dir) = checkpoint::latest(self.run_dir)? else {
+        let chosen = match self.resume_from {
+            Some(dir) => Some(self.chosen_checkpoint(dir)?),
+            None => checkpoint::latest(self.run_dir)?,
+        };
+        let Some(dir) = chosen else {
             if comm.rank() == 0 {
                 tracing::info!(
                     "no checkpoint in {} yet: starting from step 0",

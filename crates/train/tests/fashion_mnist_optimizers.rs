@@ -64,6 +64,7 @@ fn final_accuracy(config: &str) -> f64 {
         config: &config,
         run_dir: &run_dir,
         resume: false,
+        resume_from: None,
         progress: false,
     };
     let eval = with_task(&config, &SingleRank::new(), &run_dir, Train(&trainer))

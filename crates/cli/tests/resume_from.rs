@@ -1,0 +1,94 @@
+//! `--resume CHECKPOINT`: continue from a chosen checkpoint. The real
+//! `terse` binary pre-trains BERT-Tiny for 6 steps with a checkpoint every
+//! 2 (the last two, steps 4 and 6, are kept); continuing from step 4 into
+//! another run directory ends with the same weights as the uninterrupted
+//! run, and continuing from step 4 inside the original directory (where
+//! step 6 follows) is refused naming it.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+fn terse(run_dir: &Path, extra: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_terse"))
+        .args([
+            "pretrain",
+            "--no-progress",
+            "--config",
+            "configs/pretrain-bert-tiny.toml",
+        ])
+        .args([
+            "--set",
+            "train.steps=6",
+            "--set",
+            "train.checkpoint_every=2",
+        ])
+        .arg("--run-dir")
+        .arg(run_dir)
+        .args(extra)
+        .current_dir(Path::new(env!("CARGO_MANIFEST_DIR")).join("../.."))
+        .output()
+        .expect("terse starts")
+}
+
+fn stderr(output: &Output) -> String {
+    String::from_utf8_lossy(&output.stderr).into_owned()
+}
+
+/// Every tensor of rank 0's model at step 6, by name (the files' headers
+/// may order their metadata differently).
+fn weights(run_dir: &Path) -> Vec<(String, Vec<u8>)> {
+    let bytes = std::fs::read(checkpoint(run_dir, 6).join("model-rank-0.safetensors")).unwrap();
+    let file = safetensors::SafeTensors::deserialize(&bytes).unwrap();
+    let mut all: Vec<(String, Vec<u8>)> = file
+        .tensors()
+        .into_iter()
+        .map(|(name, view)| (name, view.data().to_vec()))
+        .collect();
+    all.sort();
+    all
+}
+
+fn checkpoint(run_dir: &Path, step: u64) -> PathBuf {
+    run_dir.join(format!("checkpoints/step-{step:08}"))
+}
+
+#[test]
+fn a_chosen_checkpoint_continues_bit_identically_and_an_overtaken_one_is_refused() {
+    let base = std::env::temp_dir().join(format!("terse-resume-from-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&base);
+    let (whole, branch) = (base.join("whole"), base.join("branch"));
+    let output = terse(&whole, &[]);
+    assert!(output.status.success(), "{}", stderr(&output));
+
+    let from = checkpoint(&whole, 4);
+    let output = terse(&branch, &["--resume", from.to_str().unwrap()]);
+    assert!(output.status.success(), "{}", stderr(&output));
+    assert!(
+        stderr(&output).contains("resumed from"),
+        "{}",
+        stderr(&output)
+    );
+    let (a, b) = (weights(&whole), weights(&branch));
+    let differing: Vec<&String> = a
+        .iter()
+        .zip(&b)
+        .filter(|(x, y)| x != y)
+        .map(|(x, _)| &x.0)
+        .collect();
+    assert!(
+        a.len() == b.len() && differing.is_empty(),
+        "the continued run differs in {differing:?} ({} and {} tensors)",
+        a.len(),
+        b.len()
+    );
+
+    let output = terse(&whole, &["--resume", from.to_str().unwrap()]);
+    assert!(!output.status.success());
+    let message = stderr(&output);
+    assert!(
+        message.contains("newer checkpoints of this run follow it"),
+        "{message}"
+    );
+    assert!(message.contains("step-00000006"), "{message}");
+    let _ = std::fs::remove_dir_all(&base);
+}
