@@ -41,6 +41,8 @@ pub fn loss_plot(run_dir: &Path) -> Result<PathBuf> {
             y_label: "loss",
             log_y: false,
             clip_above_start: true,
+            x_ticks: None,
+            y_ticks: None,
         },
         &series,
     )?;
@@ -112,6 +114,8 @@ pub fn compare(runs: &[PathBuf], out: &Path) -> Result<Vec<PathBuf>> {
             y_label: "loss",
             log_y: false,
             clip_above_start: true,
+            x_ticks: None,
+            y_ticks: None,
         },
         &loss,
     )?;
@@ -145,6 +149,8 @@ pub fn compare(runs: &[PathBuf], out: &Path) -> Result<Vec<PathBuf>> {
                 y_label: &metric,
                 log_y: false,
                 clip_above_start: false,
+                x_ticks: None,
+                y_ticks: None,
             },
             &series,
         )?;

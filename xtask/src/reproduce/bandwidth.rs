@@ -12,7 +12,7 @@
 use anyhow::Result;
 
 use super::network::{Bench, OPTIMIZERS, RANKS, Run, StepRow, mean};
-use super::plot::{Chart, Series, draw};
+use super::plot::{Chart, Series, draw, human, times};
 use super::report::Table;
 use super::{Claim, Context, Outcome, num};
 use crate::netlab::lab::{Lab, Shape};
@@ -131,10 +131,12 @@ pub fn run(ctx: &Context) -> Result<Outcome> {
         &ctx.report.path("plot.png"),
         &Chart {
             title: "Optimizer step on 4 hosts: speed-up over Adam against link rate",
-            x_label: "link rate, log10(Mbit/s)",
+            x_label: "link rate (log scale)",
             y_label: "speed-up over Adam (step time)",
             log_y: true,
             clip_above_start: false,
+            x_ticks: Some(link_rate),
+            y_ticks: Some(times),
         },
         &series,
     )?;
@@ -202,4 +204,14 @@ pub fn run(ctx: &Context) -> Result<Outcome> {
         body,
         claims,
     })
+}
+
+/// A tick at log10(Mbit/s) as a link rate: 100 Mbit/s, 1 Gbit/s, 2.5 Gbit/s.
+fn link_rate(log10_mbit: f64) -> String {
+    let mbit = 10f64.powf(log10_mbit);
+    if mbit >= 1000.0 {
+        format!("{} Gbit/s", human(mbit / 1000.0))
+    } else {
+        format!("{} Mbit/s", human(mbit))
+    }
 }

@@ -113,6 +113,8 @@ fn sum_of_squares(ctx: &Context) -> Result<(String, Vec<Claim>)> {
             y_label: "f(x, y)",
             log_y: true,
             clip_above_start: true,
+            x_ticks: None,
+            y_ticks: None,
         },
         &series,
     )?;
@@ -303,6 +305,8 @@ fn vgg(ctx: &Context) -> Result<(String, Vec<Claim>)> {
             y_label: "training loss (moving average)",
             log_y: true,
             clip_above_start: true,
+            x_ticks: None,
+            y_ticks: None,
         },
         &series,
     )?;

@@ -164,6 +164,8 @@ pub fn run(ctx: &Context) -> Result<Outcome> {
             y_label: "score (accuracy % / F1)",
             log_y: false,
             clip_above_start: false,
+            x_ticks: None,
+            y_ticks: None,
         },
         &series,
     )?;

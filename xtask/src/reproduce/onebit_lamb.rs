@@ -195,6 +195,8 @@ pub fn run(ctx: &Context) -> Result<Outcome> {
             y_label: "MLM + NSP loss (moving average)",
             log_y: false,
             clip_above_start: true,
+            x_ticks: None,
+            y_ticks: None,
         },
         &series,
     )?;

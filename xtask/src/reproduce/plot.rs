@@ -33,10 +33,47 @@ pub struct Chart<'a> {
     pub y_label: &'a str,
     /// Logarithmic y axis (values spanning orders of magnitude).
     pub log_y: bool,
-    /// A loss-like chart on a linear axis: values above 1.5× the highest
-    /// starting value are drawn at that ceiling, so that a diverging run
-    /// does not flatten every other curve. Off for scores, which rise.
+    /// A loss-like chart on a linear axis: a curve that rises above 1.5×
+    /// the highest starting value is drawn up to that ceiling and marked
+    /// "diverged" there, so that it does not flatten every other curve. Off
+    /// for scores, which rise.
     pub clip_above_start: bool,
+    /// Tick labels of the x axis (default [`human`]: 2k, 4k, 1.5M).
+    pub x_ticks: Option<fn(f64) -> String>,
+    /// Tick labels of the y axis (default [`human`]).
+    pub y_ticks: Option<fn(f64) -> String>,
+}
+
+/// A number as a person writes it on an axis: 2k, 12.5k, 1.5M, 0.25, 7.
+pub fn human(v: f64) -> String {
+    let trim = |s: String| {
+        if s.contains('.') {
+            s.trim_end_matches('0').trim_end_matches('.').to_string()
+        } else {
+            s
+        }
+    };
+    let a = v.abs();
+    if a >= 1e6 {
+        format!("{}M", trim(format!("{:.2}", v / 1e6)))
+    } else if a >= 1e3 {
+        format!("{}k", trim(format!("{:.2}", v / 1e3)))
+    } else if a >= 1.0 || a == 0.0 {
+        trim(format!("{v:.2}"))
+    } else {
+        // Three significant digits below 1 (0.25, 0.0123, 1.5e-4).
+        let digits = (2 - a.log10().floor() as i32).clamp(0, 8) as usize;
+        if digits > 6 {
+            format!("{v:.1e}")
+        } else {
+            trim(format!("{v:.digits$}"))
+        }
+    }
+}
+
+/// A ratio as a speed-up: 2×, 10×, 0.5×.
+pub fn times(v: f64) -> String {
+    format!("{}×", human(v))
 }
 
 /// Draws `series` into a PNG at `path`.
@@ -55,11 +92,24 @@ pub fn draw(path: &Path, chart: &Chart<'_>, series: &[Series]) -> Result<()> {
             .filter(|&y| finite(y))
             .fold(f64::MIN, f64::max)
     };
+    // A curve that leaves the axis stops there, at the ceiling, marked.
+    let mut diverged = Vec::new();
     let clamped: Vec<Series> = series
         .iter()
-        .map(|s| Series {
-            label: s.label.clone(),
-            points: s.points.iter().map(|&(x, y)| (x, y.min(ceiling))).collect(),
+        .map(|s| {
+            let mut points = Vec::new();
+            for &(x, y) in &s.points {
+                if y > ceiling || (chart.clip_above_start && y.is_nan()) {
+                    points.push((x, ceiling));
+                    diverged.push((x, ceiling));
+                    break;
+                }
+                points.push((x, y));
+            }
+            Series {
+                label: s.label.clone(),
+                points,
+            }
         })
         .collect();
     let series = &clamped[..];
@@ -69,6 +119,8 @@ pub fn draw(path: &Path, chart: &Chart<'_>, series: &[Series]) -> Result<()> {
             .flat_map(|s| s.points.iter())
             .filter(|&&(_, y)| finite(y))
     };
+    let x_ticks = chart.x_ticks.unwrap_or(human);
+    let y_ticks = chart.y_ticks.unwrap_or(human);
     let (x_min, x_max) = bounds(points().map(|&(x, _)| x)).context("nothing to plot")?;
     let (y_min, y_max) = bounds(points().map(|&(_, y)| y)).context("nothing to plot")?;
     let root = BitMapBackend::new(path, (960, 600)).into_drawing_area();
@@ -88,7 +140,8 @@ pub fn draw(path: &Path, chart: &Chart<'_>, series: &[Series]) -> Result<()> {
         ctx.configure_mesh()
             .x_desc(chart.x_label)
             .y_desc(chart.y_label)
-            .y_label_formatter(&|v| format!("{v:.0e}"))
+            .x_label_formatter(&|v| x_ticks(*v))
+            .y_label_formatter(&|v| y_ticks(*v))
             .draw()
             .map_err(plot_error)?;
         lines(&mut ctx, series, finite)?;
@@ -100,9 +153,18 @@ pub fn draw(path: &Path, chart: &Chart<'_>, series: &[Series]) -> Result<()> {
         ctx.configure_mesh()
             .x_desc(chart.x_label)
             .y_desc(chart.y_label)
+            .x_label_formatter(&|v| x_ticks(*v))
+            .y_label_formatter(&|v| y_ticks(*v))
             .draw()
             .map_err(plot_error)?;
         lines(&mut ctx, series, finite)?;
+        for &(x, y) in &diverged {
+            ctx.draw_series([
+                Cross::new((x, y), 7, BLACK.stroke_width(2)).into_dyn(),
+                Text::new("diverged", (x, y), ("sans-serif", 15).into_font()).into_dyn(),
+            ])
+            .map_err(plot_error)?;
+        }
     }
     root.present()
         .map_err(|e| anyhow!("cannot write {}: {e}", path.display()))?;
@@ -204,4 +266,26 @@ fn register_font() -> Result<()> {
 
 fn plot_error<E: std::error::Error + Send + Sync + 'static>(e: E) -> anyhow::Error {
     anyhow!("plotting: {e}")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn axis_numbers_read_as_a_person_writes_them() {
+        for (v, text) in [
+            (2000.0, "2k"),
+            (12_500.0, "12.5k"),
+            (1_500_000.0, "1.5M"),
+            (7.0, "7"),
+            (0.0, "0"),
+            (0.25, "0.25"),
+            (0.0123, "0.0123"),
+            (16.5, "16.5"),
+        ] {
+            assert_eq!(human(v), text, "{v}");
+        }
+        assert_eq!(times(20.0), "20×");
+    }
 }

@@ -90,6 +90,8 @@ fn sum_of_squares(ctx: &Context) -> Result<(String, Vec<Claim>)> {
             y_label: "f",
             log_y: true,
             clip_above_start: true,
+            x_ticks: None,
+            y_ticks: None,
         },
         &series,
     )?;
@@ -189,6 +191,8 @@ fn bert(ctx: &Context) -> Result<(String, Vec<Claim>, Vec<RunLog>)> {
             y_label: "MLM + NSP loss (moving average)",
             log_y: false,
             clip_above_start: true,
+            x_ticks: None,
+            y_ticks: None,
         },
         &loss_curves(&logs, batch as f64, ctx.pick(20, 5)),
     )?;
@@ -259,6 +263,8 @@ fn vgg(ctx: &Context) -> Result<(String, Vec<Claim>, Vec<RunLog>)> {
             y_label: "training loss (moving average)",
             log_y: true,
             clip_above_start: true,
+            x_ticks: None,
+            y_ticks: None,
         },
         &loss_curves(&logs, 1.0, 10),
     )?;

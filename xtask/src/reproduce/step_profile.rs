@@ -170,6 +170,8 @@ pub fn run(ctx: &Context) -> Result<Outcome> {
             y_label: "ms",
             log_y: true,
             clip_above_start: false,
+            x_ticks: None,
+            y_ticks: None,
         },
         &series,
     )?;
