@@ -164,7 +164,7 @@ pub fn run(ctx: &Context) -> Result<Outcome> {
             y_label: "score (accuracy % / F1)",
             log_y: false,
             clip_above_start: false,
-            x_ticks: None,
+            x_ticks: Some(whole_seeds),
             y_ticks: None,
         },
         &series,
@@ -345,5 +345,14 @@ mod tests {
             table.contains("| 1-bit Adam | 80.00 | – | 80.00 | 0 |"),
             "{table}"
         );
+    }
+}
+
+/// Seed ticks: whole numbers only (the seeds), no 1.2 or 1.4.
+fn whole_seeds(v: f64) -> String {
+    if v.fract() == 0.0 {
+        format!("{v:.0}")
+    } else {
+        String::new()
     }
 }
