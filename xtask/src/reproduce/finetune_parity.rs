@@ -279,6 +279,15 @@ fn compare(
     )
 }
 
+/// Seed ticks: whole numbers only (the seeds), no 1.2 or 1.4.
+fn whole_seeds(v: f64) -> String {
+    if v.fract() == 0.0 {
+        format!("{v:.0}")
+    } else {
+        String::new()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -345,14 +354,5 @@ mod tests {
             table.contains("| 1-bit Adam | 80.00 | – | 80.00 | 0 |"),
             "{table}"
         );
-    }
-}
-
-/// Seed ticks: whole numbers only (the seeds), no 1.2 or 1.4.
-fn whole_seeds(v: f64) -> String {
-    if v.fract() == 0.0 {
-        format!("{v:.0}")
-    } else {
-        String::new()
     }
 }
