@@ -10,7 +10,7 @@
 
 use anyhow::Result;
 
-use super::plot::{Chart, Series, draw};
+use super::plot::{Chart, Series, draw, whole};
 use super::report::Table;
 use super::runner::{RunLog, Variant, run_all};
 use super::{Claim, Context, Outcome, gates, num};
@@ -164,7 +164,7 @@ pub fn run(ctx: &Context) -> Result<Outcome> {
             y_label: "score (accuracy % / F1)",
             log_y: false,
             clip_above_start: false,
-            x_ticks: Some(whole_seeds),
+            x_ticks: Some(whole),
             y_ticks: None,
         },
         &series,
@@ -277,15 +277,6 @@ fn compare(
         ),
         claim,
     )
-}
-
-/// Seed ticks: whole numbers only (the seeds), no 1.2 or 1.4.
-fn whole_seeds(v: f64) -> String {
-    if v.fract() == 0.0 {
-        format!("{v:.0}")
-    } else {
-        String::new()
-    }
 }
 
 #[cfg(test)]

@@ -71,6 +71,15 @@ pub fn human(v: f64) -> String {
     }
 }
 
+/// Ticks for a count (seeds, steps): whole numbers only, no 1.5 between.
+pub fn whole(v: f64) -> String {
+    if v.fract() == 0.0 {
+        human(v)
+    } else {
+        String::new()
+    }
+}
+
 /// A ratio as a speed-up: 2×, 10×, 0.5×.
 pub fn times(v: f64) -> String {
     format!("{}×", human(v))

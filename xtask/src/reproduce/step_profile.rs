@@ -12,7 +12,7 @@
 use anyhow::{Context as _, Result, bail};
 
 use super::network::RANKS;
-use super::plot::{Chart, Series, draw};
+use super::plot::{Chart, Series, draw, whole};
 use super::report::Table;
 use super::runner::{RunLog, Variant, command_line, read_log};
 use super::{Claim, Context, Outcome, num};
@@ -170,7 +170,7 @@ pub fn run(ctx: &Context) -> Result<Outcome> {
             y_label: "ms",
             log_y: true,
             clip_above_start: false,
-            x_ticks: None,
+            x_ticks: Some(whole),
             y_ticks: None,
         },
         &series,
