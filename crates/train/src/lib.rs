@@ -18,6 +18,7 @@ pub mod checkpoint;
 mod config;
 pub mod dispatch;
 mod error;
+mod grad_clip;
 mod inspect;
 pub mod launch;
 pub mod logging;
