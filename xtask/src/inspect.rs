@@ -1,5 +1,5 @@
-//! `cargo xtask eval` and `cargo xtask predict`: score a saved run, or write
-//! its predictions, with the `terse` binary (one rank).
+//! `cargo xtask eval`, `predict` and `export`: score a saved run, write its
+//! predictions, or export its model, with the `terse` binary (one rank).
 
 use std::path::PathBuf;
 
@@ -18,7 +18,8 @@ pub struct Args {
     #[arg(long, value_name = "PATH")]
     pub config: Option<PathBuf>,
 
-    /// Where `predict` writes (SQuAD: predictions.json, GLUE: a TSV)
+    /// Where `predict` writes (SQuAD: predictions.json, GLUE: a TSV), or
+    /// the directory `export` writes (required there)
     #[arg(long, value_name = "FILE")]
     pub out: Option<PathBuf>,
 }
@@ -36,7 +37,7 @@ fn run_dir(checkpoint: &std::path::Path) -> PathBuf {
     }
 }
 
-/// Runs `terse eval|predict`.
+/// Runs `terse eval|predict|export`.
 pub fn run(command: &str, args: &Args) -> Result<()> {
     let config = args
         .config

@@ -57,6 +57,8 @@ enum Command {
     Eval(inspect::Args),
     /// Write a saved run's predictions on its task's held-out data
     Predict(inspect::Args),
+    /// Write a checkpoint's model in HuggingFace's layout into --out DIR
+    Export(inspect::Args),
     /// Re-run one of the papers' experiments and write its table and plots to results/
     Reproduce(reproduce::Args),
     /// Benchmark kernels, optimizer steps or collectives against an in-run baseline
@@ -81,6 +83,7 @@ fn run(cli: &Cli) -> Result<()> {
         Command::Train(args) => train::run(args),
         Command::Eval(args) => inspect::run("eval", args),
         Command::Predict(args) => inspect::run("predict", args),
+        Command::Export(args) => inspect::run("export", args),
         Command::Reproduce(args) => reproduce::run(args),
         Command::Bench(args) => bench::run(args),
         Command::Plot(args) => run_plot::run(args),

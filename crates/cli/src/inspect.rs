@@ -1,13 +1,15 @@
-//! `terse eval` and `terse predict`: the task of a run config, scored or
-//! answered with the weights of a checkpoint (or of a run directory's
-//! newest one), checked against the checkpoint's checksums first.
+//! `terse eval`, `terse predict` and `terse export`: the task of a run
+//! config, scored, answered or exported with the weights of a checkpoint
+//! (or of a run directory's newest one), checked against the checkpoint's
+//! checksums first.
 
 use std::path::PathBuf;
 
 use anyhow::Result;
 use terse_comm::SingleRank;
 use terse_train::{
-    RunConfig, Task, TaskAction, TrainError, evaluate_checkpoint, predict_checkpoint, with_task,
+    RunConfig, Task, TaskAction, TrainError, evaluate_checkpoint, export_checkpoint,
+    predict_checkpoint, with_task,
 };
 
 /// Arguments of `terse eval` and `terse predict`.
@@ -24,9 +26,10 @@ pub struct Args {
     checkpoint: PathBuf,
 
     /// Where `predict` writes (SQuAD: predictions.json; GLUE: a TSV of
-    /// index, prediction, label)
-    #[arg(long, value_name = "FILE", default_value = "predictions.out")]
-    out: PathBuf,
+    /// index, prediction, label; default predictions.out), or the directory
+    /// `export` writes (required)
+    #[arg(long, value_name = "PATH")]
+    out: Option<PathBuf>,
 }
 
 /// What to do with the loaded checkpoint.
@@ -36,6 +39,8 @@ pub enum Action {
     Eval,
     /// Write predictions.
     Predict,
+    /// Write the HuggingFace-layout export.
+    Export,
 }
 
 /// `action` with the checkpoint of `args`, as a [`TaskAction`].
@@ -58,8 +63,14 @@ impl TaskAction for Inspect<'_> {
                 }
             }
             Action::Predict => {
-                let n = predict_checkpoint(&task, &args.checkpoint, &args.out)?;
-                println!("terse: {n} predictions written to {}", args.out.display());
+                let out = args.out.clone().unwrap_or_else(|| "predictions.out".into());
+                let n = predict_checkpoint(&task, &args.checkpoint, &out)?;
+                println!("terse: {n} predictions written to {}", out.display());
+            }
+            Action::Export => {
+                let out = args.out.as_ref().expect("checked in run");
+                export_checkpoint(&task, &args.checkpoint, out)?;
+                println!("terse: export written to {}", out.display());
             }
         }
         Ok(())
@@ -67,12 +78,15 @@ impl TaskAction for Inspect<'_> {
 }
 
 pub fn run(args: &Args, action: Action) -> Result<()> {
+    if action == Action::Export && args.out.is_none() {
+        anyhow::bail!("export needs --out DIR (the directory to write the model into)");
+    }
     let config = RunConfig::load(&args.config)?;
-    // SQuAD writes its predictions while it evaluates: `eval` keeps them
-    // out of the way.
+    // SQuAD writes its predictions while it evaluates: `eval` and `export`
+    // keep them out of the way.
     let predictions = match action {
-        Action::Predict => args.out.clone(),
-        Action::Eval => std::env::temp_dir().join("terse-eval-predictions.json"),
+        Action::Predict => args.out.clone().unwrap_or_else(|| "predictions.out".into()),
+        Action::Eval | Action::Export => std::env::temp_dir().join("terse-eval-predictions.json"),
     };
     let inspect = Inspect { args, action };
     with_task(&config, &SingleRank::new(), &predictions, inspect)?;

@@ -34,6 +34,9 @@ enum Command {
     Eval(inspect::Args),
     /// Write a checkpoint's predictions on its task's held-out data.
     Predict(inspect::Args),
+    /// Write a checkpoint's model in HuggingFace's layout (with its
+    /// tokenizer and labels), as a run's export/ holds it.
+    Export(inspect::Args),
 }
 
 /// Exit status of a run whose loss stopped being a number, so a caller
@@ -62,6 +65,7 @@ fn main() -> ExitCode {
         Command::Finetune(args) => finetune::run(args),
         Command::Eval(args) => inspect::run(args, inspect::Action::Eval),
         Command::Predict(args) => inspect::run(args, inspect::Action::Predict),
+        Command::Export(args) => inspect::run(args, inspect::Action::Export),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -1,5 +1,6 @@
-//! `eval` and `predict` on a saved run: rank 0's weights of a verified
-//! checkpoint loaded into the task's model, without autodiff or dropout.
+//! `eval`, `predict` and `export` on a saved run: rank 0's weights of a
+//! verified checkpoint loaded into the task's model, without autodiff or
+//! dropout.
 
 use std::path::Path;
 
@@ -38,4 +39,11 @@ pub fn evaluate_checkpoint<T: Task>(
 pub fn predict_checkpoint<T: Task>(task: &T, path: &Path, out: &Path) -> Result<usize, TrainError> {
     let (model, _) = load_checkpoint(task, path)?;
     task.predict(&model.valid(), &Device::flex(), out)
+}
+
+/// Writes the checkpoint's model to `out` as the run's own export would
+/// (HuggingFace layout, tokenizer, labels).
+pub fn export_checkpoint<T: Task>(task: &T, path: &Path, out: &Path) -> Result<(), TrainError> {
+    let (model, _) = load_checkpoint(task, path)?;
+    task.export(&model, out)
 }

@@ -38,7 +38,7 @@ pub use batch::{
 pub use config::{Init, RunConfig, TaskConfig, TrainSettings};
 pub use dispatch::{TaskAction, with_task};
 pub use error::TrainError;
-pub use inspect::{evaluate_checkpoint, load_checkpoint, predict_checkpoint};
+pub use inspect::{evaluate_checkpoint, export_checkpoint, load_checkpoint, predict_checkpoint};
 pub use launch::{Launch, train};
 pub use overrides::Override;
 pub use trainer::{RunOutcome, Task, Trainer};

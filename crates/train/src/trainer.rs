@@ -361,7 +361,11 @@ impl Trainer<'_> {
                 step: optimizer.step_count(),
                 eval: summary.eval.clone(),
             })?;
-            task.export(&model, &self.run_dir.join("export"))?;
+            match task.export(&model, &self.run_dir.join("export")) {
+                // A model with no export form: the run itself succeeded.
+                Err(e @ TrainError::InvalidRun { .. }) => tracing::warn!("no export: {e}"),
+                other => other?,
+            }
         }
         Ok(RunOutcome { model, summary })
     }

@@ -251,7 +251,12 @@ impl Task for PretrainTask {
 
     fn export(&self, model: &Self::Model, dir: &Path) -> Result<(), TrainError> {
         if self.bert.layer_norm == terse_models::bert::LayerNormPlacement::Pre {
-            return Ok(());
+            return Err(TrainError::InvalidRun {
+                field: "model.layer_norm",
+                reason: "HuggingFace's BERT is Post-LN: a Pre-LN model has no HuggingFace \
+                         export (its checkpoints resume and evaluate as usual)"
+                    .into(),
+            });
         }
         save_hf(&model.clone().valid(), &self.bert, dir)?;
         // The vocabulary the examples were made with goes with the weights,

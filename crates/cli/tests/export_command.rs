@@ -1,0 +1,81 @@
+//! `terse export`: a checkpoint written out in HuggingFace's layout, as the
+//! run's own export/ holds it. The real binary pre-trains BERT-Tiny for 2
+//! steps, then exports the run's newest checkpoint into another directory:
+//! the same files, and the same tensors as the run's export; without
+//! `--out` it says what is missing.
+
+use std::path::Path;
+use std::process::{Command, Output};
+
+fn terse(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_terse"))
+        .args(args)
+        .current_dir(Path::new(env!("CARGO_MANIFEST_DIR")).join("../.."))
+        .output()
+        .expect("terse starts")
+}
+
+fn tensors(path: &Path) -> Vec<(String, Vec<u8>)> {
+    let bytes = std::fs::read(path).unwrap();
+    let file = safetensors::SafeTensors::deserialize(&bytes).unwrap();
+    let mut all: Vec<(String, Vec<u8>)> = file
+        .tensors()
+        .into_iter()
+        .map(|(name, view)| (name, view.data().to_vec()))
+        .collect();
+    all.sort();
+    all
+}
+
+#[test]
+fn a_checkpoint_exports_as_the_run_did() {
+    let base = std::env::temp_dir().join(format!("terse-export-cmd-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&base);
+    let (run, out) = (base.join("run"), base.join("out"));
+    let (run_s, out_s) = (run.to_str().unwrap(), out.to_str().unwrap());
+    let trained = terse(&[
+        "pretrain",
+        "--no-progress",
+        "--config",
+        "configs/pretrain-bert-tiny.toml",
+        "--set",
+        "train.steps=2",
+        "--run-dir",
+        run_s,
+    ]);
+    assert!(
+        trained.status.success(),
+        "{}",
+        String::from_utf8_lossy(&trained.stderr)
+    );
+    let config = run.join("config.toml");
+    let config_s = config.to_str().unwrap();
+
+    let refused = terse(&["export", "--config", config_s, "--checkpoint", run_s]);
+    assert!(!refused.status.success());
+    assert!(String::from_utf8_lossy(&refused.stderr).contains("--out"));
+
+    let exported = terse(&[
+        "export",
+        "--config",
+        config_s,
+        "--checkpoint",
+        run_s,
+        "--out",
+        out_s,
+    ]);
+    assert!(
+        exported.status.success(),
+        "{}",
+        String::from_utf8_lossy(&exported.stderr)
+    );
+    for file in ["config.json", "model.safetensors", "tokenizer.json"] {
+        assert!(out.join(file).is_file(), "{file} missing");
+    }
+    assert_eq!(
+        tensors(&out.join("model.safetensors")),
+        tensors(&run.join("export/model.safetensors")),
+        "the exported checkpoint differs from the run's export"
+    );
+    let _ = std::fs::remove_dir_all(&base);
+}
