@@ -119,18 +119,18 @@ pub(crate) fn is_trainable<const D: usize>(tensor: &Tensor<D>) -> bool {
 
 /// Tracks the module path through `enter_module`/`exit_module`.
 #[derive(Default)]
-pub(crate) struct PathStack(Vec<String>);
+struct PathStack(Vec<String>);
 
 impl PathStack {
-    pub(crate) fn enter(&mut self, name: &str) {
+    fn enter(&mut self, name: &str) {
         self.0.push(name.to_string());
     }
 
-    pub(crate) fn exit(&mut self) {
+    fn exit(&mut self) {
         self.0.pop();
     }
 
-    pub(crate) fn current(&self) -> String {
+    fn current(&self) -> String {
         self.0.join(".")
     }
 }

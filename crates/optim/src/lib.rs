@@ -43,9 +43,7 @@ pub use config_check::NoOtherFields;
 pub use eps_mode::EpsMode;
 pub use error::OptimError;
 pub use freeze::AutoFreeze;
-pub use gather::{
-    add_grads_to_host, gather_grads, gather_params, tensor_to_host, write_back, write_back_host,
-};
+pub use gather::{add_grads_to_host, gather_params, tensor_to_host, write_back_host};
 pub use lamb::{Lamb, LambConfig};
 pub use layout::{ParamLayout, Segment};
 pub use moment_config::{MomentConfig, WithMoments};

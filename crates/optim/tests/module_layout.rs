@@ -8,8 +8,8 @@ use burn::nn::{Embedding, EmbeddingConfig, LayerNorm, LayerNormConfig, Linear, L
 use burn::tensor::{Device, Gradients, Int, Tensor, TensorData};
 use terse_comm::SingleRank;
 use terse_optim::{
-    AdamConfig, LrSchedule, OptimError, Optimizer, OptimizerConfig, ParamLayout, gather_grads,
-    gather_params, tensor_to_host, write_back,
+    AdamConfig, LrSchedule, OptimError, Optimizer, OptimizerConfig, ParamLayout, add_grads_to_host,
+    gather_params, tensor_to_host, write_back_host,
 };
 
 #[derive(Module, Debug)]
@@ -131,12 +131,7 @@ fn gather_and_write_back_keep_values_ids_and_training() {
 
     // Write back 2x + 1 and check every value, id and flag.
     let updated: Vec<f32> = flat.iter().map(|v| 2.0 * v + 1.0).collect();
-    let n = updated.len();
-    let tensor = Tensor::<1>::from_data(
-        TensorData::new(updated.clone(), [n]),
-        &device.clone().inner(),
-    );
-    let module = write_back(&layout, module, tensor).unwrap();
+    let module = write_back_host(&layout, module, &updated).unwrap();
     let after = snapshot(&module);
     assert_eq!(after.0.len(), before.0.len());
     for ((id_a, _, rg_a), (id_b, values, rg_b)) in before.0.iter().zip(&after.0) {
@@ -148,28 +143,26 @@ fn gather_and_write_back_keep_values_ids_and_training() {
     assert_eq!(after_flat, updated);
 
     // A second forward/backward after write-back reaches every parameter.
-    let grads: Gradients = module.loss(&device).backward();
-    let flat_grad = tensor_to_host(gather_grads(&layout, &module, &grads).unwrap()).unwrap();
+    let mut grads: Gradients = module.loss(&device).backward();
+    let mut flat_grad = vec![0.0; layout.len()];
+    add_grads_to_host(&layout, &module, &mut grads, &mut flat_grad, true).unwrap();
     for segment in layout.segments() {
         let norm: f32 = flat_grad[segment.range()].iter().map(|g| g * g).sum();
         assert!(norm > 0.0, "no gradient reached `{}`", segment.path);
     }
 }
 
-/// One optimizer step on a module, as the trainer takes it: gather the
-/// parameters and gradients into flat buffers, step, write back.
-fn step<M: Module>(optimizer: &mut Optimizer, module: M, grads: &Gradients) -> M {
+/// One optimizer step on a module, as the trainer takes it: the gradients
+/// into a flat host buffer, a step of the host parameters, written back.
+fn step<M: Module>(optimizer: &mut Optimizer, module: M, grads: &mut Gradients) -> M {
     let layout = optimizer.layout().clone();
-    let params = gather_params(&layout, &module).unwrap();
-    let device = params.device();
-    let mut x = tensor_to_host(params).unwrap();
-    let mut g = tensor_to_host(gather_grads(&layout, &module, grads).unwrap()).unwrap();
+    let mut x = tensor_to_host(gather_params(&layout, &module).unwrap()).unwrap();
+    let mut g = vec![0.0; layout.len()];
+    add_grads_to_host(&layout, &module, grads, &mut g, true).unwrap();
     optimizer
         .step_flat(&mut x, &mut g, &SingleRank::new())
         .unwrap();
-    let n = x.len();
-    let flat = Tensor::<1>::from_data(TensorData::new(x, [n]), &device);
-    write_back(&layout, module, flat).unwrap()
+    write_back_host(&layout, module, &x).unwrap()
 }
 
 #[test]
@@ -188,8 +181,8 @@ fn optimizer_steps_a_module_and_keeps_it_trainable() {
     .unwrap();
     let first = module.loss(&device).into_scalar::<f32>();
     for _ in 0..20 {
-        let grads = module.loss(&device).backward();
-        module = step(&mut optimizer, module, &grads);
+        let mut grads = module.loss(&device).backward();
+        module = step(&mut optimizer, module, &mut grads);
     }
     let last = module.loss(&device).into_scalar::<f32>();
     assert!(last < 0.5 * first, "loss went from {first} to {last}");
@@ -200,8 +193,8 @@ fn write_back_refuses_a_module_of_another_shape() {
     let device = Device::flex();
     let layout = ParamLayout::from_module(&block(&device));
     let other = LinearConfig::new(HIDDEN, HIDDEN).init(&device);
-    let flat = Tensor::<1>::zeros([layout.len()], &device);
-    match write_back(&layout, other, flat) {
+    let flat = vec![0.0; layout.len()];
+    match write_back_host(&layout, other, &flat) {
         Err(OptimError::LayoutMismatch { index: 0, detail }) => {
             assert!(
                 detail.contains("embedding.weight") && detail.contains("`weight`"),
