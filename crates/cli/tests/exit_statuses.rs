@@ -3,6 +3,8 @@
 //! binary pre-trains BERT-Tiny with a learning rate of 10⁶, which takes the
 //! loss to NaN within a few steps.
 
+mod common;
+
 use std::path::Path;
 use std::process::Command;
 
@@ -27,7 +29,7 @@ fn diverging(run_dir: &Path) -> Vec<String> {
 fn status(mut command: Command, run_dir: &Path) -> (Option<i32>, String) {
     let _ = std::fs::remove_dir_all(run_dir);
     let output = command
-        .current_dir(Path::new(env!("CARGO_MANIFEST_DIR")).join("../.."))
+        .current_dir(common::workspace())
         .output()
         .expect("the command starts");
     let _ = std::fs::remove_dir_all(run_dir);

@@ -4,27 +4,18 @@
 //! the same files, and the same tensors as the run's export; without
 //! `--out` it says what is missing.
 
-use std::path::Path;
+mod common;
+
 use std::process::{Command, Output};
+
+use common::{tensors, workspace};
 
 fn terse(args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_terse"))
         .args(args)
-        .current_dir(Path::new(env!("CARGO_MANIFEST_DIR")).join("../.."))
+        .current_dir(workspace())
         .output()
         .expect("terse starts")
-}
-
-fn tensors(path: &Path) -> Vec<(String, Vec<u8>)> {
-    let bytes = std::fs::read(path).unwrap();
-    let file = safetensors::SafeTensors::deserialize(&bytes).unwrap();
-    let mut all: Vec<(String, Vec<u8>)> = file
-        .tensors()
-        .into_iter()
-        .map(|(name, view)| (name, view.data().to_vec()))
-        .collect();
-    all.sort();
-    all
 }
 
 #[test]

@@ -7,12 +7,15 @@
 //! `AutoModelForSequenceClassification.from_pretrained` reports no missing
 //! or unexpected keys and 3 labels; `AutoTokenizer` loads.)
 
-use std::path::Path;
+mod common;
+
 use std::process::Command;
+
+use common::workspace;
 
 #[test]
 fn a_three_class_export_names_its_labels_and_carries_its_tokenizer() {
-    let workspace = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let workspace = workspace();
     let run_dir = std::env::temp_dir().join(format!("terse-export-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&run_dir);
     let output = Command::new(env!("CARGO_BIN_EXE_terse"))

@@ -17,15 +17,13 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::time::{Duration, Instant};
 
-use safetensors::SafeTensors;
+mod common;
+
+use common::{checkpoint, workspace};
 
 const CONFIG: &str = "configs/pretrain-bert-tiny.toml";
 const STEPS: u64 = 30;
 const FREEZE: u64 = 12;
-
-fn workspace() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
-}
 
 fn terse(ranks: usize, run_dir: &Path, extra: &[&str]) -> Command {
     let mut command = Command::new("mpirun");
@@ -85,20 +83,9 @@ fn scratch(name: &str) -> PathBuf {
     dir
 }
 
-fn checkpoint(run_dir: &Path, step: u64) -> PathBuf {
-    run_dir.join(format!("checkpoints/step-{step:08}"))
-}
-
-/// Every tensor of a saved module, by name, as raw bytes.
+/// Every tensor of a saved module (BERT-Tiny has more than 20).
 fn tensors(path: &Path) -> Vec<(String, Vec<u8>)> {
-    let bytes = std::fs::read(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
-    let file = SafeTensors::deserialize(&bytes).unwrap();
-    let mut all: Vec<(String, Vec<u8>)> = file
-        .tensors()
-        .into_iter()
-        .map(|(name, view)| (name, view.data().to_vec()))
-        .collect();
-    all.sort();
+    let all = common::tensors(path);
     assert!(all.len() > 20, "{}: {} tensors", path.display(), all.len());
     all
 }

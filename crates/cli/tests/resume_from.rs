@@ -5,8 +5,12 @@
 //! run, and continuing from step 4 inside the original directory (where
 //! step 6 follows) is refused naming it.
 
-use std::path::{Path, PathBuf};
+mod common;
+
+use std::path::Path;
 use std::process::{Command, Output};
+
+use common::{checkpoint, tensors, workspace};
 
 fn terse(run_dir: &Path, extra: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_terse"))
@@ -25,7 +29,7 @@ fn terse(run_dir: &Path, extra: &[&str]) -> Output {
         .arg("--run-dir")
         .arg(run_dir)
         .args(extra)
-        .current_dir(Path::new(env!("CARGO_MANIFEST_DIR")).join("../.."))
+        .current_dir(workspace())
         .output()
         .expect("terse starts")
 }
@@ -34,22 +38,9 @@ fn stderr(output: &Output) -> String {
     String::from_utf8_lossy(&output.stderr).into_owned()
 }
 
-/// Every tensor of rank 0's model at step 6, by name (the files' headers
-/// may order their metadata differently).
+/// Every tensor of rank 0's model at step 6, by name.
 fn weights(run_dir: &Path) -> Vec<(String, Vec<u8>)> {
-    let bytes = std::fs::read(checkpoint(run_dir, 6).join("model-rank-0.safetensors")).unwrap();
-    let file = safetensors::SafeTensors::deserialize(&bytes).unwrap();
-    let mut all: Vec<(String, Vec<u8>)> = file
-        .tensors()
-        .into_iter()
-        .map(|(name, view)| (name, view.data().to_vec()))
-        .collect();
-    all.sort();
-    all
-}
-
-fn checkpoint(run_dir: &Path, step: u64) -> PathBuf {
-    run_dir.join(format!("checkpoints/step-{step:08}"))
+    tensors(&checkpoint(run_dir, 6).join("model-rank-0.safetensors"))
 }
 
 #[test]

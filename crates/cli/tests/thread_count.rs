@@ -8,17 +8,16 @@
 //! losses must agree within `BOUND` relative (measured 2026-11-24: 0, the
 //! runs were bit-identical).
 
-use std::path::{Path, PathBuf};
+mod common;
+
 use std::process::Command;
+
+use common::workspace;
 
 const CONFIG: &str = "configs/pretrain-bert-tiny.toml";
 const STEPS: usize = 6;
 /// Largest relative difference allowed between per-step losses.
 const BOUND: f64 = 1e-6;
-
-fn workspace() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
-}
 
 /// Per-step losses of a run on `ranks` local ranks with `threads` rayon
 /// threads in all (cores ÷ ranks each).

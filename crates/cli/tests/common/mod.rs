@@ -1,0 +1,33 @@
+//! What the end-to-end tests of the `terse` binary share: where the
+//! workspace is (the binary runs from there, so `configs/…` resolve), where
+//! a run keeps a step's checkpoint, and a saved module's tensors.
+
+// Each test binary compiles this module and uses part of it.
+#![allow(dead_code)]
+
+use std::path::{Path, PathBuf};
+
+/// The workspace root.
+pub fn workspace() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+/// The checkpoint directory of `step` in `run_dir`.
+pub fn checkpoint(run_dir: &Path, step: u64) -> PathBuf {
+    run_dir.join(format!("checkpoints/step-{step:08}"))
+}
+
+/// Every tensor of a saved module, by name, as raw bytes (compared this
+/// way, not as files: two files' headers may order their metadata
+/// differently).
+pub fn tensors(path: &Path) -> Vec<(String, Vec<u8>)> {
+    let bytes = std::fs::read(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    let file = safetensors::SafeTensors::deserialize(&bytes).unwrap();
+    let mut all: Vec<(String, Vec<u8>)> = file
+        .tensors()
+        .into_iter()
+        .map(|(name, view)| (name, view.data().to_vec()))
+        .collect();
+    all.sort();
+    all
+}
