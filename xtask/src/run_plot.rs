@@ -12,40 +12,39 @@ use anyhow::Result;
 use crate::reproduce::plot::{self, Chart, Series};
 use crate::reproduce::runner::{RunLog, eval_metrics};
 
+/// Steps of smoothing for a loss curve of `steps` steps: about twenty
+/// windows over the run.
+fn smoothing(steps: usize) -> usize {
+    (steps / 20).max(1)
+}
+
+/// The loss chart (training loss against steps).
+fn loss_chart(title: &str) -> Chart<'_> {
+    Chart {
+        title,
+        x_label: "step",
+        y_label: "loss",
+        log_y: false,
+        clip_above_start: true,
+        x_ticks: None,
+        y_ticks: None,
+    }
+}
+
 /// Draws `run_dir/loss.png` from `run_dir/metrics.jsonl`; returns its path.
 pub fn loss_plot(run_dir: &Path) -> Result<PathBuf> {
-    let log = RunLog::read("loss", run_dir)?;
-    let points: Vec<(f64, f64)> = log
-        .series("loss")
-        .iter()
-        .map(|&(step, loss)| (step as f64, loss))
-        .collect();
-    let window = (points.len() / 20).max(1);
-    let mut series = vec![Series {
-        label: "training loss".to_string(),
-        points: points.clone(),
-    }];
+    let log = RunLog::read("training loss", run_dir)?;
+    let window = smoothing(log.series("loss").len());
+    let logs = [log];
+    let mut series = plot::loss_curves(&logs, 1.0, 1);
     if window > 1 {
-        series.push(Series {
-            label: format!("mean of {window} steps"),
-            points: plot::smooth(&points, window),
-        });
+        let mut smooth = plot::loss_curves(&logs, 1.0, window);
+        smooth[0].label = format!("mean of {window} steps");
+        series.append(&mut smooth);
     }
     let path = run_dir.join("loss.png");
     let title = format!("{} — training loss", run_dir.display());
-    plot::draw(
-        &path,
-        &Chart {
-            title: &title,
-            x_label: "step",
-            y_label: "loss",
-            log_y: false,
-            clip_above_start: true,
-            x_ticks: None,
-            y_ticks: None,
-        },
-        &series,
-    )?;
+    plot::draw(&path, &loss_chart(&title), &series)?;
     Ok(path)
 }
 
@@ -86,39 +85,20 @@ pub fn compare(runs: &[PathBuf], out: &Path) -> Result<Vec<PathBuf>> {
         .map(|dir| RunLog::read(&label(dir), dir))
         .collect::<Result<Vec<_>>>()?;
     let mut written = Vec::new();
+    // Each run smoothed over its own length, as its own loss.png is.
     let loss: Vec<Series> = logs
         .iter()
-        .map(|log| {
-            let points: Vec<(f64, f64)> = log
-                .series("loss")
-                .iter()
-                .map(|&(step, loss)| (step as f64, loss))
-                .collect();
-            let window = (points.len() / 20).max(1);
-            Series {
-                label: if window > 1 {
-                    format!("{} (mean of {window} steps)", log.label)
-                } else {
-                    log.label.clone()
-                },
-                points: plot::smooth(&points, window),
+        .flat_map(|log| {
+            let window = smoothing(log.series("loss").len());
+            let mut curve = plot::loss_curves(std::slice::from_ref(log), 1.0, window);
+            if window > 1 {
+                curve[0].label = format!("{} (mean of {window} steps)", log.label);
             }
+            curve
         })
         .collect();
     let path = out.join("loss.png");
-    plot::draw(
-        &path,
-        &Chart {
-            title: "training loss",
-            x_label: "step",
-            y_label: "loss",
-            log_y: false,
-            clip_above_start: true,
-            x_ticks: None,
-            y_ticks: None,
-        },
-        &loss,
-    )?;
+    plot::draw(&path, &loss_chart("training loss"), &loss)?;
     written.push(path);
     let mut metrics: Vec<String> = logs
         .iter()
