@@ -21,8 +21,8 @@ use super::bias_gelu::bias_gelu_backward;
 use super::cross_entropy::cross_entropy_backward;
 use super::dropout::SiteMask;
 use super::extension::{
-    FusedOps, attention, attention_probs, cross_entropy, dense_gelu, dropout, into_values,
-    labels_of, layer_norm, linear, linear_weight_grad, mask, shape_of, swap, tensor, values,
+    FusedOps, attention, cross_entropy, dense_gelu, dropout, into_values, labels_of, layer_norm,
+    linear, linear_weight_grad, mask, shape_of, swap, tensor, values,
 };
 use super::layer_norm::{LayerNormStats, layer_norm_backward};
 use super::op_profile::{OpClass, timed};
@@ -58,26 +58,6 @@ impl Backward<Flex, 3> for LayerNormBackward {
         if let Some(node) = node_beta {
             grads.register::<Flex>(node.id, tensor(dbeta, Shape::new([d])));
         }
-    }
-}
-
-#[derive(Debug)]
-struct AttentionProbsBackward;
-
-impl Backward<Flex, 1> for AttentionProbsBackward {
-    type State = (FlexTensor, f32, Option<SiteMask>);
-
-    fn backward(self, ops: Ops<Self::State, 1>, grads: &mut Gradients, _: &mut Checkpointer) {
-        let (probs, scale, mask) = ops.state;
-        unary::<Flex, _>(ops.parents, ops.node, grads, |grad| {
-            timed(OpClass::Attention, || {
-                let shape = shape_of(&probs);
-                let keys = shape.dims::<4>()[3];
-                let mut g = into_values(grad);
-                attention_probs_backward(&mut g, &values(&probs), keys, scale, mask.as_ref());
-                tensor(g, shape)
-            })
-        });
     }
 }
 
@@ -265,29 +245,6 @@ impl<C: CheckpointStrategy> FusedOps for Autodiff<Flex, C> {
                 y,
             ),
             OpsKind::UnTracked(prep) => prep.finish(y),
-        }
-    }
-
-    fn fused_attention_probs(
-        scores: FloatTensor<Self>,
-        bias: FloatTensor<Self>,
-        scale: f32,
-        prob: f32,
-        key: u64,
-    ) -> FloatTensor<Self> {
-        // The additive mask is a constant: only the scores get a gradient.
-        let prep = AttentionProbsBackward
-            .prepare::<C>([scores.node()])
-            .compute_bound()
-            .stateful();
-        let mask = mask(prob, key);
-        let (probs, dropped) = timed(OpClass::Attention, || {
-            attention_probs(scores.primitive(), bias.primitive(), scale, mask.as_ref())
-        });
-        let out = dropped.unwrap_or_else(|| probs.clone());
-        match prep {
-            OpsKind::Tracked(prep) => prep.finish((probs, scale, mask), out),
-            OpsKind::UnTracked(prep) => prep.finish(out),
         }
     }
 

@@ -30,15 +30,6 @@ pub trait FusedOps: Backend {
         beta: FloatTensor<Self>,
         eps: f32,
     ) -> FloatTensor<Self>;
-    /// `dropout(softmax(scores·scale + bias))`, scores `[b, h, q, k]`, bias
-    /// `[b, k]`; `prob` 0 for no dropout.
-    fn fused_attention_probs(
-        scores: FloatTensor<Self>,
-        bias: FloatTensor<Self>,
-        scale: f32,
-        prob: f32,
-        key: u64,
-    ) -> FloatTensor<Self>;
     /// `gelu(x·W + bias)`, W `[in, out]`: a linear layer with the exact GELU
     /// fused into its bias addition.
     fn fused_dense_gelu(
@@ -248,20 +239,6 @@ impl FusedOps for Flex {
         eps: f32,
     ) -> FlexTensor {
         timed(OpClass::Norm, || layer_norm(&x, &gamma, &beta, eps).0)
-    }
-
-    fn fused_attention_probs(
-        scores: FlexTensor,
-        bias: FlexTensor,
-        scale: f32,
-        prob: f32,
-        key: u64,
-    ) -> FlexTensor {
-        let mask = mask(prob, key);
-        timed(OpClass::Attention, || {
-            let (probs, dropped) = attention_probs(&scores, &bias, scale, mask.as_ref());
-            dropped.unwrap_or(probs)
-        })
     }
 
     fn fused_dense_gelu(x: FlexTensor, weight: FlexTensor, bias: FlexTensor) -> FlexTensor {

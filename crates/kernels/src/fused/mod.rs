@@ -6,7 +6,6 @@
 //! masks come from terse's counter-based hash on every backend.
 //!
 //! - [`layer_norm`]: LayerNorm over the last dimension;
-//! - [`attention_probs`]: scale + additive mask + softmax + dropout;
 //! - [`dense_gelu`]: a linear layer with the exact GELU fused into its bias;
 //! - [`dropout`]: counter-based dropout ([`DropoutStream`]);
 //! - [`cross_entropy`]: mean cross-entropy from logits;
@@ -62,33 +61,6 @@ pub fn layer_norm<const D: usize>(x: Tensor<D>, norm: &LayerNorm, eps: f64) -> T
         }
         _ => norm.forward(x),
     }
-}
-
-/// `dropout(softmax(scores·scale + mask_bias))` over the last axis; scores
-/// `[batch, heads, queries, keys]`, `mask_bias` `[batch, keys]` (0 where
-/// attended, the lowest float on padding).
-pub fn attention_probs(
-    scores: Tensor<4>,
-    mask_bias: Tensor<2>,
-    scale: f64,
-    layer: &Dropout,
-) -> Tensor<4> {
-    if is_flex(&scores.device()) {
-        let (prob, key) = match site(layer, &scores.device()) {
-            Some(key) => (layer.prob as f32, key),
-            None => (0.0, 0),
-        };
-        return Tensor::from_dispatch(<Dispatch as FusedOps>::fused_attention_probs(
-            scores.into_dispatch(),
-            mask_bias.into_dispatch(),
-            scale as f32,
-            prob,
-            key,
-        ));
-    }
-    let [batch, keys] = mask_bias.dims();
-    let z = scores.mul_scalar(scale) + mask_bias.reshape([batch, 1, 1, keys]);
-    dropout(softmax(z, 3), layer)
 }
 
 /// `gelu(x·W + b)` of a linear layer, the bias added inside the fused GELU.
@@ -147,7 +119,8 @@ pub fn embedding(ids: Tensor<2, Int>, table: &Embedding) -> Tensor<3> {
 }
 
 /// The attention core `dropout(softmax(q·kᵀ·scale + mask_bias))·v`; q, k,
-/// v `[batch, heads, seq, head_dim]`, `mask_bias` as in [`attention_probs`].
+/// v `[batch, heads, seq, head_dim]`, `mask_bias` `[batch, seq]` (0 where
+/// attended, the lowest float on padding).
 pub fn attention(
     q: Tensor<4>,
     k: Tensor<4>,
@@ -171,7 +144,10 @@ pub fn attention(
             key,
         ));
     }
-    attention_probs(q.matmul(k.swap_dims(2, 3)), mask_bias, scale, layer).matmul(v)
+    // Other backends: burn's ops, with terse's dropout mask.
+    let [batch, keys] = mask_bias.dims();
+    let z = q.matmul(k.swap_dims(2, 3)).mul_scalar(scale) + mask_bias.reshape([batch, 1, 1, keys]);
+    dropout(softmax(z, 3), layer).matmul(v)
 }
 
 /// `layer`'s dropout with a counter-based mask: identity outside training
