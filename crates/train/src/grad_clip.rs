@@ -1,7 +1,7 @@
 //! `train.max_grad_norm`: global-norm gradient clipping before the
 //! optimizer, as DeepSpeed's `gradient_clipping` and the HF Trainer's
 //! `max_grad_norm`. The norm is the root mean square of the ranks' norms
-//! (one scalar allreduce): exact on one rank, an upper bound on several,
+//! (the squared norms averaged in one scalar allreduce): exact on one rank, an upper bound on several,
 //! where the exact norm of the mean gradient would need the fp32 allreduce
 //! the compressed stages avoid.
 
@@ -10,23 +10,33 @@ use terse_optim::sum_of_squares;
 
 use crate::TrainError;
 
-/// The gradient's global norm (the root mean square of the ranks' norms,
-/// one scalar allreduce), before clipping; with `max_norm`, every rank
-/// scales its gradient by the same `max_norm / norm` when the norm exceeds
-/// it.
+/// This rank's squared gradient norm, what the global norm is made of.
+pub(crate) fn squared_norm(grad: &[f32]) -> f32 {
+    sum_of_squares(grad) as f32
+}
+
+/// The global norm from the ranks' mean squared norm.
+pub(crate) fn global_norm(mean_squares: f32) -> f64 {
+    f64::from(mean_squares).sqrt()
+}
+
+/// Clipping: the global norm needs its own scalar allreduce here, before
+/// the optimizer (without clipping the trainer carries the squares in the
+/// step's shared allreduce instead). Every rank scales its gradient by the
+/// same `max_norm / norm` when the norm exceeds `max_norm`; returns the
+/// norm before clipping. `squares` is [`squared_norm`] of `grad`.
 pub(crate) fn clip_gradient(
     grad: &mut [f32],
-    max_norm: Option<f64>,
+    squares: f32,
+    max_norm: f64,
     comm: &dyn Communicator,
 ) -> Result<f64, TrainError> {
-    let mut squares = [sum_of_squares(grad) as f32];
+    let mut squares = [squares];
     if comm.world_size() > 1 {
         comm.allreduce_f32(&mut squares, ReduceOp::Mean)?;
     }
-    let norm = f64::from(squares[0]).sqrt();
-    if let Some(max_norm) = max_norm
-        && norm > max_norm
-    {
+    let norm = global_norm(squares[0]);
+    if norm > max_norm {
         let factor = (max_norm / norm) as f32;
         grad.iter_mut().for_each(|g| *g *= factor);
     }
@@ -42,7 +52,8 @@ mod tests {
     #[test]
     fn clipping_scales_to_the_max_norm_and_logs_the_norm_before() {
         let mut grad = vec![3.0, 4.0];
-        let norm = clip_gradient(&mut grad, Some(1.0), &SingleRank::new()).unwrap();
+        let squares = squared_norm(&grad);
+        let norm = clip_gradient(&mut grad, squares, 1.0, &SingleRank::new()).unwrap();
         assert_eq!(norm, 5.0);
         assert!(
             (grad[0] - 0.6).abs() < 1e-7 && (grad[1] - 0.8).abs() < 1e-7,
@@ -51,13 +62,10 @@ mod tests {
         // Below the limit, or without one, the gradient is untouched.
         let mut grad = vec![3.0, 4.0];
         assert_eq!(
-            clip_gradient(&mut grad, Some(6.0), &SingleRank::new()).unwrap(),
+            clip_gradient(&mut grad, 25.0, 6.0, &SingleRank::new()).unwrap(),
             5.0
         );
-        assert_eq!(
-            clip_gradient(&mut grad, None, &SingleRank::new()).unwrap(),
-            5.0
-        );
+        assert_eq!(global_norm(squared_norm(&grad)), 5.0);
         assert_eq!(grad, [3.0, 4.0]);
     }
 
@@ -70,7 +78,8 @@ mod tests {
             } else {
                 vec![0.0, 0.0]
             };
-            let norm = clip_gradient(&mut grad, Some(1.0), comm).unwrap();
+            let squares = squared_norm(&grad);
+            let norm = clip_gradient(&mut grad, squares, 1.0, comm).unwrap();
             (norm, grad)
         });
         let expected_norm = 12.5f64.sqrt();

@@ -25,7 +25,7 @@ use terse_optim::{
 };
 
 use crate::checkpoint::{self, model_file, optimizer_file};
-use crate::grad_clip::clip_gradient;
+use crate::grad_clip::{clip_gradient, global_norm, squared_norm};
 use crate::logging;
 use crate::metrics::{EvalRecord, MetricsLog, RunSummary, StepRecord};
 use crate::progress::{ProgressLines, step_bar};
@@ -278,19 +278,30 @@ impl Trainer<'_> {
             )?;
             let (forward_ms, backward_ms) = (local.forward_ms, local.backward_ms);
 
-            let grad_norm = clip_gradient(&mut grad, cfg.train.max_grad_norm, comm)?;
+            // Taken before the step: the optimizer works in `grad`.
+            let squares = squared_norm(&grad);
+            let clipped_norm = match cfg.train.max_grad_norm {
+                Some(max_norm) => Some(clip_gradient(&mut grad, squares, max_norm, comm)?),
+                None => None,
+            };
             let clock = Instant::now();
             let report = optimizer.step_flat(&mut params, &mut grad, comm)?;
             model = write_back_host(&layout, model, &params)?;
             let step_ms = ms(clock);
 
-            // The loss every rank saw and whether any rank was signalled,
-            // in one small allreduce outside the optimizer's accounting.
-            let mut shared = [local.loss as f32, f32::from(u8::from(signals::requested()))];
+            // The loss every rank saw, whether any rank was signalled and
+            // the squared gradient norms, in one small allreduce outside the
+            // optimizer's accounting.
+            let mut shared = [
+                local.loss as f32,
+                f32::from(u8::from(signals::requested())),
+                squares,
+            ];
             if world > 1 {
                 comm.allreduce_f32(&mut shared, ReduceOp::Mean)?;
             }
             let loss = f64::from(shared[0]);
+            let grad_norm = clipped_norm.unwrap_or_else(|| global_norm(shared[2]));
             tracing::debug!(
                 "step {t}: local loss {:.6}, {} stage, {} bytes sent, forward {forward_ms:.1} ms, \
                  backward {backward_ms:.1} ms, optimizer step {step_ms:.1} ms",
