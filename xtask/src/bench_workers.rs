@@ -7,7 +7,7 @@
 //! are taken from each run's metrics.jsonl, the first step left out (it
 //! pays for lazy initialisation). Writes `results/bench/workers.json`.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use anyhow::{Context, Result, bail};
 
@@ -135,7 +135,7 @@ fn samples_per_s(terse: &Path, preset: &str, world: World, steps: u64) -> Result
 }
 
 /// Samples per second over every step record but the first.
-fn rate_from_metrics(path: &PathBuf) -> Result<f64> {
+fn rate_from_metrics(path: &Path) -> Result<f64> {
     let text =
         std::fs::read_to_string(path).with_context(|| format!("cannot read {}", path.display()))?;
     let rates: Vec<f64> = text
