@@ -209,15 +209,15 @@ impl Trainer<'_> {
         }
 
         let device = Device::flex().autodiff();
-        let (mut model, layout) = {
+        let (mut model, layout, initial) = {
             let _turn = INIT.lock().unwrap_or_else(|p| p.into_inner());
             device.seed(cfg.train.seed);
             let model = task.init(&device)?;
             // burn initialises parameters lazily, on first use: draw them
             // all now, from this seed, while this thread holds the RNG.
             let layout = ParamLayout::from_module(&model);
-            gather_params(&layout, &model)?;
-            (model, layout)
+            let initial = gather_params(&layout, &model)?;
+            (model, layout, initial)
         };
         let mut optimizer = Optimizer::new(
             cfg.optimizer.clone(),
@@ -225,13 +225,17 @@ impl Trainer<'_> {
             layout.clone(),
             comm,
         )?;
-        if self.resume {
+        // The optimizer's view of the parameters, gathered once (again only
+        // when a checkpoint replaced them): after each step it is written
+        // into the model, so the model never has to be gathered again. The
+        // gradient buffer is reused across steps.
+        let mut params = if self.resume {
+            drop(initial);
             model = self.restore(model, &mut optimizer, comm)?;
-        }
-        // The optimizer's view of the parameters, gathered once: after each
-        // step it is written into the model, so the model never has to be
-        // gathered again. The gradient buffer is reused across steps.
-        let mut params = tensor_to_host(gather_params(&layout, &model)?)?;
+            tensor_to_host(gather_params(&layout, &model)?)?
+        } else {
+            tensor_to_host(initial)?
+        };
         let mut grad = vec![0.0f32; layout.len()];
 
         let plan = cfg.optimizer.plan(cfg.train.steps, &cfg.schedule);
