@@ -153,8 +153,11 @@ mod tests {
 
     #[test]
     fn plots_the_loss_and_every_evaluation_metric_of_two_runs() {
-        let dir = std::env::temp_dir().join(format!("terse-plot-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
+        let scratch = tempfile::Builder::new()
+            .prefix("terse-plot-")
+            .tempdir()
+            .unwrap();
+        let dir = scratch.path();
         let mut runs = Vec::new();
         for (name, scale) in [("adam", 1.0), ("onebit", 1.1)] {
             let run = dir.join(name);
@@ -183,6 +186,5 @@ mod tests {
             let bytes = std::fs::read(path).unwrap();
             assert_eq!(&bytes[..8], b"\x89PNG\r\n\x1a\n", "{}", path.display());
         }
-        let _ = std::fs::remove_dir_all(&dir);
     }
 }

@@ -18,15 +18,17 @@ const MISSING: &str = "libopenmpi-dev";
 
 struct FakeMachine {
     dir: PathBuf,
+    /// Removes `dir` (stand-ins, state file and log) when the machine drops.
+    _scratch: tempfile::TempDir,
 }
 
 impl FakeMachine {
     fn new(name: &str, uid: u32) -> Self {
-        let dir = std::env::temp_dir().join(format!(
-            "terse-xtask-packages-{name}-{}",
-            std::process::id()
-        ));
-        let _ = fs::remove_dir_all(&dir);
+        let scratch = tempfile::Builder::new()
+            .prefix(&format!("terse-xtask-packages-{name}-"))
+            .tempdir()
+            .unwrap();
+        let dir = scratch.path().to_path_buf();
         fs::create_dir_all(dir.join("bin")).unwrap();
         fs::write(dir.join("missing"), format!("{MISSING}\n")).unwrap();
         let log = dir.join("log");
@@ -68,7 +70,10 @@ exit 0"#,
                 log = log.display()
             ),
         );
-        Self { dir }
+        Self {
+            dir,
+            _scratch: scratch,
+        }
     }
 
     /// Runs `cargo xtask <args…>` with the stand-ins first on `PATH`.
@@ -94,12 +99,6 @@ exit 0"#,
             .lines()
             .map(String::from)
             .collect()
-    }
-}
-
-impl Drop for FakeMachine {
-    fn drop(&mut self) {
-        let _ = fs::remove_dir_all(&self.dir);
     }
 }
 

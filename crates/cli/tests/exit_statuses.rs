@@ -41,7 +41,11 @@ fn status(mut command: Command, run_dir: &Path) -> (Option<i32>, String) {
 
 #[test]
 fn a_diverged_run_exits_3_alone_and_under_mpirun() {
-    let run_dir = std::env::temp_dir().join(format!("terse-diverge-{}", std::process::id()));
+    let scratch = tempfile::Builder::new()
+        .prefix("terse-diverge-")
+        .tempdir()
+        .unwrap();
+    let run_dir = scratch.path().join("run");
     let mut alone = Command::new(env!("CARGO_BIN_EXE_terse"));
     alone.args(diverging(&run_dir));
     let (code, stderr) = status(alone, &run_dir);

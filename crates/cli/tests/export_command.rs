@@ -20,8 +20,11 @@ fn terse(args: &[&str]) -> Output {
 
 #[test]
 fn a_checkpoint_exports_as_the_run_did() {
-    let base = std::env::temp_dir().join(format!("terse-export-cmd-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&base);
+    let scratch = tempfile::Builder::new()
+        .prefix("terse-export-cmd-")
+        .tempdir()
+        .unwrap();
+    let base = scratch.path();
     let (run, out) = (base.join("run"), base.join("out"));
     let (run_s, out_s) = (run.to_str().unwrap(), out.to_str().unwrap());
     let trained = terse(&[
@@ -68,5 +71,4 @@ fn a_checkpoint_exports_as_the_run_did() {
         tensors(&run.join("export/model.safetensors")),
         "the exported checkpoint differs from the run's export"
     );
-    let _ = std::fs::remove_dir_all(&base);
 }

@@ -16,8 +16,11 @@ use common::workspace;
 #[test]
 fn a_three_class_export_names_its_labels_and_carries_its_tokenizer() {
     let workspace = workspace();
-    let run_dir = std::env::temp_dir().join(format!("terse-export-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&run_dir);
+    let scratch = tempfile::Builder::new()
+        .prefix("terse-export-")
+        .tempdir()
+        .unwrap();
+    let run_dir = scratch.path().join("run");
     let output = Command::new(env!("CARGO_BIN_EXE_terse"))
         .args(["finetune", "glue", "--no-progress", "--config"])
         .arg("configs/finetune-snli.toml")
@@ -47,5 +50,4 @@ fn a_three_class_export_names_its_labels_and_carries_its_tokenizer() {
             .unwrap();
     assert_eq!(tokenizer["model"]["type"], "WordPiece");
     assert!(export.join("model.safetensors").exists());
-    let _ = std::fs::remove_dir_all(&run_dir);
 }

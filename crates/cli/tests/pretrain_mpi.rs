@@ -13,7 +13,7 @@
 //!   resume again ends bit-identical.
 
 use std::os::unix::process::CommandExt;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Command, Output};
 use std::time::{Duration, Instant};
 
@@ -77,10 +77,13 @@ fn threads(run_dir: &Path, extra: &[&str]) -> Command {
     command
 }
 
-fn scratch(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("terse-e2e-{}-{name}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    dir
+/// A scratch directory, removed when dropped: the test keeps it until the
+/// runs inside it have ended.
+fn scratch(name: &str) -> tempfile::TempDir {
+    tempfile::Builder::new()
+        .prefix(&format!("terse-e2e-{name}-"))
+        .tempdir()
+        .unwrap()
 }
 
 /// Every tensor of a saved module (BERT-Tiny has more than 20).
@@ -119,7 +122,8 @@ fn every_rank_logged(run_dir: &Path) {
 #[test]
 fn two_mpi_ranks_train_agree_resume_after_kill_and_refuse_damage() {
     // 1. Uninterrupted.
-    let whole = scratch("whole");
+    let whole_scratch = scratch("whole");
+    let whole = whole_scratch.path().join("run");
     succeed(&mut terse(2, &whole, &[]));
     let log = steps(&whole);
     assert_eq!(log.len() as u64, STEPS);
@@ -149,7 +153,8 @@ fn two_mpi_ranks_train_agree_resume_after_kill_and_refuse_damage() {
     every_rank_logged(&whole);
 
     // The same run as 2 threads of one process.
-    let threads_dir = scratch("threads");
+    let threads_scratch = scratch("threads");
+    let threads_dir = threads_scratch.path().join("run");
     let output = threads(&threads_dir, &[]).output().unwrap();
     assert!(output.status.success(), "{}", text(&output));
     assert!(
@@ -159,7 +164,8 @@ fn two_mpi_ranks_train_agree_resume_after_kill_and_refuse_damage() {
     every_rank_logged(&threads_dir);
 
     // 2. kill -9 of the whole job once a compression-stage checkpoint exists.
-    let killed = scratch("killed");
+    let killed_scratch = scratch("killed");
+    let killed = killed_scratch.path().join("run");
     let mut job = terse(2, &killed, &[])
         .process_group(0)
         .stdout(std::process::Stdio::null())
@@ -263,7 +269,8 @@ fn two_mpi_ranks_train_agree_resume_after_kill_and_refuse_damage() {
     // 5. SIGTERM: the run checkpoints the step it is at and stops; the
     // resume (here on the threads backend) still ends where the
     // uninterrupted run did.
-    let stopped = scratch("stopped");
+    let stopped_scratch = scratch("stopped");
+    let stopped = stopped_scratch.path().join("run");
     let mut job = threads(&stopped, &[])
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped())
@@ -302,8 +309,4 @@ fn two_mpi_ranks_train_agree_resume_after_kill_and_refuse_damage() {
         final_weights(&stopped, 0) == weights,
         "resume after SIGTERM differs"
     );
-
-    for dir in [whole, threads_dir, killed, stopped] {
-        let _ = std::fs::remove_dir_all(dir);
-    }
 }

@@ -45,8 +45,11 @@ fn weights(run_dir: &Path) -> Vec<(String, Vec<u8>)> {
 
 #[test]
 fn a_chosen_checkpoint_continues_bit_identically_and_an_overtaken_one_is_refused() {
-    let base = std::env::temp_dir().join(format!("terse-resume-from-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&base);
+    let scratch = tempfile::Builder::new()
+        .prefix("terse-resume-from-")
+        .tempdir()
+        .unwrap();
+    let base = scratch.path();
     let (whole, branch) = (base.join("whole"), base.join("branch"));
     let output = terse(&whole, &[]);
     assert!(output.status.success(), "{}", stderr(&output));
@@ -81,5 +84,4 @@ fn a_chosen_checkpoint_continues_bit_identically_and_an_overtaken_one_is_refused
         "{message}"
     );
     assert!(message.contains("step-00000006"), "{message}");
-    let _ = std::fs::remove_dir_all(&base);
 }

@@ -22,11 +22,11 @@ const BOUND: f64 = 1e-6;
 /// Per-step losses of a run on `ranks` local ranks with `threads` rayon
 /// threads in all (cores ÷ ranks each).
 fn losses(ranks: usize, threads: usize) -> Vec<f64> {
-    let run_dir = std::env::temp_dir().join(format!(
-        "terse-thread-count-{}-{ranks}-{threads}",
-        std::process::id()
-    ));
-    let _ = std::fs::remove_dir_all(&run_dir);
+    let scratch = tempfile::Builder::new()
+        .prefix(&format!("terse-thread-count-{ranks}-{threads}-"))
+        .tempdir()
+        .unwrap();
+    let run_dir = scratch.path().join("run");
     let output = Command::new(env!("CARGO_BIN_EXE_terse"))
         .env("RAYON_NUM_THREADS", threads.to_string())
         .args(["pretrain", "--no-progress", "--config", CONFIG])
@@ -48,7 +48,6 @@ fn losses(ranks: usize, threads: usize) -> Vec<f64> {
         .map(|line| serde_json::from_str::<serde_json::Value>(line).unwrap())
         .filter_map(|v| v.get("loss").and_then(|l| l.as_f64()))
         .collect();
-    let _ = std::fs::remove_dir_all(&run_dir);
     assert_eq!(losses.len(), STEPS, "one loss per step");
     losses
 }

@@ -134,8 +134,11 @@ mod tests {
     #[test]
     fn reads_gzip_and_plain_files_alike() {
         use std::io::Write;
-        let dir = std::env::temp_dir().join(format!("terse-idx-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
+        let scratch = tempfile::Builder::new()
+            .prefix("terse-idx-")
+            .tempdir()
+            .unwrap();
+        let dir = scratch.path();
         let plain = dir.join("images-idx3-ubyte");
         std::fs::write(&plain, TWO_IMAGES).unwrap();
         let gz = dir.join("images-idx3-ubyte.gz");
@@ -147,7 +150,6 @@ mod tests {
         let b = read_idx_images(&gz).unwrap();
         assert_eq!(a, b);
         assert_eq!(a.image(1), [7, 8, 9, 10, 11, 255]);
-        std::fs::remove_dir_all(dir).unwrap();
     }
 
     #[test]

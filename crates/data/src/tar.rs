@@ -109,8 +109,11 @@ mod tests {
 
     #[test]
     fn reads_what_gnu_tar_writes() {
-        let dir = std::env::temp_dir().join(format!("terse-tar-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
+        let scratch = tempfile::Builder::new()
+            .prefix("terse-tar-")
+            .tempdir()
+            .unwrap();
+        let dir = scratch.path();
         let long = "package/".to_string() + &"d".repeat(90) + "/data";
         std::fs::create_dir_all(dir.join(&long)).unwrap();
         std::fs::write(dir.join("package/small.txt"), b"hello").unwrap();
@@ -119,7 +122,7 @@ mod tests {
         std::fs::write(dir.join(&long).join("1790_x.txt"), &big).unwrap();
         for (format, name) in [("ustar", "a.tar"), ("pax", "b.tar.gz"), ("gnu", "c.tgz")] {
             let mut cmd = Command::new("tar");
-            cmd.current_dir(&dir).arg(format!("--format={format}"));
+            cmd.current_dir(dir).arg(format!("--format={format}"));
             if name.ends_with("gz") {
                 cmd.arg("-czf");
             } else {
@@ -186,9 +189,11 @@ mod tests {
     fn refuses_escaping_names_and_links() {
         use ::tar::EntryType::{Link, Regular, Symlink};
 
-        let dir = std::env::temp_dir().join(format!("terse-tar-refuse-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).unwrap();
+        let scratch = tempfile::Builder::new()
+            .prefix("terse-tar-refuse-")
+            .tempdir()
+            .unwrap();
+        let dir = scratch.path();
         let cases: [(&str, &[u8], _, &str); 5] = [
             ("dotdot.tar", b"../evil", Regular, "`..` component"),
             (
@@ -202,7 +207,7 @@ mod tests {
             ("hardlink.tar", b"package/hard", Link, "a link"),
         ];
         for (file, name, kind, why) in cases {
-            let archive = archive_with(&dir, file, name, kind);
+            let archive = archive_with(dir, file, name, kind);
             let mut taken = Vec::new();
             // Refused even when the caller asks for every member.
             let error = for_each_member(&archive, &|_| true, &mut |name, _| {
@@ -219,6 +224,5 @@ mod tests {
             assert!(error.contains(why), "{error}");
             assert_eq!(taken, ["package/small.txt"], "{file}");
         }
-        let _ = std::fs::remove_dir_all(&dir);
     }
 }

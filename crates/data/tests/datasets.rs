@@ -6,18 +6,19 @@
 //! package installs it), so these tests need no network.
 
 use std::io::Write;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use flate2::Compression;
 use flate2::write::GzEncoder;
 use sha2::{Digest, Sha256};
 use terse_data::{DataError, Manifest, Presence, Source, ensure, manifest, manifests, presence};
 
-fn scratch(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("terse-datasets-{name}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
+/// A fresh scratch directory, removed when the returned guard drops.
+fn scratch(name: &str) -> tempfile::TempDir {
+    tempfile::Builder::new()
+        .prefix(&format!("terse-datasets-{name}-"))
+        .tempdir()
+        .unwrap()
 }
 
 fn gzip(data: &[u8]) -> Vec<u8> {
@@ -116,7 +117,8 @@ fn unknown_names_and_bad_manifests_are_named() {
 
 #[test]
 fn files_are_verified_and_refetched_when_partial_or_corrupted() {
-    let root = scratch("refetch");
+    let root_tmp = scratch("refetch");
+    let root = root_tmp.path();
     let installed = root.join("installed");
     std::fs::create_dir_all(&installed).unwrap();
     let a: &[u8] = b"first file\n";
@@ -160,7 +162,8 @@ fn files_are_verified_and_refetched_when_partial_or_corrupted() {
 
 #[test]
 fn a_source_with_wrong_content_is_refused() {
-    let root = scratch("wrong");
+    let root_tmp = scratch("wrong");
+    let root = root_tmp.path();
     let installed = root.join("installed");
     std::fs::create_dir_all(&installed).unwrap();
     let expected: &[u8] = b"the real content";

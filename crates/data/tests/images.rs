@@ -17,11 +17,12 @@ fn fixture(name: &str) -> PathBuf {
         .join(name)
 }
 
-fn scratch(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("terse-images-{name}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
+/// A fresh scratch directory, removed when the returned guard drops.
+fn scratch(name: &str) -> tempfile::TempDir {
+    tempfile::Builder::new()
+        .prefix(&format!("terse-images-{name}-"))
+        .tempdir()
+        .unwrap()
 }
 
 fn error_of<T: std::fmt::Debug>(result: Result<T, terse_data::DataError>) -> String {
@@ -68,7 +69,8 @@ fn the_committed_fixture_bytes() {
 
 #[test]
 fn planes_land_in_chw_order() {
-    let dir = scratch("planes");
+    let dir_tmp = scratch("planes");
+    let dir = dir_tmp.path();
     // Red at (y 0, x 1), green at (y 31, x 0), blue at (y 2, x 3); CHW index
     // c·1024 + y·32 + x: 1, 1024 + 992 = 2016, 2048 + 64 + 3 = 2115.
     let marks = [(0, 0, 1, 200), (1, 31, 0, 100), (2, 2, 3, 50)];
@@ -84,7 +86,8 @@ fn planes_land_in_chw_order() {
 
 #[test]
 fn splits_concatenate_their_files_in_order() {
-    let dir = scratch("split10");
+    let dir_tmp = scratch("split10");
+    let dir = dir_tmp.path();
     // data_batch_k holds k records labelled k − 1, with its pixel 0 = k.
     for k in 1..=5u8 {
         let records: Vec<u8> = (0..k)
@@ -93,29 +96,31 @@ fn splits_concatenate_their_files_in_order() {
         std::fs::write(dir.join(format!("data_batch_{k}.bin")), records).unwrap();
     }
     std::fs::write(dir.join("test_batch.bin"), record(&[9], &[])).unwrap();
-    let train = read_cifar_split(&dir, CifarKind::Cifar10, true).unwrap();
+    let train = read_cifar_split(dir, CifarKind::Cifar10, true).unwrap();
     // 1 + 2 + 3 + 4 + 5 = 15 records.
     assert_eq!(train.len(), 15);
     assert_eq!(train.labels, [0, 1, 1, 2, 2, 2, 3, 3, 3, 3, 4, 4, 4, 4, 4]);
     assert_eq!(train.image(14)[0], 5);
     train.check().unwrap();
-    let test = read_cifar_split(&dir, CifarKind::Cifar10, false).unwrap();
+    let test = read_cifar_split(dir, CifarKind::Cifar10, false).unwrap();
     assert_eq!(test.labels, [9]);
 
-    let dir = scratch("split100");
+    let dir_tmp = scratch("split100");
+    let dir = dir_tmp.path();
     let train = [record(&[19, 99], &[]), record(&[0, 0], &[(2, 31, 31, 9)])].concat();
     std::fs::write(dir.join("train.bin"), train).unwrap();
     std::fs::write(dir.join("test.bin"), record(&[4, 42], &[])).unwrap();
-    let train = read_cifar_split(&dir, CifarKind::Cifar100, true).unwrap();
+    let train = read_cifar_split(dir, CifarKind::Cifar100, true).unwrap();
     assert_eq!(train.labels, [99, 0]);
     assert_eq!(train.image(1)[3071], 9);
-    let test = read_cifar_split(&dir, CifarKind::Cifar100, false).unwrap();
+    let test = read_cifar_split(dir, CifarKind::Cifar100, false).unwrap();
     assert_eq!(test.labels, [42]);
 }
 
 #[test]
 fn malformed_cifar_files_are_named() {
-    let dir = scratch("bad");
+    let dir_tmp = scratch("bad");
+    let dir = dir_tmp.path();
     let good = std::fs::read(fixture("tiny-cifar10.bin")).unwrap();
     let path = dir.join("data_batch_1.bin");
     std::fs::write(&path, &good[..5000]).unwrap();
@@ -173,7 +178,7 @@ fn malformed_cifar_files_are_named() {
     for k in 1..=4 {
         std::fs::write(dir.join(format!("data_batch_{k}.bin")), record(&[0], &[])).unwrap();
     }
-    let error = error_of(read_cifar_split(&dir, CifarKind::Cifar10, true));
+    let error = error_of(read_cifar_split(dir, CifarKind::Cifar10, true));
     assert!(
         error.contains(
             "data_batch_5.bin: missing: the CIFAR-10 training split is data_batch_1.bin, \
@@ -181,7 +186,7 @@ fn malformed_cifar_files_are_named() {
         ),
         "{error}"
     );
-    let error = error_of(read_cifar_split(&dir, CifarKind::Cifar100, false));
+    let error = error_of(read_cifar_split(dir, CifarKind::Cifar100, false));
     assert!(
         error.contains("test.bin: missing: the CIFAR-100 test split is test.bin"),
         "{error}"
@@ -248,7 +253,8 @@ fn the_mnist_csv_sample() {
 
 #[test]
 fn malformed_csv_rows_are_named_by_line_and_column() {
-    let dir = scratch("csv");
+    let dir_tmp = scratch("csv");
+    let dir = dir_tmp.path();
     let path = dir.join("bad.csv");
     let row = |label: &str| format!("{}{label}\n", "0,".repeat(784));
     std::fs::write(&path, row("3") + &row("x")).unwrap();

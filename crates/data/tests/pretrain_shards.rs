@@ -4,7 +4,7 @@
 //! through the memory-mapped reader, the shard layout byte for byte against
 //! a file written independently by Python, and corrupted shards refused.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use terse_data::pretrain::{
     MaskedLm, PretrainConfig, PretrainExample, ShardSet, build_shards, create_examples,
@@ -12,11 +12,12 @@ use terse_data::pretrain::{
 };
 use terse_data::{DataError, WordPiece, dataset, minilm};
 
-fn scratch(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("terse-pretrain-{name}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
+/// A fresh scratch directory, removed when the returned guard drops.
+fn scratch(name: &str) -> tempfile::TempDir {
+    tempfile::Builder::new()
+        .prefix(&format!("terse-pretrain-{name}-"))
+        .tempdir()
+        .unwrap()
 }
 
 fn tokenizer() -> WordPiece {
@@ -122,16 +123,17 @@ fn same_seed_same_bytes_and_the_reader_returns_what_was_written() {
         seed: 7,
         ..PretrainConfig::default()
     };
-    let (a, b, c) = (scratch("a"), scratch("b"), scratch("c"));
-    let summary = build_shards(documents, &tokenizer, &config, &a, 3).unwrap();
-    build_shards(documents, &tokenizer, &config, &b, 3).unwrap();
+    let (a_tmp, b_tmp, c_tmp) = (scratch("a"), scratch("b"), scratch("c"));
+    let (a, b, c) = (a_tmp.path(), b_tmp.path(), c_tmp.path());
+    let summary = build_shards(documents, &tokenizer, &config, a, 3).unwrap();
+    build_shards(documents, &tokenizer, &config, b, 3).unwrap();
     let other_seed = PretrainConfig {
         seed: 8,
         ..config.clone()
     };
-    build_shards(documents, &tokenizer, &other_seed, &c, 3).unwrap();
-    assert_eq!(read_all(&a), read_all(&b));
-    assert_ne!(read_all(&a), read_all(&c));
+    build_shards(documents, &tokenizer, &other_seed, c, 3).unwrap();
+    assert_eq!(read_all(a), read_all(b));
+    assert_ne!(read_all(a), read_all(c));
     // Tokenization, the one threaded step, gives the same ids on 1 and 3
     // threads (40 addresses: 5 blocks of 8 handed out as threads come free).
     let early = &all_documents[..40];
@@ -153,7 +155,7 @@ fn same_seed_same_bytes_and_the_reader_returns_what_was_written() {
     )
     .unwrap();
     assert_eq!(examples.len(), summary.examples);
-    let set = ShardSet::open(&a).unwrap();
+    let set = ShardSet::open(a).unwrap();
     assert_eq!(set.len(), examples.len());
     let mut index = 0;
     for s in 0..3 {
@@ -192,7 +194,8 @@ fn tiny_examples() -> Vec<PretrainExample> {
 fn the_layout_matches_an_independent_writer_byte_for_byte() {
     let fixture = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/pretrain");
     let expected = std::fs::read(fixture.join("tiny.shard")).unwrap();
-    let dir = scratch("tiny");
+    let dir_tmp = scratch("tiny");
+    let dir = dir_tmp.path();
     let written = dir.join("tiny.shard");
     write_shard(&written, &tiny_examples(), 8, 2, 30_522).unwrap();
     assert_eq!(std::fs::read(&written).unwrap(), expected);
@@ -207,7 +210,8 @@ fn the_layout_matches_an_independent_writer_byte_for_byte() {
 fn corrupted_shards_are_refused_naming_the_file_and_record() {
     let fixture = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/pretrain/tiny.shard");
     let good = std::fs::read(fixture).unwrap();
-    let dir = scratch("bad");
+    let dir_tmp = scratch("bad");
+    let dir = dir_tmp.path();
     let path = dir.join("bad.shard");
     let message = |bytes: &[u8]| -> String {
         std::fs::write(&path, bytes).unwrap();
@@ -284,12 +288,13 @@ fn numbered(k: u32) -> PretrainExample {
 #[test]
 fn rank_shares_cover_every_example_once_and_shuffle_per_epoch() {
     // Shards of 4, 0 and 6 examples (an empty one in the middle): 10 in all.
-    let dir = scratch("ranks");
+    let dir_tmp = scratch("ranks");
+    let dir = dir_tmp.path();
     let all: Vec<PretrainExample> = (0..10).map(numbered).collect();
     write_shard(&dir.join("a.shard"), &all[..4], 8, 2, 30_522).unwrap();
     write_shard(&dir.join("b.shard"), &[], 8, 2, 30_522).unwrap();
     write_shard(&dir.join("c.shard"), &all[4..], 8, 2, 30_522).unwrap();
-    let set = ShardSet::open(&dir).unwrap();
+    let set = ShardSet::open(dir).unwrap();
     assert_eq!(set.len(), 10);
     for (i, expected) in all.iter().enumerate() {
         assert_eq!(&set.get(i).unwrap(), expected, "example {i}");
@@ -337,7 +342,8 @@ fn rank_shares_cover_every_example_once_and_shuffle_per_epoch() {
 
 #[test]
 fn large_vocabularies_take_four_byte_ids() {
-    let dir = scratch("wide");
+    let dir_tmp = scratch("wide");
+    let dir = dir_tmp.path();
     let mut wide = numbered(0);
     wide.input_ids[1] = 99_999;
     wide.masked.labels[0] = 70_000;
@@ -354,19 +360,20 @@ fn large_vocabularies_take_four_byte_ids() {
         std::fs::metadata(dir.join("w.shard")).unwrap().len(),
         64 + 52
     );
-    assert_eq!(ShardSet::open(&dir).unwrap().get(0).unwrap(), wide);
+    assert_eq!(ShardSet::open(dir).unwrap().get(0).unwrap(), wide);
 }
 
 #[test]
 fn the_writer_refuses_what_the_reader_would() {
-    let dir = scratch("refuse");
+    let dir_tmp = scratch("refuse");
+    let dir = dir_tmp.path();
     let path = dir.join("r.shard");
     let refused = |e: PretrainExample| -> String {
         let error = write_shard(&path, &[numbered(0), e], 8, 2, 30_522)
             .unwrap_err()
             .to_string();
         // Nothing is left behind, not even the temporary file.
-        assert!(std::fs::read_dir(&dir).unwrap().next().is_none());
+        assert!(std::fs::read_dir(dir).unwrap().next().is_none());
         error
     };
     let mut e = numbered(1);

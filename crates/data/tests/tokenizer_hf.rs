@@ -84,8 +84,11 @@ fn wordpiece_matches_huggingface_ids_and_offsets() {
 
 #[test]
 fn a_corrupted_tokenizer_file_names_itself() {
-    let dir = std::env::temp_dir().join(format!("terse-tok-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
+    let scratch = tempfile::Builder::new()
+        .prefix("terse-tok-")
+        .tempdir()
+        .unwrap();
+    let dir = scratch.path();
     let path = dir.join("tokenizer.json");
     std::fs::write(&path, "{\"model\": ").unwrap();
     let message = WordPiece::from_tokenizer_json(&path)
@@ -99,5 +102,4 @@ fn a_corrupted_tokenizer_file_names_itself() {
         message.contains("vocab.txt") && message.contains("[SEP]"),
         "{message}"
     );
-    std::fs::remove_dir_all(&dir).unwrap();
 }

@@ -83,8 +83,11 @@ fn evaluate_takes_the_best_ground_truth_and_counts_unanswered_as_zero() {
 
 #[test]
 fn malformed_files_name_the_field() {
-    let dir = std::env::temp_dir().join(format!("terse-eval-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
+    let scratch = tempfile::Builder::new()
+        .prefix("terse-eval-")
+        .tempdir()
+        .unwrap();
+    let dir = scratch.path();
     let gold = dir.join("dev.json");
     std::fs::write(
         &gold,

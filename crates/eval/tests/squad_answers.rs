@@ -196,15 +196,18 @@ fn inconsistent_inputs_are_refused_naming_the_feature() {
     assert!(serde_json::from_str::<AnswerConfig>(r#"{"nbest": 5}"#).is_err());
 }
 
-fn temp_dir(name: &str) -> std::path::PathBuf {
-    let dir = std::env::temp_dir().join(format!("terse-squad-{name}-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
+/// A fresh scratch directory, removed when the returned guard drops.
+fn scratch(name: &str) -> tempfile::TempDir {
+    tempfile::Builder::new()
+        .prefix(&format!("terse-squad-{name}-"))
+        .tempdir()
+        .unwrap()
 }
 
 #[test]
 fn predictions_files_in_the_official_format_byte_for_byte() {
-    let dir = temp_dir("predictions");
+    let scratch = scratch("predictions");
+    let dir = scratch.path();
     let questions = [question("q2"), question("q1")];
     let p = predict_answers(&questions, &[feature_a()], &config(5, 3)).unwrap();
     let path = dir.join("predictions.json");
@@ -243,5 +246,4 @@ fn predictions_files_in_the_official_format_byte_for_byte() {
     );
     let e = write_predictions(&dir.join("no/such/dir/p.json"), &questions, &p).unwrap_err();
     assert!(e.to_string().contains("no/such/dir/p.json.tmp"), "{e}");
-    std::fs::remove_dir_all(&dir).unwrap();
 }

@@ -51,8 +51,11 @@ fn run_with_stop(
 
 #[test]
 fn resuming_in_any_stage_is_bit_identical() {
-    let dir = std::env::temp_dir().join(format!("terse-compressed-resume-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
+    let scratch = tempfile::Builder::new()
+        .prefix("terse-compressed-resume-")
+        .tempdir()
+        .unwrap();
+    let dir = scratch.path();
     let auto = adam_config()
         .with_beta_2(0.9)
         .with_freeze(terse_optim::FreezeRule::Auto)
@@ -70,25 +73,27 @@ fn resuming_in_any_stage_is_bit_identical() {
         }),
     ];
     for config in &configs {
-        let straight = run_with_stop(config, 2, None, &dir);
+        let straight = run_with_stop(config, 2, None, dir);
         // Warmup, the freeze step itself, compression (for SLAMB: between syncs).
         for stop in [5, FREEZE, 13, 20] {
-            let resumed = run_with_stop(config, 2, Some(stop), &dir);
+            let resumed = run_with_stop(config, 2, Some(stop), dir);
             for (a, b) in straight.iter().zip(&resumed) {
                 let same = a.iter().zip(b).all(|(a, b)| a.to_bits() == b.to_bits());
                 assert!(same, "{}: resumed after step {stop} differs", config.name());
             }
         }
     }
-    std::fs::remove_dir_all(&dir).unwrap();
 }
 
 #[test]
 fn resuming_with_another_world_size_or_optimizer_is_refused() {
-    let dir = std::env::temp_dir().join(format!("terse-compressed-refuse-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
+    let scratch = tempfile::Builder::new()
+        .prefix("terse-compressed-refuse-")
+        .tempdir()
+        .unwrap();
+    let dir = scratch.path();
     let config = OptimizerConfig::OnebitAdam(adam_config());
-    run_with_stop(&config, 2, Some(12), &dir);
+    run_with_stop(&config, 2, Some(12), dir);
     let path = dir.join("rank0.safetensors");
     let schedule = LrSchedule::Constant { lr: LR };
     let single = terse_comm::SingleRank::new();
@@ -105,7 +110,6 @@ fn resuming_with_another_world_size_or_optimizer_is_refused() {
         message.contains("saved by optimizer `onebit_adam`"),
         "{message}"
     );
-    std::fs::remove_dir_all(&dir).unwrap();
 }
 
 /// Bytes sent per step by rank 0 of a 4-rank world on one 2^18-element
@@ -168,7 +172,11 @@ fn compression_cuts_the_bytes_per_step() {
 /// the fp32 run's.
 #[test]
 fn slamb_with_fp16_values_tracks_fp32() {
-    let dir = std::env::temp_dir();
+    let scratch = tempfile::Builder::new()
+        .prefix("terse-compressed-slamb-")
+        .tempdir()
+        .unwrap();
+    let dir = scratch.path();
     let config = |values| {
         OptimizerConfig::Slamb(SlambConfig {
             k: 0.2,
@@ -180,8 +188,8 @@ fn slamb_with_fp16_values_tracks_fp32() {
                 .with_eps(1e-6)
         })
     };
-    let f32_run = run_with_stop(&config(SparseValues::F32), 4, None, &dir);
-    let f16_run = run_with_stop(&config(SparseValues::F16), 4, None, &dir);
+    let f32_run = run_with_stop(&config(SparseValues::F32), 4, None, dir);
+    let f16_run = run_with_stop(&config(SparseValues::F16), 4, None, dir);
     for x in &f16_run {
         assert_eq!(x, &f16_run[0], "ranks agree after the sync at step {STEPS}");
     }

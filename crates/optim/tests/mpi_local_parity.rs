@@ -42,7 +42,11 @@ fn params(dir: &Path, label: &str, rank: usize) -> Vec<u8> {
 
 #[test]
 fn mpi_and_local_give_bit_identical_parameters() {
-    let root = std::env::temp_dir().join(format!("terse-optim-parity-{}", std::process::id()));
+    let scratch = tempfile::Builder::new()
+        .prefix("terse-optim-parity-")
+        .tempdir()
+        .unwrap();
+    let root = scratch.path();
     let (mpi, local) = (root.join("mpi"), root.join("local"));
     let exe = env!("CARGO_BIN_EXE_terse-optim-check");
     let text = run(Command::new("mpirun")
@@ -83,5 +87,4 @@ fn mpi_and_local_give_bit_identical_parameters() {
             );
         }
     }
-    std::fs::remove_dir_all(&root).unwrap();
 }

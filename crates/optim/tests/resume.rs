@@ -4,7 +4,6 @@
 
 mod common;
 
-use std::path::PathBuf;
 use terse_optim::WithMoments;
 
 use common::{SplitMix, gradient, initial_params, layout};
@@ -41,10 +40,12 @@ fn configs() -> [OptimizerConfig; 3] {
     ]
 }
 
-fn temp_file(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("terse-resume-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    dir.join(name)
+/// A scratch directory for the state files, removed when dropped.
+fn scratch() -> tempfile::TempDir {
+    tempfile::Builder::new()
+        .prefix("terse-resume-")
+        .tempdir()
+        .unwrap()
 }
 
 fn bits(x: &[f32]) -> Vec<u32> {
@@ -53,6 +54,7 @@ fn bits(x: &[f32]) -> Vec<u32> {
 
 #[test]
 fn resumed_runs_are_bit_identical() {
+    let scratch = scratch();
     for config in configs() {
         let name = config.name();
         let mut rng = SplitMix::new(99);
@@ -68,7 +70,7 @@ fn resumed_runs_are_bit_identical() {
                 .unwrap();
         }
 
-        let path = temp_file(&format!("{name}.safetensors"));
+        let path = scratch.path().join(format!("{name}.safetensors"));
         let mut first =
             Optimizer::new(config.clone(), schedule(), layout(), &SingleRank::new()).unwrap();
         let mut x = x0.clone();
@@ -99,8 +101,8 @@ fn resumed_runs_are_bit_identical() {
 
         // The saved state itself round-trips: saving the resumed optimizer and
         // the straight one gives the same bytes.
-        let a = temp_file(&format!("{name}-a.safetensors"));
-        let b = temp_file(&format!("{name}-b.safetensors"));
+        let a = scratch.path().join(format!("{name}-a.safetensors"));
+        let b = scratch.path().join(format!("{name}-b.safetensors"));
         resumed.save(&a).unwrap();
         straight.save(&b).unwrap();
         let (a, b) = (std::fs::read(a).unwrap(), std::fs::read(b).unwrap());
@@ -115,7 +117,8 @@ fn resumed_runs_are_bit_identical() {
 
 #[test]
 fn mismatched_state_files_are_refused() {
-    let path = temp_file("adam-mismatch.safetensors");
+    let scratch = scratch();
+    let path = scratch.path().join("adam-mismatch.safetensors");
     let adam = OptimizerConfig::Adam(AdamConfig::default());
     Optimizer::new(adam.clone(), schedule(), layout(), &SingleRank::new())
         .unwrap()

@@ -88,8 +88,11 @@ fn run(config: &OptimizerConfig, n: usize, dir: &std::path::Path) -> Vec<(Vec<f3
 }
 
 fn check(name: &str, config: OptimizerConfig) {
-    let dir = std::env::temp_dir().join(format!("terse-zero-mask-{name}-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
+    let scratch = tempfile::Builder::new()
+        .prefix(&format!("terse-zero-mask-{name}-"))
+        .tempdir()
+        .unwrap();
+    let dir = scratch.path();
     let layout = layout();
     let segment = |name: &str| {
         layout
@@ -105,7 +108,7 @@ fn check(name: &str, config: OptimizerConfig) {
         segment("used.weight"),
     );
     for n in [1, 2, 4] {
-        let ranks = run(&config, n, &dir);
+        let ranks = run(&config, n, dir);
         for (rank, (at_freeze, end)) in ranks.iter().enumerate() {
             assert!(
                 end.iter().all(|v| v.is_finite()),
@@ -143,7 +146,6 @@ fn check(name: &str, config: OptimizerConfig) {
             );
         }
     }
-    std::fs::remove_dir_all(&dir).unwrap();
 }
 
 #[test]

@@ -54,12 +54,11 @@ fn final_accuracy(config: &str) -> f64 {
         .join(config);
     let config = RunConfig::load(&path).unwrap();
     assert_eq!(config.train.steps, 2340);
-    let run_dir: PathBuf = std::env::temp_dir().join(format!(
-        "terse-test-mlp-{}-{}",
-        config.optimizer.name(),
-        std::process::id()
-    ));
-    let _ = std::fs::remove_dir_all(&run_dir);
+    let scratch = tempfile::Builder::new()
+        .prefix(&format!("terse-test-mlp-{}-", config.optimizer.name()))
+        .tempdir()
+        .unwrap();
+    let run_dir: PathBuf = scratch.path().join("run");
     let trainer = Trainer {
         config: &config,
         run_dir: &run_dir,
@@ -82,7 +81,6 @@ fn final_accuracy(config: &str) -> f64 {
         .expect("the image task reports test_accuracy")
         .1;
     println!("{name}: test accuracy {accuracy:.4} (epoch losses {losses:.4?})");
-    std::fs::remove_dir_all(&run_dir).unwrap();
     accuracy
 }
 

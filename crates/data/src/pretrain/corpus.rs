@@ -313,15 +313,18 @@ mod tests {
         );
     }
 
-    fn scratch_file(name: &str, content: &str) -> std::path::PathBuf {
-        let path = std::env::temp_dir().join(format!("terse-{}-{name}", std::process::id()));
+    /// `name` holding `content` in a scratch directory, which is removed
+    /// when the returned guard drops.
+    fn scratch_file(name: &str, content: &str) -> (tempfile::TempDir, std::path::PathBuf) {
+        let scratch = tempfile::Builder::new().prefix("terse-").tempdir().unwrap();
+        let path = scratch.path().join(name);
         std::fs::write(&path, content).unwrap();
-        path
+        (scratch, path)
     }
 
     #[test]
     fn squad_articles_are_documents() {
-        let path = scratch_file(
+        let (_scratch, path) = scratch_file(
             "squad.json",
             r#"{"data": [
                 {"title": "T1", "paragraphs": [
@@ -351,7 +354,7 @@ mod tests {
 
     #[test]
     fn imdb_reviews_are_documents_with_breaks_as_spaces() {
-        let path = scratch_file(
+        let (_scratch, path) = scratch_file(
             "reviews.csv",
             "text,label,source\n\
              \"Great film.<br /><br />Loved it, \"\"really\"\".\",1,imdb\n\
@@ -371,7 +374,11 @@ mod tests {
 
     #[test]
     fn plain_corpus_keeps_documents() {
-        let path = std::env::temp_dir().join(format!("terse-plain-{}.txt", std::process::id()));
+        let scratch = tempfile::Builder::new()
+            .prefix("terse-plain-")
+            .tempdir()
+            .unwrap();
+        let path = scratch.path().join("plain.txt");
         std::fs::write(
             &path,
             "A one.\nA two.\n\n\n B one. \n\nC one.\nC two.\nC three.",
