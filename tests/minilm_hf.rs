@@ -5,7 +5,8 @@
 //! PyTorch (`models/tests/fixtures/make_hf_fixtures.py`) within 1e-4.
 //! Then export: a BERT saved by terse under HuggingFace names loads in
 //! `transformers`, whose outputs (`check_hf_export.py`, committed) terse
-//! reproduces, and saving again gives the same tensors under the same names.
+//! reproduces, and saving again gives the same tensors under the same names;
+//! the same for a three-class classifier exported as fine-tuning exports it.
 //!
 //! Needs the MiniLM files (fetched into the cache on first use, 84 MB).
 
@@ -14,8 +15,8 @@ use std::path::{Path, PathBuf};
 use burn::tensor::{Device, Tensor, TensorData};
 use safetensors::SafeTensors;
 use terse_models::bert::{
-    BertConfig, BertForPreTraining, BertForQuestionAnswering, BertInput, BertModel, load_hf,
-    save_hf,
+    BertConfig, BertForPreTraining, BertForQuestionAnswering, BertForSequenceClassification,
+    BertInput, BertModel, classifier_config_keys, load_hf, save_hf, save_hf_with_head,
 };
 
 fn fixtures() -> PathBuf {
@@ -194,13 +195,68 @@ fn an_exported_bert_loads_in_transformers_with_the_same_outputs() {
     // Saving the loaded model again writes the same tensors under the same
     // names, replacing what an earlier export left in the directory (a run
     // repeated in its run directory).
-    let out_dir = std::env::temp_dir().join(format!("terse-export-{}", std::process::id()));
-    std::fs::create_dir_all(&out_dir).unwrap();
+    let scratch = tempfile::Builder::new()
+        .prefix("terse-export-")
+        .tempdir()
+        .unwrap();
+    let out_dir = scratch.path();
     std::fs::write(out_dir.join("model.safetensors"), b"an earlier export").unwrap();
-    save_hf(&model, &config, &out_dir).unwrap();
+    save_hf(&model, &config, out_dir).unwrap();
     assert_eq!(
         tensors(&out_dir.join("model.safetensors")),
         tensors(&dir.join("model.safetensors"))
     );
-    std::fs::remove_dir_all(&out_dir).unwrap();
+}
+
+/// A fine-tuned classifier with three named labels, exported as a fine-tuning
+/// run exports it (`save_hf_with_head` with `classifier_config_keys`), loads
+/// through `transformers`' `AutoModelForSequenceClassification` with strict
+/// keys and its three labels (`check_hf_export.py`, committed with its
+/// outputs), and gives the logits transformers gives.
+#[test]
+fn a_three_class_export_loads_in_transformers_with_the_same_logits() {
+    let dir = fixtures().join("export-classifier");
+    let device = Device::flex();
+    let config = BertConfig::from_hf_json(&dir.join("config.json")).unwrap();
+    let written: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.join("config.json")).unwrap()).unwrap();
+    let labels: Vec<&str> = (0..written["num_labels"].as_u64().unwrap())
+        .map(|i| written["id2label"][i.to_string()].as_str().unwrap())
+        .collect();
+    assert_eq!(labels, ["contradiction", "entailment", "neutral"]);
+    let mut model = BertForSequenceClassification::new(&config, labels.len(), &device);
+    let report = load_hf(&mut model, &dir.join("model.safetensors")).unwrap();
+    assert!(report.missing.is_empty(), "missing: {:?}", report.missing);
+    assert!(report.unused.is_empty(), "unused: {:?}", report.unused);
+
+    let hf = Arrays::open(&dir.join("hf_outputs.safetensors"));
+    let inputs = Arrays::open(&dir.join("inputs.safetensors"));
+    let logits = model.forward(inputs.input(&device));
+    let want = hf.f32s("logits");
+    assert_eq!(want.0, [2, 3]);
+    let diff = max_abs_diff(logits, &want);
+    println!("3-class export vs transformers: logits {diff:.2e}");
+    assert!(diff <= 1e-4, "logits differ by {diff}");
+
+    // Exporting again as a fine-tuning run does writes what transformers
+    // loaded: the same tensors and the same config.json.
+    let scratch = tempfile::Builder::new()
+        .prefix("terse-export-classifier-")
+        .tempdir()
+        .unwrap();
+    save_hf_with_head(
+        &model,
+        &config,
+        &classifier_config_keys(&labels),
+        scratch.path(),
+    )
+    .unwrap();
+    assert_eq!(
+        tensors(&scratch.path().join("model.safetensors")),
+        tensors(&dir.join("model.safetensors"))
+    );
+    let again: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(scratch.path().join("config.json")).unwrap())
+            .unwrap();
+    assert_eq!(again, written);
 }

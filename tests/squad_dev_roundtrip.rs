@@ -135,9 +135,11 @@ fn logits_on_the_gold_span_predict_the_gold_text() {
     }
 
     // predictions.json holds the same answers under the question ids.
-    let dir = std::env::temp_dir().join(format!("terse-squad-dev-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let path = dir.join("predictions.json");
+    let scratch = tempfile::Builder::new()
+        .prefix("terse-squad-dev-")
+        .tempdir()
+        .unwrap();
+    let path = scratch.path().join("predictions.json");
     write_predictions(&path, &questions, &predictions).unwrap();
     let read: HashMap<String, String> =
         serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
@@ -145,5 +147,4 @@ fn logits_on_the_gold_span_predict_the_gold_text() {
     for (&q, gold) in &expected {
         assert_eq!(read[&examples[q].id], *gold);
     }
-    std::fs::remove_dir_all(&dir).unwrap();
 }

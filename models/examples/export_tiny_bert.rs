@@ -9,12 +9,25 @@
 //! cargo run -p terse-models --example export_tiny_bert -- models/tests/fixtures/export
 //! /tmp/hfvenv/bin/python models/tests/fixtures/check_hf_export.py models/tests/fixtures/export
 //! ```
+//!
+//! With `--classifier`, the model is a `BertForSequenceClassification` with
+//! three named labels (SNLI's), its `config.json` carrying the keys a
+//! fine-tuning export writes (`classifier_config_keys`), so the script loads
+//! it through `AutoModelForSequenceClassification` and writes its logits:
+//!
+//! ```text
+//! cargo run -p terse-models --example export_tiny_bert -- --classifier models/tests/fixtures/export-classifier
+//! /tmp/hfvenv/bin/python models/tests/fixtures/check_hf_export.py models/tests/fixtures/export-classifier
+//! ```
 
 use std::collections::HashMap;
 
 use burn::module::{Module, ModuleMapper, Param};
 use burn::tensor::{Device, Distribution, Tensor};
-use terse_models::bert::{BertConfig, BertForPreTraining, save_hf};
+use terse_models::bert::{
+    BertConfig, BertForPreTraining, BertForSequenceClassification, classifier_config_keys, save_hf,
+    save_hf_with_head,
+};
 
 struct Jitter;
 
@@ -27,11 +40,12 @@ impl ModuleMapper for Jitter {
 }
 
 fn main() {
-    let dir = std::path::PathBuf::from(
-        std::env::args()
-            .nth(1)
-            .expect("usage: export_tiny_bert DIR"),
-    );
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let (classifier, dir) = match args.as_slice() {
+        [flag, dir] if flag == "--classifier" => (true, std::path::PathBuf::from(dir)),
+        [dir] => (false, std::path::PathBuf::from(dir)),
+        _ => panic!("usage: export_tiny_bert [--classifier] DIR"),
+    };
     let device = Device::flex();
     device.seed(2024);
     let config = BertConfig {
@@ -43,8 +57,16 @@ fn main() {
         max_position_embeddings: 64,
         ..BertConfig::base()
     };
-    let model = BertForPreTraining::new(&config, &device).map(&mut Jitter);
-    save_hf(&model, &config, &dir).expect("saving the model");
+    if classifier {
+        let labels = ["contradiction", "entailment", "neutral"];
+        let model =
+            BertForSequenceClassification::new(&config, labels.len(), &device).map(&mut Jitter);
+        save_hf_with_head(&model, &config, &classifier_config_keys(&labels), &dir)
+            .expect("saving the model");
+    } else {
+        let model = BertForPreTraining::new(&config, &device).map(&mut Jitter);
+        save_hf(&model, &config, &dir).expect("saving the model");
+    }
 
     // Two sequences of 10, the second a pair with two padding tokens.
     let ids: Vec<i64> = vec![

@@ -3,9 +3,10 @@
 //! the export directory holds the weights, a `config.json` naming the three
 //! labels both ways (without `num_labels`, `transformers` builds a 2-label
 //! head and refuses these weights) and the tokenizer the examples were made
-//! with. (Loading it in `transformers` was checked by hand, 2026-11-24:
-//! `AutoModelForSequenceClassification.from_pretrained` reports no missing
-//! or unexpected keys and 3 labels; `AutoTokenizer` loads.)
+//! with. That such a directory loads in `transformers` with the same
+//! logits is `tests/minilm_hf.rs`'s three-class test (a committed fixture
+//! written by the same functions and checked by
+//! `models/tests/fixtures/check_hf_export.py`).
 
 mod common;
 

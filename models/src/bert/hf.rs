@@ -128,6 +128,32 @@ pub fn save_hf<M: HfBert>(model: &M, config: &BertConfig, dir: &Path) -> Result<
     save_hf_with_head(model, config, &serde_json::Map::new(), dir)
 }
 
+/// `config.json` keys of a sequence classifier over `names` (in label
+/// order); no names: a one-output regression head.
+pub fn classifier_config_keys(names: &[&str]) -> serde_json::Map<String, serde_json::Value> {
+    let mut head = serde_json::Map::new();
+    if names.is_empty() {
+        head.insert("num_labels".into(), 1.into());
+        head.insert("problem_type".into(), "regression".into());
+        return head;
+    }
+    let id2label: serde_json::Map<String, serde_json::Value> = names
+        .iter()
+        .enumerate()
+        .map(|(i, name)| (i.to_string(), (*name).into()))
+        .collect();
+    let label2id: serde_json::Map<String, serde_json::Value> = names
+        .iter()
+        .enumerate()
+        .map(|(i, name)| ((*name).to_string(), i.into()))
+        .collect();
+    head.insert("num_labels".into(), names.len().into());
+    head.insert("id2label".into(), id2label.into());
+    head.insert("label2id".into(), label2id.into());
+    head.insert("problem_type".into(), "single_label_classification".into());
+    head
+}
+
 /// [`save_hf`] with the head's keys added to `config.json` (a classifier's
 /// `num_labels`, `id2label`, `label2id`, `problem_type`: without them
 /// `transformers` builds a 2-label head and refuses a 3-label one's weights).
@@ -179,4 +205,22 @@ pub fn save_hf_with_head<M: HfBert>(
             path: config_path,
             source,
         })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_three_class_head_names_its_labels_both_ways() {
+        let head = classifier_config_keys(&["contradiction", "entailment", "neutral"]);
+        let json = serde_json::Value::Object(head);
+        assert_eq!(json["num_labels"], 3);
+        assert_eq!(json["id2label"]["2"], "neutral");
+        assert_eq!(json["label2id"]["entailment"], 1);
+        assert_eq!(json["problem_type"], "single_label_classification");
+        let regression = serde_json::Value::Object(classifier_config_keys(&[]));
+        assert_eq!(regression["num_labels"], 1);
+        assert_eq!(regression["problem_type"], "regression");
+    }
 }

@@ -16,9 +16,11 @@ use terse_data::glue::{
 };
 use terse_data::{WordPiece, dataset};
 use terse_eval::{GlueMetricKind, GlueOutputs, glue_scores};
-use terse_models::bert::{BertConfig, BertForSequenceClassification, save_hf_with_head};
+use terse_models::bert::{
+    BertConfig, BertForSequenceClassification, classifier_config_keys, save_hf_with_head,
+};
 
-use super::export::{classification_head, copy_tokenizer};
+use super::export::copy_tokenizer;
 use super::weights::Weights;
 use crate::batch::classification_batch;
 use crate::trainer::Task;
@@ -238,7 +240,7 @@ impl Task for SentenceTask {
         save_hf_with_head(
             &model.clone().valid(),
             self.bert(),
-            &classification_head(&self.label_names),
+            &classifier_config_keys(&self.label_names),
             dir,
         )?;
         copy_tokenizer(&self.weights.tokenizer, dir)
