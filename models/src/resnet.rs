@@ -41,6 +41,18 @@ pub enum ResnetDepth {
 }
 
 impl ResnetDepth {
+    /// Every depth (the names `terse train` accepts for ResNet).
+    pub const ALL: [ResnetDepth; 8] = [
+        ResnetDepth::Resnet20,
+        ResnetDepth::Resnet56,
+        ResnetDepth::Resnet110,
+        ResnetDepth::Resnet18,
+        ResnetDepth::Resnet34,
+        ResnetDepth::Resnet50,
+        ResnetDepth::Resnet101,
+        ResnetDepth::Resnet152,
+    ];
+
     fn plan(self) -> (&'static [usize], bool, bool) {
         // (blocks per stage, bottleneck, cifar style)
         match self {

@@ -32,6 +32,16 @@ pub enum VggDepth {
     Vgg19,
 }
 
+impl VggDepth {
+    /// Every depth (the names `terse train` accepts for VGG).
+    pub const ALL: [VggDepth; 4] = [
+        VggDepth::Vgg11,
+        VggDepth::Vgg13,
+        VggDepth::Vgg16,
+        VggDepth::Vgg19,
+    ];
+}
+
 /// Which classifier.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]

@@ -14,7 +14,6 @@ use clap::{Subcommand, ValueEnum};
 
 use crate::cli_name::cli_name;
 use crate::run_args::RunArgs;
-use crate::terse_binary;
 
 /// Arguments of `cargo xtask finetune`.
 #[derive(Debug, Clone, PartialEq, Eq, clap::Args)]
@@ -101,15 +100,15 @@ pub fn run(args: &Args) -> Result<()> {
     };
     let config = common.run.config_or(&default)?;
     let mut terse = vec!["finetune".to_string(), benchmark.to_string()];
+    if let Benchmark::Glue { task, .. } = &args.benchmark {
+        // terse checks that the config is this task's.
+        terse.extend(["--task".into(), cli_name(task)]);
+    }
     terse.extend(common.run.terse_args(&config));
     if let Some(from) = &common.from {
         terse.extend(["--from".into(), from.display().to_string()]);
     }
-    terse_binary::train(
-        common.run.ranks as usize,
-        common.run.hostfile.as_deref(),
-        &terse,
-    )
+    common.run.launch(&terse)
 }
 
 #[cfg(test)]

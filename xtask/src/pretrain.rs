@@ -11,7 +11,6 @@ use anyhow::Result;
 use clap::{ValueEnum, value_parser};
 
 use crate::run_args::RunArgs;
-use crate::terse_binary;
 
 /// Arguments of `cargo xtask pretrain`.
 #[derive(Debug, Clone, PartialEq, Eq, clap::Args)]
@@ -61,11 +60,7 @@ pub fn run(args: &Args) -> Result<()> {
     if let Some(steps) = args.steps {
         terse.extend(["--steps".into(), steps.to_string()]);
     }
-    terse_binary::train(
-        args.run.ranks as usize,
-        args.run.hostfile.as_deref(),
-        &terse,
-    )
+    args.run.launch(&terse)
 }
 
 #[cfg(test)]

@@ -76,6 +76,11 @@ pub struct RunArgs {
     /// reaches (refused otherwise)
     #[arg(long)]
     pub allow_no_compression: bool,
+
+    /// Print the resolved config (every flag and --set applied, every
+    /// default filled in) and exit without loading data or training
+    #[arg(long)]
+    pub print_config: bool,
 }
 
 impl RunArgs {
@@ -101,7 +106,19 @@ impl RunArgs {
         if self.allow_no_compression {
             args.push("--allow-no-compression".into());
         }
+        if self.print_config {
+            args.push("--print-config".into());
+        }
         args
+    }
+
+    /// Runs `terse <terse…>` on `--ranks` processes (on `--hostfile`'s
+    /// nodes), or once when it only prints the config.
+    pub fn launch(&self, terse: &[String]) -> anyhow::Result<()> {
+        if self.print_config {
+            return crate::terse_binary::run_binary("terse", terse);
+        }
+        crate::terse_binary::train(self.ranks as usize, self.hostfile.as_deref(), terse)
     }
 
     /// The config to run: `--config`, else `default` (relative to the

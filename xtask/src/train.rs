@@ -10,7 +10,6 @@
 use anyhow::{Result, bail};
 
 use crate::run_args::RunArgs;
-use crate::terse_binary;
 
 /// The dataset when `--dataset` is not given.
 const DEFAULT_DATASET: &str = "fashion-mnist";
@@ -54,11 +53,7 @@ pub fn run(args: &Args) -> Result<()> {
         terse.extend(["--dataset".into(), dataset.clone()]);
     }
     terse.extend(args.run.terse_args(&config));
-    terse_binary::train(
-        args.run.ranks as usize,
-        args.run.hostfile.as_deref(),
-        &terse,
-    )
+    args.run.launch(&terse)
 }
 
 /// The models with a shipped config for `dataset` in `dir`

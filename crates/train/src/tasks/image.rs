@@ -29,6 +29,9 @@ pub struct ImageTask<M: ImageClassifier> {
     seed: u64,
 }
 
+/// The image datasets `task.dataset` names (`read_images` reads each).
+pub const IMAGE_DATASETS: [&str; 4] = ["fashion-mnist", "mnist", "cifar10", "cifar100"];
+
 /// Train and test splits of a dataset name, and its normalization.
 fn read_images(
     name: &str,
@@ -75,7 +78,7 @@ fn read_images(
         "cifar100" => cifar(CifarKind::Cifar100),
         other => Err(TrainError::InvalidRun {
             field: "task.dataset",
-            reason: format!("unknown `{other}` (fashion-mnist, mnist, cifar10, cifar100)"),
+            reason: format!("unknown `{other}` ({})", IMAGE_DATASETS.join(", ")),
         }),
     }
 }

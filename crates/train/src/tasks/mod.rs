@@ -9,8 +9,8 @@ mod sentence;
 mod squad;
 mod weights;
 
-pub use image::ImageTask;
 pub(crate) use image::with_image_task;
+pub use image::{IMAGE_DATASETS, ImageTask};
 pub use pretrain::PretrainTask;
-pub use sentence::SentenceTask;
+pub use sentence::{STAND_IN_TASKS, SentenceTask};
 pub use squad::SquadTask;

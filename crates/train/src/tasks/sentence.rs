@@ -43,6 +43,11 @@ fn invalid(field: &'static str, reason: String) -> TrainError {
     TrainError::InvalidRun { field, reason }
 }
 
+/// The sentence tasks `task.task` names besides GLUE's nine
+/// (`terse_data::GlueTask::ALL`): stand-ins whose data these machines can
+/// fetch (`read_task` reads each).
+pub const STAND_IN_TASKS: [&str; 3] = ["rt-polarity", "imdb", "snli"];
+
 /// Train and held-out examples, the class names in label order (none:
 /// regression) and the metric of a task.
 type TaskData = (
