@@ -16,11 +16,13 @@
 //! ```text
 //! optim_network --elements N --optimizer adam|onebit_adam|onebit_lamb|slamb
 //!               --warmup W [--settle S] --steps K --out FILE [--label TEXT]
-//!               [--after-warmup SHELL-COMMAND]
+//!               [--after-warmup PROGRAM ARG…]
 //! ```
 //! runs W warmup steps (the 1-bit optimizers freeze after them), S settling
 //! steps and K measured steps, and appends one JSON line per step to FILE
-//! (rank 0). `--after-warmup` is run by rank 0 after the warmup and settling
+//! (rank 0). `--after-warmup` takes every argument after it as one command
+//! (program and arguments, run without a shell, so no path or value is ever
+//! parsed as shell syntax); rank 0 runs it after the warmup and settling
 //! steps, while every rank waits (`bandwidth` reshapes the links there, so
 //! the fp32 warmup and the first compressed step, which touches the error
 //! buffers for the first time, cross fast links and only the measured steps
@@ -48,11 +50,22 @@ struct Options {
     steps: u64,
     out: std::path::PathBuf,
     label: String,
-    after_warmup: Option<String>,
+    after_warmup: Option<Vec<String>>,
 }
 
 fn options() -> Options {
-    let args: Vec<String> = std::env::args().skip(1).collect();
+    let mut args: Vec<String> = std::env::args().skip(1).collect();
+    // Everything after `--after-warmup` is its command, not our options.
+    let after_warmup = args
+        .iter()
+        .position(|a| a == "--after-warmup")
+        .map(|at| args.split_off(at)[1..].to_vec());
+    if after_warmup
+        .as_ref()
+        .is_some_and(|command| command.is_empty())
+    {
+        panic!("--after-warmup needs a program (and its arguments) after it");
+    }
     let value = |name: &str| {
         args.iter()
             .position(|a| a == name)
@@ -75,7 +88,7 @@ fn options() -> Options {
             .expect("--out FILE: where rank 0 appends its JSON lines")
             .into(),
         label: value("--label").unwrap_or_default(),
-        after_warmup: value("--after-warmup"),
+        after_warmup,
     }
 }
 
@@ -146,10 +159,10 @@ fn main() {
             && let Some(command) = &o.after_warmup
         {
             if comm.rank() == 0 {
-                let status = std::process::Command::new("sh")
-                    .args(["-c", command])
+                let status = std::process::Command::new(&command[0])
+                    .args(&command[1..])
                     .status()
-                    .expect("sh runs");
+                    .unwrap_or_else(|e| panic!("--after-warmup {command:?}: {e}"));
                 assert!(
                     status.success(),
                     "--after-warmup {command:?} failed ({status})"

@@ -5,6 +5,12 @@ use std::str::FromStr;
 
 use anyhow::{Result, bail};
 
+/// The slowest rate a link may have: 1 kbit/s (below it `tc` rounds whole
+/// kbit values down to a rate of zero).
+const MIN_BPS: f64 = 1e3;
+/// The fastest: 400 Gbit/s, beyond any link a veth pair can carry here.
+const MAX_BPS: f64 = 400e9;
+
 /// A link rate in bits per second.
 #[derive(Debug, Clone, Copy, PartialEq, PartialOrd)]
 pub struct Rate {
@@ -66,7 +72,16 @@ impl FromStr for Rate {
         if !(value > 0.0 && value.is_finite()) {
             bail!("rate {s:?} must be positive");
         }
-        Ok(Self::bits_per_s(value * scale))
+        let rate = Self::bits_per_s(value * scale);
+        if !(MIN_BPS..=MAX_BPS).contains(&rate.bits_per_s) {
+            bail!(
+                "rate {s:?} is outside {}–{} (tc's token bucket would round it, \
+                 e.g. to 0bit, or shape nothing)",
+                Self::bits_per_s(MIN_BPS),
+                Self::bits_per_s(MAX_BPS)
+            );
+        }
+        Ok(rate)
     }
 }
 
@@ -100,9 +115,17 @@ mod tests {
             assert_eq!(rate.bps(), bps, "{text}");
             assert_eq!(rate.to_string().parse::<Rate>().unwrap(), rate);
         }
-        for bad in ["1g", "fast", "0mbit", "-1gbit", "1 gbps"] {
+        for bad in [
+            "1g", "fast", "0mbit", "-1gbit", "1 gbps", "nankbit", "infgbit",
+        ] {
             assert!(bad.parse::<Rate>().is_err(), "{bad}");
         }
+        // Bounded: the smallest and largest allowed, and one step outside each.
+        assert!("1kbit".parse::<Rate>().is_ok());
+        assert!("400gbit".parse::<Rate>().is_ok());
+        let tiny = "0.000001kbit".parse::<Rate>().unwrap_err().to_string();
+        assert!(tiny.contains("outside 1kbit–400gbit"), "{tiny}");
+        assert!("401gbit".parse::<Rate>().is_err());
     }
 
     #[test]

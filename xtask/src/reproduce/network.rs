@@ -129,12 +129,13 @@ impl Bench {
         .collect();
         if let Some(rate) = run.measure_at {
             let xtask = crate::terse_binary::xtask_exe()?;
+            // Last: every argument after it is the command (argv, no shell).
             args.push("--after-warmup".into());
-            args.push(format!(
-                "{} netlab shape --hosts {} --rate {rate}",
-                xtask.display(),
-                lab.hosts()
-            ));
+            args.push(xtask.to_string_lossy().into_owned());
+            args.extend(["netlab", "shape", "--hosts"].map(String::from));
+            args.push(lab.hosts().to_string());
+            args.push("--rate".into());
+            args.push(rate.to_string());
         }
         eprintln!(
             "reproduce: {} on {RANKS} lab hosts, {} elements, {} ({} + {} + {} steps)",
