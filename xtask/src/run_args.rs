@@ -67,6 +67,12 @@ pub struct RunArgs {
     #[arg(long, value_name = "CHECKPOINT", num_args = 0..=1)]
     pub resume: Option<Option<PathBuf>>,
 
+    /// Start over in a run directory that holds an earlier run, deleting
+    /// its metrics, checkpoints and export (without this or --resume, such
+    /// a directory is refused)
+    #[arg(long, conflicts_with = "resume")]
+    pub overwrite: bool,
+
     /// Set a config field, passed to `terse` as is (e.g. `--set
     /// train.steps=100`, `--set optimizer.freeze_step=20`; repeatable)
     #[arg(long = "set", value_name = "KEY=VALUE")]
@@ -99,6 +105,9 @@ impl RunArgs {
             if let Some(checkpoint) = from {
                 args.push(checkpoint.display().to_string());
             }
+        }
+        if self.overwrite {
+            args.push("--overwrite".into());
         }
         for o in &self.overrides {
             args.extend(["--set".into(), o.clone()]);

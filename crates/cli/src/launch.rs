@@ -60,6 +60,12 @@ pub struct RunFlags {
     #[arg(long, value_name = "CHECKPOINT", num_args = 0..=1)]
     pub resume: Option<Option<PathBuf>>,
 
+    /// Start over in a run directory that holds an earlier run, deleting its
+    /// metrics, checkpoints and export (without this or --resume, such a
+    /// directory is refused)
+    #[arg(long, conflicts_with = "resume")]
+    pub overwrite: bool,
+
     /// Ranks as threads of this process, the `local` backend (ignored
     /// under mpirun, where each process is a rank; `cargo xtask --ranks N`
     /// means N mpirun processes)
@@ -130,6 +136,7 @@ impl RunFlags {
             run_dir: self.run_dir(path, &config),
             resume: self.resume.is_some(),
             resume_from: self.resume.clone().flatten(),
+            overwrite: self.overwrite,
             ranks: self.local_ranks,
             progress: !self.no_progress,
         };

@@ -47,6 +47,14 @@ pub enum TrainError {
         /// What is wrong, naming the field.
         reason: String,
     },
+    /// The run directory is another run's, or holds an earlier run.
+    #[error("run directory {}: {reason}", path.display())]
+    RunDir {
+        /// The run directory.
+        path: std::path::PathBuf,
+        /// Why this run may not use it, and what to do.
+        reason: String,
+    },
     /// A checkpoint is damaged, incomplete or from another run.
     #[error("checkpoint {}: {reason}", path.display())]
     Checkpoint {

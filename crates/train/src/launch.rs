@@ -12,6 +12,7 @@ use terse_comm::{Communicator, LocalComm, MpiComm, SingleRank};
 
 use crate::dispatch::{TaskAction, with_task};
 use crate::metrics::RunSummary;
+use crate::run_dir::{self, Existing, RunDirClaim};
 use crate::{RunConfig, Task, TrainError, Trainer, logging, signals};
 
 /// Where and how a run goes, beyond its config.
@@ -21,6 +22,9 @@ pub struct Launch {
     pub run_dir: PathBuf,
     /// Continue from the run directory's newest checkpoint.
     pub resume: bool,
+    /// Delete an earlier run's outputs in the run directory first (without
+    /// it or `resume`, an earlier run there is refused).
+    pub overwrite: bool,
     /// With `resume`: continue from this checkpoint directory instead.
     pub resume_from: Option<PathBuf>,
     /// Ranks as threads of this process when not started by `mpirun`.
@@ -44,6 +48,21 @@ pub fn train(config: &RunConfig, launch: &Launch) -> Result<Option<RunSummary>, 
     let predictions = launch.run_dir.join("predictions.json");
     if MpiComm::launched_by_mpirun() {
         let comm = MpiComm::init()?;
+        // Rank 0 claims the directory before any rank writes to it; if it
+        // cannot, every rank ends with its reason.
+        let _claim = if comm.rank() == 0 {
+            match claim(launch) {
+                Ok(claim) => Some(claim),
+                Err(e) => {
+                    tracing::error!("rank 0: {e}");
+                    comm.abort(&e.to_string());
+                    return Err(e);
+                }
+            }
+        } else {
+            None
+        };
+        comm.barrier()?;
         announce(&comm, config, &launch.run_dir);
         let on = TrainOn::Process(&comm, &trainer);
         let result = with_task(config, &comm, &predictions, on);
@@ -60,9 +79,11 @@ pub fn train(config: &RunConfig, launch: &Launch) -> Result<Option<RunSummary>, 
         }
         result
     } else if launch.ranks > 1 {
+        let _claim = claim(launch)?;
         let on = TrainOn::Threads(launch.ranks, &trainer);
         with_task(config, &SingleRank::new(), &predictions, on)
     } else {
+        let _claim = claim(launch)?;
         let comm = SingleRank::new();
         announce(&comm, config, &launch.run_dir);
         with_task(
@@ -72,6 +93,18 @@ pub fn train(config: &RunConfig, launch: &Launch) -> Result<Option<RunSummary>, 
             TrainOn::Process(&comm, &trainer),
         )
     }
+}
+
+/// Claims the run directory for this run (see [`run_dir`]).
+fn claim(launch: &Launch) -> Result<RunDirClaim, TrainError> {
+    let existing = if launch.resume {
+        Existing::Resume
+    } else if launch.overwrite {
+        Existing::Overwrite
+    } else {
+        Existing::Refuse
+    };
+    run_dir::claim(&launch.run_dir, existing)
 }
 
 /// Training as a [`TaskAction`]: on this process's one rank, or on a world

@@ -25,6 +25,7 @@ pub mod logging;
 pub mod metrics;
 pub mod overrides;
 mod progress;
+pub mod run_dir;
 pub mod signals;
 mod step_order;
 pub mod tasks;
