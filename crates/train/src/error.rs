@@ -101,6 +101,19 @@ impl TrainError {
         }
     }
 
+    /// Whether this error only reports that another rank failed first (a
+    /// collective of the `local` backend saw it leave): the failing rank's
+    /// own error is the one to show.
+    pub fn caused_by_another_rank(&self) -> bool {
+        use terse_comm::CommError;
+        match self {
+            Self::Comm(CommError::PeerFailed { .. })
+            | Self::Optim(terse_optim::OptimError::Comm(CommError::PeerFailed { .. })) => true,
+            Self::Rank { error, .. } => error.caused_by_another_rank(),
+            _ => false,
+        }
+    }
+
     /// Whether this is (or a rank's error was) a stop by SIGINT/SIGTERM.
     pub fn interrupted(&self) -> bool {
         match self {

@@ -164,26 +164,47 @@ fn threads_per_rank(ranks: usize) -> usize {
 }
 
 /// What the lead rank returned from a [`LocalComm::run`] whose ranks return
-/// `Some` on the lead only, or the first failure: a rank's error (named by
-/// its rank) or its panic.
+/// `Some` on the lead only, or a failure: the first rank's own error (one
+/// that is not merely "another rank failed", which every rank waiting on the
+/// failed one reports), named by its rank, else the first panic, else the
+/// first error of any kind.
 fn lead_result<T>(
     results: Vec<std::thread::Result<Result<Option<T>, TrainError>>>,
 ) -> Result<Option<T>, TrainError> {
     let mut lead = None;
+    let mut errors = Vec::new();
+    let mut panicked = None;
     for (rank, result) in results.into_iter().enumerate() {
         match result {
             Ok(Ok(Some(value))) => lead = Some(value),
             Ok(Ok(None)) => {}
-            Ok(Err(error)) => {
-                return Err(TrainError::Rank {
-                    rank,
-                    error: Box::new(error),
-                });
+            Ok(Err(error)) => errors.push((rank, error)),
+            Err(_) => {
+                panicked.get_or_insert(rank);
             }
-            Err(_) => return Err(TrainError::Panicked { rank }),
         }
     }
-    Ok(lead)
+    let own = errors
+        .iter()
+        .position(|(_, error)| !error.caused_by_another_rank());
+    match (own, panicked, errors.is_empty()) {
+        (Some(at), _, _) => {
+            let (rank, error) = errors.swap_remove(at);
+            Err(TrainError::Rank {
+                rank,
+                error: Box::new(error),
+            })
+        }
+        (None, Some(rank), _) => Err(TrainError::Panicked { rank }),
+        (None, None, false) => {
+            let (rank, error) = errors.swap_remove(0);
+            Err(TrainError::Rank {
+                rank,
+                error: Box::new(error),
+            })
+        }
+        (None, None, true) => Ok(lead),
+    }
 }
 
 /// Tags this thread's log lines with the rank, sends them to the run
@@ -207,5 +228,51 @@ fn announce(comm: &dyn Communicator, config: &RunConfig, run_dir: &Path) {
             config.train.micro_batch,
             run_dir.display()
         );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use terse_comm::CommError;
+
+    fn peer_failed(rank: usize) -> TrainError {
+        TrainError::Comm(CommError::PeerFailed {
+            rank,
+            reason: "left the world (its communicator was dropped)".into(),
+        })
+    }
+
+    #[test]
+    fn the_failing_rank_is_reported_not_the_ranks_that_waited_for_it() {
+        let own = TrainError::InvalidRun {
+            field: "task.dataset",
+            reason: "shard 3 is damaged".into(),
+        };
+        let results: Vec<std::thread::Result<Result<Option<u32>, TrainError>>> = vec![
+            Ok(Err(peer_failed(1))),
+            Ok(Err(own)),
+            Ok(Err(peer_failed(1))),
+        ];
+        let error = lead_result(results).unwrap_err().to_string();
+        assert_eq!(
+            error,
+            "rank 1: invalid run setting `task.dataset`: shard 3 is damaged"
+        );
+        // Only waiting ranks' reports: the first of them, with its rank.
+        let results: Vec<std::thread::Result<Result<Option<u32>, TrainError>>> =
+            vec![Ok(Ok(Some(7))), Ok(Err(peer_failed(0)))];
+        let error = lead_result(results).unwrap_err().to_string();
+        assert!(error.starts_with("rank 1: rank 0 failed"), "{error}");
+        // A panic beats a waiting rank's report.
+        let results: Vec<std::thread::Result<Result<Option<u32>, TrainError>>> =
+            vec![Ok(Err(peer_failed(1))), Err(Box::new("boom"))];
+        assert_eq!(
+            lead_result(results).unwrap_err().to_string(),
+            "rank 1 panicked"
+        );
+        let results: Vec<std::thread::Result<Result<Option<u32>, TrainError>>> =
+            vec![Ok(Ok(Some(7))), Ok(Ok(None))];
+        assert_eq!(lead_result(results).unwrap(), Some(7));
     }
 }
