@@ -1,7 +1,7 @@
 //! Data for terse: every dataset's files fetched and verified from its
 //! manifest ([`dataset`], [`manifests`], [`fetch`]), BERT's WordPiece
 //! tokenizer ([`WordPiece`]) and the pretrained MiniLM ([`minilm`]); BERT
-//! pre-training examples in memory-mapped shards ([`pretrain`]); SQuAD v1.1
+//! pre-training examples in checksummed shards ([`pretrain`]); SQuAD v1.1
 //! reading and featurization ([`squad`]); the GLUE readers, their stand-ins
 //! and classification inputs ([`glue`]); image readers and augmentation
 //! ([`images`], with the IDX reader and Fashion-MNIST at the root); and the

@@ -1,7 +1,7 @@
 //! Pre-training examples from the real State of the Union addresses with
 //! the real BERT vocabulary: the masking and next-sentence rates BERT
 //! prescribes, byte-identical shards for the same seed, a round trip
-//! through the memory-mapped reader, the shard layout byte for byte against
+//! through the shard reader, the shard layout byte for byte against
 //! a file written independently by Python, and corrupted shards refused.
 
 use std::path::Path;
@@ -231,14 +231,30 @@ fn corrupted_shards_are_refused_naming_the_file_and_record() {
     let mut magic = good.clone();
     magic[0] = b'X';
     assert!(message(&magic).contains("bad magic"));
-    // Version 2 at bytes 8..12.
+    // Version 1 (no checksum) at bytes 8..12.
     let mut version = good.clone();
-    version[8] = 2;
+    version[8] = 1;
     let error = message(&version);
     assert!(
-        error.ends_with("bad.shard: format version 2, expected 1"),
+        error.ends_with("bad.shard: format version 1, expected 2"),
         "{error}"
     );
+    // An alteration that stays within every valid range (record 0's second
+    // token, 7592 at 64 + 8 + 2, becomes 7593) is caught by the checksum.
+    let mut token = good.clone();
+    token[74] = token[74].wrapping_add(1);
+    let error = message(&token);
+    assert!(
+        error.contains("bad.shard: checksum") && error.contains("the file changed"),
+        "{error}"
+    );
+    // The record checks below guard the reader against a writer's bug: each
+    // damaged file gets a checksum that matches, as such a writer would give.
+    let with_crc = |mut bytes: Vec<u8>| {
+        let crc = crc32c::crc32c(&bytes[64..]);
+        bytes[40..44].copy_from_slice(&crc.to_le_bytes());
+        bytes
+    };
     // The header claims 3 examples (bytes 32..40) but holds 2 records of
     // 8 + 8·2 + 2·(2 + 2) = 32 bytes: 128 bytes, not 64 + 96 = 160.
     let mut count = good.clone();
@@ -251,7 +267,7 @@ fn corrupted_shards_are_refused_naming_the_file_and_record() {
     // An NSP byte other than 0 or 1 (record 1's byte 6, at 96 + 6).
     let mut nsp = good.clone();
     nsp[102] = 2;
-    let error = message(&nsp);
+    let error = message(&with_crc(nsp));
     assert!(
         error.contains("record 1: length 7, segment A 3, 2 masked, NSP byte 2"),
         "{error}"
@@ -259,12 +275,12 @@ fn corrupted_shards_are_refused_naming_the_file_and_record() {
     // Record 1 starts at 64 + 32: claim 9 tokens in an 8-token record.
     let mut long = good.clone();
     long[96] = 9;
-    let error = message(&long);
+    let error = message(&with_crc(long));
     assert!(error.contains("bad.shard: record 1: length 9"), "{error}");
     // A masked position beyond the sequence (position slot at 96 + 8 + 16).
     let mut position = good.clone();
     position[120] = 7;
-    let error = message(&position);
+    let error = message(&with_crc(position));
     assert!(error.contains("record 1: masked position 7"), "{error}");
     assert!(matches!(
         ShardSet::open(&dir.join("nowhere")),

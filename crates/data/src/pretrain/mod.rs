@@ -2,7 +2,7 @@
 //! documents cut into sentences ([`corpus`]), masked-LM + next-sentence
 //! examples made as Google's `create_pretraining_data.py` makes them
 //! ([`instances`], [`masking`], [`build`]), written as fixed-record shard
-//! files ([`shard`]) that training memory-maps ([`set`]), each rank reading
+//! files ([`shard`], checksummed) that training reads ([`set`]), each rank reading
 //! its own share of a seeded per-epoch order ([`order`]).
 
 pub mod build;
@@ -20,8 +20,8 @@ pub use build::{
 };
 pub use config::PretrainConfig;
 pub use corpus::{
-    Document, read_corpus, read_imdb, read_plain_corpus, read_sotu, read_squad_contexts,
-    split_paragraphs, split_sentences,
+    Document, corpus_files, corpus_fingerprint, read_corpus, read_imdb, read_plain_corpus,
+    read_sotu, read_squad_contexts, split_paragraphs, split_sentences,
 };
 pub use instances::{PretrainExample, TokenizedDocument};
 pub use masking::{MaskedLm, MaskingVocab};

@@ -1,18 +1,27 @@
-//! The shard file: pre-training examples in fixed-size records, memory-mapped
-//! at training time so a rank reads only the pages of its own examples.
+//! The shard file: pre-training examples in fixed-size records with a
+//! checksum, read into memory when opened.
+//!
+//! Opening reads the whole file and checks its CRC-32C, so a shard altered
+//! or truncated after it was written (a bad disk, an edit, a copy cut
+//! short) is an error naming the file rather than wrong examples trained
+//! on silently. Reading instead of memory-mapping also means a file
+//! truncated while a run holds it cannot end the run with SIGBUS; the
+//! shards of the corpora here are tens of MB, a corpus of many GB would
+//! want a mapping checked page range by page range instead.
 //!
 //! Layout (little-endian):
 //! ```text
 //! header, 64 bytes:
 //!   0  magic  b"TRSPRE01"
-//!   8  u32    format version (1)
+//!   8  u32    format version (2; version 1 had no checksum)
 //!  12  u32    max_seq
 //!  16  u32    max_predictions
 //!  20  u32    bytes per token id (2 when the vocabulary fits in u16, else 4)
 //!  24  u32    vocabulary size
 //!  28  u32    reserved (0)
 //!  32  u64    number of examples
-//!  40  24 bytes reserved (0)
+//!  40  u32    CRC-32C of every byte after the header
+//!  44  20 bytes reserved (0)
 //! record, for each example:
 //!   u16 length (tokens, [CLS] and both [SEP] included)
 //!   u16 segment_a_len ([CLS] A [SEP])
@@ -26,14 +35,14 @@
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
-use memmap2::Mmap;
-
 use super::instances::PretrainExample;
 use super::masking::MaskedLm;
 use crate::DataError;
 
 const MAGIC: &[u8; 8] = b"TRSPRE01";
-const VERSION: u32 = 1;
+/// The format version; part of the shard cache's key, so a version change
+/// makes new shards instead of refusing old ones.
+pub const VERSION: u32 = 2;
 const HEADER: usize = 64;
 
 /// The fixed parameters of a shard.
@@ -135,6 +144,8 @@ pub fn write_shard(
         let p = p.to_path_buf();
         move |source| DataError::Io { path: p, source }
     };
+    let crc = crc32c::crc32c(&out[HEADER..]);
+    out[40..44].copy_from_slice(&crc.to_le_bytes());
     let tmp = path.with_extension("tmp");
     let mut file = std::fs::File::create(&tmp).map_err(io(&tmp))?;
     file.write_all(&out).map_err(io(&tmp))?;
@@ -173,28 +184,22 @@ fn invalid(e: &PretrainExample, h: &ShardHeader) -> Option<String> {
     None
 }
 
-/// A memory-mapped shard.
+/// A shard, read and checked.
 #[derive(Debug)]
 pub struct Shard {
     path: PathBuf,
-    map: Mmap,
+    map: Vec<u8>,
     header: ShardHeader,
 }
 
 impl Shard {
-    /// Opens and checks the header and the file size.
+    /// Reads the file and checks its header, size and checksum.
     pub fn open(path: &Path) -> Result<Self, DataError> {
         let bad = |detail: String| DataError::Format {
             path: path.to_path_buf(),
             detail,
         };
-        let file = std::fs::File::open(path).map_err(|source| DataError::Io {
-            path: path.to_path_buf(),
-            source,
-        })?;
-        // SAFETY: shards are written once (temp file + rename) and never
-        // modified in place, so the mapping does not change under us.
-        let map = unsafe { Mmap::map(&file) }.map_err(|source| DataError::Io {
+        let map = std::fs::read(path).map_err(|source| DataError::Io {
             path: path.to_path_buf(),
             source,
         })?;
@@ -231,6 +236,14 @@ impl Shard {
                 "{} bytes, but the header promises {count} records of {} bytes after {HEADER} (truncated or corrupted)",
                 map.len(),
                 header.record_bytes()
+            )));
+        }
+        let stored = u32_at(40);
+        let actual = crc32c::crc32c(&map[HEADER..]);
+        if stored != actual {
+            return Err(bad(format!(
+                "checksum {actual:08x}, but the header says {stored:08x}: the file changed \
+                 after it was written"
             )));
         }
         Ok(Self {

@@ -3,7 +3,7 @@
 //! The examples are made once per (corpus, sequence length, dupe factor,
 //! seed, tokenizer) by rank 0 into the cache (`shards/<key>/`, written to a
 //! temporary directory and renamed) while the other ranks wait at a
-//! barrier; then every rank memory-maps the same files. The last
+//! barrier; then every rank reads the same files (checksummed). The last
 //! `held_out` examples are never trained on: evaluation reports the loss and
 //! masked-LM accuracy there.
 
@@ -12,7 +12,9 @@ use std::path::{Path, PathBuf};
 use burn::module::Module;
 use burn::tensor::{Device, Tensor};
 use terse_comm::Communicator;
-use terse_data::pretrain::{PretrainConfig, PretrainExample, ShardSet, build_shards, read_corpus};
+use terse_data::pretrain::{
+    PretrainConfig, PretrainExample, ShardSet, build_shards, corpus_fingerprint, read_corpus,
+};
 use terse_data::{WordPiece, minilm};
 use terse_models::ModelConfig;
 use terse_models::bert::{BertConfig, BertForPreTraining, save_hf};
@@ -70,8 +72,13 @@ impl PretrainTask {
         }
         let mut data = PretrainConfig::for_max_seq(*max_seq, config.train.seed)?;
         data.dupe_factor = *dupe_factor;
+        // The key names the settings and fingerprints the content (the
+        // corpus files, the vocabulary, the shard format), so an edited
+        // corpus or another vocabulary makes new examples instead of
+        // reusing stale ones.
+        let fingerprint = corpus_fingerprint(corpus, std::slice::from_ref(&tokenizer_file))?;
         let key = format!(
-            "{}-seq{max_seq}-dupe{dupe_factor}-seed{}-v{}",
+            "{}-seq{max_seq}-dupe{dupe_factor}-seed{}-v{}-{fingerprint}",
             corpus
                 .iter()
                 .map(|c| sanitize(c))
@@ -81,8 +88,18 @@ impl PretrainTask {
             tokenizer.vocab_size()
         );
         let shard_dir = terse_data::fetch::cache_dir().join("shards").join(key);
-        if comm.rank() == 0 && !shard_dir.join("pretrain.json").exists() {
-            build(corpus, &tokenizer, &data, &shard_dir)?;
+        if comm.rank() == 0 {
+            let damaged = match shard_dir.join("pretrain.json").exists() {
+                false => true,
+                true => ShardSet::open(&shard_dir)
+                    .map_err(|e| {
+                        tracing::warn!("{e}; making the examples again");
+                    })
+                    .is_err(),
+            };
+            if damaged {
+                build(corpus, &tokenizer, &data, &shard_dir)?;
+            }
         }
         comm.barrier()?;
         let shards = ShardSet::open(&shard_dir)?;
@@ -155,10 +172,23 @@ fn build(
         shard_dir.display()
     );
     let summary = build_shards(&documents, tokenizer, data, &tmp, 1)?;
-    std::fs::rename(&tmp, shard_dir).map_err(|source| TrainError::Io {
-        path: shard_dir.to_path_buf(),
-        source,
-    })?;
+    // Damaged examples of an earlier build make way (moved aside first, so
+    // the directory is never half old, half new).
+    let stale = shard_dir.with_extension("stale");
+    let io = |path: &Path| {
+        let path = path.to_path_buf();
+        move |source| TrainError::Io { path, source }
+    };
+    if shard_dir.exists() {
+        if stale.exists() {
+            std::fs::remove_dir_all(&stale).map_err(io(&stale))?;
+        }
+        std::fs::rename(shard_dir, &stale).map_err(io(shard_dir))?;
+    }
+    std::fs::rename(&tmp, shard_dir).map_err(io(shard_dir))?;
+    if stale.exists() {
+        std::fs::remove_dir_all(&stale).map_err(io(&stale))?;
+    }
     tracing::info!("{} examples", summary.examples);
     Ok(())
 }
