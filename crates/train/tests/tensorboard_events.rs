@@ -1,7 +1,10 @@
 //! terse's TensorBoard event records, byte for byte against the file the
 //! `tensorboard` package's own writer made from the same events
 //! (`fixtures/make_tensorboard_fixture.py`, run once in a throwaway venv):
-//! the protobuf encoding, the record framing and the masked CRC-32Cs.
+//! the protobuf encoding, the record framing and the masked CRC-32Cs. The
+//! script also reads that file back with TensorBoard's `EventAccumulator`
+//! and checks every scalar, so bytes equal to it are bytes TensorBoard
+//! reads (`--read FILE` shows its view of a real run's event file).
 
 use terse_train::tensorboard::{Event, EventKind, record};
 
