@@ -11,7 +11,7 @@
 
 use anyhow::Result;
 
-use super::network::{Bench, OPTIMIZERS, RANKS, Run, StepRow, mean};
+use super::network::{Bench, OPTIMIZERS, RANKS, Run, StepRow, committed_rows, mean};
 use super::plot::{Chart, Series, draw, human, times};
 use super::report::Table;
 use super::{Claim, Context, Outcome, num};
@@ -34,7 +34,6 @@ struct Point {
 }
 
 pub fn run(ctx: &Context) -> Result<Outcome> {
-    let bench = Bench::build()?;
     let rates = rate::parse_all(ctx.pick(
         &[
             "10gbit", "2.5gbit", "1gbit", "500mbit", "250mbit", "100mbit", "50mbit",
@@ -44,7 +43,12 @@ pub fn run(ctx: &Context) -> Result<Outcome> {
     let elements = ctx.pick(ELEMENTS, 4_000_000);
     let log = ctx.report.path("metrics.jsonl");
     let fast = Shape::at(rates[0]);
-    let lab = Lab::up(RANKS, fast)?;
+    // `--from-results`: the committed steps, drawn and checked again without
+    // measuring (no build, no lab).
+    let measuring = match &ctx.replay {
+        None => Some((Bench::build()?, Lab::up(RANKS, fast)?)),
+        Some(_) => None,
+    };
     let mut points = Vec::new();
     for &rate in &rates {
         // Below 500 Mbit/s an fp32 step of BERT-base takes minutes and
@@ -57,7 +61,6 @@ pub fn run(ctx: &Context) -> Result<Outcome> {
             // extra step is every optimizer's first touch of its state
             // (Adam's moments, the 1-bit error buffers), seconds on this
             // machine whatever the rate.
-            lab.reshape(fast)?;
             let run = Run {
                 optimizer,
                 elements,
@@ -67,7 +70,13 @@ pub fn run(ctx: &Context) -> Result<Outcome> {
                 label: rate.to_string(),
                 measure_at: Some(rate),
             };
-            let rows = bench.measure(&lab, &run, &log)?;
+            let rows = match &measuring {
+                Some((bench, lab)) => {
+                    lab.reshape(fast)?;
+                    bench.measure(lab, &run, &log)?
+                }
+                None => committed_rows(&log, &run.label, optimizer)?,
+            };
             let stage: Vec<&StepRow> = run.measured(&rows);
             points.push(Point {
                 optimizer,
@@ -79,7 +88,7 @@ pub fn run(ctx: &Context) -> Result<Outcome> {
             });
         }
     }
-    drop(lab);
+    drop(measuring);
 
     let at = |optimizer: &str, rate: Rate| {
         points

@@ -168,18 +168,10 @@ pub fn run(args: &Args) -> Result<()> {
     } else {
         Path::new("results").join(&name)
     };
-    if args.from_results
-        && !matches!(
-            args.name,
-            Experiment::OnebitAdam
-                | Experiment::OnebitLamb
-                | Experiment::SlambRatio
-                | Experiment::EpsFix
-                | Experiment::FinetuneParity
-                | Experiment::ScaleBlock
-        )
-    {
-        bail!("--from-results: `{name}` measures time and bytes on a network, not training claims");
+    if args.from_results && matches!(args.name, Experiment::CommVolume) {
+        bail!(
+            "--from-results: `{name}` has no plot and its table is its measurement; run it again"
+        );
     }
     let ctx = Context {
         quick: args.quick,

@@ -170,6 +170,26 @@ impl Bench {
     }
 }
 
+/// The rows of one run in a committed metrics.jsonl (`--from-results`):
+/// those with `label` and `optimizer`, in file order.
+pub fn committed_rows(metrics: &Path, label: &str, optimizer: &str) -> Result<Vec<StepRow>> {
+    let text = std::fs::read_to_string(metrics)
+        .with_context(|| format!("cannot read {}", metrics.display()))?;
+    let mut rows = Vec::new();
+    for line in text.lines().filter(|l| !l.trim().is_empty()) {
+        let value: Value = serde_json::from_str(line)
+            .with_context(|| format!("bad line in {}", metrics.display()))?;
+        if value["label"].as_str() == Some(label) && value["optimizer"].as_str() == Some(optimizer)
+        {
+            rows.push(StepRow::parse(line)?);
+        }
+    }
+    if rows.is_empty() {
+        bail!("{}: no lines of {optimizer} at {label}", metrics.display());
+    }
+    Ok(rows)
+}
+
 /// The mean of `f` over `rows`.
 pub fn mean(rows: &[&StepRow], f: impl Fn(&StepRow) -> f64) -> f64 {
     rows.iter().map(|r| f(r)).sum::<f64>() / rows.len().max(1) as f64

@@ -97,6 +97,21 @@ fn profile(log: &RunLog) -> Result<Profile> {
 
 pub fn run(ctx: &Context) -> Result<Outcome> {
     let steps = ctx.pick(5, 4);
+    let rates = rate::parse_all(&["1gbit", "10gbit"])?;
+    let mut profiles = Vec::new();
+    let mut logs = Vec::new();
+    // `--from-results`: the committed runs, drawn and checked again
+    // without measuring (no lab, no training).
+    if let Some(results) = &ctx.replay {
+        for &rate in &rates {
+            for (label, _) in OPTIMIZERS {
+                let log = super::runner::replay(results, &ctx.runs, &format!("{rate}-{label}"))?;
+                profiles.push((rate, label, profile(&log)?));
+                logs.push(log);
+            }
+        }
+        return report(ctx, &logs, &profiles, &rates, steps);
+    }
     // The lab's namespaces have no route out: fetch the corpus, the
     // tokenizer and build the shards first, with one step on one rank.
     let warm = variant(ctx, "prepare", OPTIMIZERS[0].1, 1);
@@ -108,10 +123,7 @@ pub fn run(ctx: &Context) -> Result<Outcome> {
         bail!("preparing the data failed ({status})");
     }
     remove_checkpoints(&ctx.runs.join("prepare"))?;
-    let rates = rate::parse_all(&["1gbit", "10gbit"])?;
     let lab = Lab::up(RANKS, Shape::at(rates[0]))?;
-    let mut profiles = Vec::new();
-    let mut logs = Vec::new();
     for &rate in &rates {
         lab.reshape(Shape::at(rate))?;
         for (label, optimizer) in OPTIMIZERS {
@@ -137,9 +149,21 @@ pub fn run(ctx: &Context) -> Result<Outcome> {
         }
     }
     drop(lab);
-    // Every step's phases, committed beside the table, and the step time
-    // per run as a plot.
+    // Every step's phases, committed beside the table.
     ctx.report.write_runs(&logs)?;
+    report(ctx, &logs, &profiles, &rates, steps)
+}
+
+/// The plot, the table and the claims of the runs' `logs` and their
+/// per-step `profiles`.
+fn report(
+    ctx: &Context,
+    logs: &[RunLog],
+    profiles: &[(Rate, &str, Profile)],
+    rates: &[Rate],
+    steps: u64,
+) -> Result<Outcome> {
+    // The step time per run as a plot.
     let series: Vec<Series> = logs
         .iter()
         .map(|log| {
@@ -186,7 +210,7 @@ pub fn run(ctx: &Context) -> Result<Outcome> {
         "step ms",
         "communication share",
     ]);
-    for (rate, label, p) in &profiles {
+    for (rate, label, p) in profiles {
         table.row(vec![
             rate.to_string(),
             label.to_string(),
