@@ -28,6 +28,7 @@ fn loss_chart(title: &str) -> Chart<'_> {
         clip_above_start: true,
         x_ticks: None,
         y_ticks: None,
+        x_key_points: None,
     }
 }
 
@@ -131,6 +132,7 @@ pub fn compare(runs: &[PathBuf], out: &Path) -> Result<Vec<PathBuf>> {
                 clip_above_start: false,
                 x_ticks: None,
                 y_ticks: None,
+                x_key_points: None,
             },
             &series,
         )?;

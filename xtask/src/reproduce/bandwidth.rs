@@ -129,7 +129,7 @@ pub fn run(ctx: &Context) -> Result<Outcome> {
                 .rev()
                 .map(|&rate| {
                     (
-                        (rate.bps() / 1e6).log10(),
+                        rate.bps() / 1e6,
                         at("adam", rate).step_ms / at(optimizer, rate).step_ms,
                     )
                 })
@@ -146,6 +146,8 @@ pub fn run(ctx: &Context) -> Result<Outcome> {
             clip_above_start: false,
             x_ticks: Some(link_rate),
             y_ticks: Some(times),
+            // A tick at every rate measured.
+            x_key_points: Some(rates.iter().map(|r| r.bps() / 1e6).collect()),
         },
         &series,
     )?;
@@ -215,9 +217,8 @@ pub fn run(ctx: &Context) -> Result<Outcome> {
     })
 }
 
-/// A tick at log10(Mbit/s) as a link rate: 100 Mbit/s, 1 Gbit/s, 2.5 Gbit/s.
-fn link_rate(log10_mbit: f64) -> String {
-    let mbit = 10f64.powf(log10_mbit);
+/// A tick at Mbit/s as a link rate: 100 Mbit/s, 1 Gbit/s, 2.5 Gbit/s.
+fn link_rate(mbit: f64) -> String {
     if mbit >= 1000.0 {
         format!("{} Gbit/s", human(mbit / 1000.0))
     } else {

@@ -115,6 +115,7 @@ fn sum_of_squares(ctx: &Context) -> Result<(String, Vec<Claim>)> {
             clip_above_start: true,
             x_ticks: None,
             y_ticks: None,
+            x_key_points: None,
         },
         &series,
     )?;
@@ -307,6 +308,7 @@ fn vgg(ctx: &Context) -> Result<(String, Vec<Claim>)> {
             clip_above_start: true,
             x_ticks: None,
             y_ticks: None,
+            x_key_points: None,
         },
         &series,
     )?;

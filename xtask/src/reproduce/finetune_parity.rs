@@ -166,6 +166,7 @@ pub fn run(ctx: &Context) -> Result<Outcome> {
             clip_above_start: false,
             x_ticks: Some(whole),
             y_ticks: None,
+            x_key_points: None,
         },
         &series,
     )?;

@@ -197,6 +197,7 @@ pub fn run(ctx: &Context) -> Result<Outcome> {
             clip_above_start: true,
             x_ticks: None,
             y_ticks: None,
+            x_key_points: None,
         },
         &series,
     )?;

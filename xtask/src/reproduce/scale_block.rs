@@ -92,6 +92,7 @@ fn sum_of_squares(ctx: &Context) -> Result<(String, Vec<Claim>)> {
             clip_above_start: true,
             x_ticks: None,
             y_ticks: None,
+            x_key_points: None,
         },
         &series,
     )?;
@@ -193,6 +194,7 @@ fn bert(ctx: &Context) -> Result<(String, Vec<Claim>, Vec<RunLog>)> {
             clip_above_start: true,
             x_ticks: None,
             y_ticks: None,
+            x_key_points: None,
         },
         &loss_curves(&logs, batch as f64, ctx.pick(20, 5)),
     )?;
@@ -265,6 +267,7 @@ fn vgg(ctx: &Context) -> Result<(String, Vec<Claim>, Vec<RunLog>)> {
             clip_above_start: true,
             x_ticks: None,
             y_ticks: None,
+            x_key_points: None,
         },
         &loss_curves(&logs, 1.0, 10),
     )?;

@@ -196,6 +196,7 @@ fn report(
             clip_above_start: false,
             x_ticks: Some(whole),
             y_ticks: None,
+            x_key_points: None,
         },
         &series,
     )?;
