@@ -55,6 +55,24 @@ fn interrupted(error: &anyhow::Error) -> bool {
     })
 }
 
+/// `error` and its causes in one line, as `{:#}` writes them, less the
+/// causes its own message already quotes (terse's errors write their I/O
+/// cause into the message, so `{:#}` alone says "No space left on device"
+/// twice).
+fn describe(error: &anyhow::Error) -> String {
+    let mut text = String::new();
+    for cause in error.chain() {
+        let part = cause.to_string();
+        if !text.contains(&part) {
+            if !text.is_empty() {
+                text.push_str(": ");
+            }
+            text.push_str(&part);
+        }
+    }
+    text
+}
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
     terse_train::allocator::tune_for_training();
@@ -72,12 +90,12 @@ fn main() -> ExitCode {
         Err(error) if interrupted(&error) => {
             // Not a failure: the run stopped where it was asked to, with a
             // checkpoint. The shell's convention for a signal's end.
-            tracing::warn!("{error:#}; continue it with --resume");
+            tracing::warn!("{}; continue it with --resume", describe(&error));
             let signal = terse_train::signals::received().unwrap_or(SIGTERM);
             ExitCode::from(u8::try_from(128 + signal).unwrap_or(1))
         }
         Err(error) => {
-            tracing::error!("{error:#}");
+            tracing::error!("{}", describe(&error));
             let diverged = error.chain().any(|e| {
                 e.downcast_ref::<terse_train::TrainError>()
                     .is_some_and(terse_train::TrainError::diverged)
@@ -88,5 +106,24 @@ fn main() -> ExitCode {
                 ExitCode::FAILURE
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_cause_the_message_already_quotes_is_said_once() {
+        let full = std::io::Error::from_raw_os_error(28);
+        let error = anyhow::Error::new(terse_train::TrainError::Io {
+            path: "runs/x/checkpoints".into(),
+            source: full,
+        })
+        .context("config.toml");
+        assert_eq!(
+            describe(&error),
+            "config.toml: runs/x/checkpoints: No space left on device (os error 28)"
+        );
     }
 }

@@ -1,0 +1,182 @@
+//! Faults around a run directory, with the real `terse` binary: a second
+//! run started on a directory another run is using, a fresh run in a
+//! directory that holds an earlier one, and a disk that fills up while a
+//! checkpoint is written. Each case prints its outcome (exit status,
+//! seconds, the message) for the README's reliability table.
+
+mod common;
+
+use std::path::Path;
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+fn terse(run_dir: &Path, steps: u64, extra: &[&str]) -> Command {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_terse"));
+    command
+        .args(["pretrain", "--no-progress", "--config"])
+        .arg("configs/pretrain-bert-tiny.toml")
+        .args(["--set", &format!("train.steps={steps}")])
+        .args(["--set", "train.eval_every=0"])
+        .arg("--run-dir")
+        .arg(run_dir)
+        .args(extra)
+        .current_dir(common::workspace());
+    command
+}
+
+fn stderr(output: &Output) -> String {
+    String::from_utf8_lossy(&output.stderr).into_owned()
+}
+
+/// The last line of `text` that says `error`.
+fn error_line(text: &str) -> &str {
+    text.lines()
+        .rev()
+        .find(|l| l.contains("error"))
+        .unwrap_or("")
+}
+
+#[test]
+fn a_run_directory_belongs_to_one_run() {
+    let scratch = tempfile::Builder::new()
+        .prefix("terse-run-dir-")
+        .tempdir()
+        .unwrap();
+    let run_dir = scratch.path().join("run");
+
+    // A long first run; once it has logged a step, a second one on the same
+    // directory is refused, naming the first one's pid.
+    let mut first = terse(&run_dir, 400, &[])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let start = Instant::now();
+    while !run_dir.join("metrics.jsonl").exists() {
+        assert!(first.try_wait().unwrap().is_none(), "the first run ended");
+        assert!(start.elapsed() < Duration::from_secs(300), "no step logged");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let start = Instant::now();
+    let second = terse(&run_dir, 400, &["--resume"]).output().unwrap();
+    let seconds = start.elapsed().as_secs_f64();
+    let message = stderr(&second);
+    println!(
+        "second run on a used directory: exit {:?} after {seconds:.1} s: {}",
+        second.status.code(),
+        error_line(&message)
+    );
+    assert_eq!(second.status.code(), Some(1), "{message}");
+    assert!(
+        message.contains(&format!("another run is using it (pid {} on ", first.id())),
+        "{message}"
+    );
+    assert!(
+        first.try_wait().unwrap().is_none(),
+        "the first run was disturbed"
+    );
+
+    // SIGINT ends the first run with a checkpoint (130).
+    // SAFETY: kill(2) on a child this test started.
+    assert_eq!(unsafe { libc::kill(first.id() as i32, libc::SIGINT) }, 0);
+    let status = first.wait().unwrap();
+    assert_eq!(status.code(), Some(130));
+
+    // A fresh run there is refused until told what to do with the old one.
+    let start = Instant::now();
+    let fresh = terse(&run_dir, 6, &[]).output().unwrap();
+    let message = stderr(&fresh);
+    println!(
+        "fresh run over an earlier run: exit {:?} after {:.1} s: {}",
+        fresh.status.code(),
+        start.elapsed().as_secs_f64(),
+        error_line(&message)
+    );
+    assert_eq!(fresh.status.code(), Some(1), "{message}");
+    assert!(
+        message.contains("it holds an earlier run (") && message.contains("--overwrite"),
+        "{message}"
+    );
+    let over = terse(&run_dir, 3, &["--overwrite"]).output().unwrap();
+    assert!(over.status.success(), "{}", stderr(&over));
+    let steps: Vec<u64> = std::fs::read_to_string(run_dir.join("metrics.jsonl"))
+        .unwrap()
+        .lines()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .filter(|line| line.get("loss").is_some())
+        .filter_map(|line| line["step"].as_u64())
+        .collect();
+    assert_eq!(steps, [1, 2, 3], "the earlier run's step lines are gone");
+}
+
+/// A checkpoint that does not fit on the disk: the run ends with an error
+/// naming the file, leaves no checkpoint that looks whole, and the next run
+/// there removes the half-written one. Needs root to mount a small tmpfs;
+/// otherwise it says why and checks nothing.
+#[test]
+fn a_full_disk_during_a_checkpoint_fails_cleanly() {
+    let scratch = tempfile::Builder::new()
+        .prefix("terse-enospc-")
+        .tempdir()
+        .unwrap();
+    let mount = scratch.path().join("disk");
+    std::fs::create_dir_all(&mount).unwrap();
+    // BERT-Tiny's checkpoint: 17.7 MB of weights and 35.5 MB of optimizer
+    // state; 24 MB holds the run's logs and config but not the checkpoint.
+    let mounted = Command::new("mount")
+        .args(["-t", "tmpfs", "-o", "size=24m", "tmpfs"])
+        .arg(&mount)
+        .output();
+    if !mounted.is_ok_and(|o| o.status.success()) {
+        println!("skipped: cannot mount a tmpfs here (not root, or no mount(8))");
+        return;
+    }
+    struct Unmount<'a>(&'a Path);
+    impl Drop for Unmount<'_> {
+        fn drop(&mut self) {
+            let _ = Command::new("umount").arg(self.0).status();
+        }
+    }
+    let _unmount = Unmount(&mount);
+    let run_dir = mount.join("run");
+    let start = Instant::now();
+    let full = terse(&run_dir, 2, &[]).output().unwrap();
+    let message = stderr(&full);
+    println!(
+        "disk full during a checkpoint: exit {:?} after {:.1} s: {}",
+        full.status.code(),
+        start.elapsed().as_secs_f64(),
+        error_line(&message)
+    );
+    assert_eq!(full.status.code(), Some(1), "{message}");
+    assert!(
+        message.contains("No space left on device") && message.contains(".safetensors"),
+        "{message}"
+    );
+    assert!(
+        !common::checkpoint(&run_dir, 2).exists(),
+        "a checkpoint that looks whole was left"
+    );
+    let half = run_dir.join("checkpoints/.step-00000002.tmp");
+    assert!(
+        half.exists(),
+        "the half-written checkpoint is where it was written"
+    );
+    // With room again, `--resume` clears the half-written checkpoint, finds
+    // none whole, starts from step 0 and finishes.
+    let grown = Command::new("mount")
+        .args(["-o", "remount,size=256m"])
+        .arg(&mount)
+        .status()
+        .unwrap();
+    assert!(grown.success());
+    let resumed = terse(&run_dir, 2, &["--resume"]).output().unwrap();
+    let message = stderr(&resumed);
+    assert!(resumed.status.success(), "{message}");
+    assert!(
+        message.contains("a checkpoint an earlier run did not finish"),
+        "{message}"
+    );
+    assert!(!half.exists());
+    assert!(common::checkpoint(&run_dir, 2).exists());
+}
