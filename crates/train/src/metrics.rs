@@ -88,7 +88,7 @@ impl MetricsLog {
             keep_through(&path, from_step)?;
         }
         let events = if write {
-            Some(EventWriter::create(dir)?)
+            Some(EventWriter::create(dir, from_step)?)
         } else {
             None
         };

@@ -25,10 +25,15 @@ pub enum EventKind {
     FileVersion(String),
     /// Scalars: (tag, value).
     Scalars(Vec<(String, f32)>),
+    /// A `SessionLog` with status START: the run (re)starts at this event's
+    /// step. TensorBoard then drops every event of an earlier file at this
+    /// step or later, so a resumed run's curves do not show the steps a
+    /// killed run logged past its checkpoint twice.
+    SessionStart,
 }
 
 /// tensorboard's `Event` (fields 1 wall_time, 2 step, 3 file_version,
-/// 5 summary).
+/// 5 summary, 7 session_log).
 #[derive(Debug, Clone, PartialEq)]
 pub struct Event {
     /// Seconds since the epoch.
@@ -90,6 +95,13 @@ impl Event {
                 }
                 bytes_field(&mut out, 5, &summary);
             }
+            EventKind::SessionStart => {
+                // SessionLog { status = START (1) }.
+                let mut session = Vec::new();
+                key(&mut session, 1, VARINT);
+                varint(&mut session, 1);
+                bytes_field(&mut out, 7, &session);
+            }
         }
         out
     }
@@ -122,8 +134,10 @@ pub struct EventWriter {
 
 impl EventWriter {
     /// A new event file in `dir` (a resumed run adds a file; TensorBoard
-    /// reads them all).
-    pub fn create(dir: &Path) -> Result<Self, TrainError> {
+    /// reads them all). A run resumed after step `resumed_after` (0: a
+    /// fresh run) marks its restart, so TensorBoard forgets what an earlier
+    /// file logged after that step.
+    pub fn create(dir: &Path, resumed_after: u64) -> Result<Self, TrainError> {
         let io = |path: PathBuf| move |source| TrainError::Io { path, source };
         std::fs::create_dir_all(dir).map_err(io(dir.to_path_buf()))?;
         let now = wall_time();
@@ -142,6 +156,13 @@ impl EventWriter {
             step: 0,
             what: EventKind::FileVersion("brain.Event:2".into()),
         })?;
+        if resumed_after > 0 {
+            writer.write(&Event {
+                wall_time: now,
+                step: resumed_after as i64 + 1,
+                what: EventKind::SessionStart,
+            })?;
+        }
         Ok(writer)
     }
 

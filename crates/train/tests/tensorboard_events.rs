@@ -33,6 +33,23 @@ fn records_match_tensorboards_own_writer() {
             step: 300,
             what: scalars(&[("eval/mlm_accuracy", 0.125)]),
         },
+        // A run killed after logging step 2, resumed from step 1's
+        // checkpoint: its restart, then step 2 again.
+        Event {
+            wall_time: 1_764_000_003.0,
+            step: 2,
+            what: scalars(&[("train/loss", 9.5)]),
+        },
+        Event {
+            wall_time: 1_764_000_004.0,
+            step: 2,
+            what: EventKind::SessionStart,
+        },
+        Event {
+            wall_time: 1_764_000_005.0,
+            step: 2,
+            what: scalars(&[("train/loss", 9.25)]),
+        },
     ];
     let ours: Vec<u8> = events.iter().flat_map(record).collect();
     let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
