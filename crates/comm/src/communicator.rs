@@ -63,6 +63,11 @@ pub trait Communicator: Send + Sync {
     /// the whole job (`MPI_Abort`) and does not return.
     fn abort(&self, reason: &str);
 
+    /// How long this rank waits for the others in one collective before
+    /// giving up with [`CommError::Timeout`](crate::CommError::Timeout),
+    /// naming the ranks that did not arrive (`single` never waits).
+    fn set_deadline(&self, _timeout: std::time::Duration) {}
+
     /// Backend primitive of [`Communicator::allreduce_f32`].
     fn allreduce_f32_raw(&self, buf: &mut [f32], op: ReduceOp) -> Result<(), CommError>;
 

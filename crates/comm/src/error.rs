@@ -70,12 +70,32 @@ pub enum CommError {
         reason: String,
     },
     /// The other ranks did not arrive within the communicator's timeout.
-    #[error("{op}: no answer from every rank within {timeout:?}; a rank is stuck or dead")]
+    #[error(
+        "{op}: {} did not arrive within {timeout:?}: stuck or dead (train.collective_timeout_s sets the deadline)",
+        ranks(missing)
+    )]
     Timeout {
         /// The collective that waited.
         op: &'static str,
         /// How long it waited.
         timeout: Duration,
+        /// The ranks that had not arrived.
+        missing: Vec<usize>,
+    },
+    /// A stop signal came while this rank waited in a collective for ranks
+    /// that did not arrive: the ranks are not at one step, so no checkpoint
+    /// can be consistent.
+    #[error(
+        "{op}: stopped by signal {signal} while waiting for {}; the ranks are not at one step, so no checkpoint was written",
+        ranks(missing)
+    )]
+    Stopped {
+        /// The collective that waited.
+        op: &'static str,
+        /// The signal (2: SIGINT, 15: SIGTERM).
+        signal: i32,
+        /// The ranks that had not arrived.
+        missing: Vec<usize>,
     },
     /// The transport itself failed (MPI, NCCL).
     #[error("{backend}: {message}")]
@@ -85,4 +105,19 @@ pub enum CommError {
         /// Its message.
         message: String,
     },
+}
+
+/// "rank 2", "ranks 1, 3", or "some rank" when unknown.
+fn ranks(missing: &[usize]) -> String {
+    match missing {
+        [] => "some rank".into(),
+        [one] => format!("rank {one}"),
+        many => format!(
+            "ranks {}",
+            many.iter()
+                .map(usize::to_string)
+                .collect::<Vec<_>>()
+                .join(", ")
+        ),
+    }
 }

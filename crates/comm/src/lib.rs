@@ -22,6 +22,7 @@ pub mod selfcheck;
 mod single;
 mod sparse;
 pub mod traffic;
+pub mod watchdog;
 
 pub use communicator::{Communicator, ReduceOp, Width};
 pub use compressed::{CompressedAllreduce, CompressionOptions};

@@ -14,10 +14,11 @@
 //! simply never arrives is reported after the world's timeout.
 
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, RwLock};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use crate::communicator::Width;
 use crate::traffic::{Collective, TrafficMeter};
+use crate::watchdog::{Deadline, GiveUp, Wait};
 use crate::{CommError, Communicator, ReduceOp};
 
 /// How long a rank waits for the others by default before reporting a hang.
@@ -46,6 +47,8 @@ impl Slot {
 #[derive(Default)]
 struct Gate {
     arrived: usize,
+    /// Which ranks have arrived in this generation (to name the others).
+    present: Vec<bool>,
     generation: u64,
     failure: Option<(usize, String)>,
 }
@@ -54,7 +57,6 @@ struct Shared {
     slots: Vec<RwLock<Slot>>,
     gate: Mutex<Gate>,
     woken: Condvar,
-    timeout: Duration,
 }
 
 /// One rank of a world of threads; create the world with [`LocalComm::world`].
@@ -63,6 +65,8 @@ pub struct LocalComm {
     world_size: usize,
     shared: Arc<Shared>,
     meter: TrafficMeter,
+    /// How long this rank waits for the others in one collective.
+    deadline: Deadline,
 }
 
 impl LocalComm {
@@ -78,9 +82,11 @@ impl LocalComm {
         assert!(world_size > 0, "a world needs at least one rank");
         let shared = Arc::new(Shared {
             slots: (0..world_size).map(|_| RwLock::default()).collect(),
-            gate: Mutex::default(),
+            gate: Mutex::new(Gate {
+                present: vec![false; world_size],
+                ..Gate::default()
+            }),
             woken: Condvar::new(),
-            timeout,
         });
         (0..world_size)
             .map(|rank| LocalComm {
@@ -88,6 +94,7 @@ impl LocalComm {
                 world_size,
                 shared: Arc::clone(&shared),
                 meter: TrafficMeter::default(),
+                deadline: Deadline::new(timeout),
             })
             .collect()
     }
@@ -133,19 +140,22 @@ impl LocalComm {
         }
         let generation = gate.generation;
         gate.arrived += 1;
+        gate.present[self.rank] = true;
         if gate.arrived == self.world_size {
             gate.arrived = 0;
+            gate.present.iter_mut().for_each(|p| *p = false);
             gate.generation += 1;
             self.shared.woken.notify_all();
             return Ok(());
         }
-        let deadline = Instant::now() + self.shared.timeout;
+        // Woken by the last rank to arrive, or every second to look at the
+        // deadline and for a stop signal.
+        let mut wait = Wait::start(&self.deadline);
         loop {
-            let left = deadline.saturating_duration_since(Instant::now());
             gate = self
                 .shared
                 .woken
-                .wait_timeout(gate, left)
+                .wait_timeout(gate, Duration::from_secs(1).min(wait.timeout()))
                 .unwrap_or_else(|p| p.into_inner())
                 .0;
             if gate.generation != generation {
@@ -154,11 +164,24 @@ impl LocalComm {
             if let Some((rank, reason)) = &gate.failure {
                 return Err(peer_failed(*rank, reason));
             }
-            if Instant::now() >= deadline {
-                let timeout = self.shared.timeout;
-                gate.failure = Some((self.rank, format!("{op}: timed out after {timeout:?}")));
+            if let Some(why) = wait.give_up() {
+                let missing: Vec<usize> =
+                    (0..self.world_size).filter(|&r| !gate.present[r]).collect();
+                let error = match why {
+                    GiveUp::Deadline => CommError::Timeout {
+                        op,
+                        timeout: wait.timeout(),
+                        missing,
+                    },
+                    GiveUp::Signal(signal) => CommError::Stopped {
+                        op,
+                        signal,
+                        missing,
+                    },
+                };
+                gate.failure = Some((self.rank, error.to_string()));
                 self.shared.woken.notify_all();
-                return Err(CommError::Timeout { op, timeout });
+                return Err(error);
             }
         }
     }
@@ -282,6 +305,10 @@ impl Communicator for LocalComm {
 
     fn abort(&self, reason: &str) {
         self.fail(reason.to_string());
+    }
+
+    fn set_deadline(&self, timeout: Duration) {
+        self.deadline.set(timeout);
     }
 
     fn allreduce_f32_raw(&self, buf: &mut [f32], op: ReduceOp) -> Result<(), CommError> {

@@ -1,9 +1,15 @@
 //! The `mpi` backend: one rank per process over OpenMPI (rsmpi), launched by
 //! `mpirun`. This is the multi-node engine a user's cluster already has.
 //!
-//! Every collective is preceded by a small all-gather of a header (which
+//! Every collective is preceded by a small exchange of a header (which
 //! collective, root, length), so ranks that disagree get a clear error on
-//! every rank instead of MPI's undefined behaviour. A rank that dies takes
+//! every rank instead of MPI's undefined behaviour. The exchange is
+//! non-blocking point-to-point messages polled under a deadline: a rank
+//! that never arrives (stopped, hung in I/O, dead without its process
+//! ending) is named in a [`CommError::Timeout`] once the deadline passes,
+//! and a stop signal that comes while the others cannot be reached ends the
+//! wait too ([`CommError::Stopped`]); the trainer then ends the job with
+//! `MPI_Abort`. A rank that dies takes
 //! the job down through `mpirun`; a rank that fails calls `MPI_Abort` (from
 //! [`Communicator::abort`], or when it panics while holding the
 //! communicator) instead of finalizing, which would wait for the others
@@ -18,6 +24,7 @@ use mpi::traits::{Communicator as _, CommunicatorCollectives as _, Root as _};
 
 use crate::communicator::Width;
 use crate::traffic::{Collective, TrafficMeter};
+use crate::watchdog::{Deadline, GiveUp, Wait};
 use crate::{CommError, Communicator, ReduceOp};
 
 /// This process's rank of the `mpirun` job.
@@ -28,6 +35,8 @@ pub struct MpiComm {
     meter: TrafficMeter,
     /// Serialises calls: MPI is initialised at `MPI_THREAD_SERIALIZED`.
     calls: Mutex<()>,
+    /// How long the header exchange waits for the other ranks.
+    deadline: Deadline,
     // Declared last: dropped (MPI_Finalize) after everything above.
     _universe: Universe,
 }
@@ -58,6 +67,9 @@ impl MpiComm {
             world_size,
             meter: TrafficMeter::default(),
             calls: Mutex::new(()),
+            // Until the trainer sets one from its step time: generous, as
+            // rank 0 may be making a corpus's examples while the others wait.
+            deadline: Deadline::new(std::time::Duration::from_secs(2 * 3600)),
             _universe: universe,
         })
     }
@@ -74,11 +86,11 @@ impl MpiComm {
         self.calls.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// All-gathers `(kind, root, len)` and checks every rank matches rank 0.
+    /// Exchanges `(kind, root, len)` with every rank and checks every rank
+    /// matches rank 0.
     fn agree(&self, kind: Collective, root: usize, len: usize) -> Result<(), CommError> {
         let mine = [kind as u64, root as u64, len as u64];
-        let mut all = vec![0u64; 3 * self.world_size];
-        self.world.all_gather_into(&mine[..], &mut all[..]);
+        let all = self.exchange_headers(kind.name(), mine)?;
         let first = &all[..3];
         for (rank, theirs) in all.chunks(3).enumerate().skip(1) {
             if theirs[0] != first[0] || theirs[1] != first[1] {
@@ -98,6 +110,121 @@ impl MpiComm {
             }
         }
         Ok(())
+    }
+}
+
+/// The tag of the header messages (the payload collectives use none).
+const HEADER_TAG: i32 = 0x7e55;
+
+impl MpiComm {
+    /// Every rank's header, this one's included, by non-blocking sends and
+    /// receives polled until all complete, the deadline passes (the ranks
+    /// whose header never came are named) or a stop signal outlasts
+    /// [`crate::watchdog::STOP_GRACE`]. Messages between two ranks with one tag
+    /// arrive in order, so each receive matches that rank's header for
+    /// this same collective.
+    fn exchange_headers(&self, op: &'static str, mine: [u64; 3]) -> Result<Vec<u64>, CommError> {
+        use mpi::datatype::Equivalence as _;
+        use mpi::ffi;
+        use mpi::raw::AsRaw as _;
+        use std::os::raw::{c_int, c_void};
+
+        let n = self.world_size;
+        let mut all = vec![0u64; 3 * n];
+        all[3 * self.rank..3 * self.rank + 3].copy_from_slice(&mine);
+        if n == 1 {
+            return Ok(all);
+        }
+        // On the heap and leaked if a send is still pending when this gives
+        // up: MPI may read a send buffer until its request completes.
+        let send: Box<[u64; 3]> = Box::new(mine);
+        let peers: Vec<usize> = (0..n).filter(|&r| r != self.rank).collect();
+        // SAFETY: every buffer outlives its request: `all` and `send` are
+        // not touched until their requests completed, were cancelled and
+        // waited for, or (a send only) were leaked with their buffer.
+        unsafe {
+            let datatype = u64::equivalent_datatype().as_raw();
+            let comm = self.world.as_raw();
+            let mut receives = vec![ffi::RSMPI_REQUEST_NULL; peers.len()];
+            let mut sends = vec![ffi::RSMPI_REQUEST_NULL; peers.len()];
+            for (i, &peer) in peers.iter().enumerate() {
+                let slot = all.as_mut_ptr().add(3 * peer) as *mut c_void;
+                ffi::MPI_Irecv(
+                    slot,
+                    3,
+                    datatype,
+                    peer as c_int,
+                    HEADER_TAG,
+                    comm,
+                    &mut receives[i],
+                );
+            }
+            for (i, &peer) in peers.iter().enumerate() {
+                let data = send.as_ptr() as *const c_void;
+                ffi::MPI_Isend(
+                    data,
+                    3,
+                    datatype,
+                    peer as c_int,
+                    HEADER_TAG,
+                    comm,
+                    &mut sends[i],
+                );
+            }
+            let done = |requests: &mut Vec<ffi::MPI_Request>| {
+                let mut flag: c_int = 0;
+                ffi::MPI_Testall(
+                    requests.len() as c_int,
+                    requests.as_mut_ptr(),
+                    &mut flag,
+                    ffi::RSMPI_STATUSES_IGNORE,
+                );
+                flag != 0
+            };
+            let mut wait = Wait::start(&self.deadline);
+            let mut polls: u32 = 0;
+            loop {
+                if done(&mut receives) && done(&mut sends) {
+                    return Ok(all);
+                }
+                polls = polls.wrapping_add(1);
+                // Spin for the usual microseconds, then yield the core.
+                if polls > 1000 {
+                    std::thread::sleep(std::time::Duration::from_micros(200));
+                }
+                if !polls.is_multiple_of(64) {
+                    continue;
+                }
+                let Some(why) = wait.give_up() else {
+                    continue;
+                };
+                let mut missing = Vec::new();
+                for (i, &peer) in peers.iter().enumerate() {
+                    let mut flag: c_int = 0;
+                    ffi::MPI_Test(&mut receives[i], &mut flag, ffi::RSMPI_STATUS_IGNORE);
+                    if flag == 0 {
+                        missing.push(peer);
+                        ffi::MPI_Cancel(&mut receives[i]);
+                        ffi::MPI_Wait(&mut receives[i], ffi::RSMPI_STATUS_IGNORE);
+                    }
+                }
+                if !done(&mut sends) {
+                    std::mem::forget(send);
+                }
+                return Err(match why {
+                    GiveUp::Deadline => CommError::Timeout {
+                        op,
+                        timeout: wait.timeout(),
+                        missing,
+                    },
+                    GiveUp::Signal(signal) => CommError::Stopped {
+                        op,
+                        signal,
+                        missing,
+                    },
+                });
+            }
+        }
     }
 }
 
@@ -165,6 +292,10 @@ impl Communicator for MpiComm {
             eprintln!("terse: {message}");
         }
         self.world.abort(1);
+    }
+
+    fn set_deadline(&self, timeout: std::time::Duration) {
+        self.deadline.set(timeout);
     }
 
     fn allreduce_f32_raw(&self, buf: &mut [f32], op: ReduceOp) -> Result<(), CommError> {

@@ -147,9 +147,14 @@ fn a_rank_that_never_arrives_is_reported_after_the_timeout() {
     });
     let results: Vec<_> = results.into_iter().map(Result::unwrap).collect();
     assert!(
-        matches!(results[0], Err(CommError::Timeout { op: "barrier", .. })),
+        matches!(&results[0], Err(CommError::Timeout { op: "barrier", missing, .. }) if missing == &[1]),
         "{:?}",
         results[0]
+    );
+    let message = results[0].as_ref().unwrap_err().to_string();
+    assert!(
+        message.contains("rank 1 did not arrive within 300ms"),
+        "{message}"
     );
     // The late rank learns that rank 0 gave up instead of waiting forever.
     assert!(

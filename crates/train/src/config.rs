@@ -155,6 +155,13 @@ pub struct TrainSettings {
     /// factor. Unset: no clipping (the norm is still logged).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_grad_norm: Option<f64>,
+    /// Seconds a rank waits for the others in one collective before the
+    /// job ends with an error naming the ranks that did not arrive (a
+    /// stopped, hung or lost rank). Unset: 30 minutes until the first step
+    /// is done, then ten times the slowest step so far (an evaluation the
+    /// other ranks wait for included), at least 10 minutes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub collective_timeout_s: Option<u64>,
 }
 
 impl TrainSettings {
@@ -259,7 +266,12 @@ impl RunConfig {
         let mut theirs = serde_json::to_value(saved).expect("serialises");
         for value in [&mut ours, &mut theirs] {
             if let Some(train) = value.get_mut("train").and_then(|t| t.as_object_mut()) {
-                for free in ["steps", "checkpoint_every", "eval_every"] {
+                for free in [
+                    "steps",
+                    "checkpoint_every",
+                    "eval_every",
+                    "collective_timeout_s",
+                ] {
                     train.remove(free);
                 }
             }

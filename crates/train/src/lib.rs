@@ -15,6 +15,7 @@
 pub mod allocator;
 pub mod batch;
 pub mod checkpoint;
+mod collective_deadline;
 mod config;
 pub mod dispatch;
 mod error;

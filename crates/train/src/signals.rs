@@ -26,6 +26,9 @@ pub fn install() {
         libc::signal(libc::SIGINT, handler);
         libc::signal(libc::SIGTERM, handler);
     }
+    // A rank waiting in a collective for ranks that do not come sees the
+    // signal there too (terse-comm's watchdog), not only after its step.
+    terse_comm::watchdog::set_stop_source(received);
 }
 
 /// Whether a stop was requested.

@@ -25,6 +25,7 @@ use terse_optim::{
 };
 
 use crate::checkpoint::{self, model_file, optimizer_file};
+use crate::collective_deadline::CollectiveDeadline;
 use crate::grad_clip::{clip_gradient, global_norm, squared_norm};
 use crate::logging;
 use crate::metrics::{EvalRecord, MetricsLog, RunSummary, StepRecord};
@@ -251,6 +252,8 @@ impl Trainer<'_> {
                 );
             }
         }
+        let mut deadline = CollectiveDeadline::new(cfg.train.collective_timeout_s);
+        comm.set_deadline(deadline.initial());
         let start_step = optimizer.step_count();
         let mut log = MetricsLog::open(self.run_dir, lead, start_step)?;
         let bar = step_bar(cfg.train.steps, self.progress && lead);
@@ -338,6 +341,7 @@ impl Trainer<'_> {
                 grad_norm,
             };
             log.line(&record)?;
+            comm.set_deadline(deadline.after_step(step_start.elapsed()));
             summary.add(&record, cfg.train.global_batch as u64, layout.len(), world);
             bar.inc(1);
             bar.set_message(format!("loss {loss:.4} {}", record.stage));

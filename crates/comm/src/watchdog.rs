@@ -1,0 +1,125 @@
+//! How long a rank waits for the others in a collective, and what ends the
+//! wait early: the deadline that turns a stuck or dead rank into an error
+//! naming it (instead of a job that spins forever), and a stop signal
+//! (SIGINT/SIGTERM) that arrived while the others cannot be reached.
+//!
+//! The backends poll while they wait (`mpi`'s header exchange is
+//! non-blocking for this; `local` wakes every second), so the deadline and
+//! the signal are checked without a thread of their own.
+
+use std::sync::OnceLock;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+/// How long after a stop signal a rank still waits for the others: a
+/// collective the whole world is in finishes in far less, and the run then
+/// stops at the end of its step with a checkpoint as usual.
+pub const STOP_GRACE: Duration = Duration::from_secs(10);
+
+/// Where the process's stop signal is read (terse-train's handler); none
+/// registered: no signal is ever seen.
+static STOP_SOURCE: OnceLock<fn() -> Option<i32>> = OnceLock::new();
+
+/// Registers `source`, which returns the stop signal received (SIGINT,
+/// SIGTERM), if any. The first registration wins.
+pub fn set_stop_source(source: fn() -> Option<i32>) {
+    let _ = STOP_SOURCE.set(source);
+}
+
+/// The stop signal received, if any.
+pub fn stop_signal() -> Option<i32> {
+    STOP_SOURCE.get().and_then(|source| source())
+}
+
+/// A rank's deadline for one collective's wait, settable while it runs
+/// (the trainer raises it with the step time it measures).
+#[derive(Debug)]
+pub struct Deadline {
+    millis: AtomicU64,
+}
+
+impl Deadline {
+    /// `timeout` per wait.
+    pub fn new(timeout: Duration) -> Self {
+        Self {
+            millis: AtomicU64::new(millis(timeout)),
+        }
+    }
+
+    /// The current timeout.
+    pub fn get(&self) -> Duration {
+        Duration::from_millis(self.millis.load(Ordering::Relaxed))
+    }
+
+    /// Replaces the timeout.
+    pub fn set(&self, timeout: Duration) {
+        self.millis.store(millis(timeout), Ordering::Relaxed);
+    }
+}
+
+fn millis(d: Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX).max(1)
+}
+
+/// Why a wait for the other ranks ended early.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum GiveUp {
+    /// The deadline passed.
+    Deadline,
+    /// A stop signal came and the others still had not arrived after
+    /// [`STOP_GRACE`].
+    Signal(i32),
+}
+
+/// One wait for the other ranks: started now, given up when
+/// [`Wait::give_up`] says so.
+#[derive(Debug)]
+pub struct Wait {
+    start: Instant,
+    timeout: Duration,
+    signalled_at: Option<Instant>,
+}
+
+impl Wait {
+    /// A wait under `deadline`'s current timeout.
+    pub fn start(deadline: &Deadline) -> Self {
+        Self {
+            start: Instant::now(),
+            timeout: deadline.get(),
+            signalled_at: None,
+        }
+    }
+
+    /// The timeout this wait runs under.
+    pub fn timeout(&self) -> Duration {
+        self.timeout
+    }
+
+    /// Whether to stop waiting, and why.
+    pub fn give_up(&mut self) -> Option<GiveUp> {
+        let now = Instant::now();
+        if now.duration_since(self.start) >= self.timeout {
+            return Some(GiveUp::Deadline);
+        }
+        let signal = stop_signal()?;
+        let since = *self.signalled_at.get_or_insert(now);
+        (now.duration_since(since) >= STOP_GRACE).then_some(GiveUp::Signal(signal))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_wait_gives_up_at_its_deadline_and_not_before() {
+        let deadline = Deadline::new(Duration::from_millis(50));
+        let mut wait = Wait::start(&deadline);
+        assert_eq!(wait.give_up(), None);
+        std::thread::sleep(Duration::from_millis(60));
+        assert_eq!(wait.give_up(), Some(GiveUp::Deadline));
+        deadline.set(Duration::from_secs(3600));
+        assert_eq!(deadline.get(), Duration::from_secs(3600));
+        assert_eq!(Wait::start(&deadline).give_up(), None);
+    }
+}
