@@ -9,6 +9,7 @@
 
 mod bench;
 mod bench_workers;
+mod child_signals;
 mod cli_name;
 mod data;
 mod finetune;

@@ -16,6 +16,8 @@ use std::process::{Command, Stdio};
 
 use anyhow::{Context, Result, bail};
 
+use crate::child_signals;
+
 /// A `cargo` command: the one running this xtask (`$CARGO`), else from `PATH`.
 ///
 /// Every cargo this xtask starts comes from here, after the system packages
@@ -73,10 +75,16 @@ pub fn xtask_exe() -> Result<PathBuf> {
 /// stdin, stdout and stderr.
 pub fn run_binary(name: &str, args: &[String]) -> Result<()> {
     let exe = binary(name)?;
-    let status = Command::new(&exe)
-        .args(args)
-        .status()
+    let mut command = Command::new(&exe);
+    let mut child = child_signals::own_group(command.args(args))
+        .spawn()
         .with_context(|| format!("cannot start {}", exe.display()))?;
+    let forwarder = child_signals::Forwarder::start(&child, false);
+    let status = child
+        .wait()
+        .with_context(|| format!("cannot wait for {}", exe.display()));
+    forwarder.stop();
+    let status = status?;
     if !status.success() {
         return Err(ChildFailed {
             what: format!("`{name} {}`", args.join(" ")),
@@ -122,7 +130,8 @@ pub fn launch_on(
     args: &[String],
 ) -> Result<Option<PathBuf>> {
     let exe = build()?;
-    let mut command = if ranks > 1 || hostfile.is_some() {
+    let via_mpirun = ranks > 1 || hostfile.is_some();
+    let mut command = if via_mpirun {
         crate::mpi::require_mpirun()?;
         crate::mpi::command_on(ranks, hostfile, &exe, args)
     } else {
@@ -130,10 +139,10 @@ pub fn launch_on(
         command.args(args);
         command
     };
-    let mut child = command
-        .stdout(Stdio::piped())
+    let mut child = child_signals::own_group(command.stdout(Stdio::piped()))
         .spawn()
         .with_context(|| format!("cannot start {}", exe.display()))?;
+    let forwarder = child_signals::Forwarder::start(&child, via_mpirun);
     let mut run_dir = None;
     let stdout = child.stdout.take().expect("piped above");
     for line in BufReader::new(stdout).lines() {
@@ -143,7 +152,9 @@ pub fn launch_on(
             run_dir = Some(PathBuf::from(dir.trim()));
         }
     }
-    let status = child.wait().context("cannot wait for `terse`")?;
+    let status = child.wait().context("cannot wait for `terse`");
+    forwarder.stop();
+    let status = status?;
     if !status.success() {
         return Err(ChildFailed {
             what: format!("`terse {}` on {ranks} rank(s)", args.join(" ")),
