@@ -58,7 +58,7 @@ pub struct Args {
     pub runs: Vec<PathBuf>,
 
     /// Where the PNGs go [default: the run's directory for one run,
-    /// `plots/` for several]
+    /// `runs/plots/` for several]
     #[arg(long, value_name = "DIR")]
     pub out: Option<PathBuf>,
 }
@@ -69,7 +69,7 @@ pub fn run(args: &Args) -> Result<()> {
     let out = match (&args.out, args.runs.as_slice()) {
         (Some(out), _) => out.clone(),
         (None, [one]) => one.clone(),
-        (None, _) => PathBuf::from("plots"),
+        (None, _) => PathBuf::from("runs/plots"),
     };
     std::fs::create_dir_all(&out)
         .map_err(|e| anyhow::anyhow!("cannot create {}: {e}", out.display()))?;

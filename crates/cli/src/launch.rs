@@ -225,13 +225,26 @@ impl RunFlags {
 
     /// The run directory: `--run-dir`, else `runs/<config name>-<optimizer>`.
     fn run_dir(&self, path: &Path, config: &RunConfig) -> PathBuf {
-        self.run_dir.clone().unwrap_or_else(|| {
-            let stem = path
-                .file_stem()
-                .map_or("run".into(), |s| s.to_string_lossy().into_owned());
-            PathBuf::from("runs").join(format!("{stem}-{}", config.optimizer.name()))
-        })
+        self.run_dir
+            .clone()
+            .unwrap_or_else(|| default_run_dir(path, config.optimizer.name()))
     }
+}
+
+/// `runs/<config>-<optimizer>`, or `runs/<config>` when the config's name
+/// already ends with the optimizer's (`finetune-rt-polarity-onebit-adam`,
+/// not `…-onebit-adam-onebit_adam`).
+fn default_run_dir(config: &Path, optimizer: &str) -> PathBuf {
+    let stem = config
+        .file_stem()
+        .map_or("run".into(), |s| s.to_string_lossy().into_owned());
+    let kebab = optimizer.replace('_', "-");
+    let name = if stem.ends_with(&format!("-{kebab}")) || stem.ends_with(&format!("-{optimizer}")) {
+        stem
+    } else {
+        format!("{stem}-{optimizer}")
+    };
+    PathBuf::from("runs").join(name)
 }
 
 #[cfg(test)]
@@ -301,5 +314,30 @@ mod tests {
                 assert!(after.contains(line), "{line} not kept:\n{after}");
             }
         }
+    }
+
+    #[test]
+    fn the_default_run_directory_names_the_optimizer_once() {
+        let dir = |config: &str, optimizer: &str| default_run_dir(Path::new(config), optimizer);
+        assert_eq!(
+            dir(
+                "configs/finetune-rt-polarity-onebit-adam.toml",
+                "onebit_adam"
+            ),
+            Path::new("runs/finetune-rt-polarity-onebit-adam")
+        );
+        assert_eq!(
+            dir("configs/train-mlp-fashion-mnist-lamb.toml", "lamb"),
+            Path::new("runs/train-mlp-fashion-mnist-lamb")
+        );
+        assert_eq!(
+            dir("configs/pretrain-bert-tiny.toml", "onebit_lamb"),
+            Path::new("runs/pretrain-bert-tiny-onebit_lamb")
+        );
+        // Only a whole last word counts: "…-adam" is not "…-onebit-adam".
+        assert_eq!(
+            dir("configs/x-adam.toml", "onebit_adam"),
+            Path::new("runs/x-adam-onebit_adam")
+        );
     }
 }

@@ -221,11 +221,17 @@ impl RunSummary {
              {share:.1}% of step time; final loss {:.4}",
             self.steps, self.samples, self.seconds, self.final_loss
         );
-        if self.fp32_allreduce_bytes > 0 {
+        let ratio = self.fp32_allreduce_bytes as f64 / self.bytes_sent.max(1) as f64;
+        if self.fp32_allreduce_bytes > 0 && (ratio - 1.0).abs() < 0.005 {
+            // An uncompressed optimizer: the same bytes, not "1.00× less".
             out.push_str(&format!(
-                "; sent {:.2} MB per rank, {:.2}× less than an fp32 gradient allreduce ({:.2} MB)",
+                "; sent {:.2} MB per rank, as an fp32 gradient allreduce does",
+                self.bytes_sent as f64 / 1e6
+            ));
+        } else if self.fp32_allreduce_bytes > 0 {
+            out.push_str(&format!(
+                "; sent {:.2} MB per rank, {ratio:.2}× less than an fp32 gradient allreduce ({:.2} MB)",
                 self.bytes_sent as f64 / 1e6,
-                self.fp32_allreduce_bytes as f64 / self.bytes_sent.max(1) as f64,
                 self.fp32_allreduce_bytes as f64 / 1e6
             ));
         }

@@ -240,7 +240,14 @@ impl Trainer<'_> {
         let mut grad = vec![0.0f32; layout.len()];
 
         let plan = cfg.optimizer.plan(cfg.train.steps, &cfg.schedule);
-        if lead {
+        if lead && world == 1 {
+            // One rank has nothing to average: no collective, no compression.
+            tracing::info!(
+                "{}: {} steps on one rank, nothing communicated",
+                cfg.optimizer.name(),
+                cfg.train.steps
+            );
+        } else if lead {
             tracing::info!("{}: {plan}", cfg.optimizer.name());
             if plan.freeze_unreachable {
                 tracing::warn!(

@@ -191,6 +191,17 @@ pub fn save_hf_with_head<M: HfBert>(
             path: path.clone(),
             detail: e.to_string(),
         })?;
+    // burn writes through a temporary file created owner-only (0600); an
+    // export is for sharing, readable as any file the user writes.
+    {
+        use std::os::unix::fs::PermissionsExt as _;
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o644)).map_err(
+            |source| ModelError::Io {
+                path: path.clone(),
+                source,
+            },
+        )?;
+    }
     let config_path = dir.join("config.json");
     let mut json = config.to_hf_json(M::ARCHITECTURE);
     if let Some(fields) = json.as_object_mut() {
