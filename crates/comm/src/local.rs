@@ -18,7 +18,7 @@ use std::time::Duration;
 
 use crate::communicator::Width;
 use crate::traffic::{Collective, TrafficMeter};
-use crate::watchdog::{Deadline, GiveUp, Wait};
+use crate::watchdog::{Deadline, Wait};
 use crate::{CommError, Communicator, ReduceOp};
 
 /// How long a rank waits for the others by default before reporting a hang.
@@ -167,18 +167,7 @@ impl LocalComm {
             if let Some(why) = wait.give_up() {
                 let missing: Vec<usize> =
                     (0..self.world_size).filter(|&r| !gate.present[r]).collect();
-                let error = match why {
-                    GiveUp::Deadline => CommError::Timeout {
-                        op,
-                        timeout: wait.timeout(),
-                        missing,
-                    },
-                    GiveUp::Signal(signal) => CommError::Stopped {
-                        op,
-                        signal,
-                        missing,
-                    },
-                };
+                let error = why.error(op, wait.timeout(), missing);
                 gate.failure = Some((self.rank, error.to_string()));
                 self.shared.woken.notify_all();
                 return Err(error);

@@ -24,7 +24,7 @@ use mpi::traits::{Communicator as _, CommunicatorCollectives as _, Root as _};
 
 use crate::communicator::Width;
 use crate::traffic::{Collective, TrafficMeter};
-use crate::watchdog::{Deadline, GiveUp, Wait};
+use crate::watchdog::{Deadline, Wait};
 use crate::{CommError, Communicator, ReduceOp};
 
 /// This process's rank of the `mpirun` job.
@@ -211,18 +211,7 @@ impl MpiComm {
                 if !done(&mut sends) {
                     std::mem::forget(send);
                 }
-                return Err(match why {
-                    GiveUp::Deadline => CommError::Timeout {
-                        op,
-                        timeout: wait.timeout(),
-                        missing,
-                    },
-                    GiveUp::Signal(signal) => CommError::Stopped {
-                        op,
-                        signal,
-                        missing,
-                    },
-                });
+                return Err(why.error(op, wait.timeout(), missing));
             }
         }
     }

@@ -11,6 +11,8 @@ use std::sync::OnceLock;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
+use crate::CommError;
+
 /// How long after a stop signal a rank still waits for the others: a
 /// collective the whole world is in finishes in far less, and the run then
 /// stops at the end of its step with a checkpoint as usual.
@@ -69,6 +71,25 @@ pub enum GiveUp {
     /// A stop signal came and the others still had not arrived after
     /// [`STOP_GRACE`].
     Signal(i32),
+}
+
+impl GiveUp {
+    /// The error of collective `op` given up for this reason after waiting
+    /// up to `timeout` for the `missing` ranks.
+    pub fn error(self, op: &'static str, timeout: Duration, missing: Vec<usize>) -> CommError {
+        match self {
+            GiveUp::Deadline => CommError::Timeout {
+                op,
+                timeout,
+                missing,
+            },
+            GiveUp::Signal(signal) => CommError::Stopped {
+                op,
+                signal,
+                missing,
+            },
+        }
+    }
 }
 
 /// One wait for the other ranks: started now, given up when
