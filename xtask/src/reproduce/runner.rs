@@ -352,7 +352,21 @@ fn run_one(terse: &Path, runs_dir: &Path, variant: &Variant) -> Result<RunLog> {
         );
     }
     std::fs::write(dir.join(FINISHED), "")?;
+    // A finished variant is read, never resumed: its checkpoints (every
+    // rank's model and optimizer state, twice; 7 GB over finetune-parity's
+    // quick variants) go, its metrics, config and export stay.
+    remove_checkpoints(&dir)?;
     read_log(variant, &dir)
+}
+
+/// Removes `run_dir`'s checkpoints (its metrics, config and export stay).
+pub fn remove_checkpoints(run_dir: &Path) -> Result<()> {
+    let dir = run_dir.join("checkpoints");
+    if dir.exists() {
+        std::fs::remove_dir_all(&dir)
+            .with_context(|| format!("cannot remove {}", dir.display()))?;
+    }
+    Ok(())
 }
 
 /// The `terse` arguments of a variant writing to `dir`.

@@ -14,7 +14,7 @@ use anyhow::{Context as _, Result, bail};
 use super::network::RANKS;
 use super::plot::{Chart, Series, draw, whole};
 use super::report::Table;
-use super::runner::{RunLog, Variant, command_line, read_log};
+use super::runner::{RunLog, Variant, command_line, read_log, remove_checkpoints};
 use super::{Claim, Context, Outcome, num};
 use crate::netlab::lab::{Lab, Shape};
 use crate::netlab::launch;
@@ -60,15 +60,6 @@ fn variant(ctx: &Context, label: &str, optimizer: &str, steps: u64) -> Variant {
         .set("train.micro_batch", 1)
         .set("train.checkpoint_every", 0)
         .set("train.eval_every", 0)
-}
-
-fn remove_checkpoints(run_dir: &std::path::Path) -> Result<()> {
-    let dir = run_dir.join("checkpoints");
-    if dir.exists() {
-        std::fs::remove_dir_all(&dir)
-            .with_context(|| format!("cannot remove {}", dir.display()))?;
-    }
-    Ok(())
 }
 
 /// The means over steps 3.. of the run's logged steps: step 1 first
