@@ -43,7 +43,8 @@ pub fn own_group(command: &mut Command) -> &mut Command {
     command.process_group(0)
 }
 
-/// Passes every signal caught to `child` until [`Forwarder::stop`].
+/// Passes every signal caught to `child` until dropped (once the child
+/// has ended).
 pub struct Forwarder {
     done: Arc<AtomicBool>,
     thread: Option<std::thread::JoinHandle<()>>,
@@ -82,18 +83,13 @@ impl Forwarder {
             thread: Some(thread),
         }
     }
-
-    /// Stops passing signals on (the child has ended).
-    pub fn stop(mut self) {
-        self.done.store(true, Ordering::SeqCst);
-        if let Some(thread) = self.thread.take() {
-            let _ = thread.join();
-        }
-    }
 }
 
 impl Drop for Forwarder {
     fn drop(&mut self) {
         self.done.store(true, Ordering::SeqCst);
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
     }
 }

@@ -83,7 +83,7 @@ pub fn run_binary(name: &str, args: &[String]) -> Result<()> {
     let status = child
         .wait()
         .with_context(|| format!("cannot wait for {}", exe.display()));
-    forwarder.stop();
+    drop(forwarder);
     let status = status?;
     if !status.success() {
         return Err(ChildFailed {
@@ -153,7 +153,7 @@ pub fn launch_on(
         }
     }
     let status = child.wait().context("cannot wait for `terse`");
-    forwarder.stop();
+    drop(forwarder);
     let status = status?;
     if !status.success() {
         return Err(ChildFailed {

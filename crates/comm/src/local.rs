@@ -46,8 +46,8 @@ impl Slot {
 
 #[derive(Default)]
 struct Gate {
-    arrived: usize,
-    /// Which ranks have arrived in this generation (to name the others).
+    /// Which ranks have arrived in this generation (all: the meeting is
+    /// complete; the others are named when it times out).
     present: Vec<bool>,
     generation: u64,
     failure: Option<(usize, String)>,
@@ -139,10 +139,8 @@ impl LocalComm {
             return Err(peer_failed(*rank, reason));
         }
         let generation = gate.generation;
-        gate.arrived += 1;
         gate.present[self.rank] = true;
-        if gate.arrived == self.world_size {
-            gate.arrived = 0;
+        if gate.present.iter().all(|&p| p) {
             gate.present.iter_mut().for_each(|p| *p = false);
             gate.generation += 1;
             self.shared.woken.notify_all();

@@ -69,7 +69,8 @@ fn step_dir(run_dir: &Path, step: u64) -> PathBuf {
     checkpoints_dir(run_dir).join(format!("step-{step:08}"))
 }
 
-fn io(path: &Path) -> impl FnOnce(std::io::Error) -> TrainError + '_ {
+/// A mapper of an I/O error on `path` into the crate's error.
+pub(crate) fn io(path: &Path) -> impl FnOnce(std::io::Error) -> TrainError + '_ {
     move |source| TrainError::Io {
         path: path.to_path_buf(),
         source,

@@ -17,7 +17,7 @@ use std::io::{Read, Seek, Write};
 use std::path::{Path, PathBuf};
 
 use crate::TrainError;
-use crate::checkpoint;
+use crate::checkpoint::{self, io};
 
 /// The lock file inside a run directory.
 pub const LOCK_FILE: &str = ".lock";
@@ -85,7 +85,8 @@ pub fn claim(dir: &Path, existing: Existing) -> Result<RunDirClaim, TrainError> 
         }
         Err(fs::TryLockError::Error(source)) => return Err(TrainError::Io { path, source }),
     }
-    let me = format!("pid {} on {}\n", std::process::id(), host_name());
+    let host = host_name().unwrap_or_else(|| "an unknown host".into());
+    let me = format!("pid {} on {host}\n", std::process::id());
     lock.set_len(0)
         .and_then(|()| lock.rewind())
         .and_then(|()| lock.write_all(me.as_bytes()))
@@ -206,18 +207,12 @@ fn remove(path: &Path) -> Result<(), TrainError> {
     }
 }
 
-/// This machine's name, for the lock's "who holds it" line.
-fn host_name() -> String {
+/// This machine's name (the lock's "who holds it" line, TensorBoard's
+/// event file names), if the kernel says.
+pub(crate) fn host_name() -> Option<String> {
     fs::read_to_string("/proc/sys/kernel/hostname")
+        .ok()
         .map(|name| name.trim().to_string())
-        .unwrap_or_else(|_| "an unknown host".into())
-}
-
-fn io(path: &Path) -> impl FnOnce(std::io::Error) -> TrainError + '_ {
-    move |source| TrainError::Io {
-        path: path.to_path_buf(),
-        source,
-    }
 }
 
 #[cfg(test)]

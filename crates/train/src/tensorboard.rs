@@ -141,9 +141,7 @@ impl EventWriter {
         let io = |path: PathBuf| move |source| TrainError::Io { path, source };
         std::fs::create_dir_all(dir).map_err(io(dir.to_path_buf()))?;
         let now = wall_time();
-        let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
-            .map(|h| h.trim().to_string())
-            .unwrap_or_else(|_| "localhost".into());
+        let host = crate::run_dir::host_name().unwrap_or_else(|| "localhost".into());
         let path = dir.join(format!(
             "events.out.tfevents.{}.{host}.{}",
             now as u64,

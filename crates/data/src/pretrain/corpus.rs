@@ -145,9 +145,9 @@ pub fn corpus_files(name: &str) -> Result<Vec<std::path::PathBuf>, DataError> {
 }
 
 /// What the examples made from `corpus` depend on besides the settings: the
-/// first 16 hex digits of a SHA-256 over the bytes of its files, of `extra`
-/// files (the vocabulary) and of the shard format version. A cache keyed
-/// by it cannot hand out examples of an edited corpus.
+/// first 16 hex digits of a SHA-256 over the SHA-256s of its files and of
+/// `extra` files (the vocabulary), and the shard format version. A cache
+/// keyed by it cannot hand out examples of an edited corpus.
 pub fn corpus_fingerprint(
     corpus: &[String],
     extra: &[std::path::PathBuf],
@@ -161,19 +161,10 @@ pub fn corpus_fingerprint(
     }
     files.extend_from_slice(extra);
     for path in files {
-        let bytes = read_bytes(&path)?;
-        hash.update((bytes.len() as u64).to_le_bytes());
-        hash.update(&bytes);
+        hash.update(crate::fetch::sha256_file(&path)?);
     }
     let digest = hash.finalize();
     Ok(digest[..8].iter().map(|b| format!("{b:02x}")).collect())
-}
-
-fn read_bytes(path: &Path) -> Result<Vec<u8>, DataError> {
-    std::fs::read(path).map_err(|source| DataError::Io {
-        path: path.to_path_buf(),
-        source,
-    })
 }
 
 /// Google's format: one sentence per line, a blank line between documents.

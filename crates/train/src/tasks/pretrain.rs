@@ -88,21 +88,18 @@ impl PretrainTask {
             tokenizer.vocab_size()
         );
         let shard_dir = terse_data::fetch::cache_dir().join("shards").join(key);
-        if comm.rank() == 0 {
-            let damaged = match shard_dir.join("pretrain.json").exists() {
-                false => true,
-                true => ShardSet::open(&shard_dir)
-                    .map_err(|e| {
-                        tracing::warn!("{e}; making the examples again");
-                    })
-                    .is_err(),
-            };
-            if damaged {
-                build(corpus, &tokenizer, &data, &shard_dir)?;
-            }
-        }
+        // Rank 0 reads the cached examples (which checks every shard's
+        // checksum) or makes them; the other ranks wait, then read them.
+        let checked = if comm.rank() == 0 {
+            Some(cached_or_built(corpus, &tokenizer, &data, &shard_dir)?)
+        } else {
+            None
+        };
         comm.barrier()?;
-        let shards = ShardSet::open(&shard_dir)?;
+        let shards = match checked {
+            Some(shards) => shards,
+            None => ShardSet::open(&shard_dir)?,
+        };
         let train = shards.len().saturating_sub(*held_out);
         if train == 0 {
             return Err(invalid(
@@ -146,6 +143,24 @@ fn sanitize(name: &str) -> String {
 
 fn invalid(field: &'static str, reason: String) -> TrainError {
     TrainError::InvalidRun { field, reason }
+}
+
+/// The examples cached in `shard_dir`, or, when they are missing or a
+/// shard fails its checksum, made again there.
+fn cached_or_built(
+    corpus: &[String],
+    tokenizer: &WordPiece,
+    data: &PretrainConfig,
+    shard_dir: &Path,
+) -> Result<ShardSet, TrainError> {
+    if shard_dir.join("pretrain.json").exists() {
+        match ShardSet::open(shard_dir) {
+            Ok(shards) => return Ok(shards),
+            Err(e) => tracing::warn!("{e}; making the examples again"),
+        }
+    }
+    build(corpus, tokenizer, data, shard_dir)?;
+    Ok(ShardSet::open(shard_dir)?)
 }
 
 fn build(
