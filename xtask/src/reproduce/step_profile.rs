@@ -88,7 +88,12 @@ fn profile(log: &RunLog) -> Result<Profile> {
 
 pub fn run(ctx: &Context) -> Result<Outcome> {
     let steps = ctx.pick(5, 4);
-    let rates = rate::parse_all(&["1gbit", "10gbit"])?;
+    // The quick run's BERT-Tiny gradient (17.7 MB) takes ~0.2 s at 1gbit,
+    // as long as 4 ranks contending for 2 cores take to compute and
+    // compress it at any rate: 1gbit and 10gbit gave it equal shares (81.1%
+    // and 81.3% in one CI run). At 100mbit its allreduce takes ~2 s, so the
+    // claim measures the link, not the scheduler.
+    let rates = rate::parse_all(ctx.pick(&["1gbit", "10gbit"][..], &["100mbit", "10gbit"][..]))?;
     let mut profiles = Vec::new();
     let mut logs = Vec::new();
     // `--from-results`: the committed runs, drawn and checked again
