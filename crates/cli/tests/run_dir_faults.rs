@@ -157,7 +157,7 @@ fn a_full_disk_during_a_checkpoint_fails_cleanly() {
         !common::checkpoint(&run_dir, 2).exists(),
         "a checkpoint that looks whole was left"
     );
-    let half = run_dir.join("checkpoints/.step-00000002.tmp");
+    let half = run_dir.join("checkpoints/.step-00000002.rank-0.tmp");
     assert!(
         half.exists(),
         "the half-written checkpoint is where it was written"

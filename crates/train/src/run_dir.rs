@@ -155,7 +155,7 @@ fn earlier_run(dir: &Path) -> Result<Option<String>, TrainError> {
     })
 }
 
-/// Removes the `.step-N.tmp` directories of checkpoints whose writing was
+/// Removes the `.step-N.rank-R.tmp` directories of checkpoints whose writing was
 /// cut short (a kill, a full disk): only a run holding the lock may, since
 /// a running one writes into them.
 fn remove_stale_temporaries(dir: &Path) -> Result<(), TrainError> {
@@ -243,6 +243,7 @@ mod tests {
         let dir = scratch();
         let step = checkpoint::checkpoints_dir(dir.path()).join("step-00000004");
         fs::create_dir_all(&step).unwrap();
+        fs::write(step.join("trainer.json"), "{}").unwrap();
         fs::write(dir.path().join("metrics.jsonl"), "{\"step\": 1}\n").unwrap();
         fs::write(dir.path().join("notes.txt"), "mine").unwrap();
         fs::write(dir.path().join("events.out.tfevents.1.host"), "x").unwrap();
@@ -274,7 +275,7 @@ mod tests {
     #[test]
     fn a_half_written_checkpoint_is_removed_and_a_config_alone_is_no_run() {
         let dir = scratch();
-        let tmp = checkpoint::checkpoints_dir(dir.path()).join(".step-00000008.tmp");
+        let tmp = checkpoint::checkpoints_dir(dir.path()).join(".step-00000008.rank-0.tmp");
         fs::create_dir_all(&tmp).unwrap();
         fs::write(tmp.join("model-rank-0.safetensors"), "half").unwrap();
         fs::write(dir.path().join("config.toml"), "[task]").unwrap();

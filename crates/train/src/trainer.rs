@@ -501,7 +501,7 @@ impl Trainer<'_> {
     ) -> Result<M, TrainError> {
         let chosen = match self.resume_from {
             Some(dir) => Some(self.chosen_checkpoint(dir)?),
-            None => checkpoint::latest(self.run_dir)?,
+            None => checkpoint::agree_on_latest(self.run_dir, comm)?,
         };
         let Some(dir) = chosen else {
             if comm.rank() == 0 {
@@ -512,8 +512,7 @@ impl Trainer<'_> {
             }
             return Ok(model);
         };
-        let meta = checkpoint::verify(&dir)?;
-        checkpoint::check_compatible(&dir, &meta, self.config, comm.world_size())?;
+        let meta = checkpoint::verify_own(&dir, self.config, comm)?.meta;
         checkpoint::load_model(&mut model, &dir.join(model_file(comm.rank())))?;
         optimizer.load(&dir.join(optimizer_file(comm.rank())))?;
         if comm.rank() == 0 {

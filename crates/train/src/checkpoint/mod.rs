@@ -1,18 +1,25 @@
 //! Checkpoints: directories `checkpoints/step-NNNNNNNN/` of a run holding
 //! every rank's module (`model-rank-R.safetensors`, burn's own names, buffers
 //! included) and optimizer state (`optimizer-rank-R.safetensors`: every flat
-//! state tensor, error buffers included), and `trainer.json`: the step, the
-//! stage, the world size, the resolved config and the SHA-256 of every other
-//! file.
+//! state tensor, error buffers included), every rank's record of them
+//! (`rank-R.json`: the SHA-256 of each of its files, with the step's
+//! description), and rank 0's `trainer.json`: the step, the stage, the world
+//! size and the resolved config, written once every rank has committed its
+//! files — the step's commit.
 //!
 //! Nothing else is needed to continue bit-identically: the data order and
 //! the dropout masks are functions of `(seed, step, rank)`, so the step is
 //! the whole data cursor and RNG state.
 //!
-//! Written into a hidden temporary directory, synced, and renamed into place
-//! by rank 0 once every rank has written its files; a crash at any moment
-//! leaves either the whole checkpoint or none. The checksums catch what a
-//! rename cannot: a file damaged afterwards is refused, naming it.
+//! Each rank writes and commits only its own files ([`write`]), so the run
+//! directory may be one filesystem all nodes share or a disk of each node;
+//! a resume continues from the newest step every rank holds, each rank
+//! checking only its own files ([`agree`]). A crash at any moment leaves
+//! every rank's previous step whole. The checksums catch what a rename
+//! cannot: a file damaged afterwards is refused, naming it.
+
+mod agree;
+mod write;
 
 use std::collections::BTreeMap;
 use std::fs;
@@ -20,18 +27,23 @@ use std::path::{Path, PathBuf};
 
 use burn::store::{ModuleSnapshot, SafetensorsStore};
 use serde::{Deserialize, Serialize};
-use terse_comm::Communicator;
 
 use crate::{RunConfig, TrainError};
 
+pub use agree::{agree_on_latest, verify_own};
+pub use write::write;
+
 const FORMAT: &str = "terse-checkpoint";
-const VERSION: u32 = 1;
+/// 2: each rank's files recorded in its own `rank-R.json` (1: every rank's
+/// checksums in `trainer.json`, written by rank 0 over a shared filesystem).
+const VERSION: u32 = 2;
 const META: &str = "trainer.json";
 /// Checkpoints kept on disk: the newest and the one before it, so that a
 /// crash while one is written never leaves a run without a whole one.
 const KEEP: usize = 2;
 
-/// `trainer.json`.
+/// `trainer.json`: what a step's checkpoint is, written by rank 0 once every
+/// rank has committed its files.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct CheckpointMeta {
     /// Always `terse-checkpoint`.
@@ -46,7 +58,30 @@ pub struct CheckpointMeta {
     pub world_size: usize,
     /// The resolved config of the run.
     pub config: RunConfig,
-    /// SHA-256 (hex) of every other file, by name.
+}
+
+impl CheckpointMeta {
+    fn new(step: u64, stage: &str, world_size: usize, config: &RunConfig) -> Self {
+        Self {
+            format: FORMAT.into(),
+            version: VERSION,
+            step,
+            stage: stage.into(),
+            world_size,
+            config: config.clone(),
+        }
+    }
+}
+
+/// `rank-R.json`: one rank's commit of its files of a step.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct RankRecord {
+    /// The step's description, as `trainer.json` has it.
+    #[serde(flatten)]
+    pub meta: CheckpointMeta,
+    /// The rank whose files these are.
+    pub rank: usize,
+    /// SHA-256 (hex) of each of the rank's files, by name.
     pub files: BTreeMap<String, String>,
 }
 
@@ -58,6 +93,11 @@ pub fn model_file(rank: usize) -> String {
 /// A rank's optimizer file in a checkpoint.
 pub fn optimizer_file(rank: usize) -> String {
     format!("optimizer-rank-{rank}.safetensors")
+}
+
+/// A rank's record of its files in a checkpoint.
+pub fn record_file(rank: usize) -> String {
+    format!("rank-{rank}.json")
 }
 
 /// Where a run keeps its checkpoints.
@@ -77,8 +117,8 @@ pub(crate) fn io(path: &Path) -> impl FnOnce(std::io::Error) -> TrainError + '_ 
     }
 }
 
-/// The finished checkpoints of a run, oldest first.
-pub fn list(run_dir: &Path) -> Result<Vec<(u64, PathBuf)>, TrainError> {
+/// Every step directory of a run, committed or not, oldest first.
+fn step_dirs(run_dir: &Path) -> Result<Vec<(u64, PathBuf)>, TrainError> {
     let dir = checkpoints_dir(run_dir);
     if !dir.exists() {
         return Ok(Vec::new());
@@ -99,9 +139,31 @@ pub fn list(run_dir: &Path) -> Result<Vec<(u64, PathBuf)>, TrainError> {
     Ok(found)
 }
 
-/// The newest checkpoint of a run, if any.
+/// The committed checkpoints (those with rank 0's `trainer.json`) this
+/// process sees in a run directory, oldest first.
+pub fn list(run_dir: &Path) -> Result<Vec<(u64, PathBuf)>, TrainError> {
+    Ok(step_dirs(run_dir)?
+        .into_iter()
+        .filter(|(_, dir)| dir.join(META).exists())
+        .collect())
+}
+
+/// The newest committed checkpoint of a run, if any.
 pub fn latest(run_dir: &Path) -> Result<Option<PathBuf>, TrainError> {
     Ok(list(run_dir)?.pop().map(|(_, path)| path))
+}
+
+/// The steps whose files `rank` has committed in this process's view of
+/// the run directory, oldest first; for rank 0, only the steps it has also
+/// committed as a whole (`trainer.json`).
+fn held(run_dir: &Path, rank: usize) -> Result<Vec<u64>, TrainError> {
+    Ok(step_dirs(run_dir)?
+        .into_iter()
+        .filter(|(_, dir)| {
+            dir.join(record_file(rank)).exists() && (rank != 0 || dir.join(META).exists())
+        })
+        .map(|(step, _)| step)
+        .collect())
 }
 
 fn sha256_file(path: &Path) -> Result<String, TrainError> {
@@ -115,112 +177,71 @@ fn bad(path: &Path, reason: impl Into<String>) -> TrainError {
     }
 }
 
-/// Reads `trainer.json` of `dir` and checks every file it lists against its
-/// SHA-256: a damaged, truncated or missing file is an error naming it.
-pub fn verify(dir: &Path) -> Result<CheckpointMeta, TrainError> {
-    let meta_path = dir.join(META);
-    let text = fs::read_to_string(&meta_path).map_err(|e| {
+/// A JSON record of a checkpoint, of this format and version.
+fn read_record<T: serde::de::DeserializeOwned>(
+    path: &Path,
+    meta: impl Fn(&T) -> &CheckpointMeta,
+) -> Result<T, TrainError> {
+    let name = path.file_name().and_then(|n| n.to_str()).unwrap_or("");
+    let text = fs::read_to_string(path).map_err(|e| {
         bad(
-            dir,
-            format!("cannot read {META}: {e} (incomplete checkpoint)"),
+            path,
+            format!("cannot read {name}: {e} (incomplete checkpoint)"),
         )
     })?;
-    let meta: CheckpointMeta = serde_json::from_str(&text)
-        .map_err(|e| bad(&meta_path, format!("not a checkpoint description: {e}")))?;
-    if meta.format != FORMAT || meta.version != VERSION {
+    let record: T = serde_json::from_str(&text)
+        .map_err(|e| bad(path, format!("not a checkpoint record: {e}")))?;
+    let m = meta(&record);
+    if m.format != FORMAT || m.version != VERSION {
         return Err(bad(
-            &meta_path,
+            path,
             format!(
-                "format `{}` v{}, expected `{FORMAT}` v{VERSION}",
-                meta.format, meta.version
+                "format `{}` v{}, expected `{FORMAT}` v{VERSION} (written by another version \
+                 of terse)",
+                m.format, m.version
             ),
         ));
     }
-    for (name, want) in &meta.files {
+    Ok(record)
+}
+
+/// Reads `rank-R.json` of `dir` and checks each file it lists against its
+/// SHA-256: a damaged, truncated or missing file is an error naming it.
+pub fn verify_rank(dir: &Path, rank: usize) -> Result<RankRecord, TrainError> {
+    let path = dir.join(record_file(rank));
+    let record: RankRecord = read_record(&path, |r: &RankRecord| &r.meta)?;
+    if record.rank != rank {
+        return Err(bad(&path, format!("the record of rank {}", record.rank)));
+    }
+    for (name, want) in &record.files {
         let path = dir.join(name);
         if !path.exists() {
-            return Err(bad(&path, "missing (listed in trainer.json)"));
+            return Err(bad(
+                &path,
+                format!("missing (listed in {})", record_file(rank)),
+            ));
         }
         let got = sha256_file(&path)?;
         if &got != want {
             return Err(bad(
                 &path,
                 format!(
-                    "SHA-256 {got} does not match {want} recorded in {META}: the file is \
-                     corrupted; delete this checkpoint directory to resume from the one before"
+                    "SHA-256 {got} does not match {want} recorded in {}: the file is \
+                     corrupted; delete this checkpoint directory to resume from the one before",
+                    record_file(rank)
                 ),
             ));
         }
     }
-    Ok(meta)
+    Ok(record)
 }
 
-/// Writes one checkpoint collectively: every rank calls it with its own
-/// `write_files` (which writes that rank's files into the directory it is
-/// given); rank 0 then records the checksums and renames the directory into
-/// place. Returns the checkpoint's final path.
-pub fn write(
-    run_dir: &Path,
-    step: u64,
-    stage: &str,
-    config: &RunConfig,
-    comm: &dyn Communicator,
-    write_files: impl FnOnce(&Path) -> Result<(), TrainError>,
-) -> Result<PathBuf, TrainError> {
-    let tmp = checkpoints_dir(run_dir).join(format!(".step-{step:08}.tmp"));
-    let done = step_dir(run_dir, step);
-    if comm.rank() == 0 {
-        if tmp.exists() {
-            fs::remove_dir_all(&tmp).map_err(io(&tmp))?;
-        }
-        fs::create_dir_all(&tmp).map_err(io(&tmp))?;
-    }
-    comm.barrier()?;
-    write_files(&tmp)?;
-    comm.barrier()?;
-    if comm.rank() == 0 {
-        let mut files = BTreeMap::new();
-        for entry in fs::read_dir(&tmp).map_err(io(&tmp))? {
-            let path = entry.map_err(io(&tmp))?.path();
-            let name = path
-                .file_name()
-                .and_then(|n| n.to_str())
-                .unwrap_or_default();
-            files.insert(name.to_string(), sha256_file(&path)?);
-        }
-        let meta = CheckpointMeta {
-            format: FORMAT.into(),
-            version: VERSION,
-            step,
-            stage: stage.into(),
-            world_size: comm.world_size(),
-            config: config.clone(),
-            files,
-        };
-        let meta_path = tmp.join(META);
-        let json = serde_json::to_string_pretty(&meta).expect("serialises");
-        fs::write(&meta_path, json).map_err(io(&meta_path))?;
-        for entry in fs::read_dir(&tmp).map_err(io(&tmp))? {
-            let path = entry.map_err(io(&tmp))?.path();
-            fs::File::open(&path)
-                .and_then(|f| f.sync_all())
-                .map_err(io(&path))?;
-        }
-        if done.exists() {
-            fs::remove_dir_all(&done).map_err(io(&done))?;
-        }
-        fs::rename(&tmp, &done).map_err(io(&done))?;
-        let parent = checkpoints_dir(run_dir);
-        fs::File::open(&parent)
-            .and_then(|f| f.sync_all())
-            .map_err(io(&parent))?;
-        let all = list(run_dir)?;
-        for (_, old) in all.iter().take(all.len().saturating_sub(KEEP)) {
-            fs::remove_dir_all(old).map_err(io(old))?;
-        }
-    }
-    comm.barrier()?;
-    Ok(done)
+/// Reads the committed checkpoint `dir` (its `trainer.json`) and checks rank
+/// 0's files, the ones `eval`, `predict` and `export` load.
+pub fn verify(dir: &Path) -> Result<CheckpointMeta, TrainError> {
+    let meta: CheckpointMeta = read_record(&dir.join(META), |m: &CheckpointMeta| m)?;
+    verify_rank(dir, 0)?;
+    Ok(meta)
 }
 
 /// Checks that a verified checkpoint can continue the run of `config` on

@@ -1,0 +1,147 @@
+//! Resuming: the checkpoint every rank continues from, agreed over the
+//! communicator, so that it works whether the ranks see one run directory
+//! or each its own disk's copy of it.
+
+use std::fs;
+use std::path::{Path, PathBuf};
+
+use terse_comm::Communicator;
+
+use super::write::{all_succeeded, remove_own};
+use super::{RankRecord, bad, check_compatible, checkpoints_dir, held, io, step_dir, step_dirs};
+use crate::{RunConfig, TrainError};
+
+/// The newest step every rank holds: rank 0's committed steps (those with
+/// `trainer.json`) and every other rank's own committed files, all-gathered.
+/// `None` when rank 0 has committed none (a fresh run); an error naming
+/// what each rank holds when some rank lacks every step rank 0 committed
+/// (a node's disk replaced, another run directory).
+///
+/// Each rank first removes its own leftovers: temporaries of a write cut
+/// short, and its files of steps newer than the agreed one (committed by
+/// this rank, never by the run, so a later checkpoint of that step is
+/// written afresh).
+pub fn agree_on_latest(
+    run_dir: &Path,
+    comm: &dyn Communicator,
+) -> Result<Option<PathBuf>, TrainError> {
+    let rank = comm.rank();
+    let own = remove_own_temporaries(run_dir, rank).and_then(|()| held(run_dir, rank));
+    let listed = own.as_deref().unwrap_or_default();
+    let lists = all_gather_steps(comm, listed)?;
+    let own = all_succeeded(comm, own, || "could not list its checkpoints".into())?;
+    let common = lists[0]
+        .iter()
+        .rev()
+        .find(|step| lists.iter().all(|held| held.contains(step)));
+    let Some(&step) = common else {
+        if lists[0].is_empty() {
+            return Ok(None);
+        }
+        let holdings: Vec<String> = lists
+            .iter()
+            .enumerate()
+            .map(|(r, steps)| format!("rank {r} {steps:?}"))
+            .collect();
+        return Err(bad(
+            &checkpoints_dir(run_dir),
+            format!(
+                "no committed step is held by every rank (steps held: {}): a rank's disk \
+                 lost its checkpoints, or the ranks see different run directories",
+                holdings.join(", ")
+            ),
+        ));
+    };
+    for (newer, dir) in step_dirs(run_dir)? {
+        if newer > step && own.contains(&newer) {
+            tracing::debug!(
+                "rank {rank}: removing its files of step {newer}, which the run never committed"
+            );
+            remove_own(&dir, rank)?;
+        }
+    }
+    Ok(Some(step_dir(run_dir, step)))
+}
+
+/// Checks this rank's files of checkpoint `dir` against their checksums and
+/// that they can continue the run of `config`; every rank learns whether
+/// every other rank's did.
+pub fn verify_own(
+    dir: &Path,
+    config: &RunConfig,
+    comm: &dyn Communicator,
+) -> Result<RankRecord, TrainError> {
+    let rank = comm.rank();
+    let own = super::verify_rank(dir, rank).and_then(|record| {
+        check_compatible(dir, &record.meta, config, comm.world_size())?;
+        if record.meta.step != named_step(dir, &record) {
+            return Err(bad(dir, "a rank's record of another step"));
+        }
+        Ok(record)
+    });
+    all_succeeded(comm, own, || {
+        format!("could not use its files of checkpoint {}", dir.display())
+    })
+}
+
+/// The step a step directory's name says.
+fn named_step(dir: &Path, record: &RankRecord) -> u64 {
+    dir.file_name()
+        .and_then(|n| n.to_str())
+        .and_then(|n| n.strip_prefix("step-"))
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(record.meta.step)
+}
+
+/// Every rank's list of steps (ascending), all-gathered: the lengths first,
+/// then the lists padded to the longest.
+fn all_gather_steps(comm: &dyn Communicator, own: &[u64]) -> Result<Vec<Vec<u64>>, TrainError> {
+    let n = comm.world_size();
+    let mut lengths = vec![0u8; 8 * n];
+    comm.all_gather_u8(&(own.len() as u64).to_le_bytes(), &mut lengths)?;
+    let longest = lengths
+        .chunks_exact(8)
+        .map(|b| u64::from_le_bytes(b.try_into().expect("8 bytes")) as usize)
+        .max()
+        .unwrap_or(0);
+    let mut send = vec![0u8; 8 * longest];
+    for (slot, step) in send.chunks_exact_mut(8).zip(own) {
+        slot.copy_from_slice(&step.to_le_bytes());
+    }
+    let mut all = vec![0u8; 8 * longest * n];
+    comm.all_gather_u8(&send, &mut all)?;
+    Ok(all
+        .chunks_exact(8 * longest.max(1))
+        .zip(lengths.chunks_exact(8))
+        .map(|(steps, length)| {
+            let length = u64::from_le_bytes(length.try_into().expect("8 bytes")) as usize;
+            steps
+                .chunks_exact(8)
+                .take(length)
+                .map(|b| u64::from_le_bytes(b.try_into().expect("8 bytes")))
+                .collect()
+        })
+        .chain(std::iter::repeat_with(Vec::new))
+        .take(n)
+        .collect())
+}
+
+/// Removes this rank's `.step-N.rank-R.tmp` directories: writes an earlier
+/// run of this rank cut short (the lead rank removes every rank's it sees
+/// when it claims the run directory; on a disk of each node, each rank
+/// removes its own).
+fn remove_own_temporaries(run_dir: &Path, rank: usize) -> Result<(), TrainError> {
+    let dir = checkpoints_dir(run_dir);
+    let Ok(entries) = fs::read_dir(&dir) else {
+        return Ok(());
+    };
+    let suffix = format!(".rank-{rank}.tmp");
+    for entry in entries {
+        let path = entry.map_err(io(&dir))?.path();
+        let name = path.file_name().and_then(|n| n.to_str()).unwrap_or("");
+        if name.starts_with(".step-") && name.ends_with(&suffix) {
+            fs::remove_dir_all(&path).map_err(io(&path))?;
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,206 @@
+//! Writing a checkpoint collectively, each rank committing only its own
+//! files: what works on a filesystem every node shares and on a disk of
+//! each node alike.
+//!
+//! 1. Every rank writes its files into its own hidden temporary directory
+//!    (`.step-N.rank-R.tmp`), syncs them, records their SHA-256 in
+//!    `rank-R.json`, and renames them into the step's directory, the record
+//!    last: the record is the rank's commit.
+//! 2. The ranks all-gather whether they committed; only if all did, rank 0
+//!    writes `trainer.json`, the step's commit, and the ranks agree on that
+//!    too, so every rank returns the same outcome.
+//! 3. Each rank removes its own files of the steps it no longer keeps.
+//!
+//! A crash anywhere leaves the previous step committed on every rank, and
+//! a step whose `trainer.json` exists committed on every rank.
+
+use std::collections::BTreeMap;
+use std::fs;
+use std::path::{Path, PathBuf};
+
+use terse_comm::{CommError, Communicator};
+
+use super::{
+    CheckpointMeta, KEEP, META, RankRecord, checkpoints_dir, held, io, record_file, sha256_file,
+    step_dir, step_dirs,
+};
+use crate::{RunConfig, TrainError};
+
+/// Writes one checkpoint collectively: every rank calls it with its own
+/// `write_files` (which writes that rank's files into the directory it is
+/// given). Returns the checkpoint's path once every rank has committed it.
+pub fn write(
+    run_dir: &Path,
+    step: u64,
+    stage: &str,
+    config: &RunConfig,
+    comm: &dyn Communicator,
+    write_files: impl FnOnce(&Path) -> Result<(), TrainError>,
+) -> Result<PathBuf, TrainError> {
+    let rank = comm.rank();
+    let done = step_dir(run_dir, step);
+    let meta = CheckpointMeta::new(step, stage, comm.world_size(), config);
+    let own = commit_own(run_dir, &done, rank, &meta, write_files);
+    all_succeeded(comm, own, || {
+        format!("could not write its files of the checkpoint of step {step}")
+    })?;
+    let whole = if rank == 0 {
+        commit_step(&done, &meta)
+    } else {
+        Ok(())
+    };
+    all_succeeded(comm, whole, || {
+        format!("could not commit the checkpoint of step {step} ({META})")
+    })?;
+    prune_own(run_dir, rank)?;
+    Ok(done)
+}
+
+/// Ends a step of a collective operation: `own` is this rank's outcome; the
+/// ranks all-gather whether theirs succeeded, so a failure on any rank is
+/// an error on every rank (naming the first failed rank; `what` says what
+/// it could not do) instead of a wait for a rank that gave up.
+pub(super) fn all_succeeded<T>(
+    comm: &dyn Communicator,
+    own: Result<T, TrainError>,
+    what: impl FnOnce() -> String,
+) -> Result<T, TrainError> {
+    let mut flags = vec![0u8; comm.world_size()];
+    let gathered = comm.all_gather_u8(&[u8::from(own.is_ok())], &mut flags);
+    let value = own?;
+    gathered?;
+    match flags.iter().position(|&ok| ok == 0) {
+        Some(rank) => Err(CommError::PeerFailed {
+            rank,
+            reason: what(),
+        }
+        .into()),
+        None => Ok(value),
+    }
+}
+
+fn sync(path: &Path) -> Result<(), TrainError> {
+    fs::File::open(path)
+        .and_then(|f| f.sync_all())
+        .map_err(io(path))
+}
+
+fn temporary(run_dir: &Path, step: u64, rank: usize) -> PathBuf {
+    checkpoints_dir(run_dir).join(format!(".step-{step:08}.rank-{rank}.tmp"))
+}
+
+/// Writes and commits this rank's files of a step into `done`.
+fn commit_own(
+    run_dir: &Path,
+    done: &Path,
+    rank: usize,
+    meta: &CheckpointMeta,
+    write_files: impl FnOnce(&Path) -> Result<(), TrainError>,
+) -> Result<(), TrainError> {
+    let tmp = temporary(run_dir, meta.step, rank);
+    if tmp.exists() {
+        fs::remove_dir_all(&tmp).map_err(io(&tmp))?;
+    }
+    fs::create_dir_all(&tmp).map_err(io(&tmp))?;
+    write_files(&tmp)?;
+    let mut files = BTreeMap::new();
+    for entry in fs::read_dir(&tmp).map_err(io(&tmp))? {
+        let path = entry.map_err(io(&tmp))?.path();
+        let name = path
+            .file_name()
+            .and_then(|n| n.to_str())
+            .unwrap_or_default()
+            .to_string();
+        sync(&path)?;
+        files.insert(name, sha256_file(&path)?);
+    }
+    let record = RankRecord {
+        meta: meta.clone(),
+        rank,
+        files,
+    };
+    let record_name = record_file(rank);
+    let record_tmp = tmp.join(&record_name);
+    let json = serde_json::to_string_pretty(&record).expect("serialises");
+    fs::write(&record_tmp, json).map_err(io(&record_tmp))?;
+    sync(&record_tmp)?;
+    fs::create_dir_all(done).map_err(io(done))?;
+    // The step is written again (a run resumed from an older one): it is
+    // not this rank's, nor the run's, until it is committed anew.
+    let mut stale = vec![record_file(rank)];
+    if rank == 0 {
+        stale.push(META.to_string());
+    }
+    for name in stale {
+        let path = done.join(name);
+        if path.exists() {
+            fs::remove_file(&path).map_err(io(&path))?;
+        }
+    }
+    for name in record.files.keys().chain([&record_name]) {
+        let to = done.join(name);
+        fs::rename(tmp.join(name), &to).map_err(io(&to))?;
+    }
+    sync(done)?;
+    fs::remove_dir(&tmp).map_err(io(&tmp))?;
+    let parent = checkpoints_dir(run_dir);
+    sync(&parent)
+}
+
+/// Rank 0's commit of the whole step: `trainer.json`, written aside and
+/// renamed into place.
+fn commit_step(done: &Path, meta: &CheckpointMeta) -> Result<(), TrainError> {
+    let tmp = done.join(format!(".{META}.tmp"));
+    let json = serde_json::to_string_pretty(meta).expect("serialises");
+    fs::write(&tmp, json).map_err(io(&tmp))?;
+    sync(&tmp)?;
+    let path = done.join(META);
+    fs::rename(&tmp, &path).map_err(io(&path))?;
+    sync(done)
+}
+
+/// Removes this rank's files of every step older than the [`KEEP`] newest
+/// it holds, and the step directories that leaves empty (on a shared
+/// filesystem the last rank to leave one removes it; one left by two ranks
+/// leaving at once goes at the next checkpoint).
+fn prune_own(run_dir: &Path, rank: usize) -> Result<(), TrainError> {
+    let kept = held(run_dir, rank)?;
+    let Some(&oldest_kept) = kept.iter().rev().take(KEEP).last() else {
+        return Ok(());
+    };
+    for (step, dir) in step_dirs(run_dir)? {
+        if step < oldest_kept {
+            remove_own(&dir, rank)?;
+        }
+    }
+    Ok(())
+}
+
+/// Removes this rank's files from a step directory: its commit first (rank
+/// 0's includes the step's), then what it listed, then the directory if
+/// that left it empty.
+pub(super) fn remove_own(dir: &Path, rank: usize) -> Result<(), TrainError> {
+    let record_path = dir.join(record_file(rank));
+    let listed: Vec<String> = fs::read_to_string(&record_path)
+        .ok()
+        .and_then(|text| serde_json::from_str::<RankRecord>(&text).ok())
+        .map(|record| record.files.into_keys().collect())
+        .unwrap_or_default();
+    let mut names = Vec::new();
+    if rank == 0 {
+        names.push(META.to_string());
+    }
+    names.push(record_file(rank));
+    names.extend(listed);
+    names.extend([super::model_file(rank), super::optimizer_file(rank)]);
+    for name in names {
+        let path = dir.join(&name);
+        match fs::remove_file(&path) {
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(io(&path)(e)),
+            _ => {}
+        }
+    }
+    // Not empty (another rank's files remain) or already gone: both fine.
+    let _ = fs::remove_dir(dir);
+    Ok(())
+}
