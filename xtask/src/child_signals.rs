@@ -6,10 +6,17 @@
 //! a `--resume` typed right away racing the write), and a signal sent to
 //! xtask alone (`timeout -s INT`, a batch system's SIGTERM) would never
 //! reach the run. So the child runs in a process group of its own, the
-//! signal is caught here and passed on to the child exactly once (to its
-//! process only: `mpirun` passes it on to its ranks itself, and a rank that
-//! got it twice would take the second as "stop now"), and xtask waits for
-//! the child and exits with the child's status (130 after Ctrl-C).
+//! signal is caught here and passed on exactly once (a rank that got it
+//! twice would take the second as "stop now"), and xtask waits for the
+//! child and exits with the child's status (130 after Ctrl-C).
+//!
+//! Under `mpirun` the signal goes to the ranks it started on this machine,
+//! not to mpirun: mpirun, signalled, stops forwarding the ranks' output and
+//! kills them one second later (`odls_base_sigkill_timeout`), which cuts a
+//! large model's checkpoint short and hides the ranks' "stopped at step N"
+//! line. Signalled themselves, the ranks agree on a step, checkpoint it and
+//! exit 143, and mpirun reports that status. Only when no rank runs here
+//! (every host elsewhere) does mpirun get the signal, as SIGTERM.
 
 use std::os::unix::process::CommandExt as _;
 use std::process::{Child, Command};
@@ -51,10 +58,8 @@ pub struct Forwarder {
 }
 
 impl Forwarder {
-    /// Starts passing signals on to `child`; to an `mpirun` child
-    /// (`via_mpirun`) as SIGTERM, which mpirun passes on to its ranks and
-    /// then waits for them (a SIGINT makes it end the job at once, before
-    /// the ranks' checkpoint is written).
+    /// Starts passing signals on to `child`, or, for an `mpirun` child
+    /// (`via_mpirun`), to the ranks it started here.
     pub fn start(child: &Child, via_mpirun: bool) -> Self {
         install();
         let pid = child.id() as libc::pid_t;
@@ -62,17 +67,28 @@ impl Forwarder {
         let watching = Arc::clone(&done);
         let thread = std::thread::spawn(move || {
             while !watching.load(Ordering::SeqCst) {
-                let mut signal = PENDING.swap(0, Ordering::SeqCst);
+                let signal = PENDING.swap(0, Ordering::SeqCst);
                 if signal != 0 {
-                    if via_mpirun {
-                        signal = libc::SIGTERM;
-                    }
+                    let ranks = if via_mpirun {
+                        children(pid)
+                    } else {
+                        Vec::new()
+                    };
+                    let targets = if ranks.is_empty() {
+                        let signal = if via_mpirun { libc::SIGTERM } else { signal };
+                        vec![(pid, signal)]
+                    } else {
+                        ranks.into_iter().map(|rank| (rank, signal)).collect()
+                    };
                     eprintln!(
                         "terse: signal {signal} passed on to the run; waiting for it to write its checkpoint and end"
                     );
-                    // SAFETY: kill(2) on our own child's pid.
-                    unsafe {
-                        libc::kill(pid, signal);
+                    for (target, signal) in targets {
+                        // SAFETY: kill(2) on our child or on a process it
+                        // started.
+                        unsafe {
+                            libc::kill(target, signal);
+                        }
                     }
                 }
                 std::thread::sleep(Duration::from_millis(50));
@@ -91,5 +107,43 @@ impl Drop for Forwarder {
         if let Some(thread) = self.thread.take() {
             let _ = thread.join();
         }
+    }
+}
+
+/// The processes whose parent is `parent` (from `/proc`): the ranks an
+/// `mpirun` started on this machine.
+fn children(parent: libc::pid_t) -> Vec<libc::pid_t> {
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    entries
+        .flatten()
+        .filter_map(|entry| {
+            let pid: libc::pid_t = entry.file_name().to_str()?.parse().ok()?;
+            let stat = std::fs::read_to_string(entry.path().join("stat")).ok()?;
+            // `pid (comm) state ppid …`; comm may hold spaces and parentheses.
+            let ppid: libc::pid_t = stat
+                .rsplit_once(')')?
+                .1
+                .split_whitespace()
+                .nth(1)?
+                .parse()
+                .ok()?;
+            (ppid == parent).then_some(pid)
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_children_of_a_process_are_found() {
+        let mut child = Command::new("sleep").arg("30").spawn().unwrap();
+        let found = children(std::process::id() as libc::pid_t);
+        let _ = child.kill();
+        let _ = child.wait();
+        assert!(found.contains(&(child.id() as libc::pid_t)), "{found:?}");
     }
 }
