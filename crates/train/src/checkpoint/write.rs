@@ -165,7 +165,7 @@ fn commit_step(done: &Path, meta: &CheckpointMeta) -> Result<(), TrainError> {
 /// leaving at once goes at the next checkpoint).
 fn prune_own(run_dir: &Path, rank: usize) -> Result<(), TrainError> {
     let kept = held(run_dir, rank)?;
-    let Some(&oldest_kept) = kept.iter().rev().take(KEEP).last() else {
+    let Some(&oldest_kept) = kept.get(kept.len().saturating_sub(KEEP)) else {
         return Ok(());
     };
     for (step, dir) in step_dirs(run_dir)? {
