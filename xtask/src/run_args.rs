@@ -73,6 +73,12 @@ pub struct RunArgs {
     #[arg(long, conflicts_with = "resume")]
     pub overwrite: bool,
 
+    /// Train on this device: cpu (the default), wgpu (the best Vulkan
+    /// adapter: a GPU, else lavapipe), wgpu:N (the N-th discrete GPU),
+    /// lavapipe, cuda (not in this build); passed to `terse` as is
+    #[arg(long, value_name = "DEVICE")]
+    pub device: Option<String>,
+
     /// Set a config field, passed to `terse` as is (e.g. `--set
     /// train.steps=100`, `--set optimizer.freeze_step=20`; repeatable)
     #[arg(long = "set", value_name = "KEY=VALUE")]
@@ -108,6 +114,9 @@ impl RunArgs {
         }
         if self.overwrite {
             args.push("--overwrite".into());
+        }
+        if let Some(device) = &self.device {
+            args.extend(["--device".into(), device.clone()]);
         }
         for o in &self.overrides {
             args.extend(["--set".into(), o.clone()]);

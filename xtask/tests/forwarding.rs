@@ -169,3 +169,14 @@ fn finetune_takes_every_sentence_task_and_squad() {
     let resolved = resolved(&["finetune", "squad"]);
     assert_eq!(field(&resolved, "task", "kind").as_str(), Some("squad"));
 }
+
+#[test]
+fn the_device_goes_through_to_the_config() {
+    for device in ["lavapipe", "wgpu", "wgpu:1", "cpu"] {
+        let resolved = resolved(&["pretrain", "bert-tiny", "--device", device]);
+        let got = resolved["train"].get("device").and_then(|d| d.as_str());
+        // `cpu`, the default, is left out of the written config.
+        let want = (device != "cpu").then_some(device);
+        assert_eq!(got, want, "--device {device}");
+    }
+}

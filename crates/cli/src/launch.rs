@@ -26,6 +26,13 @@ pub struct RunFlags {
     #[arg(long, value_name = "N")]
     pub steps: Option<u64>,
 
+    /// Train on this device: cpu (the default), wgpu (burn's wgpu backend
+    /// on the best Vulkan adapter: a GPU, else lavapipe), wgpu:N (the N-th
+    /// discrete GPU), lavapipe (the CPU adapter), cuda (not in this build);
+    /// sets train.device, and a resume may change it
+    #[arg(long, value_name = "DEVICE")]
+    pub device: Option<terse_train::DeviceChoice>,
+
     /// Train with this optimizer instead of the config's, keeping every
     /// hyper-parameter the two share (weight decay, betas, eps, bias
     /// correction, freeze step, …; the schedule is untouched) and this
@@ -162,6 +169,9 @@ impl RunFlags {
                 bail!("--steps must be at least 1");
             }
             config.train.steps = steps;
+        }
+        if let Some(device) = self.device {
+            config.train.device = device;
         }
         if let Some(name) = &self.optimizer {
             let name = name.replace('-', "_");

@@ -13,7 +13,7 @@ use serde::{Deserialize, Serialize};
 use terse_models::ModelConfig;
 use terse_optim::{LrSchedule, OptimizerConfig};
 
-use crate::{Override, TrainError};
+use crate::{DeviceChoice, Override, TrainError};
 
 /// One run.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -162,6 +162,12 @@ pub struct TrainSettings {
     /// other ranks wait for included), at least 10 minutes.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub collective_timeout_s: Option<u64>,
+    /// Where the model, its batches and its gradients live: `cpu` (burn's
+    /// flex backend, the default), `wgpu` (burn's wgpu backend on the best
+    /// adapter: a GPU, else lavapipe), `wgpu:N`, `lavapipe` or `cuda` (not
+    /// in this build; see [`DeviceChoice`]). A checkpoint continues on any.
+    #[serde(default, skip_serializing_if = "DeviceChoice::is_cpu")]
+    pub device: DeviceChoice,
 }
 
 impl TrainSettings {
@@ -271,6 +277,7 @@ impl RunConfig {
                     "checkpoint_every",
                     "eval_every",
                     "collective_timeout_s",
+                    "device",
                 ] {
                     train.remove(free);
                 }

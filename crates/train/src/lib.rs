@@ -17,6 +17,7 @@ pub mod batch;
 pub mod checkpoint;
 mod collective_deadline;
 mod config;
+mod device;
 pub mod dispatch;
 mod error;
 mod grad_clip;
@@ -38,6 +39,7 @@ pub use batch::{
     squad_batch,
 };
 pub use config::{Init, RunConfig, TaskConfig, TrainSettings};
+pub use device::DeviceChoice;
 pub use dispatch::{TaskAction, with_task};
 pub use error::TrainError;
 pub use inspect::{evaluate_checkpoint, export_checkpoint, load_checkpoint, predict_checkpoint};

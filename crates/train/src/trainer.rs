@@ -209,16 +209,19 @@ impl Trainer<'_> {
                 .map_err(|source| TrainError::Io { path, source })?;
         }
 
-        let device = Device::flex().autodiff();
+        let device = cfg.train.device.open()?.autodiff();
         let (mut model, layout, initial) = {
             let _turn = INIT.lock().unwrap_or_else(|p| p.into_inner());
-            device.seed(cfg.train.seed);
-            let model = task.init(&device)?;
+            // Initialised on the CPU whatever the device, so that every
+            // device starts from the same weights.
+            let host = Device::flex().autodiff();
+            host.seed(cfg.train.seed);
+            let model = task.init(&host)?;
             // burn initialises parameters lazily, on first use: draw them
             // all now, from this seed, while this thread holds the RNG.
             let layout = ParamLayout::from_module(&model);
             let initial = gather_params(&layout, &model)?;
-            (model, layout, initial)
+            (model.fork(&device), layout, initial)
         };
         let mut optimizer = Optimizer::new(
             cfg.optimizer.clone(),

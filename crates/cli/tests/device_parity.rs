@@ -1,0 +1,281 @@
+//! Training on burn's wgpu backend (`--device lavapipe`: Mesa's Vulkan
+//! driver on the CPU, the same code path a GPU takes) against the same run
+//! on `cpu` (flex): BERT-Tiny pre-training on 2 thread ranks, 6 steps of
+//! global batch 4 at sequence length 32, the 1-bit optimizers' freeze at
+//! step 3, for adam, lamb, onebit_adam, onebit_lamb and slamb (the Adam
+//! family at BERT's Adam learning rate, 1e-4: at the config's LAMB rate,
+//! 5e-3, 1-bit Adam diverges on both devices, loss 16 by step 6).
+//!
+//! - every step's loss within 1e-4 relative (SLAMB: 1e-3), the same bytes
+//!   sent every step, and the ranks' weights bit-identical on the device
+//!   wherever they are on the CPU;
+//! - parameters within 1e-4 relative L2 after every uncompressed step: adam
+//!   and lamb at step 6, the 1-bit optimizers' warmup at step 3. The
+//!   compressed steps are only reported: a sign (1-bit) or top-k (SLAMB)
+//!   choice is discontinuous, so an element whose compensated momentum lies
+//!   within float noise of zero goes the other way on the other device, and
+//!   1-bit Adam's variance, frozen after 3 steps, turns each such flip into
+//!   a large step (measured: onebit_adam 0.18, onebit_lamb 6.7e-4, slamb
+//!   2.8e-3 relative L2 at step 6);
+//! - a checkpoint written on wgpu continues on wgpu bit-identically, and on
+//!   the CPU (and the reverse) within the same tolerance;
+//! - a device that is not there is one clear error line.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+use common::{checkpoint, workspace};
+
+const STEPS: u64 = 6;
+const TOLERANCE: f64 = 1e-4;
+
+fn terse(device: &str, optimizer: &str, run_dir: &Path, extra: &[&str]) -> Output {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_terse"));
+    command
+        .env("XDG_RUNTIME_DIR", std::env::temp_dir())
+        .args(["pretrain", "--no-progress", "--config"])
+        .arg("configs/pretrain-bert-tiny.toml")
+        .args([
+            "--device",
+            device,
+            "--local-ranks",
+            "2",
+            "--optimizer",
+            optimizer,
+        ])
+        .args(["--set", &format!("train.steps={STEPS}")])
+        .args([
+            "--set",
+            "train.global_batch=4",
+            "--set",
+            "train.micro_batch=2",
+        ])
+        .args([
+            "--set",
+            "train.eval_every=0",
+            "--set",
+            "train.checkpoint_every=3",
+        ])
+        .args(["--set", "task.max_seq=32"])
+        .arg("--run-dir")
+        .arg(run_dir)
+        .args(extra)
+        .current_dir(workspace());
+    if optimizer.starts_with("onebit") {
+        command.args(["--set", "optimizer.freeze_step=3"]);
+    }
+    if optimizer.ends_with("adam") {
+        command.args(["--set", "schedule.peak=1e-4"]);
+    }
+    command.output().expect("terse runs")
+}
+
+fn succeed(output: Output) -> String {
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    );
+    assert!(output.status.success(), "{text}");
+    text
+}
+
+/// `(step, loss, bytes sent)` of every logged step.
+fn steps(run_dir: &Path) -> Vec<(u64, f64, u64)> {
+    std::fs::read_to_string(run_dir.join("metrics.jsonl"))
+        .unwrap()
+        .lines()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .filter(|v| v.get("loss").is_some())
+        .map(|v| {
+            (
+                v["step"].as_u64().unwrap(),
+                v["loss"].as_f64().unwrap(),
+                v["bytes_sent"].as_u64().unwrap(),
+            )
+        })
+        .collect()
+}
+
+fn model(run_dir: &Path, step: u64, rank: usize) -> Vec<(String, Vec<u8>)> {
+    common::tensors(&checkpoint(run_dir, step).join(format!("model-rank-{rank}.safetensors")))
+}
+
+/// ‖a − b‖ / ‖b‖ over every f32 tensor of two saved modules.
+fn relative_l2(a: &[(String, Vec<u8>)], b: &[(String, Vec<u8>)]) -> f64 {
+    assert_eq!(a.len(), b.len());
+    let (mut diff, mut norm) = (0.0f64, 0.0f64);
+    for ((name_a, a), (name_b, b)) in a.iter().zip(b) {
+        assert_eq!(name_a, name_b);
+        for (x, y) in a.chunks_exact(4).zip(b.chunks_exact(4)) {
+            let x = f64::from(f32::from_le_bytes(x.try_into().unwrap()));
+            let y = f64::from(f32::from_le_bytes(y.try_into().unwrap()));
+            diff += (x - y) * (x - y);
+            norm += y * y;
+        }
+    }
+    (diff / norm).sqrt()
+}
+
+fn losses_agree(
+    what: &str,
+    device: &[(u64, f64, u64)],
+    cpu: &[(u64, f64, u64)],
+    tolerance: f64,
+) -> f64 {
+    assert_eq!(device.len(), cpu.len(), "{what}: steps logged");
+    let mut worst = 0.0f64;
+    for (d, c) in device.iter().zip(cpu) {
+        assert_eq!(d.0, c.0, "{what}: step numbers");
+        let relative = (d.1 - c.1).abs() / c.1.abs();
+        assert!(
+            relative <= tolerance,
+            "{what}: step {} loss {} vs {}",
+            d.0,
+            d.1,
+            c.1
+        );
+        worst = worst.max(relative);
+    }
+    worst
+}
+
+fn scratch() -> tempfile::TempDir {
+    tempfile::Builder::new()
+        .prefix("terse-device-")
+        .tempdir()
+        .unwrap()
+}
+
+#[test]
+fn every_optimizer_trains_on_lavapipe_as_on_the_cpu() {
+    let scratch = scratch();
+    // (optimizer, its last uncompressed step, loss tolerance)
+    for (optimizer, uncompressed, loss_tolerance) in [
+        ("adam", STEPS, TOLERANCE),
+        ("lamb", STEPS, TOLERANCE),
+        ("onebit_adam", 3, TOLERANCE),
+        ("onebit_lamb", 3, TOLERANCE),
+        ("slamb", 0, 1e-3),
+    ] {
+        let dir =
+            |device: &str| -> PathBuf { scratch.path().join(format!("{optimizer}-{device}")) };
+        succeed(terse("cpu", optimizer, &dir("cpu"), &[]));
+        succeed(terse("lavapipe", optimizer, &dir("lavapipe"), &[]));
+        let (cpu, device) = (steps(&dir("cpu")), steps(&dir("lavapipe")));
+        let worst = losses_agree(optimizer, &device, &cpu, loss_tolerance);
+        let sent = |log: &[(u64, f64, u64)]| log.iter().map(|s| s.2).collect::<Vec<_>>();
+        assert_eq!(sent(&device), sent(&cpu), "{optimizer}: bytes sent");
+        let apart = |step| {
+            relative_l2(
+                &model(&dir("lavapipe"), step, 0),
+                &model(&dir("cpu"), step, 0),
+            )
+        };
+        if uncompressed > 0 {
+            let l2 = apart(uncompressed);
+            assert!(
+                l2 <= TOLERANCE,
+                "{optimizer}: parameters {l2:e} apart at step {uncompressed}"
+            );
+        }
+        let ranks_equal = |d: &Path| model(d, STEPS, 1) == model(d, STEPS, 0);
+        assert_eq!(
+            ranks_equal(&dir("lavapipe")),
+            ranks_equal(&dir("cpu")),
+            "{optimizer}: the ranks agree on one device only"
+        );
+        println!(
+            "{optimizer}: losses within {worst:.1e}; parameters {:.1e} relative L2 at step 3, \
+             {:.1e} at step {STEPS}; ranks identical: {}",
+            apart(3),
+            apart(STEPS),
+            ranks_equal(&dir("cpu"))
+        );
+    }
+}
+
+#[test]
+fn checkpoints_move_between_devices() {
+    let scratch = scratch();
+    let dir = |name: &str| scratch.path().join(name);
+    let from = |run: &str| checkpoint(&dir(run), 3).display().to_string();
+    let after = |log: Vec<(u64, f64, u64)>| log.into_iter().filter(|s| s.0 > 3).collect::<Vec<_>>();
+
+    // wgpu → wgpu, from a compression-stage checkpoint (1-bit Adam's error
+    // buffers included): bit-identical.
+    let optimizer = "onebit_adam";
+    succeed(terse("lavapipe", optimizer, &dir("gpu"), &[]));
+    succeed(terse(
+        "lavapipe",
+        optimizer,
+        &dir("gpu-gpu"),
+        &["--resume", &from("gpu")],
+    ));
+    for rank in 0..2 {
+        assert!(
+            model(&dir("gpu-gpu"), STEPS, rank) == model(&dir("gpu"), STEPS, rank),
+            "rank {rank}: the resume on wgpu differs"
+        );
+    }
+    assert_eq!(after(steps(&dir("gpu-gpu"))), after(steps(&dir("gpu"))));
+
+    // wgpu → cpu and cpu → wgpu (LAMB: no discontinuous step to amplify
+    // the devices' float differences): within the devices' tolerance.
+    let optimizer = "lamb";
+    succeed(terse("lavapipe", optimizer, &dir("lamb-gpu"), &[]));
+    succeed(terse("cpu", optimizer, &dir("lamb-cpu"), &[]));
+    for (resumed, on, written) in [
+        ("gpu-cpu", "cpu", "lamb-gpu"),
+        ("cpu-gpu", "lavapipe", "lamb-cpu"),
+    ] {
+        succeed(terse(
+            on,
+            optimizer,
+            &dir(resumed),
+            &["--resume", &from(written)],
+        ));
+        losses_agree(
+            resumed,
+            &after(steps(&dir(resumed))),
+            &after(steps(&dir(written))),
+            TOLERANCE,
+        );
+        let l2 = relative_l2(
+            &model(&dir(resumed), STEPS, 0),
+            &model(&dir(written), STEPS, 0),
+        );
+        assert!(l2 <= TOLERANCE, "{resumed}: {l2:e}");
+        println!(
+            "{written} step 3 resumed on {on}: parameters {l2:.1e} relative L2 at step {STEPS}"
+        );
+    }
+}
+
+#[test]
+fn a_device_that_is_not_there_is_one_clear_error() {
+    let scratch = scratch();
+    for (device, says) in [
+        (
+            "wgpu:7",
+            "no discrete GPU number 7 among the adapters wgpu finds here",
+        ),
+        ("cuda", "this build has no CUDA backend"),
+        ("gpu3", "unknown device `gpu3`"),
+    ] {
+        let output = terse(device, "adam", &scratch.path().join("run"), &[]);
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert_eq!(
+            output.status.code(),
+            Some(if device == "gpu3" { 2 } else { 1 }),
+            "{stderr}"
+        );
+        let errors: Vec<&str> = stderr.lines().filter(|l| l.contains("error")).collect();
+        assert_eq!(errors.len(), 1, "{stderr}");
+        assert!(errors[0].contains(says), "{stderr}");
+        assert!(!stderr.contains("panicked"), "{stderr}");
+        println!("--device {device}: {}", errors[0]);
+    }
+}

@@ -1,0 +1,243 @@
+//! `train.device` (`--device`): where the model, its batches and its
+//! gradients live. `cpu` is burn's flex backend; `wgpu` (or `vulkan`) is
+//! burn's wgpu backend on the best adapter wgpu finds (a GPU, else a CPU
+//! adapter such as Mesa's lavapipe), `wgpu:N` on the N-th discrete GPU, and
+//! `lavapipe` on wgpu's CPU adapter by name. `cuda` is named so that asking
+//! for it gets a plain answer: this build has no CUDA backend (burn's `cuda`
+//! feature fetches an LLVM bundle while it builds, which these machines
+//! cannot).
+//!
+//! The model is initialised on the CPU from the config's seed and then
+//! moved, so every device starts from the same weights. The optimizer's
+//! flat parameter vector stays on the host (issue 28 moves it).
+
+use std::fmt;
+use std::str::FromStr;
+
+use burn::tensor::{Device, DeviceKind, Tensor};
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
+
+use crate::TrainError;
+
+/// The device a run trains on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum DeviceChoice {
+    /// burn's flex backend on the host's cores.
+    #[default]
+    Cpu,
+    /// burn's wgpu backend on wgpu's preferred adapter.
+    Wgpu,
+    /// burn's wgpu backend on the N-th discrete GPU.
+    WgpuDiscrete(usize),
+    /// burn's wgpu backend on the CPU adapter (Mesa's lavapipe).
+    Lavapipe,
+    /// CUDA: not in this build.
+    Cuda,
+}
+
+const CHOICES: &str = "cpu, wgpu (or vulkan), wgpu:N (the N-th discrete GPU), lavapipe, cuda";
+
+impl FromStr for DeviceChoice {
+    type Err = String;
+
+    fn from_str(text: &str) -> Result<Self, String> {
+        Ok(match text {
+            "cpu" | "flex" => Self::Cpu,
+            "wgpu" | "vulkan" | "gpu" => Self::Wgpu,
+            "lavapipe" => Self::Lavapipe,
+            "cuda" => Self::Cuda,
+            other => match other
+                .strip_prefix("wgpu:")
+                .or_else(|| other.strip_prefix("vulkan:"))
+                .and_then(|n| n.parse().ok())
+            {
+                Some(index) => Self::WgpuDiscrete(index),
+                None => return Err(format!("unknown device `{other}`: one of {CHOICES}")),
+            },
+        })
+    }
+}
+
+impl fmt::Display for DeviceChoice {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Cpu => f.write_str("cpu"),
+            Self::Wgpu => f.write_str("wgpu"),
+            Self::WgpuDiscrete(index) => write!(f, "wgpu:{index}"),
+            Self::Lavapipe => f.write_str("lavapipe"),
+            Self::Cuda => f.write_str("cuda"),
+        }
+    }
+}
+
+impl Serialize for DeviceChoice {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.collect_str(self)
+    }
+}
+
+impl<'de> Deserialize<'de> for DeviceChoice {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let text = String::deserialize(deserializer)?;
+        text.parse().map_err(serde::de::Error::custom)
+    }
+}
+
+impl DeviceChoice {
+    /// Whether this is the default (`cpu`), which configs leave unwritten.
+    pub fn is_cpu(&self) -> bool {
+        *self == Self::Cpu
+    }
+
+    /// The device, checked to work: a wgpu adapter that is missing or fails
+    /// to start is an error naming the choice, not a panic.
+    pub fn open(&self) -> Result<Device, TrainError> {
+        let kind = match self {
+            Self::Cpu => return Ok(Device::flex()),
+            Self::Wgpu => DeviceKind::DefaultDevice,
+            Self::WgpuDiscrete(index) => DeviceKind::DiscreteGpu(*index),
+            Self::Lavapipe => DeviceKind::Cpu,
+            Self::Cuda => {
+                return Err(self.unavailable(
+                    "this build has no CUDA backend (burn's `cuda` feature downloads an LLVM \
+                     bundle while it builds); on an NVIDIA GPU use `wgpu` (Vulkan)"
+                        .into(),
+                ));
+            }
+        };
+        let found = adapters();
+        let fits = |info: &&Adapter| match self {
+            Self::WgpuDiscrete(_) => info.device_type == wgpu::DeviceType::DiscreteGpu,
+            Self::Lavapipe => info.device_type == wgpu::DeviceType::Cpu,
+            _ => true,
+        };
+        let index = match self {
+            Self::WgpuDiscrete(index) => *index,
+            _ => 0,
+        };
+        if found.iter().filter(fits).nth(index).is_none() {
+            let wanted = match self {
+                Self::WgpuDiscrete(index) => format!("no discrete GPU number {index}"),
+                Self::Lavapipe => "no CPU adapter (lavapipe)".into(),
+                _ => "no adapter".into(),
+            };
+            let listed: Vec<String> = found
+                .iter()
+                .map(|a| format!("{} ({:?}, {:?})", a.name, a.device_type, a.backend))
+                .collect();
+            return Err(self.unavailable(format!(
+                "{wanted} among the adapters wgpu finds here: {}{HOW}",
+                if listed.is_empty() {
+                    "none".to_string()
+                } else {
+                    listed.join(", ")
+                }
+            )));
+        }
+        let device = Device::wgpu(kind);
+        probe(&device).map_err(|reason| {
+            self.unavailable(format!("the adapter failed to start: {reason}{HOW}"))
+        })?;
+        Ok(device)
+    }
+
+    fn unavailable(&self, reason: String) -> TrainError {
+        TrainError::InvalidRun {
+            field: "train.device",
+            reason: format!("`{self}` cannot be used: {reason}"),
+        }
+    }
+}
+
+/// What a machine needs for `wgpu`, said with every error.
+const HOW: &str = " (Vulkan needs a driver and the loader: `libvulkan1` and \
+                   `mesa-vulkan-drivers` for lavapipe, the GPU vendor's driver for a GPU)";
+
+type Adapter = wgpu::AdapterInfo;
+
+/// The adapters of the graphics API burn's wgpu backend comes up on (the
+/// first of Vulkan, Metal, DX12 and OpenGL this machine has one for), listed
+/// once per process: the Vulkan loader crashes when instances come and go
+/// on several threads at once, and every thread rank opens the device.
+fn adapters() -> &'static [Adapter] {
+    static FOUND: std::sync::OnceLock<Vec<Adapter>> = std::sync::OnceLock::new();
+    FOUND.get_or_init(|| {
+        for backend in [
+            wgpu::Backend::Vulkan,
+            wgpu::Backend::Metal,
+            wgpu::Backend::Dx12,
+            wgpu::Backend::Gl,
+        ] {
+            let instance = wgpu::Instance::new(wgpu::InstanceDescriptor {
+                backends: backend.into(),
+                ..wgpu::InstanceDescriptor::new_without_display_handle()
+            });
+            let found: Vec<Adapter> =
+                futures_lite::future::block_on(instance.enumerate_adapters(backend.into()))
+                    .iter()
+                    .map(wgpu::Adapter::get_info)
+                    .collect();
+            if !found.is_empty() {
+                return found;
+            }
+        }
+        Vec::new()
+    })
+}
+
+/// Runs one small computation on `device`; wgpu starts its adapter lazily
+/// and panics when there is none, so the panic is caught (and kept off the
+/// terminal) and returned as its message.
+fn probe(device: &Device) -> Result<(), String> {
+    let quiet = std::panic::take_hook();
+    std::panic::set_hook(Box::new(|_| {}));
+    let outcome = std::panic::catch_unwind(|| {
+        let x = Tensor::<1>::from_floats([1.0, 2.0, 3.0], device);
+        x.sum().into_scalar::<f32>()
+    });
+    std::panic::set_hook(quiet);
+    match outcome {
+        Ok(sum) if sum == 6.0 => Ok(()),
+        Ok(sum) => Err(format!("a test sum gave {sum}, not 6")),
+        Err(panic) => Err(panic
+            .downcast_ref::<String>()
+            .cloned()
+            .or_else(|| panic.downcast_ref::<&str>().map(|s| s.to_string()))
+            .unwrap_or_else(|| "the adapter failed to start".into())
+            .lines()
+            .next()
+            .unwrap_or_default()
+            .to_string()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn device_names_parse_and_print_back() {
+        for (text, choice) in [
+            ("cpu", DeviceChoice::Cpu),
+            ("wgpu", DeviceChoice::Wgpu),
+            ("vulkan", DeviceChoice::Wgpu),
+            ("wgpu:1", DeviceChoice::WgpuDiscrete(1)),
+            ("lavapipe", DeviceChoice::Lavapipe),
+            ("cuda", DeviceChoice::Cuda),
+        ] {
+            assert_eq!(text.parse::<DeviceChoice>(), Ok(choice));
+            assert_eq!(choice.to_string().parse::<DeviceChoice>(), Ok(choice));
+        }
+        let error = "gpu3".parse::<DeviceChoice>().unwrap_err();
+        assert!(error.contains("unknown device `gpu3`") && error.contains("lavapipe"));
+    }
+
+    #[test]
+    fn cuda_says_plainly_that_this_build_has_none() {
+        let error = DeviceChoice::Cuda.open().unwrap_err().to_string();
+        assert!(
+            error.contains("train.device") && error.contains("no CUDA backend"),
+            "{error}"
+        );
+    }
+}
