@@ -79,6 +79,12 @@ pub struct RunArgs {
     #[arg(long, value_name = "DEVICE")]
     pub device: Option<String>,
 
+    /// The communicator: auto (mpi with --ranks N > 1, else one rank),
+    /// mpi, nccl (NCCL between GPUs; needs a build with the
+    /// terse-train/nccl feature); passed to `terse` as is
+    #[arg(long, value_name = "BACKEND")]
+    pub comm: Option<String>,
+
     /// Set a config field, passed to `terse` as is (e.g. `--set
     /// train.steps=100`, `--set optimizer.freeze_step=20`; repeatable)
     #[arg(long = "set", value_name = "KEY=VALUE")]
@@ -117,6 +123,9 @@ impl RunArgs {
         }
         if let Some(device) = &self.device {
             args.extend(["--device".into(), device.clone()]);
+        }
+        if let Some(comm) = &self.comm {
+            args.extend(["--comm".into(), comm.clone()]);
         }
         for o in &self.overrides {
             args.extend(["--set".into(), o.clone()]);

@@ -73,6 +73,13 @@ pub struct RunFlags {
     #[arg(long, conflicts_with = "resume")]
     pub overwrite: bool,
 
+    /// The communicator: auto (mpi in a process mpirun started, local
+    /// threads for --local-ranks N > 1, else one rank), local, mpi (one rank
+    /// per process), nccl (NCCL between the GPUs of an MPI job; builds with
+    /// the terse-train/nccl feature only)
+    #[arg(long, value_name = "BACKEND", default_value = "auto")]
+    pub comm: terse_train::CommChoice,
+
     /// Ranks as threads of this process, the `local` backend (ignored
     /// under mpirun, where each process is a rank; `cargo xtask --ranks N`
     /// means N mpirun processes)
@@ -145,6 +152,7 @@ impl RunFlags {
             resume_from: self.resume.clone().flatten(),
             overwrite: self.overwrite,
             ranks: self.local_ranks,
+            comm: self.comm,
             progress: !self.no_progress,
         };
         if let Some(summary) = terse_train::train(&config, &launch)? {

@@ -10,6 +10,7 @@ use std::time::Duration;
 
 use terse_comm::{Communicator, LocalComm, MpiComm, SingleRank};
 
+use crate::comm_choice::{Backend, CommChoice};
 use crate::dispatch::{TaskAction, with_task};
 use crate::metrics::RunSummary;
 use crate::run_dir::{self, Existing, RunDirClaim};
@@ -29,6 +30,9 @@ pub struct Launch {
     pub resume_from: Option<PathBuf>,
     /// Ranks as threads of this process when not started by `mpirun`.
     pub ranks: usize,
+    /// The communicator (`--comm`; `auto` picks from how the process was
+    /// started and `ranks`).
+    pub comm: CommChoice,
     /// Show a progress bar.
     pub progress: bool,
 }
@@ -46,53 +50,90 @@ pub fn train(config: &RunConfig, launch: &Launch) -> Result<Option<RunSummary>, 
         progress: launch.progress,
     };
     let predictions = launch.run_dir.join("predictions.json");
-    if MpiComm::launched_by_mpirun() {
-        let comm = MpiComm::init()?;
-        // Rank 0 claims the directory before any rank writes to it; if it
-        // cannot, every rank ends with its reason.
-        let _claim = if comm.rank() == 0 {
-            match claim(launch) {
-                Ok(claim) => Some(claim),
-                Err(e) => {
-                    tracing::error!("rank 0: {e}");
-                    comm.abort(&e.to_string());
-                    return Err(e);
-                }
-            }
-        } else {
-            None
-        };
-        comm.barrier()?;
-        announce(&comm, config, &launch.run_dir);
-        let on = TrainOn::Process(&comm, &trainer);
-        let result = with_task(config, &comm, &predictions, on);
-        // A signal and a divergence end every rank at the same step (both
-        // travel in the step's shared allreduce), so no rank is left
-        // waiting: those exit on their own, with their own status (3 for
-        // a divergence, which MPI_Abort would turn into 1).
-        if let Err(e) = &result
-            && !e.interrupted()
-            && !e.diverged()
-        {
-            tracing::error!("rank {}: {e}", comm.rank());
-            comm.abort(&e.to_string());
+    match launch
+        .comm
+        .backend(launch.ranks, MpiComm::launched_by_mpirun())?
+    {
+        Backend::Mpi => on_process_world(&MpiComm::init()?, config, launch, &trainer),
+        Backend::Nccl => on_nccl(config, launch, &trainer),
+        Backend::Threads(ranks) => {
+            let _claim = claim(launch)?;
+            let on = TrainOn::Threads(ranks, &trainer);
+            with_task(config, &SingleRank::new(), &predictions, on)
         }
-        result
-    } else if launch.ranks > 1 {
-        let _claim = claim(launch)?;
-        let on = TrainOn::Threads(launch.ranks, &trainer);
-        with_task(config, &SingleRank::new(), &predictions, on)
-    } else {
-        let _claim = claim(launch)?;
-        let comm = SingleRank::new();
-        announce(&comm, config, &launch.run_dir);
-        with_task(
-            config,
-            &comm,
-            &predictions,
-            TrainOn::Process(&comm, &trainer),
-        )
+        Backend::Single => {
+            let _claim = claim(launch)?;
+            let comm = SingleRank::new();
+            announce(&comm, config, &launch.run_dir);
+            with_task(
+                config,
+                &comm,
+                &predictions,
+                TrainOn::Process(&comm, &trainer),
+            )
+        }
     }
+}
+
+/// A rank of a world of processes (MPI, or NCCL over MPI).
+fn on_process_world(
+    comm: &dyn Communicator,
+    config: &RunConfig,
+    launch: &Launch,
+    trainer: &Trainer<'_>,
+) -> Result<Option<RunSummary>, TrainError> {
+    // Rank 0 claims the directory before any rank writes to it; if it
+    // cannot, every rank ends with its reason.
+    let _claim = if comm.rank() == 0 {
+        match claim(launch) {
+            Ok(claim) => Some(claim),
+            Err(e) => {
+                tracing::error!("rank 0: {e}");
+                comm.abort(&e.to_string());
+                return Err(e);
+            }
+        }
+    } else {
+        None
+    };
+    comm.barrier()?;
+    announce(comm, config, &launch.run_dir);
+    let predictions = launch.run_dir.join("predictions.json");
+    let result = with_task(config, comm, &predictions, TrainOn::Process(comm, trainer));
+    // A signal and a divergence end every rank at the same step (both
+    // travel in the step's shared allreduce), so no rank is left waiting:
+    // those exit on their own, with their own status (3 for a divergence,
+    // which MPI_Abort would turn into 1).
+    if let Err(e) = &result
+        && !e.interrupted()
+        && !e.diverged()
+    {
+        tracing::error!("rank {}: {e}", comm.rank());
+        comm.abort(&e.to_string());
+    }
+    result
+}
+
+/// NCCL between the GPUs of an MPI job: each process takes the GPU of its
+/// rank on its node (`OMPI_COMM_WORLD_LOCAL_RANK`).
+#[cfg(feature = "nccl")]
+fn on_nccl(
+    config: &RunConfig,
+    launch: &Launch,
+    trainer: &Trainer<'_>,
+) -> Result<Option<RunSummary>, TrainError> {
+    let local_rank = std::env::var("OMPI_COMM_WORLD_LOCAL_RANK")
+        .ok()
+        .and_then(|r| r.parse().ok())
+        .unwrap_or(0);
+    let comm = terse_comm::NcclComm::init(MpiComm::init()?, local_rank)?;
+    on_process_world(&comm, config, launch, trainer)
+}
+
+/// Refused earlier ([`CommChoice::backend`]): a build without NCCL.
+#[cfg(not(feature = "nccl"))]
+fn on_nccl(_: &RunConfig, _: &Launch, _: &Trainer<'_>) -> Result<Option<RunSummary>, TrainError> {
+    unreachable!("--comm nccl is refused in a build without the nccl feature")
 }
 
 /// Claims the run directory for this run (see [`run_dir`]).

@@ -16,6 +16,7 @@ pub mod allocator;
 pub mod batch;
 pub mod checkpoint;
 mod collective_deadline;
+mod comm_choice;
 mod config;
 mod device;
 pub mod dispatch;
@@ -38,6 +39,7 @@ pub use batch::{
     ClassificationBatch, PretrainBatch, SquadBatch, classification_batch, pretrain_batch,
     squad_batch,
 };
+pub use comm_choice::CommChoice;
 pub use config::{Init, RunConfig, TaskConfig, TrainSettings};
 pub use device::DeviceChoice;
 pub use dispatch::{TaskAction, with_task};
