@@ -1,9 +1,10 @@
 //! Moving parameters and gradients between a module and a flat host vector
-//! in a [`ParamLayout`]'s order.
+//! in a [`ParamLayout`]'s order: the operations of [`crate::FlatModel`],
+//! the one type every caller uses.
 //!
-//! The trainer gathers the parameters once ([`gather_params`], at the start
-//! of a run or after a resume): from then on the optimizer's host vector is
-//! the master copy. Each step copies every gradient once, straight into its
+//! The parameters are gathered once ([`gather_params`], at the start of a
+//! run or after a resume): from then on the optimizer's host vector is the
+//! master copy. Each step copies every gradient once, straight into its
 //! segment of a reused host buffer ([`add_grads_to_host`]), and writes the
 //! updated parameters back ([`write_back_host`]) with a [`ModuleMapper`]
 //! that keeps each parameter's id, autodiff association, gradient

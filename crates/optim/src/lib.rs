@@ -17,6 +17,7 @@ mod compression_config;
 mod config_check;
 mod eps_mode;
 mod error;
+mod flat_model;
 mod freeze;
 mod gather;
 mod kept_out;
@@ -42,8 +43,8 @@ pub use compression_config::{CompressionConfig, FreezeRule, ScaleKind, WithCompr
 pub use config_check::NoOtherFields;
 pub use eps_mode::EpsMode;
 pub use error::OptimError;
+pub use flat_model::FlatModel;
 pub use freeze::AutoFreeze;
-pub use gather::{add_grads_to_host, gather_params, tensor_to_host, write_back_host};
 pub use lamb::{Lamb, LambConfig};
 pub use layout::{ParamLayout, Segment};
 pub use moment_config::{MomentConfig, WithMoments};

@@ -8,8 +8,7 @@ use burn::nn::{Embedding, EmbeddingConfig, LayerNorm, LayerNormConfig, Linear, L
 use burn::tensor::{Device, Gradients, Int, Tensor, TensorData};
 use terse_comm::SingleRank;
 use terse_optim::{
-    AdamConfig, LrSchedule, OptimError, Optimizer, OptimizerConfig, ParamLayout, add_grads_to_host,
-    gather_params, tensor_to_host, write_back_host,
+    AdamConfig, FlatModel, LrSchedule, OptimError, Optimizer, OptimizerConfig, ParamLayout,
 };
 
 #[derive(Module, Debug)]
@@ -125,13 +124,17 @@ fn gather_and_write_back_keep_values_ids_and_training() {
     let before = snapshot(&module);
 
     // Gathered values are the parameters, concatenated in layout order.
-    let flat = tensor_to_host(gather_params(&layout, &module).unwrap()).unwrap();
+    let mut flat = FlatModel::gather(&module).unwrap();
+    assert_eq!(flat.layout(), &layout);
     let concatenated: Vec<f32> = before.0.iter().flat_map(|(_, v, _)| v.clone()).collect();
-    assert_eq!(flat, concatenated);
+    assert_eq!(flat.params(), concatenated);
 
     // Write back 2x + 1 and check every value, id and flag.
-    let updated: Vec<f32> = flat.iter().map(|v| 2.0 * v + 1.0).collect();
-    let module = write_back_host(&layout, module, &updated).unwrap();
+    flat.params_mut()
+        .iter_mut()
+        .for_each(|v| *v = 2.0 * *v + 1.0);
+    let updated = flat.params().to_vec();
+    let module = flat.write_into(module).unwrap();
     let after = snapshot(&module);
     assert_eq!(after.0.len(), before.0.len());
     for ((id_a, _, rg_a), (id_b, values, rg_b)) in before.0.iter().zip(&after.0) {
@@ -144,10 +147,9 @@ fn gather_and_write_back_keep_values_ids_and_training() {
 
     // A second forward/backward after write-back reaches every parameter.
     let mut grads: Gradients = module.loss(&device).backward();
-    let mut flat_grad = vec![0.0; layout.len()];
-    add_grads_to_host(&layout, &module, &mut grads, &mut flat_grad, true).unwrap();
+    flat.add_grads(&module, &mut grads, true).unwrap();
     for segment in layout.segments() {
-        let norm: f32 = flat_grad[segment.range()].iter().map(|g| g * g).sum();
+        let norm: f32 = flat.grad()[segment.range()].iter().map(|g| g * g).sum();
         assert!(norm > 0.0, "no gradient reached `{}`", segment.path);
     }
 }
@@ -155,14 +157,12 @@ fn gather_and_write_back_keep_values_ids_and_training() {
 /// One optimizer step on a module, as the trainer takes it: the gradients
 /// into a flat host buffer, a step of the host parameters, written back.
 fn step<M: Module>(optimizer: &mut Optimizer, module: M, grads: &mut Gradients) -> M {
-    let layout = optimizer.layout().clone();
-    let mut x = tensor_to_host(gather_params(&layout, &module).unwrap()).unwrap();
-    let mut g = vec![0.0; layout.len()];
-    add_grads_to_host(&layout, &module, grads, &mut g, true).unwrap();
-    optimizer
-        .step_flat(&mut x, &mut g, &SingleRank::new())
-        .unwrap();
-    write_back_host(&layout, module, &x).unwrap()
+    let mut flat = FlatModel::gather(&module).unwrap();
+    assert_eq!(flat.layout(), optimizer.layout());
+    flat.add_grads(&module, grads, true).unwrap();
+    let (x, g) = flat.params_and_grad();
+    optimizer.step_flat(x, g, &SingleRank::new()).unwrap();
+    flat.write_into(module).unwrap()
 }
 
 #[test]
@@ -191,10 +191,9 @@ fn optimizer_steps_a_module_and_keeps_it_trainable() {
 #[test]
 fn write_back_refuses_a_module_of_another_shape() {
     let device = Device::flex();
-    let layout = ParamLayout::from_module(&block(&device));
+    let flat = FlatModel::gather(&block(&device)).unwrap();
     let other = LinearConfig::new(HIDDEN, HIDDEN).init(&device);
-    let flat = vec![0.0; layout.len()];
-    match write_back_host(&layout, other, &flat) {
+    match flat.write_into(other) {
         Err(OptimError::LayoutMismatch { index: 0, detail }) => {
             assert!(
                 detail.contains("embedding.weight") && detail.contains("`weight`"),

@@ -30,10 +30,7 @@ use terse_kernels::fused::{
 use terse_models::bert::{BertForPreTraining, BertInput, BertPreset};
 use terse_models::{ResnetConfig, ResnetDepth};
 use terse_optim::WithMoments;
-use terse_optim::{
-    AdamConfig, LrSchedule, Optimizer, OptimizerConfig, ParamLayout, add_grads_to_host,
-    gather_params, tensor_to_host, write_back_host,
-};
+use terse_optim::{AdamConfig, FlatModel, LrSchedule, Optimizer, OptimizerConfig, ParamLayout};
 use terse_rng::SplitMix64;
 
 /// A model the benchmark times.
@@ -136,8 +133,9 @@ fn time_steps<M: Module>(
     let schedule = LrSchedule::Constant { lr: 1e-4 };
     let layout = ParamLayout::from_module(&model);
     let mut optimizer = Optimizer::new(adam, schedule, layout.clone(), &comm).unwrap();
-    let mut params: Option<Vec<f32>> = None;
-    let mut grad = vec![0.0; layout.len()];
+    // Gathered after the first forward pass: burn initialises parameters
+    // lazily, on first use.
+    let mut flat: Option<FlatModel> = None;
     let mut sums = Timings {
         step: 0.0,
         forward: 0.0,
@@ -155,18 +153,15 @@ fn time_steps<M: Module>(
         let backward = start.elapsed().as_secs_f64() * 1e3 - forward;
         // The trainer's round trip: the gradients into the host buffer, one
         // step of the host parameters, written back.
-        let params = params.get_or_insert_with(|| {
-            tensor_to_host(gather_params(&layout, &model).unwrap()).unwrap()
-        });
+        let flat = flat.get_or_insert_with(|| FlatModel::gather(&model).unwrap());
         op_profile::timed(OpClass::FlatRoundTrip, || {
-            add_grads_to_host(&layout, &model, &mut grads, &mut grad, true).unwrap()
+            flat.add_grads(&model, &mut grads, true).unwrap()
         });
         op_profile::timed(OpClass::Optimizer, || {
-            optimizer.step_flat(params, &mut grad, &comm).unwrap()
+            let (params, grad) = flat.params_and_grad();
+            optimizer.step_flat(params, grad, &comm).unwrap()
         });
-        model = op_profile::timed(OpClass::FlatRoundTrip, || {
-            write_back_host(&layout, model, params).unwrap()
-        });
+        model = op_profile::timed(OpClass::FlatRoundTrip, || flat.write_into(model).unwrap());
         let ms = start.elapsed().as_secs_f64() * 1e3;
         let recorded = op_profile::finish();
         if step >= warmup {

@@ -20,9 +20,7 @@ use burn::store::{ModuleSnapshot, SafetensorsStore};
 use burn::tensor::{Device, Tensor};
 use terse_comm::{Communicator, ReduceOp};
 use terse_kernels::fused::{DropoutStream, with_dropout_stream};
-use terse_optim::{
-    Optimizer, ParamLayout, add_grads_to_host, gather_params, tensor_to_host, write_back_host,
-};
+use terse_optim::{FlatModel, Optimizer};
 
 use crate::checkpoint::{self, model_file, optimizer_file};
 use crate::collective_deadline::CollectiveDeadline;
@@ -210,7 +208,7 @@ impl Trainer<'_> {
         }
 
         let device = cfg.train.device.open()?.autodiff();
-        let (mut model, layout, initial) = {
+        let (mut model, mut flat) = {
             let _turn = INIT.lock().unwrap_or_else(|p| p.into_inner());
             // Initialised on the CPU whatever the device, so that every
             // device starts from the same weights.
@@ -219,28 +217,22 @@ impl Trainer<'_> {
             let model = task.init(&host)?;
             // burn initialises parameters lazily, on first use: draw them
             // all now, from this seed, while this thread holds the RNG.
-            let layout = ParamLayout::from_module(&model);
-            let initial = gather_params(&layout, &model)?;
-            (model.fork(&device), layout, initial)
+            // The optimizer's view of the parameters, gathered once (again
+            // only when a checkpoint replaced them): after each step it is
+            // written into the model, so the model is never gathered again.
+            let flat = FlatModel::gather(&model)?;
+            (model.fork(&device), flat)
         };
         let mut optimizer = Optimizer::new(
             cfg.optimizer.clone(),
             cfg.schedule.clone(),
-            layout.clone(),
+            flat.layout().clone(),
             comm,
         )?;
-        // The optimizer's view of the parameters, gathered once (again only
-        // when a checkpoint replaced them): after each step it is written
-        // into the model, so the model never has to be gathered again. The
-        // gradient buffer is reused across steps.
-        let mut params = if self.resume {
-            drop(initial);
+        if self.resume {
             model = self.restore(model, &mut optimizer, comm)?;
-            tensor_to_host(gather_params(&layout, &model)?)?
-        } else {
-            tensor_to_host(initial)?
-        };
-        let mut grad = vec![0.0f32; layout.len()];
+            flat.regather(&model)?;
+        }
 
         let plan = cfg.optimizer.plan(cfg.train.steps, &cfg.schedule);
         if lead && world == 1 {
@@ -284,26 +276,20 @@ impl Trainer<'_> {
         for t in start_step + 1..=cfg.train.steps {
             let step_start = Instant::now();
             let (epoch, share) = order.share(t);
-            let local = self.local_gradient(
-                task,
-                &model,
-                &layout,
-                share,
-                (t, epoch, rank),
-                &device,
-                &mut grad,
-            )?;
+            let local =
+                self.local_gradient(task, &model, share, (t, epoch, rank), &device, &mut flat)?;
             let (forward_ms, backward_ms) = (local.forward_ms, local.backward_ms);
 
-            // Taken before the step: the optimizer works in `grad`.
-            let squares = squared_norm(&grad);
+            // Taken before the step: the optimizer works in the gradient.
+            let squares = squared_norm(flat.grad());
             let clipped_norm = match cfg.train.max_grad_norm {
-                Some(max_norm) => Some(clip_gradient(&mut grad, squares, max_norm, comm)?),
+                Some(max_norm) => Some(clip_gradient(flat.grad_mut(), squares, max_norm, comm)?),
                 None => None,
             };
             let clock = Instant::now();
-            let report = optimizer.step_flat(&mut params, &mut grad, comm)?;
-            model = write_back_host(&layout, model, &params)?;
+            let (params, grad) = flat.params_and_grad();
+            let report = optimizer.step_flat(params, grad, comm)?;
+            model = flat.write_into(model)?;
             let step_ms = ms(clock);
 
             // The loss every rank saw, whether any rank was signalled and
@@ -352,7 +338,12 @@ impl Trainer<'_> {
             };
             log.line(&record)?;
             comm.set_deadline(deadline.after_step(step_start.elapsed()));
-            summary.add(&record, cfg.train.global_batch as u64, layout.len(), world);
+            summary.add(
+                &record,
+                cfg.train.global_batch as u64,
+                flat.layout().len(),
+                world,
+            );
             bar.inc(1);
             bar.set_message(format!("loss {loss:.4} {}", record.stage));
             if let Some(lines) = &lines {
@@ -362,7 +353,7 @@ impl Trainer<'_> {
             let stop = shared[1] > 0.0;
             let last = t == cfg.train.steps;
             if last {
-                model = finish(&mut optimizer, model, &layout, &mut params, comm)?;
+                model = finish(&mut optimizer, model, &mut flat, comm)?;
             }
             let every = cfg.train.checkpoint_every;
             if stop || last || (every > 0 && t.is_multiple_of(every)) {
@@ -400,17 +391,16 @@ impl Trainer<'_> {
     }
 
     /// This rank's mean gradient over its share of step `t`, micro-batch by
-    /// micro-batch, each forward with its own dropout stream, into `grad`.
-    #[allow(clippy::too_many_arguments)]
+    /// micro-batch, each forward with its own dropout stream, into the
+    /// gradient of `flat`.
     fn local_gradient<T: Task>(
         &self,
         task: &T,
         model: &T::Model,
-        layout: &ParamLayout,
         share: &[usize],
         (t, epoch, rank): (u64, u64, usize),
         device: &Device,
-        grad: &mut [f32],
+        flat: &mut FlatModel,
     ) -> Result<LocalGradient, TrainError> {
         let seed = self.config.train.seed;
         let (mut forward_ms, mut backward_ms, mut loss_sum) = (0.0, 0.0, 0.0f64);
@@ -424,12 +414,12 @@ impl Trainer<'_> {
             let clock = Instant::now();
             let mut grads = loss.backward();
             loss_sum += f64::from(loss.into_scalar::<f32>());
-            add_grads_to_host(layout, model, &mut grads, grad, micro == 0)?;
+            flat.add_grads(model, &mut grads, micro == 0)?;
             backward_ms += ms(clock);
         }
         if count > 1 {
             let scale = 1.0 / count as f32;
-            grad.iter_mut().for_each(|g| *g *= scale);
+            flat.grad_mut().iter_mut().for_each(|g| *g *= scale);
         }
         Ok(LocalGradient {
             loss: loss_sum / count as f64,
@@ -546,10 +536,9 @@ fn ms(since: Instant) -> f64 {
 fn finish<M: Module>(
     optimizer: &mut Optimizer,
     model: M,
-    layout: &ParamLayout,
-    params: &mut [f32],
+    flat: &mut FlatModel,
     comm: &dyn Communicator,
 ) -> Result<M, TrainError> {
-    optimizer.finish_flat(params, comm)?;
-    Ok(write_back_host(layout, model, params)?)
+    optimizer.finish_flat(flat.params_mut(), comm)?;
+    Ok(flat.write_into(model)?)
 }
