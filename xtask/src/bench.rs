@@ -28,12 +28,14 @@ pub struct Args {
     #[arg(long)]
     pub quick: bool,
 
-    /// Where `bench kernels` times the cubecl kernels: lavapipe (Vulkan on
-    /// the CPU, always available), wgpu (the machine's default GPU adapter),
-    /// or cuda (needs a build with burn's `cuda` feature, which these
-    /// machines cannot make)
-    #[arg(long, value_enum, default_value = "lavapipe")]
-    pub device: KernelDevice,
+    /// `bench kernels`: where the cubecl kernels run [default: lavapipe].
+    /// `bench model`: a device to time the training step on beside the
+    /// same step on the CPU (without it: the CPU beside PyTorch). lavapipe
+    /// is Vulkan on the CPU (always available), wgpu the machine's default
+    /// adapter (a GPU where there is one), cuda needs a build with burn's
+    /// `cuda` feature, which these machines cannot make
+    #[arg(long, value_enum)]
+    pub device: Option<KernelDevice>,
 
     /// `bench model`: a Python with torch and transformers for the PyTorch
     /// side [default: $TERSE_BENCH_PYTHON, else a virtualenv created in
@@ -74,10 +76,23 @@ pub fn run(args: &Args) -> Result<()> {
         return run_comm(args.quick);
     }
     if args.name == Suite::Kernels {
-        return run_kernels(args.quick, args.device);
+        return run_kernels(args.quick, args.device.unwrap_or(KernelDevice::Lavapipe));
     }
     if args.name == Suite::Model {
-        return run_model(args.quick, args.python.clone());
+        return match args.device {
+            Some(device) => run_model_on(args.quick, device),
+            None => run_model(args.quick, args.python.clone()),
+        };
+    }
+    if args.device.is_some() && args.name != Suite::Optim {
+        bail!("--device applies to `bench kernels` and `bench model` only");
+    }
+    if args.device.is_some() {
+        bail!(
+            "bench optim --device: every optimizer steps on the host whatever the training \
+             device (the device-resident optimizers are not written yet); `bench optim` times \
+             them there"
+        );
     }
     if args.name == Suite::Workers {
         return crate::bench_workers::run(args.quick);
@@ -191,6 +206,60 @@ fn run_model(quick: bool, python: Option<std::path::PathBuf>) -> Result<()> {
         }
     }
     append_run("results/bench/model.jsonl", &terse, &pytorch)
+}
+
+/// `bench model --device D`: the terse training step on the CPU and on
+/// `device`, each as its own run of `model_step`, and the ratio.
+fn run_model_on(quick: bool, device: KernelDevice) -> Result<()> {
+    let name = match device {
+        KernelDevice::Lavapipe => "lavapipe",
+        KernelDevice::Wgpu => "wgpu",
+        KernelDevice::Cuda => bail!(
+            "bench model --device cuda: this build has no CUDA backend (burn's `cuda` feature \
+             downloads LLVM while it builds); `--device wgpu` runs the step through Vulkan"
+        ),
+    };
+    let presets = if quick { "tiny" } else { "mini,base" };
+    let mut lines = Vec::new();
+    for on in ["cpu", name] {
+        lines.extend(capture_lines(
+            terse_binary::cargo()?
+                .args([
+                    "test",
+                    "--quiet",
+                    "--workspace",
+                    "--bench",
+                    "model_step",
+                    "--",
+                ])
+                .args(["--presets", presets, "--batch", "8", "--seq", "128"])
+                .args(["--device", on])
+                .args(if quick {
+                    &["--warmup", "1", "--steps", "2"][..]
+                } else {
+                    &[][..]
+                }),
+            "the model_step benchmark",
+        )?);
+    }
+    let rate = |line: &serde_json::Value| line["samples_per_s"].as_f64().unwrap_or(f64::NAN);
+    println!("model      cpu samples/s   {name} samples/s   {name} ÷ cpu");
+    for cpu in lines.iter().filter(|l| l["device"] == "cpu") {
+        let preset = &cpu["preset"];
+        if let Some(other) = lines
+            .iter()
+            .find(|l| l["device"] == name && &l["preset"] == preset)
+        {
+            println!(
+                "{:<10} {:>13.3} {:>17.3} {:>12.2}×",
+                preset.as_str().unwrap_or("?"),
+                rate(cpu),
+                rate(other),
+                rate(other) / rate(cpu)
+            );
+        }
+    }
+    Ok(())
 }
 
 /// Runs `command`, echoing its standard output, and returns the lines that

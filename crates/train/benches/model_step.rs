@@ -48,6 +48,8 @@ struct Args {
     warmup: usize,
     steps: usize,
     dropout: bool,
+    /// `--device`: where the model runs (`cpu`, `wgpu`, `lavapipe`, …).
+    device: terse_train::DeviceChoice,
 }
 
 fn parse() -> Args {
@@ -63,6 +65,7 @@ fn parse() -> Args {
         warmup: 2,
         steps: 5,
         dropout: true,
+        device: terse_train::DeviceChoice::Cpu,
     };
     let argv: Vec<String> = std::env::args().skip(1).collect();
     let mut i = 0;
@@ -93,6 +96,9 @@ fn parse() -> Args {
                 args.dropout = false;
                 i += 1;
                 continue;
+            }
+            "--device" => {
+                args.device = value(i).parse().unwrap_or_else(|e| panic!("--device: {e}"))
             }
             "--batch" => args.batch = value(i).parse().expect("--batch N"),
             "--seq" => args.seq = value(i).parse().expect("--seq N"),
@@ -184,7 +190,7 @@ fn time_steps<M: Module>(
 
 /// One JSON line: throughput, the forward / backward / rest split and the
 /// per-class breakdown ("other": the step less every timed class).
-fn report(name: &str, batch: usize, extra: &str, t: &Timings) {
+fn report(name: &str, device: &str, batch: usize, extra: &str, t: &Timings) {
     let mut breakdown: Vec<String> = OpClass::ALL
         .iter()
         .zip(t.classes)
@@ -195,7 +201,7 @@ fn report(name: &str, batch: usize, extra: &str, t: &Timings) {
         t.step - t.classes.iter().sum::<f64>()
     ));
     println!(
-        "{{\"framework\": \"terse\", \"preset\": \"{name}\", \"batch\": {batch},{extra} \
+        "{{\"framework\": \"terse\", \"device\": \"{device}\", \"preset\": \"{name}\", \"batch\": {batch},{extra} \
          \"threads\": {}, \"samples_per_s\": {:.3}, \"step_ms\": {:.1}, \"forward_ms\": {:.1}, \
          \"backward_ms\": {:.1}, \"optimizer_ms\": {:.1}, \"breakdown_ms\": {{{}}}}}",
         rayon::current_num_threads(),
@@ -211,7 +217,11 @@ fn report(name: &str, batch: usize, extra: &str, t: &Timings) {
 fn main() {
     let args = parse();
     terse_train::allocator::tune_for_training();
-    let device = Device::flex().autodiff();
+    let device = args
+        .device
+        .open()
+        .unwrap_or_else(|e| panic!("{e}"))
+        .autodiff();
     for bench in &args.presets {
         device.seed(0);
         match *bench {
@@ -253,7 +263,8 @@ fn bert(args: &Args, preset: BertPreset, device: &Device) {
         let out = model.forward(input.clone(), masked.clone());
         model.loss(&out, labels.clone(), nsp.clone())
     });
-    report(preset.name(), b, &format!(" \"seq\": {t},"), &timings);
+    let on = args.device.to_string();
+    report(preset.name(), &on, b, &format!(" \"seq\": {t},"), &timings);
 }
 
 fn resnet20(args: &Args, device: &Device) {
@@ -275,5 +286,6 @@ fn resnet20(args: &Args, device: &Device) {
     let timings = time_steps(model, args.warmup, args.steps, |model| {
         fused::cross_entropy(model.forward(images.clone()), labels.clone())
     });
-    report("resnet20", b, " \"image\": [3, 32, 32],", &timings);
+    let on = args.device.to_string();
+    report("resnet20", &on, b, " \"image\": [3, 32, 32],", &timings);
 }
