@@ -146,23 +146,14 @@ fn run_model(quick: bool, python: Option<std::path::PathBuf>) -> Result<()> {
         return run_cargo_bench("model_step", &["--quick"]);
     }
     let terse = capture_lines(
-        terse_binary::cargo()?
-            .args([
-                "test",
-                "--quiet",
-                "--workspace",
-                "--bench",
-                "model_step",
-                "--",
-            ])
-            .args([
-                "--presets",
-                "mini,base,resnet20",
-                "--batch",
-                "8",
-                "--seq",
-                "128",
-            ]),
+        model_step()?.args([
+            "--presets",
+            "mini,base,resnet20",
+            "--batch",
+            "8",
+            "--seq",
+            "128",
+        ]),
         "the model_step benchmark",
     )?;
     let python = match python.or_else(|| std::env::var_os("TERSE_BENCH_PYTHON").map(Into::into)) {
@@ -208,6 +199,20 @@ fn run_model(quick: bool, python: Option<std::path::PathBuf>) -> Result<()> {
     append_run("results/bench/model.jsonl", &terse, &pytorch)
 }
 
+/// `cargo test --bench model_step --`, for the benchmark's own arguments.
+fn model_step() -> Result<std::process::Command> {
+    let mut command = terse_binary::cargo()?;
+    command.args([
+        "test",
+        "--quiet",
+        "--workspace",
+        "--bench",
+        "model_step",
+        "--",
+    ]);
+    Ok(command)
+}
+
 /// `bench model --device D`: the terse training step on the CPU and on
 /// `device`, each as its own run of `model_step`, and the ratio.
 fn run_model_on(quick: bool, device: KernelDevice) -> Result<()> {
@@ -223,15 +228,7 @@ fn run_model_on(quick: bool, device: KernelDevice) -> Result<()> {
     let mut lines = Vec::new();
     for on in ["cpu", name] {
         lines.extend(capture_lines(
-            terse_binary::cargo()?
-                .args([
-                    "test",
-                    "--quiet",
-                    "--workspace",
-                    "--bench",
-                    "model_step",
-                    "--",
-                ])
+            model_step()?
                 .args(["--presets", presets, "--batch", "8", "--seq", "128"])
                 .args(["--device", on])
                 .args(if quick {

@@ -52,6 +52,10 @@ struct Inspect<'a> {
 impl TaskAction for Inspect<'_> {
     type Output = ();
 
+    fn trains(&self) -> bool {
+        false
+    }
+
     fn act<T: Task>(self, task: T) -> Result<(), TrainError> {
         let args = self.args;
         match self.action {

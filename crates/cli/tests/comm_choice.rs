@@ -5,6 +5,8 @@
 
 mod common;
 
+use common::text;
+
 use std::path::Path;
 use std::process::{Command, Output};
 
@@ -25,14 +27,6 @@ fn pretrain(command: &mut Command, run_dir: &Path, comm: &str) -> Output {
         .current_dir(common::workspace())
         .output()
         .expect("starts")
-}
-
-fn text(output: &Output) -> String {
-    format!(
-        "{}{}",
-        String::from_utf8_lossy(&output.stdout),
-        String::from_utf8_lossy(&output.stderr)
-    )
 }
 
 #[test]

@@ -73,11 +73,7 @@ fn terse(device: &str, optimizer: &str, run_dir: &Path, extra: &[&str]) -> Outpu
 }
 
 fn succeed(output: Output) -> String {
-    let text = format!(
-        "{}{}",
-        String::from_utf8_lossy(&output.stdout),
-        String::from_utf8_lossy(&output.stderr)
-    );
+    let text = common::text(&output);
     assert!(output.status.success(), "{text}");
     text
 }

@@ -14,6 +14,8 @@
 
 mod common;
 
+use common::text;
+
 use std::os::unix::process::CommandExt as _;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
@@ -49,14 +51,6 @@ fn job(nodes: &Path, extra: &[&str]) -> Command {
         .args(extra)
         .current_dir(common::workspace());
     command
-}
-
-fn text(output: &Output) -> String {
-    format!(
-        "{}{}",
-        String::from_utf8_lossy(&output.stdout),
-        String::from_utf8_lossy(&output.stderr)
-    )
 }
 
 /// Two empty node disks and the mount point.

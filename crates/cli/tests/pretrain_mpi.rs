@@ -19,7 +19,7 @@ use std::time::{Duration, Instant};
 
 mod common;
 
-use common::{checkpoint, workspace};
+use common::{checkpoint, text, workspace};
 
 const CONFIG: &str = "configs/pretrain-bert-tiny.toml";
 const STEPS: u64 = 30;
@@ -36,14 +36,6 @@ fn terse(ranks: usize, run_dir: &Path, extra: &[&str]) -> Command {
         .args(extra)
         .current_dir(workspace());
     command
-}
-
-fn text(output: &Output) -> String {
-    format!(
-        "{}{}",
-        String::from_utf8_lossy(&output.stdout),
-        String::from_utf8_lossy(&output.stderr)
-    )
 }
 
 fn succeed(command: &mut Command) -> String {

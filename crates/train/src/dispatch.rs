@@ -16,6 +16,13 @@ pub trait TaskAction {
     type Output;
     /// Does it with `task`.
     fn act<T: Task>(self, task: T) -> Result<Self::Output, TrainError>;
+
+    /// Whether it trains: a task built for evaluation, prediction or export
+    /// leaves out its training data (SQuAD's 88k training windows, which
+    /// take longer to featurize than the dev set to evaluate).
+    fn trains(&self) -> bool {
+        true
+    }
 }
 
 /// Builds the task `config` names and hands it to `action`. `comm` is the
@@ -32,7 +39,12 @@ pub fn with_task<A: TaskAction>(
         TaskConfig::Pretrain { .. } => action.act(PretrainTask::prepare(config, comm)?),
         TaskConfig::Glue { .. } => action.act(SentenceTask::prepare(config)?),
         TaskConfig::Squad { .. } => {
-            action.act(SquadTask::prepare(config, predictions.to_path_buf())?)
+            let trains = action.trains();
+            action.act(SquadTask::prepare(
+                config,
+                predictions.to_path_buf(),
+                trains,
+            )?)
         }
         TaskConfig::Image { .. } => with_image_task(config, action),
     }

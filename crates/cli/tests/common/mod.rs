@@ -31,3 +31,12 @@ pub fn tensors(path: &Path) -> Vec<(String, Vec<u8>)> {
     all.sort();
     all
 }
+
+/// A finished command's standard output and error, as one text.
+pub fn text(output: &std::process::Output) -> String {
+    format!(
+        "{}{}",
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    )
+}

@@ -146,13 +146,25 @@ fn invalid(field: &'static str, reason: String) -> TrainError {
 }
 
 /// The examples cached in `shard_dir`, or, when they are missing or a
-/// shard fails its checksum, made again there.
+/// shard fails its checksum, made again there. Runs started at once on one
+/// cache (two trainings, parallel tests) take turns through a lock beside
+/// the directory: the first makes the examples, the others then find them.
 fn cached_or_built(
     corpus: &[String],
     tokenizer: &WordPiece,
     data: &PretrainConfig,
     shard_dir: &Path,
 ) -> Result<ShardSet, TrainError> {
+    let lock_path = shard_dir.with_extension("lock");
+    let io = |path: &Path| {
+        let path = path.to_path_buf();
+        move |source| TrainError::Io { path, source }
+    };
+    if let Some(parent) = lock_path.parent() {
+        std::fs::create_dir_all(parent).map_err(io(parent))?;
+    }
+    let lock = std::fs::File::create(&lock_path).map_err(io(&lock_path))?;
+    lock.lock().map_err(io(&lock_path))?;
     if shard_dir.join("pretrain.json").exists() {
         match ShardSet::open(shard_dir) {
             Ok(shards) => return Ok(shards),

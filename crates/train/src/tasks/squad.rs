@@ -34,9 +34,14 @@ pub struct SquadTask {
 }
 
 impl SquadTask {
-    /// Reads and featurizes SQuAD v1.1 (fetched and checked); evaluation
-    /// writes `predictions`.
-    pub fn prepare(config: &RunConfig, predictions: PathBuf) -> Result<Self, TrainError> {
+    /// Reads and featurizes SQuAD v1.1 (fetched and checked), the training
+    /// windows only when the task will be `trained`; evaluation writes
+    /// `predictions`.
+    pub fn prepare(
+        config: &RunConfig,
+        predictions: PathBuf,
+        trained: bool,
+    ) -> Result<Self, TrainError> {
         let TaskConfig::Squad {
             max_seq,
             doc_stride,
@@ -61,7 +66,11 @@ impl SquadTask {
             },
         )?;
         let dir = dataset("squad-v1.1")?;
-        let train = featurizer.featurize(&read_squad(&dir.join("train-v1.1.json"))?)?;
+        let train = if trained {
+            featurizer.featurize(&read_squad(&dir.join("train-v1.1.json"))?)?
+        } else {
+            Vec::new()
+        };
         let mut dev_questions = read_squad(&dir.join("dev-v1.1.json"))?;
         if let Some(n) = *dev_limit {
             dev_questions.truncate(n);
@@ -76,7 +85,11 @@ impl SquadTask {
             predictions,
         };
         let (train, questions, dev) = task.sizes();
-        tracing::info!("{train} training windows; {questions} dev questions in {dev} windows");
+        if trained {
+            tracing::info!("{train} training windows; {questions} dev questions in {dev} windows");
+        } else {
+            tracing::info!("{questions} dev questions in {dev} windows");
+        }
         Ok(task)
     }
 
