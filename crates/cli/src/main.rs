@@ -90,7 +90,14 @@ fn main() -> ExitCode {
         Err(error) if interrupted(&error) => {
             // Not a failure: the run stopped where it was asked to, with a
             // checkpoint. The shell's convention for a signal's end.
-            tracing::warn!("{}; continue it with --resume", describe(&error));
+            // Every MPI rank stopped at the same step; rank 0 says so for
+            // all of them (the others' lines go to terse.log).
+            let message = format!("{}; continue it with --resume", describe(&error));
+            if terse_train::logging::rank().unwrap_or(0) == 0 {
+                tracing::warn!("{message}");
+            } else {
+                tracing::debug!("{message}");
+            }
             let signal = terse_train::signals::received().unwrap_or(SIGTERM);
             ExitCode::from(u8::try_from(128 + signal).unwrap_or(1))
         }

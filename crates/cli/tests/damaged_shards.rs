@@ -42,7 +42,10 @@ fn losses(run_dir: &Path) -> Vec<f64> {
 fn shard(cache: &Path) -> PathBuf {
     let shards: Vec<PathBuf> = std::fs::read_dir(cache.join("shards"))
         .unwrap()
-        .flat_map(|dir| std::fs::read_dir(dir.unwrap().path()).unwrap())
+        .map(|entry| entry.unwrap().path())
+        // Beside each shard directory: its builders' lock file.
+        .filter(|path| path.is_dir())
+        .flat_map(|dir| std::fs::read_dir(dir).unwrap())
         .map(|f| f.unwrap().path())
         .filter(|p| p.extension().is_some_and(|e| e == "shard"))
         .collect();

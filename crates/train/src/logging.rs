@@ -43,6 +43,11 @@ pub fn set_rank(rank: usize) {
     RANK.with(|r| r.set(Some(rank)));
 }
 
+/// The rank this thread's events are tagged with, if set.
+pub fn rank() -> Option<usize> {
+    RANK.with(Cell::get)
+}
+
 /// Installs the subscriber (once per process; later calls do nothing).
 /// `TERSE_LOG` (`error`, `warn`, `info`, `debug`, `trace`) sets the
 /// terminal's level; the file always gets debug and above.
