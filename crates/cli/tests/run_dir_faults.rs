@@ -179,4 +179,14 @@ fn a_full_disk_during_a_checkpoint_fails_cleanly() {
     );
     assert!(!half.exists());
     assert!(common::checkpoint(&run_dir, 2).exists());
+    // And ends where a run that never met a full disk ends.
+    let whole = scratch.path().join("whole");
+    let reference = terse(&whole, 2, &[]).output().unwrap();
+    assert!(reference.status.success(), "{}", stderr(&reference));
+    let weights =
+        |dir: &Path| common::tensors(&common::checkpoint(dir, 2).join("model-rank-0.safetensors"));
+    assert!(
+        weights(&run_dir) == weights(&whole),
+        "the run after the full disk differs from an uninterrupted one"
+    );
 }
