@@ -232,6 +232,8 @@ impl Trainer<'_> {
         if self.resume {
             model = self.restore(model, &mut optimizer, comm)?;
             flat.regather(&model)?;
+        } else {
+            checkpoint::clear_own(self.run_dir, rank)?;
         }
 
         let plan = cfg.optimizer.plan(cfg.train.steps, &cfg.schedule);

@@ -205,3 +205,44 @@ fn on_a_shared_directory_the_ranks_fill_one_step_directory() {
     assert_eq!((meta.step, meta.world_size), (12, RANKS));
     assert_eq!(agree(&dirs, &config), vec![Ok(Some(12)); RANKS]);
 }
+
+#[test]
+fn a_fresh_run_clears_each_nodes_leftovers_and_keeps_its_own_steps() {
+    let scratch = tempfile::tempdir().unwrap();
+    let dirs: Vec<PathBuf> = (0..RANKS)
+        .map(|r| scratch.path().join(format!("node{r}/run")))
+        .collect();
+    let config = config();
+    // An earlier run's steps 25 and 30 on node 1, never seen by rank 0 (its
+    // node was cleared with --overwrite, say).
+    for step in [25, 30] {
+        let old = step_dir(&dirs[1], step);
+        std::fs::create_dir_all(&old).unwrap();
+        std::fs::write(old.join(record_file(1)), "{}").unwrap();
+        std::fs::write(old.join(model_file(1)), "old").unwrap();
+    }
+    // Even without clearing, the steps a run writes are the ones each rank
+    // keeps: a leftover newer step never takes a fresh step's place.
+    for step in [4, 8, 12] {
+        for result in write_step(&dirs, &config, step, None) {
+            result.unwrap();
+        }
+    }
+    assert!(step_dir(&dirs[1], 12).join(record_file(1)).exists());
+    assert!(step_dir(&dirs[1], 8).join(record_file(1)).exists());
+    assert_eq!(agree(&dirs, &config), vec![Ok(Some(12)); RANKS]);
+    assert!(
+        !step_dir(&dirs[1], 30).exists(),
+        "the resume removes leftovers"
+    );
+
+    // A fresh run clears every rank's own files first.
+    for (rank, dir) in dirs.iter().enumerate() {
+        checkpoint::clear_own(dir, rank).unwrap();
+        assert!(
+            names(&checkpoint::checkpoints_dir(dir)).is_empty(),
+            "node {rank}"
+        );
+    }
+    assert_eq!(agree(&dirs, &config), vec![Ok(None); RANKS]);
+}

@@ -130,7 +130,7 @@ fn all_gather_steps(comm: &dyn Communicator, own: &[u64]) -> Result<Vec<Vec<u64>
 /// run of this rank cut short (the lead rank removes every rank's it sees
 /// when it claims the run directory; on a disk of each node, each rank
 /// removes its own).
-fn remove_own_temporaries(run_dir: &Path, rank: usize) -> Result<(), TrainError> {
+pub(super) fn remove_own_temporaries(run_dir: &Path, rank: usize) -> Result<(), TrainError> {
     let dir = checkpoints_dir(run_dir);
     let Ok(entries) = fs::read_dir(&dir) else {
         return Ok(());

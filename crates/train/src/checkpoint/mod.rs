@@ -31,7 +31,7 @@ use serde::{Deserialize, Serialize};
 use crate::{RunConfig, TrainError};
 
 pub use agree::{agree_on_latest, verify_own};
-pub use write::write;
+pub use write::{clear_own, write};
 
 const FORMAT: &str = "terse-checkpoint";
 /// 2: each rank's files recorded in its own `rank-R.json` (1: every rank's

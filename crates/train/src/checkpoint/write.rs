@@ -52,7 +52,7 @@ pub fn write(
     all_succeeded(comm, whole, || {
         format!("could not commit the checkpoint of step {step} ({META})")
     })?;
-    prune_own(run_dir, rank)?;
+    prune_own(run_dir, rank, step)?;
     Ok(done)
 }
 
@@ -160,11 +160,13 @@ fn commit_step(done: &Path, meta: &CheckpointMeta) -> Result<(), TrainError> {
 }
 
 /// Removes this rank's files of every step older than the [`KEEP`] newest
-/// it holds, and the step directories that leaves empty (on a shared
-/// filesystem the last rank to leave one removes it; one left by two ranks
-/// leaving at once goes at the next checkpoint).
-fn prune_own(run_dir: &Path, rank: usize) -> Result<(), TrainError> {
-    let kept = held(run_dir, rank)?;
+/// it holds up to `step` (the one just committed: a newer one is a leftover,
+/// never one to keep in its place), and the step directories that leaves
+/// empty (on a shared filesystem the last rank to leave one removes it; one
+/// left by two ranks leaving at once goes at the next checkpoint).
+fn prune_own(run_dir: &Path, rank: usize, step: u64) -> Result<(), TrainError> {
+    let mut kept = held(run_dir, rank)?;
+    kept.retain(|&held| held <= step);
     let Some(&oldest_kept) = kept.get(kept.len().saturating_sub(KEEP)) else {
         return Ok(());
     };
@@ -202,5 +204,19 @@ pub(super) fn remove_own(dir: &Path, rank: usize) -> Result<(), TrainError> {
     }
     // Not empty (another rank's files remain) or already gone: both fine.
     let _ = fs::remove_dir(dir);
+    Ok(())
+}
+
+/// Removes every checkpoint file of this rank in the run directory, and its
+/// temporaries: what a fresh run does first on every rank. The lead rank
+/// has already refused (or, with `--overwrite`, removed) an earlier run it
+/// sees; this clears what it cannot see — the other nodes' disks — and
+/// files of steps never committed, which would otherwise count as this
+/// rank's newest.
+pub fn clear_own(run_dir: &Path, rank: usize) -> Result<(), TrainError> {
+    super::agree::remove_own_temporaries(run_dir, rank)?;
+    for (_, dir) in step_dirs(run_dir)? {
+        remove_own(&dir, rank)?;
+    }
     Ok(())
 }
