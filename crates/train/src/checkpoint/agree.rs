@@ -47,7 +47,8 @@ pub fn agree_on_latest(
             &checkpoints_dir(run_dir),
             format!(
                 "no committed step is held by every rank (steps held: {}): a rank's disk \
-                 lost its checkpoints, or the ranks see different run directories",
+                 lost its checkpoints, the ranks see different run directories, or fewer \
+                 ranks wrote the run (a resume needs the same world size)",
                 holdings.join(", ")
             ),
         ));
