@@ -33,7 +33,8 @@ pub struct Args {
     /// same step on the CPU (without it: the CPU beside PyTorch). lavapipe
     /// is Vulkan on the CPU (always available), wgpu the machine's default
     /// adapter (a GPU where there is one), cuda needs a build with burn's
-    /// `cuda` feature, which these machines cannot make
+    /// `cuda` feature, which terse does not enable (it downloads an LLVM
+    /// bundle while it builds)
     #[arg(long, value_enum)]
     pub device: Option<KernelDevice>,
 

@@ -1,23 +1,32 @@
 //! `cargo xtask pretrain`: masked-LM pre-training of BERT, the workload all
 //! three papers measure their optimizers on.
 //!
-//! It builds the `terse` binary and launches `terse pretrain` on `--ranks`
-//! processes (through `mpirun` when there is more than one) with the
-//! preset's config, `configs/pretrain-<preset>.toml`, unless `--config`
-//! names another. The binary fetches and checks the corpus and the
+//! It builds the `terse` binary and launches `terse pretrain MODEL` on
+//! `--ranks` processes (through `mpirun` when there is more than one).
+//! Which models exist is terse's business (its shipped
+//! `configs/pretrain-<MODEL>.toml`, or `--config`, which terse checks against
+//! MODEL); this command only checks that the config is there before it
+//! starts processes. The binary fetches and checks the corpus and the
 //! tokenizer, and makes the examples once into the cache.
 
-use anyhow::Result;
-use clap::{ValueEnum, value_parser};
+use std::path::Path;
+
+use anyhow::{Result, bail};
+use clap::value_parser;
 
 use crate::run_args::RunArgs;
+
+/// The model when neither MODEL nor `--config` is given: the papers'.
+const DEFAULT_MODEL: &str = "bert-large";
 
 /// Arguments of `cargo xtask pretrain`.
 #[derive(Debug, Clone, PartialEq, Eq, clap::Args)]
 pub struct Args {
-    /// Model size to pre-train
-    #[arg(value_enum, default_value_t = Preset::BertLarge)]
-    pub preset: Preset,
+    /// The model (bert-large, bert-base, minilm-l6, bert-tiny: the
+    /// configs/pretrain-<MODEL>.toml there are) [default: bert-large, or
+    /// the model of --config]; with --config, terse checks they agree
+    #[arg(value_name = "MODEL")]
+    pub model: Option<String>,
 
     #[command(flatten)]
     pub run: RunArgs,
@@ -27,39 +36,55 @@ pub struct Args {
     pub steps: Option<u64>,
 }
 
-/// A BERT size to pre-train.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum Preset {
-    /// BERT-Large: 24 layers, hidden 1024, 16 heads (the papers' model)
-    BertLarge,
-    /// BERT-Base: 12 layers, hidden 768, 12 heads
-    BertBase,
-    /// 6 layers, hidden 384, 12 heads: the all-MiniLM-L6-v2 shape, sized for one machine
-    MinilmL6,
-    /// BERT-Tiny: 2 layers, hidden 128 (seconds per run: tests and trials)
-    BertTiny,
+/// The models with a shipped config in `dir` (`pretrain-<model>.toml`),
+/// sorted.
+fn shipped_models(dir: &Path) -> Vec<String> {
+    let mut models: Vec<String> = std::fs::read_dir(dir)
+        .into_iter()
+        .flatten()
+        .filter_map(|e| e.ok()?.file_name().into_string().ok())
+        .filter_map(|name| {
+            Some(
+                name.strip_prefix("pretrain-")?
+                    .strip_suffix(".toml")?
+                    .to_owned(),
+            )
+        })
+        .collect();
+    models.sort();
+    models
 }
 
-impl Preset {
-    /// The preset's config file.
-    pub fn config(self) -> &'static str {
-        match self {
-            Preset::BertLarge => "configs/pretrain-bert-large.toml",
-            Preset::BertBase => "configs/pretrain-bert-base.toml",
-            Preset::MinilmL6 => "configs/pretrain-minilm-l6.toml",
-            Preset::BertTiny => "configs/pretrain-bert-tiny.toml",
-        }
+/// The `terse` command line for these arguments, checking that the
+/// config it will read exists (in `configs`, relative to where terse runs).
+fn terse_command(args: &Args, configs: &Path) -> Result<Vec<String>> {
+    let mut terse = vec!["pretrain".to_string()];
+    let model = match (&args.model, &args.run.config) {
+        (Some(model), _) => Some(model.clone()),
+        (None, None) => Some(DEFAULT_MODEL.to_string()),
+        (None, Some(_)) => None,
+    };
+    args.run.check_config()?;
+    if let (None, Some(model)) = (&args.run.config, &model)
+        && !configs.join(format!("pretrain-{model}.toml")).exists()
+    {
+        bail!(
+            "configs/pretrain-{model}.toml: no such config; models shipped: {} (or pass \
+             --config)",
+            shipped_models(configs).join(", ")
+        );
     }
+    terse.extend(model);
+    terse.extend(args.run.terse_args());
+    if let Some(steps) = args.steps {
+        terse.extend(["--steps".into(), steps.to_string()]);
+    }
+    Ok(terse)
 }
 
 /// Runs `pretrain`.
 pub fn run(args: &Args) -> Result<()> {
-    let config = args.run.config_or(args.preset.config())?;
-    let mut terse = vec!["pretrain".to_string()];
-    terse.extend(args.run.terse_args(&config));
-    if let Some(steps) = args.steps {
-        terse.extend(["--steps".into(), steps.to_string()]);
-    }
+    let terse = terse_command(args, Path::new("configs"))?;
     args.run.launch(&terse)
 }
 
@@ -78,14 +103,22 @@ mod tests {
         }
     }
 
+    fn configs() -> PathBuf {
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../configs")
+    }
+
     #[test]
     fn defaults_to_bert_large_on_one_rank() {
         let args = args(&["pretrain"]);
-        assert_eq!(args.preset, Preset::BertLarge);
+        assert_eq!(args.model, None);
         assert_eq!(args.steps, None);
         assert_eq!(args.run.ranks, 1);
         assert_eq!(args.run.optimizer, None);
         assert_eq!(args.run.config, None);
+        assert_eq!(
+            terse_command(&args, &configs()).unwrap(),
+            ["pretrain", "bert-large"]
+        );
     }
 
     #[test]
@@ -102,7 +135,7 @@ mod tests {
             "--config",
             "configs/x.toml",
         ]);
-        assert_eq!(args.preset, Preset::MinilmL6);
+        assert_eq!(args.model.as_deref(), Some("minilm-l6"));
         assert_eq!(args.run.optimizer, Some("onebit_lamb".to_string()));
         assert_eq!(args.run.ranks, 4);
         assert_eq!(args.steps, Some(1000));
@@ -116,12 +149,33 @@ mod tests {
     }
 
     #[test]
-    fn rejects_unknown_preset_listing_the_valid_ones() {
-        let message = testing::rejection(&["pretrain", "bert-huge"]);
-        assert!(message.contains("bert-huge"), "{message}");
-        for valid in ["bert-large", "bert-base", "minilm-l6"] {
+    fn a_model_without_a_config_lists_the_shipped_ones() {
+        let message = terse_command(&args(&["pretrain", "bert-huge"]), &configs())
+            .unwrap_err()
+            .to_string();
+        assert!(
+            message.contains("pretrain-bert-huge.toml: no such config"),
+            "{message}"
+        );
+        for valid in ["bert-large", "bert-base", "minilm-l6", "bert-tiny"] {
             assert!(message.contains(valid), "{valid} not listed:\n{message}");
         }
+    }
+
+    #[test]
+    fn a_model_and_a_config_both_go_to_terse_which_checks_them() {
+        let config = configs().join("pretrain-bert-tiny.toml");
+        let config = config.to_str().unwrap();
+        let both = args(&["pretrain", "bert-base", "--config", config]);
+        assert_eq!(
+            terse_command(&both, &configs()).unwrap(),
+            ["pretrain", "bert-base", "--config", config]
+        );
+        let config_only = args(&["pretrain", "--config", config]);
+        assert_eq!(
+            terse_command(&config_only, &configs()).unwrap(),
+            ["pretrain", "--config", config]
+        );
     }
 
     #[test]
@@ -136,17 +190,11 @@ mod tests {
     }
 
     #[test]
-    fn presets_name_existing_configs() {
-        let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
-        for preset in Preset::value_variants() {
-            assert!(root.join(preset.config()).exists(), "{}", preset.config());
-        }
-    }
-
-    #[test]
     fn passes_the_run_options_to_terse() {
         let args = args(&[
             "pretrain",
+            "--config",
+            "c.toml",
             "--optimizer",
             "onebit-lamb",
             "--run-dir",
@@ -159,7 +207,7 @@ mod tests {
             "--allow-no-compression",
         ]);
         assert_eq!(
-            args.run.terse_args(std::path::Path::new("c.toml")),
+            args.run.terse_args(),
             [
                 "--config",
                 "c.toml",

@@ -102,10 +102,13 @@ pub struct RunArgs {
 }
 
 impl RunArgs {
-    /// `terse` flags for these options, with `config` as the run config
+    /// `terse` flags for these options, `--config` among them when given
     /// (`--ranks` is the launcher's business, not the binary's).
-    pub fn terse_args(&self, config: &std::path::Path) -> Vec<String> {
-        let mut args = vec!["--config".to_string(), config.display().to_string()];
+    pub fn terse_args(&self) -> Vec<String> {
+        let mut args = Vec::new();
+        if let Some(config) = &self.config {
+            args.extend(["--config".to_string(), config.display().to_string()]);
+        }
         if let Some(optimizer) = &self.optimizer {
             args.extend(["--optimizer".into(), optimizer.clone()]);
         }
@@ -148,19 +151,17 @@ impl RunArgs {
         crate::terse_binary::train(self.ranks as usize, self.hostfile.as_deref(), terse)
     }
 
-    /// The config to run: `--config`, else `default` (relative to the
-    /// workspace root, where xtask runs).
-    pub fn config_or(&self, default: &str) -> anyhow::Result<PathBuf> {
-        let path = self
-            .config
-            .clone()
-            .unwrap_or_else(|| PathBuf::from(default));
-        if !path.exists() {
+    /// Refuses a `--config` that does not exist before any process starts
+    /// (terse reads it; without `--config` terse picks its shipped one).
+    pub fn check_config(&self) -> anyhow::Result<()> {
+        if let Some(path) = &self.config
+            && !path.exists()
+        {
             anyhow::bail!(
                 "{}: no such config (configs/ lists the ones that exist)",
                 path.display()
             );
         }
-        Ok(path)
+        Ok(())
     }
 }

@@ -47,12 +47,12 @@ pub fn run(args: &Args) -> Result<()> {
             }
         )
     }
-    let config = args.run.config_or(&default)?;
+    args.run.check_config()?;
     let mut terse = vec!["train".to_string(), args.model.clone()];
     if let Some(dataset) = &args.dataset {
         terse.extend(["--dataset".into(), dataset.clone()]);
     }
-    terse.extend(args.run.terse_args(&config));
+    terse.extend(args.run.terse_args());
     args.run.launch(&terse)
 }
 

@@ -61,6 +61,13 @@ fn sigterm_to_xtask_stops_every_rank_at_one_checkpointed_step() {
         output.status
     );
     assert_eq!(output.status.code(), Some(143), "{message}");
+    // The line names the command the user typed, in its resume form (the
+    // xtask binary stands in for `cargo xtask` here).
+    assert!(
+        line.contains("; resume with: cargo xtask pretrain bert-tiny --ranks 2 --run-dir ")
+            && line.ends_with(" --set train.steps=60 --set train.eval_every=0 --resume"),
+        "{line}"
+    );
     let at: u64 = line
         .split("stopped by a signal at step ")
         .nth(1)

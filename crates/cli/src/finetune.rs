@@ -1,12 +1,14 @@
 //! `terse finetune glue|squad`: fine-tune a pretrained BERT (MiniLM by
 //! default, or a pre-training run's `export/`) and report the task's metric
-//! on its held-out split.
+//! on its held-out split, from `configs/finetune-<task>.toml` or `--config`.
+
+use std::path::{Path, PathBuf};
 
 use anyhow::{Result, bail};
 use clap::Subcommand;
 use terse_train::{RunConfig, TaskConfig};
 
-use crate::launch::RunOptions;
+use crate::launch::RunFlags;
 
 /// Arguments of `terse finetune`.
 #[derive(Debug, clap::Args)]
@@ -22,43 +24,110 @@ enum Benchmark {
     /// SQuAD v1.1: trains on the training windows, writes predictions.json
     /// into the run directory and prints exact match and F1 on the dev
     /// questions
-    Squad(RunOptions),
+    Squad(SquadArgs),
 }
 
 /// Arguments of `terse finetune glue`.
 #[derive(Debug, clap::Args)]
 struct GlueArgs {
-    /// The task (e.g. rt-polarity, snli, sst2): must be the task of
-    /// --config (a check, so that a command line and its config cannot
-    /// silently disagree)
+    /// The task: a stand-in (rt-polarity, imdb, snli) or a GLUE task (cola,
+    /// sst2, mrpc, stsb, qqp, mnli, qnli, rte, wnli); picks the shipped
+    /// config configs/finetune-<TASK>.toml, and must be the task of
+    /// --config when both are given
     #[arg(long, value_name = "NAME")]
     task: Option<String>,
 
+    /// TOML run config [default: configs/finetune-<TASK>.toml]
+    #[arg(long, value_name = "PATH")]
+    config: Option<PathBuf>,
+
     #[command(flatten)]
-    run: RunOptions,
+    flags: RunFlags,
+}
+
+/// Arguments of `terse finetune squad`.
+#[derive(Debug, clap::Args)]
+struct SquadArgs {
+    /// TOML run config [default: configs/finetune-squad.toml]
+    #[arg(long, value_name = "PATH")]
+    config: Option<PathBuf>,
+
+    #[command(flatten)]
+    flags: RunFlags,
 }
 
 pub fn run(args: &Args) -> Result<()> {
+    let dir = Path::new("configs");
     match &args.benchmark {
-        Benchmark::Glue(glue) => glue
-            .run
-            .flags
-            .run_checked(&glue.run.config, "glue", |resolved| {
+        Benchmark::Glue(glue) => {
+            let config = match (&glue.config, &glue.task) {
+                (Some(config), _) => config.clone(),
+                (None, Some(task)) => glue_config(dir, task)?,
+                (None, None) => {
+                    bail!(
+                        "name a task (e.g. `terse finetune glue --task rt-polarity`) or pass --config"
+                    )
+                }
+            };
+            glue.flags.run_checked(&config, "glue", |resolved| {
                 task_agrees(glue.task.as_deref(), resolved)
-            }),
-        Benchmark::Squad(options) => options.flags.run(&options.config, "squad"),
+            })
+        }
+        Benchmark::Squad(squad) => {
+            let config = squad
+                .config
+                .clone()
+                .unwrap_or_else(|| dir.join("finetune-squad.toml"));
+            squad.flags.run(&config, "squad")
+        }
     }
+}
+
+/// The comparison key of a task name: `sst2`, `SST-2` and `sst-2` are one.
+fn key(name: &str) -> String {
+    name.chars()
+        .filter(|c| c.is_alphanumeric())
+        .collect::<String>()
+        .to_lowercase()
+}
+
+/// The shipped config of `task` in `dir`, or an error saying why there is
+/// none: an unknown task lists the known ones; a GLUE task whose data terse
+/// cannot fetch says how to run it from its TSVs.
+fn glue_config(dir: &Path, task: &str) -> Result<PathBuf> {
+    let stand_in = terse_train::tasks::STAND_IN_TASKS
+        .iter()
+        .find(|name| key(name) == key(task));
+    let glue = terse_data::GlueTask::ALL
+        .into_iter()
+        .find(|t| key(t.dir_name()) == key(task));
+    let name = match (stand_in, glue) {
+        (Some(name), _) => name.to_string(),
+        (None, Some(glue)) => key(glue.dir_name()),
+        (None, None) => bail!(
+            "no task `{task}`; known: {}, {}",
+            terse_train::tasks::STAND_IN_TASKS.join(", "),
+            terse_data::GlueTask::ALL
+                .map(|t| key(t.dir_name()))
+                .join(", ")
+        ),
+    };
+    let path = dir.join(format!("finetune-{name}.toml"));
+    if !path.exists() {
+        bail!(
+            "{}: no such config: GLUE's {name} data has no public download terse can fetch and \
+             checksum (docs/DATA.md), so no config ships for it; copy \
+             configs/paper-glue-sst2.toml, point glue_dir at the task's TSVs and pass it with \
+             --config (rt-polarity, imdb and snli run as they are)",
+            path.display()
+        );
+    }
+    Ok(path)
 }
 
 /// Refuses a config whose task is not the one `--task` names (`sst2` and
 /// `SST-2` are one name).
 fn task_agrees(wanted: Option<&str>, config: &RunConfig) -> Result<()> {
-    let key = |name: &str| -> String {
-        name.chars()
-            .filter(|c| c.is_alphanumeric())
-            .collect::<String>()
-            .to_lowercase()
-    };
     if let (Some(wanted), TaskConfig::Glue { task, .. }) = (wanted, &config.task)
         && key(wanted) != key(task)
     {
@@ -79,6 +148,25 @@ mod tests {
             *t = task.to_string();
         }
         config
+    }
+
+    #[test]
+    fn a_task_names_its_shipped_config_and_says_why_another_has_none() {
+        let configs = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../configs");
+        let path = glue_config(&configs, "rt-polarity").unwrap();
+        assert!(path.ends_with("finetune-rt-polarity.toml"), "{path:?}");
+        let error = glue_config(&configs, "SST-2").unwrap_err().to_string();
+        assert!(
+            error.contains("finetune-sst2.toml: no such config"),
+            "{error}"
+        );
+        assert!(error.contains("paper-glue-sst2.toml"), "{error}");
+        let error = glue_config(&configs, "squad").unwrap_err().to_string();
+        assert!(
+            error.starts_with("no task `squad`; known: rt-polarity"),
+            "{error}"
+        );
+        assert!(error.contains("wnli"), "{error}");
     }
 
     #[test]

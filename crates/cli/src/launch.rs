@@ -8,17 +8,6 @@ use std::path::{Path, PathBuf};
 use anyhow::{Context, Result, bail};
 use terse_train::{Init, Launch, Override, RunConfig, TaskConfig};
 
-/// A training command's flags with its required config.
-#[derive(Debug, Clone, clap::Args)]
-pub struct RunOptions {
-    /// TOML run config (see configs/)
-    #[arg(long, value_name = "PATH")]
-    pub config: PathBuf,
-
-    #[command(flatten)]
-    pub flags: RunFlags,
-}
-
 /// The flags of every training command besides its config.
 #[derive(Debug, Clone, clap::Args)]
 pub struct RunFlags {

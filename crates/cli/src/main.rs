@@ -8,6 +8,7 @@ mod finetune;
 mod inspect;
 mod launch;
 mod pretrain;
+mod resume_line;
 mod train;
 
 use std::process::ExitCode;
@@ -92,7 +93,11 @@ fn main() -> ExitCode {
             // checkpoint. The shell's convention for a signal's end.
             // Every MPI rank stopped at the same step; rank 0 says so for
             // all of them (the others' lines go to terse.log).
-            let message = format!("{}; continue it with --resume", describe(&error));
+            let message = format!(
+                "{}; resume with: {}",
+                describe(&error),
+                resume_line::for_this_process()
+            );
             if terse_train::logging::rank().unwrap_or(0) == 0 {
                 tracing::warn!("{message}");
             } else {

@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 fn terse(run_dir: &Path, steps: u64, extra: &[&str]) -> Command {
     let mut command = Command::new(env!("CARGO_BIN_EXE_terse"));
     command
-        .args(["pretrain", "--no-progress", "--config"])
+        .args(["pretrain", "--config"])
         .arg("configs/pretrain-bert-tiny.toml")
         .args(["--set", &format!("train.steps={steps}")])
         .args(["--set", "train.eval_every=0"])
@@ -46,9 +46,10 @@ fn a_run_directory_belongs_to_one_run() {
 
     // A long first run; once it has logged a step, a second one on the same
     // directory is refused, naming the first one's pid.
+    let first_log = scratch.path().join("first.log");
     let mut first = terse(&run_dir, 400, &[])
         .stdout(Stdio::null())
-        .stderr(Stdio::null())
+        .stderr(std::fs::File::create(&first_log).unwrap())
         .spawn()
         .unwrap();
     let start = Instant::now();
@@ -81,6 +82,27 @@ fn a_run_directory_belongs_to_one_run() {
     assert_eq!(unsafe { libc::kill(first.id() as i32, libc::SIGINT) }, 0);
     let status = first.wait().unwrap();
     assert_eq!(status.code(), Some(130));
+    // It ends saying how to continue: its own command, with --resume; and
+    // the checkpoint it names is there.
+    let log = std::fs::read_to_string(&first_log).unwrap();
+    let last = log.lines().last().unwrap_or("");
+    println!("Ctrl-C: exit 130, last line: {last}");
+    let exe = env!("CARGO_BIN_EXE_terse");
+    assert!(
+        last.contains(&format!(
+            "resume with: {exe} pretrain --config configs/pretrain-bert-tiny.toml"
+        )) && last.ends_with(" --resume"),
+        "{log}"
+    );
+    let checkpoint = last
+        .split("checkpoint written to ")
+        .nth(1)
+        .and_then(|rest| rest.split(';').next())
+        .unwrap_or_else(|| panic!("no checkpoint in: {last}"));
+    assert!(
+        Path::new(checkpoint).join("trainer.json").exists(),
+        "{last}"
+    );
 
     // A fresh run there is refused until told what to do with the old one.
     let start = Instant::now();
@@ -98,7 +120,13 @@ fn a_run_directory_belongs_to_one_run() {
         "{message}"
     );
     let over = terse(&run_dir, 3, &["--overwrite"]).output().unwrap();
-    assert!(over.status.success(), "{}", stderr(&over));
+    let log = stderr(&over);
+    assert!(over.status.success(), "{log}");
+    // Standard error is not a terminal here (as under mpirun): plain
+    // progress lines instead of a bar, each step of a 3-step run.
+    for t in 1..=3 {
+        assert!(log.contains(&format!("step {t}/3 (")), "{log}");
+    }
     let steps: Vec<u64> = std::fs::read_to_string(run_dir.join("metrics.jsonl"))
         .unwrap()
         .lines()

@@ -61,7 +61,7 @@ fn mpi_and_local_give_bit_identical_parameters() {
         .arg(&mpi));
     assert!(text.contains("2 ranks on mpi"), "{text}");
     let text = run(Command::new(exe)
-        .args(["--backend", "local", "--ranks", "2", "--out"])
+        .args(["--backend", "local", "--local-ranks", "2", "--out"])
         .arg(&local));
     assert!(text.contains("2 ranks on local"), "{text}");
     for label in LABELS {

@@ -97,8 +97,8 @@ pub enum TaskConfig {
         /// `fashion-mnist`, `mnist` (the 5k CSV sample), `cifar10` or
         /// `cifar100` (from `dir`).
         dataset: String,
-        /// Directory of the CIFAR binary files (CIFAR only: not
-        /// downloadable from these machines).
+        /// Directory of the CIFAR binary files (CIFAR only: terse has no
+        /// checksummed source to fetch them from).
         #[serde(default)]
         dir: Option<PathBuf>,
         /// Random crop (pad 4) and horizontal flip.

@@ -57,6 +57,18 @@ pub struct EvalRecord {
     pub eval: Vec<(String, f64)>,
 }
 
+/// The last line of a run whose loss stopped being a number: `{"step": 23,
+/// "diverged": true}` (the step whose loss was not finite; no step line is
+/// written for it), so that readers of metrics.jsonl (`cargo xtask plot`)
+/// can tell a divergence from a run that was stopped.
+#[derive(Debug, Clone, Serialize)]
+pub struct DivergedRecord {
+    /// The step whose loss was not finite.
+    pub step: u64,
+    /// Always `true`.
+    pub diverged: bool,
+}
+
 fn pairs_as_map<S: serde::Serializer>(
     pairs: &[(String, f64)],
     serializer: S,
@@ -124,7 +136,9 @@ impl MetricsLog {
             let value = serde_json::to_value(record).expect("records serialise");
             let (step, scalars) = scalars_of(&value);
             let scalars: Vec<(&str, f64)> = scalars.iter().map(|(t, v)| (t.as_str(), *v)).collect();
-            events.scalars(step, &scalars)?;
+            if !scalars.is_empty() {
+                events.scalars(step, &scalars)?;
+            }
         }
         Ok(())
     }
@@ -253,6 +267,16 @@ mod tests {
     /// reads the same committed fixture in its own test
     /// (xtask/src/reproduce/runner.rs). A change to a record's fields fails
     /// here first: update the fixture, then xtask's reader.
+    #[test]
+    fn a_divergence_is_its_own_line() {
+        let line = serde_json::to_string(&DivergedRecord {
+            step: 23,
+            diverged: true,
+        })
+        .unwrap();
+        assert_eq!(line, r#"{"step":23,"diverged":true}"#);
+    }
+
     #[test]
     fn the_records_serialise_as_the_committed_fixture() {
         let metrics = |pairs: [(&str, f64); 3]| -> Vec<(String, f64)> {

@@ -26,7 +26,7 @@ use crate::checkpoint::{self, model_file, optimizer_file};
 use crate::collective_deadline::CollectiveDeadline;
 use crate::grad_clip::{clip_gradient, global_norm, squared_norm};
 use crate::logging;
-use crate::metrics::{EvalRecord, MetricsLog, RunSummary, StepRecord};
+use crate::metrics::{DivergedRecord, EvalRecord, MetricsLog, RunSummary, StepRecord};
 use crate::progress::{ProgressLines, step_bar};
 use crate::step_order::StepOrder;
 use crate::{RunConfig, TrainError, signals};
@@ -316,6 +316,10 @@ impl Trainer<'_> {
             );
             if !loss.is_finite() {
                 tracing::error!("step {t}: the loss is {loss}: the run diverged");
+                log.line(&DivergedRecord {
+                    step: t,
+                    diverged: true,
+                })?;
                 return Err(TrainError::Diverged {
                     step: t,
                     loss: shared[0],

@@ -268,15 +268,27 @@ pub fn smooth(points: &[(f64, f64)], window: usize) -> Vec<(f64, f64)> {
 /// `x_per_step` (the batch, for sample-wise curves as in the papers).
 pub fn loss_curves(logs: &[RunLog], x_per_step: f64, window: usize) -> Vec<Series> {
     logs.iter()
-        .map(|log| Series {
-            label: log.label.clone(),
-            points: smooth(
-                &log.series("loss")
+        .map(|log| {
+            let loss = log.series("loss");
+            let mut points = smooth(
+                &loss
                     .iter()
                     .map(|&(s, l)| (s as f64 * x_per_step, l))
                     .collect::<Vec<_>>(),
                 window,
-            ),
+            );
+            // A diverged run's next step had no finite loss: a NaN there
+            // makes `draw` end the curve at that step with its mark, even
+            // when the loss had not yet climbed (a sudden divergence).
+            if log.diverged
+                && let Some(&(last, _)) = loss.last()
+            {
+                points.push(((last + 1) as f64 * x_per_step, f64::NAN));
+            }
+            Series {
+                label: log.label.clone(),
+                points,
+            }
         })
         .collect()
 }
@@ -347,6 +359,38 @@ fn plot_error<E: std::error::Error + Send + Sync + 'static>(e: E) -> anyhow::Err
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_diverged_run_ends_at_its_divergence_however_flat_it_was() {
+        // Steps 1-3 at a steady loss, then the divergence line at step 4.
+        let lines: Vec<serde_json::Value> = [
+            r#"{"step":1,"loss":2.0}"#,
+            r#"{"step":2,"loss":1.9}"#,
+            r#"{"step":3,"loss":1.8}"#,
+            r#"{"step":4,"diverged":true}"#,
+        ]
+        .iter()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+        let dir = tempfile::tempdir().unwrap();
+        let text: String = lines.iter().map(|l| format!("{l}\n")).collect();
+        std::fs::write(dir.path().join("metrics.jsonl"), text).unwrap();
+        let log = RunLog::read("run", dir.path()).unwrap();
+        assert!(log.diverged);
+        let curve = &loss_curves(std::slice::from_ref(&log), 1.0, 1)[0];
+        assert_eq!(curve.points.len(), 4);
+        assert_eq!(curve.points[2], (3.0, 1.8));
+        assert_eq!(curve.points[3].0, 4.0);
+        assert!(curve.points[3].1.is_nan(), "{:?}", curve.points);
+        // A run that did not diverge gets no such point.
+        std::fs::write(
+            dir.path().join("metrics.jsonl"),
+            r#"{"step":1,"loss":2.0}"#.to_string() + "\n",
+        )
+        .unwrap();
+        let log = RunLog::read("run", dir.path()).unwrap();
+        assert_eq!(loss_curves(&[log], 1.0, 1)[0].points, [(1.0, 2.0)]);
+    }
 
     #[test]
     fn axis_numbers_read_as_a_person_writes_them() {

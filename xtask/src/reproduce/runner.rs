@@ -404,11 +404,17 @@ impl RunLog {
     /// The metrics.jsonl of run directory `dir`, labelled `label`.
     pub fn read(label: &str, dir: &Path) -> Result<RunLog> {
         let lines = read_jsonl(&dir.join("metrics.jsonl"))?;
+        // terse ends a diverged run's metrics with `{"step": N, "diverged":
+        // true}`; the reproduction runner also marks the directory.
+        let diverged = dir.join(DIVERGED).is_file()
+            || lines
+                .iter()
+                .any(|line| line.get("diverged").and_then(Value::as_bool) == Some(true));
         Ok(RunLog {
             label: label.to_string(),
             dir: dir.to_path_buf(),
             lines,
-            diverged: dir.join(DIVERGED).is_file(),
+            diverged,
         })
     }
 }

@@ -1,7 +1,7 @@
 //! `terse-comm-check`: checks a communicator end to end, like `nccl-tests`.
 //!
 //! Under `mpirun` it checks the MPI backend across the job's processes;
-//! started alone it checks the `local` backend with `--ranks` threads. It is
+//! started alone it checks the `local` backend with `--local-ranks` threads. It is
 //! also how the failure tests make a rank die (`--kill-rank`) or fail
 //! (`--fail-rank`) in the middle of a job.
 
@@ -15,7 +15,7 @@ use terse_comm::{Communicator, LocalComm, selfcheck};
 enum Backend {
     /// One rank per process, launched by `mpirun`.
     Mpi,
-    /// `--ranks` threads in this process.
+    /// `--local-ranks` threads in this process.
     Local,
 }
 
@@ -27,9 +27,10 @@ struct Args {
     /// Backend to check [default: mpi under mpirun, else local].
     #[arg(long, value_enum)]
     backend: Option<Backend>,
-    /// Threads for the local backend.
+    /// Ranks as threads of this process, for the local backend (mpirun's
+    /// `-n` sets the number of processes).
     #[arg(long, default_value_t = 4)]
-    ranks: usize,
+    local_ranks: usize,
     /// After the checks, this rank kills itself with SIGKILL while the others
     /// wait for it in collectives (the others must exit non-zero).
     #[arg(long)]
@@ -54,7 +55,7 @@ fn main() -> ExitCode {
     match backend {
         Backend::Mpi => run_mpi(&args),
         Backend::Local => {
-            let outcomes = LocalComm::run(args.ranks, Duration::from_secs(60), |comm| {
+            let outcomes = LocalComm::run(args.local_ranks, Duration::from_secs(60), |comm| {
                 check(comm, &args)
             });
             let mut code = ExitCode::SUCCESS;

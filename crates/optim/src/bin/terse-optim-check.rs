@@ -26,7 +26,7 @@ use terse_rng::{SplitMix64, mix64};
 enum Backend {
     /// One rank per process, launched by `mpirun`.
     Mpi,
-    /// `--ranks` threads in this process.
+    /// `--local-ranks` threads in this process.
     Local,
 }
 
@@ -38,9 +38,10 @@ struct Args {
     /// Backend [default: mpi under mpirun, else local].
     #[arg(long, value_enum)]
     backend: Option<Backend>,
-    /// Threads for the local backend.
+    /// Ranks as threads of this process, for the local backend (mpirun's
+    /// `-n` sets the number of processes).
     #[arg(long, default_value_t = 2)]
-    ranks: usize,
+    local_ranks: usize,
     /// Steps per optimizer (the 1-bit optimizers freeze after step 8).
     #[arg(long, default_value_t = 30)]
     steps: u64,
@@ -214,7 +215,7 @@ fn main() -> ExitCode {
     });
     let outcomes: Vec<Result<(), String>> = match backend {
         Backend::Mpi => vec![run_mpi(&args)],
-        Backend::Local => LocalComm::run(args.ranks, Duration::from_secs(300), |comm| {
+        Backend::Local => LocalComm::run(args.local_ranks, Duration::from_secs(300), |comm| {
             check(comm, &args)
         })
         .into_iter()
