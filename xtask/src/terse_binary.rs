@@ -140,13 +140,14 @@ pub fn launch_on(
         command
     };
     // The line a stopped run ends with names the command the user typed
-    // (terse turns it into its resume form). Local ranks inherit mpirun's
-    // environment.
+    // (terse turns it into its resume form; the words are joined by ASCII's
+    // unit separator, see terse's resume_line.rs). Local ranks inherit
+    // mpirun's environment.
     let typed: Vec<String> = ["cargo".to_string(), "xtask".to_string()]
         .into_iter()
         .chain(std::env::args().skip(1))
         .collect();
-    command.env("TERSE_LAUNCHED_AS", shell_words::join(typed));
+    command.env("TERSE_LAUNCHED_AS", typed.join("\u{1f}"));
     let mut child = child_signals::own_group(command.stdout(Stdio::piped()))
         .spawn()
         .with_context(|| format!("cannot start {}", exe.display()))?;

@@ -3,10 +3,28 @@
 //! (which would delete the checkpoint just written) or an earlier
 //! `--resume [CHECKPOINT]`, plus `--resume`.
 
-/// Where a launcher (`cargo xtask`) puts the command its user typed (a
-/// shell line), so the line names that command and not the `terse` binary
-/// it started.
+/// Where a launcher (`cargo xtask`) puts the command its user typed, its
+/// words joined by [`WORD_SEPARATOR`], so the line names that command and
+/// not the `terse` binary it started.
 pub const LAUNCHED_AS_ENV: &str = "TERSE_LAUNCHED_AS";
+
+/// ASCII's unit separator: no argument a user types contains it, so the
+/// words need no quoting on their way through the environment.
+pub const WORD_SEPARATOR: char = '\u{1f}';
+
+/// `word` as a shell reads it back: as is when it holds only characters the
+/// shell leaves alone, else in single quotes.
+fn quote(word: &str) -> String {
+    let plain = !word.is_empty()
+        && word
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || "-_./=:,+@%".contains(c));
+    if plain {
+        word.to_string()
+    } else {
+        format!("'{}'", word.replace('\'', "'\\''"))
+    }
+}
 
 /// The command line `argv` (program first) as a shell line that continues
 /// the run.
@@ -27,17 +45,17 @@ pub fn resume_command(argv: &[String]) -> String {
         }
     }
     kept.push("--resume".into());
-    shell_words::join(kept)
+    kept.iter().map(|w| quote(w)).collect::<Vec<_>>().join(" ")
 }
 
 /// The line for this process: from the launcher's command, else from this
 /// process's own.
 pub fn for_this_process() -> String {
-    let launched_as = std::env::var(LAUNCHED_AS_ENV)
-        .ok()
-        .and_then(|line| shell_words::split(&line).ok())
-        .filter(|argv| !argv.is_empty());
-    resume_command(&launched_as.unwrap_or_else(|| std::env::args().collect()))
+    let argv: Vec<String> = match std::env::var(LAUNCHED_AS_ENV) {
+        Ok(words) if !words.is_empty() => words.split(WORD_SEPARATOR).map(String::from).collect(),
+        _ => std::env::args().collect(),
+    };
+    resume_command(&argv)
 }
 
 #[cfg(test)]
@@ -77,5 +95,6 @@ mod tests {
             line(&["train", "mlp", "--set", "optimizer={ name = \"adam\" }"]),
             "terse train mlp --set 'optimizer={ name = \"adam\" }' --resume"
         );
+        assert_eq!(line(&["train", "it's"]), "terse train 'it'\\''s' --resume");
     }
 }
