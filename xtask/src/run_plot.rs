@@ -26,7 +26,7 @@ fn loss_chart(title: &str) -> Chart<'_> {
         y_label: "loss",
         log_y: false,
         clip_above_start: true,
-        x_ticks: None,
+        x_ticks: Some(plot::whole),
         y_ticks: None,
         x_key_points: None,
     }
@@ -130,7 +130,7 @@ pub fn compare(runs: &[PathBuf], out: &Path) -> Result<Vec<PathBuf>> {
                 y_label: &metric,
                 log_y: false,
                 clip_above_start: false,
-                x_ticks: None,
+                x_ticks: Some(plot::whole),
                 y_ticks: None,
                 x_key_points: None,
             },

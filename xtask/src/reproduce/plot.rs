@@ -10,6 +10,7 @@ use std::sync::OnceLock;
 use anyhow::{Context, Result, anyhow};
 use plotters::coord::ranged1d::{AsRangedCoord, ValueFormatter};
 use plotters::prelude::*;
+use plotters::style::text_anchor::{HPos, Pos, VPos};
 
 use super::runner::RunLog;
 
@@ -235,13 +236,25 @@ impl Plot<'_, '_> {
             .y_label_formatter(&|v| (self.y_ticks)(*v))
             .draw()
             .map_err(plot_error)?;
-        lines(&mut ctx, self.series, self.finite)?;
+        // A divergence is marked on the top edge, where the legend
+        // usually sits; a loss chart's lower left (early steps, low loss)
+        // is empty, so the legend moves there.
+        let legend_at = if self.diverged.is_empty() {
+            SeriesLabelPosition::UpperRight
+        } else {
+            SeriesLabelPosition::LowerLeft
+        };
+        lines(&mut ctx, self.series, self.finite, legend_at)?;
+        // The word sits left of its cross, so a mark at the right edge
+        // stays inside the picture.
+        let label = TextStyle::from(("sans-serif", 15).into_font())
+            .pos(Pos::new(HPos::Right, VPos::Center));
         for &(x, y) in self.diverged {
-            ctx.draw_series([
-                Cross::new((x, y), 7, BLACK.stroke_width(2)).into_dyn(),
-                Text::new("diverged", (x, y), ("sans-serif", 15).into_font()).into_dyn(),
-            ])
-            .map_err(plot_error)?;
+            ctx.draw_series([Cross::new((x, y), 7, BLACK.stroke_width(2))])
+                .map_err(plot_error)?;
+            ctx.plotting_area()
+                .draw(&(EmptyElement::at((x, y)) + Text::new("diverged", (-10, 0), label.clone())))
+                .map_err(plot_error)?;
         }
         Ok(())
     }
@@ -298,6 +311,7 @@ fn lines<'a, DB, CT>(
     ctx: &mut ChartContext<'a, DB, CT>,
     series: &[Series],
     finite: impl Fn(f64) -> bool,
+    legend_at: SeriesLabelPosition,
 ) -> Result<()>
 where
     DB: DrawingBackend + 'a,
@@ -314,11 +328,12 @@ where
         .label(&s.label)
         .legend(move |(x, y)| PathElement::new([(x, y), (x + 20, y)], color.stroke_width(2)));
     }
-    legend(ctx)
+    legend(ctx, legend_at)
 }
 
 fn legend<'a, DB: DrawingBackend + 'a, CT: plotters::coord::CoordTranslate>(
     ctx: &mut ChartContext<'a, DB, CT>,
+    at: SeriesLabelPosition,
 ) -> Result<()>
 where
     DB::ErrorType: 'static,
@@ -326,7 +341,7 @@ where
     ctx.configure_series_labels()
         .background_style(WHITE.mix(0.85))
         .border_style(BLACK)
-        .position(SeriesLabelPosition::UpperRight)
+        .position(at)
         .draw()
         .map_err(plot_error)
 }
