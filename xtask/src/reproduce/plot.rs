@@ -177,6 +177,47 @@ pub fn draw(path: &Path, chart: &Chart<'_>, series: &[Series]) -> Result<()> {
             .log_scale()
             .with_key_points(one_two_five(y_lo, y_hi))
     };
+    // Axis positions as fractions of the plot, for placing the legend.
+    let fraction = |v: f64, lo: f64, hi: f64, log: bool| {
+        if log {
+            (v.ln() - lo.ln()) / (hi.ln() - lo.ln())
+        } else {
+            (v - lo) / (hi - lo)
+        }
+    };
+    let at = |&(x, y): &(f64, f64)| {
+        let y = if y.is_finite() { y } else { y_hi };
+        (
+            fraction(x, x_range.start, x_range.end, chart.x_key_points.is_some()),
+            fraction(y, y_lo, y_hi, chart.log_y),
+        )
+    };
+    // Each curve as points along its segments (a 3-point curve crosses
+    // as much of the plot as a 3,000-point one).
+    let points_at: Vec<(f64, f64)> = series
+        .iter()
+        .flat_map(|s| {
+            let curve: Vec<(f64, f64)> = s
+                .points
+                .iter()
+                .filter(|&&(_, y)| finite(y))
+                .map(at)
+                .collect();
+            let along: Vec<(f64, f64)> = curve
+                .windows(2)
+                .flat_map(|pair| {
+                    let ((x0, y0), (x1, y1)) = (pair[0], pair[1]);
+                    let steps = (((x1 - x0).hypot(y1 - y0)) * 100.0).ceil().max(1.0) as usize;
+                    (0..steps).map(move |i| {
+                        let t = i as f64 / steps as f64;
+                        (x0 + t * (x1 - x0), y0 + t * (y1 - y0))
+                    })
+                })
+                .collect();
+            if along.is_empty() { curve } else { along }
+        })
+        .collect();
+    let marks_at: Vec<(f64, f64)> = diverged.iter().map(at).collect();
     let plot = Plot {
         chart,
         series,
@@ -184,6 +225,7 @@ pub fn draw(path: &Path, chart: &Chart<'_>, series: &[Series]) -> Result<()> {
         x_ticks,
         y_ticks,
         finite: &finite,
+        legend_at: quietest_corner(&points_at, &marks_at, series.len()),
     };
     // Four axis types, one drawing: each combination is its own type.
     match (&chart.x_key_points, chart.log_y) {
@@ -205,6 +247,51 @@ pub fn draw(path: &Path, chart: &Chart<'_>, series: &[Series]) -> Result<()> {
     Ok(())
 }
 
+/// The place (a corner, or the middle of a side) for a legend of `entries`
+/// lines that covers the fewest of the curves' points and none of the
+/// divergence marks, if it can (points and marks as fractions of the plot,
+/// from the lower left); upper right on a tie, as plotters places it.
+fn quietest_corner(
+    points: &[(f64, f64)],
+    marks: &[(f64, f64)],
+    entries: usize,
+) -> SeriesLabelPosition {
+    let width = 0.4;
+    let height = (0.06 * entries as f64 + 0.04).min(0.5);
+    // (position, box right of centre, box's vertical place: 1 top, 0
+    // middle, -1 bottom)
+    let places = [
+        (SeriesLabelPosition::UpperRight, true, 1),
+        (SeriesLabelPosition::LowerLeft, false, -1),
+        (SeriesLabelPosition::UpperLeft, false, 1),
+        (SeriesLabelPosition::LowerRight, true, -1),
+        (SeriesLabelPosition::MiddleRight, true, 0),
+        (SeriesLabelPosition::MiddleLeft, false, 0),
+    ];
+    let covered = |&(x, y): &(f64, f64), right: bool, vertical: i32| {
+        let in_x = if right { x >= 1.0 - width } else { x <= width };
+        let in_y = match vertical {
+            1 => y >= 1.0 - height,
+            -1 => y <= height,
+            _ => (y - 0.5).abs() <= height / 2.0,
+        };
+        in_x && in_y
+    };
+    places
+        .into_iter()
+        .min_by_key(|&(_, right, vertical)| {
+            let hidden_points = points
+                .iter()
+                .filter(|p| covered(p, right, vertical))
+                .count();
+            let hidden_marks = marks.iter().filter(|p| covered(p, right, vertical)).count();
+            // A hidden mark costs more than every point.
+            hidden_marks * (points.len() + 1) + hidden_points
+        })
+        .map(|(place, _, _)| place)
+        .expect("six places")
+}
+
 /// What [`draw`] hands to the chart of whichever axis types it built.
 struct Plot<'a, 'c> {
     chart: &'a Chart<'c>,
@@ -213,6 +300,7 @@ struct Plot<'a, 'c> {
     x_ticks: fn(f64) -> String,
     y_ticks: fn(f64) -> String,
     finite: &'a dyn Fn(f64) -> bool,
+    legend_at: SeriesLabelPosition,
 }
 
 impl Plot<'_, '_> {
@@ -236,15 +324,7 @@ impl Plot<'_, '_> {
             .y_label_formatter(&|v| (self.y_ticks)(*v))
             .draw()
             .map_err(plot_error)?;
-        // A divergence is marked on the top edge, where the legend
-        // usually sits; a loss chart's lower left (early steps, low loss)
-        // is empty, so the legend moves there.
-        let legend_at = if self.diverged.is_empty() {
-            SeriesLabelPosition::UpperRight
-        } else {
-            SeriesLabelPosition::LowerLeft
-        };
-        lines(&mut ctx, self.series, self.finite, legend_at)?;
+        lines(&mut ctx, self.series, self.finite, self.legend_at.clone())?;
         // The word sits left of its cross, so a mark at the right edge
         // stays inside the picture.
         let label = TextStyle::from(("sans-serif", 15).into_font())
