@@ -268,6 +268,51 @@ mod tests {
     /// (xtask/src/reproduce/runner.rs). A change to a record's fields fails
     /// here first: update the fixture, then xtask's reader.
     #[test]
+    fn the_readme_table_names_every_step_field_and_no_other() {
+        let readme = std::fs::read_to_string(
+            std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../README.md"),
+        )
+        .unwrap();
+        let mut documented: Vec<String> = readme
+            .lines()
+            .skip_while(|l| !l.starts_with("| step-line field |"))
+            .skip(2)
+            .take_while(|l| l.starts_with('|'))
+            .flat_map(|row| {
+                let cell = row.split('|').nth(1).unwrap_or("");
+                cell.split('`')
+                    .skip(1)
+                    .step_by(2)
+                    .map(String::from)
+                    .collect::<Vec<_>>()
+            })
+            .collect();
+        documented.sort();
+        let record = StepRecord {
+            step: 1,
+            epoch: 0,
+            elapsed_s: 0.0,
+            loss: 0.0,
+            lr: 0.0,
+            stage: String::new(),
+            bytes_sent: 0,
+            forward_ms: 0.0,
+            backward_ms: 0.0,
+            comm_ms: 0.0,
+            optimizer_ms: 0.0,
+            samples_per_s: 0.0,
+            grad_norm: 0.0,
+        };
+        let value = serde_json::to_value(&record).unwrap();
+        let mut written: Vec<String> = value.as_object().unwrap().keys().cloned().collect();
+        written.sort();
+        assert_eq!(
+            documented, written,
+            "README's step-line table against StepRecord"
+        );
+    }
+
+    #[test]
     fn a_divergence_is_its_own_line() {
         let line = serde_json::to_string(&DivergedRecord {
             step: 23,
