@@ -199,7 +199,17 @@ impl ChildFailed {
 
 impl std::fmt::Display for ChildFailed {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{} failed ({})", self.what, self.status)
+        // terse's own last lines say why; this line names how it ended,
+        // not "failed" for a stop the user asked for.
+        match self.status.code() {
+            Some(3) => write!(f, "{} diverged ({})", self.what, self.status),
+            Some(code @ (130 | 143)) => write!(
+                f,
+                "{} stopped by a signal after its checkpoint (exit status: {code})",
+                self.what
+            ),
+            _ => write!(f, "{} failed ({})", self.what, self.status),
+        }
     }
 }
 
@@ -287,6 +297,22 @@ mod tests {
         assert_eq!(failed("exit 1").code(), 1);
         // Ended by SIGTERM: 128 + 15, as a shell reports it.
         assert_eq!(failed("kill -TERM $$").code(), 143);
+        // The line says how it ended.
+        assert!(
+            failed("exit 3")
+                .to_string()
+                .ends_with("diverged (exit status: 3)")
+        );
+        assert!(
+            failed("exit 130")
+                .to_string()
+                .ends_with("stopped by a signal after its checkpoint (exit status: 130)")
+        );
+        assert!(
+            failed("exit 1")
+                .to_string()
+                .ends_with("failed (exit status: 1)")
+        );
     }
 
     #[test]
