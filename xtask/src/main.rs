@@ -21,6 +21,7 @@ mod reproduce;
 mod run_args;
 mod run_plot;
 mod setup;
+mod shipped_configs;
 mod system_packages;
 mod terse_binary;
 mod test;

@@ -36,25 +36,6 @@ pub struct Args {
     pub steps: Option<u64>,
 }
 
-/// The models with a shipped config in `dir` (`pretrain-<model>.toml`),
-/// sorted.
-fn shipped_models(dir: &Path) -> Vec<String> {
-    let mut models: Vec<String> = std::fs::read_dir(dir)
-        .into_iter()
-        .flatten()
-        .filter_map(|e| e.ok()?.file_name().into_string().ok())
-        .filter_map(|name| {
-            Some(
-                name.strip_prefix("pretrain-")?
-                    .strip_suffix(".toml")?
-                    .to_owned(),
-            )
-        })
-        .collect();
-    models.sort();
-    models
-}
-
 /// The `terse` command line for these arguments, checking that the
 /// config it will read exists (in `configs`, relative to where terse runs).
 fn terse_command(args: &Args, configs: &Path) -> Result<Vec<String>> {
@@ -71,7 +52,7 @@ fn terse_command(args: &Args, configs: &Path) -> Result<Vec<String>> {
         bail!(
             "configs/pretrain-{model}.toml: no such config; models shipped: {} (or pass \
              --config)",
-            shipped_models(configs).join(", ")
+            crate::shipped_configs::names(configs, "pretrain-", ".toml").join(", ")
         );
     }
     terse.extend(model);

@@ -37,7 +37,9 @@ pub fn run(args: &Args) -> Result<()> {
     let dataset = args.dataset.as_deref().unwrap_or(DEFAULT_DATASET);
     let default = format!("configs/train-{}-{dataset}.toml", args.model);
     if args.run.config.is_none() && !std::path::Path::new(&default).exists() {
-        let shipped = shipped_models(std::path::Path::new("configs"), dataset);
+        let suffix = format!("-{dataset}.toml");
+        let shipped =
+            crate::shipped_configs::names(std::path::Path::new("configs"), "train-", &suffix);
         bail!(
             "{default}: no such config; models shipped for {dataset}: {} (or pass --config)",
             if shipped.is_empty() {
@@ -54,26 +56,6 @@ pub fn run(args: &Args) -> Result<()> {
     }
     terse.extend(args.run.terse_args());
     args.run.launch(&terse)
-}
-
-/// The models with a shipped config for `dataset` in `dir`
-/// (`train-<model>-<dataset>.toml`), sorted.
-fn shipped_models(dir: &std::path::Path, dataset: &str) -> Vec<String> {
-    let suffix = format!("-{dataset}.toml");
-    let mut models: Vec<String> = std::fs::read_dir(dir)
-        .into_iter()
-        .flatten()
-        .filter_map(|e| e.ok()?.file_name().into_string().ok())
-        .filter_map(|name| {
-            Some(
-                name.strip_prefix("train-")?
-                    .strip_suffix(&suffix)?
-                    .to_owned(),
-            )
-        })
-        .collect();
-    models.sort();
-    models
 }
 
 #[cfg(test)]
@@ -120,10 +102,11 @@ mod tests {
     #[test]
     fn an_unknown_model_or_dataset_lists_the_shipped_configs() {
         let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../configs");
-        let shipped = shipped_models(&root, "fashion-mnist");
+        let names = crate::shipped_configs::names;
+        let shipped = names(&root, "train-", "-fashion-mnist.toml");
         for model in ["mlp", "resnet20"] {
             assert!(shipped.iter().any(|m| m == model), "{shipped:?}");
         }
-        assert!(shipped_models(&root, "imagenet").is_empty());
+        assert!(names(&root, "train-", "-imagenet.toml").is_empty());
     }
 }

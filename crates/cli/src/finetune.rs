@@ -57,7 +57,7 @@ struct SquadArgs {
 }
 
 pub fn run(args: &Args) -> Result<()> {
-    let dir = Path::new("configs");
+    let dir = &crate::shipped::dir();
     match &args.benchmark {
         Benchmark::Glue(glue) => {
             let config = match (&glue.config, &glue.task) {
@@ -152,7 +152,7 @@ mod tests {
 
     #[test]
     fn a_task_names_its_shipped_config_and_says_why_another_has_none() {
-        let configs = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../configs");
+        let configs = crate::shipped::for_tests();
         let path = glue_config(&configs, "rt-polarity").unwrap();
         assert!(path.ends_with("finetune-rt-polarity.toml"), "{path:?}");
         let error = glue_config(&configs, "SST-2").unwrap_err().to_string();

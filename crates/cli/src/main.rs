@@ -9,6 +9,7 @@ mod inspect;
 mod launch;
 mod pretrain;
 mod resume_line;
+mod shipped;
 mod train;
 
 use std::process::ExitCode;

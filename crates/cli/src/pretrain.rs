@@ -10,6 +10,7 @@ use terse_models::bert::{BertConfig, BertPreset};
 use terse_train::RunConfig;
 
 use crate::launch::RunFlags;
+use crate::shipped;
 
 /// Arguments of `terse pretrain`.
 #[derive(Debug, clap::Args)]
@@ -30,7 +31,7 @@ pub struct Args {
 }
 
 pub fn run(args: &Args) -> Result<()> {
-    let dir = Path::new("configs");
+    let dir = &shipped::dir();
     match (&args.config, &args.model) {
         (Some(config), Some(model)) => args
             .flags
@@ -43,25 +44,6 @@ pub fn run(args: &Args) -> Result<()> {
     }
 }
 
-/// The models with a shipped config in `dir` (`pretrain-<model>.toml`),
-/// sorted.
-fn shipped_models(dir: &Path) -> Vec<String> {
-    let mut models: Vec<String> = std::fs::read_dir(dir)
-        .into_iter()
-        .flatten()
-        .filter_map(|e| e.ok()?.file_name().into_string().ok())
-        .filter_map(|name| {
-            Some(
-                name.strip_prefix("pretrain-")?
-                    .strip_suffix(".toml")?
-                    .to_owned(),
-            )
-        })
-        .collect();
-    models.sort();
-    models
-}
-
 /// The shipped config of `model` in `dir`, or an error listing the shipped
 /// ones.
 fn shipped_config(dir: &Path, model: &str) -> Result<PathBuf> {
@@ -71,7 +53,7 @@ fn shipped_config(dir: &Path, model: &str) -> Result<PathBuf> {
             "{}: no such config; models shipped: {} (or pass --config, e.g. a copy of \
              configs/pretrain-bert-tiny.toml with [model] preset = \"small\")",
             path.display(),
-            shipped_models(dir).join(", ")
+            shipped::names(dir, "pretrain-", ".toml").join(", ")
         );
     }
     Ok(path)
@@ -116,7 +98,7 @@ fn named_bert(dir: &Path, model: &str) -> Result<BertConfig> {
         None => bail!(
             "no model `{model}`: the shipped ones are {}, and bert-<preset> names a preset \
              ({})",
-            shipped_models(dir).join(", "),
+            shipped::names(dir, "pretrain-", ".toml").join(", "),
             BertPreset::ALL
                 .map(|p| format!("bert-{}", p.name()))
                 .join(", ")
@@ -145,7 +127,7 @@ mod tests {
     use super::*;
 
     fn configs() -> PathBuf {
-        Path::new(env!("CARGO_MANIFEST_DIR")).join("../../configs")
+        shipped::for_tests()
     }
 
     #[test]

@@ -39,7 +39,7 @@ pub fn run(args: &Args) -> Result<()> {
     let config = match (&args.config, &args.model) {
         (Some(config), _) => config.clone(),
         (None, Some(model)) => shipped_config(
-            Path::new("configs"),
+            &crate::shipped::dir(),
             model,
             args.dataset.as_deref().unwrap_or(DEFAULT_DATASET),
         )?,
@@ -85,7 +85,7 @@ mod tests {
     use super::*;
 
     fn configs() -> PathBuf {
-        Path::new(env!("CARGO_MANIFEST_DIR")).join("../../configs")
+        crate::shipped::for_tests()
     }
 
     #[test]
