@@ -3,9 +3,9 @@
 //! burn's wgpu backend on the best adapter wgpu finds (a GPU, else a CPU
 //! adapter such as Mesa's lavapipe), `wgpu:N` on the N-th discrete GPU, and
 //! `lavapipe` on wgpu's CPU adapter by name. `cuda` is named so that asking
-//! for it gets a plain answer: this build has no CUDA backend (burn's `cuda`
-//! feature fetches an LLVM bundle while it builds, which these machines
-//! cannot).
+//! for it gets a plain answer: this build has no CUDA backend (terse builds
+//! burn without its `cuda` feature, which fetches an LLVM bundle while it
+//! builds).
 //!
 //! The model is initialised on the CPU from the config's seed and then
 //! moved, so every device starts from the same weights. The optimizer's
@@ -187,15 +187,19 @@ fn adapters() -> &'static [Adapter] {
 
 /// Runs one small computation on `device`; wgpu starts its adapter lazily
 /// and panics when there is none, so the panic is caught (and kept off the
-/// terminal) and returned as its message.
+/// terminal) and returned as its message. The panic hook is process-wide
+/// and every thread rank probes: one probe at a time, or two interleaved
+/// swaps would leave the silent hook installed for good.
 fn probe(device: &Device) -> Result<(), String> {
-    let quiet = std::panic::take_hook();
+    static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    let _turn = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
+    let previous = std::panic::take_hook();
     std::panic::set_hook(Box::new(|_| {}));
     let outcome = std::panic::catch_unwind(|| {
         let x = Tensor::<1>::from_floats([1.0, 2.0, 3.0], device);
         x.sum().into_scalar::<f32>()
     });
-    std::panic::set_hook(quiet);
+    std::panic::set_hook(previous);
     match outcome {
         Ok(6.0) => Ok(()),
         Ok(sum) => Err(format!("a test sum gave {sum}, not 6")),
