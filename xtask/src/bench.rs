@@ -85,15 +85,14 @@ pub fn run(args: &Args) -> Result<()> {
             None => run_model(args.quick, args.python.clone()),
         };
     }
-    if args.device.is_some() && args.name != Suite::Optim {
-        bail!("--device applies to `bench kernels` and `bench model` only");
-    }
     if args.device.is_some() {
-        bail!(
+        bail!(if args.name == Suite::Optim {
             "bench optim --device: every optimizer steps on the host whatever the training \
              device (the device-resident optimizers are not written yet); `bench optim` times \
              them there"
-        );
+        } else {
+            "--device applies to `bench kernels` and `bench model` only"
+        });
     }
     if args.name == Suite::Workers {
         return crate::bench_workers::run(args.quick);

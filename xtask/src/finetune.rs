@@ -75,7 +75,6 @@ pub fn run(args: &Args) -> Result<()> {
     let common = match &args.benchmark {
         Benchmark::Squad(common) | Benchmark::Glue { common, .. } => common,
     };
-    common.run.check_config()?;
     common.run.launch(&terse_command(args))
 }
 

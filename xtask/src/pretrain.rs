@@ -45,7 +45,6 @@ fn terse_command(args: &Args, configs: &Path) -> Result<Vec<String>> {
         (None, None) => Some(DEFAULT_MODEL.to_string()),
         (None, Some(_)) => None,
     };
-    args.run.check_config()?;
     if let (None, Some(model)) = (&args.run.config, &model)
         && !configs.join(format!("pretrain-{model}.toml")).exists()
     {

@@ -145,6 +145,7 @@ impl RunArgs {
     /// Runs `terse <terse…>` on `--ranks` processes (on `--hostfile`'s
     /// nodes), or once when it only prints the config.
     pub fn launch(&self, terse: &[String]) -> anyhow::Result<()> {
+        self.check_config()?;
         if self.print_config {
             return crate::terse_binary::run_binary("terse", terse);
         }
@@ -153,7 +154,7 @@ impl RunArgs {
 
     /// Refuses a `--config` that does not exist before any process starts
     /// (terse reads it; without `--config` terse picks its shipped one).
-    pub fn check_config(&self) -> anyhow::Result<()> {
+    fn check_config(&self) -> anyhow::Result<()> {
         if let Some(path) = &self.config
             && !path.exists()
         {

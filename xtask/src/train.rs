@@ -49,7 +49,6 @@ pub fn run(args: &Args) -> Result<()> {
             }
         )
     }
-    args.run.check_config()?;
     let mut terse = vec!["train".to_string(), args.model.clone()];
     if let Some(dataset) = &args.dataset {
         terse.extend(["--dataset".into(), dataset.clone()]);

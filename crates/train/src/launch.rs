@@ -54,8 +54,8 @@ pub fn train(config: &RunConfig, launch: &Launch) -> Result<Option<RunSummary>, 
         .comm
         .backend(launch.ranks, MpiComm::launched_by_mpirun())?
     {
-        Backend::Mpi => on_process_world(&MpiComm::init()?, config, launch, &trainer),
-        Backend::Nccl => on_nccl(config, launch, &trainer),
+        Backend::Mpi => on_process_world(&MpiComm::init()?, config, launch, &trainer, &predictions),
+        Backend::Nccl => on_nccl(config, launch, &trainer, &predictions),
         Backend::Threads(ranks) => {
             let _claim = claim(launch)?;
             let on = TrainOn::Threads(ranks, &trainer);
@@ -81,6 +81,7 @@ fn on_process_world(
     config: &RunConfig,
     launch: &Launch,
     trainer: &Trainer<'_>,
+    predictions: &Path,
 ) -> Result<Option<RunSummary>, TrainError> {
     // Rank 0 claims the directory before any rank writes to it; if it
     // cannot, every rank ends with its reason.
@@ -98,8 +99,7 @@ fn on_process_world(
     };
     comm.barrier()?;
     announce(comm, config, &launch.run_dir);
-    let predictions = launch.run_dir.join("predictions.json");
-    let result = with_task(config, comm, &predictions, TrainOn::Process(comm, trainer));
+    let result = with_task(config, comm, predictions, TrainOn::Process(comm, trainer));
     // A signal and a divergence end every rank at the same step (both
     // travel in the step's shared allreduce), so no rank is left waiting:
     // those exit on their own, with their own status (3 for a divergence,
@@ -121,18 +121,24 @@ fn on_nccl(
     config: &RunConfig,
     launch: &Launch,
     trainer: &Trainer<'_>,
+    predictions: &Path,
 ) -> Result<Option<RunSummary>, TrainError> {
     let local_rank = std::env::var("OMPI_COMM_WORLD_LOCAL_RANK")
         .ok()
         .and_then(|r| r.parse().ok())
         .unwrap_or(0);
     let comm = terse_comm::NcclComm::init(MpiComm::init()?, local_rank)?;
-    on_process_world(&comm, config, launch, trainer)
+    on_process_world(&comm, config, launch, trainer, predictions)
 }
 
 /// Refused earlier ([`CommChoice::backend`]): a build without NCCL.
 #[cfg(not(feature = "nccl"))]
-fn on_nccl(_: &RunConfig, _: &Launch, _: &Trainer<'_>) -> Result<Option<RunSummary>, TrainError> {
+fn on_nccl(
+    _: &RunConfig,
+    _: &Launch,
+    _: &Trainer<'_>,
+    _: &Path,
+) -> Result<Option<RunSummary>, TrainError> {
     unreachable!("--comm nccl is refused in a build without the nccl feature")
 }
 

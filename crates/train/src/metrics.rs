@@ -263,10 +263,6 @@ impl RunSummary {
 mod tests {
     use super::*;
 
-    /// The metrics format is a contract with `cargo xtask reproduce`, which
-    /// reads the same committed fixture in its own test
-    /// (xtask/src/reproduce/runner.rs). A change to a record's fields fails
-    /// here first: update the fixture, then xtask's reader.
     #[test]
     fn the_readme_table_names_every_step_field_and_no_other() {
         let readme = std::fs::read_to_string(
@@ -322,6 +318,10 @@ mod tests {
         assert_eq!(line, r#"{"step":23,"diverged":true}"#);
     }
 
+    /// The metrics format is a contract with `cargo xtask reproduce`, which
+    /// reads the same committed fixture in its own test
+    /// (xtask/src/reproduce/runner.rs). A change to a record's fields fails
+    /// here first: update the fixture, then xtask's reader.
     #[test]
     fn the_records_serialise_as_the_committed_fixture() {
         let metrics = |pairs: [(&str, f64); 3]| -> Vec<(String, f64)> {

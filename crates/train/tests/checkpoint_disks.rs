@@ -89,12 +89,17 @@ fn step_dir(run_dir: &Path, step: u64) -> PathBuf {
     checkpoint::checkpoints_dir(run_dir).join(format!("step-{step:08}"))
 }
 
+/// Each rank's run directory, as on a disk of its own node.
+fn node_run_dirs(scratch: &Path) -> Vec<PathBuf> {
+    (0..RANKS)
+        .map(|r| scratch.join(format!("node{r}/run")))
+        .collect()
+}
+
 #[test]
 fn each_node_commits_its_own_files_and_a_resume_agrees_on_a_step_all_hold() {
     let scratch = tempfile::tempdir().unwrap();
-    let dirs: Vec<PathBuf> = (0..RANKS)
-        .map(|r| scratch.path().join(format!("node{r}/run")))
-        .collect();
+    let dirs = node_run_dirs(scratch.path());
     let config = config();
     assert_eq!(agree(&dirs, &config), vec![Ok(None); RANKS], "a fresh run");
     for step in [4, 8, 12] {
@@ -209,9 +214,7 @@ fn on_a_shared_directory_the_ranks_fill_one_step_directory() {
 #[test]
 fn a_fresh_run_clears_each_nodes_leftovers_and_keeps_its_own_steps() {
     let scratch = tempfile::tempdir().unwrap();
-    let dirs: Vec<PathBuf> = (0..RANKS)
-        .map(|r| scratch.path().join(format!("node{r}/run")))
-        .collect();
+    let dirs = node_run_dirs(scratch.path());
     let config = config();
     // An earlier run's steps 25 and 30 on node 1, never seen by rank 0 (its
     // node was cleared with --overwrite, say).

@@ -225,7 +225,7 @@ pub fn draw(path: &Path, chart: &Chart<'_>, series: &[Series]) -> Result<()> {
         x_ticks,
         y_ticks,
         finite: &finite,
-        legend_at: quietest_corner(&points_at, &marks_at, series.len()),
+        legend_at: quietest_place(&points_at, &marks_at, series.len()),
     };
     // Four axis types, one drawing: each combination is its own type.
     match (&chart.x_key_points, chart.log_y) {
@@ -251,7 +251,7 @@ pub fn draw(path: &Path, chart: &Chart<'_>, series: &[Series]) -> Result<()> {
 /// lines that covers the fewest of the curves' points and none of the
 /// divergence marks, if it can (points and marks as fractions of the plot,
 /// from the lower left); upper right on a tie, as plotters places it.
-fn quietest_corner(
+fn quietest_place(
     points: &[(f64, f64)],
     marks: &[(f64, f64)],
     entries: usize,

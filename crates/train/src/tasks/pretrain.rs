@@ -156,10 +156,7 @@ fn cached_or_built(
     shard_dir: &Path,
 ) -> Result<ShardSet, TrainError> {
     let lock_path = shard_dir.with_extension("lock");
-    let io = |path: &Path| {
-        let path = path.to_path_buf();
-        move |source| TrainError::Io { path, source }
-    };
+    let io = crate::checkpoint::io;
     if let Some(parent) = lock_path.parent() {
         std::fs::create_dir_all(parent).map_err(io(parent))?;
     }
