@@ -13,10 +13,21 @@ use super::{Claim, Context, Outcome, gates, num};
 const CONFIG: &str = "configs/reproduce-onebit-adam.toml";
 const WORKERS: usize = 4;
 
-/// Steps, global batch and micro-batch (quick: a fifth of the steps on half
-/// the batch, same proportions).
+/// How close 1-bit Adam's final held-out loss must be to Adam's (percent)
+/// for "converges like Adam".
+pub const PARITY_PERCENT: f64 = 2.0;
+
+/// The label of 1-bit Adam with its warmup at 40% of the steps (full run).
+const LONG_WARMUP: &str = "onebit_adam_long_warmup";
+
+/// Steps, global batch and micro-batch (quick: 80 steps of a quarter of the
+/// batch, same proportions of warmup and freeze).
+///
+/// 1,000 steps of 64: Adam's MLM accuracy reaches twice the unigram
+/// baseline by step 750 (a sizing run: 12.8% against 6.4%); four variants
+/// take about 50 minutes on 2 cores.
 pub fn shape(ctx: &Context) -> (u64, usize, usize) {
-    ctx.pick((400, 32, 8), (80, 16, 4))
+    ctx.pick((1000, 64, 16), (80, 16, 4))
 }
 
 /// The `--set optimizer=…` table of `name`, freezing at 20% of the steps when
@@ -46,8 +57,9 @@ pub fn variant(ctx: &Context, label: &str, optimizer: String) -> Variant {
         .set("train.global_batch", batch)
         .set("train.micro_batch", micro)
         .set("train.checkpoint_every", steps / 4)
+        .set("train.eval_every", steps / 4)
         .set("schedule.warmup_steps", steps / 10)
-        .set("schedule.decay_every", steps / 10)
+        .set("schedule.total_steps", steps)
 }
 
 pub fn run(ctx: &Context) -> Result<Outcome> {
@@ -61,11 +73,23 @@ pub fn run(ctx: &Context) -> Result<Outcome> {
     ];
     if !ctx.quick {
         variants.insert(2, v("onebit_adam_fp32", true));
+        // The test of the likeliest reason 1-bit Adam trails Adam here
+        // (a variance frozen after 200 steps, not the paper's 23,000):
+        // the same run with the warmup twice as long.
+        variants.push(variant(
+            ctx,
+            LONG_WARMUP,
+            optimizer(
+                ctx,
+                "onebit_adam",
+                false,
+                &format!(", freeze_step = {}", 2 * steps / 5),
+            ),
+        ));
     }
     let logs = run_all(ctx, &ctx.runs, &variants)?;
     ctx.report.write_runs(&logs)?;
-    let batch = batch as f64;
-    let series = loss_curves(&logs, batch, ctx.pick(20, 5));
+    let series = loss_curves(&logs, batch as f64, ctx.pick(20, 5));
     draw(
         &ctx.report.path("plot.png"),
         &Chart {
@@ -82,10 +106,16 @@ pub fn run(ctx: &Context) -> Result<Outcome> {
         },
         &series,
     )?;
-    summarize(&logs, steps, freeze, ctx.quick)
+    summarize(&logs, steps, batch, freeze, ctx.quick)
 }
 
-fn summarize(logs: &[RunLog], steps: u64, freeze: u64, quick: bool) -> Result<Outcome> {
+fn summarize(
+    logs: &[RunLog],
+    steps: u64,
+    batch: usize,
+    freeze: u64,
+    quick: bool,
+) -> Result<Outcome> {
     let tail = (steps / 10) as usize;
     let mut table = super::report::Table::new(&[
         "optimizer",
@@ -145,6 +175,7 @@ fn summarize(logs: &[RunLog], steps: u64, freeze: u64, quick: bool) -> Result<Ou
         )]
     } else {
         let fp32 = held_of("onebit_adam_fp32").unwrap_or(f64::NAN);
+        let long = held_of(LONG_WARMUP).unwrap_or(f64::NAN);
         let log_of = |label: &str| logs.iter().find(|log| log.label == label);
         let reference = log_of("adam").expect("a variant above");
         let (learned, learned_text) = gates::mlm_learned(reference);
@@ -175,17 +206,19 @@ fn summarize(logs: &[RunLog], steps: u64, freeze: u64, quick: bool) -> Result<Ou
             ),
             gates::claim(
                 learned,
-                steady && gap(onebit).abs() < 5.0,
+                steady && gap(onebit).abs() < PARITY_PERCENT,
                 format!(
-                    "1-bit Adam tracks Adam: ends within 5% ({:+.2}%) and {steady_text}",
+                    "1-bit Adam tracks Adam: ends within {PARITY_PERCENT}% ({:+.2}%) and \
+                     {steady_text}",
                     gap(onebit)
                 ),
             ),
             gates::claim(
                 learned,
-                gap(fp32).abs() < 5.0,
+                gap(fp32).abs() < PARITY_PERCENT,
                 format!(
-                    "the fp32-momentum ablation ends within 5% of Adam: {}",
+                    "the fp32-momentum ablation (zero-gradient coordinates masked) ends within \
+                     {PARITY_PERCENT}% of Adam: {}",
                     if fp32.is_finite() {
                         format!("{:+.2}%", gap(fp32))
                     } else {
@@ -193,14 +226,32 @@ fn summarize(logs: &[RunLog], steps: u64, freeze: u64, quick: bool) -> Result<Ou
                     }
                 ),
             ),
+            gates::claim(
+                learned,
+                long.is_finite() && gap(long).abs() < gap(onebit).abs(),
+                format!(
+                    "why 1-bit Adam differs from Adam here: its variance is frozen after \
+                     {freeze} steps; frozen after {} instead, 1-bit Adam ends closer to Adam: \
+                     {} vs {:+.2}%",
+                    2 * freeze,
+                    if long.is_finite() {
+                        format!("{:+.2}%", gap(long))
+                    } else {
+                        "diverged".into()
+                    },
+                    gap(onebit)
+                ),
+            ),
         ]
     };
     Ok(Outcome {
         title: "1-bit Adam vs Adam: BERT pre-training (1-bit Adam Fig. 1, 4a, 6)".into(),
         body: format!(
-            "BERT-Tiny, State of the Union corpus, seq 128, {} steps, 4 workers (local \
-             ranks); 1-bit Adam freezes at step {freeze} (20%). Held-out loss: masked LM + \
-             next sentence on the held-out sequences after the last step.\n\n{}\n\
+            "BERT-Tiny, State of the Union addresses and SQuAD training articles, seq 128, {} \
+             steps of {batch}, 4 workers (local ranks), learning rate warmed up over the first \
+             10% and decayed linearly to 0; 1-bit Adam freezes at step {freeze} (20%). \
+             Held-out loss: masked LM + next sentence on 512 held-out sequences after the last \
+             step.\n\n{}\n\
              ![training loss](plot.png)\n\n\
              All variants run with bias correction, unlike the papers' BertAdam: their variance \
              is frozen after 23,000 steps, ours after {freeze}, where the uncorrected `v` is \
