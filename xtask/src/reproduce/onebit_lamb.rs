@@ -84,8 +84,9 @@ pub fn run(ctx: &Context) -> Result<Outcome> {
     ];
     // The test of the likeliest reason 1-bit LAMB trails LAMB here (full
     // run only): BERT-Tiny's embeddings are 90% of its parameters and their
-    // gradient is sparse (rare word pieces, unused positions), so a chunk's
-    // ±scale moves rows that had almost no gradient — BERT-Large's
+    // gradient is sparse (rare word pieces, unused positions): compressed,
+    // every element of a chunk gets the chunk's mean |m|, so the few rows
+    // with a gradient move far less than their momentum says — BERT-Large's
     // embeddings are 9.5% of it. The same run with them averaged in fp32.
     let diagnostic = (!ctx.quick).then(|| {
         variant(
