@@ -172,6 +172,21 @@ pub fn run(ctx: &Context) -> Result<Outcome> {
     let lamb = pretrained[0].final_eval("held_out_loss")?;
     let mut held = Vec::new();
     let mut accuracy = Vec::new();
+    // One row per pre-training run; `finetune` is its fine-tuned score's cell.
+    let row = |log: &RunLog, loss: f64, finetune: String| -> Result<Vec<String>> {
+        Ok(vec![
+            log.label.clone(),
+            log.show(loss, num),
+            log.show(loss, |loss| {
+                format!("{:+.2}%", 100.0 * (loss - lamb) / lamb)
+            }),
+            log.show(log.final_eval("mlm_accuracy")?, num),
+            log.final_eval("mlm_majority_accuracy")
+                .map_or("not logged".into(), num),
+            finetune,
+            num(log.total("bytes_sent") / 1e6),
+        ])
+    };
     for (pre, fine) in pretrained.iter().zip(&finetuned) {
         let loss = pre.final_eval("held_out_loss")?;
         let acc = fine
@@ -179,20 +194,10 @@ pub fn run(ctx: &Context) -> Result<Outcome> {
             .map_or(Ok(0.0), |f| f.final_eval("accuracy"))?;
         held.push(loss);
         accuracy.push(acc);
-        table.row(vec![
-            pre.label.clone(),
-            pre.show(loss, num),
-            pre.show(loss, |loss| {
-                format!("{:+.2}%", 100.0 * (loss - lamb) / lamb)
-            }),
-            pre.show(pre.final_eval("mlm_accuracy")?, num),
-            pre.final_eval("mlm_majority_accuracy")
-                .map_or("not logged".into(), num),
-            fine.as_ref().map_or("–".into(), |f| {
-                f.show(acc, |acc| format!("{:.2}%", 100.0 * acc))
-            }),
-            num(pre.total("bytes_sent") / 1e6),
-        ]);
+        let finetune = fine.as_ref().map_or("–".into(), |f| {
+            f.show(acc, |acc| format!("{:.2}%", 100.0 * acc))
+        });
+        table.row(row(pre, loss, finetune)?);
     }
     let [_, basic, onebit] = held[..] else {
         unreachable!("three variants")
@@ -200,18 +205,7 @@ pub fn run(ctx: &Context) -> Result<Outcome> {
     let diagnostic_loss = match &diagnostic {
         Some(log) => {
             let loss = log.final_eval("held_out_loss")?;
-            table.row(vec![
-                log.label.clone(),
-                log.show(loss, num),
-                log.show(loss, |loss| {
-                    format!("{:+.2}%", 100.0 * (loss - lamb) / lamb)
-                }),
-                log.show(log.final_eval("mlm_accuracy")?, num),
-                log.final_eval("mlm_majority_accuracy")
-                    .map_or("not logged".into(), num),
-                "–".into(),
-                num(log.total("bytes_sent") / 1e6),
-            ]);
+            table.row(row(log, loss, "–".into())?);
             Some((loss, log.diverged))
         }
         None => None,
