@@ -10,6 +10,20 @@ use super::{Claim, num};
 /// (least-squares slope × span) that still counts as "tracking".
 pub const GAP_GROWTH_LIMIT: f64 = 0.05;
 
+/// How close (percent of the reference's final held-out loss) a compressed
+/// optimizer must end for "converges like" its uncompressed reference.
+pub const PARITY_PERCENT: f64 = 2.0;
+
+/// A gap in percent as `+1.23%`, or `diverged` where the run did not end
+/// with a number (a diverged run's loss is infinite, a missing one NaN).
+pub fn percent_or_diverged(gap: f64) -> String {
+    if gap.is_finite() {
+        format!("{gap:+.2}%")
+    } else {
+        "diverged".into()
+    }
+}
+
 /// Whether a pre-training reference learned more than word frequencies:
 /// its masked-LM accuracy is above the unigram baseline of the same
 /// held-out set (`mlm_majority_accuracy`). Returns the verdict and the

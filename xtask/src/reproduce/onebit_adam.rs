@@ -6,16 +6,13 @@
 
 use anyhow::Result;
 
+use super::gates::{self, PARITY_PERCENT, percent_or_diverged};
 use super::plot::{Chart, draw, loss_curves};
 use super::runner::{RunLog, Variant, run_all};
-use super::{Claim, Context, Outcome, gates, num};
+use super::{Claim, Context, Outcome, num};
 
 const CONFIG: &str = "configs/reproduce-onebit-adam.toml";
 const WORKERS: usize = 4;
-
-/// How close 1-bit Adam's final held-out loss must be to Adam's (percent)
-/// for "converges like Adam".
-pub const PARITY_PERCENT: f64 = 2.0;
 
 /// The label of 1-bit Adam with its warmup at 40% of the steps (full run).
 const LONG_WARMUP: &str = "onebit_adam_long_warmup";
@@ -219,11 +216,7 @@ fn summarize(
                 format!(
                     "the fp32-momentum ablation (zero-gradient coordinates masked) ends within \
                      {PARITY_PERCENT}% of Adam: {}",
-                    if fp32.is_finite() {
-                        format!("{:+.2}%", gap(fp32))
-                    } else {
-                        "diverged".into()
-                    }
+                    percent_or_diverged(gap(fp32))
                 ),
             ),
             gates::claim(
@@ -234,11 +227,7 @@ fn summarize(
                      {freeze} steps; frozen after {} instead, 1-bit Adam ends closer to Adam: \
                      {} vs {:+.2}%",
                     2 * freeze,
-                    if long.is_finite() {
-                        format!("{:+.2}%", gap(long))
-                    } else {
-                        "diverged".into()
-                    },
+                    percent_or_diverged(gap(long)),
                     gap(onebit)
                 ),
             ),

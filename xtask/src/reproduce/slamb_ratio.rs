@@ -6,11 +6,12 @@
 
 use anyhow::Result;
 
-use super::onebit_lamb::{self, PARITY_PERCENT, WORKERS};
+use super::gates::{self, PARITY_PERCENT};
+use super::onebit_lamb::{self, WORKERS};
 use super::plot::{Chart, draw, loss_curves};
 use super::report::Table;
 use super::runner::{RunLog, Variant, check_comparable, run_all};
-use super::{Claim, Context, Outcome, gates, num};
+use super::{Claim, Context, Outcome, num};
 
 pub fn run(ctx: &Context) -> Result<Outcome> {
     let (steps, batch, _) = onebit_lamb::shape(ctx);
