@@ -67,8 +67,10 @@ pub enum Experiment {
     SlambRatio,
     /// Tarasov & Ershov: 1-bit Adam with ε outside the sqrt diverges, inside trains
     EpsFix,
-    /// SQuAD/GLUE scores of Adam and 1-bit Adam fine-tuning agree across seeds
+    /// rt-polarity scores of Adam / 1-bit Adam and LAMB / 1-bit LAMB fine-tuning agree across seeds
     FinetuneParity,
+    /// The same on SQuAD (F1; hours: its own experiment)
+    FinetuneParitySquad,
     /// 1-bit Adam with one scale per 2048 elements against one per chunk
     ScaleBlock,
     /// Bytes each optimizer sends per step against the papers' reduction factors
@@ -190,6 +192,7 @@ pub fn run(args: &Args) -> Result<()> {
         Experiment::SlambRatio => slamb_ratio::run(&ctx)?,
         Experiment::EpsFix => eps_fix::run(&ctx)?,
         Experiment::FinetuneParity => finetune_parity::run(&ctx)?,
+        Experiment::FinetuneParitySquad => finetune_parity::run_squad(&ctx)?,
         Experiment::ScaleBlock => scale_block::run(&ctx)?,
         Experiment::CommVolume => comm_volume::run(&ctx)?,
         Experiment::Bandwidth => bandwidth::run(&ctx)?,
