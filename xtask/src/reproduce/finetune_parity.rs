@@ -110,6 +110,7 @@ fn squad(ctx: &Context) -> Task {
             vec![
                 ("train.micro_batch", "4".into()),
                 ("task.max_seq", "128".into()),
+                ("task.max_query", "32".into()),
                 ("task.doc_stride", "64".into()),
                 ("task.dev_questions", "50".into()),
             ]
