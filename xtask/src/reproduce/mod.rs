@@ -25,6 +25,7 @@ mod report;
 pub(crate) mod runner;
 mod same_settings;
 mod scale_block;
+mod shelf;
 mod slamb_ratio;
 mod step_profile;
 
@@ -81,6 +82,17 @@ pub enum Experiment {
     StepProfile,
 }
 
+impl Experiment {
+    /// Whether a full run keeps each finished variant in its committed
+    /// results until the whole experiment has run (`shelf`): the
+    /// experiments longer than one session whose variants are read only for
+    /// their metrics. The pre-training experiments fine-tune from their
+    /// variants' exported models, which the shelf does not keep.
+    fn keeps_finished_variants(self) -> bool {
+        matches!(self, Self::FinetuneParity | Self::FinetuneParitySquad)
+    }
+}
+
 /// One claim of a paper and whether this run bore it out.
 pub struct Claim {
     /// The claim, with the numbers that decide it.
@@ -124,6 +136,9 @@ pub struct Context {
     pub replay: Option<PathBuf>,
     /// The output directory.
     pub report: Report,
+    /// Where a full run of an experiment that keeps its finished variants
+    /// in its results does so (`shelf`); `None` otherwise.
+    pub shelf: Option<shelf::Shelf>,
 }
 
 impl Context {
@@ -185,6 +200,8 @@ pub fn run(args: &Args) -> Result<()> {
         } else {
             Report::create(&out)?
         },
+        shelf: (!args.quick && !args.from_results && args.name.keeps_finished_variants())
+            .then(|| shelf::Shelf::new(&out)),
     };
     let outcome = match args.name {
         Experiment::OnebitAdam => onebit_adam::run(&ctx)?,
@@ -206,7 +223,12 @@ pub fn run(args: &Args) -> Result<()> {
             report::commit()
         ));
     } else {
-        ctx.report.write_machine(&command)?;
+        let restored = ctx.shelf.as_ref().map(|s| s.restored()).unwrap_or_default();
+        ctx.report.write_machine(&command, &restored)?;
+        // The report now holds every variant.
+        if let Some(shelf) = &ctx.shelf {
+            shelf.remove()?;
+        }
     }
     table.push_str("## Claims\n\n");
     for claim in &outcome.claims {

@@ -16,11 +16,24 @@ pub struct Report {
 }
 
 impl Report {
-    /// Creates (or empties) `dir`.
+    /// Creates (or empties) `dir`, keeping the finished variants an
+    /// earlier, unfinished run of the experiment left there (`shelf`).
     pub fn create(dir: &Path) -> Result<Self> {
         if dir.exists() {
-            std::fs::remove_dir_all(dir)
-                .with_context(|| format!("cannot clear {}", dir.display()))?;
+            let entries =
+                std::fs::read_dir(dir).with_context(|| format!("cannot read {}", dir.display()))?;
+            for entry in entries {
+                let path = entry?.path();
+                if path.file_name() == Some(std::ffi::OsStr::new(super::shelf::DIR)) {
+                    continue;
+                }
+                if path.is_dir() {
+                    std::fs::remove_dir_all(&path)
+                } else {
+                    std::fs::remove_file(&path)
+                }
+                .with_context(|| format!("cannot clear {}", path.display()))?;
+            }
         }
         std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
         Ok(Self {
@@ -67,8 +80,10 @@ impl Report {
         self.write("metrics.jsonl", &all)
     }
 
-    /// machine.txt: CPU, cores, memory, toolchain, commit, date, command.
-    pub fn write_machine(&self, command: &str) -> Result<()> {
+    /// machine.txt: CPU, cores, memory, toolchain, commit, date, command,
+    /// and the variants `restored` from an earlier session (`shelf`), each
+    /// with the commit it finished at.
+    pub fn write_machine(&self, command: &str, restored: &[String]) -> Result<()> {
         let cpu = std::fs::read_to_string("/proc/cpuinfo")
             .ok()
             .and_then(|text| {
@@ -101,6 +116,10 @@ impl Report {
             output("rustc", &["--version"]),
             output("uname", &["-srm"]),
         );
+        let mut text = text;
+        for variant in restored {
+            writeln!(text, "restored from an earlier session: {variant}")?;
+        }
         self.write("machine.txt", &text)
     }
 

@@ -15,7 +15,9 @@ use anyhow::{Context as _, Result, bail};
 use serde_json::Value;
 
 use super::Context;
+use super::report;
 use super::same_settings::{self, Resolved};
+use super::shelf::Shelf;
 
 /// One run of an experiment.
 #[derive(Debug, Clone)]
@@ -193,6 +195,9 @@ pub fn run_all(ctx: &Context, runs_dir: &Path, variants: &[Variant]) -> Result<V
             .collect();
     }
     let terse = ctx.terse()?;
+    // The shelf holds this experiment's own variants, not those of a
+    // sibling whose run directory it shares.
+    let shelf = ctx.shelf.as_ref().filter(|_| runs_dir == ctx.runs);
     let mut logs = Vec::new();
     for (i, variant) in variants.iter().enumerate() {
         eprintln!(
@@ -201,7 +206,7 @@ pub fn run_all(ctx: &Context, runs_dir: &Path, variants: &[Variant]) -> Result<V
             variants.len(),
             variant.label
         );
-        logs.push(run_one(terse, runs_dir, variant)?);
+        logs.push(run_one(terse, runs_dir, variant, shelf)?);
     }
     Ok(logs)
 }
@@ -286,8 +291,18 @@ pub fn replay(results: &Path, runs_dir: &Path, label: &str) -> Result<RunLog> {
     })
 }
 
-/// A variant's config as `terse` resolves it (`--print-config`).
+/// A variant's config as `terse` resolves it.
 fn resolve(terse: &Path, runs_dir: &Path, variant: &Variant) -> Result<Resolved> {
+    Resolved::parse(
+        &variant.label,
+        &print_config(terse, runs_dir, variant)?,
+        &variant.varies,
+    )
+}
+
+/// A variant's config as `terse --print-config` prints it: the text its
+/// run directory's config.toml gets.
+fn print_config(terse: &Path, runs_dir: &Path, variant: &Variant) -> Result<String> {
     let output = Command::new(terse)
         .args(command_line(variant, &runs_dir.join(&variant.label)))
         .arg("--print-config")
@@ -300,14 +315,15 @@ fn resolve(terse: &Path, runs_dir: &Path, variant: &Variant) -> Result<Resolved>
             String::from_utf8_lossy(&output.stderr).trim()
         );
     }
-    Resolved::parse(
-        &variant.label,
-        &String::from_utf8_lossy(&output.stdout),
-        &variant.varies,
-    )
+    Ok(String::from_utf8_lossy(&output.stdout).into_owned())
 }
 
-fn run_one(terse: &Path, runs_dir: &Path, variant: &Variant) -> Result<RunLog> {
+fn run_one(
+    terse: &Path,
+    runs_dir: &Path,
+    variant: &Variant,
+    shelf: Option<&Shelf>,
+) -> Result<RunLog> {
     let dir = runs_dir.join(&variant.label);
     let stamp = dir.join("variant.txt");
     let command_line = command_line(variant, &dir);
@@ -320,6 +336,29 @@ fn run_one(terse: &Path, runs_dir: &Path, variant: &Variant) -> Result<RunLog> {
             dir.display()
         );
         return read_log(variant, &dir);
+    }
+    if let Some(shelf) = shelf.filter(|shelf| shelf.holds(&variant.label)) {
+        let config = print_config(terse, runs_dir, variant)?;
+        if shelf.restore(
+            &variant.label,
+            &command_line.join(" "),
+            &config,
+            &dir,
+            FINISHED,
+        )? {
+            eprintln!(
+                "reproduce: {}: finished in an earlier session, restored from the committed \
+                 results ({})",
+                variant.label,
+                super::shelf::DIR
+            );
+            return read_log(variant, &dir);
+        }
+        eprintln!(
+            "reproduce: {}: the committed results hold another version of it (command line or \
+             resolved config differ); running it again",
+            variant.label
+        );
     }
     let resume = same_variant && dir.join("checkpoints").is_dir();
     if !resume && dir.exists() {
@@ -352,6 +391,10 @@ fn run_one(terse: &Path, runs_dir: &Path, variant: &Variant) -> Result<RunLog> {
         );
     }
     std::fs::write(dir.join(FINISHED), "")?;
+    if let Some(shelf) = shelf {
+        let origin = format!("finished at commit {}", report::commit());
+        shelf.put(&variant.label, &dir, &origin)?;
+    }
     // A finished variant is read, never resumed: its checkpoints (every
     // rank's model and optimizer state, twice; 7 GB over finetune-parity's
     // quick variants) go, its metrics, config and export stay.
