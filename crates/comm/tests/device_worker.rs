@@ -4,8 +4,10 @@
 //! sizes 2 and 4 on `local`, one scale per chunk and per 64-element block,
 //! three successive calls (errors carry over). The packed bits of the first
 //! call are the CPU's exactly (so the outputs agree to the scales' rounding),
-//! later calls agree to float tolerance, and the bytes on the wire are the
-//! same. On `flex` the tensor path is the CPU path: bit-identical.
+//! later calls agree to float tolerance except where an element's
+//! compensated value `y = x + e` is a near-tie at zero (see
+//! [`near_tie_flips`]), and the bytes on the wire are the same. On `flex`
+//! the tensor path is the CPU path: bit-identical.
 
 use std::time::Duration;
 
@@ -23,11 +25,12 @@ fn input(seed: u64, rank: usize, call: usize, len: usize) -> Vec<f32> {
 
 struct Outcome {
     outputs: Vec<Vec<f32>>,
-    error: Vec<f32>,
+    /// The worker error after each call.
+    errors: Vec<Vec<f32>>,
     sent: u64,
 }
 
-/// Per rank: the outputs of `calls` calls and the final worker error.
+/// Per rank: the outputs and worker errors of three calls.
 fn run(
     n: usize,
     len: usize,
@@ -38,6 +41,7 @@ fn run(
     LocalComm::run(n, Duration::from_secs(300), |comm| {
         let mut state = CompressedAllreduce::new(len, comm, options).unwrap();
         let mut outputs = Vec::new();
+        let mut errors = Vec::new();
         let mut host_error = vec![0.0f32; len];
         let mut device_error = device.map(|d| Tensor::<1>::zeros([len], d));
         let before = comm.traffic().sent();
@@ -52,6 +56,7 @@ fn run(
                     };
                     state.allreduce_mean_on(comm, &mut worker).unwrap();
                     outputs.push(x);
+                    errors.push(host_error.clone());
                 }
                 Some(d) => {
                     let x = Tensor::<1>::from_data(TensorData::new(x, [len]), d);
@@ -62,17 +67,14 @@ fn run(
                     let (x, error) = worker.into_parts();
                     assert_eq!(x.device(), *d, "the output stays on the device");
                     outputs.push(x.into_data().try_to_vec::<f32>().unwrap());
+                    errors.push(error.clone().into_data().try_to_vec::<f32>().unwrap());
                     device_error = Some(error);
                 }
             }
         }
-        let error = match device_error {
-            Some(e) => e.into_data().try_to_vec::<f32>().unwrap(),
-            None => host_error,
-        };
         Outcome {
             outputs,
-            error,
+            errors,
             sent: comm.traffic().sent() - before,
         }
     })
@@ -81,33 +83,89 @@ fn run(
     .collect()
 }
 
-fn relative_gap(a: &[f32], b: &[f32]) -> f64 {
-    let num: f64 = a.iter().zip(b).map(|(a, b)| f64::from(a - b).powi(2)).sum();
-    let den: f64 = b.iter().map(|b| f64::from(*b).powi(2)).sum();
-    (num / den.max(1e-30)).sqrt()
-}
-
 #[test]
 fn device_worker_matches_the_host_worker() {
-    // Fixed seeds, so that the verdict is the same every run (this test
-    // used to draw its seed from the clock; see the ignored test below).
+    // Fixed seeds, so that the verdict is the same every run.
     compare_workers(&[1, 2]);
 }
 
-/// A seed the clock-seeded version of the test met, 2026-11-24: at n 4,
-/// len 70,001, block 64 the device's later calls differ from the host's by
-/// 1.8e-4 and its worker errors by 1.0e-2 (l2, relative) — more than
-/// rounding of the scales explains. Not understood yet; kept as a
-/// reproduction (`cargo test --test device_worker -- --ignored`).
+/// A seed the clock-seeded version of this test met (2026-11-24): at n 4,
+/// len 70,001, block 64 one element of rank 0's third call has `y = x + e`
+/// = −1.2e−7 on the host against a block scale of 0.98, and the device,
+/// whose `e` differs from the host's in the last bits, gives it the other
+/// sign. Its error then differs by twice the scale and its server block's
+/// scale with it (the outputs of 64 elements, by 0.58%): 1.0e−2 and 1.8e−4
+/// over the whole vectors, which the l2 comparison once took for a bug.
 #[test]
-#[ignore = "known device/host discrepancy under investigation"]
-fn device_worker_matches_the_host_worker_at_a_seed_that_differs() {
-    compare_workers(&[1_795_503_099_839_123_222]);
+fn a_near_tie_flips_one_sign_and_moves_only_its_block() {
+    let flips = compare_workers(&[1_795_503_099_839_123_222]);
+    assert!(
+        flips >= 1,
+        "this seed is kept for its near-tie flip; none seen"
+    );
 }
 
-fn compare_workers(seeds: &[u64]) {
+/// The signs the worker sent at one call, recovered from its errors:
+/// `e' = y − s·sign(y)` with `y = x + e` and the scale `s > 0`, so the
+/// sign is that of `y − e'` (exact enough: `|y − e'| = s`).
+fn sent_signs(x: &[f32], previous: &[f32], error: &[f32]) -> Vec<bool> {
+    x.iter()
+        .zip(previous)
+        .zip(error)
+        .map(|((x, p), e)| x + p - e >= 0.0)
+        .collect()
+}
+
+/// The elements whose sign the device and the host chose differently at
+/// one call. The scales are sums taken in another order on the device, so
+/// from the second call on its error — and so `y = x + e` — differs from
+/// the host's in the last bits; an element whose `y` lies that close to
+/// zero may take either sign, and both are right. Any other sign
+/// difference is a bug: each flip must be a near-tie (`|y|` below 1e-5 of
+/// the mean `|y|`).
+fn near_tie_flips(what: &str, x: &[f32], host: [&[f32]; 2], device: [&[f32]; 2]) -> Vec<usize> {
+    let (h, d) = (
+        sent_signs(x, host[0], host[1]),
+        sent_signs(x, device[0], device[1]),
+    );
+    let y = |i: usize| x[i] + host[0][i];
+    let mean = (0..x.len()).map(|i| f64::from(y(i).abs())).sum::<f64>() / x.len() as f64;
+    let flips: Vec<usize> = (0..x.len()).filter(|&i| h[i] != d[i]).collect();
+    for &i in &flips {
+        assert!(
+            f64::from(y(i).abs()) <= 1e-5 * mean,
+            "{what}: element {i} took another sign on the device at y = {:e} (mean |y| {mean:e}): \
+             not a near-tie",
+            y(i)
+        );
+    }
+    flips
+}
+
+/// The l2 gap of `a` from `b` relative to `b`, over the elements `keep`.
+fn relative_gap_where(a: &[f32], b: &[f32], keep: &[bool]) -> f64 {
+    let kept = || {
+        a.iter()
+            .zip(b)
+            .zip(keep)
+            .filter(|(_, k)| **k)
+            .map(|(ab, _)| ab)
+    };
+    let num: f64 = kept().map(|(a, b)| f64::from(a - b).powi(2)).sum();
+    let den: f64 = kept().map(|(_, b)| f64::from(*b).powi(2)).sum();
+    (num / den.max(1e-30)).sqrt()
+}
+
+/// Compares the device and host workers at every seed and case; returns
+/// the number of near-tie sign flips met. A flip moves its element's error
+/// and the scale of its block — or of its whole chunk where there is one
+/// scale per chunk — on the worker and then on the server, and so the
+/// outputs of that block from that call on: those elements are left out of
+/// the later comparisons, everything else must agree as before.
+fn compare_workers(seeds: &[u64]) -> usize {
     let lavapipe = Device::wgpu(DeviceKind::Cpu);
     let cases = [(2, 1000, None), (4, 70_001, Some(64)), (4, 40, None)];
+    let mut flips = 0;
     for (seed, (n, len, block)) in seeds
         .iter()
         .flat_map(|&seed| cases.map(|case| (seed, case)))
@@ -118,21 +176,57 @@ fn compare_workers(seeds: &[u64]) {
         };
         let host = run(n, len, options, seed, None);
         let gpu = run(n, len, options, seed, Some(&lavapipe));
-        for (rank, (h, g)) in host.iter().zip(&gpu).enumerate() {
-            let what = format!("seed {seed}, n {n}, len {len}, block {block:?}, rank {rank}");
-            // First call: identical signs, scales summed in another order.
-            let first = h.outputs[0]
-                .iter()
-                .zip(&g.outputs[0])
-                .map(|(a, b)| ((a - b).abs() / a.abs().max(1e-30)) as f64)
-                .fold(0.0, f64::max);
-            assert!(first <= 1e-5, "{what}: first call differs by {first:e}");
-            for call in 1..3 {
-                let gap = relative_gap(&g.outputs[call], &h.outputs[call]);
-                assert!(gap <= 1e-4, "{what}: call {call} differs by {gap:e}");
+        let case = format!("seed {seed}, n {n}, len {len}, block {block:?}");
+        // CompressedAllreduce's chunk: a multiple of 32, blocks aligned in it.
+        let reach = block.unwrap_or(len.div_ceil(n).div_ceil(32) * 32);
+        let mut compared = vec![true; len];
+        let zeros = vec![0.0f32; len];
+        for call in 0..3 {
+            for (rank, (h, g)) in host.iter().zip(&gpu).enumerate() {
+                let x = input(seed, rank, call, len);
+                let previous = |o: &Outcome| {
+                    if call == 0 {
+                        zeros.clone()
+                    } else {
+                        o.errors[call - 1].clone()
+                    }
+                };
+                let what = format!("{case}, rank {rank}, call {call}");
+                let at = near_tie_flips(
+                    &what,
+                    &x,
+                    [&previous(h), &h.errors[call]],
+                    [&previous(g), &g.errors[call]],
+                );
+                // The first call starts from zero errors on both: the same
+                // y bit for bit, so the same signs.
+                assert!(call > 0 || at.is_empty(), "{what}: signs differ at {at:?}");
+                flips += at.len();
+                for i in at {
+                    let (from, to) = (i.saturating_sub(reach), (i + reach + 1).min(len));
+                    compared[from..to].fill(false);
+                }
             }
-            let gap = relative_gap(&g.error, &h.error);
-            assert!(gap <= 1e-4, "{what}: worker errors differ by {gap:e}");
+            for (rank, (h, g)) in host.iter().zip(&gpu).enumerate() {
+                let what = format!("{case}, rank {rank}, call {call}");
+                if call == 0 {
+                    // Identical signs, scales summed in another order.
+                    let first = h.outputs[0]
+                        .iter()
+                        .zip(&g.outputs[0])
+                        .map(|(a, b)| ((a - b).abs() / a.abs().max(1e-30)) as f64)
+                        .fold(0.0, f64::max);
+                    assert!(first <= 1e-5, "{what}: first call differs by {first:e}");
+                } else {
+                    let gap = relative_gap_where(&g.outputs[call], &h.outputs[call], &compared);
+                    assert!(gap <= 1e-4, "{what}: outputs differ by {gap:e}");
+                }
+                let gap = relative_gap_where(&g.errors[call], &h.errors[call], &compared);
+                assert!(gap <= 1e-4, "{what}: worker errors differ by {gap:e}");
+            }
+        }
+        for (rank, (h, g)) in host.iter().zip(&gpu).enumerate() {
+            let what = format!("{case}, rank {rank}");
             assert_eq!(g.sent, h.sent, "{what}: bytes sent");
             assert!(
                 h.outputs[0].iter().any(|v| *v != 0.0),
@@ -140,6 +234,7 @@ fn compare_workers(seeds: &[u64]) {
             );
         }
     }
+    flips
 }
 
 #[test]
@@ -156,6 +251,8 @@ fn flex_tensors_take_the_cpu_path_bit_for_bit() {
         for (a, b) in h.outputs.iter().zip(&t.outputs) {
             assert_eq!(bits(a), bits(b));
         }
-        assert_eq!(bits(&h.error), bits(&t.error));
+        for (a, b) in h.errors.iter().zip(&t.errors) {
+            assert_eq!(bits(a), bits(b));
+        }
     }
 }
