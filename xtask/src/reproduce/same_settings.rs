@@ -59,35 +59,42 @@ fn flatten(prefix: &str, value: &toml::Value, out: &mut BTreeMap<String, toml::V
 
 /// Refuses a comparison in which two variants differ in a key that is
 /// neither an optimizer's own nor declared as varied by either of them,
-/// naming the key, both variants and both values.
+/// naming the key, both variants and both values. Every pair is checked:
+/// two variants may each match the first one (say Adam) in everything but
+/// their optimizer's own fields and still differ from each other in a
+/// field those two optimizers share (two 1-bit Adam runs freezing at
+/// different steps).
 pub fn check(variants: &[Resolved]) -> Result<()> {
-    let Some(first) = variants.first() else {
-        return Ok(());
-    };
-    for other in &variants[1..] {
-        let keys = first.keys.keys().chain(other.keys.keys());
-        for key in keys {
-            let (a, b) = (first.keys.get(key), other.keys.get(key));
-            if a == b || key == "optimizer.name" {
-                continue;
-            }
-            let optimizers_own = key.starts_with("optimizer.") && (a.is_none() || b.is_none());
-            let declared = first.varies.iter().chain(&other.varies).any(|v| v == key);
-            if optimizers_own || declared {
-                continue;
-            }
-            let show =
-                |v: Option<&toml::Value>| v.map_or("(absent)".to_string(), |v| v.to_string());
-            bail!(
-                "reproduce: variants `{}` and `{}` differ in `{key}` ({} vs {}), which is not \
-                 the subject of the comparison: set it identically in both (a shared optimizer \
-                 field such as bias_correction included), or declare it varied",
-                first.label,
-                other.label,
-                show(a),
-                show(b)
-            );
+    for (i, first) in variants.iter().enumerate() {
+        for other in &variants[i + 1..] {
+            check_pair(first, other)?;
         }
+    }
+    Ok(())
+}
+
+fn check_pair(first: &Resolved, other: &Resolved) -> Result<()> {
+    let keys = first.keys.keys().chain(other.keys.keys());
+    for key in keys {
+        let (a, b) = (first.keys.get(key), other.keys.get(key));
+        if a == b || key == "optimizer.name" {
+            continue;
+        }
+        let optimizers_own = key.starts_with("optimizer.") && (a.is_none() || b.is_none());
+        let declared = first.varies.iter().chain(&other.varies).any(|v| v == key);
+        if optimizers_own || declared {
+            continue;
+        }
+        let show = |v: Option<&toml::Value>| v.map_or("(absent)".to_string(), |v| v.to_string());
+        bail!(
+            "reproduce: variants `{}` and `{}` differ in `{key}` ({} vs {}), which is not \
+             the subject of the comparison: set it identically in both (a shared optimizer \
+             field such as bias_correction included), or declare it varied",
+            first.label,
+            other.label,
+            show(a),
+            show(b)
+        );
     }
     Ok(())
 }
@@ -145,5 +152,33 @@ mod tests {
         let mut b = resolved("onebit_adam", "name = \"onebit_adam\"", &["train.seed"]);
         b.keys.insert("train.seed".into(), toml::Value::Integer(2));
         check(&[a, b]).unwrap();
+    }
+
+    #[test]
+    fn variants_are_checked_in_pairs_not_only_against_the_first() {
+        // Each 1-bit Adam run matches Adam (freeze_step is its own field
+        // there), but the two differ from each other in it.
+        let adam = resolved("adam", "name = \"adam\"", &[]);
+        let early = resolved(
+            "onebit_adam",
+            "name = \"onebit_adam\"\nfreeze_step = 200",
+            &[],
+        );
+        let late = resolved("late", "name = \"onebit_adam\"\nfreeze_step = 400", &[]);
+        let message = check(&[adam, early, late]).unwrap_err().to_string();
+        assert!(message.contains("`optimizer.freeze_step`"), "{message}");
+        assert!(message.contains("`onebit_adam` and `late`"), "{message}");
+        let adam = resolved("adam", "name = \"adam\"", &[]);
+        let early = resolved(
+            "onebit_adam",
+            "name = \"onebit_adam\"\nfreeze_step = 200",
+            &[],
+        );
+        let late = resolved(
+            "late",
+            "name = \"onebit_adam\"\nfreeze_step = 400",
+            &["optimizer.freeze_step"],
+        );
+        check(&[adam, early, late]).unwrap();
     }
 }

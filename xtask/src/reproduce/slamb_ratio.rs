@@ -31,6 +31,10 @@ pub fn run(ctx: &Context) -> Result<Outcome> {
             )
             // The subject of the sweep.
             .varies("optimizer.k")
+            // A name both optimizers use for different things: SLAMB's β3
+            // is its staleness decay (0.93), 1-bit LAMB's its average of
+            // the trust ratios (0.9); each keeps its paper's default.
+            .varies("optimizer.beta_3")
         })
         .collect();
     let shared_dir = ctx.sibling("onebit-lamb");
