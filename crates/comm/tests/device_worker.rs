@@ -184,19 +184,18 @@ fn compare_workers(seeds: &[u64]) -> usize {
         for call in 0..3 {
             for (rank, (h, g)) in host.iter().zip(&gpu).enumerate() {
                 let x = input(seed, rank, call, len);
-                let previous = |o: &Outcome| {
-                    if call == 0 {
-                        zeros.clone()
-                    } else {
-                        o.errors[call - 1].clone()
-                    }
+                // The worker errors each side started this call from.
+                let (host_previous, device_previous): (&[f32], &[f32]) = if call == 0 {
+                    (&zeros, &zeros)
+                } else {
+                    (&h.errors[call - 1], &g.errors[call - 1])
                 };
                 let what = format!("{case}, rank {rank}, call {call}");
                 let at = near_tie_flips(
                     &what,
                     &x,
-                    [&previous(h), &h.errors[call]],
-                    [&previous(g), &g.errors[call]],
+                    [host_previous, &h.errors[call]],
+                    [device_previous, &g.errors[call]],
                 );
                 // The first call starts from zero errors on both: the same
                 // y bit for bit, so the same signs.

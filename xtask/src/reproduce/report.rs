@@ -102,7 +102,7 @@ impl Report {
             })
             .unwrap_or_else(|| "unknown".into());
         let cores = std::thread::available_parallelism().map_or(0, |n| n.get());
-        let text = format!(
+        let mut text = format!(
             "command: cargo xtask {command}\n\
              date: {}\n\
              commit: {}\n\
@@ -116,7 +116,6 @@ impl Report {
             output("rustc", &["--version"]),
             output("uname", &["-srm"]),
         );
-        let mut text = text;
         for variant in restored {
             writeln!(text, "restored from an earlier session: {variant}")?;
         }

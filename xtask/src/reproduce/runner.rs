@@ -339,13 +339,7 @@ fn run_one(
     }
     if let Some(shelf) = shelf.filter(|shelf| shelf.holds(&variant.label)) {
         let config = print_config(terse, runs_dir, variant)?;
-        if shelf.restore(
-            &variant.label,
-            &command_line.join(" "),
-            &config,
-            &dir,
-            FINISHED,
-        )? {
+        if shelf.restore(&variant.label, &command_line.join(" "), &config, &dir)? {
             eprintln!(
                 "reproduce: {}: finished in an earlier session, restored from the committed \
                  results ({})",
@@ -427,7 +421,7 @@ pub fn command_line(variant: &Variant, dir: &Path) -> Vec<String> {
 }
 
 /// Written after `terse` exits successfully: the run is complete.
-const FINISHED: &str = "finished";
+pub(super) const FINISHED: &str = "finished";
 
 /// Written beside [`FINISHED`] when the run ended by diverging.
 const DIVERGED: &str = "diverged";

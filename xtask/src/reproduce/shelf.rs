@@ -19,6 +19,8 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{Context as _, Result};
 
+use super::runner::FINISHED;
+
 /// The shelf's directory inside an experiment's results.
 pub const DIR: &str = "finished";
 
@@ -73,15 +75,14 @@ impl Shelf {
 
     /// Restores `label` into `run_dir` (replacing whatever is there) when
     /// the shelved variant had the command line `command_line` and the
-    /// resolved config `config`; returns whether it did. `finished` is the
-    /// marker file the runner reads a finished run by.
+    /// resolved config `config`; returns whether it did, marking the run
+    /// directory finished as the runner does.
     pub fn restore(
         &self,
         label: &str,
         command_line: &str,
         config: &str,
         run_dir: &Path,
-        finished: &str,
     ) -> Result<bool> {
         let shelved = self.dir.join(label);
         let read = |name: &str| {
@@ -107,7 +108,7 @@ impl Shelf {
                     .with_context(|| format!("cannot restore {}", from.display()))?;
             }
         }
-        std::fs::write(run_dir.join(finished), "")?;
+        std::fs::write(run_dir.join(FINISHED), "")?;
         let origin = read(ORIGIN).unwrap_or_default();
         self.restored
             .borrow_mut()
@@ -163,13 +164,7 @@ mod tests {
         let config = "[train]\nsteps = 4\n";
         assert!(
             !shelf
-                .restore(
-                    "adam_seed1",
-                    "finetune glue --set a=2",
-                    config,
-                    &dir,
-                    "finished"
-                )
+                .restore("adam_seed1", "finetune glue --set a=2", config, &dir)
                 .unwrap()
         );
         assert!(
@@ -178,8 +173,7 @@ mod tests {
                     "adam_seed1",
                     "finetune glue --set a=1",
                     "[train]\nsteps = 5\n",
-                    &dir,
-                    "finished"
+                    &dir
                 )
                 .unwrap()
         );
@@ -187,13 +181,7 @@ mod tests {
 
         assert!(
             shelf
-                .restore(
-                    "adam_seed1",
-                    "finetune glue --set a=1",
-                    config,
-                    &dir,
-                    "finished"
-                )
+                .restore("adam_seed1", "finetune glue --set a=1", config, &dir)
                 .unwrap()
         );
         assert!(dir.join("finished").is_file());
