@@ -70,55 +70,30 @@ pub fn run(ctx: &Context) -> Result<Outcome> {
 }
 
 fn sum_of_squares(ctx: &Context) -> Result<(String, Vec<Claim>)> {
-    let dir = ctx.runs.join("sum-of-squares");
-    std::fs::create_dir_all(&dir)?;
-    let mut finals = Vec::new();
-    let mut series = Vec::new();
+    let runs = optimizers(100, false);
+    let curves = toy_runs(
+        ctx,
+        &runs,
+        None,
+        "x² + y² from (1, 1e-6): 1-bit Adam freezes at step 100",
+    )?;
     let mut table = Table::new(&[
         "optimizer",
         "f after the freeze (step 100)",
         "final f",
         "max f after the freeze",
     ]);
-    let mut all = String::new();
-    let mut curves = Vec::new();
-    for (label, optimizer) in optimizers(100, false) {
-        let out = dir.join(format!("{label}.jsonl"));
-        let points = run_toy(ctx, &out, &optimizer, None)?;
-        curves.push(points.clone());
-        for &(step, f) in &points {
-            all.push_str(&format!(
-                "{{\"run\":\"{label}\",\"step\":{step},\"f\":{f}}}\n"
-            ));
-        }
-        let (at_freeze, after_max, last) = around_freeze(&points, 100);
+    let mut finals = Vec::new();
+    for ((label, _), points) in runs.iter().zip(&curves) {
+        let (at_freeze, after_max, last) = around_freeze(points, 100);
         table.row(vec![
-            label.into(),
+            label.to_string(),
             num(at_freeze),
             num(last),
             num(after_max),
         ]);
         finals.push((at_freeze, last, after_max));
-        series.push(Series {
-            label: label.into(),
-            points: points.iter().map(|&(s, f)| (s as f64, f)).collect(),
-        });
     }
-    ctx.report.write("sum-of-squares.jsonl", &all)?;
-    draw(
-        &ctx.report.path("sum-of-squares.png"),
-        &Chart {
-            title: "x² + y² from (1, 1e-6): 1-bit Adam freezes at step 100",
-            x_label: "step",
-            y_label: "f(x, y)",
-            log_y: true,
-            clip_above_start: true,
-            x_ticks: None,
-            y_ticks: None,
-            x_key_points: None,
-        },
-        &series,
-    )?;
     let [
         (_, adam, _),
         (freeze_out, outside, max_out),
@@ -161,6 +136,55 @@ fn sum_of_squares(ctx: &Context) -> Result<(String, Vec<Claim>)> {
         ),
     ];
     Ok((table.markdown(), claims))
+}
+
+/// Runs the sum of squares once per `(label, optimizer)` (with `repeat`
+/// coordinates per block when given), writes every run's steps, tagged with
+/// its label, to the report's sum-of-squares.jsonl, draws them in
+/// sum-of-squares.png under `title`, and returns each run's `(step, f)` in
+/// order. Shared by `eps-fix` and `scale-block`, whose committed
+/// sum-of-squares.jsonl `--from-results` reads back by those tags.
+pub fn toy_runs(
+    ctx: &Context,
+    runs: &[(&str, String)],
+    repeat: Option<usize>,
+    title: &str,
+) -> Result<Vec<Vec<(u64, f64)>>> {
+    let dir = ctx.runs.join("sum-of-squares");
+    std::fs::create_dir_all(&dir)?;
+    let mut all = String::new();
+    let mut curves = Vec::new();
+    let mut series = Vec::new();
+    for (label, optimizer) in runs {
+        let out = dir.join(format!("{}.jsonl", label.replace(' ', "_")));
+        let points = run_toy(ctx, &out, optimizer, repeat)?;
+        for &(step, f) in &points {
+            all.push_str(&format!(
+                "{{\"run\":\"{label}\",\"step\":{step},\"f\":{f}}}\n"
+            ));
+        }
+        series.push(Series {
+            label: label.to_string(),
+            points: points.iter().map(|&(s, f)| (s as f64, f)).collect(),
+        });
+        curves.push(points);
+    }
+    ctx.report.write("sum-of-squares.jsonl", &all)?;
+    draw(
+        &ctx.report.path("sum-of-squares.png"),
+        &Chart {
+            title,
+            x_label: "step",
+            y_label: "f",
+            log_y: true,
+            clip_above_start: true,
+            x_ticks: None,
+            y_ticks: None,
+            x_key_points: None,
+        },
+        &series,
+    )?;
+    Ok(curves)
 }
 
 /// Whether two runs' values agree bit for bit over steps 1..=`steps` (and

@@ -11,7 +11,7 @@
 
 use anyhow::Result;
 
-use super::plot::{Chart, Series, draw, loss_curves};
+use super::plot::{Chart, draw, loss_curves};
 use super::report::Table;
 use super::runner::{RunLog, check_comparable, run_all};
 use super::{Claim, Context, Outcome, eps_fix, num, onebit_adam};
@@ -48,54 +48,36 @@ pub fn run(ctx: &Context) -> Result<Outcome> {
 /// coordinate repeated over a block of 2,048, so a large block and a tiny
 /// one share a chunk (one scale) or get a scale each.
 fn sum_of_squares(ctx: &Context) -> Result<(String, Vec<Claim>)> {
-    let dir = ctx.runs.join("sum-of-squares");
-    std::fs::create_dir_all(&dir)?;
     let freeze = 100;
     let [_, (_, outside), _] = eps_fix::optimizers(freeze, false);
     let block = outside.trim_end_matches('}').to_string() + &format!(", scale_block = {BLOCK} }}");
+    let runs = [
+        ("one scale per chunk", outside),
+        ("one scale per 2048", block),
+    ];
+    let curves = eps_fix::toy_runs(
+        ctx,
+        &runs,
+        Some(BLOCK),
+        "x² + y² over blocks of 2048 (x = 1, y = 1e-6): 1-bit Adam, ε outside",
+    )?;
     let mut table = Table::new(&[
         "1-bit Adam, ε outside",
         "f at the freeze (step 100)",
         "max f after the freeze",
         "final f",
     ]);
-    let mut series = Vec::new();
     let mut peaks = Vec::new();
-    let mut all = String::new();
-    for (label, optimizer) in [
-        ("one scale per chunk", outside),
-        ("one scale per 2048", block),
-    ] {
-        let file = dir.join(format!("{}.jsonl", label.replace(' ', "_")));
-        let points = eps_fix::run_toy(ctx, &file, &optimizer, Some(BLOCK))?;
-        for &(step, f) in &points {
-            all.push_str(&format!(
-                "{{\"run\":\"{label}\",\"step\":{step},\"f\":{f}}}\n"
-            ));
-        }
-        let (at_freeze, peak, last) = eps_fix::around_freeze(&points, freeze);
-        table.row(vec![label.into(), num(at_freeze), num(peak), num(last)]);
+    for ((label, _), points) in runs.iter().zip(&curves) {
+        let (at_freeze, peak, last) = eps_fix::around_freeze(points, freeze);
+        table.row(vec![
+            label.to_string(),
+            num(at_freeze),
+            num(peak),
+            num(last),
+        ]);
         peaks.push(peak / at_freeze);
-        series.push(Series {
-            label: label.into(),
-            points: points.iter().map(|&(s, f)| (s as f64, f)).collect(),
-        });
     }
-    ctx.report.write("sum-of-squares.jsonl", &all)?;
-    draw(
-        &ctx.report.path("sum-of-squares.png"),
-        &Chart {
-            title: "x² + y² over blocks of 2048 (x = 1, y = 1e-6): 1-bit Adam, ε outside",
-            x_label: "step",
-            y_label: "f",
-            log_y: true,
-            clip_above_start: true,
-            x_ticks: None,
-            y_ticks: None,
-            x_key_points: None,
-        },
-        &series,
-    )?;
     let claims = vec![Claim::new(
         peaks[0] > 10.0 && peaks[1] < 1.1,
         format!(
