@@ -21,14 +21,9 @@ fn smoothing(steps: usize) -> usize {
 /// The loss chart (training loss against steps).
 fn loss_chart(title: &str) -> Chart<'_> {
     Chart {
-        title,
-        x_label: "step",
-        y_label: "loss",
-        log_y: false,
         clip_above_start: true,
         x_ticks: Some(plot::whole),
-        y_ticks: None,
-        x_key_points: None,
+        ..Chart::new(title, "step", "loss")
     }
 }
 
@@ -125,14 +120,8 @@ pub fn compare(runs: &[PathBuf], out: &Path) -> Result<Vec<PathBuf>> {
         plot::draw(
             &path,
             &Chart {
-                title: &metric,
-                x_label: "step",
-                y_label: &metric,
-                log_y: false,
-                clip_above_start: false,
                 x_ticks: Some(plot::whole),
-                y_ticks: None,
-                x_key_points: None,
+                ..Chart::new(&metric, "step", &metric)
             },
             &series,
         )?;

@@ -139,15 +139,16 @@ pub fn run(ctx: &Context) -> Result<Outcome> {
     draw(
         &ctx.report.path("plot.png"),
         &Chart {
-            title: "Optimizer step on 4 hosts: speed-up over Adam against link rate",
-            x_label: "link rate (log scale)",
-            y_label: "speed-up over Adam (step time)",
             log_y: true,
-            clip_above_start: false,
             x_ticks: Some(link_rate),
             y_ticks: Some(times),
             // A tick at every rate measured.
             x_key_points: Some(rates.iter().map(|r| r.bps() / 1e6).collect()),
+            ..Chart::new(
+                "Optimizer step on 4 hosts: speed-up over Adam against link rate",
+                "link rate (log scale)",
+                "speed-up over Adam (step time)",
+            )
         },
         &series,
     )?;

@@ -173,14 +173,9 @@ pub fn toy_runs(
     draw(
         &ctx.report.path("sum-of-squares.png"),
         &Chart {
-            title,
-            x_label: "step",
-            y_label: "f",
             log_y: true,
             clip_above_start: true,
-            x_ticks: None,
-            y_ticks: None,
-            x_key_points: None,
+            ..Chart::new(title, "step", "f")
         },
         &series,
     )?;
@@ -325,14 +320,13 @@ fn vgg(ctx: &Context) -> Result<(String, Vec<Claim>)> {
     draw(
         &ctx.report.path("plot.png"),
         &Chart {
-            title: "VGG-16 on Fashion-MNIST, 4 workers: 1-bit Adam compresses from step 20",
-            x_label: "step",
-            y_label: "training loss (moving average)",
             log_y: true,
             clip_above_start: true,
-            x_ticks: None,
-            y_ticks: None,
-            x_key_points: None,
+            ..Chart::new(
+                "VGG-16 on Fashion-MNIST, 4 workers: 1-bit Adam compresses from step 20",
+                "step",
+                "training loss (moving average)",
+            )
         },
         &series,
     )?;

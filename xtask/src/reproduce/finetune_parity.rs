@@ -212,14 +212,12 @@ fn run_task(ctx: &Context, task: Task) -> Result<Outcome> {
     draw(
         &ctx.report.path("plot.png"),
         &Chart {
-            title: &format!("{}: score per seed, {WORKERS} workers", task.name),
-            x_label: "seed",
-            y_label: task.metric_label,
-            log_y: false,
-            clip_above_start: false,
             x_ticks: Some(whole),
-            y_ticks: None,
-            x_key_points: None,
+            ..Chart::new(
+                &format!("{}: score per seed, {WORKERS} workers", task.name),
+                "seed",
+                task.metric_label,
+            )
         },
         &scores_per_seed,
     )?;
@@ -231,17 +229,15 @@ fn run_task(ctx: &Context, task: Task) -> Result<Outcome> {
     draw(
         &ctx.report.path("loss.png"),
         &Chart {
-            title: &format!(
-                "{}: training loss of seed {} (moving average)",
-                task.name, seeds[0]
-            ),
-            x_label: "step",
-            y_label: "loss",
-            log_y: false,
             clip_above_start: true,
-            x_ticks: None,
-            y_ticks: None,
-            x_key_points: None,
+            ..Chart::new(
+                &format!(
+                    "{}: training loss of seed {} (moving average)",
+                    task.name, seeds[0]
+                ),
+                "step",
+                "loss",
+            )
         },
         &loss_curves(&first_seed, 1.0, ctx.pick(20, 2)),
     )?;

@@ -96,16 +96,14 @@ pub fn run(ctx: &Context) -> Result<Outcome> {
     draw(
         &ctx.report.path("plot.png"),
         &Chart {
-            title: &format!(
-                "BERT-Tiny pre-training, {WORKERS} workers: training loss (moving average)"
-            ),
-            x_label: "samples",
-            y_label: "MLM + NSP loss",
-            log_y: false,
             clip_above_start: true,
-            x_ticks: None,
-            y_ticks: None,
-            x_key_points: None,
+            ..Chart::new(
+                &format!(
+                    "BERT-Tiny pre-training, {WORKERS} workers: training loss (moving average)"
+                ),
+                "samples",
+                "MLM + NSP loss",
+            )
         },
         &series,
     )?;

@@ -333,14 +333,12 @@ pub fn run(ctx: &Context) -> Result<Outcome> {
     draw(
         &ctx.report.path("plot.png"),
         &Chart {
-            title: &format!("BERT-Tiny pre-training at batch {batch}, {WORKERS} workers"),
-            x_label: "samples",
-            y_label: "MLM + NSP loss (moving average)",
-            log_y: false,
             clip_above_start: true,
-            x_ticks: None,
-            y_ticks: None,
-            x_key_points: None,
+            ..Chart::new(
+                &format!("BERT-Tiny pre-training at batch {batch}, {WORKERS} workers"),
+                "samples",
+                "MLM + NSP loss (moving average)",
+            )
         },
         &series,
     )?;

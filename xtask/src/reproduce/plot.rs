@@ -49,6 +49,23 @@ pub struct Chart<'a> {
     pub x_key_points: Option<Vec<f64>>,
 }
 
+impl<'a> Chart<'a> {
+    /// A chart with linear axes, nothing clipped and the default ticks; the
+    /// other fields are set with `Chart { log_y: true, ..Chart::new(…) }`.
+    pub fn new(title: &'a str, x_label: &'a str, y_label: &'a str) -> Self {
+        Self {
+            title,
+            x_label,
+            y_label,
+            log_y: false,
+            clip_above_start: false,
+            x_ticks: None,
+            y_ticks: None,
+            x_key_points: None,
+        }
+    }
+}
+
 /// Ticks of a logarithmic axis over `lo..hi` at 1, 2 and 5 times the
 /// powers of ten, so every decade is labelled (plotters' own choice can
 /// leave a decade with none).

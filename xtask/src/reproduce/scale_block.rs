@@ -169,14 +169,12 @@ fn bert(ctx: &Context) -> Result<(String, Vec<Claim>, Vec<RunLog>)> {
     draw(
         &ctx.report.path("bert.png"),
         &Chart {
-            title: "BERT-Tiny pre-training, 4 workers: per-chunk vs per-2048 scales",
-            x_label: "samples",
-            y_label: "MLM + NSP loss (moving average)",
-            log_y: false,
             clip_above_start: true,
-            x_ticks: None,
-            y_ticks: None,
-            x_key_points: None,
+            ..Chart::new(
+                "BERT-Tiny pre-training, 4 workers: per-chunk vs per-2048 scales",
+                "samples",
+                "MLM + NSP loss (moving average)",
+            )
         },
         &loss_curves(&logs, batch as f64, ctx.pick(20, 5)),
     )?;
@@ -242,14 +240,13 @@ fn vgg(ctx: &Context) -> Result<(String, Vec<Claim>, Vec<RunLog>)> {
     draw(
         &ctx.report.path("vgg16.png"),
         &Chart {
-            title: "VGG-16 on Fashion-MNIST, 4 workers: per-chunk vs per-2048 scales",
-            x_label: "step",
-            y_label: "training loss (moving average)",
             log_y: true,
             clip_above_start: true,
-            x_ticks: None,
-            y_ticks: None,
-            x_key_points: None,
+            ..Chart::new(
+                "VGG-16 on Fashion-MNIST, 4 workers: per-chunk vs per-2048 scales",
+                "step",
+                "training loss (moving average)",
+            )
         },
         &loss_curves(&logs, 1.0, 10),
     )?;

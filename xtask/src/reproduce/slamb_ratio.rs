@@ -186,14 +186,12 @@ pub fn run(ctx: &Context) -> Result<Outcome> {
     draw(
         &ctx.report.path("plot.png"),
         &Chart {
-            title: &format!("BERT-Tiny pre-training, {WORKERS} workers: LAMB, 1-bit LAMB, SLAMB"),
-            x_label: "samples",
-            y_label: "MLM + NSP loss (moving average)",
-            log_y: false,
             clip_above_start: true,
-            x_ticks: None,
-            y_ticks: None,
-            x_key_points: None,
+            ..Chart::new(
+                &format!("BERT-Tiny pre-training, {WORKERS} workers: LAMB, 1-bit LAMB, SLAMB"),
+                "samples",
+                "MLM + NSP loss (moving average)",
+            )
         },
         &series,
     )?;

@@ -185,14 +185,13 @@ fn report(
     draw(
         &ctx.report.path("plot.png"),
         &Chart {
-            title: "Step time per step: forward + backward + communication + optimizer",
-            x_label: "step",
-            y_label: "ms",
             log_y: true,
-            clip_above_start: false,
             x_ticks: Some(whole),
-            y_ticks: None,
-            x_key_points: None,
+            ..Chart::new(
+                "Step time per step: forward + backward + communication + optimizer",
+                "step",
+                "ms",
+            )
         },
         &series,
     )?;
