@@ -169,7 +169,11 @@ pub fn toy_runs(
         });
         curves.push(points);
     }
-    ctx.report.write("sum-of-squares.jsonl", &all)?;
+    // With `--from-results` the committed file is the input (as metrics.jsonl,
+    // `Report::write_runs`).
+    if !ctx.report.replaying() {
+        ctx.report.write("sum-of-squares.jsonl", &all)?;
+    }
     draw(
         &ctx.report.path("sum-of-squares.png"),
         &Chart {

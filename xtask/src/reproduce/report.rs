@@ -13,6 +13,8 @@ use super::runner::RunLog;
 /// directory for `--quick`).
 pub struct Report {
     dir: PathBuf,
+    /// Opened for `--from-results`: its metrics and configs are the input.
+    replay: bool,
 }
 
 impl Report {
@@ -38,6 +40,7 @@ impl Report {
         std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
         Ok(Self {
             dir: dir.to_path_buf(),
+            replay: false,
         })
     }
 
@@ -48,7 +51,13 @@ impl Report {
         }
         Ok(Self {
             dir: dir.to_path_buf(),
+            replay: true,
         })
+    }
+
+    /// Whether this is a committed report re-checked by `--from-results`.
+    pub fn replaying(&self) -> bool {
+        self.replay
     }
 
     /// A path inside the report.
@@ -58,7 +67,15 @@ impl Report {
 
     /// metrics.jsonl: every line of every run, tagged with `"run": label`;
     /// configs/<label>.toml: each run's resolved config.
+    ///
+    /// With `--from-results` they are the input and stay as committed: read
+    /// and printed again, a float can come back one digit off in its last
+    /// place (serde_json's parser without `float_roundtrip`, which the
+    /// workspace does not enable).
     pub fn write_runs(&self, logs: &[RunLog]) -> Result<()> {
+        if self.replay {
+            return Ok(());
+        }
         let mut all = String::new();
         for log in logs {
             for line in &log.lines {
