@@ -509,4 +509,43 @@ mod tests {
             claim.text
         );
     }
+
+    #[test]
+    fn the_late_freeze_test_compares_the_same_seed_with_the_reference_mean() {
+        let task = Task {
+            name: "squad",
+            command: &["finetune", "squad"],
+            config: "c.toml",
+            metric: "f1",
+            metric_label: "F1",
+            steps: 240,
+            peak: 1e-4,
+            extra: vec![],
+            untrained: 0.0,
+            margin: 50.0,
+            late_freeze_test: true,
+        };
+        let adam = vec![(1, 54.0), (2, 56.0), (3, 57.0)];
+        let early = vec![(1, 44.0), (2, 50.0), (3, 52.0)];
+        // Adam's mean 55.67: 50 is closer than seed 1's 44.
+        let (text, claim) = late_freeze(&task, &adam, &early, &[(1, 50.0)], 120, 48);
+        assert!(claim.holds, "{}", claim.text);
+        assert!(
+            claim
+                .text
+                .contains("freezing at step 120 instead of 48, seed 1"),
+            "{}",
+            claim.text
+        );
+        assert!(text.contains("50.00 against 44.00"), "{text}");
+        // 38 is farther from 55.67 than 44.
+        let (_, claim) = late_freeze(&task, &adam, &early, &[(1, 38.0)], 120, 48);
+        assert!(!claim.holds, "{}", claim.text);
+        // Overshooting Adam by more than seed 1 trails it is also farther.
+        let (_, claim) = late_freeze(&task, &adam, &early, &[(1, 68.0)], 120, 48);
+        assert!(!claim.holds, "{}", claim.text);
+        // Not run: never holds.
+        let (_, claim) = late_freeze(&task, &adam, &early, &[], 120, 48);
+        assert!(!claim.holds, "{}", claim.text);
+    }
 }
