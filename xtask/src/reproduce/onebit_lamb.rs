@@ -11,7 +11,7 @@ use anyhow::Result;
 use super::gates::{self, PARITY_PERCENT, percent_or_diverged};
 use super::plot::{Chart, draw, loss_curves};
 use super::report::Table;
-use super::runner::{RunLog, Variant, run_all};
+use super::runner::{RunLog, Variant, is_committed, run_all};
 use super::{Claim, Context, Outcome, num};
 
 /// The large-batch pre-training config `onebit-lamb` and `slamb-ratio` share.
@@ -132,15 +132,11 @@ pub fn run(ctx: &Context) -> Result<Outcome> {
         ),
     ];
     // Results committed before this test existed re-check without it.
-    let committed = |results: &Path| {
-        uncorrected_variants.iter().all(|v| {
-            results
-                .join("configs")
-                .join(format!("{}.toml", v.label))
-                .is_file()
-        })
-    };
-    let uncorrected_missing = ctx.replay.as_deref().is_some_and(|r| !committed(r));
+    let uncorrected_missing = ctx.replay.as_deref().is_some_and(|results| {
+        !uncorrected_variants
+            .iter()
+            .all(|v| is_committed(results, &ctx.runs, &v.label))
+    });
     let uncorrected = if ctx.quick || uncorrected_missing {
         Vec::new()
     } else {

@@ -234,6 +234,12 @@ pub fn check_comparable(ctx: &Context, groups: &[(&Path, &[Variant])]) -> Result
     same_settings::check(&resolved)
 }
 
+/// Whether an experiment's committed results hold a run of `label` (an
+/// experiment re-checking results that predate one of its variants).
+pub fn is_committed(results: &Path, runs_dir: &Path, label: &str) -> bool {
+    committed_label(results, runs_dir, label).is_ok()
+}
+
 /// The name a variant's run has in an experiment's committed results:
 /// its label, or — where the experiment reports runs of several models
 /// (scale-block) — the label behind the model's prefix.
