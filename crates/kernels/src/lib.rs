@@ -26,4 +26,4 @@ mod simd;
 pub mod tensor;
 pub mod worker;
 
-pub use simd::with_avx;
+pub use simd::{SimdTier, with_avx, with_tier};

@@ -171,4 +171,25 @@ mod tests {
         }
         assert_eq!(out, inplace);
     }
+
+    /// The keep decisions and scaled values are the same bits in every
+    /// vector tier the CPU has as in portable code.
+    #[test]
+    fn every_tier_draws_the_same_mask() {
+        use crate::simd::{SimdTier, with_tier};
+        let mask = SiteMask::new(0.1, 0x0123_4567_89ab_cdef);
+        let x: Vec<f32> = (0..1 << 18).map(|i| (i as f32).sin()).collect();
+        let eval = |tier| {
+            with_tier(tier, || {
+                x.iter()
+                    .enumerate()
+                    .map(|(j, &v)| (v * mask.factor(j)).to_bits())
+                    .collect::<Vec<_>>()
+            })
+        };
+        let portable = eval(SimdTier::Portable);
+        for tier in SimdTier::available() {
+            assert_eq!(eval(tier), portable, "{tier:?}");
+        }
+    }
 }
