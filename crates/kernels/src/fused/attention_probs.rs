@@ -36,11 +36,18 @@ pub fn attention_probs_forward(
             let row = first + r;
             let s = &scores[row * k..(row + 1) * k];
             let b = &bias[row / shape.rows_per_batch * k..][..k];
-            let mut max = f32::NEG_INFINITY;
-            for j in 0..k {
-                p[j] = s[j] * scale + b[j];
-                max = max.max(p[j]);
+            // Zipped loops without bounds checks vectorise; the maximum in
+            // 8 lanes (max is exact, so the order changes no bit).
+            for ((p, &s), &b) in p.iter_mut().zip(s).zip(b) {
+                *p = s * scale + b;
             }
+            let mut lanes = [f32::NEG_INFINITY; 8];
+            for chunk in p.chunks(8) {
+                for (lane, &v) in lanes.iter_mut().zip(chunk) {
+                    *lane = lane.max(v);
+                }
+            }
+            let max = lanes.into_iter().fold(f32::NEG_INFINITY, f32::max);
             for v in p.iter_mut() {
                 *v = exp(*v - max);
             }
@@ -72,8 +79,8 @@ pub fn attention_probs_backward(
             let row = first + r;
             let p = &probs[row * keys..(row + 1) * keys];
             let dot = sum(keys, |j| h[j] * p[j]);
-            for j in 0..keys {
-                h[j] = scale * p[j] * (h[j] - dot);
+            for (h, &p) in h.iter_mut().zip(p) {
+                *h = scale * p * (*h - dot);
             }
         }
     });
