@@ -22,7 +22,7 @@ use super::cross_entropy::cross_entropy_backward;
 use super::dropout::SiteMask;
 use super::extension::{
     FusedOps, attention, cross_entropy, dense_gelu, dropout, into_values, labels_of, layer_norm,
-    linear, linear_weight_grad, mask, shape_of, swap, tensor, values,
+    linear, linear_grads, mask, shape_of, swap, tensor, values,
 };
 use super::layer_norm::{LayerNormStats, layer_norm_backward};
 use super::op_profile::{OpClass, timed};
@@ -82,11 +82,13 @@ impl Backward<Flex, 3> for DenseGeluBackward {
             grads.register::<Flex>(node.id, tensor(dbias, Shape::new([d])));
         }
         timed(OpClass::Matmul, || {
-            if let Some(node) = node_weight {
-                grads.register::<Flex>(node.id, Flex::linear_weight_backward(x, dh.clone()));
+            let want = (node_x.is_some(), node_weight.is_some(), false);
+            let d = linear_grads(&x, &weight, &dh, false, want);
+            if let (Some(node), Some(dw)) = (node_weight, d.weight) {
+                grads.register::<Flex>(node.id, dw);
             }
-            if let Some(node) = node_x {
-                grads.register::<Flex>(node.id, Flex::linear_x_backward(weight, dh));
+            if let (Some(node), Some(dx)) = (node_x, d.x) {
+                grads.register::<Flex>(node.id, dx);
             }
         });
     }
@@ -145,19 +147,12 @@ impl Backward<Flex, 3> for LinearBackward {
         let grad = grads.consume::<Flex>(&ops.node);
         let (x, weight, transposed) = ops.state;
         timed(OpClass::Matmul, || {
-            if let Some(node) = node_x {
-                let weight = if transposed {
-                    swap(weight, 0, 1)
-                } else {
-                    weight
-                };
-                grads.register::<Flex>(node.id, Flex::linear_x_backward(weight, grad.clone()));
-            }
-            if let Some(node) = node_weight {
-                grads.register::<Flex>(node.id, linear_weight_grad(&x, &grad, transposed));
-            }
-            if let Some(node) = node_bias {
-                grads.register::<Flex>(node.id, Flex::linear_bias_backward(grad));
+            let want = (node_x.is_some(), node_weight.is_some(), node_bias.is_some());
+            let d = linear_grads(&x, &weight, &grad, transposed, want);
+            for (node, g) in [(node_x, d.x), (node_weight, d.weight), (node_bias, d.bias)] {
+                if let (Some(node), Some(g)) = (node, g) {
+                    grads.register::<Flex>(node.id, g);
+                }
             }
         });
     }
@@ -316,7 +311,7 @@ impl<C: CheckpointStrategy> FusedOps for Autodiff<Flex, C> {
         let out = linear(
             x.primitive(),
             weight.primitive(),
-            bias.primitive(),
+            Some(bias.primitive()),
             transposed,
         );
         match prep {

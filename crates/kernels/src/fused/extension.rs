@@ -16,6 +16,7 @@ use super::attention_probs::{ScoresShape, attention_probs_forward};
 use super::bias_gelu::bias_gelu_forward;
 use super::cross_entropy::cross_entropy_forward;
 use super::dropout::SiteMask;
+use super::gemm_linear::{self, Weight};
 use super::layer_norm::{LayerNormStats, layer_norm_forward};
 use super::op_profile::{OpClass, timed};
 
@@ -151,9 +152,7 @@ pub(super) fn dense_gelu(
     weight: &FlexTensor,
     bias: &FlexTensor,
 ) -> (FlexTensor, FlexTensor) {
-    let h = timed(OpClass::Matmul, || {
-        Flex::linear(x.clone(), weight.clone(), None)
-    });
+    let h = linear(x, weight, None, false);
     let out = timed(OpClass::Activation, || {
         let mut out = vec![0.0; h.layout().shape().num_elements()];
         bias_gelu_forward(&values(&h), &values(bias), &mut out);
@@ -179,40 +178,88 @@ pub(super) fn swap(t: FlexTensor, a: usize, b: usize) -> FlexTensor {
     Flex::float_swap_dims(t, a, b)
 }
 
+/// `x·W (+ b)` over the last dimension of `x`, W `[in, out]` or with
+/// `transposed` stored `[out, in]`: one 2-D gemm over all rows
+/// ([`gemm_linear`]).
 pub(super) fn linear(
     x: &FlexTensor,
     weight: &FlexTensor,
-    bias: &FlexTensor,
+    bias: Option<&FlexTensor>,
     transposed: bool,
 ) -> FlexTensor {
     timed(OpClass::Matmul, || {
-        let weight = if transposed {
-            swap(weight.clone(), 0, 1)
-        } else {
-            weight.clone()
-        };
-        Flex::linear(x.clone(), weight, Some(bias.clone()))
+        let w = values(weight);
+        let weight = weight_of(weight, &w, transposed);
+        let bias = bias.map(values);
+        let out = gemm_linear::linear_forward(&values(x), weight, bias.as_deref());
+        tensor(out, with_last_dim(shape_of(x), weight.n))
     })
 }
 
-/// The weight's gradient of [`linear`] in the weight's stored layout: for
-/// the transposed (tied decoder) weight `gradᵀ·x` directly, instead of
-/// `xᵀ·grad` transposed — a view the embedding gradient would be added to
-/// through a stride of the vocabulary size.
-pub(super) fn linear_weight_grad(
+/// The gradients of [`linear`] for its upstream gradient `grad`: `∂x` in
+/// x's shape, `∂W` in W's stored layout (for the tied decoder `gradᵀ·x`
+/// directly, not a transposed `xᵀ·grad` the embedding gradient would be
+/// added to through a stride of the vocabulary size), and `∂b`.
+pub(super) struct LinearGrads {
+    pub x: Option<FlexTensor>,
+    pub weight: Option<FlexTensor>,
+    pub bias: Option<FlexTensor>,
+}
+
+pub(super) fn linear_grads(
     x: &FlexTensor,
+    weight: &FlexTensor,
     grad: &FlexTensor,
     transposed: bool,
-) -> FlexTensor {
-    if !transposed {
-        return Flex::linear_weight_backward(x.clone(), grad.clone());
+    (want_x, want_weight, want_bias): (bool, bool, bool),
+) -> LinearGrads {
+    let w = values(weight);
+    let layout = weight_of(weight, &w, transposed);
+    let g = values(grad);
+    LinearGrads {
+        x: want_x.then(|| {
+            tensor(
+                gemm_linear::linear_x_grad(&g, layout),
+                with_last_dim(shape_of(grad), layout.k),
+            )
+        }),
+        weight: want_weight.then(|| {
+            tensor(
+                gemm_linear::linear_weight_grad(&values(x), &g, layout),
+                shape_of(weight),
+            )
+        }),
+        bias: want_bias.then(|| {
+            tensor(
+                gemm_linear::linear_bias_grad(&g, layout.n),
+                Shape::new([layout.n]),
+            )
+        }),
     }
-    let flat = |t: &FlexTensor| {
-        let shape = shape_of(t);
-        let d = shape[shape.num_dims() - 1];
-        Flex::float_reshape(t.clone(), Shape::new([shape.num_elements() / d, d]))
+}
+
+/// The `[k, n]` weight a `[k, n]` (or, `transposed`, `[n, k]`) tensor holds.
+fn weight_of<'a>(weight: &FlexTensor, values: &'a [f32], transposed: bool) -> Weight<'a> {
+    let [rows, cols] = shape_of(weight).dims::<2>();
+    let (k, n) = if transposed {
+        (cols, rows)
+    } else {
+        (rows, cols)
     };
-    Flex::float_matmul(swap(flat(grad), 0, 1), flat(x))
+    Weight {
+        values,
+        k,
+        n,
+        transposed,
+    }
+}
+
+fn with_last_dim(shape: Shape, last: usize) -> Shape {
+    let rank = shape.num_dims();
+    let dims: Vec<usize> = (0..rank)
+        .map(|i| if i + 1 == rank { last } else { shape[i] })
+        .collect();
+    Shape::from(dims)
 }
 
 pub(super) fn attention(
@@ -264,7 +311,7 @@ impl FusedOps for Flex {
         bias: FlexTensor,
         transposed: bool,
     ) -> FlexTensor {
-        linear(&x, &weight, &bias, transposed)
+        linear(&x, &weight, Some(&bias), transposed)
     }
 
     fn fused_embedding(weights: FlexTensor, ids: FlexTensor) -> FlexTensor {

@@ -20,6 +20,7 @@ mod bias_gelu;
 mod cross_entropy;
 mod dropout;
 mod extension;
+mod gemm_linear;
 mod layer_norm;
 pub mod op_profile;
 mod rows;
