@@ -9,10 +9,12 @@
 //! - [`dense_gelu`]: a linear layer with the exact GELU fused into its bias;
 //! - [`dropout`]: counter-based dropout ([`DropoutStream`]);
 //! - [`cross_entropy`]: mean cross-entropy from logits;
-//! - [`linear`], [`linear_transposed`], [`embedding`], [`attention`]: burn's
-//!   own gemm and lookup kernels, as ops whose backward passes terse owns
-//!   (timed for [`op_profile`]; the tied decoder's gradient in its stored
-//!   layout; attention's whole core as one autodiff node).
+//! - [`linear`], [`linear_transposed`]: one 2-D gemm over all rows, forward
+//!   and each gradient (`gemm_linear.rs`; the tied decoder's gradient in its
+//!   stored layout);
+//! - [`embedding`], [`attention`]: burn's own lookup and batched matmul
+//!   kernels, as ops whose backward passes terse owns (timed for
+//!   [`op_profile`]; attention's whole core as one autodiff node).
 
 mod attention_probs;
 mod autodiff;
