@@ -8,7 +8,7 @@
 
 use rayon::prelude::*;
 
-use super::rows::ROWS_PER_TASK;
+use super::rows::{ROWS_PER_TASK, add_in_block_order};
 
 /// Products below this many multiply-adds run on one thread (flex's own
 /// threshold: 192³).
@@ -224,13 +224,7 @@ pub fn linear_bias_grad(grad: &[f32], n: usize) -> Vec<f32> {
             sums
         })
         .collect();
-    let mut total = vec![0.0f32; n];
-    for partial in &partials {
-        for (t, p) in total.iter_mut().zip(partial) {
-            *t += p;
-        }
-    }
-    total
+    add_in_block_order(&partials, n)
 }
 
 #[cfg(test)]

@@ -68,8 +68,14 @@ pub(crate) fn for_row_blocks_summing(
             partial
         })
         .collect();
+    add_in_block_order(&partials, width)
+}
+
+/// The sum of per-block partial vectors of length `width`, added in block
+/// order (so the result does not depend on which thread made which block).
+pub(crate) fn add_in_block_order(partials: &[Vec<f32>], width: usize) -> Vec<f32> {
     let mut total = vec![0.0f32; width];
-    for partial in &partials {
+    for partial in partials {
         for (t, p) in total.iter_mut().zip(partial) {
             *t += p;
         }
