@@ -25,8 +25,18 @@ pub struct Weight<'a> {
 }
 
 impl Weight<'_> {
-    /// Row and column strides of `W` (`[k, n]`) in its storage.
+    /// Row and column strides of `W` (`[k, n]`) in its storage, after
+    /// checking that the storage holds `k·n` values (the unsafe gemm calls
+    /// read that many).
     fn strides(&self) -> (isize, isize) {
+        assert_eq!(
+            self.values.len(),
+            self.k * self.n,
+            "the weight holds {} values, not {} × {}",
+            self.values.len(),
+            self.k,
+            self.n
+        );
         if self.transposed {
             (1, self.k as isize)
         } else {
@@ -176,6 +186,7 @@ pub fn linear_x_grad(grad: &[f32], weight: Weight<'_>) -> Vec<f32> {
 pub fn linear_weight_grad(x: &[f32], grad: &[f32], weight: Weight<'_>) -> Vec<f32> {
     let (k, n) = (weight.k, weight.n);
     let rows = grad.len() / n.max(1);
+    assert_eq!(grad.len(), rows * n, "the gradient is not [rows, {n}]");
     assert_eq!(x.len(), rows * k, "x is not [{rows}, {k}]");
     if rows == 0 {
         return vec![0.0; k * n];
