@@ -71,7 +71,8 @@ impl SimdTier {
 /// `every_tier_gives_the_same_bits`).
 #[inline(always)]
 pub fn with_avx<R>(f: impl FnOnce() -> R) -> R {
-    with_tier(SimdTier::detect(), f)
+    // SAFETY: `detect` returns a tier the running CPU supports.
+    unsafe { run_in(SimdTier::detect(), f) }
 }
 
 /// Runs `f` compiled for `tier`, which the CPU must support (from
@@ -79,6 +80,20 @@ pub fn with_avx<R>(f: impl FnOnce() -> R) -> R {
 /// portable code.
 #[inline(always)]
 pub fn with_tier<R>(tier: SimdTier, f: impl FnOnce() -> R) -> R {
+    if tier.is_supported() {
+        // SAFETY: the running CPU supports the tier, checked just above.
+        unsafe { run_in(tier, f) }
+    } else {
+        f()
+    }
+}
+
+/// Runs `f` compiled for `tier`.
+///
+/// # Safety
+/// The running CPU must support `tier`.
+#[inline(always)]
+unsafe fn run_in<R>(tier: SimdTier, f: impl FnOnce() -> R) -> R {
     #[cfg(target_arch = "x86_64")]
     {
         #[target_feature(enable = "avx,avx2,avx512f,avx512bw,avx512dq,avx512vl")]
@@ -93,14 +108,12 @@ pub fn with_tier<R>(tier: SimdTier, f: impl FnOnce() -> R) -> R {
         fn avx<R>(f: impl FnOnce() -> R) -> R {
             f()
         }
-        if tier.is_supported() {
-            match tier {
-                // SAFETY: the running CPU supports the tier, checked just above.
-                SimdTier::Avx512 => return unsafe { avx512(f) },
-                SimdTier::Avx2 => return unsafe { avx2(f) },
-                SimdTier::Avx => return unsafe { avx(f) },
-                SimdTier::Portable => {}
-            }
+        // SAFETY: the caller's contract: the CPU supports `tier`.
+        match tier {
+            SimdTier::Avx512 => return unsafe { avx512(f) },
+            SimdTier::Avx2 => return unsafe { avx2(f) },
+            SimdTier::Avx => return unsafe { avx(f) },
+            SimdTier::Portable => {}
         }
     }
     let _ = tier;

@@ -96,13 +96,28 @@ unsafe fn product(
     }
 }
 
-/// A buffer of `len` f32 that `fill` writes completely through the pointer
-/// (gemm without reading the destination): no zeroing pass first.
-fn written_by(len: usize, fill: impl FnOnce(*mut f32)) -> Vec<f32> {
+/// `A[m, k]·B[k, n]` into a fresh row-major buffer, which gemm writes
+/// without reading it: no zeroing pass first.
+///
+/// # Safety
+/// As [`product`]: the pointers must cover the operands at those strides.
+unsafe fn fresh_product(
+    (m, n, k): (usize, usize, usize),
+    a: *const f32,
+    a_strides: (isize, isize),
+    b: *const f32,
+    b_strides: (isize, isize),
+) -> Vec<f32> {
+    let len = m * n;
     let mut out = Vec::<f32>::with_capacity(len);
-    fill(out.spare_capacity_mut().as_mut_ptr().cast());
-    // SAFETY: `fill` wrote all `len` elements.
-    unsafe { out.set_len(len) };
+    let dst = out.spare_capacity_mut().as_mut_ptr().cast();
+    // SAFETY: the caller's contract for a and b; dst holds m·n elements,
+    // is fresh and overlaps nothing.
+    unsafe {
+        product((m, n, k), dst, false, a, a_strides, b, b_strides);
+        // gemm wrote all m·n elements.
+        out.set_len(len);
+    }
     out
 }
 
@@ -112,34 +127,26 @@ pub fn linear_forward(x: &[f32], weight: Weight<'_>, bias: Option<&[f32]>) -> Ve
     assert_eq!(x.len() % k.max(1), 0, "x is not [rows, {k}]");
     let rows = x.len() / k.max(1);
     let len = rows * n;
-    let mut out = match bias {
-        Some(bias) => {
-            assert_eq!(bias.len(), n);
-            let mut out = Vec::with_capacity(len);
-            for _ in 0..rows {
-                out.extend_from_slice(bias);
-            }
-            out
+    let Some(bias) = bias else {
+        if k == 0 {
+            return vec![0.0; len];
         }
-        None if k == 0 => vec![0.0; len],
-        None => {
-            return written_by(len, |dst| {
-                // SAFETY: x is [rows, k], W covers [k, n] at its strides, dst
-                // has rows·n elements and is fresh.
-                unsafe {
-                    product(
-                        (rows, n, k),
-                        dst,
-                        false,
-                        x.as_ptr(),
-                        (k as isize, 1),
-                        weight.values.as_ptr(),
-                        weight.strides(),
-                    )
-                }
-            });
-        }
+        // SAFETY: x is [rows, k] and W covers [k, n] at its strides.
+        return unsafe {
+            fresh_product(
+                (rows, n, k),
+                x.as_ptr(),
+                (k as isize, 1),
+                weight.values.as_ptr(),
+                weight.strides(),
+            )
+        };
     };
+    assert_eq!(bias.len(), n);
+    let mut out = Vec::with_capacity(len);
+    for _ in 0..rows {
+        out.extend_from_slice(bias);
+    }
     // SAFETY: as above; dst holds the bias rows the product is added to.
     unsafe {
         product(
@@ -164,21 +171,17 @@ pub fn linear_x_grad(grad: &[f32], weight: Weight<'_>) -> Vec<f32> {
         return vec![0.0; rows * k];
     }
     let (w_rs, w_cs) = weight.strides();
-    written_by(rows * k, |dst| {
-        // SAFETY: grad is [rows, n]; Wᵀ ([n, k]) is W's storage with its
-        // strides swapped; dst has rows·k elements and is fresh.
-        unsafe {
-            product(
-                (rows, k, n),
-                dst,
-                false,
-                grad.as_ptr(),
-                (n as isize, 1),
-                weight.values.as_ptr(),
-                (w_cs, w_rs),
-            )
-        }
-    })
+    // SAFETY: grad is [rows, n]; Wᵀ ([n, k]) is W's storage with its
+    // strides swapped.
+    unsafe {
+        fresh_product(
+            (rows, k, n),
+            grad.as_ptr(),
+            (n as isize, 1),
+            weight.values.as_ptr(),
+            (w_cs, w_rs),
+        )
+    }
 }
 
 /// `∂W` in W's stored layout: `xᵀ·∂y` (`[k, n]`), or for a transposed
@@ -198,21 +201,17 @@ pub fn linear_weight_grad(x: &[f32], grad: &[f32], weight: Weight<'_>) -> Vec<f3
         // [k, n] = xᵀ[k, rows]·∂y[rows, n]
         (k, n, x, (1, k as isize), grad, (n as isize, 1))
     };
-    written_by(k * n, |dst| {
-        // SAFETY: both operands are row-major [rows, ·] read transposed or
-        // not at these strides; dst has k·n elements and is fresh.
-        unsafe {
-            product(
-                (m_out, n_out, rows),
-                dst,
-                false,
-                a.as_ptr(),
-                a_strides,
-                b.as_ptr(),
-                b_strides,
-            )
-        }
-    })
+    // SAFETY: both operands are row-major [rows, ·], read transposed or not
+    // at these strides.
+    unsafe {
+        fresh_product(
+            (m_out, n_out, rows),
+            a.as_ptr(),
+            a_strides,
+            b.as_ptr(),
+            b_strides,
+        )
+    }
 }
 
 /// `∂bias`: the column sums of `∂y` `[rows, n]`, partial sums over fixed
