@@ -142,6 +142,26 @@ where
         })
 }
 
+/// The storage of a rank-1 f32 tensor on a cubecl device, contiguous and
+/// not shared with any other tensor (copied on the device when it was), so
+/// kernels may write it in place; `Ok(None)` for a tensor on flex.
+///
+/// # Errors
+/// Another dtype or rank, or a backend without kernels.
+pub fn into_cube_buffer(t: Tensor<1>) -> Result<Option<CubeTensor>, TensorError> {
+    let t = t.inner();
+    if t.dtype() != DType::F32 {
+        return Err(TensorError::DType {
+            what: "flat buffer",
+            dtype: format!("{:?}", t.dtype()),
+        });
+    }
+    if t.clone().try_into_primitive::<Flex>().is_ok() {
+        return Ok(None);
+    }
+    Ok(Some(contiguous_cube(primitive::<Cube>(t, "flat buffer")?)))
+}
+
 /// A flex tensor whose storage is exactly its elements, owned alone (so it
 /// can be written in place).
 fn contiguous_flex(t: FlexTensor) -> FlexTensor {

@@ -8,11 +8,12 @@ use rayon::prelude::*;
 use serde::{Deserialize, Serialize};
 
 use crate::config_check::NoOtherFields;
+use crate::device_flat::{DeviceState, allreduce_mean_device};
 use crate::eps_mode::check_has_compression_stage;
 use crate::moments::{Moments, with_eps_mode};
 use crate::parallel::{CHUNK, split_segments, split_segments_mut, with_avx};
 use crate::step::{FlatOptimizer, StepContext, allreduce_mean_gradient};
-use crate::{MomentConfig, OptimError, WithMoments};
+use crate::{DeviceFlat, MomentConfig, OptimError, WithMoments};
 
 /// `adam` (ALGORITHMS.md "Adam / AdamW").
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -56,6 +57,8 @@ pub struct Adam {
     config: AdamConfig,
     m: Vec<f32>,
     v: Vec<f32>,
+    /// m and v on the device, between device steps.
+    device: Option<DeviceState>,
 }
 
 impl Adam {
@@ -65,6 +68,7 @@ impl Adam {
             config,
             m: vec![0.0; d],
             v: vec![0.0; d],
+            device: None,
         }
     }
 }
@@ -88,6 +92,58 @@ impl FlatOptimizer for Adam {
     fn state_mut(&mut self) -> Vec<(&'static str, &mut [f32])> {
         vec![("m", &mut self.m), ("v", &mut self.v)]
     }
+
+    fn supports_device(&self) -> bool {
+        true
+    }
+
+    fn step_device(
+        &mut self,
+        ctx: &StepContext<'_>,
+        x: &mut DeviceFlat,
+        g: &mut DeviceFlat,
+    ) -> Result<Duration, OptimError> {
+        let comm_time = allreduce_mean_device(ctx.comm, g)?;
+        let wd = self.config.moments.weight_decay as f32;
+        let state = self
+            .device
+            .get_or_insert_with(|| DeviceState::upload(x, ctx.layout, wd, &[&self.m, &self.v]));
+        adam_step_device(&self.config, ctx, state, x, g);
+        Ok(comm_time)
+    }
+
+    fn state_to_host(&mut self) {
+        if let Some(state) = &self.device {
+            state.download(vec![&mut self.m, &mut self.v]);
+        }
+    }
+
+    fn forget_device_state(&mut self) {
+        self.device = None;
+    }
+}
+
+/// [`adam_step`] on the device; `state` holds m and v.
+pub(crate) fn adam_step_device(
+    c: &AdamConfig,
+    ctx: &StepContext<'_>,
+    state: &DeviceState,
+    x: &DeviceFlat,
+    g: &DeviceFlat,
+) {
+    let moments = Moments::new(&c.moments, c.bias_correction, ctx.t);
+    let [m, v] = [&state.buffers[0], &state.buffers[1]];
+    terse_kernels::device::optim::adam_step(
+        &state.client,
+        &state.chunks,
+        x.handle(),
+        m,
+        v,
+        g.handle(),
+        &moments.coefficients(),
+        ctx.lr as f32,
+        c.moments.eps_mode == crate::EpsMode::Inside,
+    );
 }
 
 /// One Adam step on the synchronised gradient `g` (also 1-bit Adam's

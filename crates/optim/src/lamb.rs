@@ -12,13 +12,14 @@ use rayon::prelude::*;
 use serde::{Deserialize, Serialize};
 
 use crate::config_check::{NoOtherFields, check_clip};
+use crate::device_flat::{DeviceState, allreduce_mean_device};
 use crate::eps_mode::check_has_compression_stage;
 use crate::moments::{Moments, with_eps_mode};
 use crate::parallel::{
     CHUNK, chunk_sum_of_squares, split_segments, split_segments_mut, sum_of_squares, with_avx,
 };
 use crate::step::{FlatOptimizer, StepContext, allreduce_mean_gradient};
-use crate::{MomentConfig, OptimError, WithMoments};
+use crate::{DeviceFlat, MomentConfig, OptimError, WithMoments};
 
 /// `lamb` (ALGORITHMS.md "LAMB").
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -75,6 +76,8 @@ pub struct Lamb {
     config: LambConfig,
     m: Vec<f32>,
     v: Vec<f32>,
+    /// m and v on the device, between device steps.
+    device: Option<DeviceState>,
 }
 
 impl Lamb {
@@ -84,6 +87,7 @@ impl Lamb {
             config,
             m: vec![0.0; d],
             v: vec![0.0; d],
+            device: None,
         }
     }
 }
@@ -132,6 +136,104 @@ impl FlatOptimizer for Lamb {
     fn state_mut(&mut self) -> Vec<(&'static str, &mut [f32])> {
         vec![("m", &mut self.m), ("v", &mut self.v)]
     }
+
+    fn supports_device(&self) -> bool {
+        true
+    }
+
+    fn step_device(
+        &mut self,
+        ctx: &StepContext<'_>,
+        x: &mut DeviceFlat,
+        g: &mut DeviceFlat,
+    ) -> Result<Duration, OptimError> {
+        let comm_time = allreduce_mean_device(ctx.comm, g)?;
+        let wd = self.config.moments.weight_decay as f32;
+        let state = self
+            .device
+            .get_or_insert_with(|| DeviceState::upload(x, ctx.layout, wd, &[&self.m, &self.v]));
+        lamb_step_device(&self.config, ctx, state, x, g);
+        Ok(comm_time)
+    }
+
+    fn state_to_host(&mut self) {
+        if let Some(state) = &self.device {
+            state.download(vec![&mut self.m, &mut self.v]);
+        }
+    }
+
+    fn forget_device_state(&mut self) {
+        self.device = None;
+    }
+}
+
+/// [`lamb_step`] on the device (`state` holds m and v): the moments and the
+/// chunks' partial norms in one launch, the trust coefficients on the host
+/// from the segments' f64 sums, the update in a second launch.
+pub(crate) fn lamb_step_device(
+    c: &LambConfig,
+    ctx: &StepContext<'_>,
+    state: &DeviceState,
+    x: &DeviceFlat,
+    g: &DeviceFlat,
+) -> Vec<Trust> {
+    use terse_kernels::device::optim;
+    let (client, chunks) = (&state.client, &state.chunks);
+    let [m, v] = [&state.buffers[0], &state.buffers[1]];
+    let mut moments = Moments::new(&c.moments, c.bias_correction, ctx.t);
+    if c.grad_prenorm {
+        let norm = optim::sum_of_squares(client, chunks, g.handle())
+            .iter()
+            .sum::<f64>()
+            .sqrt();
+        moments.grad_scale = (1.0 / norm.max(1.0)) as f32;
+    }
+    let inside = c.moments.eps_mode == crate::EpsMode::Inside;
+    let coefficients = moments.coefficients();
+    let norms = optim::lamb_norms(
+        client,
+        chunks,
+        x.handle(),
+        m,
+        v,
+        g.handle(),
+        &coefficients,
+        inside,
+    );
+    let trusts: Vec<Trust> = ctx
+        .layout
+        .segments()
+        .iter()
+        .zip(norms)
+        .map(|(segment, (xx, uu))| {
+            if c.trust_decay_only && !segment.decay {
+                Trust {
+                    coefficient: 1.0,
+                    degenerate: false,
+                }
+            } else {
+                Trust {
+                    coefficient: trust_coefficient(xx.sqrt(), uu.sqrt(), c.c_min, c.c_max),
+                    degenerate: xx == 0.0 || uu == 0.0,
+                }
+            }
+        })
+        .collect();
+    let rates: Vec<f32> = trusts
+        .iter()
+        .map(|trust| (ctx.lr * trust.coefficient) as f32)
+        .collect();
+    optim::lamb_apply(
+        client,
+        chunks,
+        x.handle(),
+        m,
+        v,
+        &coefficients,
+        &rates,
+        inside,
+    );
+    trusts
 }
 
 /// A segment's trust coefficient, and whether a norm was 0 (coefficient 1

@@ -15,6 +15,7 @@
 mod adam;
 mod compression_config;
 mod config_check;
+mod device_flat;
 mod eps_mode;
 mod error;
 mod flat_model;
@@ -41,6 +42,7 @@ mod swap;
 pub use adam::{Adam, AdamConfig};
 pub use compression_config::{CompressionConfig, FreezeRule, ScaleKind, WithCompression};
 pub use config_check::NoOtherFields;
+pub use device_flat::DeviceFlat;
 pub use eps_mode::EpsMode;
 pub use error::OptimError;
 pub use flat_model::FlatModel;

@@ -56,6 +56,20 @@ impl Moments {
         moments
     }
 
+    /// The same constants for the device kernels.
+    pub(crate) fn coefficients(&self) -> terse_kernels::device::optim::MomentCoefficients {
+        terse_kernels::device::optim::MomentCoefficients {
+            beta_1: self.beta_1,
+            beta_2: self.beta_2,
+            one_minus_beta_1: self.one_minus_beta_1,
+            one_minus_beta_2: self.one_minus_beta_2,
+            inv_bias_1: self.inv_bias_1,
+            inv_bias_2: self.inv_bias_2,
+            eps: self.eps,
+            grad_scale: self.grad_scale,
+        }
+    }
+
     /// The denominator for a variance `v` (bias-corrected here).
     #[inline(always)]
     pub(crate) fn denominator<const INSIDE: bool>(&self, v: f32) -> f32 {

@@ -8,7 +8,7 @@ use std::time::Duration;
 use terse_comm::Communicator;
 
 use crate::step::{FlatOptimizer, StepContext};
-use crate::{LrSchedule, OptimError, OptimizerConfig, ParamLayout, Stage, StepReport};
+use crate::{DeviceFlat, LrSchedule, OptimError, OptimizerConfig, ParamLayout, Stage, StepReport};
 
 /// A configured optimizer bound to one parameter layout: the update rule, its
 /// schedule and the step counter.
@@ -82,6 +82,9 @@ impl Optimizer {
         self.check_len("parameters", x.len())?;
         self.check_len("gradient", g.len())?;
         self.check_world(comm)?;
+        // State a device step left there continues here.
+        self.rule.state_to_host();
+        self.rule.forget_device_state();
         let t = self.t + 1;
         let lr = self.schedule.lr(t);
         let ctx = StepContext {
@@ -93,6 +96,55 @@ impl Optimizer {
         };
         let before = comm.traffic();
         let comm_time = self.rule.step(&ctx, x, g)?;
+        let traffic = comm.traffic() - before;
+        self.t = t;
+        Ok(StepReport {
+            t,
+            lr,
+            comm_time,
+            traffic,
+            stage: self.rule.stage(t),
+        })
+    }
+
+    /// Whether this optimizer steps device buffers ([`Optimizer::step_device`]);
+    /// the others step host buffers only.
+    pub fn supports_device(&self) -> bool {
+        self.rule.supports_device()
+    }
+
+    /// One step on flat buffers of a cubecl device: `x` the parameters, `g`
+    /// this rank's local gradient (overwritten by the allreduce). The
+    /// optimizer state stays on that device between steps; only the
+    /// gradient's allreduce passes through the host (terse-comm's backends
+    /// take host buffers).
+    ///
+    /// # Errors
+    /// [`OptimError::NoDeviceKernels`] for an optimizer without device
+    /// kernels; a length or world mismatch; a failed collective.
+    pub fn step_device(
+        &mut self,
+        x: &mut DeviceFlat,
+        g: &mut DeviceFlat,
+        comm: &dyn Communicator,
+    ) -> Result<StepReport, OptimError> {
+        if !self.rule.supports_device() {
+            return Err(OptimError::NoDeviceKernels);
+        }
+        self.check_len("parameters", x.len())?;
+        self.check_len("gradient", g.len())?;
+        self.check_world(comm)?;
+        let t = self.t + 1;
+        let lr = self.schedule.lr(t);
+        let ctx = StepContext {
+            t,
+            lr,
+            layout: &self.layout,
+            comm,
+            lr_warmup: self.schedule.warmup_steps(),
+        };
+        let before = comm.traffic();
+        let comm_time = self.rule.step_device(&ctx, x, g)?;
         let traffic = comm.traffic() - before;
         self.t = t;
         Ok(StepReport {

@@ -8,10 +8,11 @@ use rayon::prelude::*;
 
 use serde::{Deserialize, Serialize};
 
-use crate::OptimError;
 use crate::config_check::{check_decay, invalid};
+use crate::device_flat::{DeviceState, allreduce_mean_device};
 use crate::parallel::{CHUNK, split_segments, split_segments_mut, with_avx};
 use crate::step::{FlatOptimizer, StepContext, allreduce_mean_gradient};
+use crate::{DeviceFlat, OptimError};
 
 /// `sgd` (ALGORITHMS.md "Momentum SGD"). No Adam moments, so no shared
 /// fields to flatten and serde's own `deny_unknown_fields` applies.
@@ -60,6 +61,8 @@ impl SgdConfig {
 pub struct Sgd {
     config: SgdConfig,
     m: Vec<f32>,
+    /// m on the device, between device steps.
+    device: Option<DeviceState>,
 }
 
 impl Sgd {
@@ -68,6 +71,7 @@ impl Sgd {
         Self {
             config,
             m: vec![0.0; d],
+            device: None,
         }
     }
 }
@@ -118,6 +122,44 @@ impl FlatOptimizer for Sgd {
 
     fn state_mut(&mut self) -> Vec<(&'static str, &mut [f32])> {
         vec![("m", &mut self.m)]
+    }
+
+    fn supports_device(&self) -> bool {
+        true
+    }
+
+    fn step_device(
+        &mut self,
+        ctx: &StepContext<'_>,
+        x: &mut DeviceFlat,
+        g: &mut DeviceFlat,
+    ) -> Result<Duration, OptimError> {
+        let comm_time = allreduce_mean_device(ctx.comm, g)?;
+        let wd = self.config.weight_decay as f32;
+        let state = self
+            .device
+            .get_or_insert_with(|| DeviceState::upload(x, ctx.layout, wd, &[&self.m]));
+        terse_kernels::device::optim::sgd_step(
+            &state.client,
+            &state.chunks,
+            x.handle(),
+            &state.buffers[0],
+            g.handle(),
+            self.config.momentum as f32,
+            ctx.lr as f32,
+            self.config.nesterov,
+        );
+        Ok(comm_time)
+    }
+
+    fn state_to_host(&mut self) {
+        if let Some(state) = &self.device {
+            state.download(vec![&mut self.m]);
+        }
+    }
+
+    fn forget_device_state(&mut self) {
+        self.device = None;
     }
 }
 

@@ -21,7 +21,9 @@ const SCALAR: &str = "scalar.";
 impl Optimizer {
     /// Writes the state to `path` atomically (a temporary file in the same
     /// directory, synced, then renamed over `path`).
-    pub fn save(&self, path: &Path) -> Result<(), OptimError> {
+    pub fn save(&mut self, path: &Path) -> Result<(), OptimError> {
+        // State kept on a device is copied back first (it stays there too).
+        self.rule.state_to_host();
         let state = self.rule.state();
         let scalars: Vec<(String, Vec<f64>)> = self
             .rule
@@ -112,6 +114,8 @@ impl Optimizer {
             .map_err(|e| bad(path, format!("metadata `step`: {e}")))?;
 
         let tensors = SafeTensors::deserialize(&bytes).map_err(|e| bad(path, e.to_string()))?;
+        // A device copy of the old state is stale from here on.
+        self.rule.forget_device_state();
         for (role, target) in self.rule.state_mut() {
             let view = tensors
                 .tensor(role)

@@ -5,7 +5,7 @@ use std::time::{Duration, Instant};
 
 use terse_comm::{Communicator, ReduceOp};
 
-use crate::{OptimError, ParamLayout};
+use crate::{DeviceFlat, OptimError, ParamLayout};
 
 /// What an optimizer step may look at besides the buffers.
 pub struct StepContext<'a> {
@@ -82,6 +82,33 @@ pub trait FlatOptimizer: Send {
         let _ = t;
         Stage::Full
     }
+
+    /// Whether [`FlatOptimizer::step_device`] runs this rule as device
+    /// kernels (the others step host slices only).
+    fn supports_device(&self) -> bool {
+        false
+    }
+
+    /// [`FlatOptimizer::step`] on flat buffers of a cubecl device, the state
+    /// kept there between steps. Only called when
+    /// [`FlatOptimizer::supports_device`] says so.
+    fn step_device(
+        &mut self,
+        ctx: &StepContext<'_>,
+        x: &mut DeviceFlat,
+        g: &mut DeviceFlat,
+    ) -> Result<Duration, OptimError> {
+        let _ = (ctx, x, g);
+        Err(OptimError::NoDeviceKernels)
+    }
+
+    /// Copies state kept on a device into the host buffers that
+    /// [`FlatOptimizer::state`] shows (before a checkpoint is written).
+    fn state_to_host(&mut self) {}
+
+    /// Drops state kept on a device (after the host buffers were loaded or
+    /// stepped): the next device step uploads them again.
+    fn forget_device_state(&mut self) {}
 
     /// Called once after the last step (SLAMB averages the parameters).
     fn finish(&mut self, ctx: &StepContext<'_>, x: &mut [f32]) -> Result<Duration, OptimError> {

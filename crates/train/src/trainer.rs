@@ -363,7 +363,7 @@ impl Trainer<'_> {
             }
             let every = cfg.train.checkpoint_every;
             if stop || last || (every > 0 && t.is_multiple_of(every)) {
-                let dir = self.save(&model, &optimizer, comm)?;
+                let dir = self.save(&model, &mut optimizer, comm)?;
                 if stop && !last {
                     bar.abandon();
                     return Err(TrainError::Interrupted {
@@ -437,7 +437,7 @@ impl Trainer<'_> {
     fn save<M: ModuleSnapshot>(
         &self,
         model: &M,
-        optimizer: &Optimizer,
+        optimizer: &mut Optimizer,
         comm: &dyn Communicator,
     ) -> Result<std::path::PathBuf, TrainError> {
         let rank = comm.rank();

@@ -1,10 +1,11 @@
-//! The compression kernels in cubecl, for burn's cubecl backends (wgpu and
+//! The compression and optimizer kernels in cubecl, for burn's cubecl backends (wgpu and
 //! vulkan everywhere, cuda where it builds). The CPU implementation in
 //! [`crate::onebit`] is their reference: packed words are bit-identical,
 //! scales and errors agree to f32 rounding.
 
 mod mask;
 mod onebit;
+pub mod optim;
 mod server;
 
 pub use mask::{DeviceSelection, always_bitmap, select};

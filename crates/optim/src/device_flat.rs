@@ -1,0 +1,184 @@
+//! Flat buffers on a cubecl device (burn's wgpu backend: Vulkan, Metal,
+//! DX12; CUDA where burn's `cuda` builds): the parameters, the gradient and
+//! the optimizer state of a run whose model lives there, so that a step
+//! moves nothing to the host but what crosses the network.
+//!
+//! The optimizers that have device kernels ([`crate::FlatOptimizer::supports_device`])
+//! keep their state here between steps and copy it to the host only to
+//! save a checkpoint.
+
+use burn::backend::wgpu::CubeTensor;
+use burn::backend::{Cube, Shape};
+use burn::tensor::{Device, Tensor, TensorData};
+use cubecl::prelude::*;
+use cubecl::server::Handle;
+use terse_comm::{Communicator, ReduceOp};
+use terse_kernels::device::optim::DeviceChunks;
+use terse_kernels::tensor::into_cube_buffer;
+
+use crate::{OptimError, ParamLayout};
+
+/// A rank-1 f32 buffer on a cubecl device, owned alone (kernels write it in
+/// place).
+#[derive(Clone)]
+pub struct DeviceFlat {
+    tensor: CubeTensor,
+    len: usize,
+}
+
+impl std::fmt::Debug for DeviceFlat {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "DeviceFlat({} f32 on {:?})",
+            self.len, self.tensor.device
+        )
+    }
+}
+
+impl DeviceFlat {
+    /// The storage of `tensor` (rank 1, f32); `Ok(None)` when it lives on
+    /// the CPU backend (flex), whose optimizers step host slices.
+    ///
+    /// # Errors
+    /// Another dtype, or a backend without cubecl kernels.
+    pub fn from_tensor(tensor: Tensor<1>) -> Result<Option<Self>, OptimError> {
+        let len = tensor.dims()[0];
+        let cube = into_cube_buffer(tensor).map_err(|e| OptimError::TensorData {
+            path: "flat".to_string(),
+            detail: e.to_string(),
+        })?;
+        Ok(cube.map(|tensor| Self { tensor, len }))
+    }
+
+    /// `values` copied to `device`, which must be a cubecl device.
+    ///
+    /// # Errors
+    /// When `device` is not a cubecl device.
+    pub fn from_host(values: &[f32], device: &Device) -> Result<Self, OptimError> {
+        let tensor =
+            Tensor::<1>::from_data(TensorData::new(values.to_vec(), [values.len()]), device);
+        Self::from_tensor(tensor)?.ok_or_else(|| OptimError::TensorData {
+            path: "flat".to_string(),
+            detail: format!("{device:?} is not a cubecl device"),
+        })
+    }
+
+    /// Number of elements.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Whether it holds no element.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// A copy of the values on the host.
+    pub fn to_host(&self) -> Vec<f32> {
+        read_f32(&self.tensor.client, &self.tensor.handle, self.len)
+    }
+
+    /// The buffer as a burn tensor sharing its storage (slices of it become
+    /// the model's parameters; a later in-place step changes them too,
+    /// which is why the model is rebuilt from it after every step).
+    pub fn tensor(&self) -> Tensor<1> {
+        Tensor::from_primitive::<Cube>(self.tensor.clone())
+    }
+
+    /// Replaces the values with `values` (same length), copied from the host.
+    pub(crate) fn write_from_host(&mut self, values: &[f32]) {
+        assert_eq!(values.len(), self.len, "same length");
+        let t = &self.tensor;
+        let handle = t.client.create_from_slice(f32::as_bytes(values));
+        self.tensor = CubeTensor::new_contiguous(
+            t.client.clone(),
+            t.device.clone(),
+            Shape::new([self.len]),
+            handle,
+            t.dtype,
+        );
+    }
+
+    pub(crate) fn client(&self) -> &Client {
+        &self.tensor.client
+    }
+
+    pub(crate) fn handle(&self) -> &Handle {
+        &self.tensor.handle
+    }
+}
+
+pub(crate) fn read_f32(client: &Client, handle: &Handle, len: usize) -> Vec<f32> {
+    if len == 0 {
+        return Vec::new();
+    }
+    f32::from_bytes(&client.read_one_unchecked(handle.clone()))[..len].to_vec()
+}
+
+/// An optimizer's flat state buffers on the device, with the chunk table
+/// its kernels walk; uploaded from the host state at the first device step
+/// (zeros, or what a checkpoint loaded) and copied back only to be saved.
+pub(crate) struct DeviceState {
+    pub(crate) client: Client,
+    pub(crate) chunks: DeviceChunks,
+    pub(crate) buffers: Vec<Handle>,
+    len: usize,
+}
+
+impl DeviceState {
+    /// Uploads `host` (each of `layout.len()` elements) next to `x`, with
+    /// each segment decaying by `weight_decay` when it decays at all.
+    pub(crate) fn upload(
+        x: &DeviceFlat,
+        layout: &ParamLayout,
+        weight_decay: f32,
+        host: &[&[f32]],
+    ) -> Self {
+        let client = x.client().clone();
+        let lens: Vec<usize> = layout.segments().iter().map(|s| s.len).collect();
+        let decays: Vec<f32> = layout
+            .segments()
+            .iter()
+            .map(|s| if s.decay { weight_decay } else { 0.0 })
+            .collect();
+        let chunks = DeviceChunks::new(&client, &lens, &decays);
+        let buffers = host
+            .iter()
+            .map(|values| {
+                // One element at least: a zero-sized buffer cannot be bound.
+                let padded: &[f32] = if values.is_empty() { &[0.0] } else { values };
+                client.create_from_slice(f32::as_bytes(padded))
+            })
+            .collect();
+        Self {
+            client,
+            chunks,
+            buffers,
+            len: layout.len(),
+        }
+    }
+
+    /// Copies the buffers into `host`, in the order they were uploaded.
+    pub(crate) fn download(&self, host: Vec<&mut [f32]>) {
+        for (handle, target) in self.buffers.iter().zip(host) {
+            target.copy_from_slice(&read_f32(&self.client, handle, self.len));
+        }
+    }
+}
+
+/// Allreduces a device gradient to its mean over ranks through the host
+/// (the backends of terse-comm take host buffers), timing the call; one rank
+/// has nothing to average and moves nothing.
+pub(crate) fn allreduce_mean_device(
+    comm: &dyn Communicator,
+    g: &mut DeviceFlat,
+) -> Result<std::time::Duration, OptimError> {
+    let start = std::time::Instant::now();
+    if comm.world_size() > 1 {
+        let mut host = g.to_host();
+        comm.allreduce_f32(&mut host, ReduceOp::Mean)?;
+        g.write_from_host(&host);
+    }
+    Ok(start.elapsed())
+}
