@@ -20,6 +20,10 @@
 //! - a checkpoint written on wgpu continues on wgpu bit-identically, and on
 //!   the CPU (and the reverse) within the same tolerance;
 //! - a device that is not there is one clear error line.
+//!
+//! adam and lamb step on the device (flat buffers and optimizer state
+//! there, the log says so); the compressed optimizers have no device
+//! kernels yet and step host copies of the flat buffers.
 
 mod common;
 
@@ -160,6 +164,11 @@ fn every_optimizer_trains_on_lavapipe_as_on_the_cpu() {
             |device: &str| -> PathBuf { scratch.path().join(format!("{optimizer}-{device}")) };
         succeed(terse("cpu", optimizer, &dir("cpu"), &[]));
         succeed(terse("lavapipe", optimizer, &dir("lavapipe"), &[]));
+        // Where the optimizer stepped, as the run's log says.
+        let log = std::fs::read_to_string(dir("lavapipe").join("terse.log")).unwrap();
+        let on_device = log.contains("optimizer state on the device");
+        let kernels = matches!(optimizer, "adam" | "lamb");
+        assert_eq!(on_device, kernels, "{optimizer}: device step?\n{log}");
         let (cpu, device) = (steps(&dir("cpu")), steps(&dir("lavapipe")));
         let worst = losses_agree(optimizer, &device, &cpu, loss_tolerance);
         let sent = |log: &[(u64, f64, u64)]| log.iter().map(|s| s.2).collect::<Vec<_>>();

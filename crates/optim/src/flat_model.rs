@@ -3,46 +3,118 @@
 //! in a [`ParamLayout`]'s order, and one gradient vector beside it; this
 //! type holds both with their layout, gathers the parameters once (again
 //! only when a checkpoint replaced them), adds each backward pass's
-//! gradients into the reused gradient buffer, and writes the stepped
+//! gradients into the gradient, steps the optimizer and writes the stepped
 //! parameters back into the module. The trainer, the benchmarks and the
 //! tests all go through it.
 //!
-//! Both vectors live on the host: on a GPU device each step copies the
-//! gradient down and the parameters up (issue 28 moves them to the device).
+//! Both vectors live on the host, or — for a module on a cubecl device
+//! (wgpu) and an optimizer with device kernels — on that device: there the
+//! gradients are concatenated on the device, the optimizer steps device
+//! buffers, and the module's parameters become slices of the flat
+//! parameter buffer, so no full-parameter vector crosses to the host.
 
-use burn::module::Module;
-use burn::tensor::Gradients;
+use std::time::Duration;
 
-use crate::gather::{add_grads_to_host, gather_params, tensor_to_host, write_back_host};
-use crate::{OptimError, ParamLayout};
+use burn::module::{Module, ModuleMapper, ModuleVisitor, Param};
+use burn::tensor::{Gradients, Tensor};
+use terse_comm::Communicator;
 
-/// A module's trainable parameters and gradient as flat host vectors.
+use crate::gather::{
+    add_grads_to_host, check_layout, gather_params, tensor_to_host, write_back_host,
+};
+use crate::layout::is_trainable;
+use terse_kernels::device::optim::{self as kernels, DeviceChunks};
+
+use crate::{DeviceFlat, OptimError, Optimizer, ParamLayout, StepReport};
+
+/// Where the two vectors live.
+#[derive(Debug, Clone)]
+enum Storage {
+    Host {
+        params: Vec<f32>,
+        grad: Vec<f32>,
+    },
+    Device {
+        params: DeviceFlat,
+        grad: DeviceFlat,
+        /// One chunk table per layout for the gradient's reductions.
+        chunks: DeviceChunks,
+    },
+}
+
+/// A module's trainable parameters and gradient as flat vectors.
 #[derive(Debug, Clone)]
 pub struct FlatModel {
     layout: ParamLayout,
-    params: Vec<f32>,
-    grad: Vec<f32>,
+    storage: Storage,
 }
 
 impl FlatModel {
-    /// The trainable parameters of `module`, gathered in its own layout,
-    /// with a zero gradient.
+    /// The trainable parameters of `module`, gathered to the host in its
+    /// own layout, with a zero gradient.
     pub fn gather<M: Module>(module: &M) -> Result<Self, OptimError> {
         let layout = ParamLayout::from_module(module);
         let params = tensor_to_host(gather_params(&layout, module)?)?;
         let grad = vec![0.0; layout.len()];
         Ok(Self {
             layout,
-            params,
-            grad,
+            storage: Storage::Host { params, grad },
+        })
+    }
+
+    /// [`FlatModel::gather`], but kept on the module's device when that is
+    /// a cubecl device and `optimizer` has device kernels
+    /// ([`Optimizer::supports_device`]); on the host otherwise.
+    pub fn gather_for<M: Module>(module: &M, optimizer: &Optimizer) -> Result<Self, OptimError> {
+        if !optimizer.supports_device() {
+            return Self::gather(module);
+        }
+        let layout = ParamLayout::from_module(module);
+        let gathered = gather_params(&layout, module)?;
+        let device = gathered.device();
+        let Some(params) = DeviceFlat::from_tensor(gathered.clone())? else {
+            return Ok(Self {
+                storage: Storage::Host {
+                    params: tensor_to_host(gathered)?,
+                    grad: vec![0.0; layout.len()],
+                },
+                layout,
+            });
+        };
+        let grad = DeviceFlat::from_tensor(Tensor::zeros([layout.len()], &device))?
+            .expect("the parameters' device");
+        let lens: Vec<usize> = layout.segments().iter().map(|s| s.len).collect();
+        let chunks = DeviceChunks::new(params.client(), &lens, &vec![0.0; lens.len()]);
+        Ok(Self {
+            layout,
+            storage: Storage::Device {
+                params,
+                grad,
+                chunks,
+            },
         })
     }
 
     /// Gathers the parameters of `module` again (a checkpoint replaced
     /// them); it must have this layout.
     pub fn regather<M: Module>(&mut self, module: &M) -> Result<(), OptimError> {
-        self.params = tensor_to_host(gather_params(&self.layout, module)?)?;
+        let gathered = gather_params(&self.layout, module)?;
+        match &mut self.storage {
+            Storage::Host { params, .. } => *params = tensor_to_host(gathered)?,
+            Storage::Device { params, .. } => {
+                *params =
+                    DeviceFlat::from_tensor(gathered)?.ok_or_else(|| OptimError::TensorData {
+                        path: "flat".to_string(),
+                        detail: "the module moved off the device of its flat buffers".to_string(),
+                    })?;
+            }
+        }
         Ok(())
+    }
+
+    /// Whether the vectors live on a device (else on the host).
+    pub fn on_device(&self) -> bool {
+        matches!(self.storage, Storage::Device { .. })
     }
 
     /// The parameters' order, shapes and segments.
@@ -50,48 +122,190 @@ impl FlatModel {
         &self.layout
     }
 
-    /// The parameters, in layout order.
-    pub fn params(&self) -> &[f32] {
-        &self.params
+    /// The parameters on the host, in layout order (`None` on a device:
+    /// see [`FlatModel::params_to_host`]).
+    pub fn params(&self) -> Option<&[f32]> {
+        match &self.storage {
+            Storage::Host { params, .. } => Some(params),
+            Storage::Device { .. } => None,
+        }
     }
 
-    /// The parameters, to set in place.
-    pub fn params_mut(&mut self) -> &mut [f32] {
-        &mut self.params
+    /// The parameters on the host, to set in place (`None` on a device).
+    pub fn params_mut(&mut self) -> Option<&mut [f32]> {
+        match &mut self.storage {
+            Storage::Host { params, .. } => Some(params),
+            Storage::Device { .. } => None,
+        }
     }
 
-    /// The gradient, in layout order.
-    pub fn grad(&self) -> &[f32] {
-        &self.grad
+    /// The gradient on the host, in layout order (`None` on a device).
+    pub fn grad(&self) -> Option<&[f32]> {
+        match &self.storage {
+            Storage::Host { grad, .. } => Some(grad),
+            Storage::Device { .. } => None,
+        }
     }
 
-    /// The gradient, to scale or clip in place.
-    pub fn grad_mut(&mut self) -> &mut [f32] {
-        &mut self.grad
+    /// A copy of the parameters on the host, wherever they live.
+    pub fn params_to_host(&self) -> Vec<f32> {
+        match &self.storage {
+            Storage::Host { params, .. } => params.clone(),
+            Storage::Device { params, .. } => params.to_host(),
+        }
     }
 
-    /// The parameters and the gradient at once, for an optimizer step.
-    pub fn params_and_grad(&mut self) -> (&mut [f32], &mut [f32]) {
-        (&mut self.params, &mut self.grad)
+    /// A copy of the gradient on the host, wherever it lives.
+    pub fn grad_to_host(&self) -> Vec<f32> {
+        match &self.storage {
+            Storage::Host { grad, .. } => grad.clone(),
+            Storage::Device { grad, .. } => grad.to_host(),
+        }
+    }
+
+    /// The gradient's sum of squares (f64 over fixed chunks: the same
+    /// result on any number of threads).
+    pub fn grad_sum_of_squares(&self) -> f64 {
+        match &self.storage {
+            Storage::Host { grad, .. } => crate::sum_of_squares(grad),
+            Storage::Device { grad, chunks, .. } => {
+                kernels::sum_of_squares(grad.client(), chunks, grad.handle())
+                    .iter()
+                    .sum()
+            }
+        }
+    }
+
+    /// Multiplies the gradient by `factor` in place (micro-batch averaging,
+    /// clipping).
+    pub fn scale_grad(&mut self, factor: f32) {
+        match &mut self.storage {
+            Storage::Host { grad, .. } => grad.iter_mut().for_each(|g| *g *= factor),
+            Storage::Device { grad, .. } => {
+                kernels::scale(grad.client(), grad.handle(), grad.len(), factor)
+            }
+        }
     }
 
     /// Adds the gradients of `module`'s parameters out of `grads` into the
-    /// gradient buffer; `first` overwrites it instead (the first
-    /// micro-batch of a step). A parameter the loss did not reach adds
-    /// zeros.
+    /// gradient; `first` overwrites it instead (the first micro-batch of a
+    /// step). A parameter the loss did not reach adds zeros.
     pub fn add_grads<M: Module>(
         &mut self,
         module: &M,
         grads: &mut Gradients,
         first: bool,
     ) -> Result<(), OptimError> {
-        add_grads_to_host(&self.layout, module, grads, &mut self.grad, first)
+        match &mut self.storage {
+            Storage::Host { grad, .. } => {
+                add_grads_to_host(&self.layout, module, grads, grad, first)
+            }
+            Storage::Device { grad, .. } => {
+                check_layout(&self.layout, module)?;
+                let mut visitor = DeviceGrads {
+                    grads,
+                    parts: Vec::new(),
+                };
+                module.visit(&mut visitor);
+                let mut parts = visitor.parts;
+                let local = match parts.len() {
+                    0 => return Ok(()),
+                    1 => parts.remove(0),
+                    _ => Tensor::cat(parts, 0),
+                };
+                let sum = if first { local } else { grad.tensor() + local };
+                *grad = DeviceFlat::from_tensor(sum)?.expect("the gradient's device");
+                Ok(())
+            }
+        }
     }
 
-    /// Writes the parameters into `module` (each a fresh tensor on the
-    /// device of the parameter it replaces, keeping its id and autodiff
-    /// setting).
+    /// One optimizer step on the flat vectors, wherever they live.
+    pub fn step(
+        &mut self,
+        optimizer: &mut Optimizer,
+        comm: &dyn Communicator,
+    ) -> Result<StepReport, OptimError> {
+        match &mut self.storage {
+            Storage::Host { params, grad } => optimizer.step_flat(params, grad, comm),
+            Storage::Device { params, grad, .. } => optimizer.step_device(params, grad, comm),
+        }
+    }
+
+    /// Ends a run ([`Optimizer::finish_flat`]); returns the time spent
+    /// communicating.
+    pub fn finish(
+        &mut self,
+        optimizer: &mut Optimizer,
+        comm: &dyn Communicator,
+    ) -> Result<Duration, OptimError> {
+        match &mut self.storage {
+            Storage::Host { params, .. } => optimizer.finish_flat(params, comm),
+            Storage::Device { .. } => optimizer.finish_device(comm),
+        }
+    }
+
+    /// Writes the parameters into `module`: on the host each a fresh tensor
+    /// on the device of the parameter it replaces; on a device each a
+    /// slice of the flat parameter buffer. Ids and autodiff settings are
+    /// kept.
     pub fn write_into<M: Module>(&self, module: M) -> Result<M, OptimError> {
-        write_back_host(&self.layout, module, &self.params)
+        match &self.storage {
+            Storage::Host { params, .. } => write_back_host(&self.layout, module, params),
+            Storage::Device { params, .. } => {
+                check_layout(&self.layout, &module)?;
+                let mut mapper = DeviceWriteBack {
+                    flat: params.tensor(),
+                    offset: 0,
+                };
+                Ok(module.map(&mut mapper))
+            }
+        }
+    }
+}
+
+/// Collects each trainable parameter's gradient (zeros where the loss did
+/// not reach it) flattened, in layout order (checked beforehand).
+struct DeviceGrads<'a> {
+    grads: &'a mut Gradients,
+    parts: Vec<Tensor<1>>,
+}
+
+impl ModuleVisitor for DeviceGrads<'_> {
+    fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<D>>) {
+        let tensor = param.val();
+        if !is_trainable(&tensor) {
+            return;
+        }
+        let n = tensor.dims().iter().product::<usize>();
+        let part = match tensor.grad_remove(self.grads) {
+            Some(grad) => grad.reshape([n]),
+            None => Tensor::zeros([n], &tensor.device().inner()),
+        };
+        self.parts.push(part);
+    }
+}
+
+/// Replaces each trainable parameter by its slice of the flat buffer.
+struct DeviceWriteBack {
+    flat: Tensor<1>,
+    offset: usize,
+}
+
+impl ModuleMapper for DeviceWriteBack {
+    fn map_float<const D: usize>(&mut self, param: Param<Tensor<D>>) -> Param<Tensor<D>> {
+        let (id, tensor, mapper) = param.consume();
+        if !is_trainable(&tensor) {
+            return Param::from_mapped_value(id, tensor, mapper);
+        }
+        let dims = tensor.dims();
+        let n: usize = dims.iter().product();
+        let values: Tensor<D> = self
+            .flat
+            .clone()
+            .slice(self.offset..self.offset + n)
+            .reshape(dims);
+        self.offset += n;
+        Param::from_mapped_value(id, crate::gather::as_leaf_like(&tensor, values), mapper)
     }
 }

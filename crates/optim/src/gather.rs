@@ -25,7 +25,7 @@ use crate::layout::{Segment, is_trainable};
 use crate::{OptimError, ParamLayout};
 
 /// The module's trainable parameters are the layout's, path and shape.
-fn check_layout<M: Module>(layout: &ParamLayout, module: &M) -> Result<(), OptimError> {
+pub(crate) fn check_layout<M: Module>(layout: &ParamLayout, module: &M) -> Result<(), OptimError> {
     match layout.first_difference(&ParamLayout::from_module(module)) {
         Some((index, detail)) => Err(OptimError::LayoutMismatch { index, detail }),
         None => Ok(()),
@@ -187,19 +187,22 @@ impl ModuleMapper for WriteBack<'_> {
             &tensor.device().inner(),
         );
         self.offset += n;
-
-        let updated = if tensor.is_autodiff() {
-            let mut leaf = Tensor::from_inner(values);
-            if let Some(strategy) = tensor.gradient_checkpointing_strategy() {
-                leaf = leaf.with_gradient_checkpointing_strategy(strategy);
-            }
-            if tensor.is_require_grad() {
-                leaf = leaf.require_grad();
-            }
-            leaf
-        } else {
-            values
-        };
-        Param::from_mapped_value(id, updated, mapper)
+        Param::from_mapped_value(id, as_leaf_like(&tensor, values), mapper)
     }
+}
+
+/// `values` (without autodiff) as a leaf like `old`: tracked by autodiff,
+/// checkpointed and requiring gradients exactly when `old` was.
+pub(crate) fn as_leaf_like<const D: usize>(old: &Tensor<D>, values: Tensor<D>) -> Tensor<D> {
+    if !old.is_autodiff() {
+        return values;
+    }
+    let mut leaf = Tensor::from_inner(values);
+    if let Some(strategy) = old.gradient_checkpointing_strategy() {
+        leaf = leaf.with_gradient_checkpointing_strategy(strategy);
+    }
+    if old.is_require_grad() {
+        leaf = leaf.require_grad();
+    }
+    leaf
 }

@@ -156,6 +156,19 @@ impl Optimizer {
         })
     }
 
+    /// [`Optimizer::finish_flat`] for device buffers: none of the
+    /// optimizers with device kernels has an end-of-run step.
+    ///
+    /// # Errors
+    /// [`OptimError::NoDeviceKernels`] for an optimizer without them.
+    pub fn finish_device(&mut self, comm: &dyn Communicator) -> Result<Duration, OptimError> {
+        if !self.rule.supports_device() {
+            return Err(OptimError::NoDeviceKernels);
+        }
+        self.check_world(comm)?;
+        Ok(Duration::ZERO)
+    }
+
     /// Ends a run: SLAMB averages the parameters over ranks (the others do
     /// nothing). Returns the time spent communicating.
     pub fn finish_flat(

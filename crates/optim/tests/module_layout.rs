@@ -127,13 +127,14 @@ fn gather_and_write_back_keep_values_ids_and_training() {
     let mut flat = FlatModel::gather(&module).unwrap();
     assert_eq!(flat.layout(), &layout);
     let concatenated: Vec<f32> = before.0.iter().flat_map(|(_, v, _)| v.clone()).collect();
-    assert_eq!(flat.params(), concatenated);
+    assert_eq!(flat.params().unwrap(), concatenated);
 
     // Write back 2x + 1 and check every value, id and flag.
     flat.params_mut()
+        .unwrap()
         .iter_mut()
         .for_each(|v| *v = 2.0 * *v + 1.0);
-    let updated = flat.params().to_vec();
+    let updated = flat.params_to_host();
     let module = flat.write_into(module).unwrap();
     let after = snapshot(&module);
     assert_eq!(after.0.len(), before.0.len());
@@ -149,7 +150,10 @@ fn gather_and_write_back_keep_values_ids_and_training() {
     let mut grads: Gradients = module.loss(&device).backward();
     flat.add_grads(&module, &mut grads, true).unwrap();
     for segment in layout.segments() {
-        let norm: f32 = flat.grad()[segment.range()].iter().map(|g| g * g).sum();
+        let norm: f32 = flat.grad().unwrap()[segment.range()]
+            .iter()
+            .map(|g| g * g)
+            .sum();
         assert!(norm > 0.0, "no gradient reached `{}`", segment.path);
     }
 }
@@ -160,8 +164,7 @@ fn step<M: Module>(optimizer: &mut Optimizer, module: M, grads: &mut Gradients) 
     let mut flat = FlatModel::gather(&module).unwrap();
     assert_eq!(flat.layout(), optimizer.layout());
     flat.add_grads(&module, grads, true).unwrap();
-    let (x, g) = flat.params_and_grad();
-    optimizer.step_flat(x, g, &SingleRank::new()).unwrap();
+    flat.step(optimizer, &SingleRank::new()).unwrap();
     flat.write_into(module).unwrap()
 }
 

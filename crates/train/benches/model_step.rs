@@ -159,13 +159,12 @@ fn time_steps<M: Module>(
         let backward = start.elapsed().as_secs_f64() * 1e3 - forward;
         // The trainer's round trip: the gradients into the host buffer, one
         // step of the host parameters, written back.
-        let flat = flat.get_or_insert_with(|| FlatModel::gather(&model).unwrap());
+        let flat = flat.get_or_insert_with(|| FlatModel::gather_for(&model, &optimizer).unwrap());
         op_profile::timed(OpClass::FlatRoundTrip, || {
             flat.add_grads(&model, &mut grads, true).unwrap()
         });
         op_profile::timed(OpClass::Optimizer, || {
-            let (params, grad) = flat.params_and_grad();
-            optimizer.step_flat(params, grad, &comm).unwrap()
+            flat.step(&mut optimizer, &comm).unwrap()
         });
         model = op_profile::timed(OpClass::FlatRoundTrip, || flat.write_into(model).unwrap());
         let ms = start.elapsed().as_secs_f64() * 1e3;

@@ -6,14 +6,8 @@
 //! the compressed stages avoid.
 
 use terse_comm::{Communicator, ReduceOp};
-use terse_optim::sum_of_squares;
 
 use crate::TrainError;
-
-/// This rank's squared gradient norm, what the global norm is made of.
-pub(crate) fn squared_norm(grad: &[f32]) -> f32 {
-    sum_of_squares(grad) as f32
-}
 
 /// The global norm from the ranks' mean squared norm.
 pub(crate) fn global_norm(mean_squares: f32) -> f64 {
@@ -24,9 +18,10 @@ pub(crate) fn global_norm(mean_squares: f32) -> f64 {
 /// the optimizer (without clipping the trainer carries the squares in the
 /// step's shared allreduce instead). Every rank scales its gradient by the
 /// same `max_norm / norm` when the norm exceeds `max_norm`; returns the
-/// norm before clipping. `squares` is [`squared_norm`] of `grad`.
+/// norm before clipping. `squares` is this rank's squared gradient norm;
+/// `scale_gradient` multiplies the gradient (wherever it lives) by a factor.
 pub(crate) fn clip_gradient(
-    grad: &mut [f32],
+    scale_gradient: impl FnOnce(f32),
     squares: f32,
     max_norm: f64,
     comm: &dyn Communicator,
@@ -38,7 +33,7 @@ pub(crate) fn clip_gradient(
     let norm = global_norm(squares[0]);
     if norm > max_norm {
         let factor = (max_norm / norm) as f32;
-        grad.iter_mut().for_each(|g| *g *= factor);
+        scale_gradient(factor);
     }
     Ok(norm)
 }
@@ -49,11 +44,19 @@ mod tests {
     use std::time::Duration;
     use terse_comm::{LocalComm, SingleRank};
 
+    fn squared_norm(grad: &[f32]) -> f32 {
+        terse_optim::sum_of_squares(grad) as f32
+    }
+
+    fn scaling(grad: &mut [f32]) -> impl FnOnce(f32) + '_ {
+        |factor| grad.iter_mut().for_each(|g| *g *= factor)
+    }
+
     #[test]
     fn clipping_scales_to_the_max_norm_and_logs_the_norm_before() {
         let mut grad = vec![3.0, 4.0];
         let squares = squared_norm(&grad);
-        let norm = clip_gradient(&mut grad, squares, 1.0, &SingleRank::new()).unwrap();
+        let norm = clip_gradient(scaling(&mut grad), squares, 1.0, &SingleRank::new()).unwrap();
         assert_eq!(norm, 5.0);
         assert!(
             (grad[0] - 0.6).abs() < 1e-7 && (grad[1] - 0.8).abs() < 1e-7,
@@ -62,7 +65,7 @@ mod tests {
         // Below the limit, or without one, the gradient is untouched.
         let mut grad = vec![3.0, 4.0];
         assert_eq!(
-            clip_gradient(&mut grad, 25.0, 6.0, &SingleRank::new()).unwrap(),
+            clip_gradient(scaling(&mut grad), 25.0, 6.0, &SingleRank::new()).unwrap(),
             5.0
         );
         assert_eq!(global_norm(squared_norm(&grad)), 5.0);
@@ -79,7 +82,7 @@ mod tests {
                 vec![0.0, 0.0]
             };
             let squares = squared_norm(&grad);
-            let norm = clip_gradient(&mut grad, squares, 1.0, comm).unwrap();
+            let norm = clip_gradient(scaling(&mut grad), squares, 1.0, comm).unwrap();
             (norm, grad)
         });
         let expected_norm = 12.5f64.sqrt();

@@ -24,7 +24,7 @@ use terse_optim::{FlatModel, Optimizer};
 
 use crate::checkpoint::{self, model_file, optimizer_file};
 use crate::collective_deadline::CollectiveDeadline;
-use crate::grad_clip::{clip_gradient, global_norm, squared_norm};
+use crate::grad_clip::{clip_gradient, global_norm};
 use crate::logging;
 use crate::metrics::{DivergedRecord, EvalRecord, MetricsLog, RunSummary, StepRecord};
 use crate::progress::{ProgressLines, step_bar};
@@ -229,6 +229,28 @@ impl Trainer<'_> {
             flat.layout().clone(),
             comm,
         )?;
+        if !cfg.train.device.is_cpu() {
+            if optimizer.supports_device() {
+                // Gathered again from the device copy of the same weights:
+                // the flat buffers and the optimizer state live there.
+                flat = FlatModel::gather_for(&model, &optimizer)?;
+                if lead {
+                    tracing::info!(
+                        "{} steps on {}: flat parameters, gradient and optimizer state on \
+                         the device",
+                        cfg.optimizer.name(),
+                        cfg.train.device
+                    );
+                }
+            } else if lead {
+                tracing::info!(
+                    "{} has no device kernels yet: its flat parameters and state stay on \
+                     the host, copied to and from {} every step",
+                    cfg.optimizer.name(),
+                    cfg.train.device
+                );
+            }
+        }
         if self.resume {
             model = self.restore(model, &mut optimizer, comm)?;
             flat.regather(&model)?;
@@ -283,14 +305,18 @@ impl Trainer<'_> {
             let (forward_ms, backward_ms) = (local.forward_ms, local.backward_ms);
 
             // Taken before the step: the optimizer works in the gradient.
-            let squares = squared_norm(flat.grad());
+            let squares = flat.grad_sum_of_squares() as f32;
             let clipped_norm = match cfg.train.max_grad_norm {
-                Some(max_norm) => Some(clip_gradient(flat.grad_mut(), squares, max_norm, comm)?),
+                Some(max_norm) => Some(clip_gradient(
+                    |factor| flat.scale_grad(factor),
+                    squares,
+                    max_norm,
+                    comm,
+                )?),
                 None => None,
             };
             let clock = Instant::now();
-            let (params, grad) = flat.params_and_grad();
-            let report = optimizer.step_flat(params, grad, comm)?;
+            let report = flat.step(&mut optimizer, comm)?;
             model = flat.write_into(model)?;
             let step_ms = ms(clock);
 
@@ -425,7 +451,7 @@ impl Trainer<'_> {
         }
         if count > 1 {
             let scale = 1.0 / count as f32;
-            flat.grad_mut().iter_mut().for_each(|g| *g *= scale);
+            flat.scale_grad(scale);
         }
         Ok(LocalGradient {
             loss: loss_sum / count as f64,
@@ -545,6 +571,6 @@ fn finish<M: Module>(
     flat: &mut FlatModel,
     comm: &dyn Communicator,
 ) -> Result<M, TrainError> {
-    optimizer.finish_flat(flat.params_mut(), comm)?;
+    flat.finish(optimizer, comm)?;
     Ok(flat.write_into(model)?)
 }

@@ -76,6 +76,7 @@ impl MomentCoefficients {
 
 /// A flat buffer's segments cut into chunks of at most [`DEVICE_CHUNK`]
 /// elements, uploaded once per layout, with each segment's weight decay.
+#[derive(Clone)]
 pub struct DeviceChunks {
     starts: Handle,
     ends: Handle,
@@ -180,6 +181,18 @@ impl DeviceChunks {
                 BufferArg::from_raw_parts(self.weight_decay.clone(), self.segments + 1),
             ]
         }
+    }
+}
+
+impl std::fmt::Debug for DeviceChunks {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "DeviceChunks({} elements, {} segments, {} chunks)",
+            self.len,
+            self.segments,
+            self.count()
+        )
     }
 }
 
