@@ -12,9 +12,9 @@ use burn::backend::{Cube, Shape};
 use burn::tensor::{Device, Tensor, TensorData};
 use cubecl::prelude::*;
 use cubecl::server::Handle;
-use terse_comm::{Communicator, ReduceOp};
+use terse_comm::{Communicator, CompressedAllreduce, ReduceOp};
 use terse_kernels::device::optim::DeviceChunks;
-use terse_kernels::tensor::into_cube_buffer;
+use terse_kernels::tensor::{TensorWorker, into_cube_buffer};
 
 use crate::{OptimError, ParamLayout};
 
@@ -100,6 +100,25 @@ impl DeviceFlat {
         );
     }
 
+    /// Swaps the storage for `handle` (same length), returning the old one:
+    /// moved, not shared, so a kernel API that insists on unshared storage
+    /// takes it without a copy.
+    pub(crate) fn swap_handle(&mut self, handle: Handle) -> Handle {
+        std::mem::replace(&mut self.tensor.handle, handle)
+    }
+
+    /// `handle` (`len` f32 on this buffer's device) as a burn tensor.
+    pub(crate) fn wrap(&self, handle: Handle, len: usize) -> Tensor<1> {
+        let t = &self.tensor;
+        Tensor::from_primitive::<Cube>(CubeTensor::new_contiguous(
+            t.client.clone(),
+            t.device.clone(),
+            Shape::new([len]),
+            handle,
+            t.dtype,
+        ))
+    }
+
     pub(crate) fn client(&self) -> &Client {
         &self.tensor.client
     }
@@ -107,6 +126,13 @@ impl DeviceFlat {
     pub(crate) fn handle(&self) -> &Handle {
         &self.tensor.handle
     }
+}
+
+/// `values` in a new device buffer (one element at least: a zero-sized
+/// buffer cannot be bound).
+pub(crate) fn upload_f32(client: &Client, values: &[f32]) -> Handle {
+    let padded: &[f32] = if values.is_empty() { &[0.0] } else { values };
+    client.create_from_slice(f32::as_bytes(padded))
 }
 
 pub(crate) fn read_f32(client: &Client, handle: &Handle, len: usize) -> Vec<f32> {
@@ -123,11 +149,11 @@ pub(crate) struct DeviceState {
     pub(crate) client: Client,
     pub(crate) chunks: DeviceChunks,
     pub(crate) buffers: Vec<Handle>,
-    len: usize,
+    lens: Vec<usize>,
 }
 
 impl DeviceState {
-    /// Uploads `host` (each of `layout.len()` elements) next to `x`, with
+    /// Uploads `host` (the flat state buffers, any lengths) next to `x`, with
     /// each segment decaying by `weight_decay` when it decays at all.
     pub(crate) fn upload(
         x: &DeviceFlat,
@@ -145,26 +171,68 @@ impl DeviceState {
         let chunks = DeviceChunks::new(&client, &lens, &decays);
         let buffers = host
             .iter()
-            .map(|values| {
-                // One element at least: a zero-sized buffer cannot be bound.
-                let padded: &[f32] = if values.is_empty() { &[0.0] } else { values };
-                client.create_from_slice(f32::as_bytes(padded))
-            })
+            .map(|values| upload_f32(&client, values))
             .collect();
         Self {
             client,
             chunks,
             buffers,
-            len: layout.len(),
+            lens: host.iter().map(|values| values.len()).collect(),
         }
     }
 
     /// Copies the buffers into `host`, in the order they were uploaded.
     pub(crate) fn download(&self, host: Vec<&mut [f32]>) {
-        for (handle, target) in self.buffers.iter().zip(host) {
-            target.copy_from_slice(&read_f32(&self.client, handle, self.len));
+        for ((handle, &len), target) in self.buffers.iter().zip(&self.lens).zip(host) {
+            target.copy_from_slice(&read_f32(&self.client, handle, len));
         }
     }
+
+    /// Buffer `index`, moved out (a placeholder takes its place until
+    /// [`DeviceState::put`] returns it).
+    pub(crate) fn take(&mut self, index: usize) -> Handle {
+        let placeholder = self.client.empty(size_of::<f32>());
+        std::mem::replace(&mut self.buffers[index], placeholder)
+    }
+
+    /// Returns buffer `index` after [`DeviceState::take`].
+    pub(crate) fn put(&mut self, index: usize, handle: Handle) {
+        self.buffers[index] = handle;
+    }
+}
+
+/// The 1-bit compressed mean over ranks of `buf` (`len` f32 on `like`'s
+/// device) with its worker error `error`, the worker side in device kernels
+/// (`terse_kernels::tensor::TensorWorker`): only packed signs and scales
+/// cross to the host. Both handles come back (updated in place), whatever
+/// the outcome.
+pub(crate) fn compressed_mean_device(
+    allreduce: &mut CompressedAllreduce,
+    comm: &dyn Communicator,
+    like: &DeviceFlat,
+    buf: Handle,
+    error: Handle,
+    len: usize,
+) -> (Handle, Handle, Result<(), OptimError>) {
+    if !allreduce.compresses() {
+        return (buf, error, Ok(()));
+    }
+    let mut worker = match TensorWorker::new(like.wrap(buf, len), like.wrap(error, len)) {
+        Ok(worker) => worker,
+        Err(e) => unreachable!("f32 buffers of one length on one cubecl device: {e}"),
+    };
+    let result = allreduce
+        .allreduce_mean_on(comm, &mut worker)
+        .map_err(OptimError::from);
+    let (buf, error) = worker.into_parts();
+    let handle = |t: Tensor<1>| {
+        into_cube_buffer(t)
+            .ok()
+            .flatten()
+            .expect("the worker's own device buffers")
+            .handle
+    };
+    (handle(buf), handle(error), result)
 }
 
 /// Allreduces a device gradient to its mean over ranks through the host

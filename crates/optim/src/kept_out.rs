@@ -107,6 +107,17 @@ impl KeptOutAllreduce {
         Ok(())
     }
 
+    /// Whether every element is compressed (nothing kept out): then the
+    /// whole buffer is one compressed allreduce, which the device path uses.
+    pub(crate) fn keeps_nothing_out(&self) -> bool {
+        self.kept_out.is_empty()
+    }
+
+    /// The compressed allreduce of the whole buffer, when nothing is kept out.
+    pub(crate) fn whole(&mut self) -> Option<&mut CompressedAllreduce> {
+        self.kept_out.is_empty().then_some(&mut self.compressed)
+    }
+
     /// The compressed part's worker error (the compressed elements only).
     pub(crate) fn worker_error(&self) -> &[f32] {
         self.compressed.worker_error()

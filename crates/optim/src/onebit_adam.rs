@@ -10,16 +10,19 @@ use rayon::prelude::*;
 use serde::{Deserialize, Serialize};
 use terse_comm::ReduceOp;
 
-use crate::adam::adam_step;
+use crate::adam::{adam_step, adam_step_device};
 use crate::config_check::NoOtherFields;
+use crate::device_flat::{
+    DeviceState, allreduce_mean_device, compressed_mean_device, read_f32, upload_f32,
+};
 use crate::freeze::FreezePoint;
 use crate::kept_out::KeptOutAllreduce;
 use crate::moments::{Moments, with_eps_mode};
 use crate::parallel::{CHUNK, split_segments, split_segments_mut, with_avx};
 use crate::step::{FlatOptimizer, StepContext, allreduce_mean_gradient};
 use crate::{
-    AdamConfig, CompressionConfig, MomentConfig, OptimError, ParamLayout, Stage, WithCompression,
-    WithMoments,
+    AdamConfig, CompressionConfig, DeviceFlat, EpsMode, MomentConfig, OptimError, ParamLayout,
+    Stage, WithCompression, WithMoments,
 };
 
 /// `onebit_adam`, `onebit_adam_fp32` and `adam_onebit_naive` (the naive
@@ -91,6 +94,8 @@ pub struct OneBitAdam {
     v: Vec<f32>,
     allreduce: KeptOutAllreduce,
     freeze: FreezePoint,
+    /// m, v and the worker error on the device, between device steps.
+    device: Option<DeviceState>,
 }
 
 impl OneBitAdam {
@@ -119,6 +124,7 @@ impl OneBitAdam {
             freeze,
             config,
             variant,
+            device: None,
         })
     }
 
@@ -126,16 +132,21 @@ impl OneBitAdam {
     /// the ε placement of `inside_compressed` (the naive baseline compresses
     /// from step 1).
     fn adam_step(&mut self, ctx: &StepContext<'_>, x: &mut [f32], g: &[f32], compressing: bool) {
+        let adam = self.adam_config(compressing);
+        adam_step(&adam, ctx, x, &mut self.m, &mut self.v, g);
+    }
+
+    /// The Adam of this config's warmup (or compression stage).
+    fn adam_config(&self, compressing: bool) -> AdamConfig {
         let c = &self.config;
-        let adam = AdamConfig {
+        AdamConfig {
             moments: MomentConfig {
                 eps_mode: c.moments.eps_mode.in_stage(compressing),
                 ..c.moments.clone()
             },
             bias_correction: c.bias_correction,
             no_other_fields: NoOtherFields,
-        };
-        adam_step(&adam, ctx, x, &mut self.m, &mut self.v, g);
+        }
     }
 
     /// The compression stage's update from the synchronised m and frozen v.
@@ -304,6 +315,108 @@ impl FlatOptimizer for OneBitAdam {
 
     fn scalars(&self) -> Vec<(&'static str, Vec<f64>)> {
         self.freeze.scalars()
+    }
+
+    /// With nothing kept out of compression (the kept-out split is host
+    /// code).
+    fn supports_device(&self) -> bool {
+        self.allreduce.keeps_nothing_out()
+    }
+
+    fn step_device(
+        &mut self,
+        ctx: &StepContext<'_>,
+        x: &mut DeviceFlat,
+        g: &mut DeviceFlat,
+    ) -> Result<Duration, OptimError> {
+        use terse_kernels::device::optim;
+        const M: usize = 0;
+        const V: usize = 1;
+        const ERROR: usize = 2;
+        let wd = self.config.moments.weight_decay as f32;
+        let (warmup_adam, naive_adam) = (self.adam_config(false), self.adam_config(true));
+        let state = self.device.get_or_insert_with(|| {
+            let error = self.allreduce.worker_error();
+            DeviceState::upload(x, ctx.layout, wd, &[&self.m, &self.v, error])
+        });
+        let whole = self.allreduce.whole().ok_or(OptimError::NoDeviceKernels)?;
+        let len = ctx.layout.len();
+        if self.variant == AdamVariant::Naive {
+            let start = Instant::now();
+            let placeholder = state.client.empty(size_of::<f32>());
+            let buf = g.swap_handle(placeholder);
+            let error = state.take(ERROR);
+            let (buf, error, result) = compressed_mean_device(whole, ctx.comm, x, buf, error, len);
+            g.swap_handle(buf);
+            state.put(ERROR, error);
+            result?;
+            let comm_time = start.elapsed();
+            adam_step_device(&naive_adam, ctx, state, x, g);
+            return Ok(comm_time);
+        }
+        let c = &self.config;
+        match self.freeze.step() {
+            Some(t_w) if ctx.t > t_w => {
+                let (client, chunks) = (&state.client, &state.chunks);
+                let fresh = Moments::new(&c.moments, c.bias_correction, ctx.t);
+                optim::accumulate_momentum(
+                    client,
+                    chunks,
+                    &state.buffers[M],
+                    g.handle(),
+                    &fresh.coefficients(),
+                );
+                let start = Instant::now();
+                if self.variant == AdamVariant::Fp32Momentum {
+                    let mut m = read_f32(client, &state.buffers[M], len);
+                    ctx.comm.allreduce_f32(&mut m, ReduceOp::Mean)?;
+                    state.put(M, upload_f32(client, &m));
+                } else {
+                    let (m, error) = (state.take(M), state.take(ERROR));
+                    let (m, error, result) =
+                        compressed_mean_device(whole, ctx.comm, x, m, error, len);
+                    state.put(M, m);
+                    state.put(ERROR, error);
+                    result?;
+                }
+                let comm_time = start.elapsed();
+                let moments = Moments::frozen(&c.moments, c.bias_correction, ctx.t, t_w);
+                let rates = vec![ctx.lr as f32; ctx.layout.segments().len()];
+                optim::frozen_apply(
+                    &state.client,
+                    &state.chunks,
+                    x.handle(),
+                    &state.buffers[M],
+                    &state.buffers[V],
+                    &moments.coefficients(),
+                    &rates,
+                    c.moments.eps_mode.in_stage(true) == EpsMode::Inside,
+                );
+                Ok(comm_time)
+            }
+            _ => {
+                let comm_time = allreduce_mean_device(ctx.comm, g)?;
+                adam_step_device(&warmup_adam, ctx, state, x, g);
+                let v_l1 = || {
+                    optim::sum_of_abs(&state.client, &state.chunks, &state.buffers[V])
+                        .iter()
+                        .sum()
+                };
+                self.freeze.ends_warmup(ctx.t, v_l1, ctx.lr_warmup);
+                Ok(comm_time)
+            }
+        }
+    }
+
+    fn state_to_host(&mut self) {
+        if let Some(state) = &self.device {
+            let (worker_error, _) = self.allreduce.errors_mut();
+            state.download(vec![&mut self.m, &mut self.v, worker_error]);
+        }
+    }
+
+    fn forget_device_state(&mut self) {
+        self.device = None;
     }
 
     fn set_scalars(&mut self, role: &str, values: Vec<f64>) -> Result<(), String> {

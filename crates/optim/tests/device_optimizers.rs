@@ -3,17 +3,21 @@
 //! random buffers of 1, 33 and 2^20 + 7 elements and a layout of several
 //! segments with and without weight decay, for Adam (ε outside and inside,
 //! with and without bias correction), LAMB (with pre-normalisation and with
-//! trust on decayed segments only) and SGD (plain and Nesterov). The
+//! trust on decayed segments only), SGD (plain and Nesterov) and the 1-bit
+//! Adam family (on one rank and on two: warmup, freeze at a step or by the
+//! auto rule, compression stage, fp32-momentum and naive baselines). The
 //! parameters after every step agree within 1e-6 relative; a state saved
 //! from the device loads on the host and continues there like the host run,
 //! and a device run saved, loaded and continued on the device is
 //! bit-identical to one never stopped.
 
+use std::time::Duration;
+
 use burn::tensor::{Device, DeviceKind};
-use terse_comm::SingleRank;
+use terse_comm::{Communicator, LocalComm, SingleRank};
 use terse_optim::{
-    AdamConfig, DeviceFlat, EpsMode, LambConfig, LrSchedule, OneBitAdamConfig, Optimizer,
-    OptimizerConfig, ParamLayout, SgdConfig, WithMoments,
+    AdamConfig, DeviceFlat, EpsMode, FreezeRule, LambConfig, LrSchedule, OneBitAdamConfig,
+    Optimizer, OptimizerConfig, ParamLayout, ScaleKind, SgdConfig, Stage, WithMoments,
 };
 use terse_rng::SplitMix64;
 
@@ -91,6 +95,20 @@ fn configs() -> Vec<OptimizerConfig> {
             nesterov: true,
             ..Default::default()
         }),
+        // One rank compresses nothing, but the stages still run: the
+        // warmup, the freeze (at a step, or by the auto rule from Σ|v|,
+        // here Δ = 2) and the frozen-variance update.
+        OptimizerConfig::OnebitAdam({
+            let mut c = OneBitAdamConfig::default().with_weight_decay(0.01);
+            c.compression.freeze_step = 2;
+            c
+        }),
+        OptimizerConfig::OnebitAdam({
+            let mut c = OneBitAdamConfig::default();
+            c.moments.beta_2 = 0.5;
+            c.compression.freeze = FreezeRule::Auto;
+            c
+        }),
     ]
 }
 
@@ -118,15 +136,16 @@ fn max_relative(a: &[f32], b: &[f32]) -> f64 {
         .fold(0.0, f64::max)
 }
 
-fn host_run(config: &OptimizerConfig, layout: &ParamLayout, p: &Problem) -> Vec<Vec<f32>> {
+/// The parameters and the stage after every step of the host run.
+fn host_run(config: &OptimizerConfig, layout: &ParamLayout, p: &Problem) -> Vec<(Vec<f32>, Stage)> {
     let comm = SingleRank::new();
     let mut opt = Optimizer::new(config.clone(), schedule(), layout.clone(), &comm).unwrap();
     let mut x = p.x0.clone();
     p.grads[..STEPS]
         .iter()
         .map(|g| {
-            opt.step_flat(&mut x, &mut g.clone(), &comm).unwrap();
-            x.clone()
+            let report = opt.step_flat(&mut x, &mut g.clone(), &comm).unwrap();
+            (x.clone(), report.stage)
         })
         .collect()
 }
@@ -143,11 +162,23 @@ fn device_steps_match_the_cpu_loops() {
                 Optimizer::new(config.clone(), schedule(), layout.clone(), &comm).unwrap();
             assert!(opt.supports_device(), "{}", config.name());
             let mut x = DeviceFlat::from_host(&p.x0, &device).unwrap();
-            for (t, (g, expected)) in p.grads.iter().zip(&host).enumerate() {
+            for (t, (g, (expected, stage))) in p.grads.iter().zip(&host).enumerate() {
                 let mut g = DeviceFlat::from_host(g, &device).unwrap();
-                opt.step_device(&mut x, &mut g, &comm).unwrap();
+                let report = opt.step_device(&mut x, &mut g, &comm).unwrap();
+                assert_eq!(
+                    report.stage,
+                    *stage,
+                    "{what}, {}: step {}",
+                    config.name(),
+                    t + 1
+                );
                 let rel = max_relative(&x.to_host(), expected);
-                eprintln!("{what}, {config:?}, step {}: {rel:.2e}", t + 1);
+                eprintln!(
+                    "{what}, {}, step {}, {}: {rel:.2e}",
+                    config.name(),
+                    t + 1,
+                    report.stage
+                );
                 assert!(
                     rel <= 1e-6,
                     "{what}, {}: step {}: parameters {rel:.2e} relative from the CPU's",
@@ -226,11 +257,93 @@ fn optimizers_without_device_kernels_say_so() {
     let device = lavapipe();
     let comm = SingleRank::new();
     let (_, layout) = layouts().remove(1);
-    let config = OptimizerConfig::OnebitAdam(OneBitAdamConfig::default());
+    // Parameters kept out of compression are split off on the host.
+    let mut config = OneBitAdamConfig::default();
+    config.compression.uncompressed = vec!["w".to_string()];
+    let config = OptimizerConfig::OnebitAdam(config);
     let mut opt = Optimizer::new(config, schedule(), layout.clone(), &comm).unwrap();
     assert!(!opt.supports_device());
     let mut x = DeviceFlat::from_host(&vec![0.5; layout.len()], &device).unwrap();
     let mut g = DeviceFlat::from_host(&vec![0.1; layout.len()], &device).unwrap();
     let e = opt.step_device(&mut x, &mut g, &comm).unwrap_err();
     assert!(e.to_string().contains("no device kernels"), "{e}");
+}
+
+/// The 1-bit Adam family on 2 thread ranks, each rank with its own
+/// gradients: the warmup (fp32 gradient allreduce), the freeze, and the
+/// compression stage with the compressed allreduce's worker side in device
+/// kernels (or the fp32 momentum allreduce, or the naive baseline that
+/// compresses the gradient from step 1), against the same run on host
+/// buffers: parameters within 1e-6 relative after every step, the same
+/// bytes sent.
+#[test]
+fn onebit_adam_steps_on_the_device_as_on_the_host() {
+    let device = lavapipe();
+    let onebit = || {
+        let mut c = OneBitAdamConfig::default().with_weight_decay(0.01);
+        c.compression.freeze_step = 2;
+        c.moments.eps_mode = EpsMode::InsideCompressed;
+        c
+    };
+    let configs = [
+        OptimizerConfig::OnebitAdam(onebit()),
+        OptimizerConfig::OnebitAdam({
+            let mut c = onebit();
+            c.compression.scale_block = Some(64);
+            c.compression.scale = ScaleKind::L2;
+            c
+        }),
+        OptimizerConfig::OnebitAdamFp32(onebit()),
+        OptimizerConfig::AdamOnebitNaive(onebit()),
+    ];
+    for (seed, (what, layout)) in layouts().into_iter().enumerate() {
+        let problems: Vec<Problem> = (0..2)
+            .map(|rank| problem(layout.len(), 100 * seed as u64 + rank))
+            .collect();
+        for config in &configs {
+            let name = config.name();
+            let run = |on_device: bool| {
+                let results = LocalComm::run(2, Duration::from_secs(120), |comm| {
+                    let p = &problems[comm.rank()];
+                    let mut opt =
+                        Optimizer::new(config.clone(), schedule(), layout.clone(), comm).unwrap();
+                    assert!(opt.supports_device(), "{name}");
+                    let mut xs = Vec::new();
+                    let mut sent = Vec::new();
+                    let mut x_host = p.x0.clone();
+                    let mut x_device = DeviceFlat::from_host(&p.x0, &device).unwrap();
+                    for g in &p.grads[..STEPS] {
+                        let report = if on_device {
+                            let mut g = DeviceFlat::from_host(g, &device).unwrap();
+                            let report = opt.step_device(&mut x_device, &mut g, comm).unwrap();
+                            xs.push(x_device.to_host());
+                            report
+                        } else {
+                            let report = opt.step_flat(&mut x_host, &mut g.clone(), comm).unwrap();
+                            xs.push(x_host.clone());
+                            report
+                        };
+                        sent.push(report.traffic.sent());
+                    }
+                    (xs, sent)
+                });
+                results.into_iter().map(|r| r.unwrap()).collect::<Vec<_>>()
+            };
+            let (host, on_device) = (run(false), run(true));
+            for (rank, ((xs_h, sent_h), (xs_d, sent_d))) in host.iter().zip(&on_device).enumerate()
+            {
+                assert_eq!(sent_d, sent_h, "{what}, {name}, rank {rank}: bytes sent");
+                for (t, (d, h)) in xs_d.iter().zip(xs_h).enumerate() {
+                    let rel = max_relative(d, h);
+                    eprintln!("{what}, {name}, rank {rank}, step {}: {rel:.2e}", t + 1);
+                    assert!(
+                        rel <= 1e-6,
+                        "{what}, {name}, rank {rank}: step {}: parameters {rel:.2e} relative \
+                         from the host's",
+                        t + 1
+                    );
+                }
+            }
+        }
+    }
 }

@@ -371,9 +371,69 @@ fn sgd_kernel(
     }
 }
 
-/// One cube per chunk: the chunk's `Σx²` into `partials[chunk]`.
+/// `m = β1·m + (1-β1)·g` (the compression stage's local momentum).
 #[cube(launch_unchecked)]
-fn sum_of_squares_kernel(x: &[f32], starts: &[u32], ends: &[u32], partials: &mut [f32]) {
+fn momentum_kernel(m: &mut [f32], g: &[f32], starts: &[u32], ends: &[u32], c: &[f32]) {
+    let chunk = CUBE_POS;
+    if chunk + 1 >= starts.len() {
+        terminate!();
+    }
+    let end = usize::cast_from(ends[chunk]);
+    let mut i = usize::cast_from(starts[chunk]) + UNIT_POS as usize;
+    while i < end {
+        m[i] = c[BETA_1] * m[i] + c[ONE_MINUS_BETA_1] * g[i];
+        i += CUBE;
+    }
+}
+
+/// The compression stage's update with v frozen, one rate per segment:
+/// `x -= lr_s·(m̂/denom(v̂) + wd·x)`, except where the frozen v is exactly
+/// zero (a coordinate no warmup step reached): there m is zeroed and x
+/// stays (terse-optim's `mask_momentum` and `FrozenUpdate::apply`).
+#[cube(launch_unchecked)]
+#[allow(clippy::too_many_arguments)]
+fn frozen_apply_kernel(
+    x: &mut [f32],
+    m: &mut [f32],
+    v: &[f32],
+    starts: &[u32],
+    ends: &[u32],
+    segment_of: &[u32],
+    weight_decay: &[f32],
+    c: &[f32],
+    segment_lr: &[f32],
+    #[comptime] inside: bool,
+) {
+    let chunk = CUBE_POS;
+    if chunk + 1 >= starts.len() {
+        terminate!();
+    }
+    let s = usize::cast_from(segment_of[chunk]);
+    let wd = weight_decay[s];
+    let lr = segment_lr[s];
+    let end = usize::cast_from(ends[chunk]);
+    let mut i = usize::cast_from(starts[chunk]) + UNIT_POS as usize;
+    while i < end {
+        let vi = v[i];
+        if vi > 0.0 {
+            let xi = x[i];
+            x[i] = xi - lr * direction(m[i], vi, xi, wd, c, inside);
+        } else {
+            m[i] = 0.0;
+        }
+        i += CUBE;
+    }
+}
+
+/// One cube per chunk: the chunk's `Σx²` (or `Σ|x|`) into `partials[chunk]`.
+#[cube(launch_unchecked)]
+fn chunk_sum_kernel(
+    x: &[f32],
+    starts: &[u32],
+    ends: &[u32],
+    partials: &mut [f32],
+    #[comptime] absolute: bool,
+) {
     let chunk = CUBE_POS;
     if chunk + 1 >= starts.len() {
         terminate!();
@@ -384,7 +444,11 @@ fn sum_of_squares_kernel(x: &[f32], starts: &[u32], ends: &[u32], partials: &mut
     let mut acc = 0.0f32;
     while i < end {
         let xi = x[i];
-        acc += xi * xi;
+        if absolute {
+            acc += f32::abs(xi);
+        } else {
+            acc += xi * xi;
+        }
         i += CUBE;
     }
     let mut shared = Shared::<[f32]>::new_slice(CUBE);
@@ -597,6 +661,87 @@ pub fn sgd_step(
 
 /// `Σx²` per segment of `chunks` (f32 per chunk, combined in f64).
 pub fn sum_of_squares(client: &Client, chunks: &DeviceChunks, x: &Handle) -> Vec<f64> {
+    chunk_sums(client, chunks, x, false)
+}
+
+/// `Σ|x|` per segment of `chunks` (f32 per chunk, combined in f64).
+pub fn sum_of_abs(client: &Client, chunks: &DeviceChunks, x: &Handle) -> Vec<f64> {
+    chunk_sums(client, chunks, x, true)
+}
+
+/// `m = β1·m + (1-β1)·g` over the whole buffer.
+pub fn accumulate_momentum(
+    client: &Client,
+    chunks: &DeviceChunks,
+    m: &Handle,
+    g: &Handle,
+    coefficients: &MomentCoefficients,
+) {
+    if chunks.is_empty() {
+        return;
+    }
+    let n = chunks.len();
+    let (c, c_len) = f32_buffer(client, &coefficients.buffer(0.0));
+    let (count, dim) = chunks.launch(client);
+    let [starts, ends, _, _] = chunks.args();
+    // SAFETY: as in `adam_step`.
+    unsafe {
+        momentum_kernel::launch_unchecked(
+            client,
+            count,
+            dim,
+            BufferArg::from_raw_parts(m.clone(), n),
+            BufferArg::from_raw_parts(g.clone(), n),
+            starts,
+            ends,
+            BufferArg::from_raw_parts(c, c_len),
+        );
+    }
+}
+
+/// The compression stage's update with v frozen (see `frozen_apply_kernel`):
+/// `x` and `m` in place, one rate per segment.
+#[allow(clippy::too_many_arguments)]
+pub fn frozen_apply(
+    client: &Client,
+    chunks: &DeviceChunks,
+    x: &Handle,
+    m: &Handle,
+    v: &Handle,
+    coefficients: &MomentCoefficients,
+    segment_lr: &[f32],
+    inside: bool,
+) {
+    assert_eq!(segment_lr.len(), chunks.segments, "one rate per segment");
+    if chunks.is_empty() {
+        return;
+    }
+    let n = chunks.len();
+    let (c, c_len) = f32_buffer(client, &coefficients.buffer(0.0));
+    let (rates, rates_len) = f32_buffer(client, segment_lr);
+    let (count, dim) = chunks.launch(client);
+    let [starts, ends, segment_of, weight_decay] = chunks.args();
+    // SAFETY: as in `adam_step`; one rate per segment.
+    unsafe {
+        frozen_apply_kernel::launch_unchecked(
+            client,
+            count,
+            dim,
+            BufferArg::from_raw_parts(x.clone(), n),
+            BufferArg::from_raw_parts(m.clone(), n),
+            BufferArg::from_raw_parts(v.clone(), n),
+            starts,
+            ends,
+            segment_of,
+            weight_decay,
+            BufferArg::from_raw_parts(c, c_len),
+            BufferArg::from_raw_parts(rates, rates_len),
+            inside,
+        );
+    }
+}
+
+fn chunk_sums(client: &Client, chunks: &DeviceChunks, x: &Handle, absolute: bool) -> Vec<f64> {
     if chunks.is_empty() {
         return vec![0.0; chunks.segments];
     }
@@ -606,7 +751,7 @@ pub fn sum_of_squares(client: &Client, chunks: &DeviceChunks, x: &Handle) -> Vec
     let [starts, ends, _, _] = chunks.args();
     // SAFETY: as in `adam_step`; `partials` holds one f32 per chunk.
     unsafe {
-        sum_of_squares_kernel::launch_unchecked(
+        chunk_sum_kernel::launch_unchecked(
             client,
             count,
             dim,
@@ -614,6 +759,7 @@ pub fn sum_of_squares(client: &Client, chunks: &DeviceChunks, x: &Handle) -> Vec
             starts,
             ends,
             BufferArg::from_raw_parts(partials.clone(), chunks.count()),
+            absolute,
         );
     }
     let read = client.read_one_unchecked(partials);
