@@ -11,17 +11,25 @@ use rayon::prelude::*;
 use serde::{Deserialize, Serialize};
 
 use crate::config_check::{NoOtherFields, check_clip, check_unit};
+use crate::device_flat::{DeviceState, allreduce_mean_device, compressed_mean_device};
 use crate::freeze::FreezePoint;
 use crate::kept_out::KeptOutAllreduce;
-use crate::lamb::{check_trust_clip, lamb_step};
+use crate::lamb::{Trust, check_trust_clip, lamb_step, lamb_step_device};
 use crate::moments::{Moments, with_eps_mode};
 use crate::onebit_adam::{FrozenUpdate, accumulate_momentum, l1_norm, mask_momentum};
 use crate::parallel::{CHUNK, split_segments, split_segments_mut, sum_of_squares, with_avx};
 use crate::step::{FlatOptimizer, StepContext, allreduce_mean_gradient};
 use crate::{
-    CompressionConfig, LambConfig, MomentConfig, OptimError, ParamLayout, Stage, WithCompression,
-    WithMoments,
+    CompressionConfig, DeviceFlat, EpsMode, LambConfig, MomentConfig, OptimError, ParamLayout,
+    Stage, WithCompression, WithMoments,
 };
+
+// The device state's buffers, in upload order.
+const M: usize = 0;
+const V: usize = 1;
+const ERROR: usize = 2;
+const V_FRESH: usize = 3;
+const M_LAST: usize = 4;
 
 /// 1-bit LAMB's variance-ratio flavour.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
@@ -128,6 +136,9 @@ pub struct OneBitLamb {
     k: Vec<f64>,
     r_prev: Vec<f64>,
     freeze: FreezePoint,
+    /// m, v, the worker error, v_fresh and m_last on the device, between
+    /// device steps.
+    device: Option<DeviceState>,
 }
 
 impl OneBitLamb {
@@ -162,6 +173,7 @@ impl OneBitLamb {
             r_prev: vec![1.0; p],
             freeze,
             config,
+            device: None,
         })
     }
 
@@ -188,10 +200,22 @@ impl OneBitLamb {
             return;
         }
         self.v_fresh.copy_from_slice(&self.v);
+        let squares: Vec<f64> = layout
+            .segments()
+            .iter()
+            .map(|seg| sum_of_squares(&self.m[seg.range()]))
+            .collect();
+        self.set_scales(layout, &squares);
+    }
+
+    /// The momentum scales from each segment's `Σm²` at the freeze: the
+    /// mean RMS over segments with a nonzero one, divided by the segment's.
+    fn set_scales(&mut self, layout: &ParamLayout, squares: &[f64]) {
         let s: Vec<f64> = layout
             .segments()
             .iter()
-            .map(|seg| (sum_of_squares(&self.m[seg.range()]) / seg.len.max(1) as f64).sqrt())
+            .zip(squares)
+            .map(|(seg, &sq)| (sq / seg.len.max(1) as f64).sqrt())
             .collect();
         let positive: Vec<f64> = s.iter().copied().filter(|&s| s > 0.0).collect();
         let mean = positive.iter().sum::<f64>() / positive.len().max(1) as f64;
@@ -290,6 +314,14 @@ impl OneBitLamb {
                 })
                 .collect()
         });
+        self.clip_ratios(&raw)
+    }
+
+    /// Each segment's largest variance ratio clipped to within
+    /// `r_threshold` of the last one, then to `[r_min, r_max]`; kept as the
+    /// next step's last one.
+    fn clip_ratios(&mut self, raw: &[f32]) -> Vec<f64> {
+        let c = &self.config;
         let ratios: Vec<f64> = raw
             .iter()
             .zip(&self.r_prev)
@@ -301,6 +333,135 @@ impl OneBitLamb {
             .collect();
         self.r_prev.clone_from(&ratios);
         ratios
+    }
+
+    /// The moment constants of the fresh variance: `1/(1-β1)` rounded as
+    /// the CPU loop rounds it.
+    fn inv_one_minus_beta_1(&self) -> f32 {
+        1.0 / (1.0 - self.config.moments.beta_1) as f32
+    }
+
+    /// The warmup's LAMB step on the device, the running trust average, and
+    /// the freeze when it comes.
+    fn warmup_step_device(
+        &mut self,
+        ctx: &StepContext<'_>,
+        x: &DeviceFlat,
+        g: &mut DeviceFlat,
+    ) -> Result<Duration, OptimError> {
+        use terse_kernels::device::optim;
+        let comm_time = allreduce_mean_device(ctx.comm, g)?;
+        let lamb = self.lamb_config();
+        let state = self.device.take().expect("uploaded by step_device");
+        let trusts = lamb_step_device(&lamb, ctx, &state, x, g);
+        self.average_trust(&trusts);
+        let (client, chunks) = (&state.client, &state.chunks);
+        let v_l1 = || {
+            optim::sum_of_abs(client, chunks, &state.buffers[V])
+                .iter()
+                .sum()
+        };
+        if self.freeze.ends_warmup(ctx.t, v_l1, ctx.lr_warmup) && !self.basic {
+            optim::copy(
+                client,
+                &state.buffers[V],
+                &state.buffers[V_FRESH],
+                ctx.layout.len(),
+            );
+            let squares = optim::sum_of_squares(client, chunks, &state.buffers[M]);
+            self.set_scales(ctx.layout, &squares);
+        }
+        self.device = Some(state);
+        Ok(comm_time)
+    }
+
+    /// The compression stage on the device: the same steps as
+    /// [`OneBitLamb::compression_step`], the worker side of the compressed
+    /// allreduce in device kernels.
+    fn compression_step_device(
+        &mut self,
+        ctx: &StepContext<'_>,
+        x: &DeviceFlat,
+        g: &DeviceFlat,
+        t_w: u64,
+    ) -> Result<Duration, OptimError> {
+        use terse_kernels::device::optim;
+        let c = self.config.clone();
+        let len = ctx.layout.len();
+        let inv_one_minus_beta_1 = self.inv_one_minus_beta_1();
+        let k: Vec<f32> = self.k.iter().map(|&k| k as f32).collect();
+        let mut state = self.device.take().expect("uploaded by step_device");
+        let (client, chunks) = (state.client.clone(), state.chunks.clone());
+        let fresh = Moments::new(&c.moments, c.bias_correction, ctx.t).coefficients();
+        if self.basic {
+            optim::accumulate_momentum(&client, &chunks, &state.buffers[M], g.handle(), &fresh);
+        } else {
+            optim::copy(&client, &state.buffers[M], &state.buffers[M_LAST], len);
+            optim::scaled_momentum(&client, &chunks, &state.buffers[M], g.handle(), &fresh, &k);
+        }
+        let start = Instant::now();
+        let whole = self.allreduce.whole().expect("supports_device checked it");
+        let (m, error) = (state.take(M), state.take(ERROR));
+        let (m, error, result) = compressed_mean_device(whole, ctx.comm, x, m, error, len);
+        state.put(M, m);
+        state.put(ERROR, error);
+        let comm_time = start.elapsed();
+        if let Err(e) = result {
+            self.device = Some(state);
+            return Err(e);
+        }
+
+        let moments = Moments::frozen(&c.moments, c.bias_correction, ctx.t, t_w);
+        let inside = c.moments.eps_mode.in_stage(true) == EpsMode::Inside;
+        let lrs: Vec<f32> = if self.basic {
+            // The masking happens in the update (m = 0 where v = 0).
+            self.c_avg
+                .iter()
+                .map(|c_avg| (ctx.lr * c_avg) as f32)
+                .collect()
+        } else {
+            optim::unscale_masked(&client, &chunks, &state.buffers[M], &state.buffers[V], &k);
+            let raw = optim::fresh_variance(
+                &client,
+                &chunks,
+                &state.buffers[M],
+                &state.buffers[M_LAST],
+                &state.buffers[V],
+                &state.buffers[V_FRESH],
+                &moments.coefficients(),
+                inv_one_minus_beta_1,
+                inside,
+                c.ratio == RatioKind::Variance,
+            );
+            self.clip_ratios(&raw)
+                .iter()
+                .zip(&self.c_avg)
+                .map(|(r, c_avg)| (ctx.lr * r * c_avg) as f32)
+                .collect()
+        };
+        optim::frozen_apply(
+            &client,
+            &chunks,
+            x.handle(),
+            &state.buffers[M],
+            &state.buffers[V],
+            &moments.coefficients(),
+            &lrs,
+            inside,
+        );
+        self.device = Some(state);
+        Ok(comm_time)
+    }
+
+    /// `c_avg = β3·c_avg + (1-β3)·c` for each segment whose coefficient was
+    /// not degenerate (a norm of zero).
+    fn average_trust(&mut self, trusts: &[Trust]) {
+        let beta_3 = self.config.beta_3;
+        for (c_avg, trust) in self.c_avg.iter_mut().zip(trusts) {
+            if !trust.degenerate {
+                *c_avg = beta_3 * *c_avg + (1.0 - beta_3) * trust.coefficient;
+            }
+        }
     }
 }
 
@@ -347,12 +508,7 @@ impl FlatOptimizer for OneBitLamb {
         }
         let comm_time = allreduce_mean_gradient(ctx.comm, g)?;
         let trusts = lamb_step(&self.lamb_config(), ctx, x, &mut self.m, &mut self.v, g);
-        let beta_3 = self.config.beta_3;
-        for (c_avg, trust) in self.c_avg.iter_mut().zip(trusts) {
-            if !trust.degenerate {
-                *c_avg = beta_3 * *c_avg + (1.0 - beta_3) * trust.coefficient;
-            }
-        }
+        self.average_trust(&trusts);
         let v = &self.v;
         if self.freeze.ends_warmup(ctx.t, || l1_norm(v), ctx.lr_warmup) {
             self.freeze(ctx.layout);
@@ -423,5 +579,51 @@ impl FlatOptimizer for OneBitLamb {
 
     fn stage(&self, t: u64) -> Stage {
         self.freeze.stage(t)
+    }
+
+    /// With nothing kept out of compression (the kept-out split is host
+    /// code).
+    fn supports_device(&self) -> bool {
+        self.allreduce.keeps_nothing_out()
+    }
+
+    fn step_device(
+        &mut self,
+        ctx: &StepContext<'_>,
+        x: &mut DeviceFlat,
+        g: &mut DeviceFlat,
+    ) -> Result<Duration, OptimError> {
+        if self.device.is_none() {
+            let wd = self.config.moments.weight_decay as f32;
+            let host: [&[f32]; 5] = [
+                &self.m,
+                &self.v,
+                self.allreduce.worker_error(),
+                &self.v_fresh,
+                &self.m_last,
+            ];
+            self.device = Some(DeviceState::upload(x, ctx.layout, wd, &host));
+        }
+        match self.freeze.step() {
+            Some(t_w) if ctx.t > t_w => self.compression_step_device(ctx, x, g, t_w),
+            _ => self.warmup_step_device(ctx, x, g),
+        }
+    }
+
+    fn state_to_host(&mut self) {
+        if let Some(state) = &self.device {
+            let (worker_error, _) = self.allreduce.errors_mut();
+            state.download(vec![
+                &mut self.m,
+                &mut self.v,
+                worker_error,
+                &mut self.v_fresh,
+                &mut self.m_last,
+            ]);
+        }
+    }
+
+    fn forget_device_state(&mut self) {
+        self.device = None;
     }
 }

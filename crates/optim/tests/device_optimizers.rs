@@ -4,8 +4,8 @@
 //! segments with and without weight decay, for Adam (ε outside and inside,
 //! with and without bias correction), LAMB (with pre-normalisation and with
 //! trust on decayed segments only), SGD (plain and Nesterov) and the 1-bit
-//! Adam family (on one rank and on two: warmup, freeze at a step or by the
-//! auto rule, compression stage, fp32-momentum and naive baselines). The
+//! Adam and 1-bit LAMB families (on one rank and on two: warmup, freeze at a
+//! step or by the auto rule, compression stage, the ablation baselines). The
 //! parameters after every step agree within 1e-6 relative; a state saved
 //! from the device loads on the host and continues there like the host run,
 //! and a device run saved, loaded and continued on the device is
@@ -17,7 +17,8 @@ use burn::tensor::{Device, DeviceKind};
 use terse_comm::{Communicator, LocalComm, SingleRank};
 use terse_optim::{
     AdamConfig, DeviceFlat, EpsMode, FreezeRule, LambConfig, LrSchedule, OneBitAdamConfig,
-    Optimizer, OptimizerConfig, ParamLayout, ScaleKind, SgdConfig, Stage, WithMoments,
+    OneBitLambConfig, Optimizer, OptimizerConfig, ParamLayout, RatioKind, ScaleKind, SgdConfig,
+    Stage, WithMoments,
 };
 use terse_rng::SplitMix64;
 
@@ -109,7 +110,15 @@ fn configs() -> Vec<OptimizerConfig> {
             c.compression.freeze = FreezeRule::Auto;
             c
         }),
+        OptimizerConfig::OnebitLamb(onebit_lamb()),
+        OptimizerConfig::LambOnebitBasic(onebit_lamb()),
     ]
+}
+
+fn onebit_lamb() -> OneBitLambConfig {
+    let mut c = OneBitLambConfig::default().with_weight_decay(0.01);
+    c.compression.freeze_step = 2;
+    c
 }
 
 struct Problem {
@@ -269,15 +278,16 @@ fn optimizers_without_device_kernels_say_so() {
     assert!(e.to_string().contains("no device kernels"), "{e}");
 }
 
-/// The 1-bit Adam family on 2 thread ranks, each rank with its own
-/// gradients: the warmup (fp32 gradient allreduce), the freeze, and the
-/// compression stage with the compressed allreduce's worker side in device
-/// kernels (or the fp32 momentum allreduce, or the naive baseline that
-/// compresses the gradient from step 1), against the same run on host
-/// buffers: parameters within 1e-6 relative after every step, the same
-/// bytes sent.
+/// The 1-bit Adam and 1-bit LAMB families on 2 thread ranks, each rank
+/// with its own gradients: the warmup (fp32 gradient allreduce), the
+/// freeze, and the compression stage with the compressed allreduce's worker
+/// side in device kernels (or the fp32 momentum allreduce, or the naive
+/// baseline that compresses the gradient from step 1; 1-bit LAMB's scaled
+/// momentum and fresh variance in both ratio flavours; the basic ablation),
+/// against the same run on host buffers: parameters within 1e-6 relative
+/// after every step, the same bytes sent.
 #[test]
-fn onebit_adam_steps_on_the_device_as_on_the_host() {
+fn compressed_optimizers_step_on_the_device_as_on_the_host() {
     let device = lavapipe();
     let onebit = || {
         let mut c = OneBitAdamConfig::default().with_weight_decay(0.01);
@@ -295,6 +305,15 @@ fn onebit_adam_steps_on_the_device_as_on_the_host() {
         }),
         OptimizerConfig::OnebitAdamFp32(onebit()),
         OptimizerConfig::AdamOnebitNaive(onebit()),
+        OptimizerConfig::OnebitLamb(onebit_lamb()),
+        OptimizerConfig::OnebitLamb({
+            let mut c = onebit_lamb();
+            c.ratio = RatioKind::Variance;
+            c.moments.eps_mode = EpsMode::InsideCompressed;
+            c.compression.scale_block = Some(64);
+            c
+        }),
+        OptimizerConfig::LambOnebitBasic(onebit_lamb()),
     ];
     for (seed, (what, layout)) in layouts().into_iter().enumerate() {
         let problems: Vec<Problem> = (0..2)

@@ -425,6 +425,137 @@ fn frozen_apply_kernel(
     }
 }
 
+/// `y = x`.
+#[cube(launch_unchecked)]
+fn copy_kernel(x: &[f32], y: &mut [f32]) {
+    let i = ABSOLUTE_POS;
+    if i >= y.len() {
+        terminate!();
+    }
+    y[i] = x[i];
+}
+
+/// 1-bit LAMB's scaled momentum: `m = (β1·m + (1-β1)·g)·k_s`.
+#[cube(launch_unchecked)]
+#[allow(clippy::too_many_arguments)]
+fn scaled_momentum_kernel(
+    m: &mut [f32],
+    g: &[f32],
+    starts: &[u32],
+    ends: &[u32],
+    segment_of: &[u32],
+    c: &[f32],
+    k: &[f32],
+) {
+    let chunk = CUBE_POS;
+    if chunk + 1 >= starts.len() {
+        terminate!();
+    }
+    let ks = k[usize::cast_from(segment_of[chunk])];
+    let end = usize::cast_from(ends[chunk]);
+    let mut i = usize::cast_from(starts[chunk]) + UNIT_POS as usize;
+    while i < end {
+        m[i] = (c[BETA_1] * m[i] + c[ONE_MINUS_BETA_1] * g[i]) * ks;
+        i += CUBE;
+    }
+}
+
+/// The synchronised momentum masked where the frozen v is zero, then
+/// unscaled: `m = v == 0 ? 0 : m / k_s`.
+#[cube(launch_unchecked)]
+fn unscale_masked_kernel(
+    m: &mut [f32],
+    v: &[f32],
+    starts: &[u32],
+    ends: &[u32],
+    segment_of: &[u32],
+    k: &[f32],
+) {
+    let chunk = CUBE_POS;
+    if chunk + 1 >= starts.len() {
+        terminate!();
+    }
+    let ks = k[usize::cast_from(segment_of[chunk])];
+    let end = usize::cast_from(ends[chunk]);
+    let mut i = usize::cast_from(starts[chunk]) + UNIT_POS as usize;
+    while i < end {
+        if v[i] == 0.0 {
+            m[i] = 0.0;
+        } else {
+            m[i] /= ks;
+        }
+        i += CUBE;
+    }
+}
+
+/// 1-bit LAMB's fresh variance from the momentum difference,
+/// `g = (m - β1·m_last)/(1-β1)`, `v_fresh = β2·v_fresh + (1-β2)·g²`, and
+/// per chunk the largest variance ratio into `partials[chunk]`:
+/// `denom(v)/denom(v_fresh)`, or `(v+ε)/(v_fresh+ε)` with `variance`.
+/// `inv_one_minus_beta_1` holds `1/(1-β1)` (rounded as the CPU rounds it).
+#[cube(launch_unchecked)]
+#[allow(clippy::too_many_arguments)]
+fn fresh_variance_kernel(
+    m: &[f32],
+    m_last: &[f32],
+    v: &[f32],
+    fresh: &mut [f32],
+    starts: &[u32],
+    ends: &[u32],
+    c: &[f32],
+    inv_one_minus_beta_1: &[f32],
+    partials: &mut [f32],
+    #[comptime] inside: bool,
+    #[comptime] variance: bool,
+) {
+    let chunk = CUBE_POS;
+    if chunk + 1 >= starts.len() {
+        terminate!();
+    }
+    let unit = UNIT_POS as usize;
+    let end = usize::cast_from(ends[chunk]);
+    let mut i = usize::cast_from(starts[chunk]) + unit;
+    let mut r = 0.0f32;
+    while i < end {
+        let g = (m[i] - c[BETA_1] * m_last[i]) * inv_one_minus_beta_1[0];
+        let f = c[BETA_2] * fresh[i] + c[ONE_MINUS_BETA_2] * g * g;
+        fresh[i] = f;
+        let vi = v[i];
+        let mut ratio = (vi + c[EPS]) / (f + c[EPS]);
+        if !variance {
+            ratio = denominator(vi, c, inside) / denominator(f, c, inside);
+        }
+        r = f32::max(r, ratio);
+        i += CUBE;
+    }
+    let mut shared = Shared::<[f32]>::new_slice(CUBE);
+    shared[unit] = r;
+    sync_cube();
+    #[unroll]
+    for k in 1..9usize {
+        let stride = comptime!(CUBE >> k);
+        if unit < stride {
+            let a = f32::max(shared[unit], shared[unit + stride]);
+            shared[unit] = a;
+        }
+        sync_cube();
+    }
+    if unit == 0 {
+        partials[chunk] = shared[0];
+    }
+}
+
+/// Adam's denominator for a variance `v` (bias-corrected here).
+#[cube]
+fn denominator(v: f32, c: &[f32], #[comptime] inside: bool) -> f32 {
+    let v_hat = v * c[INV_BIAS_2];
+    let mut d = f32::sqrt(v_hat) + c[EPS];
+    if inside {
+        d = f32::sqrt(v_hat + c[EPS]);
+    }
+    d
+}
+
 /// One cube per chunk: the chunk's `Σx²` (or `Σ|x|`) into `partials[chunk]`.
 #[cube(launch_unchecked)]
 fn chunk_sum_kernel(
@@ -739,6 +870,136 @@ pub fn frozen_apply(
             inside,
         );
     }
+}
+
+/// `y = x` over `len` elements.
+pub fn copy(client: &Client, x: &Handle, y: &Handle, len: usize) {
+    if len == 0 {
+        return;
+    }
+    let (count, dim) = super::onebit::launch_dims(client, len);
+    // SAFETY: both hold `len` f32 (the caller's contract).
+    unsafe {
+        copy_kernel::launch_unchecked(
+            client,
+            count,
+            dim,
+            BufferArg::from_raw_parts(x.clone(), len),
+            BufferArg::from_raw_parts(y.clone(), len),
+        );
+    }
+}
+
+/// `m = (β1·m + (1-β1)·g)·k_s`, one factor per segment.
+pub fn scaled_momentum(
+    client: &Client,
+    chunks: &DeviceChunks,
+    m: &Handle,
+    g: &Handle,
+    coefficients: &MomentCoefficients,
+    k: &[f32],
+) {
+    assert_eq!(k.len(), chunks.segments, "one factor per segment");
+    if chunks.is_empty() {
+        return;
+    }
+    let n = chunks.len();
+    let (c, c_len) = f32_buffer(client, &coefficients.buffer(0.0));
+    let (k, k_len) = f32_buffer(client, k);
+    let (count, dim) = chunks.launch(client);
+    let [starts, ends, segment_of, _] = chunks.args();
+    // SAFETY: as in `adam_step`; one factor per segment.
+    unsafe {
+        scaled_momentum_kernel::launch_unchecked(
+            client,
+            count,
+            dim,
+            BufferArg::from_raw_parts(m.clone(), n),
+            BufferArg::from_raw_parts(g.clone(), n),
+            starts,
+            ends,
+            segment_of,
+            BufferArg::from_raw_parts(c, c_len),
+            BufferArg::from_raw_parts(k, k_len),
+        );
+    }
+}
+
+/// `m = v == 0 ? 0 : m / k_s`, one factor per segment.
+pub fn unscale_masked(client: &Client, chunks: &DeviceChunks, m: &Handle, v: &Handle, k: &[f32]) {
+    assert_eq!(k.len(), chunks.segments, "one factor per segment");
+    if chunks.is_empty() {
+        return;
+    }
+    let n = chunks.len();
+    let (k, k_len) = f32_buffer(client, k);
+    let (count, dim) = chunks.launch(client);
+    let [starts, ends, segment_of, _] = chunks.args();
+    // SAFETY: as in `adam_step`; one factor per segment.
+    unsafe {
+        unscale_masked_kernel::launch_unchecked(
+            client,
+            count,
+            dim,
+            BufferArg::from_raw_parts(m.clone(), n),
+            BufferArg::from_raw_parts(v.clone(), n),
+            starts,
+            ends,
+            segment_of,
+            BufferArg::from_raw_parts(k, k_len),
+        );
+    }
+}
+
+/// 1-bit LAMB's fresh variance (see `fresh_variance_kernel`), updated in
+/// place; returns each segment's largest variance ratio.
+#[allow(clippy::too_many_arguments)]
+pub fn fresh_variance(
+    client: &Client,
+    chunks: &DeviceChunks,
+    m: &Handle,
+    m_last: &Handle,
+    v: &Handle,
+    fresh: &Handle,
+    coefficients: &MomentCoefficients,
+    inv_one_minus_beta_1: f32,
+    inside: bool,
+    variance: bool,
+) -> Vec<f32> {
+    let mut ratios = vec![0.0f32; chunks.segments];
+    if chunks.is_empty() {
+        return ratios;
+    }
+    let n = chunks.len();
+    let (c, c_len) = f32_buffer(client, &coefficients.buffer(0.0));
+    let (inv, inv_len) = f32_buffer(client, &[inv_one_minus_beta_1]);
+    let partials = client.empty(chunks.count() * size_of::<f32>());
+    let (count, dim) = chunks.launch(client);
+    let [starts, ends, _, _] = chunks.args();
+    // SAFETY: as in `adam_step`; `partials` holds one f32 per chunk.
+    unsafe {
+        fresh_variance_kernel::launch_unchecked(
+            client,
+            count,
+            dim,
+            BufferArg::from_raw_parts(m.clone(), n),
+            BufferArg::from_raw_parts(m_last.clone(), n),
+            BufferArg::from_raw_parts(v.clone(), n),
+            BufferArg::from_raw_parts(fresh.clone(), n),
+            starts,
+            ends,
+            BufferArg::from_raw_parts(c, c_len),
+            BufferArg::from_raw_parts(inv, inv_len),
+            BufferArg::from_raw_parts(partials.clone(), chunks.count()),
+            inside,
+            variance,
+        );
+    }
+    let read = client.read_one_unchecked(partials);
+    for (&(s, _, _), &r) in chunks.table.iter().zip(f32::from_bytes(&read)) {
+        ratios[s] = ratios[s].max(r);
+    }
+    ratios
 }
 
 fn chunk_sums(client: &Client, chunks: &DeviceChunks, x: &Handle, absolute: bool) -> Vec<f64> {
