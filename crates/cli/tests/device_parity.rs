@@ -21,9 +21,8 @@
 //!   the CPU (and the reverse) within the same tolerance;
 //! - a device that is not there is one clear error line.
 //!
-//! adam, lamb, onebit_adam and onebit_lamb step on the device (flat
-//! buffers and optimizer state there, the log says so); slamb has no device
-//! kernels yet and steps host copies of the flat buffers.
+//! Every optimizer steps on the device (flat buffers and optimizer state
+//! there; the run's log says so, and the test checks it).
 
 mod common;
 
@@ -166,9 +165,10 @@ fn every_optimizer_trains_on_lavapipe_as_on_the_cpu() {
         succeed(terse("lavapipe", optimizer, &dir("lavapipe"), &[]));
         // Where the optimizer stepped, as the run's log says.
         let log = std::fs::read_to_string(dir("lavapipe").join("terse.log")).unwrap();
-        let on_device = log.contains("optimizer state on the device");
-        let kernels = optimizer != "slamb";
-        assert_eq!(on_device, kernels, "{optimizer}: device step?\n{log}");
+        assert!(
+            log.contains("optimizer state on the device"),
+            "{optimizer}: not stepped on the device\n{log}"
+        );
         let (cpu, device) = (steps(&dir("cpu")), steps(&dir("lavapipe")));
         let worst = losses_agree(optimizer, &device, &cpu, loss_tolerance);
         let sent = |log: &[(u64, f64, u64)]| log.iter().map(|s| s.2).collect::<Vec<_>>();

@@ -243,7 +243,7 @@ impl FlatModel {
     ) -> Result<Duration, OptimError> {
         match &mut self.storage {
             Storage::Host { params, .. } => optimizer.finish_flat(params, comm),
-            Storage::Device { .. } => optimizer.finish_device(comm),
+            Storage::Device { params, .. } => optimizer.finish_device(params, comm),
         }
     }
 

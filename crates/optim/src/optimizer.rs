@@ -156,17 +156,30 @@ impl Optimizer {
         })
     }
 
-    /// [`Optimizer::finish_flat`] for device buffers: none of the
-    /// optimizers with device kernels has an end-of-run step.
+    /// [`Optimizer::finish_flat`] for device buffers (SLAMB averages the
+    /// parameters; the others do nothing).
     ///
     /// # Errors
-    /// [`OptimError::NoDeviceKernels`] for an optimizer without them.
-    pub fn finish_device(&mut self, comm: &dyn Communicator) -> Result<Duration, OptimError> {
+    /// [`OptimError::NoDeviceKernels`] for an optimizer without them; a
+    /// failed collective.
+    pub fn finish_device(
+        &mut self,
+        x: &mut DeviceFlat,
+        comm: &dyn Communicator,
+    ) -> Result<Duration, OptimError> {
         if !self.rule.supports_device() {
             return Err(OptimError::NoDeviceKernels);
         }
+        self.check_len("parameters", x.len())?;
         self.check_world(comm)?;
-        Ok(Duration::ZERO)
+        let ctx = StepContext {
+            t: self.t,
+            lr: self.schedule.lr(self.t),
+            layout: &self.layout,
+            comm,
+            lr_warmup: self.schedule.warmup_steps(),
+        };
+        self.rule.finish_device(&ctx, x)
     }
 
     /// Ends a run: SLAMB averages the parameters over ranks (the others do

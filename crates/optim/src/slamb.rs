@@ -7,18 +7,30 @@
 use std::ops::Range;
 use std::time::{Duration, Instant};
 
+use cubecl::prelude::*;
+use cubecl::server::Handle;
 use rayon::prelude::*;
 use serde::{Deserialize, Serialize};
 use terse_comm::{ReduceOp, SparseAllreduce, SparseValues};
 use terse_kernels::mask::Mask;
 
 use crate::config_check::{NoOtherFields, check_clip, check_unit, invalid};
+use crate::device_flat::{DeviceState, allreduce_mean_device, read_f32, upload_f32};
 use crate::eps_mode::check_has_compression_stage;
 use crate::lamb::trust_coefficient;
 use crate::moments::{Moments, with_eps_mode};
 use crate::parallel::{CHUNK, split_segments, split_segments_mut, with_avx};
 use crate::step::{FlatOptimizer, StepContext};
-use crate::{MomentConfig, OptimError, ParamLayout, Stage, WithMoments};
+use crate::{DeviceFlat, EpsMode, MomentConfig, OptimError, ParamLayout, Stage, WithMoments};
+
+/// SLAMB's model synchronisation on the device: the parameters averaged
+/// over ranks (through the host, as every fp32 allreduce here).
+fn average_parameters_device(
+    comm: &dyn terse_comm::Communicator,
+    x: &mut DeviceFlat,
+) -> Result<Duration, OptimError> {
+    allreduce_mean_device(comm, x)
+}
 
 /// SLAMB's mask.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
@@ -144,6 +156,12 @@ pub struct Slamb {
     selected: Vec<u8>,
     sparse: SparseAllreduce,
     world_size: usize,
+    /// m, v and the freshness on the device, between device steps.
+    device: Option<DeviceState>,
+    /// The always-synchronised ranges as selection bits on the device.
+    device_always: Option<Handle>,
+    /// The ranges themselves (for the device's bitmap).
+    always: Vec<Range<usize>>,
 }
 
 impl Slamb {
@@ -161,7 +179,10 @@ impl Slamb {
             .map(|s| s.range())
             .collect();
         Self {
-            sparse: SparseAllreduce::with_precision(config.mask(d), always, config.values),
+            sparse: SparseAllreduce::with_precision(config.mask(d), always.clone(), config.values),
+            device: None,
+            device_always: None,
+            always,
             m: vec![0.0; d],
             v: vec![0.0; d],
             freshness: vec![1.0; d],
@@ -334,5 +355,124 @@ impl FlatOptimizer for Slamb {
 
     fn stage(&self, _t: u64) -> Stage {
         Stage::Sparse
+    }
+
+    /// With the hash mask (the cyclic mask has no device kernel).
+    fn supports_device(&self) -> bool {
+        self.config.mask == MaskKind::Hash
+    }
+
+    fn step_device(
+        &mut self,
+        ctx: &StepContext<'_>,
+        x: &mut DeviceFlat,
+        g: &mut DeviceFlat,
+    ) -> Result<Duration, OptimError> {
+        use terse_kernels::device::{self as kernels, slamb};
+        const M: usize = 0;
+        const V: usize = 1;
+        const FRESHNESS: usize = 2;
+        let c = self.config.clone();
+        let len = ctx.layout.len();
+        let wd = c.moments.weight_decay as f32;
+        let state = self.device.get_or_insert_with(|| {
+            DeviceState::upload(x, ctx.layout, wd, &[&self.m, &self.v, &self.freshness])
+        });
+        let (client, chunks) = (state.client.clone(), state.chunks.clone());
+        let always = self.device_always.get_or_insert_with(|| {
+            let words = kernels::always_bitmap(len, &self.always);
+            client.create_from_slice(u32::as_bytes(if words.is_empty() { &[0] } else { &words }))
+        });
+        let moments = Moments::new(&c.moments, c.bias_correction, ctx.t);
+        let coefficients = moments.coefficients();
+        let [m, v, f] = [
+            &state.buffers[M],
+            &state.buffers[V],
+            &state.buffers[FRESHNESS],
+        ];
+        slamb::moments(&client, &chunks, m, v, g.handle(), &coefficients);
+
+        // The step's selection, and the selected momentum averaged: only the
+        // selected values reach the host.
+        let start = Instant::now();
+        let selection = kernels::select(&client, &c.mask(len), ctx.t, len, always);
+        if self.world_size > 1 {
+            let values = client.empty(selection.count.max(1) * size_of::<f32>());
+            selection.gather(&client, m, &values);
+            let mut host = read_f32(&client, &values, selection.count);
+            match c.values {
+                SparseValues::F32 => ctx.comm.allreduce_f32(&mut host, ReduceOp::Mean)?,
+                SparseValues::F16 => terse_comm::allreduce_mean_f16(ctx.comm, &mut host)?,
+            }
+            let values = upload_f32(&client, &host);
+            selection.scatter(&client, &values, m);
+        }
+        let mut comm_time = start.elapsed();
+        slamb::freshness(&client, f, &selection.words, len, c.beta_3 as f32);
+
+        let inside = c.moments.eps_mode == EpsMode::Inside;
+        let norms = slamb::split_norms(
+            &client,
+            &chunks,
+            x.handle(),
+            m,
+            v,
+            &selection.words,
+            &coefficients,
+            inside,
+        );
+        let ratio = |x: f64, u: f64| trust_coefficient(x.sqrt(), u.sqrt(), c.phi_min, c.phi_max);
+        let phi: Vec<f32> = norms
+            .iter()
+            .flat_map(|n| {
+                let phi_sel = ratio(n.x_selected, n.u_selected);
+                let phi_rest = ratio(n.x_rest, n.u_rest);
+                let (phi_max, phi_min) = match (n.selected, n.rest) {
+                    (_, 0) => (phi_sel, phi_sel),
+                    (0, _) => (phi_rest, phi_rest),
+                    _ => (phi_sel, phi_rest),
+                };
+                [phi_max as f32, phi_min as f32]
+            })
+            .collect();
+        let stale_lr = ctx.lr / (self.world_size as f64).sqrt();
+        slamb::apply(
+            &client,
+            &chunks,
+            x.handle(),
+            m,
+            v,
+            f,
+            &coefficients,
+            &phi,
+            ctx.lr as f32,
+            stale_lr as f32,
+            inside,
+        );
+        if ctx.t.is_multiple_of(c.sync_every) {
+            comm_time += average_parameters_device(ctx.comm, x)?;
+        }
+        Ok(comm_time)
+    }
+
+    fn finish_device(
+        &mut self,
+        ctx: &StepContext<'_>,
+        x: &mut DeviceFlat,
+    ) -> Result<Duration, OptimError> {
+        if ctx.t.is_multiple_of(self.config.sync_every) {
+            return Ok(Duration::ZERO);
+        }
+        average_parameters_device(ctx.comm, x)
+    }
+
+    fn state_to_host(&mut self) {
+        if let Some(state) = &self.device {
+            state.download(vec![&mut self.m, &mut self.v, &mut self.freshness]);
+        }
+    }
+
+    fn forget_device_state(&mut self) {
+        self.device = None;
     }
 }

@@ -102,6 +102,17 @@ pub trait FlatOptimizer: Send {
         Err(OptimError::NoDeviceKernels)
     }
 
+    /// [`FlatOptimizer::finish`] on device buffers (only called for rules
+    /// with device kernels).
+    fn finish_device(
+        &mut self,
+        ctx: &StepContext<'_>,
+        x: &mut DeviceFlat,
+    ) -> Result<Duration, OptimError> {
+        let _ = (ctx, x);
+        Ok(Duration::ZERO)
+    }
+
     /// Copies state kept on a device into the host buffers that
     /// [`FlatOptimizer::state`] shows (before a checkpoint is written).
     fn state_to_host(&mut self) {}

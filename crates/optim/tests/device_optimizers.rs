@@ -5,7 +5,9 @@
 //! with and without bias correction), LAMB (with pre-normalisation and with
 //! trust on decayed segments only), SGD (plain and Nesterov) and the 1-bit
 //! Adam and 1-bit LAMB families (on one rank and on two: warmup, freeze at a
-//! step or by the auto rule, compression stage, the ablation baselines). The
+//! step or by the auto rule, compression stage, the ablation baselines) and
+//! SLAMB (hash mask, fp32 and fp16 values, the model average every 3 steps).
+//! The
 //! parameters after every step agree within 1e-6 relative; a state saved
 //! from the device loads on the host and continues there like the host run,
 //! and a device run saved, loaded and continued on the device is
@@ -14,11 +16,11 @@
 use std::time::Duration;
 
 use burn::tensor::{Device, DeviceKind};
-use terse_comm::{Communicator, LocalComm, SingleRank};
+use terse_comm::{Communicator, LocalComm, SingleRank, SparseValues};
 use terse_optim::{
     AdamConfig, DeviceFlat, EpsMode, FreezeRule, LambConfig, LrSchedule, OneBitAdamConfig,
     OneBitLambConfig, Optimizer, OptimizerConfig, ParamLayout, RatioKind, ScaleKind, SgdConfig,
-    Stage, WithMoments,
+    SlambConfig, Stage, WithMoments,
 };
 use terse_rng::SplitMix64;
 
@@ -112,7 +114,16 @@ fn configs() -> Vec<OptimizerConfig> {
         }),
         OptimizerConfig::OnebitLamb(onebit_lamb()),
         OptimizerConfig::LambOnebitBasic(onebit_lamb()),
+        OptimizerConfig::Slamb(slamb()),
     ]
+}
+
+fn slamb() -> SlambConfig {
+    SlambConfig {
+        sync_every: 3,
+        always_sync_below: 1000,
+        ..SlambConfig::default().with_weight_decay(0.01)
+    }
 }
 
 fn onebit_lamb() -> OneBitLambConfig {
@@ -278,12 +289,13 @@ fn optimizers_without_device_kernels_say_so() {
     assert!(e.to_string().contains("no device kernels"), "{e}");
 }
 
-/// The 1-bit Adam and 1-bit LAMB families on 2 thread ranks, each rank
+/// The 1-bit Adam and 1-bit LAMB families and SLAMB on 2 thread ranks, each rank
 /// with its own gradients: the warmup (fp32 gradient allreduce), the
 /// freeze, and the compression stage with the compressed allreduce's worker
 /// side in device kernels (or the fp32 momentum allreduce, or the naive
 /// baseline that compresses the gradient from step 1; 1-bit LAMB's scaled
-/// momentum and fresh variance in both ratio flavours; the basic ablation),
+/// momentum and fresh variance in both ratio flavours; the basic ablation;
+/// SLAMB's selected values averaged through the host in fp32 or fp16),
 /// against the same run on host buffers: parameters within 1e-6 relative
 /// after every step, the same bytes sent.
 #[test]
@@ -314,6 +326,12 @@ fn compressed_optimizers_step_on_the_device_as_on_the_host() {
             c
         }),
         OptimizerConfig::LambOnebitBasic(onebit_lamb()),
+        OptimizerConfig::Slamb(slamb()),
+        OptimizerConfig::Slamb(SlambConfig {
+            values: SparseValues::F16,
+            k: 0.3,
+            ..slamb()
+        }),
     ];
     for (seed, (what, layout)) in layouts().into_iter().enumerate() {
         let problems: Vec<Problem> = (0..2)
@@ -343,6 +361,14 @@ fn compressed_optimizers_step_on_the_device_as_on_the_host() {
                             report
                         };
                         sent.push(report.traffic.sent());
+                    }
+                    // The end of the run (SLAMB averages the parameters).
+                    if on_device {
+                        opt.finish_device(&mut x_device, comm).unwrap();
+                        xs.push(x_device.to_host());
+                    } else {
+                        opt.finish_flat(&mut x_host, comm).unwrap();
+                        xs.push(x_host.clone());
                     }
                     (xs, sent)
                 });

@@ -7,6 +7,7 @@ mod mask;
 mod onebit;
 pub mod optim;
 mod server;
+pub mod slamb;
 
 pub use mask::{DeviceSelection, always_bitmap, select};
 pub use onebit::{DeviceCompressed, compress, compress_chunks, decompress, decompress_chunks};

@@ -23,13 +23,13 @@ use cubecl::server::Handle;
 pub const DEVICE_CHUNK: usize = 4096;
 
 /// Units per cube.
-const CUBE: usize = 256;
+pub(crate) const CUBE: usize = 256;
 
 // Indices into the coefficient buffer of the moment kernels.
-const BETA_1: usize = 0;
-const BETA_2: usize = 1;
-const ONE_MINUS_BETA_1: usize = 2;
-const ONE_MINUS_BETA_2: usize = 3;
+pub(crate) const BETA_1: usize = 0;
+pub(crate) const BETA_2: usize = 1;
+pub(crate) const ONE_MINUS_BETA_1: usize = 2;
+pub(crate) const ONE_MINUS_BETA_2: usize = 3;
 const INV_BIAS_1: usize = 4;
 const INV_BIAS_2: usize = 5;
 const EPS: usize = 6;
@@ -160,7 +160,29 @@ impl DeviceChunks {
         sums
     }
 
-    fn launch(&self, client: &Client) -> (CubeCount, CubeDim) {
+    /// Number of segments.
+    pub fn segment_count(&self) -> usize {
+        self.segments
+    }
+
+    /// Each chunk's segment, in chunk order.
+    pub(crate) fn segment_of_chunks(&self) -> impl Iterator<Item = usize> + '_ {
+        self.table.iter().map(|&(s, _, _)| s)
+    }
+
+    /// The moment coefficients with rate `lr` as a kernel argument.
+    pub(crate) fn coefficients(
+        &self,
+        client: &Client,
+        coefficients: &MomentCoefficients,
+        lr: f32,
+    ) -> BufferArg {
+        let (c, len) = f32_buffer(client, &coefficients.buffer(lr));
+        // SAFETY: the buffer was created with `len` f32.
+        unsafe { BufferArg::from_raw_parts(c, len) }
+    }
+
+    pub(crate) fn launch(&self, client: &Client) -> (CubeCount, CubeDim) {
         let dim = CubeDim::new_1d(CUBE as u32);
         (
             cubecl::calculate_cube_count_elemwise(client, self.count() * CUBE, dim),
@@ -168,7 +190,7 @@ impl DeviceChunks {
         )
     }
 
-    fn args(&self) -> [BufferArg; 4] {
+    pub(crate) fn args(&self) -> [BufferArg; 4] {
         let n = self.count() + 1;
         // SAFETY (of the launches using them): each table buffer was
         // created with `count() + 1` entries, the decays with one per
@@ -198,7 +220,7 @@ impl std::fmt::Debug for DeviceChunks {
 
 /// Adam's direction `m̂/(sqrt(v̂)+ε) + wd·x` (or `m̂/sqrt(v̂+ε)` inside).
 #[cube]
-fn direction(m: f32, v: f32, x: f32, wd: f32, c: &[f32], #[comptime] inside: bool) -> f32 {
+pub(crate) fn direction(m: f32, v: f32, x: f32, wd: f32, c: &[f32], #[comptime] inside: bool) -> f32 {
     let m_hat = m * c[INV_BIAS_1];
     let v_hat = v * c[INV_BIAS_2];
     let mut denom = f32::sqrt(v_hat) + c[EPS];
