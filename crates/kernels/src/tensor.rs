@@ -162,6 +162,26 @@ pub fn into_cube_buffer(t: Tensor<1>) -> Result<Option<CubeTensor>, TensorError>
     Ok(Some(contiguous_cube(primitive::<Cube>(t, "flat buffer")?)))
 }
 
+/// The dropout factors of `mask` in `shape`, computed on `device` when it
+/// is a cubecl device (`None` otherwise: the caller makes them on the host).
+pub fn device_dropout_factors<const D: usize>(
+    mask: &crate::fused::SiteMask,
+    shape: Shape,
+    device: &burn::tensor::Device,
+) -> Option<Tensor<D>> {
+    let n = shape.num_elements();
+    let empty = Tensor::<1>::empty([n], &device.clone().inner());
+    let cube = empty.try_into_primitive::<Cube>().ok()?;
+    device::dropout_factors(&cube.client, mask, &cube.handle, n);
+    let factors = Tensor::<1>::from_primitive::<Cube>(cube).reshape(shape);
+    // A constant of the autodiff graph when `device` tracks gradients.
+    Some(if device.is_autodiff() {
+        Tensor::from_inner(factors)
+    } else {
+        factors
+    })
+}
+
 /// A flex tensor whose storage is exactly its elements, owned alone (so it
 /// can be written in place).
 fn contiguous_flex(t: FlexTensor) -> FlexTensor {
@@ -178,12 +198,19 @@ fn contiguous_flex(t: FlexTensor) -> FlexTensor {
 }
 
 /// A cube tensor with a contiguous buffer of exactly its elements that no
-/// other tensor shares (so the kernels may write it in place).
+/// other tensor shares (so the kernels may write it in place): the tensor
+/// itself, or a copy made on the device (through the host only for a
+/// strided view, which terse's flat buffers never are).
 fn contiguous_cube(t: CubeTensor) -> CubeTensor {
     if t.is_contiguous() && t.is_contiguous_buffer() && t.handle.can_mut() {
         return t;
     }
     let len = t.meta.shape().num_elements();
+    if t.is_contiguous() && t.dtype == DType::F32 {
+        let handle = t.client.empty(len.max(1) * size_of::<f32>());
+        device::optim::copy(&t.client, &t.handle, &handle, len);
+        return CubeTensor::new_contiguous(t.client, t.device, Shape::new([len]), handle, t.dtype);
+    }
     let data = Tensor::<1>::from_primitive::<Cube>(t.clone()).into_data();
     let bytes = data.as_bytes().to_vec();
     let handle = t.client.create_from_slice(&bytes);

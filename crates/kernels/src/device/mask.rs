@@ -16,7 +16,7 @@ use crate::mask::{Mask, StepMask};
 use crate::onebit::words_for;
 
 #[cube]
-fn mix32(x: u32) -> u32 {
+pub(crate) fn mix32(x: u32) -> u32 {
     let mut x = x;
     x ^= x >> 16u32;
     x *= 0x7feb_352du32;

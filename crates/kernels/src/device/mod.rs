@@ -3,12 +3,14 @@
 //! [`crate::onebit`] is their reference: packed words are bit-identical,
 //! scales and errors agree to f32 rounding.
 
+mod dropout;
 mod mask;
 mod onebit;
 pub mod optim;
 mod server;
 pub mod slamb;
 
+pub use dropout::dropout_factors;
 pub use mask::{DeviceSelection, always_bitmap, select};
 pub use onebit::{DeviceCompressed, compress, compress_chunks, decompress, decompress_chunks};
 pub use server::{ReceivedCopies, average_and_recompress};

@@ -220,7 +220,14 @@ impl std::fmt::Debug for DeviceChunks {
 
 /// Adam's direction `m̂/(sqrt(v̂)+ε) + wd·x` (or `m̂/sqrt(v̂+ε)` inside).
 #[cube]
-pub(crate) fn direction(m: f32, v: f32, x: f32, wd: f32, c: &[f32], #[comptime] inside: bool) -> f32 {
+pub(crate) fn direction(
+    m: f32,
+    v: f32,
+    x: f32,
+    wd: f32,
+    c: &[f32],
+    #[comptime] inside: bool,
+) -> f32 {
     let m_hat = m * c[INV_BIAS_1];
     let v_hat = v * c[INV_BIAS_2];
     let mut denom = f32::sqrt(v_hat) + c[EPS];

@@ -87,6 +87,11 @@ impl SiteMask {
         }
     }
 
+    /// `(key0, key1, threshold, scale)`, what a device kernel needs.
+    pub fn parts(&self) -> (u32, u32, u32, f32) {
+        (self.key0, self.key1, self.threshold, self.scale)
+    }
+
     /// The factor element `j` is multiplied by: 0 or `1/(1 − p)`.
     #[inline(always)]
     pub fn factor(&self, j: usize) -> f32 {

@@ -168,11 +168,17 @@ pub fn dropout<const D: usize>(x: Tensor<D>, layer: &Dropout) -> Tensor<D> {
             key,
         ));
     }
-    // Other backends: the same mask, made on the host.
+    // Other backends: the same mask, made on a cubecl device by a kernel
+    // (on any other backend on the host).
     let mask = SiteMask::new(prob, key);
     let shape = x.shape();
-    let factors: Vec<f32> = (0..shape.num_elements()).map(|j| mask.factor(j)).collect();
-    let factors = Tensor::<D>::from_data(TensorData::new(factors, shape), &device);
+    let factors = match crate::tensor::device_dropout_factors(&mask, shape.clone(), &device) {
+        Some(factors) => factors,
+        None => {
+            let factors: Vec<f32> = (0..shape.num_elements()).map(|j| mask.factor(j)).collect();
+            Tensor::<D>::from_data(TensorData::new(factors, shape), &device)
+        }
+    };
     x * factors
 }
 

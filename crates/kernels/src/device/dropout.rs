@@ -1,0 +1,60 @@
+//! Counter-based dropout masks on the device: the factor of element `j`
+//! (0, or `1/(1 − p)` when `mix32(mix32(j + key0) ^ key1) ≥ threshold`)
+//! computed in a kernel with the same 32-bit hash as
+//! [`crate::fused::SiteMask`] on the CPU, so a run on a GPU drops exactly
+//! the elements the same run on the CPU drops, and no mask crosses from the
+//! host.
+
+use cubecl::prelude::*;
+use cubecl::server::Handle;
+
+use super::mask::mix32;
+use super::onebit::launch_dims;
+use crate::fused::SiteMask;
+
+/// `out[j]` = the factor of element `j`; `keys` is `[key0, key1,
+/// threshold]`, `scale` `[1/(1 − p)]`.
+#[cube(launch_unchecked)]
+fn factors_kernel(keys: &[u32], scale: &[f32], out: &mut [f32]) {
+    let j = ABSOLUTE_POS;
+    if j >= out.len() {
+        terminate!();
+    }
+    let h = mix32(mix32(u32::cast_from(j) + keys[0]) ^ keys[1]);
+    if h >= keys[2] {
+        out[j] = scale[0];
+    } else {
+        out[j] = 0.0;
+    }
+}
+
+/// Writes the factors of elements `0..len` of `mask` into `out` (`len`
+/// f32 on the device).
+///
+/// # Panics
+/// When `len` does not fit the kernel's u32 element index.
+pub fn dropout_factors(client: &Client, mask: &SiteMask, out: &Handle, len: usize) {
+    assert!(
+        u32::try_from(len).is_ok(),
+        "{len} elements: indices are u32"
+    );
+    if len == 0 {
+        return;
+    }
+    let (key0, key1, threshold, scale) = mask.parts();
+    let keys = client.create_from_slice(u32::as_bytes(&[key0, key1, threshold]));
+    let scale = client.create_from_slice(f32::as_bytes(&[scale]));
+    let (count, dim) = launch_dims(client, len);
+    // SAFETY: `out` holds `len` f32 (the caller's contract), `keys` three
+    // words and `scale` one float; the kernel bounds its writes by `len`.
+    unsafe {
+        factors_kernel::launch_unchecked(
+            client,
+            count,
+            dim,
+            BufferArg::from_raw_parts(keys, 3),
+            BufferArg::from_raw_parts(scale, 1),
+            BufferArg::from_raw_parts(out.clone(), len),
+        );
+    }
+}
