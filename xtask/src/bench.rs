@@ -29,6 +29,8 @@ pub struct Args {
     pub quick: bool,
 
     /// `bench kernels`: where the cubecl kernels run [default: lavapipe].
+    /// `bench optim`: a device to step every optimizer on beside the same
+    /// step on the CPU.
     /// `bench model`: a device to time the training step on beside the
     /// same step on the CPU (without it: the CPU beside PyTorch). lavapipe
     /// is Vulkan on the CPU (always available), wgpu the machine's default
@@ -85,14 +87,11 @@ pub fn run(args: &Args) -> Result<()> {
             None => run_model(args.quick, args.python.clone()),
         };
     }
+    if let (Suite::Optim, Some(device)) = (args.name, args.device) {
+        return run_optim_on(args.quick, device);
+    }
     if args.device.is_some() {
-        bail!(if args.name == Suite::Optim {
-            "bench optim --device: every optimizer steps on the host whatever the training \
-             device (the device-resident optimizers are not written yet); `bench optim` times \
-             them there"
-        } else {
-            "--device applies to `bench kernels` and `bench model` only"
-        });
+        bail!("--device applies to `bench kernels`, `bench optim` and `bench model` only");
     }
     if args.name == Suite::Workers {
         return crate::bench_workers::run(args.quick);
@@ -116,6 +115,23 @@ fn run_cargo_bench(bench: &str, args: &[&str]) -> Result<()> {
         bail!("the `{bench}` benchmark failed ({status})");
     }
     Ok(())
+}
+
+/// Each optimizer's step on `device` beside the same step on the CPU
+/// (`crates/optim/benches/optim_device.rs`).
+fn run_optim_on(quick: bool, device: KernelDevice) -> Result<()> {
+    let device = match device {
+        KernelDevice::Lavapipe => "lavapipe",
+        KernelDevice::Wgpu => "wgpu",
+        KernelDevice::Cuda => bail!(
+            "bench optim --device cuda needs burn's cuda backend, which terse does not build \
+             (it downloads LLVM while it builds); on an NVIDIA GPU `--device wgpu` steps the \
+             same kernels through Vulkan"
+        ),
+    };
+    let mut args = quick_flag(quick).to_vec();
+    args.extend(["--device", device]);
+    run_cargo_bench("optim_device", &args)
 }
 
 /// Builds and runs the kernels benchmark (CPU against memcpy, cubecl on

@@ -74,6 +74,32 @@ impl DeviceFlat {
         self.len == 0
     }
 
+    /// A copy made on the device.
+    pub fn device_copy(&self) -> Self {
+        let t = &self.tensor;
+        let handle = t.client.empty(self.len.max(1) * size_of::<f32>());
+        terse_kernels::device::optim::copy(&t.client, &t.handle, &handle, self.len);
+        Self {
+            tensor: CubeTensor::new_contiguous(
+                t.client.clone(),
+                t.device.clone(),
+                Shape::new([self.len]),
+                handle,
+                t.dtype,
+            ),
+            len: self.len,
+        }
+    }
+
+    /// Waits until the device has finished all work queued so far (for
+    /// timing; reading values waits by itself).
+    ///
+    /// # Panics
+    /// When the device reports an error.
+    pub fn wait(&self) {
+        futures_lite::future::block_on(self.tensor.client.sync()).expect("the device failed");
+    }
+
     /// A copy of the values on the host.
     pub fn to_host(&self) -> Vec<f32> {
         read_f32(&self.tensor.client, &self.tensor.handle, self.len)

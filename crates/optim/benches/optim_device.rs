@@ -1,0 +1,142 @@
+//! One optimizer step on a cubecl device (`--device lavapipe`: Vulkan on
+//! the CPU; `--device wgpu`: the machine's default adapter, a GPU where
+//! there is one) beside the same step on the CPU's host buffers, in the
+//! same run: ms per step on each and steps/s device ÷ CPU.
+//!
+//! One rank: the 1-bit optimizers (frozen after step 1) and SLAMB run
+//! their device kernels but send nothing, so this times the update, not
+//! the communication. The device time includes waiting for the queue to
+//! drain after every step.
+//!
+//! `cargo xtask bench optim --device lavapipe|wgpu [--quick]` (10M
+//! parameters, 1M with `--quick`); writes `results/bench/optim-device-<device>.json`.
+
+use std::time::Instant;
+
+#[path = "common/bert_layout.rs"]
+mod bert_layout;
+
+use burn::tensor::{Device, DeviceKind};
+use terse_comm::SingleRank;
+use terse_optim::{
+    AdamConfig, DeviceFlat, LambConfig, LrSchedule, OneBitAdamConfig, OneBitLambConfig, Optimizer,
+    OptimizerConfig, SgdConfig, SlambConfig, WithMoments,
+};
+
+fn best_of<F: FnMut()>(repeats: usize, mut f: F) -> f64 {
+    (0..repeats)
+        .map(|_| {
+            let start = Instant::now();
+            f();
+            start.elapsed().as_secs_f64()
+        })
+        .fold(f64::INFINITY, f64::min)
+}
+
+fn configs() -> Vec<(&'static str, OptimizerConfig)> {
+    let mut onebit_adam = OneBitAdamConfig::default().with_weight_decay(0.01);
+    onebit_adam.compression.freeze_step = 1;
+    let mut onebit_lamb = OneBitLambConfig::default().with_weight_decay(0.01);
+    onebit_lamb.compression.freeze_step = 1;
+    vec![
+        (
+            "adam",
+            OptimizerConfig::Adam(AdamConfig::default().with_weight_decay(0.01)),
+        ),
+        (
+            "lamb",
+            OptimizerConfig::Lamb(LambConfig::default().with_weight_decay(0.01)),
+        ),
+        ("sgd", OptimizerConfig::Sgd(SgdConfig::default())),
+        ("onebit_adam", OptimizerConfig::OnebitAdam(onebit_adam)),
+        ("onebit_lamb", OptimizerConfig::OnebitLamb(onebit_lamb)),
+        ("slamb", OptimizerConfig::Slamb(SlambConfig::default())),
+    ]
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args().collect();
+    let quick = args.iter().any(|a| a == "--quick");
+    let name = args
+        .iter()
+        .position(|a| a == "--device")
+        .and_then(|i| args.get(i + 1))
+        .map_or("lavapipe", String::as_str);
+    let device = match name {
+        "lavapipe" => Device::wgpu(DeviceKind::Cpu),
+        "wgpu" => Device::wgpu(DeviceKind::DefaultDevice),
+        other => panic!("--device {other}: lavapipe or wgpu"),
+    };
+    let layout = bert_layout::layout(if quick { 1_000_000 } else { 10_000_000 });
+    let d = layout.len();
+    let (warmup, repeats) = if quick { (1, 2) } else { (2, 5) };
+    println!(
+        "optimizer step on {name} beside the CPU: {d} parameters, {} CPU threads, best of {repeats}",
+        rayon::current_num_threads()
+    );
+    let x0: Vec<f32> = (0..d).map(|i| ((i % 1000) as f32 - 500.0) * 1e-3).collect();
+    let g: Vec<f32> = (0..d).map(|i| ((i % 777) as f32 - 388.0) * 1e-4).collect();
+    let comm = SingleRank::new();
+    let schedule = LrSchedule::Constant { lr: 1e-4 };
+    let mut rows = Vec::new();
+    println!("optimizer     CPU ms/step   {name} ms/step   {name} ÷ CPU (steps/s)");
+    for (optimizer, config) in configs() {
+        let new =
+            || Optimizer::new(config.clone(), schedule.clone(), layout.clone(), &comm).unwrap();
+
+        let mut host = new();
+        let mut x = x0.clone();
+        let mut g_work = g.clone();
+        for _ in 0..warmup {
+            g_work.copy_from_slice(&g);
+            host.step_flat(&mut x, &mut g_work, &comm).unwrap();
+        }
+        let refresh = best_of(repeats, || g_work.copy_from_slice(std::hint::black_box(&g)));
+        let cpu = best_of(repeats, || {
+            g_work.copy_from_slice(&g);
+            host.step_flat(&mut x, &mut g_work, &comm).unwrap();
+        }) - refresh;
+
+        let mut on_device = new();
+        let mut x = DeviceFlat::from_host(&x0, &device).unwrap();
+        let g_device = DeviceFlat::from_host(&g, &device).unwrap();
+        // The optimizers may overwrite the gradient: each step gets a copy
+        // made on the device, timed apart and taken out.
+        let mut step = || {
+            let mut g = g_device.device_copy();
+            on_device.step_device(&mut x, &mut g, &comm).unwrap();
+            x.wait();
+        };
+        for _ in 0..warmup {
+            step();
+        }
+        let copy = best_of(repeats, || g_device.device_copy().wait());
+        let dev = best_of(repeats, step) - copy;
+        let (cpu, dev) = (cpu.max(1e-9), dev.max(1e-9));
+        println!(
+            "{optimizer:<12} {:>12.2} {:>16.2} {:>20.2}×",
+            cpu * 1e3,
+            dev * 1e3,
+            cpu / dev
+        );
+        rows.push(format!(
+            "    {{\"optimizer\": \"{optimizer}\", \"cpu_ms_per_step\": {:.3}, \"device_ms_per_step\": {:.3}, \"device_over_cpu\": {:.3}}}",
+            cpu * 1e3,
+            dev * 1e3,
+            cpu / dev
+        ));
+    }
+    let json = format!(
+        "{{\n  \"device\": \"{name}\",\n  \"parameters\": {d},\n  \"cpu_threads\": {},\n  \"steps\": [\n{}\n  ]\n}}\n",
+        rayon::current_num_threads(),
+        rows.join(",\n")
+    );
+    let out = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../results/bench");
+    std::fs::create_dir_all(&out).unwrap();
+    let file = out.join(format!(
+        "optim-device-{name}{}.json",
+        if quick { "-quick" } else { "" }
+    ));
+    std::fs::write(&file, json).unwrap();
+    println!("wrote {}", file.display());
+}
