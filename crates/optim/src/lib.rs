@@ -9,7 +9,9 @@
 //! because a chain of tensor ops costs a pass and an allocation each.
 //!
 //! The compressed optimizers (1-bit Adam, 1-bit LAMB, SLAMB) build on the same
-//! [`FlatOptimizer`] trait and state format.
+//! [`FlatOptimizer`] trait and state format. Every rule also steps flat
+//! buffers on a cubecl device ([`DeviceFlat`], [`Optimizer::step_device`]),
+//! its update as terse-kernels' device kernels, its state kept there.
 #![warn(missing_docs)]
 
 mod adam;
