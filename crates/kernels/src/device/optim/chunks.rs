@@ -1,0 +1,243 @@
+//! The chunk table every optimizer kernel walks, the per-step moment
+//! coefficients, and Adam's direction and denominator as cube functions
+//! the kernels share.
+
+use cubecl::prelude::*;
+use cubecl::server::Handle;
+
+/// Elements per chunk: 256 units × 16 elements.
+pub const DEVICE_CHUNK: usize = 4096;
+
+/// Units per cube.
+pub(crate) const CUBE: usize = 256;
+
+// Indices into the coefficient buffer of the moment kernels.
+pub(crate) const BETA_1: usize = 0;
+pub(crate) const BETA_2: usize = 1;
+pub(crate) const ONE_MINUS_BETA_1: usize = 2;
+pub(crate) const ONE_MINUS_BETA_2: usize = 3;
+pub(crate) const INV_BIAS_1: usize = 4;
+pub(crate) const INV_BIAS_2: usize = 5;
+pub(crate) const EPS: usize = 6;
+pub(crate) const GRAD_SCALE: usize = 7;
+pub(crate) const LR: usize = 8;
+pub(crate) const COEFFICIENTS: usize = 9;
+
+/// Adam's per-step constants, as f32 (terse-optim's `Moments`).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct MomentCoefficients {
+    /// β1.
+    pub beta_1: f32,
+    /// β2.
+    pub beta_2: f32,
+    /// 1 − β1, computed in f64 and rounded once.
+    pub one_minus_beta_1: f32,
+    /// 1 − β2, the same.
+    pub one_minus_beta_2: f32,
+    /// 1 / (1 − β1^t), or 1 without bias correction.
+    pub inv_bias_1: f32,
+    /// 1 / (1 − β2^t) (of the freeze step for a frozen variance), or 1.
+    pub inv_bias_2: f32,
+    /// ε.
+    pub eps: f32,
+    /// Multiplies the gradient before it enters the moments.
+    pub grad_scale: f32,
+}
+
+impl MomentCoefficients {
+    pub(crate) fn buffer(&self, lr: f32) -> [f32; COEFFICIENTS] {
+        let mut c = [0.0; COEFFICIENTS];
+        c[BETA_1] = self.beta_1;
+        c[BETA_2] = self.beta_2;
+        c[ONE_MINUS_BETA_1] = self.one_minus_beta_1;
+        c[ONE_MINUS_BETA_2] = self.one_minus_beta_2;
+        c[INV_BIAS_1] = self.inv_bias_1;
+        c[INV_BIAS_2] = self.inv_bias_2;
+        c[EPS] = self.eps;
+        c[GRAD_SCALE] = self.grad_scale;
+        c[LR] = lr;
+        c
+    }
+}
+
+/// A flat buffer's segments cut into chunks of at most [`DEVICE_CHUNK`]
+/// elements, uploaded once per layout, with each segment's weight decay.
+#[derive(Clone)]
+pub struct DeviceChunks {
+    pub(crate) starts: Handle,
+    pub(crate) ends: Handle,
+    pub(crate) segment_of: Handle,
+    pub(crate) weight_decay: Handle,
+    /// Per chunk: (segment, start, end), kept on the host to combine partials.
+    pub(crate) table: Vec<(usize, usize, usize)>,
+    pub(crate) segments: usize,
+    pub(crate) len: usize,
+}
+
+impl DeviceChunks {
+    /// Chunks for consecutive segments of `lens` elements, segment `s`
+    /// decaying its weights by `weight_decay[s]`.
+    ///
+    /// # Panics
+    /// If the lengths and decays differ in number, or the buffer has 2^32
+    /// elements or more (indices are u32 on the device).
+    pub fn new(client: &Client, lens: &[usize], weight_decay: &[f32]) -> Self {
+        assert_eq!(
+            lens.len(),
+            weight_decay.len(),
+            "one weight decay per segment"
+        );
+        let len: usize = lens.iter().sum();
+        assert!(
+            u32::try_from(len).is_ok(),
+            "{len} elements: indices are u32"
+        );
+        let mut table = Vec::new();
+        let mut offset = 0;
+        for (s, &n) in lens.iter().enumerate() {
+            let mut start = offset;
+            while start < offset + n {
+                let end = (start + DEVICE_CHUNK).min(offset + n);
+                table.push((s, start, end));
+                start = end;
+            }
+            offset += n;
+        }
+        let column = |f: fn(&(usize, usize, usize)) -> usize| -> Vec<u32> {
+            // Padded to one entry: a zero-sized buffer cannot be bound.
+            let mut v: Vec<u32> = table.iter().map(|e| f(e) as u32).collect();
+            v.push(0);
+            v
+        };
+        let mut decays = weight_decay.to_vec();
+        decays.push(0.0);
+        Self {
+            starts: client.create_from_slice(u32::as_bytes(&column(|e| e.1))),
+            ends: client.create_from_slice(u32::as_bytes(&column(|e| e.2))),
+            segment_of: client.create_from_slice(u32::as_bytes(&column(|e| e.0))),
+            weight_decay: client.create_from_slice(f32::as_bytes(&decays)),
+            table,
+            segments: lens.len(),
+            len,
+        }
+    }
+
+    /// Number of chunks.
+    pub fn count(&self) -> usize {
+        self.table.len()
+    }
+
+    /// Number of elements.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Whether the buffer is empty.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// Sums per-chunk partials per segment in f64, in chunk order.
+    pub fn per_segment(&self, partials: &[f32]) -> Vec<f64> {
+        let mut sums = vec![0.0f64; self.segments];
+        for (&(s, _, _), &p) in self.table.iter().zip(partials) {
+            sums[s] += f64::from(p);
+        }
+        sums
+    }
+
+    /// Number of segments.
+    pub fn segment_count(&self) -> usize {
+        self.segments
+    }
+
+    /// Each chunk's segment, in chunk order.
+    pub(crate) fn segment_of_chunks(&self) -> impl Iterator<Item = usize> + '_ {
+        self.table.iter().map(|&(s, _, _)| s)
+    }
+
+    /// The moment coefficients with rate `lr` as a kernel argument.
+    pub(crate) fn coefficients(
+        &self,
+        client: &Client,
+        coefficients: &MomentCoefficients,
+        lr: f32,
+    ) -> BufferArg {
+        let (c, len) = f32_buffer(client, &coefficients.buffer(lr));
+        // SAFETY: the buffer was created with `len` f32.
+        unsafe { BufferArg::from_raw_parts(c, len) }
+    }
+
+    pub(crate) fn launch(&self, client: &Client) -> (CubeCount, CubeDim) {
+        let dim = CubeDim::new_1d(CUBE as u32);
+        (
+            cubecl::calculate_cube_count_elemwise(client, self.count() * CUBE, dim),
+            dim,
+        )
+    }
+
+    pub(crate) fn args(&self) -> [BufferArg; 4] {
+        let n = self.count() + 1;
+        // SAFETY (of the launches using them): each table buffer was
+        // created with `count() + 1` entries, the decays with one per
+        // segment plus one.
+        unsafe {
+            [
+                BufferArg::from_raw_parts(self.starts.clone(), n),
+                BufferArg::from_raw_parts(self.ends.clone(), n),
+                BufferArg::from_raw_parts(self.segment_of.clone(), n),
+                BufferArg::from_raw_parts(self.weight_decay.clone(), self.segments + 1),
+            ]
+        }
+    }
+}
+
+impl std::fmt::Debug for DeviceChunks {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "DeviceChunks({} elements, {} segments, {} chunks)",
+            self.len,
+            self.segments,
+            self.count()
+        )
+    }
+}
+
+/// Adam's direction `m̂/(sqrt(v̂)+ε) + wd·x` (or `m̂/sqrt(v̂+ε)` inside).
+#[cube]
+pub(crate) fn direction(
+    m: f32,
+    v: f32,
+    x: f32,
+    wd: f32,
+    c: &[f32],
+    #[comptime] inside: bool,
+) -> f32 {
+    let m_hat = m * c[INV_BIAS_1];
+    let v_hat = v * c[INV_BIAS_2];
+    let mut denom = f32::sqrt(v_hat) + c[EPS];
+    if inside {
+        denom = f32::sqrt(v_hat + c[EPS]);
+    }
+    m_hat / denom + wd * x
+}
+
+/// Adam's denominator for a variance `v` (bias-corrected here).
+#[cube]
+pub(crate) fn denominator(v: f32, c: &[f32], #[comptime] inside: bool) -> f32 {
+    let v_hat = v * c[INV_BIAS_2];
+    let mut d = f32::sqrt(v_hat) + c[EPS];
+    if inside {
+        d = f32::sqrt(v_hat + c[EPS]);
+    }
+    d
+}
+
+/// `values` in a new device buffer, with its length.
+pub(crate) fn f32_buffer(client: &Client, values: &[f32]) -> (Handle, usize) {
+    (
+        client.create_from_slice(f32::as_bytes(values)),
+        values.len(),
+    )
+}

@@ -1,0 +1,357 @@
+//! The 1-bit optimizers' compression stage: the local momentum (1-bit
+//! LAMB's scaled per segment), the synchronised momentum masked and
+//! unscaled, 1-bit LAMB's fresh variance with each chunk's largest
+//! variance ratio, and the update with the variance frozen.
+
+use cubecl::prelude::*;
+use cubecl::server::Handle;
+
+use super::chunks::*;
+
+/// `m = β1·m + (1-β1)·g` (the compression stage's local momentum).
+#[cube(launch_unchecked)]
+fn momentum_kernel(m: &mut [f32], g: &[f32], starts: &[u32], ends: &[u32], c: &[f32]) {
+    let chunk = CUBE_POS;
+    if chunk + 1 >= starts.len() {
+        terminate!();
+    }
+    let end = usize::cast_from(ends[chunk]);
+    let mut i = usize::cast_from(starts[chunk]) + UNIT_POS as usize;
+    while i < end {
+        m[i] = c[BETA_1] * m[i] + c[ONE_MINUS_BETA_1] * g[i];
+        i += CUBE;
+    }
+}
+
+/// The compression stage's update with v frozen, one rate per segment:
+/// `x -= lr_s·(m̂/denom(v̂) + wd·x)`, except where the frozen v is exactly
+/// zero (a coordinate no warmup step reached): there m is zeroed and x
+/// stays (terse-optim's `mask_momentum` and `FrozenUpdate::apply`).
+#[cube(launch_unchecked)]
+#[allow(clippy::too_many_arguments)]
+fn frozen_apply_kernel(
+    x: &mut [f32],
+    m: &mut [f32],
+    v: &[f32],
+    starts: &[u32],
+    ends: &[u32],
+    segment_of: &[u32],
+    weight_decay: &[f32],
+    c: &[f32],
+    segment_lr: &[f32],
+    #[comptime] inside: bool,
+) {
+    let chunk = CUBE_POS;
+    if chunk + 1 >= starts.len() {
+        terminate!();
+    }
+    let s = usize::cast_from(segment_of[chunk]);
+    let wd = weight_decay[s];
+    let lr = segment_lr[s];
+    let end = usize::cast_from(ends[chunk]);
+    let mut i = usize::cast_from(starts[chunk]) + UNIT_POS as usize;
+    while i < end {
+        let vi = v[i];
+        if vi > 0.0 {
+            let xi = x[i];
+            x[i] = xi - lr * direction(m[i], vi, xi, wd, c, inside);
+        } else {
+            m[i] = 0.0;
+        }
+        i += CUBE;
+    }
+}
+
+/// 1-bit LAMB's scaled momentum: `m = (β1·m + (1-β1)·g)·k_s`.
+#[cube(launch_unchecked)]
+#[allow(clippy::too_many_arguments)]
+fn scaled_momentum_kernel(
+    m: &mut [f32],
+    g: &[f32],
+    starts: &[u32],
+    ends: &[u32],
+    segment_of: &[u32],
+    c: &[f32],
+    k: &[f32],
+) {
+    let chunk = CUBE_POS;
+    if chunk + 1 >= starts.len() {
+        terminate!();
+    }
+    let ks = k[usize::cast_from(segment_of[chunk])];
+    let end = usize::cast_from(ends[chunk]);
+    let mut i = usize::cast_from(starts[chunk]) + UNIT_POS as usize;
+    while i < end {
+        m[i] = (c[BETA_1] * m[i] + c[ONE_MINUS_BETA_1] * g[i]) * ks;
+        i += CUBE;
+    }
+}
+
+/// The synchronised momentum masked where the frozen v is zero, then
+/// unscaled: `m = v == 0 ? 0 : m / k_s`.
+#[cube(launch_unchecked)]
+fn unscale_masked_kernel(
+    m: &mut [f32],
+    v: &[f32],
+    starts: &[u32],
+    ends: &[u32],
+    segment_of: &[u32],
+    k: &[f32],
+) {
+    let chunk = CUBE_POS;
+    if chunk + 1 >= starts.len() {
+        terminate!();
+    }
+    let ks = k[usize::cast_from(segment_of[chunk])];
+    let end = usize::cast_from(ends[chunk]);
+    let mut i = usize::cast_from(starts[chunk]) + UNIT_POS as usize;
+    while i < end {
+        if v[i] == 0.0 {
+            m[i] = 0.0;
+        } else {
+            m[i] /= ks;
+        }
+        i += CUBE;
+    }
+}
+
+/// 1-bit LAMB's fresh variance from the momentum difference,
+/// `g = (m - β1·m_last)/(1-β1)`, `v_fresh = β2·v_fresh + (1-β2)·g²`, and
+/// per chunk the largest variance ratio into `partials[chunk]`:
+/// `denom(v)/denom(v_fresh)`, or `(v+ε)/(v_fresh+ε)` with `variance`.
+/// `inv_one_minus_beta_1` holds `1/(1-β1)` (rounded as the CPU rounds it).
+#[cube(launch_unchecked)]
+#[allow(clippy::too_many_arguments)]
+fn fresh_variance_kernel(
+    m: &[f32],
+    m_last: &[f32],
+    v: &[f32],
+    fresh: &mut [f32],
+    starts: &[u32],
+    ends: &[u32],
+    c: &[f32],
+    inv_one_minus_beta_1: &[f32],
+    partials: &mut [f32],
+    #[comptime] inside: bool,
+    #[comptime] variance: bool,
+) {
+    let chunk = CUBE_POS;
+    if chunk + 1 >= starts.len() {
+        terminate!();
+    }
+    let unit = UNIT_POS as usize;
+    let end = usize::cast_from(ends[chunk]);
+    let mut i = usize::cast_from(starts[chunk]) + unit;
+    let mut r = 0.0f32;
+    while i < end {
+        let g = (m[i] - c[BETA_1] * m_last[i]) * inv_one_minus_beta_1[0];
+        let f = c[BETA_2] * fresh[i] + c[ONE_MINUS_BETA_2] * g * g;
+        fresh[i] = f;
+        let vi = v[i];
+        let mut ratio = (vi + c[EPS]) / (f + c[EPS]);
+        if !variance {
+            ratio = denominator(vi, c, inside) / denominator(f, c, inside);
+        }
+        r = f32::max(r, ratio);
+        i += CUBE;
+    }
+    let mut shared = Shared::<[f32]>::new_slice(CUBE);
+    shared[unit] = r;
+    sync_cube();
+    #[unroll]
+    for k in 1..9usize {
+        let stride = comptime!(CUBE >> k);
+        if unit < stride {
+            let a = f32::max(shared[unit], shared[unit + stride]);
+            shared[unit] = a;
+        }
+        sync_cube();
+    }
+    if unit == 0 {
+        partials[chunk] = shared[0];
+    }
+}
+
+/// `m = β1·m + (1-β1)·g` over the whole buffer.
+pub fn accumulate_momentum(
+    client: &Client,
+    chunks: &DeviceChunks,
+    m: &Handle,
+    g: &Handle,
+    coefficients: &MomentCoefficients,
+) {
+    if chunks.is_empty() {
+        return;
+    }
+    let n = chunks.len();
+    let (c, c_len) = f32_buffer(client, &coefficients.buffer(0.0));
+    let (count, dim) = chunks.launch(client);
+    let [starts, ends, _, _] = chunks.args();
+    // SAFETY: as in `adam_step`.
+    unsafe {
+        momentum_kernel::launch_unchecked(
+            client,
+            count,
+            dim,
+            BufferArg::from_raw_parts(m.clone(), n),
+            BufferArg::from_raw_parts(g.clone(), n),
+            starts,
+            ends,
+            BufferArg::from_raw_parts(c, c_len),
+        );
+    }
+}
+
+/// The compression stage's update with v frozen (see `frozen_apply_kernel`):
+/// `x` and `m` in place, one rate per segment.
+#[allow(clippy::too_many_arguments)]
+pub fn frozen_apply(
+    client: &Client,
+    chunks: &DeviceChunks,
+    x: &Handle,
+    m: &Handle,
+    v: &Handle,
+    coefficients: &MomentCoefficients,
+    segment_lr: &[f32],
+    inside: bool,
+) {
+    assert_eq!(segment_lr.len(), chunks.segments, "one rate per segment");
+    if chunks.is_empty() {
+        return;
+    }
+    let n = chunks.len();
+    let (c, c_len) = f32_buffer(client, &coefficients.buffer(0.0));
+    let (rates, rates_len) = f32_buffer(client, segment_lr);
+    let (count, dim) = chunks.launch(client);
+    let [starts, ends, segment_of, weight_decay] = chunks.args();
+    // SAFETY: as in `adam_step`; one rate per segment.
+    unsafe {
+        frozen_apply_kernel::launch_unchecked(
+            client,
+            count,
+            dim,
+            BufferArg::from_raw_parts(x.clone(), n),
+            BufferArg::from_raw_parts(m.clone(), n),
+            BufferArg::from_raw_parts(v.clone(), n),
+            starts,
+            ends,
+            segment_of,
+            weight_decay,
+            BufferArg::from_raw_parts(c, c_len),
+            BufferArg::from_raw_parts(rates, rates_len),
+            inside,
+        );
+    }
+}
+
+/// `m = (β1·m + (1-β1)·g)·k_s`, one factor per segment.
+pub fn scaled_momentum(
+    client: &Client,
+    chunks: &DeviceChunks,
+    m: &Handle,
+    g: &Handle,
+    coefficients: &MomentCoefficients,
+    k: &[f32],
+) {
+    assert_eq!(k.len(), chunks.segments, "one factor per segment");
+    if chunks.is_empty() {
+        return;
+    }
+    let n = chunks.len();
+    let (c, c_len) = f32_buffer(client, &coefficients.buffer(0.0));
+    let (k, k_len) = f32_buffer(client, k);
+    let (count, dim) = chunks.launch(client);
+    let [starts, ends, segment_of, _] = chunks.args();
+    // SAFETY: as in `adam_step`; one factor per segment.
+    unsafe {
+        scaled_momentum_kernel::launch_unchecked(
+            client,
+            count,
+            dim,
+            BufferArg::from_raw_parts(m.clone(), n),
+            BufferArg::from_raw_parts(g.clone(), n),
+            starts,
+            ends,
+            segment_of,
+            BufferArg::from_raw_parts(c, c_len),
+            BufferArg::from_raw_parts(k, k_len),
+        );
+    }
+}
+
+/// `m = v == 0 ? 0 : m / k_s`, one factor per segment.
+pub fn unscale_masked(client: &Client, chunks: &DeviceChunks, m: &Handle, v: &Handle, k: &[f32]) {
+    assert_eq!(k.len(), chunks.segments, "one factor per segment");
+    if chunks.is_empty() {
+        return;
+    }
+    let n = chunks.len();
+    let (k, k_len) = f32_buffer(client, k);
+    let (count, dim) = chunks.launch(client);
+    let [starts, ends, segment_of, _] = chunks.args();
+    // SAFETY: as in `adam_step`; one factor per segment.
+    unsafe {
+        unscale_masked_kernel::launch_unchecked(
+            client,
+            count,
+            dim,
+            BufferArg::from_raw_parts(m.clone(), n),
+            BufferArg::from_raw_parts(v.clone(), n),
+            starts,
+            ends,
+            segment_of,
+            BufferArg::from_raw_parts(k, k_len),
+        );
+    }
+}
+
+/// 1-bit LAMB's fresh variance (see `fresh_variance_kernel`), updated in
+/// place; returns each segment's largest variance ratio.
+#[allow(clippy::too_many_arguments)]
+pub fn fresh_variance(
+    client: &Client,
+    chunks: &DeviceChunks,
+    m: &Handle,
+    m_last: &Handle,
+    v: &Handle,
+    fresh: &Handle,
+    coefficients: &MomentCoefficients,
+    inv_one_minus_beta_1: f32,
+    inside: bool,
+    variance: bool,
+) -> Vec<f32> {
+    let mut ratios = vec![0.0f32; chunks.segments];
+    if chunks.is_empty() {
+        return ratios;
+    }
+    let n = chunks.len();
+    let (c, c_len) = f32_buffer(client, &coefficients.buffer(0.0));
+    let (inv, inv_len) = f32_buffer(client, &[inv_one_minus_beta_1]);
+    let partials = client.empty(chunks.count() * size_of::<f32>());
+    let (count, dim) = chunks.launch(client);
+    let [starts, ends, _, _] = chunks.args();
+    // SAFETY: as in `adam_step`; `partials` holds one f32 per chunk.
+    unsafe {
+        fresh_variance_kernel::launch_unchecked(
+            client,
+            count,
+            dim,
+            BufferArg::from_raw_parts(m.clone(), n),
+            BufferArg::from_raw_parts(m_last.clone(), n),
+            BufferArg::from_raw_parts(v.clone(), n),
+            BufferArg::from_raw_parts(fresh.clone(), n),
+            starts,
+            ends,
+            BufferArg::from_raw_parts(c, c_len),
+            BufferArg::from_raw_parts(inv, inv_len),
+            BufferArg::from_raw_parts(partials.clone(), chunks.count()),
+            inside,
+            variance,
+        );
+    }
+    let read = client.read_one_unchecked(partials);
+    for (&(s, _, _), &r) in chunks.table.iter().zip(f32::from_bytes(&read)) {
+        ratios[s] = ratios[s].max(r);
+    }
+    ratios
+}

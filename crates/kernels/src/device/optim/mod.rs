@@ -1,0 +1,30 @@
+//! The optimizers' updates on the device: the uncompressed rules
+//! (Adam/AdamW, LAMB, SGD), the 1-bit optimizers' compression stage, and
+//! the whole-buffer sums and copies around them (SLAMB's own kernels:
+//! [`super::slamb`]). terse-optim's CPU loops are their reference (the same
+//! per-element formulas in the same order; a GPU compiler may contract a
+//! multiply-add, so results agree to f32 rounding, not bit for bit).
+//!
+//! Every launch walks the flat buffer in [`DeviceChunks`]: runs of at most
+//! [`DEVICE_CHUNK`] elements that never cross a parameter segment, one cube
+//! each. A cube therefore knows its segment (weight decay, LAMB's trust
+//! ratio) without a search, and the per-chunk partial sums of a reduction
+//! can be combined per segment on the host in f64, as the CPU combines its
+//! chunks' partials.
+//!
+//! Per-step scalars (β's, bias corrections, ε, the learning rate) travel as
+//! a small f32 buffer uploaded per step: a few bytes, and one compiled
+//! kernel for every value.
+
+mod buffers;
+mod chunks;
+mod compression_stage;
+mod uncompressed;
+
+pub use buffers::{copy, scale, sum_of_abs, sum_of_squares};
+pub(crate) use chunks::{BETA_1, BETA_2, CUBE, ONE_MINUS_BETA_1, ONE_MINUS_BETA_2, direction};
+pub use chunks::{DEVICE_CHUNK, DeviceChunks, MomentCoefficients};
+pub use compression_stage::{
+    accumulate_momentum, fresh_variance, frozen_apply, scaled_momentum, unscale_masked,
+};
+pub use uncompressed::{adam_step, lamb_apply, lamb_norms, sgd_step};
