@@ -11,12 +11,14 @@
 //!   wherever they are on the CPU;
 //! - parameters within 1e-4 relative L2 after every uncompressed step: adam
 //!   and lamb at step 6, the 1-bit optimizers' warmup at step 3. The
-//!   compressed steps are only reported: a sign (1-bit) or top-k (SLAMB)
-//!   choice is discontinuous, so an element whose compensated momentum lies
-//!   within float noise of zero goes the other way on the other device, and
-//!   1-bit Adam's variance, frozen after 3 steps, turns each such flip into
-//!   a large step (measured: onebit_adam 0.18, onebit_lamb 6.7e-4, slamb
-//!   2.8e-3 relative L2 at step 6);
+//!   compressed steps are only reported: a sign (1-bit) is discontinuous,
+//!   so an element whose compensated momentum lies within float noise of
+//!   zero goes the other way on the other device, and 1-bit Adam's
+//!   variance, frozen after 3 steps, turns each such flip into a large
+//!   step; SLAMB divides the averaged momentum by each rank's own variance,
+//!   so an element with a near-zero local gradient gets a huge direction
+//!   from its noise-level bits (measured: onebit_adam 0.18, onebit_lamb
+//!   5.8e-4, slamb 2.8e-3 relative L2 at step 6);
 //! - a checkpoint written on wgpu continues on wgpu bit-identically, and on
 //!   the CPU (and the reverse) within the same tolerance;
 //! - a device that is not there is one clear error line.
