@@ -85,17 +85,21 @@ impl Optimizer {
         // State a device step left there continues here.
         self.rule.state_to_host();
         self.rule.forget_device_state();
+        self.take_step(comm, |rule, ctx| rule.step(ctx, x, g))
+    }
+
+    /// Step `t + 1` through `step` (the rule's host or device step), with
+    /// its learning rate, time and traffic reported.
+    fn take_step(
+        &mut self,
+        comm: &dyn Communicator,
+        step: impl FnOnce(&mut dyn FlatOptimizer, &StepContext<'_>) -> Result<Duration, OptimError>,
+    ) -> Result<StepReport, OptimError> {
         let t = self.t + 1;
-        let lr = self.schedule.lr(t);
-        let ctx = StepContext {
-            t,
-            lr,
-            layout: &self.layout,
-            comm,
-            lr_warmup: self.schedule.warmup_steps(),
-        };
+        let ctx = context(&self.schedule, &self.layout, t, comm);
+        let lr = ctx.lr;
         let before = comm.traffic();
-        let comm_time = self.rule.step(&ctx, x, g)?;
+        let comm_time = step(self.rule.as_mut(), &ctx)?;
         let traffic = comm.traffic() - before;
         self.t = t;
         Ok(StepReport {
@@ -134,26 +138,7 @@ impl Optimizer {
         self.check_len("parameters", x.len())?;
         self.check_len("gradient", g.len())?;
         self.check_world(comm)?;
-        let t = self.t + 1;
-        let lr = self.schedule.lr(t);
-        let ctx = StepContext {
-            t,
-            lr,
-            layout: &self.layout,
-            comm,
-            lr_warmup: self.schedule.warmup_steps(),
-        };
-        let before = comm.traffic();
-        let comm_time = self.rule.step_device(&ctx, x, g)?;
-        let traffic = comm.traffic() - before;
-        self.t = t;
-        Ok(StepReport {
-            t,
-            lr,
-            comm_time,
-            traffic,
-            stage: self.rule.stage(t),
-        })
+        self.take_step(comm, |rule, ctx| rule.step_device(ctx, x, g))
     }
 
     /// [`Optimizer::finish_flat`] for device buffers (SLAMB averages the
@@ -172,13 +157,7 @@ impl Optimizer {
         }
         self.check_len("parameters", x.len())?;
         self.check_world(comm)?;
-        let ctx = StepContext {
-            t: self.t,
-            lr: self.schedule.lr(self.t),
-            layout: &self.layout,
-            comm,
-            lr_warmup: self.schedule.warmup_steps(),
-        };
+        let ctx = context(&self.schedule, &self.layout, self.t, comm);
         self.rule.finish_device(&ctx, x)
     }
 
@@ -191,13 +170,7 @@ impl Optimizer {
     ) -> Result<Duration, OptimError> {
         self.check_len("parameters", x.len())?;
         self.check_world(comm)?;
-        let ctx = StepContext {
-            t: self.t,
-            lr: self.schedule.lr(self.t),
-            layout: &self.layout,
-            comm,
-            lr_warmup: self.schedule.warmup_steps(),
-        };
+        let ctx = context(&self.schedule, &self.layout, self.t, comm);
         self.rule.finish(&ctx, x)
     }
 
@@ -222,5 +195,21 @@ impl Optimizer {
                 actual,
             })
         }
+    }
+}
+
+/// What step `t` of `schedule` over `layout` sees besides the buffers.
+fn context<'a>(
+    schedule: &LrSchedule,
+    layout: &'a ParamLayout,
+    t: u64,
+    comm: &'a dyn Communicator,
+) -> StepContext<'a> {
+    StepContext {
+        t,
+        lr: schedule.lr(t),
+        layout,
+        comm,
+        lr_warmup: schedule.warmup_steps(),
     }
 }

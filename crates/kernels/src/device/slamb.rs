@@ -190,20 +190,19 @@ pub fn moments(
     if chunks.is_empty() {
         return;
     }
-    let n = chunks.len();
     let c = chunks.coefficients(client, coefficients, 0.0);
     let (count, dim) = chunks.launch(client);
     let [starts, ends, _, _] = chunks.args();
-    // SAFETY: the buffers hold `n` f32 (the caller's contract); the chunk
-    // table addresses only elements below `n`.
+    // SAFETY: the flat buffers hold `chunks.len()` f32 (`DeviceChunks::flat`);
+    // the chunk table addresses only elements below that.
     unsafe {
         moments_kernel::launch_unchecked(
             client,
             count,
             dim,
-            BufferArg::from_raw_parts(m.clone(), n),
-            BufferArg::from_raw_parts(v.clone(), n),
-            BufferArg::from_raw_parts(g.clone(), n),
+            chunks.flat(m),
+            chunks.flat(v),
+            chunks.flat(g),
             starts,
             ends,
             c,
@@ -247,7 +246,6 @@ pub fn split_norms(
     if chunks.is_empty() {
         return norms;
     }
-    let n = chunks.len();
     let c = chunks.coefficients(client, coefficients, 0.0);
     let partials = client.empty(6 * chunks.count() * size_of::<f32>());
     let (count, dim) = chunks.launch(client);
@@ -258,10 +256,10 @@ pub fn split_norms(
             client,
             count,
             dim,
-            BufferArg::from_raw_parts(x.clone(), n),
-            BufferArg::from_raw_parts(m.clone(), n),
-            BufferArg::from_raw_parts(v.clone(), n),
-            BufferArg::from_raw_parts(selection.clone(), n.div_ceil(32)),
+            chunks.flat(x),
+            chunks.flat(m),
+            chunks.flat(v),
+            BufferArg::from_raw_parts(selection.clone(), chunks.len().div_ceil(32)),
             starts,
             ends,
             segment_of,
@@ -310,7 +308,6 @@ pub fn apply(
     if chunks.is_empty() {
         return;
     }
-    let n = chunks.len();
     let c = chunks.coefficients(client, coefficients, 0.0);
     let phi = client.create_from_slice(f32::as_bytes(phi));
     let rates = client.create_from_slice(f32::as_bytes(&[lr, stale_lr]));
@@ -322,10 +319,10 @@ pub fn apply(
             client,
             count,
             dim,
-            BufferArg::from_raw_parts(x.clone(), n),
-            BufferArg::from_raw_parts(m.clone(), n),
-            BufferArg::from_raw_parts(v.clone(), n),
-            BufferArg::from_raw_parts(f.clone(), n),
+            chunks.flat(x),
+            chunks.flat(m),
+            chunks.flat(v),
+            chunks.flat(f),
             starts,
             ends,
             segment_of,

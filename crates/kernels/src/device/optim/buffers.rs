@@ -102,7 +102,6 @@ fn chunk_sums(client: &Client, chunks: &DeviceChunks, x: &Handle, absolute: bool
     if chunks.is_empty() {
         return vec![0.0; chunks.segments];
     }
-    let n = chunks.len();
     let partials = client.empty(chunks.count() * size_of::<f32>());
     let (count, dim) = chunks.launch(client);
     let [starts, ends, _, _] = chunks.args();
@@ -112,7 +111,7 @@ fn chunk_sums(client: &Client, chunks: &DeviceChunks, x: &Handle, absolute: bool
             client,
             count,
             dim,
-            BufferArg::from_raw_parts(x.clone(), n),
+            chunks.flat(x),
             starts,
             ends,
             BufferArg::from_raw_parts(partials.clone(), chunks.count()),

@@ -176,6 +176,17 @@ impl DeviceChunks {
         )
     }
 
+    /// A flat buffer of [`DeviceChunks::len`] f32 as a kernel argument.
+    ///
+    /// The caller's contract, as for every launcher here: `handle` holds
+    /// `len()` f32 (terse-optim checks its buffers against its layout, of
+    /// which this table was made).
+    pub(crate) fn flat(&self, handle: &Handle) -> BufferArg {
+        // SAFETY: the length is the caller's contract above; the kernels
+        // bound every access by the table's chunk ends, all at most `len`.
+        unsafe { BufferArg::from_raw_parts(handle.clone(), self.len) }
+    }
+
     pub(crate) fn args(&self) -> [BufferArg; 4] {
         let n = self.count() + 1;
         // SAFETY (of the launches using them): each table buffer was

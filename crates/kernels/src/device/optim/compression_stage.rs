@@ -183,8 +183,7 @@ pub fn accumulate_momentum(
     if chunks.is_empty() {
         return;
     }
-    let n = chunks.len();
-    let (c, c_len) = f32_buffer(client, &coefficients.buffer(0.0));
+    let c = chunks.coefficients(client, coefficients, 0.0);
     let (count, dim) = chunks.launch(client);
     let [starts, ends, _, _] = chunks.args();
     // SAFETY: as in `adam_step`.
@@ -193,11 +192,11 @@ pub fn accumulate_momentum(
             client,
             count,
             dim,
-            BufferArg::from_raw_parts(m.clone(), n),
-            BufferArg::from_raw_parts(g.clone(), n),
+            chunks.flat(m),
+            chunks.flat(g),
             starts,
             ends,
-            BufferArg::from_raw_parts(c, c_len),
+            c,
         );
     }
 }
@@ -219,8 +218,7 @@ pub fn frozen_apply(
     if chunks.is_empty() {
         return;
     }
-    let n = chunks.len();
-    let (c, c_len) = f32_buffer(client, &coefficients.buffer(0.0));
+    let c = chunks.coefficients(client, coefficients, 0.0);
     let (rates, rates_len) = f32_buffer(client, segment_lr);
     let (count, dim) = chunks.launch(client);
     let [starts, ends, segment_of, weight_decay] = chunks.args();
@@ -230,14 +228,14 @@ pub fn frozen_apply(
             client,
             count,
             dim,
-            BufferArg::from_raw_parts(x.clone(), n),
-            BufferArg::from_raw_parts(m.clone(), n),
-            BufferArg::from_raw_parts(v.clone(), n),
+            chunks.flat(x),
+            chunks.flat(m),
+            chunks.flat(v),
             starts,
             ends,
             segment_of,
             weight_decay,
-            BufferArg::from_raw_parts(c, c_len),
+            c,
             BufferArg::from_raw_parts(rates, rates_len),
             inside,
         );
@@ -257,8 +255,7 @@ pub fn scaled_momentum(
     if chunks.is_empty() {
         return;
     }
-    let n = chunks.len();
-    let (c, c_len) = f32_buffer(client, &coefficients.buffer(0.0));
+    let c = chunks.coefficients(client, coefficients, 0.0);
     let (k, k_len) = f32_buffer(client, k);
     let (count, dim) = chunks.launch(client);
     let [starts, ends, segment_of, _] = chunks.args();
@@ -268,12 +265,12 @@ pub fn scaled_momentum(
             client,
             count,
             dim,
-            BufferArg::from_raw_parts(m.clone(), n),
-            BufferArg::from_raw_parts(g.clone(), n),
+            chunks.flat(m),
+            chunks.flat(g),
             starts,
             ends,
             segment_of,
-            BufferArg::from_raw_parts(c, c_len),
+            c,
             BufferArg::from_raw_parts(k, k_len),
         );
     }
@@ -285,7 +282,6 @@ pub fn unscale_masked(client: &Client, chunks: &DeviceChunks, m: &Handle, v: &Ha
     if chunks.is_empty() {
         return;
     }
-    let n = chunks.len();
     let (k, k_len) = f32_buffer(client, k);
     let (count, dim) = chunks.launch(client);
     let [starts, ends, segment_of, _] = chunks.args();
@@ -295,8 +291,8 @@ pub fn unscale_masked(client: &Client, chunks: &DeviceChunks, m: &Handle, v: &Ha
             client,
             count,
             dim,
-            BufferArg::from_raw_parts(m.clone(), n),
-            BufferArg::from_raw_parts(v.clone(), n),
+            chunks.flat(m),
+            chunks.flat(v),
             starts,
             ends,
             segment_of,
@@ -324,8 +320,7 @@ pub fn fresh_variance(
     if chunks.is_empty() {
         return ratios;
     }
-    let n = chunks.len();
-    let (c, c_len) = f32_buffer(client, &coefficients.buffer(0.0));
+    let c = chunks.coefficients(client, coefficients, 0.0);
     let (inv, inv_len) = f32_buffer(client, &[inv_one_minus_beta_1]);
     let partials = client.empty(chunks.count() * size_of::<f32>());
     let (count, dim) = chunks.launch(client);
@@ -336,13 +331,13 @@ pub fn fresh_variance(
             client,
             count,
             dim,
-            BufferArg::from_raw_parts(m.clone(), n),
-            BufferArg::from_raw_parts(m_last.clone(), n),
-            BufferArg::from_raw_parts(v.clone(), n),
-            BufferArg::from_raw_parts(fresh.clone(), n),
+            chunks.flat(m),
+            chunks.flat(m_last),
+            chunks.flat(v),
+            chunks.flat(fresh),
             starts,
             ends,
-            BufferArg::from_raw_parts(c, c_len),
+            c,
             BufferArg::from_raw_parts(inv, inv_len),
             BufferArg::from_raw_parts(partials.clone(), chunks.count()),
             inside,

@@ -187,27 +187,26 @@ pub fn adam_step(
     if chunks.is_empty() {
         return;
     }
-    let n = chunks.len();
-    let (c, c_len) = f32_buffer(client, &coefficients.buffer(lr));
+    let c = chunks.coefficients(client, coefficients, lr);
     let (count, dim) = chunks.launch(client);
     let [starts, ends, segment_of, weight_decay] = chunks.args();
-    // SAFETY: the four flat buffers hold `n` f32 (the caller's contract,
-    // checked by terse-optim against its layout); the chunks address only
-    // elements below `n`; the table buffers are sized by `args`.
+    // SAFETY: the flat buffers hold `chunks.len()` f32 (`DeviceChunks::flat`),
+    // the table and coefficient buffers are sized by `args` and
+    // `coefficients`; the chunks address only elements below `chunks.len()`.
     unsafe {
         adam_kernel::launch_unchecked(
             client,
             count,
             dim,
-            BufferArg::from_raw_parts(x.clone(), n),
-            BufferArg::from_raw_parts(m.clone(), n),
-            BufferArg::from_raw_parts(v.clone(), n),
-            BufferArg::from_raw_parts(g.clone(), n),
+            chunks.flat(x),
+            chunks.flat(m),
+            chunks.flat(v),
+            chunks.flat(g),
             starts,
             ends,
             segment_of,
             weight_decay,
-            BufferArg::from_raw_parts(c, c_len),
+            c,
             inside,
         );
     }
@@ -229,8 +228,7 @@ pub fn lamb_norms(
     if chunks.is_empty() {
         return vec![(0.0, 0.0); chunks.segments];
     }
-    let n = chunks.len();
-    let (c, c_len) = f32_buffer(client, &coefficients.buffer(0.0));
+    let c = chunks.coefficients(client, coefficients, 0.0);
     let partials = client.empty(2 * chunks.count() * size_of::<f32>());
     let (count, dim) = chunks.launch(client);
     let [starts, ends, segment_of, weight_decay] = chunks.args();
@@ -240,15 +238,15 @@ pub fn lamb_norms(
             client,
             count,
             dim,
-            BufferArg::from_raw_parts(x.clone(), n),
-            BufferArg::from_raw_parts(m.clone(), n),
-            BufferArg::from_raw_parts(v.clone(), n),
-            BufferArg::from_raw_parts(g.clone(), n),
+            chunks.flat(x),
+            chunks.flat(m),
+            chunks.flat(v),
+            chunks.flat(g),
             starts,
             ends,
             segment_of,
             weight_decay,
-            BufferArg::from_raw_parts(c, c_len),
+            c,
             BufferArg::from_raw_parts(partials.clone(), 2 * chunks.count()),
             inside,
         );
@@ -281,8 +279,7 @@ pub fn lamb_apply(
     if chunks.is_empty() {
         return;
     }
-    let n = chunks.len();
-    let (c, c_len) = f32_buffer(client, &coefficients.buffer(0.0));
+    let c = chunks.coefficients(client, coefficients, 0.0);
     let (rates, rates_len) = f32_buffer(client, segment_lr);
     let (count, dim) = chunks.launch(client);
     let [starts, ends, segment_of, weight_decay] = chunks.args();
@@ -292,14 +289,14 @@ pub fn lamb_apply(
             client,
             count,
             dim,
-            BufferArg::from_raw_parts(x.clone(), n),
-            BufferArg::from_raw_parts(m.clone(), n),
-            BufferArg::from_raw_parts(v.clone(), n),
+            chunks.flat(x),
+            chunks.flat(m),
+            chunks.flat(v),
             starts,
             ends,
             segment_of,
             weight_decay,
-            BufferArg::from_raw_parts(c, c_len),
+            c,
             BufferArg::from_raw_parts(rates, rates_len),
             inside,
         );
@@ -321,7 +318,6 @@ pub fn sgd_step(
     if chunks.is_empty() {
         return;
     }
-    let n = chunks.len();
     let (c, c_len) = f32_buffer(client, &[mu, lr]);
     let (count, dim) = chunks.launch(client);
     let [starts, ends, segment_of, weight_decay] = chunks.args();
@@ -331,9 +327,9 @@ pub fn sgd_step(
             client,
             count,
             dim,
-            BufferArg::from_raw_parts(x.clone(), n),
-            BufferArg::from_raw_parts(m.clone(), n),
-            BufferArg::from_raw_parts(g.clone(), n),
+            chunks.flat(x),
+            chunks.flat(m),
+            chunks.flat(g),
             starts,
             ends,
             segment_of,
