@@ -23,45 +23,6 @@ fn momentum_kernel(m: &mut [f32], g: &[f32], starts: &[u32], ends: &[u32], c: &[
     }
 }
 
-/// The compression stage's update with v frozen, one rate per segment:
-/// `x -= lr_s·(m̂/denom(v̂) + wd·x)`, except where the frozen v is exactly
-/// zero (a coordinate no warmup step reached): there m is zeroed and x
-/// stays (terse-optim's `mask_momentum` and `FrozenUpdate::apply`).
-#[cube(launch_unchecked)]
-#[allow(clippy::too_many_arguments)]
-fn frozen_apply_kernel(
-    x: &mut [f32],
-    m: &mut [f32],
-    v: &[f32],
-    starts: &[u32],
-    ends: &[u32],
-    segment_of: &[u32],
-    weight_decay: &[f32],
-    c: &[f32],
-    segment_lr: &[f32],
-    #[comptime] inside: bool,
-) {
-    let chunk = CUBE_POS;
-    if chunk + 1 >= starts.len() {
-        terminate!();
-    }
-    let s = usize::cast_from(segment_of[chunk]);
-    let wd = weight_decay[s];
-    let lr = segment_lr[s];
-    let end = usize::cast_from(ends[chunk]);
-    let mut i = usize::cast_from(starts[chunk]) + UNIT_POS as usize;
-    while i < end {
-        let vi = v[i];
-        if vi > 0.0 {
-            let xi = x[i];
-            x[i] = xi - lr * direction(m[i], vi, xi, wd, c, inside);
-        } else {
-            m[i] = 0.0;
-        }
-        i += CUBE;
-    }
-}
-
 /// 1-bit LAMB's scaled momentum: `m = (β1·m + (1-β1)·g)·k_s`.
 #[cube(launch_unchecked)]
 #[allow(clippy::too_many_arguments)]
@@ -201,8 +162,9 @@ pub fn accumulate_momentum(
     }
 }
 
-/// The compression stage's update with v frozen (see `frozen_apply_kernel`):
-/// `x` and `m` in place, one rate per segment.
+/// The compression stage's update with v frozen: `x` and `m` in place, one
+/// rate per segment; where the frozen v is exactly zero, m is zeroed and x
+/// stays.
 #[allow(clippy::too_many_arguments)]
 pub fn frozen_apply(
     client: &Client,
@@ -214,32 +176,15 @@ pub fn frozen_apply(
     segment_lr: &[f32],
     inside: bool,
 ) {
-    assert_eq!(segment_lr.len(), chunks.segments, "one rate per segment");
-    if chunks.is_empty() {
-        return;
-    }
-    let c = chunks.coefficients(client, coefficients, 0.0);
-    let (rates, rates_len) = f32_buffer(client, segment_lr);
-    let (count, dim) = chunks.launch(client);
-    let [starts, ends, segment_of, weight_decay] = chunks.args();
-    // SAFETY: as in `adam_step`; one rate per segment.
-    unsafe {
-        frozen_apply_kernel::launch_unchecked(
-            client,
-            count,
-            dim,
-            chunks.flat(x),
-            chunks.flat(m),
-            chunks.flat(v),
-            starts,
-            ends,
-            segment_of,
-            weight_decay,
-            c,
-            BufferArg::from_raw_parts(rates, rates_len),
-            inside,
-        );
-    }
+    super::uncompressed::rate_update(
+        client,
+        chunks,
+        [x, m, v],
+        coefficients,
+        segment_lr,
+        inside,
+        true,
+    );
 }
 
 /// `m = (β1·m + (1-β1)·g)·k_s`, one factor per segment.

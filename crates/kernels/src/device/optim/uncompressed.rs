@@ -103,12 +103,16 @@ fn lamb_norms_kernel(
     }
 }
 
-/// LAMB's second pass: `x -= lr_s · u` with the segment's scaled rate.
+/// `x -= lr_s·(m̂/denom(v̂) + wd·x)` with one rate per segment: LAMB's
+/// second pass, and with `masked` the 1-bit compression stage's update
+/// with v frozen, which skips the coordinates whose frozen v is exactly
+/// zero (no warmup step reached them) and zeroes their momentum instead
+/// (terse-optim's `mask_momentum` and `FrozenUpdate::apply`).
 #[cube(launch_unchecked)]
 #[allow(clippy::too_many_arguments)]
-fn lamb_apply_kernel(
+fn rate_update_kernel(
     x: &mut [f32],
-    m: &[f32],
+    m: &mut [f32],
     v: &[f32],
     starts: &[u32],
     ends: &[u32],
@@ -117,6 +121,7 @@ fn lamb_apply_kernel(
     c: &[f32],
     segment_lr: &[f32],
     #[comptime] inside: bool,
+    #[comptime] masked: bool,
 ) {
     let chunk = CUBE_POS;
     if chunk + 1 >= starts.len() {
@@ -128,8 +133,13 @@ fn lamb_apply_kernel(
     let end = usize::cast_from(ends[chunk]);
     let mut i = usize::cast_from(starts[chunk]) + UNIT_POS as usize;
     while i < end {
-        let xi = x[i];
-        x[i] = xi - lr * direction(m[i], v[i], xi, wd, c, inside);
+        let vi = v[i];
+        if masked && vi <= 0.0 {
+            m[i] = 0.0;
+        } else {
+            let xi = x[i];
+            x[i] = xi - lr * direction(m[i], vi, xi, wd, c, inside);
+        }
         i += CUBE;
     }
 }
@@ -275,6 +285,27 @@ pub fn lamb_apply(
     segment_lr: &[f32],
     inside: bool,
 ) {
+    rate_update(
+        client,
+        chunks,
+        [x, m, v],
+        coefficients,
+        segment_lr,
+        inside,
+        false,
+    );
+}
+
+/// [`rate_update_kernel`] over `[x, m, v]`.
+pub(crate) fn rate_update(
+    client: &Client,
+    chunks: &DeviceChunks,
+    [x, m, v]: [&Handle; 3],
+    coefficients: &MomentCoefficients,
+    segment_lr: &[f32],
+    inside: bool,
+    masked: bool,
+) {
     assert_eq!(segment_lr.len(), chunks.segments, "one rate per segment");
     if chunks.is_empty() {
         return;
@@ -285,7 +316,7 @@ pub fn lamb_apply(
     let [starts, ends, segment_of, weight_decay] = chunks.args();
     // SAFETY: as in `adam_step`; one rate per segment.
     unsafe {
-        lamb_apply_kernel::launch_unchecked(
+        rate_update_kernel::launch_unchecked(
             client,
             count,
             dim,
@@ -299,6 +330,7 @@ pub fn lamb_apply(
             c,
             BufferArg::from_raw_parts(rates, rates_len),
             inside,
+            masked,
         );
     }
 }
