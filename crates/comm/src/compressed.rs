@@ -130,9 +130,11 @@ impl CompressedAllreduce {
         }
     }
 
-    /// Whether this state compresses at all (world size above 1).
+    /// Whether this state compresses at all: world size above 1 and
+    /// something to send (a 1-bit optimizer whose every parameter is kept
+    /// out of compression has an empty compressed part).
     pub fn compresses(&self) -> bool {
-        self.world_size > 1
+        self.world_size > 1 && self.len > 0
     }
 
     /// The buffer length this state is for.

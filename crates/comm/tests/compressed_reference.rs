@@ -328,3 +328,25 @@ fn sends_32_times_fewer_bytes_than_the_fp32_allreduce() {
         assert!(ratio >= 30.0, "only {ratio:.1}x fewer bytes");
     }
 }
+
+/// An empty buffer on several ranks (a 1-bit optimizer whose every
+/// parameter is kept out of compression) sends nothing and returns, on
+/// every rank, for every option.
+#[test]
+fn an_empty_buffer_sends_nothing() {
+    for n in [2usize, 3] {
+        for options in OPTIONS {
+            let results = LocalComm::run(n, Duration::from_secs(60), |comm| {
+                let mut state = CompressedAllreduce::new(0, comm, options).unwrap();
+                let before = comm.traffic();
+                state.allreduce_mean(comm, &mut []).unwrap();
+                (state.compresses(), (comm.traffic() - before).sent())
+            });
+            for result in results {
+                let (compresses, sent) = result.unwrap();
+                assert!(!compresses, "{n} ranks, {options:?}");
+                assert_eq!(sent, 0, "{n} ranks, {options:?}: bytes sent");
+            }
+        }
+    }
+}

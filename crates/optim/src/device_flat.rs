@@ -251,14 +251,21 @@ pub(crate) fn compressed_mean_device(
         .allreduce_mean_on(comm, &mut worker)
         .map_err(OptimError::from);
     let (buf, error) = worker.into_parts();
-    let handle = |t: Tensor<1>| {
-        into_cube_buffer(t)
-            .ok()
-            .flatten()
-            .expect("the worker's own device buffers")
-            .handle
-    };
-    (handle(buf), handle(error), result)
+    (into_handle(buf), into_handle(error), result)
+}
+
+/// The storage of a rank-1 f32 tensor on a cubecl device, owned alone
+/// (copied on the device when shared).
+///
+/// # Panics
+/// For a tensor on another backend or of another dtype (callers pass
+/// tensors they made on the device).
+pub(crate) fn into_handle(t: Tensor<1>) -> Handle {
+    into_cube_buffer(t)
+        .ok()
+        .flatten()
+        .expect("an f32 tensor on a cubecl device")
+        .handle
 }
 
 /// Allreduces a device gradient to its mean over ranks through the host

@@ -10,9 +10,12 @@
 
 use std::ops::Range;
 
+use burn::tensor::{Tensor, TensorData};
+use cubecl::server::Handle;
 use terse_comm::{Communicator, CompressedAllreduce, CompressionOptions, ReduceOp};
 
-use crate::{OptimError, ParamLayout};
+use crate::device_flat::{compressed_mean_device, into_handle};
+use crate::{DeviceFlat, OptimError, ParamLayout};
 
 /// A compressed allreduce over a flat buffer minus the kept-out ranges.
 pub(crate) struct KeptOutAllreduce {
@@ -107,15 +110,82 @@ impl KeptOutAllreduce {
         Ok(())
     }
 
-    /// Whether every element is compressed (nothing kept out): then the
-    /// whole buffer is one compressed allreduce, which the device path uses.
-    pub(crate) fn keeps_nothing_out(&self) -> bool {
-        self.kept_out.is_empty()
-    }
-
-    /// The compressed allreduce of the whole buffer, when nothing is kept out.
-    pub(crate) fn whole(&mut self) -> Option<&mut CompressedAllreduce> {
-        self.kept_out.is_empty().then_some(&mut self.compressed)
+    /// [`KeptOutAllreduce::allreduce_mean`] of `buf` (`len` f32 on
+    /// `like`'s device) with the compressed part's worker error `error`:
+    /// the compressed elements packed on the device and averaged with the
+    /// worker side in device kernels, the kept-out ranges averaged in fp32
+    /// through the host, in the host path's order (so the same bytes
+    /// travel). The buffer comes back as a handle (a new one when ranges
+    /// are kept out), the error updated in place, whatever the outcome.
+    pub(crate) fn allreduce_mean_device(
+        &mut self,
+        comm: &dyn Communicator,
+        like: &DeviceFlat,
+        buf: Handle,
+        error: Handle,
+        len: usize,
+    ) -> (Handle, Handle, Result<(), OptimError>) {
+        if self.kept_out.is_empty() {
+            return compressed_mean_device(&mut self.compressed, comm, like, buf, error, len);
+        }
+        let whole = like.wrap(buf, len);
+        let kept: usize = self.kept_out.iter().map(|r| r.len()).sum();
+        let packed_len = len - kept;
+        let (mut packed, mut exact, mut at) = (Vec::new(), Vec::new(), 0);
+        for range in &self.kept_out {
+            if range.start > at {
+                packed.push(whole.clone().slice(at..range.start));
+            }
+            exact.push(whole.clone().slice(range.clone()));
+            at = range.end;
+        }
+        if at < len {
+            packed.push(whole.clone().slice(at..len));
+        }
+        let own = |t: Tensor<1>| {
+            DeviceFlat::from_tensor(t)
+                .ok()
+                .flatten()
+                .expect("a tensor on the buffer's device")
+        };
+        let exact = own(Tensor::cat(exact, 0)).to_host();
+        let (packed, error, result) = if packed.is_empty() {
+            // Everything kept out: the compressed allreduce of nothing still
+            // runs, as on the host.
+            let result = self.compressed.allreduce_mean(comm, &mut []);
+            (None, error, result.map_err(OptimError::from))
+        } else {
+            let packed = own(Tensor::cat(packed, 0)).tensor();
+            let handle = into_handle(packed);
+            let (handle, error, result) =
+                compressed_mean_device(&mut self.compressed, comm, like, handle, error, packed_len);
+            (Some(like.wrap(handle, packed_len)), error, result)
+        };
+        let result = result.and_then(|()| {
+            let mut exact = exact;
+            comm.allreduce_f32(&mut exact, ReduceOp::Mean)?;
+            Ok(exact)
+        });
+        let exact = match result {
+            Ok(exact) => exact,
+            Err(e) => return (into_handle(whole), error, Err(e)),
+        };
+        drop(whole);
+        let device = like.tensor().device();
+        let exact = Tensor::<1>::from_data(TensorData::new(exact, [kept]), &device);
+        let (mut parts, mut at, mut p, mut e) = (Vec::new(), 0, 0, 0);
+        for range in &self.kept_out {
+            let before = range.start - at;
+            if let (Some(packed), true) = (&packed, before > 0) {
+                parts.push(packed.clone().slice(p..p + before));
+            }
+            parts.push(exact.clone().slice(e..e + range.len()));
+            (p, e, at) = (p + before, e + range.len(), range.end);
+        }
+        if let (Some(packed), true) = (&packed, p < packed_len) {
+            parts.push(packed.clone().slice(p..packed_len));
+        }
+        (into_handle(Tensor::cat(parts, 0)), error, Ok(()))
     }
 
     /// The compressed part's worker error (the compressed elements only).

@@ -12,9 +12,7 @@ use terse_comm::ReduceOp;
 
 use crate::adam::{adam_step, adam_step_device};
 use crate::config_check::NoOtherFields;
-use crate::device_flat::{
-    DeviceState, allreduce_mean_device, compressed_mean_device, read_f32, upload_f32,
-};
+use crate::device_flat::{DeviceState, allreduce_mean_device, read_f32, upload_f32};
 use crate::freeze::FreezePoint;
 use crate::kept_out::KeptOutAllreduce;
 use crate::moments::{Moments, with_eps_mode};
@@ -317,10 +315,8 @@ impl FlatOptimizer for OneBitAdam {
         self.freeze.scalars()
     }
 
-    /// With nothing kept out of compression (the kept-out split is host
-    /// code).
     fn supports_device(&self) -> bool {
-        self.allreduce.keeps_nothing_out()
+        true
     }
 
     fn step_device(
@@ -339,14 +335,15 @@ impl FlatOptimizer for OneBitAdam {
             let error = self.allreduce.worker_error();
             DeviceState::upload(x, ctx.layout, wd, &[&self.m, &self.v, error])
         });
-        let whole = self.allreduce.whole().ok_or(OptimError::NoDeviceKernels)?;
         let len = ctx.layout.len();
         if self.variant == AdamVariant::Naive {
             let start = Instant::now();
             let placeholder = state.client.empty(size_of::<f32>());
             let buf = g.swap_handle(placeholder);
             let error = state.take(ERROR);
-            let (buf, error, result) = compressed_mean_device(whole, ctx.comm, x, buf, error, len);
+            let (buf, error, result) = self
+                .allreduce
+                .allreduce_mean_device(ctx.comm, x, buf, error, len);
             g.swap_handle(buf);
             state.put(ERROR, error);
             result?;
@@ -373,8 +370,9 @@ impl FlatOptimizer for OneBitAdam {
                     state.put(M, upload_f32(client, &m));
                 } else {
                     let (m, error) = (state.take(M), state.take(ERROR));
-                    let (m, error, result) =
-                        compressed_mean_device(whole, ctx.comm, x, m, error, len);
+                    let (m, error, result) = self
+                        .allreduce
+                        .allreduce_mean_device(ctx.comm, x, m, error, len);
                     state.put(M, m);
                     state.put(ERROR, error);
                     result?;

@@ -12,7 +12,7 @@ use cubecl::server::Handle;
 use rayon::prelude::*;
 use serde::{Deserialize, Serialize};
 use terse_comm::{ReduceOp, SparseAllreduce, SparseValues};
-use terse_kernels::mask::Mask;
+use terse_kernels::mask::{Mask, Selection};
 
 use crate::config_check::{NoOtherFields, check_clip, check_unit, invalid};
 use crate::device_flat::{DeviceState, allreduce_mean_device, read_f32, upload_f32};
@@ -357,9 +357,8 @@ impl FlatOptimizer for Slamb {
         Stage::Sparse
     }
 
-    /// With the hash mask (the cyclic mask has no device kernel).
     fn supports_device(&self) -> bool {
-        self.config.mask == MaskKind::Hash
+        true
     }
 
     fn step_device(
@@ -395,7 +394,16 @@ impl FlatOptimizer for Slamb {
         // The step's selection, and the selected momentum averaged: only the
         // selected values reach the host.
         let start = Instant::now();
-        let selection = kernels::select(&client, &c.mask(len), ctx.t, len, always);
+        let mask = c.mask(len);
+        let selection = match mask {
+            Mask::Hash { .. } => kernels::select(&client, &mask, ctx.t, len, always),
+            // A permutation: selected on the host, moved on the device.
+            Mask::Cyclic { .. } => kernels::select_from_host(
+                &client,
+                &Selection::new(&mask, ctx.t, len, &self.always),
+                len,
+            ),
+        };
         if self.world_size > 1 {
             let values = client.empty(selection.count.max(1) * size_of::<f32>());
             selection.gather(&client, m, &values);

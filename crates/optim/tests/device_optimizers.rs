@@ -6,7 +6,9 @@
 //! trust on decayed segments only), SGD (plain and Nesterov) and the 1-bit
 //! Adam and 1-bit LAMB families (on one rank and on two: warmup, freeze at a
 //! step or by the auto rule, compression stage, the ablation baselines) and
-//! SLAMB (hash mask, fp32 and fp16 values, the model average every 3 steps).
+//! SLAMB (hash and cyclic masks, fp32 and fp16 values, the model average
+//! every 3 steps); the 1-bit optimizers also with parameters kept out of
+//! compression.
 //! The
 //! parameters after every step agree within 1e-6 relative; a state saved
 //! from the device loads on the host and continues there like the host run,
@@ -18,9 +20,9 @@ use std::time::Duration;
 use burn::tensor::{Device, DeviceKind};
 use terse_comm::{Communicator, LocalComm, SingleRank, SparseValues};
 use terse_optim::{
-    AdamConfig, DeviceFlat, EpsMode, FreezeRule, LambConfig, LrSchedule, OneBitAdamConfig,
-    OneBitLambConfig, Optimizer, OptimizerConfig, ParamLayout, RatioKind, ScaleKind, SgdConfig,
-    SlambConfig, Stage, WithMoments,
+    AdamConfig, DeviceFlat, EpsMode, FreezeRule, LambConfig, LrSchedule, MaskKind,
+    OneBitAdamConfig, OneBitLambConfig, Optimizer, OptimizerConfig, ParamLayout, RatioKind,
+    ScaleKind, SgdConfig, SlambConfig, Stage, WithMoments,
 };
 use terse_rng::SplitMix64;
 
@@ -272,23 +274,6 @@ fn device_state_saves_loads_and_resumes() {
     }
 }
 
-#[test]
-fn optimizers_without_device_kernels_say_so() {
-    let device = lavapipe();
-    let comm = SingleRank::new();
-    let (_, layout) = layouts().remove(1);
-    // Parameters kept out of compression are split off on the host.
-    let mut config = OneBitAdamConfig::default();
-    config.compression.uncompressed = vec!["w".to_string()];
-    let config = OptimizerConfig::OnebitAdam(config);
-    let mut opt = Optimizer::new(config, schedule(), layout.clone(), &comm).unwrap();
-    assert!(!opt.supports_device());
-    let mut x = DeviceFlat::from_host(&vec![0.5; layout.len()], &device).unwrap();
-    let mut g = DeviceFlat::from_host(&vec![0.1; layout.len()], &device).unwrap();
-    let e = opt.step_device(&mut x, &mut g, &comm).unwrap_err();
-    assert!(e.to_string().contains("no device kernels"), "{e}");
-}
-
 /// The 1-bit Adam and 1-bit LAMB families and SLAMB on 2 thread ranks, each rank
 /// with its own gradients: the warmup (fp32 gradient allreduce), the
 /// freeze, and the compression stage with the compressed allreduce's worker
@@ -332,11 +317,36 @@ fn compressed_optimizers_step_on_the_device_as_on_the_host() {
             k: 0.3,
             ..slamb()
         }),
+        OptimizerConfig::Slamb(SlambConfig {
+            mask: MaskKind::Cyclic,
+            ..slamb()
+        }),
     ];
     for (seed, (what, layout)) in layouts().into_iter().enumerate() {
         let problems: Vec<Problem> = (0..2)
             .map(|rank| problem(layout.len(), 100 * seed as u64 + rank))
             .collect();
+        // Parameters kept out of compression (averaged in fp32): a bias
+        // and a matrix of the several-segment layout, and the one-element
+        // layout's only parameter (nothing left to compress).
+        let kept_out: &[&str] = match what {
+            "several segments" => &["b0", "w1"],
+            "one element" => &["b"],
+            _ => &[],
+        };
+        let mut configs = configs.to_vec();
+        if !kept_out.is_empty() {
+            let uncompressed: Vec<String> = kept_out.iter().map(|p| p.to_string()).collect();
+            let mut adam = onebit();
+            adam.compression.uncompressed.clone_from(&uncompressed);
+            let mut lamb = onebit_lamb();
+            lamb.compression.uncompressed = uncompressed;
+            configs.extend([
+                OptimizerConfig::OnebitAdam(adam.clone()),
+                OptimizerConfig::AdamOnebitNaive(adam),
+                OptimizerConfig::OnebitLamb(lamb),
+            ]);
+        }
         for config in &configs {
             let name = config.name();
             let run = |on_device: bool| {

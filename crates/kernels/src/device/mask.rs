@@ -12,7 +12,7 @@ use cubecl::prelude::*;
 use cubecl::server::Handle;
 
 use super::onebit::launch_dims;
-use crate::mask::{Mask, StepMask};
+use crate::mask::{Mask, Selection, StepMask};
 use crate::onebit::words_for;
 
 #[cube]
@@ -98,11 +98,44 @@ pub fn always_bitmap(len: usize, always: &[std::ops::Range<usize>]) -> Vec<u32> 
     words
 }
 
+/// A selection made on the host (SLAMB's cyclic mask: a permutation, no
+/// per-element hash) as selection words on the device, for the device
+/// gather and scatter.
+pub fn select_from_host(client: &Client, selection: &Selection, len: usize) -> DeviceSelection {
+    let mut packed = vec![0u32; words_for(len).max(1)];
+    for j in selection.indices() {
+        packed[j / 32] |= 1 << (j % 32);
+    }
+    let words = client.create_from_slice(u32::as_bytes(&packed));
+    with_offsets(client, words, &packed[..words_for(len)], len)
+}
+
+/// The selection words `packed` (already on the device as `words`) with
+/// the exclusive prefix sums of their populations.
+fn with_offsets(client: &Client, words: Handle, packed: &[u32], len: usize) -> DeviceSelection {
+    let mut offsets = Vec::with_capacity(packed.len() + 1);
+    let mut total = 0u32;
+    for w in packed {
+        offsets.push(total);
+        total += w.count_ones();
+    }
+    if offsets.is_empty() {
+        offsets.push(0);
+    }
+    DeviceSelection {
+        words,
+        offsets: client.create_from_slice(u32::as_bytes(&offsets)),
+        count: total as usize,
+        len,
+    }
+}
+
 /// Evaluates a hash `mask` at step `t` over `len` elements on the device;
 /// `always` is [`always_bitmap`] uploaded.
 ///
 /// # Panics
-/// For a cyclic mask (not implemented on the device yet).
+/// For a cyclic mask (a permutation: select it on the host and use
+/// [`select_from_host`]).
 pub fn select(
     client: &Client,
     mask: &Mask,
@@ -138,18 +171,7 @@ pub fn select(
         );
     }
     let packed = u32::from_bytes(&client.read_one_unchecked(selection.clone())).to_vec();
-    let mut offsets = Vec::with_capacity(words);
-    let mut total = 0u32;
-    for w in &packed[..words] {
-        offsets.push(total);
-        total += w.count_ones();
-    }
-    DeviceSelection {
-        words: selection,
-        offsets: client.create_from_slice(u32::as_bytes(&offsets)),
-        count: total as usize,
-        len,
-    }
+    with_offsets(client, selection, &packed[..words], len)
 }
 
 impl DeviceSelection {

@@ -11,6 +11,6 @@ mod server;
 pub mod slamb;
 
 pub use dropout::dropout_factors;
-pub use mask::{DeviceSelection, always_bitmap, select};
+pub use mask::{DeviceSelection, always_bitmap, select, select_from_host};
 pub use onebit::{DeviceCompressed, compress, compress_chunks, decompress, decompress_chunks};
 pub use server::{ReceivedCopies, average_and_recompress};

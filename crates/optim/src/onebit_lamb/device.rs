@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use terse_kernels::device::optim;
 
 use super::{ERROR, M, M_LAST, OneBitLamb, RatioKind, V, V_FRESH};
-use crate::device_flat::{allreduce_mean_device, compressed_mean_device};
+use crate::device_flat::allreduce_mean_device;
 use crate::lamb::lamb_step_device;
 use crate::moments::Moments;
 use crate::step::StepContext;
@@ -72,9 +72,10 @@ impl OneBitLamb {
             optim::scaled_momentum(&client, &chunks, &state.buffers[M], g.handle(), &fresh, &k);
         }
         let start = Instant::now();
-        let whole = self.allreduce.whole().expect("supports_device checked it");
         let (m, error) = (state.take(M), state.take(ERROR));
-        let (m, error, result) = compressed_mean_device(whole, ctx.comm, x, m, error, len);
+        let (m, error, result) = self
+            .allreduce
+            .allreduce_mean_device(ctx.comm, x, m, error, len);
         state.put(M, m);
         state.put(ERROR, error);
         let comm_time = start.elapsed();

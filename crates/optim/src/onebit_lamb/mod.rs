@@ -471,10 +471,8 @@ impl FlatOptimizer for OneBitLamb {
         self.freeze.stage(t)
     }
 
-    /// With nothing kept out of compression (the kept-out split is host
-    /// code).
     fn supports_device(&self) -> bool {
-        self.allreduce.keeps_nothing_out()
+        true
     }
 
     fn step_device(
