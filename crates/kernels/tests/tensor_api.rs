@@ -149,7 +149,14 @@ fn shared_and_offset_tensors_become_buffers_of_their_own() {
             .unwrap()
     };
     let shared = tensor::into_cube_buffer(whole.clone()).unwrap().unwrap();
-    assert_eq!(read(shared), values);
+    // Its own storage: doubling it in place leaves `whole` as it was.
+    terse_kernels::device::optim::scale(&shared.client, &shared.handle, 1000, 2.0);
+    let doubled: Vec<f32> = values.iter().map(|v| 2.0 * v).collect();
+    assert_eq!(read(shared), doubled);
+    assert_eq!(
+        whole.clone().into_data().try_to_vec::<f32>().unwrap(),
+        values
+    );
     let slice = tensor::into_cube_buffer(whole.clone().slice(37..537))
         .unwrap()
         .unwrap();

@@ -11,10 +11,12 @@
 //! `cargo xtask bench optim --device lavapipe|wgpu [--quick]` (10M
 //! parameters, 1M with `--quick`); writes `results/bench/optim-device-<device>.json`.
 
-use std::time::Instant;
-
 #[path = "common/bert_layout.rs"]
 mod bert_layout;
+#[path = "common/best_of.rs"]
+mod best_of;
+
+use best_of::best_of;
 
 use burn::tensor::{Device, DeviceKind};
 use terse_comm::SingleRank;
@@ -22,16 +24,6 @@ use terse_optim::{
     AdamConfig, DeviceFlat, LambConfig, LrSchedule, OneBitAdamConfig, OneBitLambConfig, Optimizer,
     OptimizerConfig, SgdConfig, SlambConfig, WithMoments,
 };
-
-fn best_of<F: FnMut()>(repeats: usize, mut f: F) -> f64 {
-    (0..repeats)
-        .map(|_| {
-            let start = Instant::now();
-            f();
-            start.elapsed().as_secs_f64()
-        })
-        .fold(f64::INFINITY, f64::min)
-}
 
 fn configs() -> Vec<(&'static str, OptimizerConfig)> {
     let mut onebit_adam = OneBitAdamConfig::default().with_weight_decay(0.01);

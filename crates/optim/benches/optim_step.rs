@@ -11,11 +11,14 @@
 //! `cargo xtask bench optim` (110M parameters) or `… --quick` (10M);
 //! writes `results/bench/optim.json`.
 
-use std::time::Instant;
 use terse_optim::WithMoments;
 
 #[path = "common/bert_layout.rs"]
 mod bert_layout;
+#[path = "common/best_of.rs"]
+mod best_of;
+
+use best_of::best_of;
 
 use terse_comm::SingleRank;
 use terse_optim::{AdamConfig, LambConfig, LrSchedule, Optimizer, OptimizerConfig, SgdConfig};
@@ -25,16 +28,6 @@ fn parallel_copy(dst: &mut [f32], src: &[f32]) {
     dst.par_chunks_mut(1 << 16)
         .zip(src.par_chunks(1 << 16))
         .for_each(|(d, s)| d.copy_from_slice(s));
-}
-
-fn best_of<F: FnMut()>(repeats: usize, mut f: F) -> f64 {
-    (0..repeats)
-        .map(|_| {
-            let start = Instant::now();
-            f();
-            start.elapsed().as_secs_f64()
-        })
-        .fold(f64::INFINITY, f64::min)
 }
 
 fn main() {

@@ -74,21 +74,13 @@ impl DeviceFlat {
         self.len == 0
     }
 
-    /// A copy made on the device.
+    /// A copy made on the device (a buffer taken from a tensor that shares
+    /// this one's storage is copied there).
     pub fn device_copy(&self) -> Self {
-        let t = &self.tensor;
-        let handle = t.client.empty(self.len.max(1) * size_of::<f32>());
-        terse_kernels::device::optim::copy(&t.client, &t.handle, &handle, self.len);
-        Self {
-            tensor: CubeTensor::new_contiguous(
-                t.client.clone(),
-                t.device.clone(),
-                Shape::new([self.len]),
-                handle,
-                t.dtype,
-            ),
-            len: self.len,
-        }
+        Self::from_tensor(self.tensor())
+            .ok()
+            .flatten()
+            .expect("this buffer's own device and dtype")
     }
 
     /// Waits until the device has finished all work queued so far (for
@@ -110,20 +102,6 @@ impl DeviceFlat {
     /// which is why the model is rebuilt from it after every step).
     pub fn tensor(&self) -> Tensor<1> {
         Tensor::from_primitive::<Cube>(self.tensor.clone())
-    }
-
-    /// Replaces the values with `values` (same length), copied from the host.
-    pub(crate) fn write_from_host(&mut self, values: &[f32]) {
-        assert_eq!(values.len(), self.len, "same length");
-        let t = &self.tensor;
-        let handle = t.client.create_from_slice(f32::as_bytes(values));
-        self.tensor = CubeTensor::new_contiguous(
-            t.client.clone(),
-            t.device.clone(),
-            Shape::new([self.len]),
-            handle,
-            t.dtype,
-        );
     }
 
     /// Swaps the storage for `handle` (same length), returning the old one:
@@ -168,6 +146,22 @@ pub(crate) fn read_f32(client: &Client, handle: &Handle, len: usize) -> Vec<f32>
     f32::from_bytes(&client.read_one_unchecked(handle.clone()))[..len].to_vec()
 }
 
+/// The chunk table of `layout`'s segments, each decaying by `weight_decay`
+/// when it decays at all.
+pub(crate) fn layout_chunks(
+    client: &Client,
+    layout: &ParamLayout,
+    weight_decay: f32,
+) -> DeviceChunks {
+    let lens: Vec<usize> = layout.segments().iter().map(|s| s.len).collect();
+    let decays: Vec<f32> = layout
+        .segments()
+        .iter()
+        .map(|s| if s.decay { weight_decay } else { 0.0 })
+        .collect();
+    DeviceChunks::new(client, &lens, &decays)
+}
+
 /// An optimizer's flat state buffers on the device, with the chunk table
 /// its kernels walk; uploaded from the host state at the first device step
 /// (zeros, or what a checkpoint loaded) and copied back only to be saved.
@@ -188,13 +182,7 @@ impl DeviceState {
         host: &[&[f32]],
     ) -> Self {
         let client = x.client().clone();
-        let lens: Vec<usize> = layout.segments().iter().map(|s| s.len).collect();
-        let decays: Vec<f32> = layout
-            .segments()
-            .iter()
-            .map(|s| if s.decay { weight_decay } else { 0.0 })
-            .collect();
-        let chunks = DeviceChunks::new(&client, &lens, &decays);
+        let chunks = layout_chunks(&client, layout, weight_decay);
         let buffers = host
             .iter()
             .map(|values| upload_f32(&client, values))
@@ -268,18 +256,32 @@ pub(crate) fn into_handle(t: Tensor<1>) -> Handle {
         .handle
 }
 
-/// Allreduces a device gradient to its mean over ranks through the host
-/// (the backends of terse-comm take host buffers), timing the call; one rank
-/// has nothing to average and moves nothing.
+/// The mean over ranks of the `len` f32 at `handle`, through the host (the
+/// backends of terse-comm take host buffers), in a new buffer; `None` on
+/// one rank, which has nothing to average and moves nothing.
+pub(crate) fn mean_over_ranks(
+    comm: &dyn Communicator,
+    client: &Client,
+    handle: &Handle,
+    len: usize,
+) -> Result<Option<Handle>, OptimError> {
+    if comm.world_size() == 1 {
+        return Ok(None);
+    }
+    let mut host = read_f32(client, handle, len);
+    comm.allreduce_f32(&mut host, ReduceOp::Mean)?;
+    Ok(Some(upload_f32(client, &host)))
+}
+
+/// Allreduces a device buffer (a gradient, or SLAMB's parameters) to its
+/// mean over ranks through the host, timing the call.
 pub(crate) fn allreduce_mean_device(
     comm: &dyn Communicator,
-    g: &mut DeviceFlat,
+    x: &mut DeviceFlat,
 ) -> Result<std::time::Duration, OptimError> {
     let start = std::time::Instant::now();
-    if comm.world_size() > 1 {
-        let mut host = g.to_host();
-        comm.allreduce_f32(&mut host, ReduceOp::Mean)?;
-        g.write_from_host(&host);
+    if let Some(mean) = mean_over_ranks(comm, x.client(), x.handle(), x.len())? {
+        x.swap_handle(mean);
     }
     Ok(start.elapsed())
 }

@@ -15,12 +15,13 @@
 
 use std::time::Duration;
 
-use burn::module::{Module, ModuleMapper, ModuleVisitor, Param};
+use burn::module::{Module, ModuleVisitor, Param};
 use burn::tensor::{Gradients, Tensor};
 use terse_comm::Communicator;
 
+use crate::device_flat::layout_chunks;
 use crate::gather::{
-    add_grads_to_host, check_layout, gather_params, tensor_to_host, write_back_host,
+    WriteBack, add_grads_to_host, check_layout, gather_params, tensor_to_host, write_back_host,
 };
 use crate::layout::is_trainable;
 use terse_kernels::device::optim::{self as kernels, DeviceChunks};
@@ -85,8 +86,7 @@ impl FlatModel {
         };
         let grad = DeviceFlat::from_tensor(Tensor::zeros([layout.len()], &device))?
             .expect("the parameters' device");
-        let lens: Vec<usize> = layout.segments().iter().map(|s| s.len).collect();
-        let chunks = DeviceChunks::new(params.client(), &lens, &vec![0.0; lens.len()]);
+        let chunks = layout_chunks(params.client(), &layout, 0.0);
         Ok(Self {
             layout,
             storage: Storage::Device {
@@ -112,11 +112,6 @@ impl FlatModel {
             }
         }
         Ok(())
-    }
-
-    /// Whether the vectors live on a device (else on the host).
-    pub fn on_device(&self) -> bool {
-        matches!(self.storage, Storage::Device { .. })
     }
 
     /// The parameters' order, shapes and segments.
@@ -154,14 +149,6 @@ impl FlatModel {
         match &self.storage {
             Storage::Host { params, .. } => params.clone(),
             Storage::Device { params, .. } => params.to_host(),
-        }
-    }
-
-    /// A copy of the gradient on the host, wherever it lives.
-    pub fn grad_to_host(&self) -> Vec<f32> {
-        match &self.storage {
-            Storage::Host { grad, .. } => grad.clone(),
-            Storage::Device { grad, .. } => grad.to_host(),
         }
     }
 
@@ -256,11 +243,8 @@ impl FlatModel {
             Storage::Host { params, .. } => write_back_host(&self.layout, module, params),
             Storage::Device { params, .. } => {
                 check_layout(&self.layout, &module)?;
-                let mut mapper = DeviceWriteBack {
-                    flat: params.tensor(),
-                    offset: 0,
-                };
-                Ok(module.map(&mut mapper))
+                let flat = params.tensor();
+                Ok(module.map(&mut WriteBack::new(|range, _| flat.clone().slice(range))))
             }
         }
     }
@@ -285,29 +269,5 @@ impl ModuleVisitor for DeviceGrads<'_> {
             None => Tensor::zeros([n], &tensor.device().inner()),
         };
         self.parts.push(part);
-    }
-}
-
-/// Replaces each trainable parameter by its slice of the flat buffer.
-struct DeviceWriteBack {
-    flat: Tensor<1>,
-    offset: usize,
-}
-
-impl ModuleMapper for DeviceWriteBack {
-    fn map_float<const D: usize>(&mut self, param: Param<Tensor<D>>) -> Param<Tensor<D>> {
-        let (id, tensor, mapper) = param.consume();
-        if !is_trainable(&tensor) {
-            return Param::from_mapped_value(id, tensor, mapper);
-        }
-        let dims = tensor.dims();
-        let n: usize = dims.iter().product();
-        let values: Tensor<D> = self
-            .flat
-            .clone()
-            .slice(self.offset..self.offset + n)
-            .reshape(dims);
-        self.offset += n;
-        Param::from_mapped_value(id, crate::gather::as_leaf_like(&tensor, values), mapper)
     }
 }

@@ -16,10 +16,11 @@
 //! Each function first checks that the module has exactly the layout's
 //! parameters and names the first difference.
 
+use std::ops::Range;
 use std::slice;
 
 use burn::module::{Module, ModuleMapper, ModuleVisitor, Param};
-use burn::tensor::{Gradients, Tensor, TensorData};
+use burn::tensor::{Device, Gradients, Tensor, TensorData};
 
 use crate::layout::{Segment, is_trainable};
 use crate::{OptimError, ParamLayout};
@@ -94,7 +95,10 @@ pub fn write_back_host<M: Module>(
 ) -> Result<M, OptimError> {
     check_layout(layout, &module)?;
     check_length("flat parameters", layout, flat.len())?;
-    let mut mapper = WriteBack { flat, offset: 0 };
+    let mut mapper = WriteBack::new(|range: Range<usize>, device: &Device| {
+        let n = range.len();
+        Tensor::from_data(TensorData::new(flat[range].to_vec(), [n]), device)
+    });
     Ok(module.map(&mut mapper))
 }
 
@@ -169,12 +173,22 @@ impl ModuleVisitor for HostGrads<'_> {
     }
 }
 
-struct WriteBack<'a> {
-    flat: &'a [f32],
+/// Replaces each trainable parameter, in layout order (checked
+/// beforehand), by `segment(range, device)` in its shape: its range of the
+/// flat vector as a rank-1 tensor (without autodiff) on the parameter's
+/// device. Ids and autodiff settings are kept.
+pub(crate) struct WriteBack<F> {
+    segment: F,
     offset: usize,
 }
 
-impl ModuleMapper for WriteBack<'_> {
+impl<F: FnMut(Range<usize>, &Device) -> Tensor<1>> WriteBack<F> {
+    pub(crate) fn new(segment: F) -> Self {
+        Self { segment, offset: 0 }
+    }
+}
+
+impl<F: FnMut(Range<usize>, &Device) -> Tensor<1>> ModuleMapper for WriteBack<F> {
     fn map_float<const D: usize>(&mut self, param: Param<Tensor<D>>) -> Param<Tensor<D>> {
         let (id, tensor, mapper) = param.consume();
         if !is_trainable(&tensor) {
@@ -182,18 +196,16 @@ impl ModuleMapper for WriteBack<'_> {
         }
         let dims = tensor.dims();
         let n: usize = dims.iter().product();
-        let values: Tensor<D> = Tensor::from_data(
-            TensorData::new(self.flat[self.offset..self.offset + n].to_vec(), dims),
-            &tensor.device().inner(),
-        );
+        let range = self.offset..self.offset + n;
         self.offset += n;
+        let values: Tensor<D> = (self.segment)(range, &tensor.device().inner()).reshape(dims);
         Param::from_mapped_value(id, as_leaf_like(&tensor, values), mapper)
     }
 }
 
 /// `values` (without autodiff) as a leaf like `old`: tracked by autodiff,
 /// checkpointed and requiring gradients exactly when `old` was.
-pub(crate) fn as_leaf_like<const D: usize>(old: &Tensor<D>, values: Tensor<D>) -> Tensor<D> {
+fn as_leaf_like<const D: usize>(old: &Tensor<D>, values: Tensor<D>) -> Tensor<D> {
     if !old.is_autodiff() {
         return values;
     }

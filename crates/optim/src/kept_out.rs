@@ -14,7 +14,7 @@ use burn::tensor::{Tensor, TensorData};
 use cubecl::server::Handle;
 use terse_comm::{Communicator, CompressedAllreduce, CompressionOptions, ReduceOp};
 
-use crate::device_flat::{compressed_mean_device, into_handle};
+use crate::device_flat::{compressed_mean_device, into_handle, read_f32};
 use crate::{DeviceFlat, OptimError, ParamLayout};
 
 /// A compressed allreduce over a flat buffer minus the kept-out ranges.
@@ -142,21 +142,14 @@ impl KeptOutAllreduce {
         if at < len {
             packed.push(whole.clone().slice(at..len));
         }
-        let own = |t: Tensor<1>| {
-            DeviceFlat::from_tensor(t)
-                .ok()
-                .flatten()
-                .expect("a tensor on the buffer's device")
-        };
-        let exact = own(Tensor::cat(exact, 0)).to_host();
+        let exact = read_f32(like.client(), &into_handle(Tensor::cat(exact, 0)), kept);
         let (packed, error, result) = if packed.is_empty() {
             // Everything kept out: the compressed allreduce of nothing still
             // runs, as on the host.
             let result = self.compressed.allreduce_mean(comm, &mut []);
             (None, error, result.map_err(OptimError::from))
         } else {
-            let packed = own(Tensor::cat(packed, 0)).tensor();
-            let handle = into_handle(packed);
+            let handle = into_handle(Tensor::cat(packed, 0));
             let (handle, error, result) =
                 compressed_mean_device(&mut self.compressed, comm, like, handle, error, packed_len);
             (Some(like.wrap(handle, packed_len)), error, result)

@@ -19,7 +19,7 @@ use crate::parallel::{
     CHUNK, chunk_sum_of_squares, split_segments, split_segments_mut, sum_of_squares, with_avx,
 };
 use crate::step::{FlatOptimizer, StepContext, allreduce_mean_gradient};
-use crate::{DeviceFlat, MomentConfig, OptimError, WithMoments};
+use crate::{DeviceFlat, MomentConfig, OptimError, Segment, WithMoments};
 
 /// `lamb` (ALGORITHMS.md "LAMB").
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -205,19 +205,7 @@ pub(crate) fn lamb_step_device(
         .segments()
         .iter()
         .zip(norms)
-        .map(|(segment, (xx, uu))| {
-            if c.trust_decay_only && !segment.decay {
-                Trust {
-                    coefficient: 1.0,
-                    degenerate: false,
-                }
-            } else {
-                Trust {
-                    coefficient: trust_coefficient(xx.sqrt(), uu.sqrt(), c.c_min, c.c_max),
-                    degenerate: xx == 0.0 || uu == 0.0,
-                }
-            }
-        })
+        .map(|(segment, (xx, uu))| Trust::of_segment(c, segment, xx, uu))
         .collect();
     let rates: Vec<f32> = trusts
         .iter()
@@ -242,6 +230,24 @@ pub(crate) fn lamb_step_device(
 pub(crate) struct Trust {
     pub(crate) coefficient: f64,
     pub(crate) degenerate: bool,
+}
+
+impl Trust {
+    /// The coefficient of `segment` from its `Σx²` and `Σu²`: exactly 1 for
+    /// a segment without decay when trust applies to decayed ones only.
+    fn of_segment(c: &LambConfig, segment: &Segment, xx: f64, uu: f64) -> Trust {
+        if c.trust_decay_only && !segment.decay {
+            Trust {
+                coefficient: 1.0,
+                degenerate: false,
+            }
+        } else {
+            Trust {
+                coefficient: trust_coefficient(xx.sqrt(), uu.sqrt(), c.c_min, c.c_max),
+                degenerate: xx == 0.0 || uu == 0.0,
+            }
+        }
+    }
 }
 
 /// One LAMB step on the synchronised gradient `g`; the coefficient each
@@ -285,17 +291,10 @@ pub(crate) fn lamb_step(
                         with_avx(|| accumulate::<INSIDE>(&moments, wd, x, m, v, g))
                     })
                     .collect();
-                let trust = if c.trust_decay_only && !segment.decay {
-                    Trust { coefficient: 1.0, degenerate: false }
-                } else {
-                    let (xx, uu) = partials
-                        .into_iter()
-                        .fold((0.0, 0.0), |(a, b), (x, u)| (a + x, b + u));
-                    Trust {
-                        coefficient: trust_coefficient(xx.sqrt(), uu.sqrt(), c.c_min, c.c_max),
-                        degenerate: xx == 0.0 || uu == 0.0,
-                    }
-                };
+                let (xx, uu) = partials
+                    .into_iter()
+                    .fold((0.0, 0.0), |(a, b), (x, u)| (a + x, b + u));
+                let trust = Trust::of_segment(c, segment, xx, uu);
                 let scaled_lr = (lr * trust.coefficient) as f32;
                 x.par_chunks_mut(CHUNK)
                     .zip(m.par_chunks(CHUNK))

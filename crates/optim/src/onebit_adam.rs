@@ -12,7 +12,7 @@ use terse_comm::ReduceOp;
 
 use crate::adam::{adam_step, adam_step_device};
 use crate::config_check::NoOtherFields;
-use crate::device_flat::{DeviceState, allreduce_mean_device, read_f32, upload_f32};
+use crate::device_flat::{DeviceState, allreduce_mean_device, mean_over_ranks};
 use crate::freeze::FreezePoint;
 use crate::kept_out::KeptOutAllreduce;
 use crate::moments::{Moments, with_eps_mode};
@@ -365,9 +365,9 @@ impl FlatOptimizer for OneBitAdam {
                 );
                 let start = Instant::now();
                 if self.variant == AdamVariant::Fp32Momentum {
-                    let mut m = read_f32(client, &state.buffers[M], len);
-                    ctx.comm.allreduce_f32(&mut m, ReduceOp::Mean)?;
-                    state.put(M, upload_f32(client, &m));
+                    if let Some(m) = mean_over_ranks(ctx.comm, client, &state.buffers[M], len)? {
+                        state.put(M, m);
+                    }
                 } else {
                     let (m, error) = (state.take(M), state.take(ERROR));
                     let (m, error, result) = self

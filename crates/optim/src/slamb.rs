@@ -12,6 +12,7 @@ use cubecl::server::Handle;
 use rayon::prelude::*;
 use serde::{Deserialize, Serialize};
 use terse_comm::{ReduceOp, SparseAllreduce, SparseValues};
+use terse_kernels::device::slamb::SplitNorms;
 use terse_kernels::mask::{Mask, Selection};
 
 use crate::config_check::{NoOtherFields, check_clip, check_unit, invalid};
@@ -22,15 +23,6 @@ use crate::moments::{Moments, with_eps_mode};
 use crate::parallel::{CHUNK, split_segments, split_segments_mut, with_avx};
 use crate::step::{FlatOptimizer, StepContext};
 use crate::{DeviceFlat, EpsMode, MomentConfig, OptimError, ParamLayout, Stage, WithMoments};
-
-/// SLAMB's model synchronisation on the device: the parameters averaged
-/// over ranks (through the host, as every fp32 allreduce here).
-fn average_parameters_device(
-    comm: &dyn terse_comm::Communicator,
-    x: &mut DeviceFlat,
-) -> Result<Duration, OptimError> {
-    allreduce_mean_device(comm, x)
-}
 
 /// SLAMB's mask.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
@@ -205,7 +197,34 @@ struct Norms {
     rest: usize,
 }
 
+impl From<&SplitNorms> for Norms {
+    fn from(n: &SplitNorms) -> Norms {
+        Norms {
+            x_sel: n.x_selected,
+            u_sel: n.u_selected,
+            x_rest: n.x_rest,
+            u_rest: n.u_rest,
+            selected: n.selected,
+            rest: n.rest,
+        }
+    }
+}
+
 impl Norms {
+    /// The segment's trust ratios `(φ_max, φ_min)`: the selected elements'
+    /// and the others', each clipped to `[phi_min, phi_max]`; a segment
+    /// with only one kind uses that kind's for both.
+    fn ratios(&self, c: &SlambConfig) -> (f64, f64) {
+        let ratio = |x: f64, u: f64| trust_coefficient(x.sqrt(), u.sqrt(), c.phi_min, c.phi_max);
+        let phi_sel = ratio(self.x_sel, self.u_sel);
+        let phi_rest = ratio(self.x_rest, self.u_rest);
+        match (self.selected, self.rest) {
+            (_, 0) => (phi_sel, phi_sel),
+            (0, _) => (phi_rest, phi_rest),
+            _ => (phi_sel, phi_rest),
+        }
+    }
+
     fn add(self, o: Norms) -> Norms {
         Norms {
             x_sel: self.x_sel + o.x_sel,
@@ -293,16 +312,7 @@ impl FlatOptimizer for Slamb {
                         .collect::<Vec<_>>()
                         .into_iter()
                         .fold(Norms::default(), Norms::add);
-                    let ratio = |x: f64, u: f64| {
-                        trust_coefficient(x.sqrt(), u.sqrt(), c.phi_min, c.phi_max)
-                    };
-                    let phi_sel = ratio(norms.x_sel, norms.u_sel);
-                    let phi_rest = ratio(norms.x_rest, norms.u_rest);
-                    let (phi_max, phi_min) = match (norms.selected, norms.rest) {
-                        (_, 0) => (phi_sel, phi_sel),
-                        (0, _) => (phi_rest, phi_rest),
-                        _ => (phi_sel, phi_rest),
-                    };
+                    let (phi_max, phi_min) = norms.ratios(&c);
                     let (phi_max, phi_min) = (phi_max as f32, phi_min as f32);
                     let (lr, stale_lr) = (lr as f32, stale_lr as f32);
                     x.par_chunks_mut(CHUNK)
@@ -429,17 +439,10 @@ impl FlatOptimizer for Slamb {
             &coefficients,
             inside,
         );
-        let ratio = |x: f64, u: f64| trust_coefficient(x.sqrt(), u.sqrt(), c.phi_min, c.phi_max);
         let phi: Vec<f32> = norms
             .iter()
             .flat_map(|n| {
-                let phi_sel = ratio(n.x_selected, n.u_selected);
-                let phi_rest = ratio(n.x_rest, n.u_rest);
-                let (phi_max, phi_min) = match (n.selected, n.rest) {
-                    (_, 0) => (phi_sel, phi_sel),
-                    (0, _) => (phi_rest, phi_rest),
-                    _ => (phi_sel, phi_rest),
-                };
+                let (phi_max, phi_min) = Norms::from(n).ratios(&c);
                 [phi_max as f32, phi_min as f32]
             })
             .collect();
@@ -458,7 +461,8 @@ impl FlatOptimizer for Slamb {
             inside,
         );
         if ctx.t.is_multiple_of(c.sync_every) {
-            comm_time += average_parameters_device(ctx.comm, x)?;
+            // The model sync: the parameters averaged (through the host).
+            comm_time += allreduce_mean_device(ctx.comm, x)?;
         }
         Ok(comm_time)
     }
@@ -471,7 +475,7 @@ impl FlatOptimizer for Slamb {
         if ctx.t.is_multiple_of(self.config.sync_every) {
             return Ok(Duration::ZERO);
         }
-        average_parameters_device(ctx.comm, x)
+        allreduce_mean_device(ctx.comm, x)
     }
 
     fn state_to_host(&mut self) {
