@@ -4,7 +4,7 @@
 How to run (a venv with torch and transformers, e.g. the one make_hf_fixtures.py describes):
 
     /tmp/hfvenv/bin/python benches/pytorch_bert_step.py --presets mini,base --batch 8 \
-        [--seq 128] [--warmup 2] [--steps 5] [--threads N] [--seed 0]
+        [--seq 128] [--warmup 2] [--steps 5] [--threads N] [--seed 0] [--device cpu|cuda]
 
 One step = zero_grad, BertForPreTraining forward in train mode (dropout 0.1 on hidden states and
 attention probabilities, as in the config), MLM + NSP loss, backward, AdamW step (lr 1e-4,
@@ -67,11 +67,14 @@ def bench(preset, args):
     torch.manual_seed(args.seed)
     kw = {} if args.attn == "default" else {"attn_implementation": args.attn}
     model = BertForPreTraining._from_config(cfg, **kw) if kw else BertForPreTraining(cfg)
+    device = torch.device(args.device)
+    model.to(device)
     model.train()
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4, betas=(0.9, 0.999), eps=1e-6,
                             weight_decay=0.01)
     gen = torch.Generator().manual_seed(args.seed)
-    ids, tt, mask, labels, nsp = make_batch(args.batch, args.seq, cfg.vocab_size, gen)
+    ids, tt, mask, labels, nsp = (t.to(device) for t in
+                                  make_batch(args.batch, args.seq, cfg.vocab_size, gen))
 
     def step():
         opt.zero_grad(set_to_none=True)
@@ -79,7 +82,7 @@ def bench(preset, args):
                     labels=labels, next_sentence_label=nsp)
         out.loss.backward()
         opt.step()
-        return out.loss.item()
+        return out.loss.item()  # waits for the device: the step's time includes its kernels
 
     for _ in range(args.warmup):
         step()
@@ -97,6 +100,7 @@ def bench(preset, args):
         "samples_per_s": round(args.batch / mean, 3),
         "step_ms": round(mean * 1e3, 2),
         "torch_version": torch.__version__,
+        "device": str(device) if device.type == "cpu" else torch.cuda.get_device_name(device),
         "step_ms_median": round(statistics.median(times) * 1e3, 2),
         "step_ms_min": round(min(times) * 1e3, 2),
         "warmup": args.warmup,
@@ -116,6 +120,9 @@ def main():
     ap.add_argument("--steps", type=int, default=5)
     ap.add_argument("--threads", type=int, default=os.cpu_count() or 1)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--device", default="cpu",
+                    help="torch device: cpu (the baseline `bench model` compares against) or cuda "
+                         "(beside `bench model --device wgpu` on an NVIDIA GPU)")
     ap.add_argument("--attn", default="default", choices=["default", "eager", "sdpa"],
                     help="transformers attention implementation (default: transformers' choice)")
     args = ap.parse_args()

@@ -27,6 +27,35 @@ pub fn dataset(name: &str) -> Result<PathBuf, DataError> {
     Ok(dataset_dir(&manifest.name))
 }
 
+/// The directory of dataset `name` with only `files` of its manifest
+/// fetched and verified (see [`ensure_files`]): for a reader of a few small
+/// files of a large dataset (pre-training reads MiniLM's tokenizer, not its
+/// 87 MB of weights).
+pub fn dataset_files(name: &str, files: &[&str]) -> Result<PathBuf, DataError> {
+    let manifest = manifest(name)?;
+    let dir = dataset_dir(&manifest.name);
+    ensure_files(&manifest, &dir, files)?;
+    Ok(dir)
+}
+
+/// Makes `dir` hold `files` of `manifest`, intact, fetching only those; a
+/// name the manifest does not list is a `Config` error.
+pub fn ensure_files(manifest: &Manifest, dir: &Path, files: &[&str]) -> Result<(), DataError> {
+    if let Some(unknown) = files
+        .iter()
+        .find(|wanted| !manifest.files.iter().any(|f| f.name == **wanted))
+    {
+        return Err(DataError::Config {
+            config: "dataset manifest",
+            detail: format!("{}: no file {unknown:?} in its manifest", manifest.name),
+        });
+    }
+    let mut part = manifest.clone();
+    part.files
+        .retain(|file| files.contains(&file.name.as_str()));
+    ensure(&part, dir)
+}
+
 /// Where dataset `name` (a manifest's own name) is stored.
 pub fn dataset_dir(name: &str) -> PathBuf {
     cache_dir().join("datasets").join(name)

@@ -21,7 +21,7 @@ pub mod squad;
 mod tar;
 mod tokenizer;
 
-pub use datasets::{Presence, dataset, dataset_dir, ensure, presence};
+pub use datasets::{Presence, dataset, dataset_dir, dataset_files, ensure, ensure_files, presence};
 pub use error::DataError;
 pub use glue::{
     ClassificationFeature, GlueMetric, GlueTask, Label, ReviewSource, SentenceExample,
@@ -30,7 +30,7 @@ pub use glue::{
 pub use idx::{IdxImages, read_idx_images, read_idx_labels};
 pub use images::{Augment, CifarKind, ImageSet, read_cifar_file, read_cifar_split, read_mnist_csv};
 pub use manifest::{FileEntry, Manifest, Source, manifest, manifests};
-pub use minilm::{MiniLm, minilm};
+pub use minilm::{MiniLm, minilm, minilm_tokenizer};
 pub use squad::{
     SquadAnswer, SquadExample, SquadFeature, SquadFeatureConfig, SquadFeaturizer, parse_squad,
     read_squad,

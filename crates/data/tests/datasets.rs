@@ -11,7 +11,9 @@ use std::path::Path;
 use flate2::Compression;
 use flate2::write::GzEncoder;
 use sha2::{Digest, Sha256};
-use terse_data::{DataError, Manifest, Presence, Source, ensure, manifest, manifests, presence};
+use terse_data::{
+    DataError, Manifest, Presence, Source, ensure, ensure_files, manifest, manifests, presence,
+};
 
 /// A fresh scratch directory, removed when the returned guard drops.
 fn scratch(name: &str) -> tempfile::TempDir {
@@ -158,6 +160,39 @@ fn files_are_verified_and_refetched_when_partial_or_corrupted() {
         .filter(|n| n.ends_with(".part"))
         .collect();
     assert!(leftovers.is_empty(), "{leftovers:?}");
+}
+
+/// Pre-training reads MiniLM's tokenizer alone: asking for some files of a
+/// dataset fetches and verifies those and leaves the rest unfetched; a name
+/// the manifest lacks is refused with the dataset and the name.
+#[test]
+fn some_files_of_a_dataset_are_fetched_alone() {
+    let root_tmp = scratch("some");
+    let root = root_tmp.path();
+    let installed = root.join("installed");
+    std::fs::create_dir_all(&installed).unwrap();
+    let (a, b): (&[u8], &[u8]) = (b"weights, large\n", b"tokenizer\n");
+    std::fs::write(installed.join("a.bin.gz"), gzip(a)).unwrap();
+    std::fs::write(installed.join("b.bin.gz"), gzip(b)).unwrap();
+    let toy = local_manifest(&installed, &[("a.bin", a), ("b.bin", b)]);
+    let cache = root.join("cache");
+
+    ensure_files(&toy, &cache, &["b.bin"]).unwrap();
+    assert_eq!(std::fs::read(cache.join("b.bin")).unwrap(), b);
+    assert!(!cache.join("a.bin").exists(), "a.bin was not asked for");
+    assert_eq!(
+        presence(&toy, &cache).unwrap(),
+        Presence::Incomplete(vec!["a.bin".into()])
+    );
+    // A damaged file asked for is fetched again.
+    std::fs::write(cache.join("b.bin"), b"tokenizeR\n").unwrap();
+    ensure_files(&toy, &cache, &["b.bin"]).unwrap();
+    assert_eq!(std::fs::read(cache.join("b.bin")).unwrap(), b);
+
+    let error = ensure_files(&toy, &cache, &["b.bin", "c.bin"])
+        .unwrap_err()
+        .to_string();
+    assert!(error.contains("toy: no file \"c.bin\""), "{error}");
 }
 
 #[test]

@@ -55,7 +55,73 @@ pub struct Args {
     /// the current claim code. The runs' machine.txt is kept.
     #[arg(long, conflicts_with = "quick")]
     pub from_results: bool,
+
+    /// `onebit-adam` only: the BERT preset to pre-train instead of BERT-Tiny
+    /// (tiny, mini, small, medium, base, large); the results go to
+    /// results/onebit-adam-<model>[-<device>]/
+    #[arg(long, value_name = "PRESET")]
+    pub model: Option<String>,
+
+    /// `onebit-adam` only: where every variant trains (`train.device`: cpu,
+    /// wgpu, wgpu:N, lavapipe)
+    #[arg(long)]
+    pub device: Option<String>,
+
+    /// `onebit-adam` only: steps instead of 1,000 (the warmup, the freeze,
+    /// the evaluations and the checkpoints keep their fractions of the run)
+    #[arg(long, conflicts_with = "quick")]
+    pub steps: Option<u64>,
+
+    /// Print each variant's `terse` command line and run nothing: for
+    /// running them on a machine without cargo (a GPU machine) and reading
+    /// their run directories back with `--from-results`
+    #[arg(long, conflicts_with = "from_results")]
+    pub print_commands: bool,
 }
+
+/// What `reproduce onebit-adam` trains, where the defaults are the
+/// committed config's (BERT-Tiny, 1,000 steps, the CPU).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Scale {
+    /// `--model`: a BERT preset's name.
+    pub model: Option<String>,
+    /// `--device`: `train.device`.
+    pub device: Option<String>,
+    /// `--steps`.
+    pub steps: Option<u64>,
+}
+
+impl Scale {
+    fn is_default(&self) -> bool {
+        *self == Self::default()
+    }
+
+    /// The suffix of the results directory: `-<model>[-<device>]`.
+    fn suffix(&self) -> String {
+        let mut suffix = String::new();
+        for part in [&self.model, &self.device].into_iter().flatten() {
+            suffix.push('-');
+            suffix.push_str(&part.replace(':', ""));
+        }
+        if let Some(steps) = self.steps {
+            suffix.push_str(&format!("-{steps}-steps"));
+        }
+        suffix
+    }
+}
+
+/// `--print-commands` stopped the experiment after printing its variants'
+/// command lines: not a failure.
+#[derive(Debug)]
+pub struct PrintedCommands;
+
+impl std::fmt::Display for PrintedCommands {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("printed the variants' command lines")
+    }
+}
+
+impl std::error::Error for PrintedCommands {}
 
 /// An experiment from the papers.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -139,6 +205,10 @@ pub struct Context {
     /// Where a full run of an experiment that keeps its finished variants
     /// in its results does so (`shelf`); `None` otherwise.
     pub shelf: Option<shelf::Shelf>,
+    /// `--model`, `--device`, `--steps` (`onebit-adam`).
+    pub scale: Scale,
+    /// `--print-commands`: print the variants' command lines, run nothing.
+    pub print_commands: bool,
 }
 
 impl Context {
@@ -170,17 +240,39 @@ impl Context {
 
 /// Runs `reproduce`.
 pub fn run(args: &Args) -> Result<()> {
-    let name = cli_name(&args.name);
-    let command = format!(
-        "reproduce {name}{}",
+    let scale = Scale {
+        model: args.model.clone(),
+        device: args.device.clone(),
+        steps: args.steps,
+    };
+    if !scale.is_default() && args.name != Experiment::OnebitAdam {
+        bail!("--model, --device and --steps apply to `reproduce onebit-adam` only");
+    }
+    if let Some(model) = &scale.model
+        && !["tiny", "mini", "small", "medium", "base", "large"].contains(&model.as_str())
+    {
+        bail!("--model {model}: not a BERT preset (tiny, mini, small, medium, base, large)");
+    }
+    let name = format!("{}{}", cli_name(&args.name), scale.suffix());
+    let mut command = format!(
+        "reproduce {}{}",
+        cli_name(&args.name),
         if args.quick { " --quick" } else { "" }
     );
+    for (flag, value) in [("--model", &scale.model), ("--device", &scale.device)] {
+        if let Some(value) = value {
+            command.push_str(&format!(" {flag} {value}"));
+        }
+    }
+    if let Some(steps) = scale.steps {
+        command.push_str(&format!(" --steps {steps}"));
+    }
     let runs = Path::new("runs/reproduce").join(if args.quick {
         format!("{name}-quick")
     } else {
         name.clone()
     });
-    let out = if args.quick {
+    let out = if args.quick || args.print_commands {
         runs.join("report")
     } else {
         Path::new("results").join(&name)
@@ -200,20 +292,17 @@ pub fn run(args: &Args) -> Result<()> {
         } else {
             Report::create(&out)?
         },
-        shelf: (!args.quick && !args.from_results && args.name.keeps_finished_variants())
-            .then(|| shelf::Shelf::new(&out)),
+        shelf: (!args.quick
+            && !args.from_results
+            && !args.print_commands
+            && args.name.keeps_finished_variants())
+        .then(|| shelf::Shelf::new(&out)),
+        scale,
+        print_commands: args.print_commands,
     };
-    let outcome = match args.name {
-        Experiment::OnebitAdam => onebit_adam::run(&ctx)?,
-        Experiment::OnebitLamb => onebit_lamb::run(&ctx)?,
-        Experiment::SlambRatio => slamb_ratio::run(&ctx)?,
-        Experiment::EpsFix => eps_fix::run(&ctx)?,
-        Experiment::FinetuneParity => finetune_parity::run(&ctx)?,
-        Experiment::FinetuneParitySquad => finetune_parity::run_squad(&ctx)?,
-        Experiment::ScaleBlock => scale_block::run(&ctx)?,
-        Experiment::CommVolume => comm_volume::run(&ctx)?,
-        Experiment::Bandwidth => bandwidth::run(&ctx)?,
-        Experiment::StepProfile => step_profile::run(&ctx)?,
+    let outcome = match run_experiment(args.name, &ctx) {
+        Err(e) if e.is::<PrintedCommands>() => return Ok(()),
+        outcome => outcome?,
     };
     let mut table = format!("# {}\n\n`cargo xtask {command}`\n\n", outcome.title);
     if args.from_results {
@@ -259,6 +348,21 @@ pub fn run(args: &Args) -> Result<()> {
     Ok(())
 }
 
+fn run_experiment(name: Experiment, ctx: &Context) -> Result<Outcome> {
+    match name {
+        Experiment::OnebitAdam => onebit_adam::run(ctx),
+        Experiment::OnebitLamb => onebit_lamb::run(ctx),
+        Experiment::SlambRatio => slamb_ratio::run(ctx),
+        Experiment::EpsFix => eps_fix::run(ctx),
+        Experiment::FinetuneParity => finetune_parity::run(ctx),
+        Experiment::FinetuneParitySquad => finetune_parity::run_squad(ctx),
+        Experiment::ScaleBlock => scale_block::run(ctx),
+        Experiment::CommVolume => comm_volume::run(ctx),
+        Experiment::Bandwidth => bandwidth::run(ctx),
+        Experiment::StepProfile => step_profile::run(ctx),
+    }
+}
+
 /// `x` with 4 significant digits.
 pub fn num(x: f64) -> String {
     if x == 0.0 || !x.is_finite() {
@@ -291,6 +395,50 @@ mod tests {
         for valid in ["onebit-adam", "eps-fix", "scale-block", "step-profile"] {
             assert!(message.contains(valid), "{valid} not listed:\n{message}");
         }
+    }
+
+    #[test]
+    fn scale_flags_name_their_results_and_apply_to_onebit_adam_only() {
+        let crate::Command::Reproduce(args) = testing::command(&[
+            "reproduce",
+            "onebit-adam",
+            "--model",
+            "mini",
+            "--device",
+            "wgpu:1",
+            "--steps",
+            "300",
+        ]) else {
+            panic!("not reproduce");
+        };
+        let scale = Scale {
+            model: args.model.clone(),
+            device: args.device.clone(),
+            steps: args.steps,
+        };
+        assert_eq!(scale.suffix(), "-mini-wgpu1-300-steps");
+        assert_eq!(Scale::default().suffix(), "");
+        // Refused before anything is built or written.
+        for (name, flags) in [
+            ("eps-fix", &["--model", "mini"][..]),
+            ("onebit-lamb", &["--steps", "10"][..]),
+        ] {
+            let mut argv = vec!["reproduce", name];
+            argv.extend(flags);
+            let crate::Command::Reproduce(args) = testing::command(&argv) else {
+                panic!("not reproduce");
+            };
+            let error = run(&args).unwrap_err().to_string();
+            assert!(error.contains("`reproduce onebit-adam` only"), "{error}");
+        }
+        let crate::Command::Reproduce(args) =
+            testing::command(&["reproduce", "onebit-adam", "--model", "huge"])
+        else {
+            panic!("not reproduce");
+        };
+        let error = run(&args).unwrap_err().to_string();
+        assert!(error.contains("--model huge: not a BERT preset"), "{error}");
+        testing::rejection(&["reproduce", "onebit-adam", "--quick", "--steps", "5"]);
     }
 
     #[test]

@@ -23,8 +23,23 @@ const LONG_WARMUP: &str = "onebit_adam_long_warmup";
 /// 1,000 steps of 64: Adam's MLM accuracy reaches twice the unigram
 /// baseline by step 750 (a sizing run: 12.8% against 6.4%); four variants
 /// take about 50 minutes on 2 cores.
+///
+/// `--steps` replaces the 1,000 (`--quick` keeps its 80).
 pub fn shape(ctx: &Context) -> (u64, usize, usize) {
-    ctx.pick((1000, 64, 16), (80, 16, 4))
+    ctx.pick((ctx.scale.steps.unwrap_or(1000), 64, 16), (80, 16, 4))
+}
+
+/// The model's name for titles: `BERT-Tiny`, or the `--model` preset's.
+fn model_name(ctx: &Context) -> String {
+    let preset = ctx.scale.model.as_deref().unwrap_or("tiny");
+    let mut chars = preset.chars();
+    let capitalised: String = chars
+        .next()
+        .map(|c| c.to_ascii_uppercase())
+        .into_iter()
+        .chain(chars)
+        .collect();
+    format!("BERT-{capitalised}")
 }
 
 /// The `--set optimizer=…` table of `name`, freezing at 20% of the steps when
@@ -49,7 +64,7 @@ pub fn optimizer(ctx: &Context, name: &str, freezes: bool, extra: &str) -> Strin
 /// A pre-training run of the experiment with `optimizer`.
 pub fn variant(ctx: &Context, label: &str, optimizer: String) -> Variant {
     let (steps, batch, micro) = shape(ctx);
-    Variant::new(label, &["pretrain"], CONFIG, WORKERS)
+    let variant = Variant::new(label, &["pretrain"], CONFIG, WORKERS)
         .set("optimizer", optimizer)
         .set("train.steps", steps)
         .set("train.global_batch", batch)
@@ -57,7 +72,15 @@ pub fn variant(ctx: &Context, label: &str, optimizer: String) -> Variant {
         .set("train.checkpoint_every", steps / 4)
         .set("train.eval_every", steps / 4)
         .set("schedule.warmup_steps", steps / 10)
-        .set("schedule.total_steps", steps)
+        .set("schedule.total_steps", steps);
+    let variant = match &ctx.scale.model {
+        Some(model) => variant.set("model.preset", model),
+        None => variant,
+    };
+    match &ctx.scale.device {
+        Some(device) => variant.set("train.device", device),
+        None => variant,
+    }
 }
 
 pub fn run(ctx: &Context) -> Result<Outcome> {
@@ -99,7 +122,8 @@ pub fn run(ctx: &Context) -> Result<Outcome> {
             clip_above_start: true,
             ..Chart::new(
                 &format!(
-                    "BERT-Tiny pre-training, {WORKERS} workers: training loss (moving average)"
+                    "{} pre-training, {WORKERS} workers: training loss (moving average)",
+                    model_name(ctx)
                 ),
                 "samples",
                 "MLM + NSP loss",
@@ -107,16 +131,17 @@ pub fn run(ctx: &Context) -> Result<Outcome> {
         },
         &series,
     )?;
-    summarize(&logs, steps, batch, freeze, ctx.quick)
+    summarize(ctx, &logs, steps, batch, freeze)
 }
 
 fn summarize(
+    ctx: &Context,
     logs: &[RunLog],
     steps: u64,
     batch: usize,
     freeze: u64,
-    quick: bool,
 ) -> Result<Outcome> {
+    let quick = ctx.quick;
     let tail = (steps / 10) as usize;
     let mut table = super::report::Table::new(&[
         "optimizer",
@@ -240,8 +265,8 @@ fn summarize(
     Ok(Outcome {
         title: "1-bit Adam vs Adam: BERT pre-training (1-bit Adam Fig. 1, 4a, 6)".into(),
         body: format!(
-            "BERT-Tiny, State of the Union addresses and SQuAD training articles, seq 128, {} \
-             steps of {batch}, 4 workers (local ranks), learning rate warmed up over the first \
+            "{}, State of the Union addresses and SQuAD training articles, seq 128, {} \
+             steps of {batch}, 4 workers (local ranks){}, learning rate warmed up over the first \
              10% and decayed linearly to 0; 1-bit Adam freezes at step {freeze} (20%). \
              Held-out loss: masked LM + next sentence on 512 held-out sequences after the last \
              step.\n\n{}\n\
@@ -251,7 +276,12 @@ fn summarize(
              still {:.1}% of its value (1 − 0.999^{freeze}) and the frozen preconditioner \
              makes 1-bit Adam diverge at the freeze (seen in an earlier quick run without \
              it: loss 7.7 → 55).\n",
+            model_name(ctx),
             steps,
+            ctx.scale
+                .device
+                .as_ref()
+                .map_or(String::new(), |device| format!(" on `{device}`")),
             table.markdown(),
             100.0 * (1.0 - 0.999f64.powi(freeze as i32)),
         ),

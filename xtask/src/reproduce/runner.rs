@@ -194,6 +194,13 @@ pub fn run_all(ctx: &Context, runs_dir: &Path, variants: &[Variant]) -> Result<V
             .map(|v| replay(results, runs_dir, &v.label))
             .collect();
     }
+    if ctx.print_commands {
+        for variant in variants {
+            let line = command_line(variant, &runs_dir.join(&variant.label));
+            println!("terse {}", shell_words(&line));
+        }
+        return Err(super::PrintedCommands.into());
+    }
     let terse = ctx.terse()?;
     // The shelf holds this experiment's own variants, not those of a
     // sibling whose run directory it shares.
@@ -426,6 +433,24 @@ pub fn command_line(variant: &Variant, dir: &Path) -> Vec<String> {
     args
 }
 
+/// `args` as one shell line: each argument quoted where the shell would
+/// split or expand it (`--set optimizer={ name = "adam", … }`).
+fn shell_words(args: &[String]) -> String {
+    args.iter()
+        .map(|arg| {
+            if arg
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || "-_./=:,".contains(c))
+            {
+                arg.clone()
+            } else {
+                format!("'{}'", arg.replace('\'', r"'\''"))
+            }
+        })
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
 /// Written after `terse` exits successfully: the run is complete.
 pub(super) const FINISHED: &str = "finished";
 
@@ -503,5 +528,23 @@ mod tests {
             written.sort_unstable();
             assert_eq!(written, known);
         }
+    }
+
+    #[test]
+    fn printed_command_lines_quote_what_the_shell_would_split() {
+        let args: Vec<String> = [
+            "pretrain",
+            "--set",
+            r#"optimizer={ name = "adam" }"#,
+            "--set",
+            "train.device=wgpu:1",
+            "it's",
+        ]
+        .map(String::from)
+        .to_vec();
+        assert_eq!(
+            shell_words(&args),
+            r#"pretrain --set 'optimizer={ name = "adam" }' --set train.device=wgpu:1 'it'\''s'"#
+        );
     }
 }

@@ -15,7 +15,7 @@ use terse_comm::Communicator;
 use terse_data::pretrain::{
     PretrainConfig, PretrainExample, ShardSet, build_shards, corpus_fingerprint, read_corpus,
 };
-use terse_data::{WordPiece, minilm};
+use terse_data::{WordPiece, minilm_tokenizer};
 use terse_models::ModelConfig;
 use terse_models::bert::{BertConfig, BertForPreTraining, save_hf};
 
@@ -49,7 +49,7 @@ impl PretrainTask {
         let Some(ModelConfig::Bert(bert)) = &config.model else {
             return Err(invalid("model.kind", "pre-training needs `bert`".into()));
         };
-        let tokenizer_file = minilm()?.tokenizer;
+        let tokenizer_file = minilm_tokenizer()?;
         let tokenizer = WordPiece::from_tokenizer_json(&tokenizer_file)?;
         if tokenizer.vocab_size() != bert.vocab_size {
             return Err(invalid(

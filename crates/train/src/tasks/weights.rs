@@ -7,7 +7,7 @@
 
 use std::path::PathBuf;
 
-use terse_data::minilm;
+use terse_data::{minilm, minilm_tokenizer};
 use terse_models::ModelConfig;
 use terse_models::bert::{BertConfig, HfBert, load_hf};
 
@@ -54,7 +54,7 @@ impl Weights {
                     tokenizer: if own.exists() {
                         own
                     } else {
-                        minilm()?.tokenizer
+                        minilm_tokenizer()?
                     },
                 })
             }
@@ -62,7 +62,7 @@ impl Weights {
                 Some(ModelConfig::Bert(config)) => Ok(Self {
                     config: config.clone(),
                     file: None,
-                    tokenizer: minilm()?.tokenizer,
+                    tokenizer: minilm_tokenizer()?,
                 }),
                 _ => Err(TrainError::InvalidRun {
                     field: "model",
