@@ -1,4 +1,6 @@
 #!/bin/bash
+# The second call on the lent GPU machine (2026-11-26): .gl, .gpu/bins.tar.xz and
+# .gpu/lib carried as for run.sh.
 # Three runs of the same BERT step: terse on wgpu (Vulkan) and PyTorch eager on CUDA, alternating.
 set -u
 for f in .gl/*.deb; do dpkg -x "$f" /; done; ldconfig

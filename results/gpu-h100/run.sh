@@ -1,6 +1,13 @@
 #!/bin/bash
-# Runs on the lent GPU machine, from the repository root, with .gl and .gpu carried.
-# Everything it measures goes to $OUT as it happens.
+# The first call on the lent GPU machine (2026-11-26), kept as it ran. It ran from
+# the repository root with these paths carried beside the tree (git ignores them):
+#   .gl/               the Vulkan and GL loaders as Debian packages (unpacked into /)
+#   .gpu/bins.tar.xz   terse, model_step and optim_device, built here and stripped
+#   .gpu/cache.tar.xz  TERSE_CACHE: sotu, squad-v1.1, minilm/tokenizer.json, the shards
+#   .gpu/lib/          the libraries the binaries link that the machine lacks (OpenMPI's)
+#   .gpu/commands/N.txt  `cargo xtask reproduce onebit-adam --model mini --device wgpu
+#                      --steps N --print-commands` for N = 1000, 800, …, 100
+# Everything it measures goes to $OUT as it happens (the device tool returns $OUT).
 set -u
 T0=$(date +%s)
 DEADLINE=${DEADLINE:-540}         # seconds from the start the whole script must end by
