@@ -138,6 +138,43 @@ fn pretrain_takes_every_bert_preset() {
     }
 }
 
+/// `reproduce onebit-adam --model P --print-commands`: every preset terse
+/// has reaches each variant's command line (after terse resolved each
+/// variant's config), and one it lacks is refused by terse, with its list.
+#[test]
+fn reproduce_takes_every_bert_preset() {
+    let print = |preset: &str| {
+        Command::new(env!("CARGO_BIN_EXE_xtask"))
+            .args(["reproduce", "onebit-adam", "--model", preset])
+            .arg("--print-commands")
+            .current_dir(workspace())
+            .env("NO_COLOR", "1")
+            .output()
+            .expect("the xtask binary runs")
+    };
+    for preset in BertPreset::ALL {
+        let output = print(preset.name());
+        let stdout = String::from_utf8_lossy(&output.stdout);
+        assert!(
+            output.status.success(),
+            "{}: {}",
+            preset.name(),
+            String::from_utf8_lossy(&output.stderr)
+        );
+        let lines: Vec<&str> = stdout.lines().filter(|l| l.starts_with("terse ")).collect();
+        assert_eq!(lines.len(), 5, "{stdout}");
+        let set = format!("--set model.preset={} ", preset.name());
+        assert!(lines.iter().all(|l| l.contains(&set)), "{stdout}");
+    }
+    let output = print("huge");
+    assert!(!output.status.success());
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        stderr.contains("unknown variant `huge`") && stderr.contains("`xlarge`"),
+        "{stderr}"
+    );
+}
+
 #[test]
 fn finetune_takes_every_sentence_task_and_squad() {
     let mut tasks: Vec<String> = terse_train::tasks::STAND_IN_TASKS

@@ -55,6 +55,15 @@ impl Report {
         })
     }
 
+    /// `dir` as the report's place, neither created nor emptied:
+    /// `--print-commands` writes no report.
+    pub fn untouched(dir: &Path) -> Self {
+        Self {
+            dir: dir.to_path_buf(),
+            replay: false,
+        }
+    }
+
     /// Whether this is a committed report re-checked by `--from-results`.
     pub fn replaying(&self) -> bool {
         self.replay
