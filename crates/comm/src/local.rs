@@ -4,7 +4,14 @@
 //! behaviour depends on N through error feedback and masking, so N must be
 //! real). Every collective posts this rank's buffer in its own slot, meets
 //! the others at a barrier, reads what it needs from the other slots, and
-//! meets them again before any slot is reused. Allreduce reduces one chunk
+//! meets them again before any slot is reused. A slot holds a pointer to the
+//! poster's own buffer, not a copy: the poster stays inside the collective
+//! until the others have read it (the second meeting), and on the way out
+//! takes its slot's write lock and clears the pointer, which waits for any
+//! reader still holding the read lock (a failed meeting returns early). A
+//! copy would cost every rank a memset and a memcpy of the whole buffer per
+//! call: for 4 ranks allreducing BERT-mini's 45 MB gradient, ~40% of the
+//! collective's memory traffic. Allreduce reduces one chunk
 //! per rank (in rank order, so every rank gets the same bits) and then
 //! gathers the chunks, so each rank touches O(B) bytes, not O(n·B).
 //!
@@ -31,16 +38,49 @@ struct Slot {
     root: usize,
     /// Elements in the posted call, compared across ranks.
     len: usize,
-    /// The posted bytes, stored in words so f32 views are aligned.
-    words: Vec<u32>,
-    bytes: usize,
+    /// The poster's buffer, readable until the poster leaves the collective.
+    posted: Posted,
     /// Allreduce: this rank's reduced chunk.
     reduced: Vec<f32>,
 }
 
+/// A borrowed buffer of another thread, published for the span of one
+/// collective (see the module comment for why it outlives every read).
+#[derive(Clone, Copy)]
+struct Posted {
+    ptr: *const u8,
+    len: usize,
+}
+
+impl Default for Posted {
+    fn default() -> Self {
+        Self {
+            ptr: std::ptr::null(),
+            len: 0,
+        }
+    }
+}
+
+// SAFETY: the pointer is only dereferenced under the slot's read lock while
+// its owner is still inside the collective that posted it (the owner clears
+// it under the write lock before it leaves), so the bytes it names are alive
+// and not written for as long as a reader holds it.
+unsafe impl Send for Posted {}
+unsafe impl Sync for Posted {}
+
 impl Slot {
-    fn data(&self) -> &[u8] {
-        &bytemuck::cast_slice(&self.words)[..self.bytes]
+    /// The posted bytes; `Err` once the poster has left the collective
+    /// (only after a failed meeting).
+    fn data(&self, rank: usize) -> Result<&[u8], CommError> {
+        if self.posted.ptr.is_null() {
+            if self.posted.len == 0 {
+                return Ok(&[]);
+            }
+            return Err(peer_failed(rank, "left the collective"));
+        }
+        // SAFETY: see `Posted`: the owner is inside this collective and does
+        // not write the buffer until every reader has released the lock.
+        Ok(unsafe { std::slice::from_raw_parts(self.posted.ptr, self.posted.len) })
     }
 }
 
@@ -192,10 +232,10 @@ impl LocalComm {
         slot.kind = Some(kind);
         slot.root = root;
         slot.len = len;
-        slot.words.clear();
-        slot.words.resize(data.len().div_ceil(4), 0);
-        slot.bytes = data.len();
-        bytemuck::cast_slice_mut(&mut slot.words)[..data.len()].copy_from_slice(data);
+        slot.posted = Posted {
+            ptr: data.as_ptr(),
+            len: data.len(),
+        };
     }
 
     /// Meets, checks that every rank made the same call, runs `read` (unless
@@ -206,10 +246,20 @@ impl LocalComm {
         kind: Collective,
         read: impl FnOnce() -> Result<(), CommError>,
     ) -> Result<(), CommError> {
-        self.meet(kind.name())?;
-        let result = self.check_same_call().and_then(|()| read());
-        self.meet(kind.name())?;
+        let result = self.meet(kind.name()).and_then(|()| {
+            let result = self.check_same_call().and_then(|()| read());
+            self.meet(kind.name()).and(result)
+        });
+        self.withdraw();
         result
+    }
+
+    /// Unpublishes this rank's posted buffer; the write lock waits for any
+    /// rank still reading it. A withdrawn slot of non-zero length reads as
+    /// an error, so a rank that comes late after a failure cannot read freed
+    /// memory.
+    fn withdraw(&self) {
+        self.my_slot().posted.ptr = std::ptr::null();
     }
 
     /// Compares every rank's call with rank 0's, so all ranks reach the
@@ -308,12 +358,21 @@ impl Communicator for LocalComm {
             bytemuck::cast_slice(buf),
         );
         self.finish(Collective::Allreduce, || {
-            let mut acc = vec![0.0f32; mine.len()];
+            // Last call's chunk buffer, reused: nobody reads it any more
+            // (every rank finished that gather before this call's meeting).
+            let mut acc = std::mem::take(&mut self.my_slot().reduced);
+            acc.clear();
             for rank in 0..n {
                 let slot = self.slot(rank);
-                let theirs: &[f32] = bytemuck::cast_slice(slot.data());
-                for (a, &x) in acc.iter_mut().zip(&theirs[mine.clone()]) {
-                    *a += x;
+                let theirs: &[f32] = bytemuck::cast_slice(slot.data(rank)?);
+                let theirs = &theirs[mine.clone()];
+                if rank == 0 {
+                    // 0 + x as the sum from zero has it (-0 becomes +0).
+                    acc.extend(theirs.iter().map(|&x| 0.0 + x));
+                } else {
+                    for (a, &x) in acc.iter_mut().zip(theirs) {
+                        *a += x;
+                    }
                 }
             }
             if op == ReduceOp::Mean {
@@ -338,7 +397,7 @@ impl Communicator for LocalComm {
         self.post(Collective::Broadcast, root, buf.len() / width.bytes(), data);
         self.finish(Collective::Broadcast, || {
             if self.rank != root {
-                buf.copy_from_slice(self.slot(root).data());
+                buf.copy_from_slice(self.slot(root).data(root)?);
             }
             Ok(())
         })
@@ -350,7 +409,7 @@ impl Communicator for LocalComm {
         self.finish(Collective::AllGather, || {
             if c > 0 {
                 for (rank, out) in recv.chunks_mut(c).enumerate() {
-                    out.copy_from_slice(self.slot(rank).data());
+                    out.copy_from_slice(self.slot(rank).data(rank)?);
                 }
             }
             Ok(())
@@ -365,7 +424,8 @@ impl Communicator for LocalComm {
         self.finish(Collective::AllToAll, || {
             for rank in 0..n {
                 let slot = self.slot(rank);
-                recv[rank * c..(rank + 1) * c].copy_from_slice(&slot.data()[me * c..(me + 1) * c]);
+                recv[rank * c..(rank + 1) * c]
+                    .copy_from_slice(&slot.data(rank)?[me * c..(me + 1) * c]);
             }
             Ok(())
         })

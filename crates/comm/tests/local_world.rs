@@ -3,6 +3,9 @@
 //! mismatch detection, compressed and sparse allreduce bit-identical to a
 //! second world) for 1, 2, 3, 4 and 8 ranks; and failure: a rank that
 //! panics, errors or never arrives makes every other rank fail promptly.
+//! Ranks read each other's buffers in place (no copy is posted), so a test
+//! also frees every buffer the moment its call returns and checks what the
+//! next calls read.
 
 use std::time::{Duration, Instant};
 
@@ -42,6 +45,60 @@ fn allreduce_sums_in_rank_order_and_agrees_everywhere() {
             assert_eq!(got.to_bits(), want.to_bits(), "n {n} element {i}");
         }
         assert!(results.windows(2).all(|w| w[0] == w[1]), "ranks disagree");
+    }
+}
+
+#[test]
+fn buffers_freed_after_each_call_are_never_read_again() {
+    // Each call gets a fresh buffer of a new length and content, dropped as
+    // soon as the call returns: a rank reading a stale or freed buffer would
+    // see another call's values (or crash) and fail the exact comparison.
+    let n = 4;
+    let results = LocalComm::run(n, Duration::from_secs(60), |comm| {
+        let r = comm.rank();
+        for call in 0..200usize {
+            let len = 1 + (call * 7919) % 5000;
+            let value = |rank: usize, i: usize| (rank * 1_000_003 + call * 31 + i) as f32;
+            let mut sum: Vec<f32> = (0..len).map(|i| value(r, i)).collect();
+            comm.allreduce_f32(&mut sum, ReduceOp::Sum).unwrap();
+            for (i, &got) in sum.iter().enumerate() {
+                let mut want = 0.0f32;
+                for rank in 0..n {
+                    want += value(rank, i);
+                }
+                assert_eq!(got.to_bits(), want.to_bits(), "call {call} element {i}");
+            }
+            drop(sum);
+            let send: Vec<u32> = (0..len as u32).map(|i| i ^ (r as u32) << 24).collect();
+            let mut all = vec![0u32; len * n];
+            comm.all_gather_u32(&send, &mut all).unwrap();
+            drop(send);
+            for (rank, part) in all.chunks(len).enumerate() {
+                assert!(
+                    part.iter()
+                        .enumerate()
+                        .all(|(i, &w)| w == (i as u32) ^ (rank as u32) << 24),
+                    "call {call}: rank {rank}'s part"
+                );
+            }
+        }
+        // Rank 2 fails between calls; the others' next call must report it,
+        // not read the buffer it no longer has.
+        if r == 2 {
+            comm.abort("stopped on purpose");
+            return Err(CommError::PeerFailed {
+                rank: 2,
+                reason: "self".into(),
+            });
+        }
+        let mut buf = vec![1.0f32; 4096];
+        comm.allreduce_f32(&mut buf, ReduceOp::Sum)
+    });
+    for (rank, result) in results.into_iter().enumerate() {
+        let err = result.expect("no rank panics").unwrap_err();
+        if rank != 2 {
+            assert_eq!(err.to_string(), "rank 2 failed: stopped on purpose");
+        }
     }
 }
 
