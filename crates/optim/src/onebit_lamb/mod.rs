@@ -240,18 +240,24 @@ impl OneBitLamb {
         if self.basic {
             accumulate_momentum(c.moments.beta_1, &mut self.m, g);
         } else {
-            self.m_last.copy_from_slice(&self.m);
-            scaled_momentum(layout, c.moments.beta_1, &self.k, &mut self.m, g);
+            scaled_momentum(
+                layout,
+                c.moments.beta_1,
+                &self.k,
+                &mut self.m,
+                &mut self.m_last,
+                g,
+            );
         }
         let start = Instant::now();
         self.allreduce.allreduce_mean(ctx.comm, &mut self.m)?;
         let comm_time = start.elapsed();
-        mask_momentum(&mut self.m, &self.v);
         let moments = Moments::frozen(&c.moments, c.bias_correction, ctx.t, t_w);
         let lrs: Vec<f64> = if self.basic {
+            mask_momentum(&mut self.m, &self.v);
             self.c_avg.iter().map(|c_avg| ctx.lr * c_avg).collect()
         } else {
-            unscale(layout, &self.k, &mut self.m);
+            // Masks and unscales m in the same pass.
             let ratios = self.fresh_variance(layout, &moments);
             ratios
                 .iter()
@@ -268,8 +274,11 @@ impl OneBitLamb {
         Ok(comm_time)
     }
 
-    /// Updates v_fresh from the reconstructed gradient and returns each
-    /// segment's clipped ratio r (also kept as r_prev).
+    /// Masks the synchronised momentum where the frozen v is zero and
+    /// unscales it (`m /= k_p`), updates v_fresh from the reconstructed
+    /// gradient and returns each segment's clipped ratio r (also kept as
+    /// r_prev). One pass: mask, unscale and ratio per element in the order
+    /// the three separate passes had, so the bits are the same.
     fn fresh_variance(&mut self, layout: &ParamLayout, moments: &Moments) -> Vec<f64> {
         let c = &self.config;
         let (b1, b2) = (c.moments.beta_1 as f32, c.moments.beta_2 as f32);
@@ -279,7 +288,7 @@ impl OneBitLamb {
         );
         let eps = c.moments.eps as f32;
         let variance = c.ratio == RatioKind::Variance;
-        let ms = split_segments(layout, &self.m);
+        let ms = split_segments_mut(layout, &mut self.m);
         let lasts = split_segments(layout, &self.m_last);
         let vs = split_segments(layout, &self.v);
         let fresh = split_segments_mut(layout, &mut self.v_fresh);
@@ -288,17 +297,24 @@ impl OneBitLamb {
                 .zip(lasts)
                 .zip(vs)
                 .zip(fresh)
-                .map(|(((m, last), v), fresh)| {
-                    m.par_chunks(CHUNK)
+                .zip(&self.k)
+                .map(|((((m, last), v), fresh), &k)| {
+                    let k = k as f32;
+                    m.par_chunks_mut(CHUNK)
                         .zip(last.par_chunks(CHUNK))
                         .zip(v.par_chunks(CHUNK))
                         .zip(fresh.par_chunks_mut(CHUNK))
                         .map(|(((m, last), v), fresh)| {
                             with_avx(|| {
                                 let mut r = 0.0f32;
-                                for (((&m, &last), &v), fresh) in
-                                    m.iter().zip(last).zip(v).zip(fresh.iter_mut())
+                                for (((m, &last), &v), fresh) in
+                                    m.iter_mut().zip(last).zip(v).zip(fresh.iter_mut())
                                 {
+                                    if v == 0.0 {
+                                        *m = 0.0;
+                                    }
+                                    *m /= k;
+                                    let m = *m;
                                     let g = (m - b1 * last) * inv_one_minus_b1;
                                     *fresh = b2 * *fresh + one_minus_b2 * g * g;
                                     let ratio = if variance {
@@ -355,33 +371,37 @@ impl OneBitLamb {
     }
 }
 
-/// `m = (β1·m + (1-β1)·g)·k_p` per segment.
-fn scaled_momentum(layout: &ParamLayout, beta_1: f64, k: &[f64], m: &mut [f32], g: &[f32]) {
+/// `last = m`, then `m = (β1·m + (1-β1)·g)·k_p` per segment, in one pass.
+fn scaled_momentum(
+    layout: &ParamLayout,
+    beta_1: f64,
+    k: &[f64],
+    m: &mut [f32],
+    last: &mut [f32],
+    g: &[f32],
+) {
     let (b1, one_minus) = (beta_1 as f32, (1.0 - beta_1) as f32);
     let ms = split_segments_mut(layout, m);
+    let lasts = split_segments_mut(layout, last);
     let gs = split_segments(layout, g);
-    ms.into_par_iter().zip(gs).zip(k).for_each(|((m, g), &k)| {
-        let k = k as f32;
-        m.par_chunks_mut(CHUNK)
-            .zip(g.par_chunks(CHUNK))
-            .for_each(|(m, g)| {
-                with_avx(|| {
-                    for (m, &g) in m.iter_mut().zip(g) {
-                        *m = (b1 * *m + one_minus * g) * k;
-                    }
-                })
-            });
-    });
-}
-
-/// `m = m / k_p` per segment.
-fn unscale(layout: &ParamLayout, k: &[f64], m: &mut [f32]) {
-    let ms = split_segments_mut(layout, m);
-    ms.into_par_iter().zip(k).for_each(|(m, &k)| {
-        let k = k as f32;
-        m.par_chunks_mut(CHUNK)
-            .for_each(|m| with_avx(|| m.iter_mut().for_each(|m| *m /= k)));
-    });
+    ms.into_par_iter()
+        .zip(lasts)
+        .zip(gs)
+        .zip(k)
+        .for_each(|(((m, last), g), &k)| {
+            let k = k as f32;
+            m.par_chunks_mut(CHUNK)
+                .zip(last.par_chunks_mut(CHUNK))
+                .zip(g.par_chunks(CHUNK))
+                .for_each(|((m, last), g)| {
+                    with_avx(|| {
+                        for ((m, last), &g) in m.iter_mut().zip(last).zip(g) {
+                            *last = *m;
+                            *m = (b1 * *m + one_minus * g) * k;
+                        }
+                    })
+                });
+        });
 }
 
 impl FlatOptimizer for OneBitLamb {
