@@ -22,7 +22,10 @@ use std::slice;
 use burn::module::{Module, ModuleMapper, ModuleVisitor, Param};
 use burn::tensor::{Device, Gradients, Tensor, TensorData};
 
+use rayon::prelude::*;
+
 use crate::layout::{Segment, is_trainable};
+use crate::parallel::CHUNK;
 use crate::{OptimError, ParamLayout};
 
 /// The module's trainable parameters are the layout's, path and shape.
@@ -76,12 +79,42 @@ pub fn add_grads_to_host<M: Module>(
     let mut visitor = HostGrads {
         grads,
         segments: layout.segments().iter(),
-        out,
-        overwrite,
+        taken: Vec::new(),
         error: None,
     };
     module.visit(&mut visitor);
-    visitor.error.map_or(Ok(()), Err)
+    if let Some(error) = visitor.error {
+        return Err(error);
+    }
+    // The copies run after the visit, split into chunks over the pool: the
+    // visit itself is serial, and one segment (the word embeddings) holds
+    // most of BERT's parameters. Each element is written once either way.
+    let mut outs = crate::parallel::split_segments_mut(layout, out);
+    let jobs: Vec<(&mut [f32], Option<&[f32]>)> = visitor
+        .taken
+        .iter()
+        .map(|(index, data)| {
+            let values = data
+                .as_ref()
+                .map(|d| d.as_slice::<f32>().expect("checked in the visit"));
+            (std::mem::take(&mut outs[*index]), values)
+        })
+        .collect();
+    jobs.into_par_iter().for_each(|(out, values)| match values {
+        None if overwrite => out.par_chunks_mut(CHUNK).for_each(|o| o.fill(0.0)),
+        None => {}
+        Some(values) => out
+            .par_chunks_mut(CHUNK)
+            .zip(values.par_chunks(CHUNK))
+            .for_each(|(o, v)| {
+                if overwrite {
+                    o.copy_from_slice(v);
+                } else {
+                    o.iter_mut().zip(v).for_each(|(o, v)| *o += v);
+                }
+            }),
+    });
+    Ok(())
 }
 
 /// Writes the host vector `flat` (in `layout` order) into `module`'s
@@ -95,11 +128,36 @@ pub fn write_back_host<M: Module>(
 ) -> Result<M, OptimError> {
     check_layout(layout, &module)?;
     check_length("flat parameters", layout, flat.len())?;
+    // Every segment copied first, in chunks over the pool (the map below is
+    // serial); the mapper then takes the copies in layout order.
+    let mut copies = layout
+        .segments()
+        .par_iter()
+        .map(|segment| parallel_copy(&flat[segment.range()]))
+        .collect::<Vec<_>>()
+        .into_iter();
     let mut mapper = WriteBack::new(|range: Range<usize>, device: &Device| {
-        let n = range.len();
-        Tensor::from_data(TensorData::new(flat[range].to_vec(), [n]), device)
+        let values = copies.next().expect("one copy per segment");
+        debug_assert_eq!(values.len(), range.len());
+        Tensor::from_data(TensorData::new(values, [range.len()]), device)
     });
     Ok(module.map(&mut mapper))
+}
+
+/// A copy of `src`, written in chunks over the pool without zeroing first.
+fn parallel_copy(src: &[f32]) -> Vec<f32> {
+    let mut copy = Vec::with_capacity(src.len());
+    copy.spare_capacity_mut()[..src.len()]
+        .par_chunks_mut(CHUNK)
+        .zip(src.par_chunks(CHUNK))
+        .for_each(|(dst, src)| {
+            for (d, &s) in dst.iter_mut().zip(src) {
+                d.write(s);
+            }
+        });
+    // SAFETY: the loop above initialised all `src.len()` elements.
+    unsafe { copy.set_len(src.len()) };
+    copy
 }
 
 /// Copies a 1-D float tensor to a host vector of f32.
@@ -132,8 +190,9 @@ impl ModuleVisitor for Gatherer {
 struct HostGrads<'a> {
     grads: &'a mut Gradients,
     segments: slice::Iter<'a, Segment>,
-    out: &'a mut [f32],
-    overwrite: bool,
+    /// Each segment's index and its gradient (`None`: the loss did not
+    /// reach it), copied out after the visit.
+    taken: Vec<(usize, Option<TensorData>)>,
     error: Option<OptimError>,
 }
 
@@ -143,33 +202,24 @@ impl ModuleVisitor for HostGrads<'_> {
         if !is_trainable(&tensor) {
             return;
         }
+        let index = self.taken.len();
         let segment = self.segments.next().expect("the layout was checked");
         if self.error.is_some() {
             return;
         }
-        let out = &mut self.out[segment.range()];
         let Some(grad) = tensor.grad_remove(self.grads) else {
-            if self.overwrite {
-                out.fill(0.0);
-            }
+            self.taken.push((index, None));
             return;
         };
         let data = grad.into_data();
-        let values = match data.as_slice::<f32>() {
-            Ok(values) => values,
-            Err(e) => {
-                self.error = Some(OptimError::TensorData {
-                    path: segment.path.clone(),
-                    detail: format!("{e:?}"),
-                });
-                return;
-            }
-        };
-        if self.overwrite {
-            out.copy_from_slice(values);
-        } else {
-            out.iter_mut().zip(values).for_each(|(o, v)| *o += v);
+        if let Err(e) = data.as_slice::<f32>() {
+            self.error = Some(OptimError::TensorData {
+                path: segment.path.clone(),
+                detail: format!("{e:?}"),
+            });
+            return;
         }
+        self.taken.push((index, Some(data)));
     }
 }
 

@@ -1,7 +1,9 @@
 //! The flat layout on a real nested burn module (a transformer-style block
 //! with Embedding, Linear, LayerNorm, nested structs and a Vec): paths,
 //! offsets, values and ids survive a gather / write-back round trip, and the
-//! written-back module trains on (a second backward pass reaches every parameter).
+//! written-back module trains on (a second backward pass reaches every parameter);
+//! gradients copied and accumulated into the flat buffer bit for bit, with
+//! zeros for a parameter the loss did not reach.
 
 use burn::module::{Module, ModuleVisitor, Param, ParamId};
 use burn::nn::{Embedding, EmbeddingConfig, LayerNorm, LayerNormConfig, Linear, LinearConfig};
@@ -205,4 +207,102 @@ fn write_back_refuses_a_module_of_another_shape() {
         }
         other => panic!("expected a layout mismatch, got {other:?}"),
     }
+}
+
+/// An embedding of more than one parallel chunk (40,000 values) and a
+/// linear head: the gradient copies split segments into chunks.
+#[derive(Module, Debug)]
+struct Wide {
+    embedding: Embedding,
+    head: Linear,
+}
+
+impl Wide {
+    fn new(device: &Device) -> Self {
+        Self {
+            embedding: EmbeddingConfig::new(5000, HIDDEN).init(device),
+            head: LinearConfig::new(HIDDEN, HIDDEN).init(device),
+        }
+    }
+
+    fn hidden(&self, device: &Device) -> Tensor<3> {
+        let tokens: Vec<i64> = (0..64).map(|i| (i * 997 % 5000) as i64).collect();
+        let tokens = Tensor::<2, Int>::from_data(TensorData::new(tokens, [4, 16]), device);
+        self.embedding.forward(tokens)
+    }
+
+    /// Reaches every parameter.
+    fn loss(&self, device: &Device) -> Tensor<1> {
+        let out = self.head.forward(self.hidden(device)).tanh();
+        (out.clone() * out).mean()
+    }
+
+    /// Reaches the embedding only.
+    fn embedding_loss(&self, device: &Device) -> Tensor<1> {
+        let h = self.hidden(device);
+        (h.clone() * h).sum()
+    }
+}
+
+/// Each trainable parameter's gradient in `grads` (zeros where none),
+/// concatenated in visit order: the reference the flat buffer must equal.
+struct ReferenceGrads<'a> {
+    grads: &'a Gradients,
+    out: Vec<f32>,
+}
+
+impl ModuleVisitor for ReferenceGrads<'_> {
+    fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<D>>) {
+        let tensor = param.val();
+        let n: usize = tensor.dims().iter().product();
+        match tensor.grad(self.grads) {
+            Some(grad) => self.out.extend(grad.into_data().iter::<f32>()),
+            None => self.out.extend(std::iter::repeat_n(0.0, n)),
+        }
+    }
+}
+
+fn reference_grads<M: Module>(module: &M, grads: &Gradients) -> Vec<f32> {
+    let mut visitor = ReferenceGrads {
+        grads,
+        out: Vec::new(),
+    };
+    module.visit(&mut visitor);
+    visitor.out
+}
+
+#[test]
+fn gradients_are_copied_and_accumulated_exactly_with_zeros_where_none_reached() {
+    let device = Device::flex().autodiff();
+    device.seed(5);
+    let module = Wide::new(&device);
+    let mut flat = FlatModel::gather(&module).unwrap();
+    let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+
+    let full = reference_grads(&module, &module.loss(&device).backward());
+    let embedding_only = reference_grads(&module, &module.embedding_loss(&device).backward());
+    let embedding_len = 5000 * HIDDEN;
+    assert!(embedding_only[embedding_len..].iter().all(|&g| g == 0.0));
+    assert!(embedding_only[..embedding_len].iter().any(|&g| g != 0.0));
+
+    // First micro-batch: the gradients, bit for bit.
+    let mut grads = module.loss(&device).backward();
+    flat.add_grads(&module, &mut grads, true).unwrap();
+    assert_eq!(bits(flat.grad().unwrap()), bits(&full));
+
+    // Second: added element by element; the head, which this loss does
+    // not reach, keeps the first micro-batch's gradient.
+    let mut grads = module.embedding_loss(&device).backward();
+    flat.add_grads(&module, &mut grads, false).unwrap();
+    let sum: Vec<f32> = full
+        .iter()
+        .zip(&embedding_only)
+        .map(|(a, b)| a + b)
+        .collect();
+    assert_eq!(bits(flat.grad().unwrap()), bits(&sum));
+
+    // Overwritten by a loss that misses the head: zeros there.
+    let mut grads = module.embedding_loss(&device).backward();
+    flat.add_grads(&module, &mut grads, true).unwrap();
+    assert_eq!(bits(flat.grad().unwrap()), bits(&embedding_only));
 }
