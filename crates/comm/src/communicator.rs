@@ -98,6 +98,52 @@ pub trait Communicator: Send + Sync {
         Ok(())
     }
 
+    /// Whether the ranks of this world run on the same cores (threads of one
+    /// process), so that work every rank repeats costs the machine
+    /// `world_size` times and is worth splitting between them
+    /// ([`Communicator::reduce_scatter_mean_f32`] and
+    /// [`Communicator::all_gather_ranges_f32`] are then cheap).
+    fn shares_cores(&self) -> bool {
+        false
+    }
+
+    /// The first half of an allreduce: rank `r` ends with the mean over
+    /// ranks in `buf[ranges[r]]`, with the same bits as
+    /// [`Communicator::allreduce_f32`] gives there; the rest of `buf` is
+    /// left unspecified. `ranges` are disjoint, one per rank, the same on
+    /// every rank. The default is the whole allreduce (and is counted as
+    /// one); a backend that shares cores counts half an allreduce of `buf`.
+    fn reduce_scatter_mean_f32(
+        &self,
+        buf: &mut [f32],
+        ranges: &[std::ops::Range<usize>],
+    ) -> Result<(), CommError> {
+        check_ranges(self, buf.len(), ranges)?;
+        self.allreduce_f32(buf, ReduceOp::Mean)
+    }
+
+    /// The second half: every rank's `buf[ranges[rank]]` copied into the
+    /// same range of every other rank's `buf`. The default all-gathers
+    /// padded copies (and is counted as that all-gather); a backend that
+    /// shares cores counts half an allreduce of `buf`.
+    fn all_gather_ranges_f32(
+        &self,
+        buf: &mut [f32],
+        ranges: &[std::ops::Range<usize>],
+    ) -> Result<(), CommError> {
+        check_ranges(self, buf.len(), ranges)?;
+        let width = ranges.iter().map(|r| r.len()).max().unwrap_or(0);
+        let mut send = vec![0.0f32; width];
+        let mine = ranges[self.rank()].clone();
+        send[..mine.len()].copy_from_slice(&buf[mine]);
+        let mut recv = vec![0.0f32; width * self.world_size()];
+        self.all_gather_f32(&send, &mut recv)?;
+        for (range, part) in ranges.iter().zip(recv.chunks(width.max(1))) {
+            buf[range.clone()].copy_from_slice(&part[..range.len()]);
+        }
+        Ok(())
+    }
+
     /// Copies `root`'s `buf` to every rank.
     fn broadcast_f32(&self, buf: &mut [f32], root: usize) -> Result<(), CommError> {
         broadcast(self, bytemuck::cast_slice_mut(buf), Width::Word, root)
@@ -249,4 +295,37 @@ fn all_to_all<C: Communicator + ?Sized>(
     comm.all_to_all_raw(send, recv, width)?;
     record(comm, Collective::AllToAll, 0, send.len(), start);
     Ok(())
+}
+
+/// `ranges` name one range of a `len`-element buffer per rank.
+pub(crate) fn check_ranges<C: Communicator + ?Sized>(
+    comm: &C,
+    len: usize,
+    ranges: &[std::ops::Range<usize>],
+) -> Result<(), CommError> {
+    if ranges.len() != comm.world_size() {
+        return Err(CommError::LengthMismatch {
+            op: "reduce_scatter / all_gather_ranges (one range per rank)",
+            expected: comm.world_size(),
+            actual: ranges.len(),
+        });
+    }
+    match ranges.iter().find(|r| r.start > r.end || r.end > len) {
+        Some(bad) => Err(CommError::LengthMismatch {
+            op: "reduce_scatter / all_gather_ranges (a range beyond the buffer)",
+            expected: len,
+            actual: bad.end,
+        }),
+        None => Ok(()),
+    }
+}
+
+/// Counts half an allreduce of `elements` f32 (each half of a
+/// reduce-scatter + all-gather pair).
+pub(crate) fn record_half_allreduce<C: Communicator + ?Sized>(
+    comm: &C,
+    elements: usize,
+    start: Instant,
+) {
+    record(comm, Collective::Allreduce, 0, 2 * elements, start);
 }

@@ -20,10 +20,11 @@
 //! entering a collective gets [`CommError::PeerFailed`] at once. A rank that
 //! simply never arrives is reported after the world's timeout.
 
+use std::ops::Range;
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, RwLock};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
-use crate::communicator::Width;
+use crate::communicator::{Width, check_ranges, record_half_allreduce};
 use crate::traffic::{Collective, TrafficMeter};
 use crate::watchdog::{Deadline, Wait};
 use crate::{CommError, Communicator, ReduceOp};
@@ -82,6 +83,25 @@ impl Slot {
         // not write the buffer until every reader has released the lock.
         Ok(unsafe { std::slice::from_raw_parts(self.posted.ptr, self.posted.len) })
     }
+
+    /// `range` (in f32 elements) of the posted buffer, without a view of
+    /// the rest: in [`Communicator::all_gather_ranges_f32`] the owner
+    /// writes the other ranges of its buffer meanwhile.
+    fn f32_range(&self, rank: usize, range: Range<usize>) -> Result<&[f32], CommError> {
+        if self.posted.ptr.is_null() {
+            return Err(peer_failed(rank, "left the collective"));
+        }
+        assert!(
+            range.end * 4 <= self.posted.len,
+            "checked against the posted length"
+        );
+        // SAFETY: as in `data`, for a part of the buffer the owner does not
+        // write during this collective (its own range); f32 alignment comes
+        // from the owner's `&mut [f32]`.
+        Ok(unsafe {
+            std::slice::from_raw_parts(self.posted.ptr.cast::<f32>().add(range.start), range.len())
+        })
+    }
 }
 
 #[derive(Default)]
@@ -107,6 +127,9 @@ pub struct LocalComm {
     meter: TrafficMeter,
     /// How long this rank waits for the others in one collective.
     deadline: Deadline,
+    /// What [`Communicator::shares_cores`] answers (true but in tests that
+    /// compare with the unsplit step).
+    shares_cores: bool,
 }
 
 impl LocalComm {
@@ -135,8 +158,17 @@ impl LocalComm {
                 shared: Arc::clone(&shared),
                 meter: TrafficMeter::default(),
                 deadline: Deadline::new(timeout),
+                shares_cores: true,
             })
             .collect()
+    }
+
+    /// This rank, answering that its world does not share cores: optimizers
+    /// then repeat their update on every rank instead of splitting it, as
+    /// they do across machines (for tests that compare the two).
+    pub fn unshared(mut self) -> Self {
+        self.shares_cores = false;
+        self
     }
 
     /// Runs `body` on every rank of a new world, one thread each owning its
@@ -147,7 +179,15 @@ impl LocalComm {
         timeout: Duration,
         body: impl Fn(&LocalComm) -> R + Sync,
     ) -> Vec<std::thread::Result<R>> {
-        let world = Self::world_with_timeout(world_size, timeout);
+        Self::run_in(Self::world_with_timeout(world_size, timeout), body)
+    }
+
+    /// [`LocalComm::run`] on the ranks of `world` (e.g. made
+    /// [`LocalComm::unshared`]).
+    pub fn run_in<R: Send>(
+        world: Vec<LocalComm>,
+        body: impl Fn(&LocalComm) -> R + Sync,
+    ) -> Vec<std::thread::Result<R>> {
         std::thread::scope(|scope| {
             let handles: Vec<_> = world
                 .into_iter()
@@ -225,17 +265,49 @@ impl LocalComm {
             .unwrap_or_else(|p| p.into_inner())
     }
 
+    /// The read phase of an allreduce: `range` of every rank's posted f32
+    /// buffer summed in rank order (from zero), scaled for a mean, into
+    /// this rank's `reduced`.
+    fn reduce_into_slot(&self, range: &Range<usize>, op: ReduceOp) -> Result<(), CommError> {
+        // Last call's buffer, reused: nobody reads it any more (every rank
+        // finished that gather before this call's meeting).
+        let mut acc = std::mem::take(&mut self.my_slot().reduced);
+        acc.clear();
+        for rank in 0..self.world_size {
+            let slot = self.slot(rank);
+            let theirs: &[f32] = bytemuck::cast_slice(slot.data(rank)?);
+            let theirs = &theirs[range.clone()];
+            if rank == 0 {
+                // 0 + x as the sum from zero has it (-0 becomes +0).
+                acc.extend(theirs.iter().map(|&x| 0.0 + x));
+            } else {
+                for (a, &x) in acc.iter_mut().zip(theirs) {
+                    *a += x;
+                }
+            }
+        }
+        if op == ReduceOp::Mean {
+            let inv = 1.0 / self.world_size as f32;
+            acc.iter_mut().for_each(|a| *a *= inv);
+        }
+        self.my_slot().reduced = acc;
+        Ok(())
+    }
+
     /// Posts this rank's call: its kind, root, length in elements (compared
     /// across ranks) and the data others will read.
     fn post(&self, kind: Collective, root: usize, len: usize, data: &[u8]) {
+        self.post_raw(kind, root, len, data.as_ptr(), data.len());
+    }
+
+    /// [`LocalComm::post`] of `bytes` bytes at `ptr`, for a buffer this rank
+    /// itself writes (through the same pointer) during the collective.
+    fn post_raw(&self, kind: Collective, root: usize, len: usize, ptr: *const u8, bytes: usize) {
         let mut slot = self.my_slot();
         slot.kind = Some(kind);
         slot.root = root;
         slot.len = len;
-        slot.posted = Posted {
-            ptr: data.as_ptr(),
-            len: data.len(),
-        };
+        slot.posted = Posted { ptr, len: bytes };
     }
 
     /// Meets, checks that every rank made the same call, runs `read` (unless
@@ -357,31 +429,7 @@ impl Communicator for LocalComm {
             buf.len(),
             bytemuck::cast_slice(buf),
         );
-        self.finish(Collective::Allreduce, || {
-            // Last call's chunk buffer, reused: nobody reads it any more
-            // (every rank finished that gather before this call's meeting).
-            let mut acc = std::mem::take(&mut self.my_slot().reduced);
-            acc.clear();
-            for rank in 0..n {
-                let slot = self.slot(rank);
-                let theirs: &[f32] = bytemuck::cast_slice(slot.data(rank)?);
-                let theirs = &theirs[mine.clone()];
-                if rank == 0 {
-                    // 0 + x as the sum from zero has it (-0 becomes +0).
-                    acc.extend(theirs.iter().map(|&x| 0.0 + x));
-                } else {
-                    for (a, &x) in acc.iter_mut().zip(theirs) {
-                        *a += x;
-                    }
-                }
-            }
-            if op == ReduceOp::Mean {
-                let inv = 1.0 / n as f32;
-                acc.iter_mut().for_each(|a| *a *= inv);
-            }
-            self.my_slot().reduced = acc;
-            Ok(())
-        })?;
+        self.finish(Collective::Allreduce, || self.reduce_into_slot(&mine, op))?;
         // Posting never touches `reduced`, and a rank writes its `reduced`
         // again only after every rank has posted its next call, i.e. after
         // every rank has finished this gather.
@@ -429,6 +477,80 @@ impl Communicator for LocalComm {
             }
             Ok(())
         })
+    }
+
+    fn shares_cores(&self) -> bool {
+        self.shares_cores && self.world_size > 1
+    }
+
+    /// The allreduce's reduction of one range per rank, without its gather.
+    fn reduce_scatter_mean_f32(
+        &self,
+        buf: &mut [f32],
+        ranges: &[Range<usize>],
+    ) -> Result<(), CommError> {
+        check_ranges(self, buf.len(), ranges)?;
+        let start = Instant::now();
+        let mine = ranges[self.rank].clone();
+        self.post(
+            Collective::Allreduce,
+            0,
+            buf.len(),
+            bytemuck::cast_slice(buf),
+        );
+        self.finish(Collective::Allreduce, || {
+            self.reduce_into_slot(&mine, ReduceOp::Mean)
+        })?;
+        // Nobody reads this rank's buffer after the second meeting.
+        buf[mine].copy_from_slice(&self.slot(self.rank).reduced);
+        record_half_allreduce(self, buf.len(), start);
+        Ok(())
+    }
+
+    /// Each rank copies the other ranks' ranges straight out of their
+    /// buffers. All access to this rank's buffer inside the collective goes
+    /// through one raw pointer: the others read its range while this rank
+    /// writes theirs.
+    fn all_gather_ranges_f32(
+        &self,
+        buf: &mut [f32],
+        ranges: &[Range<usize>],
+    ) -> Result<(), CommError> {
+        check_ranges(self, buf.len(), ranges)?;
+        let start = Instant::now();
+        let len = buf.len();
+        // `buf` stays borrowed, and is touched only through `ptr`, for the
+        // whole call.
+        let ptr = buf.as_mut_ptr();
+        self.post_raw(
+            Collective::AllGather,
+            0,
+            len,
+            ptr.cast_const().cast(),
+            4 * len,
+        );
+        self.finish(Collective::AllGather, || {
+            for (rank, range) in ranges.iter().enumerate() {
+                if rank == self.rank || range.is_empty() {
+                    continue;
+                }
+                let slot = self.slot(rank);
+                let theirs = slot.f32_range(rank, range.clone())?;
+                // SAFETY: `range` lies in `buf` (checked) and is rank
+                // `rank`'s, which no other rank writes and this rank does
+                // not read; the source is another thread's buffer.
+                unsafe {
+                    std::ptr::copy_nonoverlapping(
+                        theirs.as_ptr(),
+                        ptr.add(range.start),
+                        range.len(),
+                    );
+                }
+            }
+            Ok(())
+        })?;
+        record_half_allreduce(self, len, start);
+        Ok(())
     }
 
     fn barrier_raw(&self) -> Result<(), CommError> {

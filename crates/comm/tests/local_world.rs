@@ -49,6 +49,47 @@ fn allreduce_sums_in_rank_order_and_agrees_everywhere() {
 }
 
 #[test]
+fn reduce_scatter_then_all_gather_of_ranges_is_the_allreduce() {
+    // Uneven ranges, the first ones empty for 3 and 4 ranks.
+    for n in [2, 3, 4] {
+        let len = 1001;
+        let ranges: Vec<std::ops::Range<usize>> = (0..n)
+            .map(|r| r * r * len / (n * n)..(r + 1) * (r + 1) * len / (n * n))
+            .collect();
+        let results = LocalComm::run(n, Duration::from_secs(60), |comm| {
+            assert!(comm.shares_cores());
+            let r = comm.rank();
+            let values =
+                || -> Vec<f32> { (0..len).map(|i| r as f32 + 0.1 + i as f32 / 3.0).collect() };
+            let mut whole = values();
+            comm.allreduce_f32(&mut whole, ReduceOp::Mean).unwrap();
+            let mut halves = values();
+            comm.reduce_scatter_mean_f32(&mut halves, &ranges).unwrap();
+            let mine = ranges[r].clone();
+            let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+            assert_eq!(
+                bits(&halves[mine.clone()]),
+                bits(&whole[mine]),
+                "n {n} rank {r}"
+            );
+            comm.all_gather_ranges_f32(&mut halves, &ranges).unwrap();
+            assert_eq!(
+                bits(&halves),
+                bits(&whole),
+                "n {n} rank {r} after the gather"
+            );
+            // A range beyond the buffer is refused on every rank alike.
+            let mut bad = ranges.clone();
+            bad[n - 1].end = len + 1;
+            assert!(comm.all_gather_ranges_f32(&mut halves, &bad).is_err());
+        });
+        for result in results {
+            result.expect("no rank panics");
+        }
+    }
+}
+
+#[test]
 fn buffers_freed_after_each_call_are_never_read_again() {
     // Each call gets a fresh buffer of a new length and content, dropped as
     // soon as the call returns: a rank reading a stale or freed buffer would

@@ -1,7 +1,7 @@
 //! Adam with decoupled weight decay (AdamW), ALGORITHMS.md "Adam / AdamW";
 //! Kingma & Ba, Algorithm 1, with Loshchilov & Hutter's decoupled decay.
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use rayon::prelude::*;
 
@@ -12,6 +12,9 @@ use crate::device_flat::{DeviceState, allreduce_mean_device};
 use crate::eps_mode::check_has_compression_stage;
 use crate::moments::{Moments, with_eps_mode};
 use crate::parallel::{CHUNK, split_segments, split_segments_mut, with_avx};
+use terse_comm::Communicator;
+
+use crate::shard::{Shard, gather_partial_state, unit_slices, unit_slices_mut};
 use crate::step::{FlatOptimizer, StepContext, allreduce_mean_gradient};
 use crate::{DeviceFlat, MomentConfig, OptimError, WithMoments};
 
@@ -59,6 +62,10 @@ pub struct Adam {
     v: Vec<f32>,
     /// m and v on the device, between device steps.
     device: Option<DeviceState>,
+    /// The split of the step between ranks that share cores.
+    shard: Option<Shard>,
+    /// m and v are current only in this rank's part of `shard`.
+    partial: bool,
 }
 
 impl Adam {
@@ -69,6 +76,8 @@ impl Adam {
             m: vec![0.0; d],
             v: vec![0.0; d],
             device: None,
+            shard: None,
+            partial: false,
         }
     }
 }
@@ -80,6 +89,10 @@ impl FlatOptimizer for Adam {
         x: &mut [f32],
         g: &mut [f32],
     ) -> Result<Duration, OptimError> {
+        if let Some(shard) = Shard::for_step(&mut self.shard, ctx) {
+            self.partial = true;
+            return adam_step_sharded(&self.config, ctx, shard, x, &mut self.m, &mut self.v, g);
+        }
         let comm_time = allreduce_mean_gradient(ctx.comm, g)?;
         adam_step(&self.config, ctx, x, &mut self.m, &mut self.v, g);
         Ok(comm_time)
@@ -90,7 +103,18 @@ impl FlatOptimizer for Adam {
     }
 
     fn state_mut(&mut self) -> Vec<(&'static str, &mut [f32])> {
+        // Loaded whole.
+        self.partial = false;
         vec![("m", &mut self.m), ("v", &mut self.v)]
+    }
+
+    fn state_is_partial(&self) -> bool {
+        self.partial
+    }
+
+    fn sync_state(&mut self, comm: &dyn Communicator) -> Result<(), OptimError> {
+        let buffers: &mut [&mut [f32]] = &mut [&mut self.m, &mut self.v];
+        gather_partial_state(comm, self.shard.as_ref(), &mut self.partial, buffers)
     }
 
     fn supports_device(&self) -> bool {
@@ -183,6 +207,47 @@ pub(crate) fn adam_step(
                     });
             })
     });
+}
+
+/// [`adam_step`] split between ranks that share cores (see
+/// [`crate::shard`]): the gradient reduce-scattered, the update applied to
+/// this rank's chunks, the parameters all-gathered. The same bits as the
+/// allreduce and [`adam_step`] (the update is element-wise); `m` and `v` are
+/// current only in this rank's chunks afterwards. `g` is this rank's local
+/// gradient. Returns the time spent in collectives.
+pub(crate) fn adam_step_sharded(
+    c: &AdamConfig,
+    ctx: &StepContext<'_>,
+    shard: &Shard,
+    x: &mut [f32],
+    m: &mut [f32],
+    v: &mut [f32],
+    g: &mut [f32],
+) -> Result<Duration, OptimError> {
+    let ranges = shard.ranges();
+    let clock = Instant::now();
+    ctx.comm.reduce_scatter_mean_f32(g, &ranges)?;
+    let mut comm_time = clock.elapsed();
+    let moments = Moments::new(&c.moments, c.bias_correction, ctx.t);
+    let lr = ctx.lr as f32;
+    let weight_decay = c.moments.weight_decay as f32;
+    let segments = ctx.layout.segments();
+    let mine = shard.mine();
+    with_eps_mode!(c.moments.eps_mode, INSIDE => {
+        mine.par_iter()
+            .zip(unit_slices_mut(x, mine))
+            .zip(unit_slices_mut(m, mine))
+            .zip(unit_slices_mut(v, mine))
+            .zip(unit_slices(g, mine))
+            .for_each(|((((unit, x), m), v), g)| {
+                let wd = if segments[unit.segment].decay { weight_decay } else { 0.0 };
+                with_avx(|| adam_update::<INSIDE>(&moments, lr, wd, x, m, v, g))
+            })
+    });
+    let clock = Instant::now();
+    ctx.comm.all_gather_ranges_f32(x, &ranges)?;
+    comm_time += clock.elapsed();
+    Ok(comm_time)
 }
 
 /// The fused Adam update of one chunk: moments, direction and parameter in a

@@ -115,6 +115,12 @@ impl FreezePoint {
         self.step == Some(t)
     }
 
+    /// Whether the freeze step is still to be found from ‖v‖₁ (which then
+    /// has to be read whole after every warmup step).
+    pub(crate) fn is_auto(&self) -> bool {
+        self.auto.is_some()
+    }
+
     /// Warmup up to and including `T_w`, compression after.
     pub(crate) fn stage(&self, t: u64) -> Stage {
         match self.step {

@@ -5,7 +5,7 @@
 //! ‖u‖²; the second recomputes u from the stored moments (cheaper than keeping a
 //! d-sized buffer of u between the passes) and applies `x -= lr·c·u`.
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use rayon::prelude::*;
 
@@ -18,6 +18,9 @@ use crate::moments::{Moments, with_eps_mode};
 use crate::parallel::{
     CHUNK, chunk_sum_of_squares, split_segments, split_segments_mut, sum_of_squares, with_avx,
 };
+use terse_comm::Communicator;
+
+use crate::shard::{Shard, gather_partial_state, unit_slices, unit_slices_mut};
 use crate::step::{FlatOptimizer, StepContext, allreduce_mean_gradient};
 use crate::{DeviceFlat, MomentConfig, OptimError, Segment, WithMoments};
 
@@ -78,6 +81,10 @@ pub struct Lamb {
     v: Vec<f32>,
     /// m and v on the device, between device steps.
     device: Option<DeviceState>,
+    /// The split of the step between ranks that share cores.
+    shard: Option<Shard>,
+    /// m and v are current only in this rank's part of `shard`.
+    partial: bool,
 }
 
 impl Lamb {
@@ -88,6 +95,8 @@ impl Lamb {
             m: vec![0.0; d],
             v: vec![0.0; d],
             device: None,
+            shard: None,
+            partial: false,
         }
     }
 }
@@ -124,6 +133,14 @@ impl FlatOptimizer for Lamb {
         x: &mut [f32],
         g: &mut [f32],
     ) -> Result<Duration, OptimError> {
+        if !self.config.grad_prenorm
+            && let Some(shard) = Shard::for_step(&mut self.shard, ctx)
+        {
+            let c = &self.config;
+            let (_, comm_time) = lamb_step_sharded(c, ctx, shard, x, &mut self.m, &mut self.v, g)?;
+            self.partial = true;
+            return Ok(comm_time);
+        }
         let comm_time = allreduce_mean_gradient(ctx.comm, g)?;
         lamb_step(&self.config, ctx, x, &mut self.m, &mut self.v, g);
         Ok(comm_time)
@@ -134,7 +151,18 @@ impl FlatOptimizer for Lamb {
     }
 
     fn state_mut(&mut self) -> Vec<(&'static str, &mut [f32])> {
+        // Loaded whole.
+        self.partial = false;
         vec![("m", &mut self.m), ("v", &mut self.v)]
+    }
+
+    fn state_is_partial(&self) -> bool {
+        self.partial
+    }
+
+    fn sync_state(&mut self, comm: &dyn Communicator) -> Result<(), OptimError> {
+        let buffers: &mut [&mut [f32]] = &mut [&mut self.m, &mut self.v];
+        gather_partial_state(comm, self.shard.as_ref(), &mut self.partial, buffers)
     }
 
     fn supports_device(&self) -> bool {
@@ -306,6 +334,117 @@ pub(crate) fn lamb_step(
             })
             .collect()
     })
+}
+
+/// [`lamb_step`] split between ranks that share cores (see
+/// [`crate::shard`]): the gradient reduce-scattered instead of allreduced,
+/// the moments and parameters updated in this rank's chunks only, each
+/// chunk's `(Σx², Σu²)` all-gathered so every rank folds each segment's
+/// norms in chunk order, as [`lamb_step`] does, and the parameters
+/// all-gathered. The same bits as the allreduce and [`lamb_step`]; `m` and
+/// `v` are current only in this rank's chunks afterwards. `g` is this
+/// rank's local gradient. Not for `grad_prenorm` (it needs the whole
+/// gradient's norm first). Returns the coefficients and the time spent in
+/// collectives.
+pub(crate) fn lamb_step_sharded(
+    c: &LambConfig,
+    ctx: &StepContext<'_>,
+    shard: &Shard,
+    x: &mut [f32],
+    m: &mut [f32],
+    v: &mut [f32],
+    g: &mut [f32],
+) -> Result<(Vec<Trust>, Duration), OptimError> {
+    debug_assert!(!c.grad_prenorm);
+    let comm = ctx.comm;
+    let ranges = shard.ranges();
+    let clock = Instant::now();
+    comm.reduce_scatter_mean_f32(g, &ranges)?;
+    let mut comm_time = clock.elapsed();
+
+    let moments = Moments::new(&c.moments, c.bias_correction, ctx.t);
+    let weight_decay = c.moments.weight_decay as f32;
+    let segments = ctx.layout.segments();
+    let decay = |segment: usize| {
+        if segments[segment].decay {
+            weight_decay
+        } else {
+            0.0
+        }
+    };
+    let mine = shard.mine();
+    let partials: Vec<(f64, f64)> = with_eps_mode!(c.moments.eps_mode, INSIDE => {
+        mine.par_iter()
+            .zip(unit_slices(x, mine))
+            .zip(unit_slices_mut(m, mine))
+            .zip(unit_slices_mut(v, mine))
+            .zip(unit_slices(g, mine))
+            .map(|((((unit, x), m), v), g)| {
+                let wd = decay(unit.segment);
+                with_avx(|| accumulate::<INSIDE>(&moments, wd, x, m, v, g))
+            })
+            .collect()
+    });
+
+    let clock = Instant::now();
+    let all = all_gather_partials(comm, shard, &partials)?;
+    comm_time += clock.elapsed();
+    // Each segment's sums from zero in chunk order, as `lamb_step` folds.
+    let mut sums = vec![(0.0f64, 0.0f64); segments.len()];
+    for (unit, (xx, uu)) in shard.units().iter().zip(all) {
+        let sum = &mut sums[unit.segment];
+        *sum = (sum.0 + xx, sum.1 + uu);
+    }
+    let trusts: Vec<Trust> = segments
+        .iter()
+        .zip(&sums)
+        .map(|(segment, &(xx, uu))| Trust::of_segment(c, segment, xx, uu))
+        .collect();
+
+    with_eps_mode!(c.moments.eps_mode, INSIDE => {
+        mine.par_iter()
+            .zip(unit_slices_mut(x, mine))
+            .zip(unit_slices(m, mine))
+            .zip(unit_slices(v, mine))
+            .for_each(|(((unit, x), m), v)| {
+                let scaled_lr = (ctx.lr * trusts[unit.segment].coefficient) as f32;
+                let wd = decay(unit.segment);
+                with_avx(|| apply::<INSIDE>(&moments, scaled_lr, wd, x, m, v))
+            })
+    });
+    let clock = Instant::now();
+    comm.all_gather_ranges_f32(x, &ranges)?;
+    comm_time += clock.elapsed();
+    Ok((trusts, comm_time))
+}
+
+/// Every rank's `(Σx², Σu²)` per unit, in unit order: each rank sends its
+/// own padded to the longest rank's count, as f64 bit patterns.
+fn all_gather_partials(
+    comm: &dyn Communicator,
+    shard: &Shard,
+    partials: &[(f64, f64)],
+) -> Result<Vec<(f64, f64)>, OptimError> {
+    let world = comm.world_size();
+    let width = (0..world)
+        .map(|r| shard.units_of(r).len())
+        .max()
+        .unwrap_or(0);
+    let mut send = vec![0.0f64; 2 * width];
+    for (slot, &(xx, uu)) in send.chunks_mut(2).zip(partials) {
+        slot.copy_from_slice(&[xx, uu]);
+    }
+    let mut recv = vec![0u32; 4 * width * world];
+    comm.all_gather_u32(bytemuck::cast_slice(&send), &mut recv)?;
+    let recv: Vec<f64> = bytemuck::pod_collect_to_vec(&recv);
+    Ok((0..world)
+        .flat_map(|r| {
+            let own = &recv[r * 2 * width..][..2 * shard.units_of(r).len()];
+            own.chunks_exact(2)
+                .map(|p| (p[0], p[1]))
+                .collect::<Vec<_>>()
+        })
+        .collect())
 }
 
 /// Pass 1 over a chunk: updates the moments, returns `(Σx², Σu²)` in f64.

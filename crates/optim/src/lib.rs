@@ -36,6 +36,7 @@ mod plan;
 mod registry;
 mod schedule;
 mod sgd;
+mod shard;
 mod slamb;
 mod state;
 mod step;

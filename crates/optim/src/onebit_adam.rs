@@ -10,13 +10,14 @@ use rayon::prelude::*;
 use serde::{Deserialize, Serialize};
 use terse_comm::ReduceOp;
 
-use crate::adam::{adam_step, adam_step_device};
+use crate::adam::{adam_step, adam_step_device, adam_step_sharded};
 use crate::config_check::NoOtherFields;
 use crate::device_flat::{DeviceState, allreduce_mean_device, mean_over_ranks};
 use crate::freeze::FreezePoint;
 use crate::kept_out::KeptOutAllreduce;
 use crate::moments::{Moments, with_eps_mode};
 use crate::parallel::{CHUNK, split_segments, split_segments_mut, with_avx};
+use crate::shard::{Shard, gather_partial_state};
 use crate::step::{FlatOptimizer, StepContext, allreduce_mean_gradient};
 use crate::{
     AdamConfig, CompressionConfig, DeviceFlat, EpsMode, MomentConfig, OptimError, ParamLayout,
@@ -94,6 +95,10 @@ pub struct OneBitAdam {
     freeze: FreezePoint,
     /// m, v and the worker error on the device, between device steps.
     device: Option<DeviceState>,
+    /// The split of warmup steps between ranks that share cores.
+    shard: Option<Shard>,
+    /// m and v are current only in this rank's part of `shard`.
+    partial: bool,
 }
 
 impl OneBitAdam {
@@ -123,6 +128,8 @@ impl OneBitAdam {
             config,
             variant,
             device: None,
+            shard: None,
+            partial: false,
         })
     }
 
@@ -283,10 +290,29 @@ impl FlatOptimizer for OneBitAdam {
                 Ok(comm_time)
             }
             _ => {
-                let comm_time = allreduce_mean_gradient(ctx.comm, g)?;
-                self.adam_step(ctx, x, g, false);
+                // Split between ranks that share cores, unless the freeze
+                // step is found from the whole v after each step.
+                let adam = self.adam_config(false);
+                let shard = match self.freeze.is_auto() {
+                    true => None,
+                    false => Shard::for_step(&mut self.shard, ctx),
+                };
+                let comm_time = match shard {
+                    Some(shard) => {
+                        self.partial = true;
+                        adam_step_sharded(&adam, ctx, shard, x, &mut self.m, &mut self.v, g)?
+                    }
+                    None => {
+                        let comm_time = allreduce_mean_gradient(ctx.comm, g)?;
+                        self.adam_step(ctx, x, g, false);
+                        comm_time
+                    }
+                };
                 let v = &self.v;
-                self.freeze.ends_warmup(ctx.t, || l1_norm(v), ctx.lr_warmup);
+                if self.freeze.ends_warmup(ctx.t, || l1_norm(v), ctx.lr_warmup) {
+                    // The compression stage reads m and v whole.
+                    self.sync_state(ctx.comm)?;
+                }
                 Ok(comm_time)
             }
         }
@@ -301,7 +327,18 @@ impl FlatOptimizer for OneBitAdam {
         ]
     }
 
+    fn state_is_partial(&self) -> bool {
+        self.partial
+    }
+
+    fn sync_state(&mut self, comm: &dyn terse_comm::Communicator) -> Result<(), OptimError> {
+        let buffers: &mut [&mut [f32]] = &mut [&mut self.m, &mut self.v];
+        gather_partial_state(comm, self.shard.as_ref(), &mut self.partial, buffers)
+    }
+
     fn state_mut(&mut self) -> Vec<(&'static str, &mut [f32])> {
+        // Loaded whole.
+        self.partial = false;
         let (worker, server) = self.allreduce.errors_mut();
         vec![
             ("m", &mut self.m),

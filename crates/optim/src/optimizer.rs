@@ -111,6 +111,13 @@ impl Optimizer {
         })
     }
 
+    /// Gathers state that steps split between ranks that share cores left
+    /// current only in each rank's part (see [`crate::FlatOptimizer::sync_state`]):
+    /// a collective, called by every rank before [`Optimizer::save`].
+    pub fn sync_state(&mut self, comm: &dyn Communicator) -> Result<(), OptimError> {
+        self.rule.sync_state(comm)
+    }
+
     /// Whether this optimizer steps device buffers ([`Optimizer::step_device`]);
     /// the others step host buffers only.
     pub fn supports_device(&self) -> bool {

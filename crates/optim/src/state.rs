@@ -21,7 +21,17 @@ const SCALAR: &str = "scalar.";
 impl Optimizer {
     /// Writes the state to `path` atomically (a temporary file in the same
     /// directory, synced, then renamed over `path`).
+    ///
+    /// After steps split between ranks that share cores, every rank must
+    /// first call [`Optimizer::sync_state`]; a partial state is refused.
     pub fn save(&mut self, path: &Path) -> Result<(), OptimError> {
+        if self.rule.state_is_partial() {
+            return Err(bad(
+                path,
+                "the state is current only in this rank's part (call sync_state on every rank first)"
+                    .into(),
+            ));
+        }
         // State kept on a device is copied back first (it stays there too).
         self.rule.state_to_host();
         let state = self.rule.state();

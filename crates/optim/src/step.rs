@@ -64,6 +64,20 @@ pub trait FlatOptimizer: Send {
     /// The same tensors, mutable, for loading.
     fn state_mut(&mut self) -> Vec<(&'static str, &mut [f32])>;
 
+    /// Whether steps split between ranks that share cores (see
+    /// [`crate::shard`]) left [`FlatOptimizer::state`] current only in this
+    /// rank's part.
+    fn state_is_partial(&self) -> bool {
+        false
+    }
+
+    /// Makes a partial state whole again: a collective, called by every
+    /// rank at the same point (before saving).
+    fn sync_state(&mut self, comm: &dyn Communicator) -> Result<(), OptimError> {
+        let _ = comm;
+        Ok(())
+    }
+
     /// Small state kept in f64 (per-segment coefficients, the freeze step,
     /// the auto-freeze history), named by role; any length.
     fn scalars(&self) -> Vec<(&'static str, Vec<f64>)> {

@@ -36,6 +36,9 @@ fn run_with_stop(
             opt.step_flat(&mut x, &mut g, comm).unwrap();
             if Some(t) == stop {
                 let path = dir.join(format!("rank{}.safetensors", comm.rank()));
+                // Local ranks split the warmup's update: the state is
+                // gathered whole before it is saved.
+                opt.sync_state(comm).unwrap();
                 opt.save(&path).unwrap();
                 opt = fresh();
                 opt.load(&path).unwrap();

@@ -2,7 +2,10 @@
 //! with its own gradient, step every optimizer; parameters are bit-identical
 //! on all ranks and bit-identical to one rank stepping on the mean gradient
 //! (summed in rank order, then scaled by 1/4, as the allreduce does); each
-//! step reports exactly one fp32 ring allreduce's bytes.
+//! step reports exactly one fp32 ring allreduce's bytes. Adam's and LAMB's
+//! steps are split between the ranks (local ranks share cores), which this
+//! checks bit for bit too, with their state gathered back before it is
+//! compared.
 
 mod common;
 
@@ -30,12 +33,14 @@ fn ranks_agree_and_match_the_mean_gradient_run() {
             .map(|_| (0..RANKS).map(|_| gradient(&mut rng)).collect())
             .collect();
 
+        let dir = tempfile::tempdir().unwrap();
         let world = LocalComm::world(RANKS);
-        let per_rank: Vec<Vec<f32>> = std::thread::scope(|scope| {
+        let per_rank: Vec<(Vec<f32>, Vec<Vec<f32>>)> = std::thread::scope(|scope| {
             let handles: Vec<_> = world
                 .iter()
                 .map(|comm| {
                     let (config, schedule, x0, grads) = (&config, &schedule, &x0, &grads);
+                    let dir = dir.path();
                     scope.spawn(move || {
                         let mut opt =
                             Optimizer::new(config.clone(), schedule.clone(), layout(), comm)
@@ -45,12 +50,28 @@ fn ranks_agree_and_match_the_mean_gradient_run() {
                             let mut g = step[comm.rank()].clone();
                             let report = opt.step_flat(&mut x, &mut g, comm).unwrap();
                             // One ring allreduce of the fp32 gradient per step.
+                            // LAMB and Adam split their update between local
+                            // ranks (they share cores): the allreduce's two
+                            // halves with the update between, and for LAMB
+                            // each chunk's two norms all-gathered.
                             let allreduce = report.traffic.of(Collective::Allreduce);
-                            let bytes = 2 * (RANKS - 1) * 4 * g.len() / RANKS;
-                            assert_eq!((allreduce.calls, allreduce.sent), (1, bytes as u64));
-                            assert_eq!(report.traffic.sent(), bytes as u64);
+                            let bytes = (2 * (RANKS - 1) * 4 * g.len() / RANKS) as u64;
+                            let lamb = matches!(config, OptimizerConfig::Lamb(_));
+                            let halves = lamb || matches!(config, OptimizerConfig::Adam(_));
+                            let calls = if halves { 2 } else { 1 };
+                            assert_eq!((allreduce.calls, allreduce.sent), (calls, bytes));
+                            let norms = report.traffic.of(Collective::AllGather);
+                            assert_eq!(norms.calls, u64::from(lamb));
+                            assert!(norms.sent < bytes / 100, "{} bytes of norms", norms.sent);
+                            assert_eq!(report.traffic.sent(), bytes + norms.sent);
                         }
-                        x
+                        let path = dir.join(format!("rank-{}.safetensors", comm.rank()));
+                        if !matches!(config, OptimizerConfig::Sgd(_)) {
+                            assert!(opt.save(&path).is_err(), "a partial state is refused");
+                        }
+                        opt.sync_state(comm).unwrap();
+                        opt.save(&path).unwrap();
+                        (x, moments(&path))
                     })
                 })
                 .collect();
@@ -76,9 +97,34 @@ fn ranks_agree_and_match_the_mean_gradient_run() {
                 .unwrap();
         }
 
+        let path = dir.path().join("single.safetensors");
+        single.save(&path).unwrap();
+        let state = moments(&path);
         let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
-        for (rank, xr) in per_rank.iter().enumerate() {
+        for (rank, (xr, state_r)) in per_rank.iter().enumerate() {
             assert_eq!(bits(xr), bits(&x), "{}: rank {rank} differs", config.name());
+            assert_eq!(state_r.len(), state.len());
+            for (a, b) in state_r.iter().zip(&state) {
+                let differ = bits(a).iter().zip(bits(b)).filter(|(p, q)| *p != q).count();
+                assert_eq!(differ, 0, "{}: rank {rank}'s state differs", config.name());
+            }
         }
     }
+}
+
+/// The f32 state tensors of a saved optimizer (m, v, …), in name order.
+fn moments(path: &std::path::Path) -> Vec<Vec<f32>> {
+    let bytes = std::fs::read(path).unwrap();
+    let tensors = safetensors::SafeTensors::deserialize(&bytes).unwrap();
+    let mut names: Vec<String> = tensors
+        .names()
+        .into_iter()
+        .filter(|n| !n.starts_with("scalar."))
+        .map(str::to_string)
+        .collect();
+    names.sort();
+    names
+        .iter()
+        .map(|n| bytemuck::pod_collect_to_vec(tensors.tensor(n).unwrap().data()))
+        .collect()
 }

@@ -467,6 +467,7 @@ impl Trainer<'_> {
         comm: &dyn Communicator,
     ) -> Result<std::path::PathBuf, TrainError> {
         let rank = comm.rank();
+        optimizer.sync_state(comm)?;
         checkpoint::write(
             self.run_dir,
             optimizer.step_count(),

@@ -14,10 +14,11 @@ use crate::config_check::{NoOtherFields, check_clip, check_unit};
 use crate::device_flat::DeviceState;
 use crate::freeze::FreezePoint;
 use crate::kept_out::KeptOutAllreduce;
-use crate::lamb::{Trust, check_trust_clip, lamb_step};
+use crate::lamb::{Trust, check_trust_clip, lamb_step, lamb_step_sharded};
 use crate::moments::{Moments, with_eps_mode};
 use crate::onebit_adam::{FrozenUpdate, accumulate_momentum, l1_norm, mask_momentum};
 use crate::parallel::{CHUNK, split_segments, split_segments_mut, sum_of_squares, with_avx};
+use crate::shard::{Shard, gather_partial_state};
 use crate::step::{FlatOptimizer, StepContext, allreduce_mean_gradient};
 use crate::{
     CompressionConfig, DeviceFlat, LambConfig, MomentConfig, OptimError, ParamLayout, Stage,
@@ -141,6 +142,10 @@ pub struct OneBitLamb {
     /// m, v, the worker error, v_fresh and m_last on the device, between
     /// device steps.
     device: Option<DeviceState>,
+    /// The split of warmup steps between ranks that share cores.
+    shard: Option<Shard>,
+    /// m and v are current only in this rank's part of `shard`.
+    partial: bool,
 }
 
 impl OneBitLamb {
@@ -176,6 +181,8 @@ impl OneBitLamb {
             freeze,
             config,
             device: None,
+            shard: None,
+            partial: false,
         })
     }
 
@@ -416,11 +423,29 @@ impl FlatOptimizer for OneBitLamb {
         {
             return self.compression_step(ctx, x, g, t_w);
         }
-        let comm_time = allreduce_mean_gradient(ctx.comm, g)?;
-        let trusts = lamb_step(&self.lamb_config(), ctx, x, &mut self.m, &mut self.v, g);
+        let lamb = self.lamb_config();
+        // Split between ranks that share cores, unless the freeze step is
+        // found from the whole v after each step.
+        let shard = match self.freeze.is_auto() {
+            true => None,
+            false => Shard::for_step(&mut self.shard, ctx),
+        };
+        let (trusts, comm_time) = match shard {
+            Some(shard) => {
+                self.partial = true;
+                lamb_step_sharded(&lamb, ctx, shard, x, &mut self.m, &mut self.v, g)?
+            }
+            None => {
+                let comm_time = allreduce_mean_gradient(ctx.comm, g)?;
+                let trusts = lamb_step(&lamb, ctx, x, &mut self.m, &mut self.v, g);
+                (trusts, comm_time)
+            }
+        };
         self.average_trust(&trusts);
         let v = &self.v;
         if self.freeze.ends_warmup(ctx.t, || l1_norm(v), ctx.lr_warmup) {
+            // The compression stage reads m and v whole on every rank.
+            self.sync_state(ctx.comm)?;
             self.freeze(ctx.layout);
         }
         Ok(comm_time)
@@ -439,7 +464,18 @@ impl FlatOptimizer for OneBitLamb {
         state
     }
 
+    fn state_is_partial(&self) -> bool {
+        self.partial
+    }
+
+    fn sync_state(&mut self, comm: &dyn terse_comm::Communicator) -> Result<(), OptimError> {
+        let buffers: &mut [&mut [f32]] = &mut [&mut self.m, &mut self.v];
+        gather_partial_state(comm, self.shard.as_ref(), &mut self.partial, buffers)
+    }
+
     fn state_mut(&mut self) -> Vec<(&'static str, &mut [f32])> {
+        // Loaded whole.
+        self.partial = false;
         let (worker, server) = self.allreduce.errors_mut();
         let mut state = vec![
             ("m", self.m.as_mut_slice()),
