@@ -102,7 +102,7 @@ pub trait Communicator: Send + Sync {
     /// process), so that work every rank repeats costs the machine
     /// `world_size` times and is worth splitting between them
     /// ([`Communicator::reduce_scatter_mean_f32`] and
-    /// [`Communicator::all_gather_ranges_f32`] are then cheap).
+    /// [`Communicator::share_ranges_f32`] are then cheap).
     fn shares_cores(&self) -> bool {
         false
     }
@@ -111,8 +111,9 @@ pub trait Communicator: Send + Sync {
     /// ranks in `buf[ranges[r]]`, with the same bits as
     /// [`Communicator::allreduce_f32`] gives there; the rest of `buf` is
     /// left unspecified. `ranges` are disjoint, one per rank, the same on
-    /// every rank. The default is the whole allreduce (and is counted as
-    /// one); a backend that shares cores counts half an allreduce of `buf`.
+    /// every rank. Counted as the whole allreduce of `buf` it stands for
+    /// (its second half is [`Communicator::share_ranges_f32`] of the result
+    /// an update made of it). The default is the whole allreduce.
     fn reduce_scatter_mean_f32(
         &self,
         buf: &mut [f32],
@@ -122,11 +123,13 @@ pub trait Communicator: Send + Sync {
         self.allreduce_f32(buf, ReduceOp::Mean)
     }
 
-    /// The second half: every rank's `buf[ranges[rank]]` copied into the
-    /// same range of every other rank's `buf`. The default all-gathers
-    /// padded copies (and is counted as that all-gather); a backend that
-    /// shares cores counts half an allreduce of `buf`.
-    fn all_gather_ranges_f32(
+    /// Every rank's `buf[ranges[rank]]` copied into the same range of every
+    /// other rank's `buf`: work split between ranks that share cores made
+    /// whole again. Such a backend does not count it as traffic (across
+    /// machines the work would not be split and nothing would move; the
+    /// bits are copied exactly, so any 32-bit payload travels). The default
+    /// all-gathers padded copies, counted as that all-gather.
+    fn share_ranges_f32(
         &self,
         buf: &mut [f32],
         ranges: &[std::ops::Range<usize>],
@@ -204,7 +207,7 @@ pub trait Communicator: Send + Sync {
     }
 }
 
-fn record<C: Communicator + ?Sized>(
+pub(crate) fn record<C: Communicator + ?Sized>(
     comm: &C,
     kind: Collective,
     root: usize,
@@ -318,14 +321,4 @@ pub(crate) fn check_ranges<C: Communicator + ?Sized>(
         }),
         None => Ok(()),
     }
-}
-
-/// Counts half an allreduce of `elements` f32 (each half of a
-/// reduce-scatter + all-gather pair).
-pub(crate) fn record_half_allreduce<C: Communicator + ?Sized>(
-    comm: &C,
-    elements: usize,
-    start: Instant,
-) {
-    record(comm, Collective::Allreduce, 0, 2 * elements, start);
 }

@@ -24,7 +24,7 @@ use std::ops::Range;
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, RwLock};
 use std::time::{Duration, Instant};
 
-use crate::communicator::{Width, check_ranges, record_half_allreduce};
+use crate::communicator::{Width, check_ranges, record};
 use crate::traffic::{Collective, TrafficMeter};
 use crate::watchdog::{Deadline, Wait};
 use crate::{CommError, Communicator, ReduceOp};
@@ -85,7 +85,7 @@ impl Slot {
     }
 
     /// `range` (in f32 elements) of the posted buffer, without a view of
-    /// the rest: in [`Communicator::all_gather_ranges_f32`] the owner
+    /// the rest: in [`Communicator::share_ranges_f32`] the owner
     /// writes the other ranges of its buffer meanwhile.
     fn f32_range(&self, rank: usize, range: Range<usize>) -> Result<&[f32], CommError> {
         if self.posted.ptr.is_null() {
@@ -503,7 +503,7 @@ impl Communicator for LocalComm {
         })?;
         // Nobody reads this rank's buffer after the second meeting.
         buf[mine].copy_from_slice(&self.slot(self.rank).reduced);
-        record_half_allreduce(self, buf.len(), start);
+        record(self, Collective::Allreduce, 0, size_of_val(buf), start);
         Ok(())
     }
 
@@ -511,13 +511,8 @@ impl Communicator for LocalComm {
     /// buffers. All access to this rank's buffer inside the collective goes
     /// through one raw pointer: the others read its range while this rank
     /// writes theirs.
-    fn all_gather_ranges_f32(
-        &self,
-        buf: &mut [f32],
-        ranges: &[Range<usize>],
-    ) -> Result<(), CommError> {
+    fn share_ranges_f32(&self, buf: &mut [f32], ranges: &[Range<usize>]) -> Result<(), CommError> {
         check_ranges(self, buf.len(), ranges)?;
-        let start = Instant::now();
         let len = buf.len();
         // `buf` stays borrowed, and is touched only through `ptr`, for the
         // whole call.
@@ -548,9 +543,7 @@ impl Communicator for LocalComm {
                 }
             }
             Ok(())
-        })?;
-        record_half_allreduce(self, len, start);
-        Ok(())
+        })
     }
 
     fn barrier_raw(&self) -> Result<(), CommError> {

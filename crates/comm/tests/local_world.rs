@@ -72,7 +72,7 @@ fn reduce_scatter_then_all_gather_of_ranges_is_the_allreduce() {
                 bits(&whole[mine]),
                 "n {n} rank {r}"
             );
-            comm.all_gather_ranges_f32(&mut halves, &ranges).unwrap();
+            comm.share_ranges_f32(&mut halves, &ranges).unwrap();
             assert_eq!(
                 bits(&halves),
                 bits(&whole),
@@ -81,7 +81,7 @@ fn reduce_scatter_then_all_gather_of_ranges_is_the_allreduce() {
             // A range beyond the buffer is refused on every rank alike.
             let mut bad = ranges.clone();
             bad[n - 1].end = len + 1;
-            assert!(comm.all_gather_ranges_f32(&mut halves, &bad).is_err());
+            assert!(comm.share_ranges_f32(&mut halves, &bad).is_err());
         });
         for result in results {
             result.expect("no rank panics");

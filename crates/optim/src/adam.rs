@@ -211,7 +211,7 @@ pub(crate) fn adam_step(
 
 /// [`adam_step`] split between ranks that share cores (see
 /// [`crate::shard`]): the gradient reduce-scattered, the update applied to
-/// this rank's chunks, the parameters all-gathered. The same bits as the
+/// this rank's chunks, the parameters shared back. The same bits as the
 /// allreduce and [`adam_step`] (the update is element-wise); `m` and `v` are
 /// current only in this rank's chunks afterwards. `g` is this rank's local
 /// gradient. Returns the time spent in collectives.
@@ -245,7 +245,7 @@ pub(crate) fn adam_step_sharded(
             })
     });
     let clock = Instant::now();
-    ctx.comm.all_gather_ranges_f32(x, &ranges)?;
+    ctx.comm.share_ranges_f32(x, &ranges)?;
     comm_time += clock.elapsed();
     Ok(comm_time)
 }

@@ -20,7 +20,7 @@ use crate::parallel::{
 };
 use terse_comm::Communicator;
 
-use crate::shard::{Shard, gather_partial_state, unit_slices, unit_slices_mut};
+use crate::shard::{Shard, gather_partial_state, share_unit_words, unit_slices, unit_slices_mut};
 use crate::step::{FlatOptimizer, StepContext, allreduce_mean_gradient};
 use crate::{DeviceFlat, MomentConfig, OptimError, Segment, WithMoments};
 
@@ -339,9 +339,8 @@ pub(crate) fn lamb_step(
 /// [`lamb_step`] split between ranks that share cores (see
 /// [`crate::shard`]): the gradient reduce-scattered instead of allreduced,
 /// the moments and parameters updated in this rank's chunks only, each
-/// chunk's `(Σx², Σu²)` all-gathered so every rank folds each segment's
-/// norms in chunk order, as [`lamb_step`] does, and the parameters
-/// all-gathered. The same bits as the allreduce and [`lamb_step`]; `m` and
+/// chunk's `(Σx², Σu²)` shared so every rank folds each segment's norms in
+/// chunk order, as [`lamb_step`] does, and the parameters shared. The same bits as the allreduce and [`lamb_step`]; `m` and
 /// `v` are current only in this rank's chunks afterwards. `g` is this
 /// rank's local gradient. Not for `grad_prenorm` (it needs the whole
 /// gradient's norm first). Returns the coefficients and the time spent in
@@ -387,7 +386,7 @@ pub(crate) fn lamb_step_sharded(
     });
 
     let clock = Instant::now();
-    let all = all_gather_partials(comm, shard, &partials)?;
+    let all = share_partials(comm, shard, &partials)?;
     comm_time += clock.elapsed();
     // Each segment's sums from zero in chunk order, as `lamb_step` folds.
     let mut sums = vec![(0.0f64, 0.0f64); segments.len()];
@@ -413,38 +412,22 @@ pub(crate) fn lamb_step_sharded(
             })
     });
     let clock = Instant::now();
-    comm.all_gather_ranges_f32(x, &ranges)?;
+    comm.share_ranges_f32(x, &ranges)?;
     comm_time += clock.elapsed();
     Ok((trusts, comm_time))
 }
 
-/// Every rank's `(Σx², Σu²)` per unit, in unit order: each rank sends its
-/// own padded to the longest rank's count, as f64 bit patterns.
-fn all_gather_partials(
+/// Every rank's `(Σx², Σu²)` per unit, in unit order (as f64 bit patterns
+/// in pairs of 32-bit words).
+fn share_partials(
     comm: &dyn Communicator,
     shard: &Shard,
     partials: &[(f64, f64)],
 ) -> Result<Vec<(f64, f64)>, OptimError> {
-    let world = comm.world_size();
-    let width = (0..world)
-        .map(|r| shard.units_of(r).len())
-        .max()
-        .unwrap_or(0);
-    let mut send = vec![0.0f64; 2 * width];
-    for (slot, &(xx, uu)) in send.chunks_mut(2).zip(partials) {
-        slot.copy_from_slice(&[xx, uu]);
-    }
-    let mut recv = vec![0u32; 4 * width * world];
-    comm.all_gather_u32(bytemuck::cast_slice(&send), &mut recv)?;
-    let recv: Vec<f64> = bytemuck::pod_collect_to_vec(&recv);
-    Ok((0..world)
-        .flat_map(|r| {
-            let own = &recv[r * 2 * width..][..2 * shard.units_of(r).len()];
-            own.chunks_exact(2)
-                .map(|p| (p[0], p[1]))
-                .collect::<Vec<_>>()
-        })
-        .collect())
+    let flat: Vec<f64> = partials.iter().flat_map(|&(x, u)| [x, u]).collect();
+    let all = share_unit_words(comm, shard, bytemuck::cast_slice(&flat), 4)?;
+    let all: Vec<f64> = bytemuck::pod_collect_to_vec(&all);
+    Ok(all.chunks_exact(2).map(|p| (p[0], p[1])).collect())
 }
 
 /// Pass 1 over a chunk: updates the moments, returns `(Σx², Σu²)` in f64.

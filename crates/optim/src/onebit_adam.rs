@@ -16,8 +16,8 @@ use crate::device_flat::{DeviceState, allreduce_mean_device, mean_over_ranks};
 use crate::freeze::FreezePoint;
 use crate::kept_out::KeptOutAllreduce;
 use crate::moments::{Moments, with_eps_mode};
-use crate::parallel::{CHUNK, split_segments, split_segments_mut, with_avx};
-use crate::shard::{Shard, gather_partial_state};
+use crate::parallel::{CHUNK, with_avx};
+use crate::shard::{Shard, Unit, gather_partial_state, unit_slices, unit_slices_mut};
 use crate::step::{FlatOptimizer, StepContext, allreduce_mean_gradient};
 use crate::{
     AdamConfig, CompressionConfig, DeviceFlat, EpsMode, MomentConfig, OptimError, ParamLayout,
@@ -154,8 +154,9 @@ impl OneBitAdam {
         }
     }
 
-    /// The compression stage's update from the synchronised m and frozen v.
-    fn frozen_step(&self, ctx: &StepContext<'_>, x: &mut [f32], t_w: u64) {
+    /// The compression stage's update of `units` from the synchronised m
+    /// and frozen v.
+    fn frozen_step(&self, ctx: &StepContext<'_>, x: &mut [f32], t_w: u64, units: &[Unit]) {
         let c = &self.config;
         let moments = Moments::frozen(&c.moments, c.bias_correction, ctx.t, t_w);
         let lrs = vec![ctx.lr; ctx.layout.segments().len()];
@@ -164,7 +165,7 @@ impl OneBitAdam {
             eps_mode: c.moments.eps_mode.in_stage(true),
             weight_decay: c.moments.weight_decay,
         };
-        update.apply(ctx.layout, &lrs, x, &self.m, &self.v);
+        update.apply(ctx.layout, units, &lrs, x, &self.m, &self.v);
     }
 }
 
@@ -187,36 +188,36 @@ impl FrozenUpdate<'_> {
     /// `exp_avg_mask` does, and do not move at all (no decay either) for the
     /// rest of the run. The mask is `v == 0` of the frozen v, so it is saved
     /// with v in every checkpoint and needs no state of its own.
+    ///
+    /// Applied to `units` only (consecutive chunks: all of them, or one
+    /// rank's when ranks that share cores split the step).
     pub(crate) fn apply(
         &self,
         layout: &ParamLayout,
+        units: &[Unit],
         lrs: &[f64],
         x: &mut [f32],
         m: &[f32],
         v: &[f32],
     ) {
         let moments = self.moments;
-        let xs = split_segments_mut(layout, x);
-        let ms = split_segments(layout, m);
-        let vs = split_segments(layout, v);
+        let segments = layout.segments();
         with_eps_mode!(self.eps_mode, INSIDE => {
-            layout.segments().par_iter().zip(lrs).zip(xs).zip(ms).zip(vs).for_each(
-                |((((segment, &lr), x), m), v)| {
-                    let lr = lr as f32;
-                    let wd = if segment.decay { self.weight_decay as f32 } else { 0.0 };
-                    x.par_chunks_mut(CHUNK)
-                        .zip(m.par_chunks(CHUNK))
-                        .zip(v.par_chunks(CHUNK))
-                        .for_each(|((x, m), v)| {
-                            with_avx(|| {
-                                for ((x, &m), &v) in x.iter_mut().zip(m).zip(v) {
-                                    let step = lr * moments.direction::<INSIDE>(m, v, *x, wd);
-                                    *x -= if v > 0.0 { step } else { 0.0 };
-                                }
-                            })
-                        });
-                },
-            )
+            units
+                .par_iter()
+                .zip(unit_slices_mut(x, units))
+                .zip(unit_slices(m, units))
+                .zip(unit_slices(v, units))
+                .for_each(|(((unit, x), m), v)| {
+                    let lr = lrs[unit.segment] as f32;
+                    let wd = if segments[unit.segment].decay { self.weight_decay as f32 } else { 0.0 };
+                    with_avx(|| {
+                        for ((x, &m), &v) in x.iter_mut().zip(m).zip(v) {
+                            let step = lr * moments.direction::<INSIDE>(m, v, *x, wd);
+                            *x -= if v > 0.0 { step } else { 0.0 };
+                        }
+                    })
+                })
         });
     }
 }
@@ -284,9 +285,28 @@ impl FlatOptimizer for OneBitAdam {
                     }
                     _ => self.allreduce.allreduce_mean(ctx.comm, &mut self.m)?,
                 }
-                let comm_time = start.elapsed();
-                mask_momentum(&mut self.m, &self.v);
-                self.frozen_step(ctx, x, t_w);
+                let mut comm_time = start.elapsed();
+                // Ranks that share cores split the update (m is the same on
+                // every rank now), then share m and x back.
+                match Shard::for_step(&mut self.shard, ctx).cloned() {
+                    Some(shard) => {
+                        let units = shard.mine();
+                        let range = units.first().map_or(0, |u| u.range.start)
+                            ..units.last().map_or(0, |u| u.range.end);
+                        mask_momentum(&mut self.m[range.clone()], &self.v[range]);
+                        self.frozen_step(ctx, x, t_w, units);
+                        let clock = Instant::now();
+                        let ranges = shard.ranges();
+                        ctx.comm.share_ranges_f32(&mut self.m, &ranges)?;
+                        ctx.comm.share_ranges_f32(x, &ranges)?;
+                        comm_time += clock.elapsed();
+                    }
+                    None => {
+                        mask_momentum(&mut self.m, &self.v);
+                        let all = Shard::new(ctx.layout, 1, 0);
+                        self.frozen_step(ctx, x, t_w, all.mine());
+                    }
+                }
                 Ok(comm_time)
             }
             _ => {

@@ -6,13 +6,18 @@
 //! n times on the same cores (BERT-mini on 4 local ranks: each rank's LAMB
 //! step took as long as one rank's step on both cores). When the
 //! communicator says its ranks share cores, the step is split instead, as
-//! ZeRO stage 1 splits it: the gradient is reduce-scattered, each rank
-//! updates its own run of the parallel chunks, and the parameters are
-//! all-gathered. The work units are exactly the chunks the whole step
-//! iterates over (each segment cut every [`CHUNK`] elements), so every
-//! partial sum is the one the whole step computes and the result is the
-//! same to the bit. A rank's moments are then current only in its own
-//! chunks until [`crate::FlatOptimizer::sync_state`] gathers them.
+//! ZeRO stage 1 splits it (which needs what data parallelism keeps: the
+//! parameters and the optimizer state the same on every rank): the
+//! gradient is reduce-scattered, each rank updates its own run of the
+//! parallel chunks, and the parameters are shared back (the 1-bit
+//! optimizers' compression stage shares m too). The work units are exactly
+//! the chunks the whole step iterates over (each segment cut every
+//! [`CHUNK`] elements), so every partial sum is the one the whole step
+//! computes and the result is the same to the bit. A rank's moments are
+//! then current only in its own chunks until
+//! [`crate::FlatOptimizer::sync_state`] gathers them. The traffic meter
+//! counts the reduce-scatter as the allreduce it stands for and nothing
+//! for what is shared, so a split run reports the bytes of the unsplit one.
 
 use std::ops::Range;
 
@@ -126,9 +131,31 @@ pub(crate) fn gather_partial_state(
     }
     let ranges = shard.expect("a sharded step kept its split").ranges();
     for buf in buffers {
-        comm.all_gather_ranges_f32(buf, &ranges)?;
+        comm.share_ranges_f32(buf, &ranges)?;
     }
     Ok(())
+}
+
+/// Every rank's `words` 32-bit words for each unit of its own, in unit
+/// order, through [`Communicator::share_ranges_f32`] (not traffic: the
+/// values exist only because the step was split; their bits are copied
+/// exactly). `mine` holds this rank's.
+pub(crate) fn share_unit_words(
+    comm: &dyn Communicator,
+    shard: &Shard,
+    mine: &[f32],
+    words: usize,
+) -> Result<Vec<f32>, OptimError> {
+    let mut all = vec![0.0f32; shard.units.len() * words];
+    let start = shard.bounds[shard.rank] * words;
+    all[start..start + mine.len()].copy_from_slice(mine);
+    let ranges: Vec<Range<usize>> = shard
+        .bounds
+        .windows(2)
+        .map(|b| b[0] * words..b[1] * words)
+        .collect();
+    comm.share_ranges_f32(&mut all, &ranges)?;
+    Ok(all)
 }
 
 /// `buf`'s slices for `units`, which must be consecutive (one rank's).

@@ -350,10 +350,10 @@ fn compressed_optimizers_step_on_the_device_as_on_the_host() {
         for config in &configs {
             let name = config.name();
             let run = |on_device: bool| {
-                // The host step unsplit, as the device runs it (local ranks
-                // otherwise split LAMB's and Adam's update, whose norms then
-                // add to the bytes sent; data_parallel.rs and
-                // mpi_local_parity.rs check the split step).
+                // Each rank starts from its own parameters here, which a
+                // step split between ranks that share cores does not allow
+                // (it needs them replicated, as data parallelism keeps
+                // them): the host steps unsplit, as the device does.
                 let world = LocalComm::world_with_timeout(2, Duration::from_secs(120))
                     .into_iter()
                     .map(LocalComm::unshared)

@@ -75,6 +75,9 @@ fn run(config: &OptimizerConfig, n: usize, dir: &std::path::Path) -> Vec<(Vec<f3
             }
             if t == SAVE_AT {
                 let path = dir.join(format!("rank{}-of-{n}.safetensors", comm.rank()));
+                // Local ranks split the update: the state is gathered whole
+                // before it is saved.
+                opt.sync_state(comm).unwrap();
                 opt.save(&path).unwrap();
                 opt = fresh();
                 opt.load(&path).unwrap();

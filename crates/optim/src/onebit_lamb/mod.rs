@@ -18,7 +18,9 @@ use crate::lamb::{Trust, check_trust_clip, lamb_step, lamb_step_sharded};
 use crate::moments::{Moments, with_eps_mode};
 use crate::onebit_adam::{FrozenUpdate, accumulate_momentum, l1_norm, mask_momentum};
 use crate::parallel::{CHUNK, split_segments, split_segments_mut, sum_of_squares, with_avx};
-use crate::shard::{Shard, gather_partial_state};
+use crate::shard::{
+    Shard, Unit, gather_partial_state, share_unit_words, unit_slices, unit_slices_mut,
+};
 use crate::step::{FlatOptimizer, StepContext, allreduce_mean_gradient};
 use crate::{
     CompressionConfig, DeviceFlat, LambConfig, MomentConfig, OptimError, ParamLayout, Stage,
@@ -258,14 +260,40 @@ impl OneBitLamb {
         }
         let start = Instant::now();
         self.allreduce.allreduce_mean(ctx.comm, &mut self.m)?;
-        let comm_time = start.elapsed();
+        let mut comm_time = start.elapsed();
         let moments = Moments::frozen(&c.moments, c.bias_correction, ctx.t, t_w);
+        // Ranks that share cores split what follows (m is the same on every
+        // rank now): each masks, unscales and updates its own chunks, and m
+        // and x are shared back for the next step.
+        let shard = Shard::for_step(&mut self.shard, ctx).cloned();
+        let all_units;
+        let units = match &shard {
+            Some(shard) => shard.mine(),
+            None => {
+                all_units = Shard::new(layout, 1, 0);
+                all_units.mine()
+            }
+        };
         let lrs: Vec<f64> = if self.basic {
-            mask_momentum(&mut self.m, &self.v);
+            let range =
+                units.first().map_or(0, |u| u.range.start)..units.last().map_or(0, |u| u.range.end);
+            mask_momentum(&mut self.m[range.clone()], &self.v[range]);
             self.c_avg.iter().map(|c_avg| ctx.lr * c_avg).collect()
         } else {
             // Masks and unscales m in the same pass.
-            let ratios = self.fresh_variance(layout, &moments);
+            let mut unit_max = self.fresh_ratios(units, &moments);
+            if let Some(shard) = &shard {
+                self.partial = true;
+                let clock = Instant::now();
+                unit_max = share_unit_words(ctx.comm, shard, &unit_max, 1)?;
+                comm_time += clock.elapsed();
+            }
+            let all = shard.as_ref().map_or(units, Shard::units);
+            let mut raw = vec![0.0f32; layout.segments().len()];
+            for (unit, r) in all.iter().zip(unit_max) {
+                raw[unit.segment] = raw[unit.segment].max(r);
+            }
+            let ratios = self.clip_ratios(&raw);
             ratios
                 .iter()
                 .zip(&self.c_avg)
@@ -277,16 +305,24 @@ impl OneBitLamb {
             eps_mode: c.moments.eps_mode.in_stage(true),
             weight_decay: c.moments.weight_decay,
         };
-        update.apply(layout, &lrs, x, &self.m, &self.v);
+        update.apply(layout, units, &lrs, x, &self.m, &self.v);
+        if let Some(shard) = &shard {
+            let clock = Instant::now();
+            let ranges = shard.ranges();
+            ctx.comm.share_ranges_f32(&mut self.m, &ranges)?;
+            ctx.comm.share_ranges_f32(x, &ranges)?;
+            comm_time += clock.elapsed();
+        }
         Ok(comm_time)
     }
 
     /// Masks the synchronised momentum where the frozen v is zero and
-    /// unscales it (`m /= k_p`), updates v_fresh from the reconstructed
-    /// gradient and returns each segment's clipped ratio r (also kept as
-    /// r_prev). One pass: mask, unscale and ratio per element in the order
-    /// the three separate passes had, so the bits are the same.
-    fn fresh_variance(&mut self, layout: &ParamLayout, moments: &Moments) -> Vec<f64> {
+    /// unscales it (`m /= k_p`) in `units`, updates v_fresh there from the
+    /// reconstructed gradient and returns each unit's largest ratio. One
+    /// pass: mask, unscale and ratio per element in the order the three
+    /// separate passes had, so the bits are the same; the segments' maxima
+    /// do not depend on how the chunks are grouped.
+    fn fresh_ratios(&mut self, units: &[Unit], moments: &Moments) -> Vec<f32> {
         let c = &self.config;
         let (b1, b2) = (c.moments.beta_1 as f32, c.moments.beta_2 as f32);
         let (inv_one_minus_b1, one_minus_b2) = (
@@ -295,51 +331,45 @@ impl OneBitLamb {
         );
         let eps = c.moments.eps as f32;
         let variance = c.ratio == RatioKind::Variance;
-        let ms = split_segments_mut(layout, &mut self.m);
-        let lasts = split_segments(layout, &self.m_last);
-        let vs = split_segments(layout, &self.v);
-        let fresh = split_segments_mut(layout, &mut self.v_fresh);
-        let raw: Vec<f32> = with_eps_mode!(c.moments.eps_mode.in_stage(true), INSIDE => {
-            ms.into_par_iter()
+        let k = &self.k;
+        let ms = unit_slices_mut(&mut self.m, units);
+        let lasts = unit_slices(&self.m_last, units);
+        let vs = unit_slices(&self.v, units);
+        let fresh = unit_slices_mut(&mut self.v_fresh, units);
+        with_eps_mode!(c.moments.eps_mode.in_stage(true), INSIDE => {
+            units
+                .par_iter()
+                .zip(ms)
                 .zip(lasts)
                 .zip(vs)
                 .zip(fresh)
-                .zip(&self.k)
-                .map(|((((m, last), v), fresh), &k)| {
-                    let k = k as f32;
-                    m.par_chunks_mut(CHUNK)
-                        .zip(last.par_chunks(CHUNK))
-                        .zip(v.par_chunks(CHUNK))
-                        .zip(fresh.par_chunks_mut(CHUNK))
-                        .map(|(((m, last), v), fresh)| {
-                            with_avx(|| {
-                                let mut r = 0.0f32;
-                                for (((m, &last), &v), fresh) in
-                                    m.iter_mut().zip(last).zip(v).zip(fresh.iter_mut())
-                                {
-                                    if v == 0.0 {
-                                        *m = 0.0;
-                                    }
-                                    *m /= k;
-                                    let m = *m;
-                                    let g = (m - b1 * last) * inv_one_minus_b1;
-                                    *fresh = b2 * *fresh + one_minus_b2 * g * g;
-                                    let ratio = if variance {
-                                        (v + eps) / (*fresh + eps)
-                                    } else {
-                                        moments.denominator::<INSIDE>(v)
-                                            / moments.denominator::<INSIDE>(*fresh)
-                                    };
-                                    r = r.max(ratio);
-                                }
-                                r
-                            })
-                        })
-                        .reduce(|| 0.0, f32::max)
+                .map(|((((unit, m), last), v), fresh)| {
+                    let k = k[unit.segment] as f32;
+                    with_avx(|| {
+                        let mut r = 0.0f32;
+                        for (((m, &last), &v), fresh) in
+                            m.iter_mut().zip(last).zip(v).zip(fresh.iter_mut())
+                        {
+                            if v == 0.0 {
+                                *m = 0.0;
+                            }
+                            *m /= k;
+                            let m = *m;
+                            let g = (m - b1 * last) * inv_one_minus_b1;
+                            *fresh = b2 * *fresh + one_minus_b2 * g * g;
+                            let ratio = if variance {
+                                (v + eps) / (*fresh + eps)
+                            } else {
+                                moments.denominator::<INSIDE>(v)
+                                    / moments.denominator::<INSIDE>(*fresh)
+                            };
+                            r = r.max(ratio);
+                        }
+                        r
+                    })
                 })
                 .collect()
-        });
-        self.clip_ratios(&raw)
+        })
     }
 
     /// Each segment's largest variance ratio clipped to within
@@ -469,8 +499,13 @@ impl FlatOptimizer for OneBitLamb {
     }
 
     fn sync_state(&mut self, comm: &dyn terse_comm::Communicator) -> Result<(), OptimError> {
-        let buffers: &mut [&mut [f32]] = &mut [&mut self.m, &mut self.v];
-        gather_partial_state(comm, self.shard.as_ref(), &mut self.partial, buffers)
+        // Warmup leaves m and v partial, compression v_fresh (which the
+        // basic ablation does not have).
+        let mut buffers: Vec<&mut [f32]> = vec![&mut self.m, &mut self.v];
+        if !self.basic {
+            buffers.push(&mut self.v_fresh);
+        }
+        gather_partial_state(comm, self.shard.as_ref(), &mut self.partial, &mut buffers)
     }
 
     fn state_mut(&mut self) -> Vec<(&'static str, &mut [f32])> {
