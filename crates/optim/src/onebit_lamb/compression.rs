@@ -1,0 +1,185 @@
+//! 1-bit LAMB's compression stage (§A.5): the momentum scaled per
+//! segment and compressed, then the fresh variance and its ratio to the
+//! frozen one, and the update; split between ranks that share cores.
+
+use std::time::{Duration, Instant};
+
+use rayon::prelude::*;
+
+use super::{OneBitLamb, RatioKind};
+use crate::moments::{Moments, with_eps_mode};
+use crate::onebit_adam::{FrozenUpdate, accumulate_momentum, mask_momentum};
+use crate::parallel::{CHUNK, split_segments, split_segments_mut, with_avx};
+use crate::shard::{Shard, Unit, share_unit_words, unit_slices, unit_slices_mut};
+use crate::step::StepContext;
+use crate::{OptimError, ParamLayout};
+
+impl OneBitLamb {
+    pub(super) fn compression_step(
+        &mut self,
+        ctx: &StepContext<'_>,
+        x: &mut [f32],
+        g: &[f32],
+        t_w: u64,
+    ) -> Result<Duration, OptimError> {
+        let c = self.config.clone();
+        let layout = ctx.layout;
+        if self.basic {
+            accumulate_momentum(c.moments.beta_1, &mut self.m, g);
+        } else {
+            scaled_momentum(
+                layout,
+                c.moments.beta_1,
+                &self.k,
+                &mut self.m,
+                &mut self.m_last,
+                g,
+            );
+        }
+        let start = Instant::now();
+        self.allreduce.allreduce_mean(ctx.comm, &mut self.m)?;
+        let mut comm_time = start.elapsed();
+        let moments = Moments::frozen(&c.moments, c.bias_correction, ctx.t, t_w);
+        // Ranks that share cores split what follows (m is the same on every
+        // rank now): each masks, unscales and updates its own chunks, and m
+        // and x are shared back for the next step.
+        let shard = Shard::for_step(&mut self.shard, ctx).cloned();
+        let all_units;
+        let units = match &shard {
+            Some(shard) => shard.mine(),
+            None => {
+                all_units = Shard::new(layout, 1, 0);
+                all_units.mine()
+            }
+        };
+        let lrs: Vec<f64> = if self.basic {
+            let range =
+                units.first().map_or(0, |u| u.range.start)..units.last().map_or(0, |u| u.range.end);
+            mask_momentum(&mut self.m[range.clone()], &self.v[range]);
+            self.c_avg.iter().map(|c_avg| ctx.lr * c_avg).collect()
+        } else {
+            // Masks and unscales m in the same pass.
+            let mut unit_max = self.fresh_ratios(units, &moments);
+            if let Some(shard) = &shard {
+                self.partial = true;
+                let clock = Instant::now();
+                unit_max = share_unit_words(ctx.comm, shard, &unit_max, 1)?;
+                comm_time += clock.elapsed();
+            }
+            let all = shard.as_ref().map_or(units, Shard::units);
+            let mut raw = vec![0.0f32; layout.segments().len()];
+            for (unit, r) in all.iter().zip(unit_max) {
+                raw[unit.segment] = raw[unit.segment].max(r);
+            }
+            let ratios = self.clip_ratios(&raw);
+            ratios
+                .iter()
+                .zip(&self.c_avg)
+                .map(|(r, c_avg)| ctx.lr * r * c_avg)
+                .collect()
+        };
+        let update = FrozenUpdate {
+            moments: &moments,
+            eps_mode: c.moments.eps_mode.in_stage(true),
+            weight_decay: c.moments.weight_decay,
+        };
+        update.apply(layout, units, &lrs, x, &self.m, &self.v);
+        if let Some(shard) = &shard {
+            let clock = Instant::now();
+            let ranges = shard.ranges();
+            ctx.comm.share_ranges_f32(&mut self.m, &ranges)?;
+            ctx.comm.share_ranges_f32(x, &ranges)?;
+            comm_time += clock.elapsed();
+        }
+        Ok(comm_time)
+    }
+
+    /// Masks the synchronised momentum where the frozen v is zero and
+    /// unscales it (`m /= k_p`) in `units`, updates v_fresh there from the
+    /// reconstructed gradient and returns each unit's largest ratio. One
+    /// pass: mask, unscale and ratio per element in the order the three
+    /// separate passes had, so the bits are the same; the segments' maxima
+    /// do not depend on how the chunks are grouped.
+    fn fresh_ratios(&mut self, units: &[Unit], moments: &Moments) -> Vec<f32> {
+        let c = &self.config;
+        let (b1, b2) = (c.moments.beta_1 as f32, c.moments.beta_2 as f32);
+        let (inv_one_minus_b1, one_minus_b2) = (
+            1.0 / (1.0 - c.moments.beta_1) as f32,
+            (1.0 - c.moments.beta_2) as f32,
+        );
+        let eps = c.moments.eps as f32;
+        let variance = c.ratio == RatioKind::Variance;
+        let k = &self.k;
+        let ms = unit_slices_mut(&mut self.m, units);
+        let lasts = unit_slices(&self.m_last, units);
+        let vs = unit_slices(&self.v, units);
+        let fresh = unit_slices_mut(&mut self.v_fresh, units);
+        with_eps_mode!(c.moments.eps_mode.in_stage(true), INSIDE => {
+            units
+                .par_iter()
+                .zip(ms)
+                .zip(lasts)
+                .zip(vs)
+                .zip(fresh)
+                .map(|((((unit, m), last), v), fresh)| {
+                    let k = k[unit.segment] as f32;
+                    with_avx(|| {
+                        let mut r = 0.0f32;
+                        for (((m, &last), &v), fresh) in
+                            m.iter_mut().zip(last).zip(v).zip(fresh.iter_mut())
+                        {
+                            if v == 0.0 {
+                                *m = 0.0;
+                            }
+                            *m /= k;
+                            let m = *m;
+                            let g = (m - b1 * last) * inv_one_minus_b1;
+                            *fresh = b2 * *fresh + one_minus_b2 * g * g;
+                            let ratio = if variance {
+                                (v + eps) / (*fresh + eps)
+                            } else {
+                                moments.denominator::<INSIDE>(v)
+                                    / moments.denominator::<INSIDE>(*fresh)
+                            };
+                            r = r.max(ratio);
+                        }
+                        r
+                    })
+                })
+                .collect()
+        })
+    }
+}
+
+/// `last = m`, then `m = (β1·m + (1-β1)·g)·k_p` per segment, in one pass.
+fn scaled_momentum(
+    layout: &ParamLayout,
+    beta_1: f64,
+    k: &[f64],
+    m: &mut [f32],
+    last: &mut [f32],
+    g: &[f32],
+) {
+    let (b1, one_minus) = (beta_1 as f32, (1.0 - beta_1) as f32);
+    let ms = split_segments_mut(layout, m);
+    let lasts = split_segments_mut(layout, last);
+    let gs = split_segments(layout, g);
+    ms.into_par_iter()
+        .zip(lasts)
+        .zip(gs)
+        .zip(k)
+        .for_each(|(((m, last), g), &k)| {
+            let k = k as f32;
+            m.par_chunks_mut(CHUNK)
+                .zip(last.par_chunks_mut(CHUNK))
+                .zip(g.par_chunks(CHUNK))
+                .for_each(|((m, last), g)| {
+                    with_avx(|| {
+                        for ((m, last), &g) in m.iter_mut().zip(last).zip(g) {
+                            *last = *m;
+                            *m = (b1 * *m + one_minus * g) * k;
+                        }
+                    })
+                });
+        });
+}
