@@ -26,6 +26,7 @@ mod inspect;
 pub mod launch;
 pub mod logging;
 pub mod metrics;
+mod micro_batches;
 pub mod overrides;
 mod progress;
 pub mod run_dir;

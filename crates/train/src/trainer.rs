@@ -19,7 +19,6 @@ use burn::module::Module;
 use burn::store::{ModuleSnapshot, SafetensorsStore};
 use burn::tensor::{Device, Tensor};
 use terse_comm::{Communicator, ReduceOp};
-use terse_kernels::fused::{DropoutStream, with_dropout_stream};
 use terse_optim::{FlatModel, Optimizer};
 
 use crate::checkpoint::{self, model_file, optimizer_file};
@@ -27,6 +26,7 @@ use crate::collective_deadline::CollectiveDeadline;
 use crate::grad_clip::{clip_gradient, global_norm};
 use crate::logging;
 use crate::metrics::{DivergedRecord, EvalRecord, MetricsLog, RunSummary, StepRecord};
+use crate::micro_batches::{Lanes, StepPlace, local_gradient};
 use crate::progress::{ProgressLines, step_bar};
 use crate::step_order::StepOrder;
 use crate::{RunConfig, TrainError, signals};
@@ -153,13 +153,6 @@ pub struct Trainer<'a> {
     pub resume_from: Option<&'a Path>,
     /// Show a progress bar (rank 0).
     pub progress: bool,
-}
-
-/// One rank's part of a step.
-struct LocalGradient {
-    loss: f64,
-    forward_ms: f64,
-    backward_ms: f64,
 }
 
 /// What a finished run hands back.
@@ -296,12 +289,34 @@ impl Trainer<'_> {
             summary.eval_before = eval.clone();
             log.line(&EvalRecord { step: 0, eval })?;
         }
+        // Micro-batches run side by side where the rank has the threads
+        // (micro_batches.rs).
+        let per_step = (cfg.train.global_batch / world).div_ceil(cfg.train.micro_batch);
+        let lanes = Lanes::for_run(
+            per_step,
+            cfg.train.device.is_cpu() && flat.params().is_some(),
+        )?;
         let run_start = Instant::now();
         for t in start_step + 1..=cfg.train.steps {
             let step_start = Instant::now();
             let (epoch, share) = order.share(t);
-            let local =
-                self.local_gradient(task, &model, share, (t, epoch, rank), &device, &mut flat)?;
+            let at = StepPlace {
+                seed: cfg.train.seed,
+                t,
+                epoch,
+                rank,
+            };
+            let micro_batch = cfg.train.micro_batch;
+            let local = local_gradient(
+                task,
+                &mut model,
+                share,
+                micro_batch,
+                &at,
+                &device,
+                &mut flat,
+                lanes.as_ref(),
+            )?;
             let (forward_ms, backward_ms) = (local.forward_ms, local.backward_ms);
 
             // Taken before the step: the optimizer works in the gradient.
@@ -420,44 +435,6 @@ impl Trainer<'_> {
             }
         }
         Ok(RunOutcome { model, summary })
-    }
-
-    /// This rank's mean gradient over its share of step `t`, micro-batch by
-    /// micro-batch, each forward with its own dropout stream, into the
-    /// gradient of `flat`.
-    fn local_gradient<T: Task>(
-        &self,
-        task: &T,
-        model: &T::Model,
-        share: &[usize],
-        (t, epoch, rank): (u64, u64, usize),
-        device: &Device,
-        flat: &mut FlatModel,
-    ) -> Result<LocalGradient, TrainError> {
-        let seed = self.config.train.seed;
-        let (mut forward_ms, mut backward_ms, mut loss_sum) = (0.0, 0.0, 0.0f64);
-        let micro_batches = share.chunks(self.config.train.micro_batch);
-        let count = micro_batches.len();
-        for (micro, examples) in micro_batches.enumerate() {
-            let clock = Instant::now();
-            let stream = DropoutStream::new(seed, t, rank, micro);
-            let loss = with_dropout_stream(stream, || task.loss(model, examples, epoch, device))?;
-            forward_ms += ms(clock);
-            let clock = Instant::now();
-            let mut grads = loss.backward();
-            loss_sum += f64::from(loss.into_scalar::<f32>());
-            flat.add_grads(model, &mut grads, micro == 0)?;
-            backward_ms += ms(clock);
-        }
-        if count > 1 {
-            let scale = 1.0 / count as f32;
-            flat.scale_grad(scale);
-        }
-        Ok(LocalGradient {
-            loss: loss_sum / count as f64,
-            forward_ms,
-            backward_ms,
-        })
     }
 
     fn save<M: ModuleSnapshot>(
