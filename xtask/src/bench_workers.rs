@@ -1,7 +1,7 @@
 //! `cargo xtask bench workers`: what simulating N workers on one machine
 //! costs. The same BERT pre-training steps (the shipped BERT-Tiny config:
-//! global batch 16, micro-batch 4, 1-bit LAMB, 16 steps into its
-//! compression stage) run on 1, 2 and 4 `local` ranks (threads of one
+//! global batch 16, micro-batch 4, 1-bit LAMB, 16 steps: 12 of warmup
+//! and 4 in its compression stage) run on 1, 2 and 4 `local` ranks (threads of one
 //! process, cores ÷ ranks rayon threads each) and as 2 `mpirun` processes
 //! (`RAYON_NUM_THREADS` = cores ÷ 2), for BERT-Tiny and BERT-mini. Samples/s
 //! are taken from each run's metrics.jsonl, the first step left out (it
