@@ -340,11 +340,11 @@ pub(crate) fn lamb_step(
 /// [`crate::shard`]): the gradient reduce-scattered instead of allreduced,
 /// the moments and parameters updated in this rank's chunks only, each
 /// chunk's `(Σx², Σu²)` shared so every rank folds each segment's norms in
-/// chunk order, as [`lamb_step`] does, and the parameters shared. The same bits as the allreduce and [`lamb_step`]; `m` and
-/// `v` are current only in this rank's chunks afterwards. `g` is this
-/// rank's local gradient. Not for `grad_prenorm` (it needs the whole
-/// gradient's norm first). Returns the coefficients and the time spent in
-/// collectives.
+/// chunk order, as [`lamb_step`] does, and the parameters shared. The same
+/// bits as the allreduce and [`lamb_step`]; `m` and `v` are current only in
+/// this rank's chunks afterwards. `g` is this rank's local gradient. Not
+/// for `grad_prenorm` (it needs the whole gradient's norm first). Returns
+/// the coefficients and the time spent in collectives.
 pub(crate) fn lamb_step_sharded(
     c: &LambConfig,
     ctx: &StepContext<'_>,

@@ -210,7 +210,8 @@ impl FrozenUpdate<'_> {
                 .zip(unit_slices(v, units))
                 .for_each(|(((unit, x), m), v)| {
                     let lr = lrs[unit.segment] as f32;
-                    let wd = if segments[unit.segment].decay { self.weight_decay as f32 } else { 0.0 };
+                    let decay = segments[unit.segment].decay;
+                    let wd = if decay { self.weight_decay as f32 } else { 0.0 };
                     with_avx(|| {
                         for ((x, &m), &v) in x.iter_mut().zip(m).zip(v) {
                             let step = lr * moments.direction::<INSIDE>(m, v, *x, wd);
