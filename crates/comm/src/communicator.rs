@@ -308,14 +308,14 @@ pub(crate) fn check_ranges<C: Communicator + ?Sized>(
 ) -> Result<(), CommError> {
     if ranges.len() != comm.world_size() {
         return Err(CommError::LengthMismatch {
-            op: "reduce_scatter / all_gather_ranges (one range per rank)",
+            op: "reduce_scatter / share_ranges (one range per rank)",
             expected: comm.world_size(),
             actual: ranges.len(),
         });
     }
     match ranges.iter().find(|r| r.start > r.end || r.end > len) {
         Some(bad) => Err(CommError::LengthMismatch {
-            op: "reduce_scatter / all_gather_ranges (a range beyond the buffer)",
+            op: "reduce_scatter / share_ranges (a range beyond the buffer)",
             expected: len,
             actual: bad.end,
         }),

@@ -265,6 +265,24 @@ impl LocalComm {
             .unwrap_or_else(|p| p.into_inner())
     }
 
+    /// The first half of an allreduce, shared by the allreduce and the
+    /// reduce-scatter: `buf` posted, and `range` of every rank's buffer
+    /// reduced into this rank's `reduced`.
+    fn reduce_phase(
+        &self,
+        buf: &[f32],
+        range: &Range<usize>,
+        op: ReduceOp,
+    ) -> Result<(), CommError> {
+        self.post(
+            Collective::Allreduce,
+            0,
+            buf.len(),
+            bytemuck::cast_slice(buf),
+        );
+        self.finish(Collective::Allreduce, || self.reduce_into_slot(range, op))
+    }
+
     /// The read phase of an allreduce: `range` of every rank's posted f32
     /// buffer summed in rank order (from zero), scaled for a mean, into
     /// this rank's `reduced`.
@@ -423,13 +441,7 @@ impl Communicator for LocalComm {
     fn allreduce_f32_raw(&self, buf: &mut [f32], op: ReduceOp) -> Result<(), CommError> {
         let n = self.world_size;
         let mine = chunk(buf.len(), n, self.rank);
-        self.post(
-            Collective::Allreduce,
-            0,
-            buf.len(),
-            bytemuck::cast_slice(buf),
-        );
-        self.finish(Collective::Allreduce, || self.reduce_into_slot(&mine, op))?;
+        self.reduce_phase(buf, &mine, op)?;
         // Posting never touches `reduced`, and a rank writes its `reduced`
         // again only after every rank has posted its next call, i.e. after
         // every rank has finished this gather.
@@ -492,15 +504,7 @@ impl Communicator for LocalComm {
         check_ranges(self, buf.len(), ranges)?;
         let start = Instant::now();
         let mine = ranges[self.rank].clone();
-        self.post(
-            Collective::Allreduce,
-            0,
-            buf.len(),
-            bytemuck::cast_slice(buf),
-        );
-        self.finish(Collective::Allreduce, || {
-            self.reduce_into_slot(&mine, ReduceOp::Mean)
-        })?;
+        self.reduce_phase(buf, &mine, ReduceOp::Mean)?;
         // Nobody reads this rank's buffer after the second meeting.
         buf[mine].copy_from_slice(&self.slot(self.rank).reduced);
         record(self, Collective::Allreduce, 0, size_of_val(buf), start);

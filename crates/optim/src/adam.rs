@@ -1,6 +1,7 @@
 //! Adam with decoupled weight decay (AdamW), ALGORITHMS.md "Adam / AdamW";
 //! Kingma & Ba, Algorithm 1, with Loshchilov & Hutter's decoupled decay.
 
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use rayon::prelude::*;
@@ -63,7 +64,7 @@ pub struct Adam {
     /// m and v on the device, between device steps.
     device: Option<DeviceState>,
     /// The split of the step between ranks that share cores.
-    shard: Option<Shard>,
+    shard: Option<Arc<Shard>>,
     /// m and v are current only in this rank's part of `shard`.
     partial: bool,
 }
@@ -89,9 +90,10 @@ impl FlatOptimizer for Adam {
         x: &mut [f32],
         g: &mut [f32],
     ) -> Result<Duration, OptimError> {
-        if let Some(shard) = Shard::for_step(&mut self.shard, ctx) {
+        let shard = Shard::for_step(&mut self.shard, ctx);
+        if shard.is_split() {
             self.partial = true;
-            return adam_step_sharded(&self.config, ctx, shard, x, &mut self.m, &mut self.v, g);
+            return adam_step_sharded(&self.config, ctx, &shard, x, &mut self.m, &mut self.v, g);
         }
         let comm_time = allreduce_mean_gradient(ctx.comm, g)?;
         adam_step(&self.config, ctx, x, &mut self.m, &mut self.v, g);
@@ -114,7 +116,7 @@ impl FlatOptimizer for Adam {
 
     fn sync_state(&mut self, comm: &dyn Communicator) -> Result<(), OptimError> {
         let buffers: &mut [&mut [f32]] = &mut [&mut self.m, &mut self.v];
-        gather_partial_state(comm, self.shard.as_ref(), &mut self.partial, buffers)
+        gather_partial_state(comm, self.shard.as_deref(), &mut self.partial, buffers)
     }
 
     fn supports_device(&self) -> bool {

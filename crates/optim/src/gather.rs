@@ -90,14 +90,14 @@ pub fn add_grads_to_host<M: Module>(
     // visit itself is serial, and one segment (the word embeddings) holds
     // most of BERT's parameters. Each element is written once either way.
     let mut outs = crate::parallel::split_segments_mut(layout, out);
-    let jobs: Vec<(&mut [f32], Option<&[f32]>)> = visitor
-        .taken
-        .iter()
-        .map(|(index, data)| {
+    let jobs: Vec<(&mut [f32], Option<&[f32]>)> = outs
+        .iter_mut()
+        .zip(&visitor.taken)
+        .map(|(out, data)| {
             let values = data
                 .as_ref()
                 .map(|d| d.as_slice::<f32>().expect("checked in the visit"));
-            (std::mem::take(&mut outs[*index]), values)
+            (std::mem::take(out), values)
         })
         .collect();
     jobs.into_par_iter().for_each(|(out, values)| match values {
@@ -190,9 +190,9 @@ impl ModuleVisitor for Gatherer {
 struct HostGrads<'a> {
     grads: &'a mut Gradients,
     segments: slice::Iter<'a, Segment>,
-    /// Each segment's index and its gradient (`None`: the loss did not
+    /// Each segment's gradient in layout order (`None`: the loss did not
     /// reach it), copied out after the visit.
-    taken: Vec<(usize, Option<TensorData>)>,
+    taken: Vec<Option<TensorData>>,
     error: Option<OptimError>,
 }
 
@@ -202,13 +202,12 @@ impl ModuleVisitor for HostGrads<'_> {
         if !is_trainable(&tensor) {
             return;
         }
-        let index = self.taken.len();
         let segment = self.segments.next().expect("the layout was checked");
         if self.error.is_some() {
             return;
         }
         let Some(grad) = tensor.grad_remove(self.grads) else {
-            self.taken.push((index, None));
+            self.taken.push(None);
             return;
         };
         let data = grad.into_data();
@@ -219,7 +218,7 @@ impl ModuleVisitor for HostGrads<'_> {
             });
             return;
         }
-        self.taken.push((index, Some(data)));
+        self.taken.push(Some(data));
     }
 }
 

@@ -5,6 +5,7 @@
 //! ‖u‖²; the second recomputes u from the stored moments (cheaper than keeping a
 //! d-sized buffer of u between the passes) and applies `x -= lr·c·u`.
 
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use rayon::prelude::*;
@@ -82,7 +83,7 @@ pub struct Lamb {
     /// m and v on the device, between device steps.
     device: Option<DeviceState>,
     /// The split of the step between ranks that share cores.
-    shard: Option<Shard>,
+    shard: Option<Arc<Shard>>,
     /// m and v are current only in this rank's part of `shard`.
     partial: bool,
 }
@@ -133,11 +134,10 @@ impl FlatOptimizer for Lamb {
         x: &mut [f32],
         g: &mut [f32],
     ) -> Result<Duration, OptimError> {
-        if !self.config.grad_prenorm
-            && let Some(shard) = Shard::for_step(&mut self.shard, ctx)
-        {
+        let shard = Shard::for_step(&mut self.shard, ctx);
+        if !self.config.grad_prenorm && shard.is_split() {
             let c = &self.config;
-            let (_, comm_time) = lamb_step_sharded(c, ctx, shard, x, &mut self.m, &mut self.v, g)?;
+            let (_, comm_time) = lamb_step_sharded(c, ctx, &shard, x, &mut self.m, &mut self.v, g)?;
             self.partial = true;
             return Ok(comm_time);
         }
@@ -162,7 +162,7 @@ impl FlatOptimizer for Lamb {
 
     fn sync_state(&mut self, comm: &dyn Communicator) -> Result<(), OptimError> {
         let buffers: &mut [&mut [f32]] = &mut [&mut self.m, &mut self.v];
-        gather_partial_state(comm, self.shard.as_ref(), &mut self.partial, buffers)
+        gather_partial_state(comm, self.shard.as_deref(), &mut self.partial, buffers)
     }
 
     fn supports_device(&self) -> bool {

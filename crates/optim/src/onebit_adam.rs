@@ -4,6 +4,7 @@
 //! compressed with two-level error feedback (one fused buffer for all
 //! segments).
 
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use rayon::prelude::*;
@@ -96,7 +97,7 @@ pub struct OneBitAdam {
     /// m, v and the worker error on the device, between device steps.
     device: Option<DeviceState>,
     /// The split of warmup steps between ranks that share cores.
-    shard: Option<Shard>,
+    shard: Option<Arc<Shard>>,
     /// m and v are current only in this rank's part of `shard`.
     partial: bool,
 }
@@ -289,24 +290,18 @@ impl FlatOptimizer for OneBitAdam {
                 let mut comm_time = start.elapsed();
                 // Ranks that share cores split the update (m is the same on
                 // every rank now), then share m and x back.
-                match Shard::for_step(&mut self.shard, ctx).cloned() {
-                    Some(shard) => {
-                        let units = shard.mine();
-                        let range = units.first().map_or(0, |u| u.range.start)
-                            ..units.last().map_or(0, |u| u.range.end);
-                        mask_momentum(&mut self.m[range.clone()], &self.v[range]);
-                        self.frozen_step(ctx, x, t_w, units);
-                        let clock = Instant::now();
-                        let ranges = shard.ranges();
-                        ctx.comm.share_ranges_f32(&mut self.m, &ranges)?;
-                        ctx.comm.share_ranges_f32(x, &ranges)?;
-                        comm_time += clock.elapsed();
-                    }
-                    None => {
-                        mask_momentum(&mut self.m, &self.v);
-                        let all = Shard::new(ctx.layout, 1, 0);
-                        self.frozen_step(ctx, x, t_w, all.mine());
-                    }
+                let shard = Shard::for_step(&mut self.shard, ctx);
+                let units = shard.mine();
+                let range = units.first().map_or(0, |u| u.range.start)
+                    ..units.last().map_or(0, |u| u.range.end);
+                mask_momentum(&mut self.m[range.clone()], &self.v[range]);
+                self.frozen_step(ctx, x, t_w, units);
+                if shard.is_split() {
+                    let clock = Instant::now();
+                    let ranges = shard.ranges();
+                    ctx.comm.share_ranges_f32(&mut self.m, &ranges)?;
+                    ctx.comm.share_ranges_f32(x, &ranges)?;
+                    comm_time += clock.elapsed();
                 }
                 Ok(comm_time)
             }
@@ -316,12 +311,12 @@ impl FlatOptimizer for OneBitAdam {
                 let adam = self.adam_config(false);
                 let shard = match self.freeze.is_auto() {
                     true => None,
-                    false => Shard::for_step(&mut self.shard, ctx),
+                    false => Some(Shard::for_step(&mut self.shard, ctx)),
                 };
-                let comm_time = match shard {
+                let comm_time = match shard.filter(|s| s.is_split()) {
                     Some(shard) => {
                         self.partial = true;
-                        adam_step_sharded(&adam, ctx, shard, x, &mut self.m, &mut self.v, g)?
+                        adam_step_sharded(&adam, ctx, &shard, x, &mut self.m, &mut self.v, g)?
                     }
                     None => {
                         let comm_time = allreduce_mean_gradient(ctx.comm, g)?;
@@ -354,7 +349,7 @@ impl FlatOptimizer for OneBitAdam {
 
     fn sync_state(&mut self, comm: &dyn terse_comm::Communicator) -> Result<(), OptimError> {
         let buffers: &mut [&mut [f32]] = &mut [&mut self.m, &mut self.v];
-        gather_partial_state(comm, self.shard.as_ref(), &mut self.partial, buffers)
+        gather_partial_state(comm, self.shard.as_deref(), &mut self.partial, buffers)
     }
 
     fn state_mut(&mut self) -> Vec<(&'static str, &mut [f32])> {

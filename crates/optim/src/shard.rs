@@ -20,6 +20,7 @@
 //! for what is shared, so a split run reports the bytes of the unsplit one.
 
 use std::ops::Range;
+use std::sync::Arc;
 
 use terse_comm::Communicator;
 
@@ -75,23 +76,27 @@ impl Shard {
         }
     }
 
-    /// The split for this step's world, kept in `cache`; `None` where the
-    /// step is not split (one rank, or ranks that do not share cores).
-    pub(crate) fn for_step<'a>(
-        cache: &'a mut Option<Shard>,
-        ctx: &StepContext<'_>,
-    ) -> Option<&'a Shard> {
-        let (world, rank) = (ctx.comm.world_size(), ctx.comm.rank());
-        if world < 2 || !ctx.comm.shares_cores() {
-            return None;
-        }
+    /// The split for this step's world, kept in `cache` (built once, then
+    /// shared cheaply): over the ranks where they share cores, otherwise
+    /// one part holding every unit, the whole step on this rank (see
+    /// [`Shard::is_split`]).
+    pub(crate) fn for_step(cache: &mut Option<Arc<Shard>>, ctx: &StepContext<'_>) -> Arc<Shard> {
+        let (world, rank) = match ctx.comm.world_size() > 1 && ctx.comm.shares_cores() {
+            true => (ctx.comm.world_size(), ctx.comm.rank()),
+            false => (1, 0),
+        };
         let stale = cache.as_ref().is_none_or(|s| {
             s.rank != rank || s.bounds.len() != world + 1 || s.len != ctx.layout.len()
         });
         if stale {
-            *cache = Some(Shard::new(ctx.layout, world, rank));
+            *cache = Some(Arc::new(Shard::new(ctx.layout, world, rank)));
         }
-        cache.as_ref()
+        Arc::clone(cache.as_ref().expect("set above"))
+    }
+
+    /// Whether the step is split between ranks (more than one part).
+    pub(crate) fn is_split(&self) -> bool {
+        self.bounds.len() > 2
     }
 
     /// Every unit, in buffer order.

@@ -21,7 +21,7 @@ use terse_kernels::fused::{DropoutStream, with_dropout_stream};
 use terse_optim::FlatModel;
 
 use crate::TrainError;
-use crate::trainer::Task;
+use crate::trainer::{Task, ms};
 
 /// The pools micro-batches run in, one per lane (none: one after another).
 pub(crate) struct Lanes {
@@ -216,8 +216,4 @@ fn run_group<T: Task>(
         }
         outcomes
     })
-}
-
-fn ms(since: Instant) -> f64 {
-    since.elapsed().as_secs_f64() * 1e3
 }

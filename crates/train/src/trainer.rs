@@ -537,7 +537,7 @@ fn render_eval(eval: &[(String, f64)]) -> String {
         .join(", ")
 }
 
-fn ms(since: Instant) -> f64 {
+pub(crate) fn ms(since: Instant) -> f64 {
     since.elapsed().as_secs_f64() * 1e3
 }
 

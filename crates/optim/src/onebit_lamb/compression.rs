@@ -43,15 +43,8 @@ impl OneBitLamb {
         // Ranks that share cores split what follows (m is the same on every
         // rank now): each masks, unscales and updates its own chunks, and m
         // and x are shared back for the next step.
-        let shard = Shard::for_step(&mut self.shard, ctx).cloned();
-        let all_units;
-        let units = match &shard {
-            Some(shard) => shard.mine(),
-            None => {
-                all_units = Shard::new(layout, 1, 0);
-                all_units.mine()
-            }
-        };
+        let shard = Shard::for_step(&mut self.shard, ctx);
+        let units = shard.mine();
         let lrs: Vec<f64> = if self.basic {
             let range =
                 units.first().map_or(0, |u| u.range.start)..units.last().map_or(0, |u| u.range.end);
@@ -60,15 +53,14 @@ impl OneBitLamb {
         } else {
             // Masks and unscales m in the same pass.
             let mut unit_max = self.fresh_ratios(units, &moments);
-            if let Some(shard) = &shard {
+            if shard.is_split() {
                 self.partial = true;
                 let clock = Instant::now();
-                unit_max = share_unit_words(ctx.comm, shard, &unit_max, 1)?;
+                unit_max = share_unit_words(ctx.comm, &shard, &unit_max, 1)?;
                 comm_time += clock.elapsed();
             }
-            let all = shard.as_ref().map_or(units, Shard::units);
             let mut raw = vec![0.0f32; layout.segments().len()];
-            for (unit, r) in all.iter().zip(unit_max) {
+            for (unit, r) in shard.units().iter().zip(unit_max) {
                 raw[unit.segment] = raw[unit.segment].max(r);
             }
             let ratios = self.clip_ratios(&raw);
@@ -84,7 +76,7 @@ impl OneBitLamb {
             weight_decay: c.moments.weight_decay,
         };
         update.apply(layout, units, &lrs, x, &self.m, &self.v);
-        if let Some(shard) = &shard {
+        if shard.is_split() {
             let clock = Instant::now();
             let ranges = shard.ranges();
             ctx.comm.share_ranges_f32(&mut self.m, &ranges)?;

@@ -5,6 +5,7 @@
 //! synchronised 1-bit with error feedback, and a fresh variance rebuilt from
 //! the momentum difference adapts the frozen coefficient through `r`.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
@@ -142,7 +143,7 @@ pub struct OneBitLamb {
     /// device steps.
     device: Option<DeviceState>,
     /// The split of warmup steps between ranks that share cores.
-    shard: Option<Shard>,
+    shard: Option<Arc<Shard>>,
     /// m and v are current only in this rank's part of `shard`.
     partial: bool,
 }
@@ -287,12 +288,12 @@ impl FlatOptimizer for OneBitLamb {
         // found from the whole v after each step.
         let shard = match self.freeze.is_auto() {
             true => None,
-            false => Shard::for_step(&mut self.shard, ctx),
+            false => Some(Shard::for_step(&mut self.shard, ctx)),
         };
-        let (trusts, comm_time) = match shard {
+        let (trusts, comm_time) = match shard.filter(|s| s.is_split()) {
             Some(shard) => {
                 self.partial = true;
-                lamb_step_sharded(&lamb, ctx, shard, x, &mut self.m, &mut self.v, g)?
+                lamb_step_sharded(&lamb, ctx, &shard, x, &mut self.m, &mut self.v, g)?
             }
             None => {
                 let comm_time = allreduce_mean_gradient(ctx.comm, g)?;
@@ -334,7 +335,7 @@ impl FlatOptimizer for OneBitLamb {
         if !self.basic {
             buffers.push(&mut self.v_fresh);
         }
-        gather_partial_state(comm, self.shard.as_ref(), &mut self.partial, &mut buffers)
+        gather_partial_state(comm, self.shard.as_deref(), &mut self.partial, &mut buffers)
     }
 
     fn state_mut(&mut self) -> Vec<(&'static str, &mut [f32])> {
