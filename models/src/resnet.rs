@@ -12,6 +12,7 @@ use burn::nn::{BatchNorm, BatchNormConfig, Initializer, Linear, LinearConfig, Pa
 use burn::tensor::activation::relu;
 use burn::tensor::{Device, Tensor, s};
 use serde::{Deserialize, Serialize};
+use terse_kernels::fused;
 
 use crate::ImageClassifier;
 use crate::image_classifier::serde_name;
@@ -166,7 +167,7 @@ impl Block {
 
     fn shortcut(&self, x: Tensor<4>) -> Tensor<4> {
         if let Some(p) = &self.projection {
-            return p.bn.forward(p.conv.forward(x));
+            return fused::batch_norm(fused::conv2d(x, &p.conv), &p.bn, false);
         }
         if self.pad_stride == 0 {
             return x;
@@ -183,10 +184,7 @@ impl Block {
         let last = self.convs.len() - 1;
         let mut h = x;
         for (i, (conv, bn)) in self.convs.iter().zip(&self.bns).enumerate() {
-            h = bn.forward(conv.forward(h));
-            if i < last {
-                h = relu(h);
-            }
+            h = fused::batch_norm(fused::conv2d(h, conv), bn, i < last);
         }
         relu(h + residual)
     }
@@ -265,7 +263,7 @@ impl Resnet {
     /// # Shapes
     /// `[batch, channels, height, width]` → `[batch, classes]` logits.
     pub fn forward(&self, x: Tensor<4>) -> Tensor<2> {
-        let mut h = relu(self.stem_bn.forward(self.stem.forward(x)));
+        let mut h = fused::batch_norm(fused::conv2d(x, &self.stem), &self.stem_bn, true);
         if let Some(pool) = &self.stem_pool {
             h = pool.forward(h);
         }

@@ -198,11 +198,11 @@ impl Vgg {
         let mut h = x;
         for stage in &self.stages {
             for layer in stage {
-                let y = layer.conv.forward(h);
-                h = relu(match &layer.bn {
-                    Some(bn) => bn.forward(y),
-                    None => y,
-                });
+                let y = fused::conv2d(h, &layer.conv);
+                h = match &layer.bn {
+                    Some(bn) => fused::batch_norm(y, bn, true),
+                    None => relu(y),
+                };
             }
             h = self.stage_pool.forward(h);
         }

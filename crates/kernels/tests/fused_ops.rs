@@ -1,14 +1,16 @@
 //! Each fused op against burn's unfused composition of the same function
 //! (burn's LayerNorm module, linear layers, embedding, attention with
 //! softmax, GELU, cross-entropy, and dropout as a product with the same
-//! keep mask) on random inputs of several shapes,
+//! keep mask, burn's Conv2d and training BatchNorm, with ReLU) on random
+//! inputs of several shapes,
 //! odd sizes and padding included: the forward value and the gradient of
 //! every input agree within 1e-5 relative (max |fused − burn| over max
 //! |burn|).
 
+use burn::nn::conv::Conv2dConfig;
 use burn::nn::loss::CrossEntropyLossConfig;
-use burn::nn::{DropoutConfig, LayerNormConfig, LinearConfig};
-use burn::tensor::activation::{gelu, softmax};
+use burn::nn::{BatchNormConfig, DropoutConfig, LayerNormConfig, LinearConfig, PaddingConfig2d};
+use burn::tensor::activation::{gelu, relu, softmax};
 use burn::tensor::{Device, Int, Tensor, TensorData};
 use terse_kernels::fused::{self, DropoutStream, SiteMask, with_dropout_stream};
 use terse_rng::SplitMix64;
@@ -290,5 +292,150 @@ fn attention_core_matches_burn_with_padding_and_dropout() {
         assert_grads_close("∂q", &q, &fused_grads, &burn_grads);
         assert_grads_close("∂k", &k, &fused_grads, &burn_grads);
         assert_grads_close("∂v", &v, &fused_grads, &burn_grads);
+    }
+}
+
+#[test]
+fn conv2d_matches_burn() {
+    let mut rng = SplitMix64::new(9);
+    // (batch, c_in, h, w, c_out, [kh, kw], stride, padding, bias): odd
+    // sizes, strides 1–3, 1×1 and non-square kernels, more images than one
+    // backward task takes.
+    for (batch, c_in, h, w, c_out, kernel, stride, pad, bias) in [
+        (2, 3, 7, 5, 4, [3, 3], 1, 1, false),
+        (3, 2, 8, 9, 3, [3, 3], 2, 1, true),
+        (2, 5, 6, 6, 2, [1, 1], 1, 0, false),
+        (2, 4, 7, 7, 3, [1, 1], 2, 0, false),
+        (1, 1, 5, 4, 2, [3, 2], 3, 2, true),
+        (9, 16, 8, 8, 16, [3, 3], 1, 1, false),
+    ] {
+        let conv = Conv2dConfig::new([c_in, c_out], kernel)
+            .with_stride([stride, stride])
+            .with_padding(PaddingConfig2d::Explicit(pad, pad, pad, pad))
+            .with_bias(bias)
+            .init(&device());
+        let conv = burn::nn::conv::Conv2d {
+            weight: conv
+                .weight
+                .map(|_| random(&mut rng, [c_out, c_in, kernel[0], kernel[1]], 0.5).require_grad()),
+            bias: conv
+                .bias
+                .map(|b| b.map(|_| random(&mut rng, [c_out], 1.0).require_grad())),
+            ..conv
+        };
+        let x = random(&mut rng, [batch, c_in, h, w], 2.0).require_grad();
+        let fused_out = fused::conv2d(x.clone(), &conv);
+        let burn_out = conv.forward(x.clone());
+        let g = random(&mut rng, burn_out.dims(), 1.0);
+        let fused_grads = (fused_out.clone() * g.clone()).sum().backward();
+        let burn_grads = (burn_out.clone() * g).sum().backward();
+        assert_close("conv2d", &fused_out, &burn_out);
+        assert_grads_close("conv ∂x", &x, &fused_grads, &burn_grads);
+        let weight = conv.weight.val();
+        assert_grads_close("conv ∂W", &weight, &fused_grads, &burn_grads);
+        if let Some(bias) = &conv.bias {
+            assert_grads_close("conv ∂b", &bias.val(), &fused_grads, &burn_grads);
+        }
+    }
+}
+
+#[test]
+fn batch_norm_with_and_without_relu_matches_burn_running_statistics_included() {
+    let mut rng = SplitMix64::new(10);
+    for shape in [[4, 3, 5, 5], [2, 16, 8, 8], [3, 2, 1, 7]] {
+        for with_relu in [false, true] {
+            let c = shape[1];
+            let gamma = random(&mut rng, [c], 2.0).require_grad();
+            let beta = random(&mut rng, [c], 1.0).require_grad();
+            // Two modules (a clone would share its running statistics).
+            let fresh = || {
+                let mut norm = BatchNormConfig::new(c).init(&device());
+                norm.gamma = norm.gamma.map(|_| gamma.clone());
+                norm.beta = norm.beta.map(|_| beta.clone());
+                norm
+            };
+            let (norm, twin) = (fresh(), fresh());
+            let x = (random(&mut rng, shape, 3.0) + 0.7).require_grad();
+            let g = random(&mut rng, shape, 1.0);
+            let fused_out = fused::batch_norm(x.clone(), &norm, with_relu);
+            let fused_grads = (fused_out.clone() * g.clone()).sum().backward();
+            let burn_out = twin.forward(x.clone());
+            let burn_out = if with_relu { relu(burn_out) } else { burn_out };
+            let burn_grads = (burn_out.clone() * g).sum().backward();
+            assert_close("batch norm", &fused_out, &burn_out);
+            assert_grads_close("bn ∂x", &x, &fused_grads, &burn_grads);
+            assert_grads_close("bn ∂γ", &gamma, &fused_grads, &burn_grads);
+            assert_grads_close("bn ∂β", &beta, &fused_grads, &burn_grads);
+            assert_close(
+                "running mean",
+                &norm.running_mean.value(),
+                &twin.running_mean.value(),
+            );
+            assert_close(
+                "running var",
+                &norm.running_var.value(),
+                &twin.running_var.value(),
+            );
+        }
+    }
+}
+
+#[test]
+fn conv2d_and_batch_norm_bits_do_not_depend_on_the_thread_count() {
+    use fused::{BatchNormShape, ConvShape};
+    let s = ConvShape {
+        batch: 11,
+        c_in: 6,
+        h: 9,
+        w: 7,
+        c_out: 5,
+        kh: 3,
+        kw: 3,
+        stride: 1,
+        pad: 1,
+    };
+    let mut rng = SplitMix64::new(11);
+    let mut draw = |n: usize| -> Vec<f32> {
+        (0..n)
+            .map(|_| (rng.next_u64() % 2001) as f32 / 1000.0 - 1.0)
+            .collect()
+    };
+    let x = draw(s.batch * s.c_in * s.h * s.w);
+    let w = draw(s.c_out * s.c_in * 9);
+    let g = draw(s.batch * s.c_out * s.out_h() * s.out_w());
+    let bn = BatchNormShape {
+        batch: s.batch,
+        channels: s.c_in,
+        plane: s.h * s.w,
+    };
+    let (gamma, beta) = (draw(s.c_in), draw(s.c_in));
+    let run = |threads: usize| {
+        let pool = rayon::ThreadPoolBuilder::new()
+            .num_threads(threads)
+            .build()
+            .unwrap();
+        pool.install(|| {
+            let out = fused::conv2d_forward(&x, &w, &s);
+            let (dx, dw) = fused::conv2d_backward(&x, &w, &g, &s, (true, true));
+            let mut y = vec![0.0; x.len()];
+            let stats = fused::batch_norm_forward(&x, &gamma, &beta, bn, 1e-5, true, &mut y);
+            let mut d = x.clone();
+            let (dg, db) = fused::batch_norm_backward(&mut d, &x, &gamma, &beta, &stats, bn, true);
+            [
+                out,
+                dx.unwrap(),
+                dw.unwrap(),
+                y,
+                d,
+                dg,
+                db,
+                stats.mean,
+                stats.var,
+            ]
+        })
+    };
+    let one = run(1);
+    for threads in [2, 3] {
+        assert!(one == run(threads), "{threads} threads changed the bits");
     }
 }

@@ -14,15 +14,18 @@ use burn::backend::autodiff::ops::{Backward, Ops, OpsKind, unary};
 use burn::backend::flex::FlexTensor;
 use burn::backend::ops::{FloatTensorOps, ModuleOps};
 use burn::backend::tensor::FloatTensor;
-use burn::tensor::Shape;
+use burn::tensor::{Shape, TensorData};
 
 use super::attention_probs::attention_probs_backward;
+use super::batch_norm::{BatchNormShape, BatchNormStats, batch_norm_backward};
 use super::bias_gelu::bias_gelu_backward;
+use super::conv2d::{ConvShape, conv2d_backward};
 use super::cross_entropy::cross_entropy_backward;
 use super::dropout::SiteMask;
 use super::extension::{
-    FusedOps, attention, cross_entropy, dense_gelu, dropout, into_values, labels_of, layer_norm,
-    linear, linear_grads, mask, shape_of, swap, tensor, values,
+    FusedOps, attention, batch_norm, batch_norm_shape, conv_shape, conv2d, cross_entropy,
+    dense_gelu, dropout, into_values, labels_of, layer_norm, linear, linear_grads, mask, shape_of,
+    swap, tensor, values,
 };
 use super::layer_norm::{LayerNormStats, layer_norm_backward};
 use super::op_profile::{OpClass, timed};
@@ -216,6 +219,64 @@ impl Backward<Flex, 3> for AttentionBackward {
     }
 }
 
+#[derive(Debug)]
+struct Conv2dBackward;
+
+impl Backward<Flex, 2> for Conv2dBackward {
+    type State = (FlexTensor, FlexTensor, ConvShape);
+
+    fn backward(self, ops: Ops<Self::State, 2>, grads: &mut Gradients, _: &mut Checkpointer) {
+        let [node_x, node_weight] = ops.parents;
+        let grad = grads.consume::<Flex>(&ops.node);
+        let (x, weight, s) = ops.state;
+        timed(OpClass::Matmul, || {
+            let want = (node_x.is_some(), node_weight.is_some());
+            let (dx, dw) = conv2d_backward(&values(&x), &values(&weight), &values(&grad), &s, want);
+            if let (Some(node), Some(dx)) = (node_x, dx) {
+                grads.register::<Flex>(node.id, tensor(dx, shape_of(&x)));
+            }
+            if let (Some(node), Some(dw)) = (node_weight, dw) {
+                grads.register::<Flex>(node.id, tensor(dw, shape_of(&weight)));
+            }
+        });
+    }
+}
+
+#[derive(Debug)]
+struct BatchNormBackward;
+
+impl Backward<Flex, 3> for BatchNormBackward {
+    /// The input, γ, β, the forward's statistics, and whether ReLU followed.
+    type State = (
+        FlexTensor,
+        FlexTensor,
+        FlexTensor,
+        Arc<BatchNormStats>,
+        bool,
+    );
+
+    fn backward(self, ops: Ops<Self::State, 3>, grads: &mut Gradients, _: &mut Checkpointer) {
+        let [node_x, node_gamma, node_beta] = ops.parents;
+        let grad = grads.consume::<Flex>(&ops.node);
+        let (x, gamma, beta, stats, relu) = ops.state;
+        let s: BatchNormShape = batch_norm_shape(&x);
+        let mut g = into_values(grad);
+        let (dgamma, dbeta) = timed(OpClass::Norm, || {
+            let (gamma, beta) = (values(&gamma), values(&beta));
+            batch_norm_backward(&mut g, &values(&x), &gamma, &beta, &stats, s, relu)
+        });
+        if let Some(node) = node_x {
+            grads.register::<Flex>(node.id, tensor(g, shape_of(&x)));
+        }
+        for (node, d) in [(node_gamma, dgamma), (node_beta, dbeta)] {
+            if let Some(node) = node {
+                let len = d.len();
+                grads.register::<Flex>(node.id, tensor(d, Shape::new([len])));
+            }
+        }
+    }
+}
+
 impl<C: CheckpointStrategy> FusedOps for Autodiff<Flex, C> {
     fn fused_layer_norm(
         x: FloatTensor<Self>,
@@ -380,5 +441,64 @@ impl<C: CheckpointStrategy> FusedOps for Autodiff<Flex, C> {
             ),
             OpsKind::UnTracked(prep) => prep.finish(context),
         }
+    }
+
+    fn fused_conv2d(
+        x: FloatTensor<Self>,
+        weight: FloatTensor<Self>,
+        stride: usize,
+        padding: usize,
+    ) -> FloatTensor<Self> {
+        let prep = Conv2dBackward
+            .prepare::<C>([x.node(), weight.node()])
+            .compute_bound()
+            .stateful();
+        let s = conv_shape(x.primitive(), weight.primitive(), stride, padding);
+        let out = conv2d(x.primitive(), weight.primitive(), &s);
+        match prep {
+            OpsKind::Tracked(prep) => {
+                prep.finish((x.primitive().clone(), weight.primitive().clone(), s), out)
+            }
+            OpsKind::UnTracked(prep) => prep.finish(out),
+        }
+    }
+
+    fn fused_batch_norm(
+        x: FloatTensor<Self>,
+        gamma: FloatTensor<Self>,
+        beta: FloatTensor<Self>,
+        eps: f32,
+        relu: bool,
+    ) -> (FloatTensor<Self>, FloatTensor<Self>, FloatTensor<Self>) {
+        let prep = BatchNormBackward
+            .prepare::<C>([x.node(), gamma.node(), beta.node()])
+            .compute_bound()
+            .stateful();
+        let (out, stats) = batch_norm(
+            x.primitive(),
+            gamma.primitive(),
+            beta.primitive(),
+            eps,
+            relu,
+        );
+        // The statistics leave the graph: they only feed running averages.
+        let untracked = |v: &[f32]| {
+            Self::float_from_data(TensorData::new(v.to_vec(), [v.len()]), &Default::default())
+        };
+        let (mean, var) = (untracked(&stats.mean), untracked(&stats.var));
+        let out = match prep {
+            OpsKind::Tracked(prep) => prep.finish(
+                (
+                    x.primitive().clone(),
+                    gamma.primitive().clone(),
+                    beta.primitive().clone(),
+                    Arc::new(stats),
+                    relu,
+                ),
+                out,
+            ),
+            OpsKind::UnTracked(prep) => prep.finish(out),
+        };
+        (out, mean, var)
     }
 }

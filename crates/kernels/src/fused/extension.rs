@@ -13,7 +13,9 @@ use burn::backend::{Backend, DType, Flex, backend_extension};
 use burn::tensor::{Shape, TensorData};
 
 use super::attention_probs::{ScoresShape, attention_probs_forward};
+use super::batch_norm::{BatchNormShape, BatchNormStats, batch_norm_forward};
 use super::bias_gelu::bias_gelu_forward;
+use super::conv2d::{ConvShape, conv2d_forward};
 use super::cross_entropy::cross_entropy_forward;
 use super::dropout::SiteMask;
 use super::gemm_linear::{self, Weight};
@@ -65,6 +67,25 @@ pub trait FusedOps: Backend {
         prob: f32,
         key: u64,
     ) -> FloatTensor<Self>;
+    /// `conv2d(x, weight)` without bias: x `[b, c_in, h, w]`, weight
+    /// `[c_out, c_in, kh, kw]`, one group, no dilation, the same `stride`
+    /// and zero `padding` on both axes.
+    fn fused_conv2d(
+        x: FloatTensor<Self>,
+        weight: FloatTensor<Self>,
+        stride: usize,
+        padding: usize,
+    ) -> FloatTensor<Self>;
+    /// Training-mode BatchNorm over dimension 1 with the batch's own
+    /// statistics, then ReLU when `relu`: `(output, mean, biased variance)`,
+    /// the statistics untracked.
+    fn fused_batch_norm(
+        x: FloatTensor<Self>,
+        gamma: FloatTensor<Self>,
+        beta: FloatTensor<Self>,
+        eps: f32,
+        relu: bool,
+    ) -> (FloatTensor<Self>, FloatTensor<Self>, FloatTensor<Self>);
 }
 
 /// The tensor's values as one contiguous f32 slice (a view when possible).
@@ -278,6 +299,78 @@ pub(super) fn attention(
     })
 }
 
+/// The [`ConvShape`] of `conv2d(x, weight)` with `stride` and `padding`.
+pub(super) fn conv_shape(
+    x: &FlexTensor,
+    weight: &FlexTensor,
+    stride: usize,
+    padding: usize,
+) -> ConvShape {
+    let [batch, c_in, h, w] = shape_of(x).dims::<4>();
+    let [c_out, w_in, kh, kw] = shape_of(weight).dims::<4>();
+    assert_eq!(
+        w_in, c_in,
+        "conv2d: the weight takes {w_in} channels, the input has {c_in}"
+    );
+    ConvShape {
+        batch,
+        c_in,
+        h,
+        w,
+        c_out,
+        kh,
+        kw,
+        stride,
+        pad: padding,
+    }
+}
+
+pub(super) fn conv2d(x: &FlexTensor, weight: &FlexTensor, s: &ConvShape) -> FlexTensor {
+    timed(OpClass::Matmul, || {
+        let out = conv2d_forward(&values(x), &values(weight), s);
+        tensor(out, Shape::new([s.batch, s.c_out, s.out_h(), s.out_w()]))
+    })
+}
+
+/// `[batch, channels, plane]` of a `[batch, channels, …]` tensor.
+pub(super) fn batch_norm_shape(x: &FlexTensor) -> BatchNormShape {
+    let shape = shape_of(x);
+    let (batch, channels) = (shape[0], shape[1]);
+    BatchNormShape {
+        batch,
+        channels,
+        plane: shape.num_elements() / (batch * channels).max(1),
+    }
+}
+
+pub(super) fn batch_norm(
+    x: &FlexTensor,
+    gamma: &FlexTensor,
+    beta: &FlexTensor,
+    eps: f32,
+    relu: bool,
+) -> (FlexTensor, BatchNormStats) {
+    timed(OpClass::Norm, || {
+        let s = batch_norm_shape(x);
+        let mut out = vec![0.0; s.batch * s.channels * s.plane];
+        let stats = batch_norm_forward(
+            &values(x),
+            &values(gamma),
+            &values(beta),
+            s,
+            eps,
+            relu,
+            &mut out,
+        );
+        (tensor(out, shape_of(x)), stats)
+    })
+}
+
+/// A per-channel statistic as a `[channels]` tensor.
+pub(super) fn channel_tensor(v: &[f32]) -> FlexTensor {
+    tensor(v.to_vec(), Shape::new([v.len()]))
+}
+
 impl FusedOps for Flex {
     fn fused_layer_norm(
         x: FlexTensor,
@@ -328,5 +421,25 @@ impl FusedOps for Flex {
         key: u64,
     ) -> FlexTensor {
         attention(&q, &k, &v, &bias, scale, mask(prob, key).as_ref()).0
+    }
+
+    fn fused_conv2d(
+        x: FlexTensor,
+        weight: FlexTensor,
+        stride: usize,
+        padding: usize,
+    ) -> FlexTensor {
+        conv2d(&x, &weight, &conv_shape(&x, &weight, stride, padding))
+    }
+
+    fn fused_batch_norm(
+        x: FlexTensor,
+        gamma: FlexTensor,
+        beta: FlexTensor,
+        eps: f32,
+        relu: bool,
+    ) -> (FlexTensor, FlexTensor, FlexTensor) {
+        let (out, stats) = batch_norm(&x, &gamma, &beta, eps, relu);
+        (out, channel_tensor(&stats.mean), channel_tensor(&stats.var))
     }
 }

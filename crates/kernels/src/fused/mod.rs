@@ -18,7 +18,9 @@
 
 mod attention_probs;
 mod autodiff;
+mod batch_norm;
 mod bias_gelu;
+mod conv2d;
 mod cross_entropy;
 mod dropout;
 mod extension;
@@ -29,13 +31,16 @@ mod rows;
 pub mod vector_math;
 
 use burn::backend::Dispatch;
+use burn::nn::conv::Conv2d;
 use burn::nn::loss::CrossEntropyLossConfig;
-use burn::nn::{Dropout, Embedding, LayerNorm, Linear};
-use burn::tensor::activation::{gelu, softmax};
+use burn::nn::{BatchNorm, Dropout, Embedding, LayerNorm, Linear, PaddingConfig2d};
+use burn::tensor::activation::{self, gelu, softmax};
 use burn::tensor::{Device, Int, Tensor, TensorData};
 
 pub use attention_probs::{ScoresShape, attention_probs_backward, attention_probs_forward};
+pub use batch_norm::{BatchNormShape, BatchNormStats, batch_norm_backward, batch_norm_forward};
 pub use bias_gelu::{bias_gelu_backward, bias_gelu_forward};
+pub use conv2d::{ConvShape, conv2d_backward, conv2d_forward};
 pub use cross_entropy::{cross_entropy_backward, cross_entropy_forward};
 pub use dropout::{DropoutStream, SiteMask, with_dropout_stream};
 pub use extension::FusedOps;
@@ -180,6 +185,77 @@ pub fn dropout<const D: usize>(x: Tensor<D>, layer: &Dropout) -> Tensor<D> {
         }
     };
     x * factors
+}
+
+/// `conv`'s `conv2d(x)` (NCHW): on flex im2col + one gemm per image, both
+/// ways ([`conv2d_forward`], [`conv2d_backward`]), for one group, no
+/// dilation and the same stride and symmetric padding on both axes;
+/// burn's convolution otherwise.
+pub fn conv2d(x: Tensor<4>, conv: &Conv2d) -> Tensor<4> {
+    let pad = match conv.padding {
+        PaddingConfig2d::Valid => Some(0),
+        PaddingConfig2d::Explicit(top, left, bottom, right)
+            if top == left && top == bottom && top == right =>
+        {
+            Some(top)
+        }
+        _ => None,
+    };
+    let fits = conv.groups == 1 && conv.dilation == [1, 1] && conv.stride[0] == conv.stride[1];
+    match pad {
+        Some(pad) if fits && is_flex(&x.device()) => {
+            let out = Tensor::from_dispatch(<Dispatch as FusedOps>::fused_conv2d(
+                x.into_dispatch(),
+                conv.weight.val().into_dispatch(),
+                conv.stride[0],
+                pad,
+            ));
+            match &conv.bias {
+                Some(bias) => {
+                    let c_out = bias.dims()[0];
+                    out + bias.val().reshape([1, c_out, 1, 1])
+                }
+                None => out,
+            }
+        }
+        _ => conv.forward(x),
+    }
+}
+
+/// `norm`'s BatchNorm of `x` `[batch, channels, …]`, then ReLU when
+/// `relu`. Training on flex (autodiff, the layer's training flag on) runs
+/// [`batch_norm_forward`] and [`batch_norm_backward`] and updates the
+/// running statistics exactly as burn's `BatchNorm::forward` does; every
+/// other case is burn's module (and burn's ReLU).
+pub fn batch_norm<const D: usize>(x: Tensor<D>, norm: &BatchNorm, relu: bool) -> Tensor<D> {
+    let device = x.device();
+    if !(is_flex(&device) && device.is_autodiff() && norm.training.is_enabled()) {
+        let y = norm.forward(x);
+        return if relu { activation::relu(y) } else { y };
+    }
+    let (out, mean, var) = <Dispatch as FusedOps>::fused_batch_norm(
+        x.into_dispatch(),
+        norm.gamma.val().into_dispatch(),
+        norm.beta.val().into_dispatch(),
+        norm.epsilon as f32,
+        relu,
+    );
+    let (mean, var) = (
+        Tensor::<1>::from_dispatch(mean),
+        Tensor::<1>::from_dispatch(var),
+    );
+    let m = norm.momentum;
+    let running_mean = norm.running_mean.value_sync().to_device(&device);
+    let running_var = norm.running_var.value_sync().to_device(&device);
+    let running_mean = running_mean
+        .mul_scalar(1.0 - m)
+        .add(mean.detach().mul_scalar(m));
+    let running_var = running_var
+        .mul_scalar(1.0 - m)
+        .add(var.detach().mul_scalar(m));
+    norm.running_mean.update(running_mean.detach());
+    norm.running_var.update(running_var.detach());
+    Tensor::from_dispatch(out)
 }
 
 /// Mean cross-entropy of `logits` `[n, classes]` against `labels` `[n]`.

@@ -1,0 +1,500 @@
+//! 2-D convolution (NCHW, one group, no dilation, square stride and
+//! padding) forward and backward as im2col + one gemm per image, on slices.
+//!
+//! burn 0.22 differentiates flex's convolution through burn's generic
+//! backward: the input gradient as a transposed convolution (a scalar loop
+//! on flex) and the weight gradient as a convolution of the input with the
+//! output gradient as its kernel (an im2col whose columns span the whole
+//! batch). Both were most of ResNet-20's training step. Here each image's
+//! columns are built once per pass into a buffer the task reuses, and
+//! every product is one gemm over the image's output positions.
+//!
+//! Images run in parallel; the weight gradient is summed per fixed block of
+//! images and the blocks' partials added in block order, so the bits do not
+//! depend on the thread count.
+
+use rayon::prelude::*;
+
+use super::rows::add_in_block_order;
+
+/// Images per parallel task of the backward pass (its weight-gradient
+/// partials are per task: fixed blocks keep the sum's order fixed).
+const IMAGES_PER_TASK: usize = 4;
+
+/// The shapes of one convolution: input `[batch, c_in, h, w]`, weight
+/// `[c_out, c_in, kh, kw]`, the same stride and zero padding on both axes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ConvShape {
+    /// Images.
+    pub batch: usize,
+    /// Input channels.
+    pub c_in: usize,
+    /// Input height.
+    pub h: usize,
+    /// Input width.
+    pub w: usize,
+    /// Output channels.
+    pub c_out: usize,
+    /// Kernel height.
+    pub kh: usize,
+    /// Kernel width.
+    pub kw: usize,
+    /// Stride on both axes.
+    pub stride: usize,
+    /// Zero padding on each side of both axes.
+    pub pad: usize,
+}
+
+impl ConvShape {
+    /// Output height (panics when the kernel does not fit the padded input).
+    pub fn out_h(&self) -> usize {
+        out_len(self.h, self.kh, self.stride, self.pad)
+    }
+
+    /// Output width.
+    pub fn out_w(&self) -> usize {
+        out_len(self.w, self.kw, self.stride, self.pad)
+    }
+
+    /// Rows of an image's columns: `c_in·kh·kw`.
+    fn k(&self) -> usize {
+        self.c_in * self.kh * self.kw
+    }
+
+    /// Output positions per image (columns of the im2col matrix).
+    fn positions(&self) -> usize {
+        self.out_h() * self.out_w()
+    }
+
+    fn image_len(&self) -> usize {
+        self.c_in * self.h * self.w
+    }
+
+    /// A 1×1, stride-1, unpadded convolution: an image is its own columns.
+    fn pointwise(&self) -> bool {
+        self.kh == 1 && self.kw == 1 && self.stride == 1 && self.pad == 0
+    }
+}
+
+fn out_len(len: usize, kernel: usize, stride: usize, pad: usize) -> usize {
+    assert!(stride > 0, "convolution stride 0");
+    assert!(
+        len + 2 * pad >= kernel,
+        "a {kernel}-wide kernel does not fit {len} + 2·{pad} padding"
+    );
+    (len + 2 * pad - kernel) / stride + 1
+}
+
+/// The valid output range `[lo, hi)` along one axis for kernel offset `i`:
+/// where `o·stride + i − pad` falls inside `0..len`.
+fn valid_range(out: usize, len: usize, i: usize, stride: usize, pad: usize) -> (usize, usize) {
+    // o·stride + i ≥ pad  ⇔  o ≥ ceil((pad − i) / stride)
+    let lo = if i >= pad {
+        0
+    } else {
+        (pad - i).div_ceil(stride)
+    };
+    // o·stride + i − pad ≤ len − 1  ⇔  o ≤ (len − 1 + pad − i) / stride
+    let hi = if len + pad > i {
+        ((len - 1 + pad - i) / stride + 1).min(out)
+    } else {
+        0
+    };
+    (lo.min(hi), hi)
+}
+
+/// Image `x` (`[c_in, h, w]`) as columns `[c_in·kh·kw, out_h·out_w]`.
+/// Writes only the positions that read the image: the padding's positions
+/// are the same for every image of a shape, so a buffer zeroed once and
+/// used for nothing else keeps them zero.
+fn im2col(x: &[f32], s: &ConvShape, cols: &mut [f32]) {
+    let (oh_n, ow_n) = (s.out_h(), s.out_w());
+    let p = oh_n * ow_n;
+    for c in 0..s.c_in {
+        let plane = &x[c * s.h * s.w..(c + 1) * s.h * s.w];
+        for i in 0..s.kh {
+            let (oh_lo, oh_hi) = valid_range(oh_n, s.h, i, s.stride, s.pad);
+            for j in 0..s.kw {
+                let (ow_lo, ow_hi) = valid_range(ow_n, s.w, j, s.stride, s.pad);
+                if ow_lo == ow_hi {
+                    continue;
+                }
+                let row = &mut cols[((c * s.kh + i) * s.kw + j) * p..][..p];
+                let first = ow_lo * s.stride + j - s.pad;
+                for oh in oh_lo..oh_hi {
+                    let src = &plane[(oh * s.stride + i - s.pad) * s.w..][..s.w];
+                    let dst = &mut row[oh * ow_n + ow_lo..oh * ow_n + ow_hi];
+                    if s.stride == 1 {
+                        copy_short(dst, &src[first..first + dst.len()]);
+                    } else {
+                        let src = src[first..].iter().step_by(s.stride);
+                        for (d, v) in dst.iter_mut().zip(src) {
+                            *d = *v;
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// `dst.copy_from_slice(src)` for the short rows of an image (8 to 32
+/// values in ResNet's CIFAR stages) as inline 16-wide moves: the library
+/// call `copy_from_slice` makes cost more than the copy at these lengths.
+#[inline(always)]
+fn copy_short(dst: &mut [f32], src: &[f32]) {
+    const W: usize = 16;
+    assert_eq!(dst.len(), src.len());
+    let mut d = dst.chunks_exact_mut(W);
+    let mut s = src.chunks_exact(W);
+    for (d, s) in (&mut d).zip(&mut s) {
+        let d: &mut [f32; W] = d.try_into().expect("16 wide");
+        *d = *<&[f32; W]>::try_from(s).expect("16 wide");
+    }
+    for (d, s) in d.into_remainder().iter_mut().zip(s.remainder()) {
+        *d = *s;
+    }
+}
+
+/// Adds columns `cols` back into image gradient `dx` (`[c_in, h, w]`): the
+/// adjoint of [`im2col`].
+fn col2im(cols: &[f32], s: &ConvShape, dx: &mut [f32]) {
+    let (oh_n, ow_n) = (s.out_h(), s.out_w());
+    let p = oh_n * ow_n;
+    for c in 0..s.c_in {
+        let plane = &mut dx[c * s.h * s.w..(c + 1) * s.h * s.w];
+        for i in 0..s.kh {
+            let (oh_lo, oh_hi) = valid_range(oh_n, s.h, i, s.stride, s.pad);
+            for j in 0..s.kw {
+                let (ow_lo, ow_hi) = valid_range(ow_n, s.w, j, s.stride, s.pad);
+                let row = &cols[((c * s.kh + i) * s.kw + j) * p..][..p];
+                if ow_lo == ow_hi {
+                    continue;
+                }
+                for oh in oh_lo..oh_hi {
+                    let dst = &mut plane[(oh * s.stride + i - s.pad) * s.w..][..s.w];
+                    let src = &row[oh * ow_n + ow_lo..oh * ow_n + ow_hi];
+                    let first = ow_lo * s.stride + j - s.pad;
+                    if s.stride == 1 {
+                        for (d, v) in dst[first..first + src.len()].iter_mut().zip(src) {
+                            *d += v;
+                        }
+                    } else {
+                        for (d, v) in dst[first..].iter_mut().step_by(s.stride).zip(src) {
+                            *d += v;
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// `dst[m, n] (+)= A[m, k]·B[k, n]` on one thread, every operand given by
+/// (row stride, column stride).
+///
+/// # Safety
+/// The pointers must cover the operands at those strides and `dst` must
+/// not overlap them.
+#[allow(clippy::too_many_arguments)]
+unsafe fn gemm_one_thread(
+    (m, n, k): (usize, usize, usize),
+    dst: *mut f32,
+    (d_rs, d_cs): (isize, isize),
+    accumulate: bool,
+    a: *const f32,
+    (a_rs, a_cs): (isize, isize),
+    b: *const f32,
+    (b_rs, b_cs): (isize, isize),
+) {
+    // SAFETY: the caller's contract. Images are the parallel loop, so each
+    // product runs on its task's thread.
+    unsafe {
+        gemm::gemm(
+            m,
+            n,
+            k,
+            dst,
+            d_cs,
+            d_rs,
+            accumulate,
+            a,
+            a_cs,
+            a_rs,
+            b,
+            b_cs,
+            b_rs,
+            1.0,
+            1.0,
+            false,
+            false,
+            false,
+            gemm::Parallelism::None,
+        );
+    }
+}
+
+fn check_lengths(x: &[f32], weight: &[f32], s: &ConvShape) {
+    assert_eq!(
+        x.len(),
+        s.batch * s.image_len(),
+        "conv2d input is not {s:?}"
+    );
+    assert_eq!(weight.len(), s.c_out * s.k(), "conv2d weight is not {s:?}");
+}
+
+/// `conv2d(x, weight)`, `[batch, c_out, out_h, out_w]`.
+pub fn conv2d_forward(x: &[f32], weight: &[f32], s: &ConvShape) -> Vec<f32> {
+    check_lengths(x, weight, s);
+    let (k, p) = (s.k(), s.positions());
+    let len = s.batch * s.c_out * p;
+    if len == 0 || k == 0 {
+        return vec![0.0f32; len];
+    }
+    // gemm writes every output value without reading it: no zeroing pass.
+    let mut out = Vec::<f32>::with_capacity(len);
+    out.spare_capacity_mut()[..len]
+        .par_chunks_mut(s.c_out * p)
+        .enumerate()
+        .for_each_init(
+            || vec![0.0f32; if s.pointwise() { 0 } else { k * p }],
+            |cols, (b, out)| {
+                let image = &x[b * s.image_len()..][..s.image_len()];
+                let cols: &[f32] = if s.pointwise() {
+                    image
+                } else {
+                    crate::with_avx(|| im2col(image, s, cols));
+                    cols
+                };
+                // outᵀ[p, c_out] = colsᵀ[p, k]·Wᵀ[k, c_out]: the output
+                // positions are gemm's long dimension.
+                // SAFETY: cols is [k, p], weight [c_out, k], out [c_out, p].
+                unsafe {
+                    gemm_one_thread(
+                        (p, s.c_out, k),
+                        out.as_mut_ptr().cast::<f32>(),
+                        (1, p as isize),
+                        false,
+                        cols.as_ptr(),
+                        (1, p as isize),
+                        weight.as_ptr(),
+                        (1, k as isize),
+                    );
+                }
+            },
+        );
+    // SAFETY: the gemm calls above wrote all `len` values.
+    unsafe { out.set_len(len) };
+    out
+}
+
+/// The gradients of [`conv2d_forward`] for the output gradient `grad`:
+/// `∂x` (when `want_x`) and `∂weight` (when `want_weight`).
+pub fn conv2d_backward(
+    x: &[f32],
+    weight: &[f32],
+    grad: &[f32],
+    s: &ConvShape,
+    (want_x, want_weight): (bool, bool),
+) -> (Option<Vec<f32>>, Option<Vec<f32>>) {
+    check_lengths(x, weight, s);
+    let (k, p, image) = (s.k(), s.positions(), s.image_len());
+    assert_eq!(grad.len(), s.batch * s.c_out * p, "conv2d gradient");
+    let mut dx = want_x.then(|| vec![0.0f32; x.len()]);
+    // One task per block of images: its images' ∂x and its ∂W partial.
+    let mut dx_blocks: Vec<Option<&mut [f32]>> = match dx.as_mut() {
+        Some(dx) => dx
+            .chunks_mut(IMAGES_PER_TASK * image.max(1))
+            .map(Some)
+            .collect(),
+        None => (0..s.batch.div_ceil(IMAGES_PER_TASK))
+            .map(|_| None)
+            .collect(),
+    };
+    dx_blocks.resize_with(s.batch.div_ceil(IMAGES_PER_TASK), || None);
+    let partials: Vec<Vec<f32>> = dx_blocks
+        .into_par_iter()
+        .enumerate()
+        .map(|(block, mut dx_block)| {
+            let mut dw = vec![0.0f32; if want_weight { s.c_out * k } else { 0 }];
+            // im2col's buffer keeps its padding zeros; the gemm overwrites
+            // all of dcols.
+            let mut cols = vec![
+                0.0f32;
+                if s.pointwise() || !want_weight {
+                    0
+                } else {
+                    k * p
+                }
+            ];
+            let mut dcols = vec![0.0f32; if s.pointwise() || !want_x { 0 } else { k * p }];
+            let first = block * IMAGES_PER_TASK;
+            for b in first..(first + IMAGES_PER_TASK).min(s.batch) {
+                let g = &grad[b * s.c_out * p..][..s.c_out * p];
+                let x_b = &x[b * image..][..image];
+                if want_weight && p > 0 {
+                    let cols: &[f32] = if s.pointwise() {
+                        x_b
+                    } else {
+                        crate::with_avx(|| im2col(x_b, s, &mut cols));
+                        &cols
+                    };
+                    // ∂W[c_out, k] += g[c_out, p]·colsᵀ[p, k]
+                    // SAFETY: g is [c_out, p], cols [k, p], dw [c_out, k].
+                    unsafe {
+                        gemm_one_thread(
+                            (s.c_out, k, p),
+                            dw.as_mut_ptr(),
+                            (k as isize, 1),
+                            true,
+                            g.as_ptr(),
+                            (p as isize, 1),
+                            cols.as_ptr(),
+                            (1, p as isize),
+                        );
+                    }
+                }
+                if let Some(dx_block) = dx_block.as_deref_mut() {
+                    let dx_b = &mut dx_block[(b - first) * image..][..image];
+                    if p == 0 || s.c_out == 0 {
+                        continue;
+                    }
+                    // ∂colsᵀ[p, k] = gᵀ[p, c_out]·W[c_out, k]; a pointwise
+                    // convolution's columns are the image gradient itself.
+                    let target: &mut [f32] = if s.pointwise() { dx_b } else { &mut dcols };
+                    // SAFETY: g is [c_out, p], weight [c_out, k], target [k, p].
+                    unsafe {
+                        gemm_one_thread(
+                            (p, k, s.c_out),
+                            target.as_mut_ptr(),
+                            (1, p as isize),
+                            false,
+                            g.as_ptr(),
+                            (1, p as isize),
+                            weight.as_ptr(),
+                            (k as isize, 1),
+                        );
+                    }
+                    if !s.pointwise() {
+                        crate::with_avx(|| col2im(&dcols, s, dx_b));
+                    }
+                }
+            }
+            dw
+        })
+        .collect();
+    let dw = want_weight.then(|| add_in_block_order(&partials, s.c_out * k));
+    (dx, dw)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The direct definition of the convolution, in f64.
+    fn direct(x: &[f32], w: &[f32], s: &ConvShape) -> Vec<f64> {
+        let (oh_n, ow_n) = (s.out_h(), s.out_w());
+        let mut out = vec![0.0f64; s.batch * s.c_out * oh_n * ow_n];
+        for b in 0..s.batch {
+            for co in 0..s.c_out {
+                for oh in 0..oh_n {
+                    for ow in 0..ow_n {
+                        let mut acc = 0.0f64;
+                        for c in 0..s.c_in {
+                            for i in 0..s.kh {
+                                for j in 0..s.kw {
+                                    let ih = (oh * s.stride + i) as isize - s.pad as isize;
+                                    let iw = (ow * s.stride + j) as isize - s.pad as isize;
+                                    if ih < 0 || iw < 0 || ih >= s.h as isize || iw >= s.w as isize
+                                    {
+                                        continue;
+                                    }
+                                    let xv = x[((b * s.c_in + c) * s.h + ih as usize) * s.w
+                                        + iw as usize];
+                                    let wv = w[((co * s.c_in + c) * s.kh + i) * s.kw + j];
+                                    acc += f64::from(xv) * f64::from(wv);
+                                }
+                            }
+                        }
+                        out[((b * s.c_out + co) * oh_n + oh) * ow_n + ow] = acc;
+                    }
+                }
+            }
+        }
+        out
+    }
+
+    fn pseudo_random(n: usize, seed: u64) -> Vec<f32> {
+        let mut state = seed;
+        (0..n)
+            .map(|_| {
+                state = state
+                    .wrapping_mul(6364136223846793005)
+                    .wrapping_add(1442695040888963407);
+                ((state >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
+            })
+            .collect()
+    }
+
+    #[test]
+    fn forward_matches_the_definition_for_strides_paddings_and_odd_sizes() {
+        for (c_in, h, w, c_out, kh, kw, stride, pad) in [
+            (3, 7, 5, 4, 3, 3, 1, 1),
+            (2, 8, 9, 3, 3, 3, 2, 1),
+            (5, 6, 6, 2, 1, 1, 1, 0),
+            (4, 7, 7, 3, 1, 1, 2, 0),
+            (1, 5, 4, 2, 3, 2, 3, 2),
+            (2, 3, 3, 1, 3, 3, 1, 0),
+        ] {
+            let s = ConvShape {
+                batch: 5,
+                c_in,
+                h,
+                w,
+                c_out,
+                kh,
+                kw,
+                stride,
+                pad,
+            };
+            let x = pseudo_random(s.batch * s.image_len(), 1);
+            let wt = pseudo_random(c_out * s.k(), 2);
+            let got = conv2d_forward(&x, &wt, &s);
+            let want = direct(&x, &wt, &s);
+            for (g, w) in got.iter().zip(&want) {
+                assert!((f64::from(*g) - w).abs() < 1e-5, "{s:?}: {g} against {w}");
+            }
+        }
+    }
+
+    #[test]
+    fn col2im_is_the_adjoint_of_im2col() {
+        // ⟨im2col(x), c⟩ = ⟨x, col2im(c)⟩ for every shape, padding and stride.
+        for (c_in, h, w, kh, kw, stride, pad) in [
+            (2, 5, 6, 3, 3, 1, 1),
+            (3, 7, 7, 3, 3, 2, 1),
+            (1, 4, 5, 2, 3, 3, 2),
+        ] {
+            let s = ConvShape {
+                batch: 1,
+                c_in,
+                h,
+                w,
+                c_out: 1,
+                kh,
+                kw,
+                stride,
+                pad,
+            };
+            let x = pseudo_random(s.image_len(), 3);
+            let c = pseudo_random(s.k() * s.positions(), 4);
+            let mut cols = vec![0.0; c.len()];
+            im2col(&x, &s, &mut cols);
+            let mut back = vec![0.0; x.len()];
+            col2im(&c, &s, &mut back);
+            let lhs: f64 = cols.iter().zip(&c).map(|(a, b)| f64::from(a * b)).sum();
+            let rhs: f64 = x.iter().zip(&back).map(|(a, b)| f64::from(a * b)).sum();
+            assert!((lhs - rhs).abs() < 1e-4, "{s:?}: {lhs} against {rhs}");
+        }
+    }
+}
