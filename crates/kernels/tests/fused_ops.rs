@@ -308,6 +308,8 @@ fn conv2d_matches_burn() {
         (2, 4, 7, 7, 3, [1, 1], 2, 0, false),
         (1, 1, 5, 4, 2, [3, 2], 3, 2, true),
         (9, 16, 8, 8, 16, [3, 3], 1, 1, false),
+        (2, 3, 6, 7, 2, [5, 5], 1, 2, false),
+        (2, 2, 5, 6, 3, [1, 3], 1, 1, true),
     ] {
         let conv = Conv2dConfig::new([c_in, c_out], kernel)
             .with_stride([stride, stride])

@@ -107,6 +107,7 @@ fn valid_range(out: usize, len: usize, i: usize, stride: usize, pad: usize) -> (
 /// Writes only the positions that read the image: the padding's positions
 /// are the same for every image of a shape, so a buffer zeroed once and
 /// used for nothing else keeps them zero.
+#[inline(always)]
 fn im2col(x: &[f32], s: &ConvShape, cols: &mut [f32]) {
     let (oh_n, ow_n) = (s.out_h(), s.out_w());
     let p = oh_n * ow_n;
@@ -120,6 +121,11 @@ fn im2col(x: &[f32], s: &ConvShape, cols: &mut [f32]) {
                     continue;
                 }
                 let row = &mut cols[((c * s.kh + i) * s.kw + j) * p..][..p];
+                if let Some(run) = Run::new(s, (oh_lo, oh_hi), (ow_lo, ow_hi), i, j) {
+                    row[run.start..run.end].copy_from_slice(&plane[run.source()]);
+                    run.zero_wrapped(row);
+                    continue;
+                }
                 let first = ow_lo * s.stride + j - s.pad;
                 for oh in oh_lo..oh_hi {
                     let src = &plane[(oh * s.stride + i - s.pad) * s.w..][..s.w];
@@ -133,6 +139,71 @@ fn im2col(x: &[f32], s: &ConvShape, cols: &mut [f32]) {
                         }
                     }
                 }
+            }
+        }
+    }
+}
+
+/// A stride-1 convolution whose output rows are as wide as the input's
+/// (3×3 with padding 1, 1×1 without): one kernel offset's part of the
+/// columns is then the image shifted by a constant, one contiguous copy
+/// instead of a copy per output row. The copy also carries values across
+/// row ends into the positions outside `[ow_lo, ow_hi)`; those are the
+/// padding's and are zeroed after it.
+struct Run {
+    /// Columns `[start, end)` of the kernel offset's row of `cols`.
+    start: usize,
+    end: usize,
+    /// Where `start` reads in the input plane.
+    source_start: usize,
+    width: usize,
+    rows: (usize, usize),
+    valid: (usize, usize),
+}
+
+impl Run {
+    fn new(
+        s: &ConvShape,
+        (oh_lo, oh_hi): (usize, usize),
+        (ow_lo, ow_hi): (usize, usize),
+        i: usize,
+        j: usize,
+    ) -> Option<Run> {
+        let width = s.out_w();
+        if s.stride != 1 || width != s.w || oh_lo == oh_hi || ow_lo == ow_hi {
+            return None;
+        }
+        Some(Run {
+            start: oh_lo * width + ow_lo,
+            end: (oh_hi - 1) * width + ow_hi,
+            // (oh_lo + i − pad)·w + (ow_lo + j − pad): both terms ≥ 0 in the
+            // valid ranges.
+            source_start: (oh_lo + i - s.pad) * s.w + ow_lo + j - s.pad,
+            width,
+            rows: (oh_lo, oh_hi),
+            valid: (ow_lo, ow_hi),
+        })
+    }
+
+    fn source(&self) -> std::ops::Range<usize> {
+        self.source_start..self.source_start + (self.end - self.start)
+    }
+
+    /// Zeroes the positions inside `[start, end)` whose output column lies
+    /// outside the valid range (at most `pad` per row end).
+    fn zero_wrapped(&self, row: &mut [f32]) {
+        let (lo, hi) = self.valid;
+        // Inside [start, end) the wrapped positions are the `width − hi`
+        // after each row's valid part and the `lo` before the next row's:
+        // one gap of `width − hi + lo` between consecutive rows.
+        let gap = self.width - hi + lo;
+        if gap == 0 {
+            return;
+        }
+        for oh in self.rows.0..self.rows.1 - 1 {
+            let at = oh * self.width + hi;
+            for v in &mut row[at..at + gap] {
+                *v = 0.0;
             }
         }
     }
@@ -158,7 +229,10 @@ fn copy_short(dst: &mut [f32], src: &[f32]) {
 
 /// Adds columns `cols` back into image gradient `dx` (`[c_in, h, w]`): the
 /// adjoint of [`im2col`].
-fn col2im(cols: &[f32], s: &ConvShape, dx: &mut [f32]) {
+/// The padding's positions of `cols` are zeroed on the way (the caller's
+/// scratch: a gemm's output).
+#[inline(always)]
+fn col2im(cols: &mut [f32], s: &ConvShape, dx: &mut [f32]) {
     let (oh_n, ow_n) = (s.out_h(), s.out_w());
     let p = oh_n * ow_n;
     for c in 0..s.c_in {
@@ -167,8 +241,16 @@ fn col2im(cols: &[f32], s: &ConvShape, dx: &mut [f32]) {
             let (oh_lo, oh_hi) = valid_range(oh_n, s.h, i, s.stride, s.pad);
             for j in 0..s.kw {
                 let (ow_lo, ow_hi) = valid_range(ow_n, s.w, j, s.stride, s.pad);
-                let row = &cols[((c * s.kh + i) * s.kw + j) * p..][..p];
+                let row = &mut cols[((c * s.kh + i) * s.kw + j) * p..][..p];
                 if ow_lo == ow_hi {
+                    continue;
+                }
+                if let Some(run) = Run::new(s, (oh_lo, oh_hi), (ow_lo, ow_hi), i, j) {
+                    // Adding the zeroed wrapped positions changes no value.
+                    run.zero_wrapped(row);
+                    for (d, v) in plane[run.source()].iter_mut().zip(&row[run.start..run.end]) {
+                        *d += v;
+                    }
                     continue;
                 }
                 for oh in oh_lo..oh_hi {
@@ -376,7 +458,7 @@ pub fn conv2d_backward(
                         );
                     }
                     if !s.pointwise() {
-                        crate::with_avx(|| col2im(&dcols, s, dx_b));
+                        crate::with_avx(|| col2im(&mut dcols, s, dx_b));
                     }
                 }
             }
@@ -445,6 +527,8 @@ mod tests {
             (4, 7, 7, 3, 1, 1, 2, 0),
             (1, 5, 4, 2, 3, 2, 3, 2),
             (2, 3, 3, 1, 3, 3, 1, 0),
+            (2, 6, 7, 3, 5, 5, 1, 2),
+            (3, 4, 6, 2, 1, 3, 1, 1),
         ] {
             let s = ConvShape {
                 batch: 5,
@@ -474,6 +558,8 @@ mod tests {
             (2, 5, 6, 3, 3, 1, 1),
             (3, 7, 7, 3, 3, 2, 1),
             (1, 4, 5, 2, 3, 3, 2),
+            (2, 6, 5, 5, 5, 1, 2),
+            (1, 4, 6, 1, 3, 1, 1),
         ] {
             let s = ConvShape {
                 batch: 1,
@@ -491,7 +577,7 @@ mod tests {
             let mut cols = vec![0.0; c.len()];
             im2col(&x, &s, &mut cols);
             let mut back = vec![0.0; x.len()];
-            col2im(&c, &s, &mut back);
+            col2im(&mut c.clone(), &s, &mut back);
             let lhs: f64 = cols.iter().zip(&c).map(|(a, b)| f64::from(a * b)).sum();
             let rhs: f64 = x.iter().zip(&back).map(|(a, b)| f64::from(a * b)).sum();
             assert!((lhs - rhs).abs() < 1e-4, "{s:?}: {lhs} against {rhs}");
