@@ -11,10 +11,18 @@ pub fn cross_entropy_forward(logits: &[f32], labels: &[i64], classes: usize) -> 
     let mut lse = vec![0.0f32; rows];
     // One "row" of width 1 per sample: the row loop is the parallel loop.
     for_row_blocks(&mut lse, 1, |first, out| {
+        // The exponentials go through a buffer and are summed after: LLVM
+        // vectorises the map and the sum apart but not the sum of exp
+        // (4× slower fused, measured on 154 × 30,522 MLM logits). The sum
+        // adds in `sum`'s order either way.
+        let mut e = vec![0.0f32; classes];
         for (r, l) in out.iter_mut().enumerate() {
             let x = &logits[(first + r) * classes..(first + r + 1) * classes];
-            let max = x.iter().fold(f32::NEG_INFINITY, |m, &v| m.max(v));
-            *l = max + sum(classes, |j| exp(x[j] - max)).ln();
+            let max = row_max(x);
+            for (e, v) in e.iter_mut().zip(x) {
+                *e = exp(v - max);
+            }
+            *l = max + sum(classes, |j| e[j]).ln();
         }
     });
     let total: f64 = labels
@@ -25,6 +33,24 @@ pub fn cross_entropy_forward(logits: &[f32], labels: &[i64], classes: usize) -> 
         })
         .sum();
     (lse, (total / rows.max(1) as f64) as f32)
+}
+
+/// The largest value (NaN ignored unless every value is NaN, as `f32::max`
+/// folds): 16 running maxima as selects, which vectorise where `f32::max`'s
+/// NaN rule does not.
+fn row_max(x: &[f32]) -> f32 {
+    const LANES: usize = 16;
+    let mut acc = [f32::NEG_INFINITY; LANES];
+    let chunks = x.chunks_exact(LANES);
+    let tail = chunks.remainder();
+    for c in chunks {
+        for (a, &v) in acc.iter_mut().zip(c) {
+            *a = if v > *a { v } else { *a };
+        }
+    }
+    acc.iter()
+        .chain(tail)
+        .fold(f32::NEG_INFINITY, |m, &v| if v > m { v } else { m })
 }
 
 /// `∂logits` for an upstream gradient `grad` of the mean loss.
