@@ -124,16 +124,10 @@ impl Backward<Flex, 1> for CrossEntropyBackward {
                 let shape = shape_of(&logits);
                 let classes = shape.dims::<2>()[1];
                 let upstream = values(&grad)[0];
-                let mut out = vec![0.0; shape.num_elements()];
-                cross_entropy_backward(
-                    &values(&logits),
-                    &labels,
-                    &lse,
-                    classes,
-                    upstream,
-                    &mut out,
-                );
-                tensor(out, shape)
+                // No copy when the state held the logits' only reference.
+                let mut g = into_values(logits);
+                cross_entropy_backward(&mut g, &labels, &lse, classes, upstream);
+                tensor(g, shape)
             })
         });
     }

@@ -53,22 +53,23 @@ fn row_max(x: &[f32]) -> f32 {
         .fold(f32::NEG_INFINITY, |m, &v| if v > m { v } else { m })
 }
 
-/// `∂logits` for an upstream gradient `grad` of the mean loss.
+/// Turns `logits` into `∂logits` in place for an upstream gradient `grad`
+/// of the mean loss (the logits are not needed after: no second buffer of
+/// their size, nothing to zero).
 pub fn cross_entropy_backward(
-    logits: &[f32],
+    logits: &mut [f32],
     labels: &[i64],
     lse: &[f32],
     classes: usize,
     grad: f32,
-    out: &mut [f32],
 ) {
     let scale = grad / labels.len().max(1) as f32;
-    for_row_blocks(out, classes, |first, rows| {
+    for_row_blocks(logits, classes, |first, rows| {
         for (r, o) in rows.chunks_mut(classes).enumerate() {
             let row = first + r;
-            let x = &logits[row * classes..(row + 1) * classes];
-            for j in 0..classes {
-                o[j] = scale * exp(x[j] - lse[row]);
+            let l = lse[row];
+            for v in o.iter_mut() {
+                *v = scale * exp(*v - l);
             }
             o[label_index(labels[row], classes)] -= scale;
         }
