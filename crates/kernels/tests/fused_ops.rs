@@ -259,20 +259,22 @@ fn attention_core_matches_burn_with_padding_and_dropout() {
             })
             .collect();
         let bias = Tensor::<2>::from_data(TensorData::new(bias, [batch, seq]), &device());
-        // q, k, v as the model makes them: head-split views of [b, t, hidden].
+        // q, k, v and the result as the model has them, [b, t, hidden];
+        // burn's reference splits the heads.
         let split = |t: Tensor<3>| t.reshape([batch, seq, heads, head_dim]).swap_dims(1, 2);
         let hidden = heads * head_dim;
         let [q, k, v] = [0; 3].map(|_| random(&mut rng, [batch, seq, hidden], 2.0).require_grad());
-        let w = random(&mut rng, [batch, heads, seq, head_dim], 1.0);
+        let w = random(&mut rng, [batch, seq, hidden], 1.0);
         let layer = DropoutConfig::new(prob).init();
         let stream = DropoutStream::new(11, 2, 1, 0);
         let scale = 1.0 / (head_dim as f64).sqrt();
         let fused_out = with_dropout_stream(stream, || {
             fused::attention(
-                split(q.clone()),
-                split(k.clone()),
-                split(v.clone()),
+                q.clone(),
+                k.clone(),
+                v.clone(),
                 bias.clone(),
+                heads,
                 scale,
                 &layer,
             )
@@ -286,7 +288,10 @@ fn attention_core_matches_burn_with_padding_and_dropout() {
         if prob > 0.0 {
             probs = probs * mask_tensor(stream, 0, prob, [batch, heads, seq, seq]);
         }
-        let burn_out = probs.matmul(split(v.clone()));
+        let burn_out = probs
+            .matmul(split(v.clone()))
+            .swap_dims(1, 2)
+            .reshape([batch, seq, hidden]);
         let burn_grads = (burn_out.clone() * w).sum().backward();
         assert_close("attention", &fused_out, &burn_out);
         assert_grads_close("∂q", &q, &fused_grads, &burn_grads);

@@ -51,23 +51,15 @@ impl BertSelfAttention {
         }
     }
 
-    fn split_heads(&self, x: Tensor<3>) -> Tensor<4> {
-        let [batch, seq, hidden] = x.dims();
-        x.reshape([batch, seq, self.heads, hidden / self.heads])
-            .swap_dims(1, 2)
-    }
-
     /// `mask_bias` `[batch, seq]` is 0 on real tokens and the lowest float
     /// on padding, added to the scores before the softmax.
     fn forward(&self, x: Tensor<3>, mask_bias: Tensor<2>) -> Tensor<3> {
-        let [batch, seq, hidden] = x.dims();
+        let hidden = x.dims()[2];
         let scale = 1.0 / ((hidden / self.heads) as f64).sqrt();
-        let q = self.split_heads(fused::linear(x.clone(), &self.query));
-        let k = self.split_heads(fused::linear(x.clone(), &self.key));
-        let v = self.split_heads(fused::linear(x, &self.value));
-        fused::attention(q, k, v, mask_bias, scale, &self.dropout)
-            .swap_dims(1, 2)
-            .reshape([batch, seq, hidden])
+        let q = fused::linear(x.clone(), &self.query);
+        let k = fused::linear(x.clone(), &self.key);
+        let v = fused::linear(x, &self.value);
+        fused::attention(q, k, v, mask_bias, self.heads, scale, &self.dropout)
     }
 }
 

@@ -36,25 +36,7 @@ pub fn attention_probs_forward(
             let row = first + r;
             let s = &scores[row * k..(row + 1) * k];
             let b = &bias[row / shape.rows_per_batch * k..][..k];
-            // Zipped loops without bounds checks vectorise; the maximum in
-            // 8 lanes (max is exact, so the order changes no bit).
-            for ((p, &s), &b) in p.iter_mut().zip(s).zip(b) {
-                *p = s * scale + b;
-            }
-            let mut lanes = [f32::NEG_INFINITY; 8];
-            for chunk in p.chunks(8) {
-                for (lane, &v) in lanes.iter_mut().zip(chunk) {
-                    *lane = lane.max(v);
-                }
-            }
-            let max = lanes.into_iter().fold(f32::NEG_INFINITY, f32::max);
-            for v in p.iter_mut() {
-                *v = exp(*v - max);
-            }
-            let inv = 1.0 / sum(k, |j| p[j]);
-            for v in p.iter_mut() {
-                *v *= inv;
-            }
+            softmax_row(s, b, scale, p);
         }
     });
     if let Some((mask, out)) = dropout {
@@ -77,13 +59,44 @@ pub fn attention_probs_backward(
     for_row_blocks(grad, keys, |first, out| {
         for (r, h) in out.chunks_mut(keys).enumerate() {
             let row = first + r;
-            let p = &probs[row * keys..(row + 1) * keys];
-            let dot = sum(keys, |j| h[j] * p[j]);
-            for (h, &p) in h.iter_mut().zip(p) {
-                *h = scale * p * (*h - dot);
-            }
+            softmax_row_backward(h, &probs[row * keys..(row + 1) * keys], scale);
         }
     });
+}
+
+/// One row: `p = softmax(s·scale + b)`.
+#[inline(always)]
+pub(crate) fn softmax_row(s: &[f32], b: &[f32], scale: f32, p: &mut [f32]) {
+    let k = p.len();
+    // Zipped loops without bounds checks vectorise; the maximum in 8 lanes
+    // (max is exact, so the order changes no bit).
+    for ((p, &s), &b) in p.iter_mut().zip(s).zip(b) {
+        *p = s * scale + b;
+    }
+    let mut lanes = [f32::NEG_INFINITY; 8];
+    for chunk in p.chunks(8) {
+        for (lane, &v) in lanes.iter_mut().zip(chunk) {
+            *lane = lane.max(v);
+        }
+    }
+    let max = lanes.into_iter().fold(f32::NEG_INFINITY, f32::max);
+    for v in p.iter_mut() {
+        *v = exp(*v - max);
+    }
+    let inv = 1.0 / sum(k, |j| p[j]);
+    for v in p.iter_mut() {
+        *v *= inv;
+    }
+}
+
+/// One row, in place: `h` (the gradient of the probabilities after the
+/// dropout mask) becomes `∂s = scale·p·(h − Σ h·p)`.
+#[inline(always)]
+pub(crate) fn softmax_row_backward(h: &mut [f32], p: &[f32], scale: f32) {
+    let dot = sum(h.len(), |j| h[j] * p[j]);
+    for (h, &p) in h.iter_mut().zip(p) {
+        *h = scale * p * (*h - dot);
+    }
 }
 
 #[cfg(test)]

@@ -16,7 +16,7 @@ use burn::backend::ops::{FloatTensorOps, ModuleOps};
 use burn::backend::tensor::FloatTensor;
 use burn::tensor::{Shape, TensorData};
 
-use super::attention_probs::attention_probs_backward;
+use super::attention_core::{HeadsShape, attention_backward};
 use super::batch_norm::{BatchNormShape, BatchNormStats, batch_norm_backward};
 use super::bias_gelu::bias_gelu_backward;
 use super::conv2d::{ConvShape, conv2d_backward};
@@ -24,8 +24,8 @@ use super::cross_entropy::cross_entropy_backward;
 use super::dropout::SiteMask;
 use super::extension::{
     FusedOps, attention, batch_norm, batch_norm_shape, conv_shape, conv2d, cross_entropy,
-    dense_gelu, dropout, into_values, labels_of, layer_norm, linear, linear_grads, mask, shape_of,
-    swap, tensor, values,
+    dense_gelu, dropout, heads_shape, into_values, labels_of, layer_norm, linear, linear_grads,
+    mask, shape_of, tensor, values,
 };
 use super::layer_norm::{LayerNormStats, layer_norm_backward};
 use super::op_profile::{OpClass, timed};
@@ -175,41 +175,36 @@ impl Backward<Flex, 1> for EmbeddingBackward {
 struct AttentionBackward;
 
 impl Backward<Flex, 3> for AttentionBackward {
-    type State = ([FlexTensor; 3], FlexTensor, f32, Option<SiteMask>);
+    /// q, k, v, the probabilities, the shape, the scale and the mask.
+    type State = (
+        [FlexTensor; 3],
+        FlexTensor,
+        HeadsShape,
+        f32,
+        Option<SiteMask>,
+    );
 
     fn backward(self, ops: Ops<Self::State, 3>, grads: &mut Gradients, _: &mut Checkpointer) {
-        let [node_q, node_k, node_v] = ops.parents;
         let grad = grads.consume::<Flex>(&ops.node);
-        let ([q, k, v], probs, scale, mask) = ops.state;
-        timed(OpClass::Attention, || {
-            if let Some(node) = node_v {
-                // P·V's right operand: the probabilities after dropout,
-                // regenerated from the mask rather than stored.
-                let dropped = match &mask {
-                    Some(mask) => dropout(probs.clone(), mask),
-                    None => probs.clone(),
-                };
-                grads.register::<Flex>(
-                    node.id,
-                    Flex::float_matmul(swap(dropped, 2, 3), grad.clone()),
-                );
-            }
-            if node_q.is_none() && node_k.is_none() {
-                return;
-            }
-            let d_probs = Flex::float_matmul(grad, swap(v, 2, 3));
-            let shape = shape_of(&d_probs);
-            let keys = shape.dims::<4>()[3];
-            let mut g = into_values(d_probs);
-            attention_probs_backward(&mut g, &values(&probs), keys, scale, mask.as_ref());
-            let d_scores = tensor(g, shape);
-            if let Some(node) = node_q {
-                grads.register::<Flex>(node.id, Flex::float_matmul(d_scores.clone(), k));
-            }
-            if let Some(node) = node_k {
-                grads.register::<Flex>(node.id, Flex::float_matmul(swap(d_scores, 2, 3), q));
-            }
+        let ([q, k, v], probs, s, scale, mask) = ops.state;
+        let shape = shape_of(&q);
+        let d = timed(OpClass::Attention, || {
+            attention_backward(
+                &values(&grad),
+                &values(&q),
+                &values(&k),
+                &values(&v),
+                &values(&probs),
+                &s,
+                scale,
+                mask.as_ref(),
+            )
         });
+        for (node, g) in ops.parents.into_iter().zip(d) {
+            if let Some(node) = node {
+                grads.register::<Flex>(node.id, tensor(g, shape.clone()));
+            }
+        }
     }
 }
 
@@ -401,6 +396,7 @@ impl<C: CheckpointStrategy> FusedOps for Autodiff<Flex, C> {
         k: FloatTensor<Self>,
         v: FloatTensor<Self>,
         bias: FloatTensor<Self>,
+        heads: usize,
         scale: f32,
         prob: f32,
         key: u64,
@@ -411,28 +407,13 @@ impl<C: CheckpointStrategy> FusedOps for Autodiff<Flex, C> {
             .compute_bound()
             .stateful();
         let mask = mask(prob, key);
-        let (context, probs) = attention(
-            q.primitive(),
-            k.primitive(),
-            v.primitive(),
-            bias.primitive(),
-            scale,
-            mask.as_ref(),
-        );
+        let s = heads_shape(q.primitive(), heads);
+        let qkv = [q.primitive(), k.primitive(), v.primitive()];
+        let (context, probs) = attention(qkv, bias.primitive(), &s, scale, mask.as_ref());
         match prep {
-            OpsKind::Tracked(prep) => prep.finish(
-                (
-                    [
-                        q.primitive().clone(),
-                        k.primitive().clone(),
-                        v.primitive().clone(),
-                    ],
-                    probs,
-                    scale,
-                    mask,
-                ),
-                context,
-            ),
+            OpsKind::Tracked(prep) => {
+                prep.finish((qkv.map(|t| t.clone()), probs, s, scale, mask), context)
+            }
             OpsKind::UnTracked(prep) => prep.finish(context),
         }
     }

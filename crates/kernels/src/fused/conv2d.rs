@@ -15,6 +15,7 @@
 
 use rayon::prelude::*;
 
+use super::gemm_linear::gemm_one_thread;
 use super::rows::add_in_block_order;
 
 /// Images per parallel task of the backward pass (its weight-gradient
@@ -269,50 +270,6 @@ fn col2im(cols: &mut [f32], s: &ConvShape, dx: &mut [f32]) {
                 }
             }
         }
-    }
-}
-
-/// `dst[m, n] (+)= A[m, k]·B[k, n]` on one thread, every operand given by
-/// (row stride, column stride).
-///
-/// # Safety
-/// The pointers must cover the operands at those strides and `dst` must
-/// not overlap them.
-#[allow(clippy::too_many_arguments)]
-unsafe fn gemm_one_thread(
-    (m, n, k): (usize, usize, usize),
-    dst: *mut f32,
-    (d_rs, d_cs): (isize, isize),
-    accumulate: bool,
-    a: *const f32,
-    (a_rs, a_cs): (isize, isize),
-    b: *const f32,
-    (b_rs, b_cs): (isize, isize),
-) {
-    // SAFETY: the caller's contract. Images are the parallel loop, so each
-    // product runs on its task's thread.
-    unsafe {
-        gemm::gemm(
-            m,
-            n,
-            k,
-            dst,
-            d_cs,
-            d_rs,
-            accumulate,
-            a,
-            a_cs,
-            a_rs,
-            b,
-            b_cs,
-            b_rs,
-            1.0,
-            1.0,
-            false,
-            false,
-            false,
-            gemm::Parallelism::None,
-        );
     }
 }
 

@@ -116,6 +116,15 @@ impl SiteMask {
             });
     }
 
+    /// Serially, in place: `x[i] ·= factor(offset + i)` — a slice of a
+    /// larger tensor, inside a task of an outer parallel loop.
+    #[inline(always)]
+    pub(crate) fn apply_at(&self, offset: usize, x: &mut [f32]) {
+        for (i, v) in x.iter_mut().enumerate() {
+            *v *= self.factor(offset + i);
+        }
+    }
+
     /// In place: `x[i] ·= factor(i)`.
     pub fn apply_in_place(&self, x: &mut [f32]) {
         x.par_chunks_mut(PIECE).enumerate().for_each(|(piece, x)| {

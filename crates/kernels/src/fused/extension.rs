@@ -7,12 +7,12 @@
 use std::borrow::Cow;
 
 use burn::backend::flex::FlexTensor;
-use burn::backend::ops::{FloatTensorOps, ModuleOps};
+use burn::backend::ops::ModuleOps;
 use burn::backend::tensor::{FloatTensor, IntTensor};
 use burn::backend::{Backend, DType, Flex, backend_extension};
 use burn::tensor::{Shape, TensorData};
 
-use super::attention_probs::{ScoresShape, attention_probs_forward};
+use super::attention_core::{HeadsShape, attention_forward};
 use super::batch_norm::{BatchNormShape, BatchNormStats, batch_norm_forward};
 use super::bias_gelu::bias_gelu_forward;
 use super::conv2d::{ConvShape, conv2d_forward};
@@ -56,13 +56,17 @@ pub trait FusedOps: Backend {
     ) -> FloatTensor<Self>;
     /// Rows of `weights` `[n, d]` at `ids` `[b, t]`, shape `[b, t, d]`.
     fn fused_embedding(weights: FloatTensor<Self>, ids: IntTensor<Self>) -> FloatTensor<Self>;
-    /// The attention core: `dropout(softmax(q·kᵀ·scale + bias))·v`, q, k, v
-    /// `[b, h, t, d]`, bias `[b, t]`.
+    /// The attention core: `dropout(softmax(q·kᵀ·scale + bias))·v` per
+    /// head, q, k, v and the output `[b, t, heads·head_dim]` (the heads
+    /// side by side in each row, as the linear layers make them), bias
+    /// `[b, t]`.
+    #[allow(clippy::too_many_arguments)]
     fn fused_attention(
         q: FloatTensor<Self>,
         k: FloatTensor<Self>,
         v: FloatTensor<Self>,
         bias: FloatTensor<Self>,
+        heads: usize,
         scale: f32,
         prob: f32,
         key: u64,
@@ -137,35 +141,6 @@ pub(super) fn layer_norm(
     (tensor(y, shape_of(x)), stats)
 }
 
-pub(super) fn attention_probs(
-    scores: &FlexTensor,
-    bias: &FlexTensor,
-    scale: f32,
-    mask: Option<&SiteMask>,
-) -> (FlexTensor, Option<FlexTensor>) {
-    let shape = shape_of(scores);
-    let dims = shape.dims::<4>();
-    let scores_shape = ScoresShape {
-        rows_per_batch: dims[1] * dims[2],
-        keys: dims[3],
-    };
-    let n = shape.num_elements();
-    let mut probs = vec![0.0; n];
-    let mut out = mask.map(|_| vec![0.0; n]);
-    attention_probs_forward(
-        &values(scores),
-        &values(bias),
-        scores_shape,
-        scale,
-        &mut probs,
-        mask.zip(out.as_deref_mut()),
-    );
-    (
-        tensor(probs, shape.clone()),
-        out.map(|out| tensor(out, shape)),
-    )
-}
-
 /// `(gelu(x·W + b), x·W)`: the output and the pre-activation without its
 /// bias, which the backward pass needs.
 pub(super) fn dense_gelu(
@@ -193,10 +168,6 @@ pub(super) fn cross_entropy(logits: &FlexTensor, labels: &[i64]) -> (FlexTensor,
     let classes = shape_of(logits).dims::<2>()[1];
     let (lse, loss) = cross_entropy_forward(&values(logits), labels, classes);
     (tensor(vec![loss], Shape::new([1])), lse)
-}
-
-pub(super) fn swap(t: FlexTensor, a: usize, b: usize) -> FlexTensor {
-    Flex::float_swap_dims(t, a, b)
 }
 
 /// `x·W (+ b)` over the last dimension of `x`, W `[in, out]` or with
@@ -283,19 +254,41 @@ fn with_last_dim(shape: Shape, last: usize) -> Shape {
     Shape::from(dims)
 }
 
+/// The [`HeadsShape`] of `[batch, seq, hidden]` q with `heads` heads.
+pub(super) fn heads_shape(q: &FlexTensor, heads: usize) -> HeadsShape {
+    let [batch, seq, hidden] = shape_of(q).dims::<3>();
+    assert!(
+        heads > 0 && hidden % heads == 0,
+        "attention: {hidden} values do not split into {heads} heads"
+    );
+    HeadsShape {
+        batch,
+        seq,
+        heads,
+        head_dim: hidden / heads,
+    }
+}
+
+/// `(context [batch, seq, hidden], probabilities [batch, heads, seq, seq])`.
 pub(super) fn attention(
-    q: &FlexTensor,
-    k: &FlexTensor,
-    v: &FlexTensor,
+    [q, k, v]: [&FlexTensor; 3],
     bias: &FlexTensor,
+    s: &HeadsShape,
     scale: f32,
     mask: Option<&SiteMask>,
 ) -> (FlexTensor, FlexTensor) {
     timed(OpClass::Attention, || {
-        let scores = Flex::float_matmul(q.clone(), swap(k.clone(), 2, 3));
-        let (probs, dropped) = attention_probs(&scores, bias, scale, mask);
-        let context = Flex::float_matmul(dropped.unwrap_or_else(|| probs.clone()), v.clone());
-        (context, probs)
+        let (context, probs) = attention_forward(
+            &values(q),
+            &values(k),
+            &values(v),
+            &values(bias),
+            s,
+            scale,
+            mask,
+        );
+        let probs_shape = Shape::new([s.batch, s.heads, s.seq, s.seq]);
+        (tensor(context, shape_of(q)), tensor(probs, probs_shape))
     })
 }
 
@@ -416,11 +409,13 @@ impl FusedOps for Flex {
         k: FlexTensor,
         v: FlexTensor,
         bias: FlexTensor,
+        heads: usize,
         scale: f32,
         prob: f32,
         key: u64,
     ) -> FlexTensor {
-        attention(&q, &k, &v, &bias, scale, mask(prob, key).as_ref()).0
+        let s = heads_shape(&q, heads);
+        attention([&q, &k, &v], &bias, &s, scale, mask(prob, key).as_ref()).0
     }
 
     fn fused_conv2d(

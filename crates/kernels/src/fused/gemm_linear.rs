@@ -96,6 +96,50 @@ unsafe fn product(
     }
 }
 
+/// `dst[m, n] (+)= A[m, k]·B[k, n]` on one thread, every operand given by
+/// (row stride, column stride).
+///
+/// # Safety
+/// The pointers must cover the operands at those strides and `dst` must
+/// not overlap them.
+#[allow(clippy::too_many_arguments)]
+pub(super) unsafe fn gemm_one_thread(
+    (m, n, k): (usize, usize, usize),
+    dst: *mut f32,
+    (d_rs, d_cs): (isize, isize),
+    accumulate: bool,
+    a: *const f32,
+    (a_rs, a_cs): (isize, isize),
+    b: *const f32,
+    (b_rs, b_cs): (isize, isize),
+) {
+    // SAFETY: the caller's contract. The caller's loop (images, heads) is
+    // the parallel one, so each product runs on its task's thread.
+    unsafe {
+        gemm::gemm(
+            m,
+            n,
+            k,
+            dst,
+            d_cs,
+            d_rs,
+            accumulate,
+            a,
+            a_cs,
+            a_rs,
+            b,
+            b_cs,
+            b_rs,
+            1.0,
+            1.0,
+            false,
+            false,
+            false,
+            gemm::Parallelism::None,
+        );
+    }
+}
+
 /// `A[m, k]·B[k, n]` into a fresh row-major buffer, which gemm writes
 /// without reading it: no zeroing pass first.
 ///

@@ -16,6 +16,7 @@
 //!   kernels, as ops whose backward passes terse owns (timed for
 //!   [`op_profile`]; attention's whole core as one autodiff node).
 
+mod attention_core;
 mod attention_probs;
 mod autodiff;
 mod batch_norm;
@@ -37,6 +38,7 @@ use burn::nn::{BatchNorm, Dropout, Embedding, LayerNorm, Linear, PaddingConfig2d
 use burn::tensor::activation::{self, gelu, softmax};
 use burn::tensor::{Device, Int, Tensor, TensorData};
 
+pub use attention_core::{HeadsShape, attention_backward, attention_forward};
 pub use attention_probs::{ScoresShape, attention_probs_backward, attention_probs_forward};
 pub use batch_norm::{BatchNormShape, BatchNormStats, batch_norm_backward, batch_norm_forward};
 pub use bias_gelu::{bias_gelu_backward, bias_gelu_forward};
@@ -126,36 +128,57 @@ pub fn embedding(ids: Tensor<2, Int>, table: &Embedding) -> Tensor<3> {
     table.forward(ids)
 }
 
-/// The attention core `dropout(softmax(q·kᵀ·scale + mask_bias))·v`; q, k,
-/// v `[batch, heads, seq, head_dim]`, `mask_bias` `[batch, seq]` (0 where
-/// attended, the lowest float on padding).
+/// Multi-head attention's core `dropout(softmax(q·kᵀ·scale + mask_bias))·v`
+/// per head; q, k, v and the result `[batch, seq, heads·head_dim]` (the
+/// linear layers' layout, heads side by side), `mask_bias` `[batch, seq]`
+/// (0 where attended, the lowest float on padding). On flex one task per
+/// head reads and writes that layout in place ([`attention_forward`],
+/// [`attention_backward`]); elsewhere burn's ops on split heads.
 pub fn attention(
-    q: Tensor<4>,
-    k: Tensor<4>,
-    v: Tensor<4>,
+    q: Tensor<3>,
+    k: Tensor<3>,
+    v: Tensor<3>,
     mask_bias: Tensor<2>,
+    heads: usize,
     scale: f64,
     layer: &Dropout,
-) -> Tensor<4> {
-    if is_flex(&q.device()) {
-        let (prob, key) = match site(layer, &q.device()) {
-            Some(key) => (layer.prob as f32, key),
-            None => (0.0, 0),
-        };
+) -> Tensor<3> {
+    let device = q.device();
+    let (prob, key) = match site(layer, &device) {
+        Some(key) => (layer.prob as f32, key),
+        None => (0.0, 0),
+    };
+    if is_flex(&device) {
         return Tensor::from_dispatch(<Dispatch as FusedOps>::fused_attention(
             q.into_dispatch(),
             k.into_dispatch(),
             v.into_dispatch(),
             mask_bias.into_dispatch(),
+            heads,
             scale as f32,
             prob,
             key,
         ));
     }
-    // Other backends: burn's ops, with terse's dropout mask.
-    let [batch, keys] = mask_bias.dims();
-    let z = q.matmul(k.swap_dims(2, 3)).mul_scalar(scale) + mask_bias.reshape([batch, 1, 1, keys]);
-    dropout(softmax(z, 3), layer).matmul(v)
+    // Other backends: burn's ops, with terse's dropout mask (the same site
+    // key the flex path took).
+    let [batch, seq, hidden] = q.dims();
+    let split = |t: Tensor<3>| {
+        t.reshape([batch, seq, heads, hidden / heads])
+            .swap_dims(1, 2)
+    };
+    let z = split(q).matmul(split(k).swap_dims(2, 3)).mul_scalar(scale)
+        + mask_bias.reshape([batch, 1, 1, seq]);
+    let probs = softmax(z, 3);
+    let probs = if prob > 0.0 {
+        apply_mask(probs, SiteMask::new(prob, key))
+    } else {
+        probs
+    };
+    probs
+        .matmul(split(v))
+        .swap_dims(1, 2)
+        .reshape([batch, seq, hidden])
 }
 
 /// `layer`'s dropout with a counter-based mask: identity outside training
@@ -173,9 +196,13 @@ pub fn dropout<const D: usize>(x: Tensor<D>, layer: &Dropout) -> Tensor<D> {
             key,
         ));
     }
-    // Other backends: the same mask, made on a cubecl device by a kernel
-    // (on any other backend on the host).
-    let mask = SiteMask::new(prob, key);
+    apply_mask(x, SiteMask::new(prob, key))
+}
+
+/// `x` times `mask`'s factors, made on a cubecl device by a kernel (on any
+/// other backend on the host).
+fn apply_mask<const D: usize>(x: Tensor<D>, mask: SiteMask) -> Tensor<D> {
+    let device = x.device();
     let shape = x.shape();
     let factors = match crate::tensor::device_dropout_factors(&mask, shape.clone(), &device) {
         Some(factors) => factors,

@@ -1,0 +1,241 @@
+//! The attention core `dropout(softmax(q·kᵀ·scale + bias))·v`, forward and
+//! backward, one task per (batch, head), on slices in the linear layers'
+//! own `[batch, seq, heads·head_dim]` layout.
+//!
+//! Before, the model split the heads into `[batch, heads, seq, head_dim]`
+//! views and burn's batched matmul copied each into contiguous storage and
+//! multiplied 96 (BERT-base) small matrices per product, every step
+//! (attention was 0.32 s of BERT-base's 3.2 s step, its products ~0.06 s of
+//! that). Here each head's products are single-threaded gemm calls that
+//! read q, k, v and write the context and the gradients at the heads'
+//! strides, and the softmax of a head's rows runs while its scores are in
+//! cache. Heads are independent, so the bits do not depend on the thread
+//! count. The probabilities `[batch, heads, seq, seq]` are kept for the
+//! backward pass; the dropout mask is regenerated, indexed over that
+//! tensor exactly as before.
+
+use rayon::prelude::*;
+
+use super::attention_probs::{softmax_row, softmax_row_backward};
+use super::dropout::SiteMask;
+use super::gemm_linear::gemm_one_thread;
+
+/// `[batch, seq, heads·head_dim]` inputs, `bias` `[batch, seq]`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct HeadsShape {
+    /// Sequences.
+    pub batch: usize,
+    /// Tokens per sequence (queries and keys).
+    pub seq: usize,
+    /// Attention heads.
+    pub heads: usize,
+    /// Values per head.
+    pub head_dim: usize,
+}
+
+impl HeadsShape {
+    fn hidden(&self) -> usize {
+        self.heads * self.head_dim
+    }
+
+    fn len(&self) -> usize {
+        self.batch * self.seq * self.hidden()
+    }
+
+    /// Offset of head `task = b·heads + h` in a `[batch, seq, hidden]`
+    /// tensor (its rows are `hidden` apart).
+    fn head_offset(&self, task: usize) -> usize {
+        let (b, h) = (task / self.heads, task % self.heads);
+        b * self.seq * self.hidden() + h * self.head_dim
+    }
+}
+
+/// A raw output pointer the head tasks write disjoint strided parts of.
+#[derive(Clone, Copy)]
+struct Out(*mut f32);
+// SAFETY: each task writes only its own head's positions (see the users).
+unsafe impl Send for Out {}
+unsafe impl Sync for Out {}
+
+impl Out {
+    fn at(self, offset: usize) -> *mut f32 {
+        // SAFETY: callers pass offsets inside the buffer.
+        unsafe { self.0.add(offset) }
+    }
+}
+
+fn check(shape: &HeadsShape, tensors: &[&[f32]], bias: Option<&[f32]>) {
+    for t in tensors {
+        assert_eq!(t.len(), shape.len(), "attention input is not {shape:?}");
+    }
+    if let Some(bias) = bias {
+        assert_eq!(bias.len(), shape.batch * shape.seq, "attention bias");
+    }
+}
+
+/// `(context [batch, seq, hidden], probabilities [batch, heads, seq, seq])`.
+pub fn attention_forward(
+    q: &[f32],
+    k: &[f32],
+    v: &[f32],
+    bias: &[f32],
+    s: &HeadsShape,
+    scale: f32,
+    mask: Option<&SiteMask>,
+) -> (Vec<f32>, Vec<f32>) {
+    check(s, &[q, k, v], Some(bias));
+    let (t, d, hd) = (s.seq, s.head_dim, s.hidden() as isize);
+    let mut context = vec![0.0f32; s.len()];
+    let mut probs = vec![0.0f32; s.batch * s.heads * t * t];
+    if t == 0 || d == 0 {
+        return (context, probs);
+    }
+    let out = Out(context.as_mut_ptr());
+    probs.par_chunks_mut(t * t).enumerate().for_each_init(
+        || vec![0.0f32; t * t],
+        |scratch, (task, p)| {
+            let at = s.head_offset(task);
+            let b = &bias[task / s.heads * t..][..t];
+            // SAFETY: q and k cover this head's [t, d] at row stride
+            // hd; scratch is [t, t].
+            unsafe {
+                gemm_one_thread(
+                    (t, t, d),
+                    scratch.as_mut_ptr(),
+                    (t as isize, 1),
+                    false,
+                    q.as_ptr().add(at),
+                    (hd, 1),
+                    k.as_ptr().add(at),
+                    (1, hd),
+                );
+            }
+            // Small closures for `with_avx`, which LLVM inlines into its
+            // AVX function (one closure around both loops stayed a
+            // baseline call, the mask's hash scalar).
+            for (p, sc) in p.chunks_mut(t).zip(scratch.chunks(t)) {
+                crate::with_avx(|| softmax_row(sc, b, scale, p));
+            }
+            if let Some(mask) = mask {
+                scratch.copy_from_slice(p);
+                crate::with_avx(|| mask.apply_at(task * t * t, scratch));
+            }
+            let dropped: &[f32] = if mask.is_some() { scratch } else { p };
+            // SAFETY: dropped is [t, t], v covers the head's [t, d] at
+            // row stride hd, and only this task writes this head's
+            // positions of the context.
+            unsafe {
+                gemm_one_thread(
+                    (t, d, t),
+                    out.at(at),
+                    (hd, 1),
+                    false,
+                    dropped.as_ptr(),
+                    (t as isize, 1),
+                    v.as_ptr().add(at),
+                    (hd, 1),
+                );
+            }
+        },
+    );
+    (context, probs)
+}
+
+/// The gradients `(∂q, ∂k, ∂v)` (each when wanted) for the context's
+/// gradient `grad`, from the forward's inputs and probabilities.
+#[allow(clippy::too_many_arguments)]
+pub fn attention_backward(
+    grad: &[f32],
+    q: &[f32],
+    k: &[f32],
+    v: &[f32],
+    probs: &[f32],
+    s: &HeadsShape,
+    scale: f32,
+    mask: Option<&SiteMask>,
+) -> [Vec<f32>; 3] {
+    check(s, &[grad, q, k, v], None);
+    let (t, d, hd) = (s.seq, s.head_dim, s.hidden() as isize);
+    assert_eq!(
+        probs.len(),
+        s.batch * s.heads * t * t,
+        "attention probabilities"
+    );
+    let mut grads = [0; 3].map(|_| vec![0.0f32; s.len()]);
+    if t == 0 || d == 0 {
+        return grads;
+    }
+    let [dq, dk, dv] = grads.each_mut().map(|g| Out(g.as_mut_ptr()));
+    probs.par_chunks(t * t).enumerate().for_each_init(
+        || (vec![0.0f32; t * t], vec![0.0f32; t * t]),
+        |(dropped, ds), (task, p)| {
+            let at = s.head_offset(task);
+            let dropped: &[f32] = match mask {
+                Some(mask) => {
+                    dropped.copy_from_slice(p);
+                    crate::with_avx(|| mask.apply_at(task * t * t, dropped));
+                    dropped
+                }
+                None => p,
+            };
+            // SAFETY (every product): the head's q, k, v, grad and
+            // gradients are [t, d] at row stride hd from `at`; dropped and
+            // ds are [t, t]; only this task writes this head's positions.
+            unsafe {
+                // ∂v = droppedᵀ·∂context
+                gemm_one_thread(
+                    (t, d, t),
+                    dv.at(at),
+                    (hd, 1),
+                    false,
+                    dropped.as_ptr(),
+                    (1, t as isize),
+                    grad.as_ptr().add(at),
+                    (hd, 1),
+                );
+                // ∂dropped = ∂context·vᵀ
+                gemm_one_thread(
+                    (t, t, d),
+                    ds.as_mut_ptr(),
+                    (t as isize, 1),
+                    false,
+                    grad.as_ptr().add(at),
+                    (hd, 1),
+                    v.as_ptr().add(at),
+                    (1, hd),
+                );
+            }
+            if let Some(mask) = mask {
+                crate::with_avx(|| mask.apply_at(task * t * t, ds));
+            }
+            for (h, p) in ds.chunks_mut(t).zip(p.chunks(t)) {
+                crate::with_avx(|| softmax_row_backward(h, p, scale));
+            }
+            unsafe {
+                // ∂q = ∂s·k
+                gemm_one_thread(
+                    (t, d, t),
+                    dq.at(at),
+                    (hd, 1),
+                    false,
+                    ds.as_ptr(),
+                    (t as isize, 1),
+                    k.as_ptr().add(at),
+                    (hd, 1),
+                );
+                // ∂k = ∂sᵀ·q
+                gemm_one_thread(
+                    (t, d, t),
+                    dk.at(at),
+                    (hd, 1),
+                    false,
+                    ds.as_ptr(),
+                    (1, t as isize),
+                    q.as_ptr().add(at),
+                    (hd, 1),
+                );
+            }
+        },
+    );
+    grads
+}
