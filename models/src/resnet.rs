@@ -9,7 +9,6 @@ use burn::module::Module;
 use burn::nn::conv::{Conv2d, Conv2dConfig};
 use burn::nn::pool::{AdaptiveAvgPool2d, AdaptiveAvgPool2dConfig, MaxPool2d, MaxPool2dConfig};
 use burn::nn::{BatchNorm, BatchNormConfig, Initializer, Linear, LinearConfig, PaddingConfig2d};
-use burn::tensor::activation::relu;
 use burn::tensor::{Device, Tensor, s};
 use serde::{Deserialize, Serialize};
 use terse_kernels::fused;
@@ -186,7 +185,7 @@ impl Block {
         for (i, (conv, bn)) in self.convs.iter().zip(&self.bns).enumerate() {
             h = fused::batch_norm(fused::conv2d(h, conv), bn, i < last);
         }
-        relu(h + residual)
+        fused::add_relu(h, residual)
     }
 }
 

@@ -446,3 +446,20 @@ fn conv2d_and_batch_norm_bits_do_not_depend_on_the_thread_count() {
         assert!(one == run(threads), "{threads} threads changed the bits");
     }
 }
+
+#[test]
+fn add_relu_matches_burn() {
+    let mut rng = SplitMix64::new(12);
+    for shape in [[2, 3, 5, 7], [3, 16, 8, 8]] {
+        let a = random(&mut rng, shape, 2.0).require_grad();
+        let b = random(&mut rng, shape, 2.0).require_grad();
+        let g = random(&mut rng, shape, 1.0);
+        let fused_out = fused::add_relu(a.clone(), b.clone());
+        let fused_grads = (fused_out.clone() * g.clone()).sum().backward();
+        let burn_out = relu(a.clone() + b.clone());
+        let burn_grads = (burn_out.clone() * g).sum().backward();
+        assert_close("add relu", &fused_out, &burn_out);
+        assert_grads_close("∂a", &a, &fused_grads, &burn_grads);
+        assert_grads_close("∂b", &b, &fused_grads, &burn_grads);
+    }
+}

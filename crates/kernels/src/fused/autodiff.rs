@@ -16,6 +16,7 @@ use burn::backend::ops::{FloatTensorOps, ModuleOps};
 use burn::backend::tensor::FloatTensor;
 use burn::tensor::{Shape, TensorData};
 
+use super::add_relu::add_relu_backward;
 use super::attention_core::{HeadsShape, attention_backward};
 use super::batch_norm::{BatchNormShape, BatchNormStats, batch_norm_backward};
 use super::bias_gelu::bias_gelu_backward;
@@ -23,7 +24,7 @@ use super::conv2d::{ConvShape, conv2d_backward};
 use super::cross_entropy::cross_entropy_backward;
 use super::dropout::SiteMask;
 use super::extension::{
-    FusedOps, attention, batch_norm, batch_norm_shape, conv_shape, conv2d, cross_entropy,
+    FusedOps, add_relu, attention, batch_norm, batch_norm_shape, conv_shape, conv2d, cross_entropy,
     dense_gelu, dropout, heads_shape, into_values, labels_of, layer_norm, linear, linear_grads,
     mask, shape_of, tensor, values,
 };
@@ -204,6 +205,28 @@ impl Backward<Flex, 3> for AttentionBackward {
             if let Some(node) = node {
                 grads.register::<Flex>(node.id, tensor(g, shape.clone()));
             }
+        }
+    }
+}
+
+#[derive(Debug)]
+struct AddReluBackward;
+
+impl Backward<Flex, 2> for AddReluBackward {
+    /// The output, whose sign is the ReLU's mask.
+    type State = FlexTensor;
+
+    fn backward(self, ops: Ops<Self::State, 2>, grads: &mut Gradients, _: &mut Checkpointer) {
+        let grad = grads.consume::<Flex>(&ops.node);
+        let out = ops.state;
+        let shape = shape_of(&out);
+        let mut g = into_values(grad);
+        timed(OpClass::Activation, || {
+            add_relu_backward(&mut g, &values(&out))
+        });
+        let g = tensor(g, shape);
+        for node in ops.parents.into_iter().flatten() {
+            grads.register::<Flex>(node.id, g.clone());
         }
     }
 }
@@ -415,6 +438,19 @@ impl<C: CheckpointStrategy> FusedOps for Autodiff<Flex, C> {
                 prep.finish((qkv.map(|t| t.clone()), probs, s, scale, mask), context)
             }
             OpsKind::UnTracked(prep) => prep.finish(context),
+        }
+    }
+
+    fn fused_add_relu(a: FloatTensor<Self>, b: FloatTensor<Self>) -> FloatTensor<Self> {
+        let prep = AddReluBackward
+            .prepare::<C>([a.node(), b.node()])
+            .compute_bound()
+            .stateful();
+        // a's storage becomes the output (no copy when nothing else holds it).
+        let out = add_relu(a.into_primitive(), b.primitive());
+        match prep {
+            OpsKind::Tracked(prep) => prep.finish(out.clone(), out),
+            OpsKind::UnTracked(prep) => prep.finish(out),
         }
     }
 

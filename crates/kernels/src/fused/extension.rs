@@ -12,6 +12,7 @@ use burn::backend::tensor::{FloatTensor, IntTensor};
 use burn::backend::{Backend, DType, Flex, backend_extension};
 use burn::tensor::{Shape, TensorData};
 
+use super::add_relu::add_relu_forward;
 use super::attention_core::{HeadsShape, attention_forward};
 use super::batch_norm::{BatchNormShape, BatchNormStats, batch_norm_forward};
 use super::bias_gelu::bias_gelu_forward;
@@ -40,6 +41,8 @@ pub trait FusedOps: Backend {
         weight: FloatTensor<Self>,
         bias: FloatTensor<Self>,
     ) -> FloatTensor<Self>;
+    /// `relu(a + b)` of two tensors of one shape (a residual block's end).
+    fn fused_add_relu(a: FloatTensor<Self>, b: FloatTensor<Self>) -> FloatTensor<Self>;
     /// Counter-based dropout.
     fn fused_dropout(x: FloatTensor<Self>, prob: f32, key: u64) -> FloatTensor<Self>;
     /// Mean cross-entropy of logits `[n, c]` against labels `[n]`, shape `[1]`.
@@ -292,6 +295,16 @@ pub(super) fn attention(
     })
 }
 
+pub(super) fn add_relu(a: FlexTensor, b: &FlexTensor) -> FlexTensor {
+    timed(OpClass::Activation, || {
+        let shape = shape_of(&a);
+        assert_eq!(shape, shape_of(b), "add_relu: operands of different shapes");
+        let mut out = into_values(a);
+        add_relu_forward(&mut out, &values(b));
+        tensor(out, shape)
+    })
+}
+
 /// The [`ConvShape`] of `conv2d(x, weight)` with `stride` and `padding`.
 pub(super) fn conv_shape(
     x: &FlexTensor,
@@ -376,6 +389,10 @@ impl FusedOps for Flex {
 
     fn fused_dense_gelu(x: FlexTensor, weight: FlexTensor, bias: FlexTensor) -> FlexTensor {
         dense_gelu(&x, &weight, &bias).0
+    }
+
+    fn fused_add_relu(a: FlexTensor, b: FlexTensor) -> FlexTensor {
+        add_relu(a, &b)
     }
 
     fn fused_dropout(x: FlexTensor, prob: f32, key: u64) -> FlexTensor {

@@ -16,6 +16,7 @@
 //!   kernels, as ops whose backward passes terse owns (timed for
 //!   [`op_profile`]; attention's whole core as one autodiff node).
 
+mod add_relu;
 mod attention_core;
 mod attention_probs;
 mod autodiff;
@@ -38,6 +39,7 @@ use burn::nn::{BatchNorm, Dropout, Embedding, LayerNorm, Linear, PaddingConfig2d
 use burn::tensor::activation::{self, gelu, softmax};
 use burn::tensor::{Device, Int, Tensor, TensorData};
 
+pub use add_relu::{add_relu_backward, add_relu_forward};
 pub use attention_core::{HeadsShape, attention_backward, attention_forward};
 pub use attention_probs::{ScoresShape, attention_probs_backward, attention_probs_forward};
 pub use batch_norm::{BatchNormShape, BatchNormStats, batch_norm_backward, batch_norm_forward};
@@ -212,6 +214,18 @@ fn apply_mask<const D: usize>(x: Tensor<D>, mask: SiteMask) -> Tensor<D> {
         }
     };
     x * factors
+}
+
+/// `relu(a + b)`, a residual block's end: one pass each way on flex
+/// ([`add_relu_forward`], [`add_relu_backward`]), burn's ops elsewhere.
+pub fn add_relu<const D: usize>(a: Tensor<D>, b: Tensor<D>) -> Tensor<D> {
+    if is_flex(&a.device()) {
+        return Tensor::from_dispatch(<Dispatch as FusedOps>::fused_add_relu(
+            a.into_dispatch(),
+            b.into_dispatch(),
+        ));
+    }
+    activation::relu(a + b)
 }
 
 /// `conv`'s `conv2d(x)` (NCHW): on flex im2col + one gemm per image, both
