@@ -55,20 +55,77 @@ fn parallelism(m: usize, n: usize, k: usize) -> gemm::Parallelism {
 }
 
 /// `dst[m, n] = (read_dst ? dst : 0) + A[m, k]·B[k, n]`, each operand given
-/// by its base pointer and (row, column) strides; `dst` row-major.
+/// by its base pointer and (row, column) strides; `dst` row-major; on the
+/// rank's pool above [`PARALLEL_THRESHOLD`].
 ///
 /// # Safety
 /// The pointers must cover the operands at those strides, and `dst` must
 /// not overlap them.
-#[allow(clippy::too_many_arguments)]
 unsafe fn product(
     (m, n, k): (usize, usize, usize),
     dst: *mut f32,
     read_dst: bool,
     a: *const f32,
-    (a_rs, a_cs): (isize, isize),
+    a_strides: (isize, isize),
     b: *const f32,
-    (b_rs, b_cs): (isize, isize),
+    b_strides: (isize, isize),
+) {
+    // SAFETY: the caller's contract.
+    unsafe {
+        strided_gemm(
+            (m, n, k),
+            (dst, (n as isize, 1)),
+            read_dst,
+            (a, a_strides),
+            (b, b_strides),
+            parallelism(m, n, k),
+        );
+    }
+}
+
+/// `dst[m, n] (+)= A[m, k]·B[k, n]` on one thread, every operand given by
+/// (row stride, column stride): for loops whose tasks (images, heads) are
+/// the parallel level.
+///
+/// # Safety
+/// The pointers must cover the operands at those strides and `dst` must
+/// not overlap them.
+#[allow(clippy::too_many_arguments)]
+pub(super) unsafe fn gemm_one_thread(
+    dims: (usize, usize, usize),
+    dst: *mut f32,
+    dst_strides: (isize, isize),
+    accumulate: bool,
+    a: *const f32,
+    a_strides: (isize, isize),
+    b: *const f32,
+    b_strides: (isize, isize),
+) {
+    // SAFETY: the caller's contract.
+    unsafe {
+        strided_gemm(
+            dims,
+            (dst, dst_strides),
+            accumulate,
+            (a, a_strides),
+            (b, b_strides),
+            gemm::Parallelism::None,
+        );
+    }
+}
+
+/// gemm's call with (row, column) strides in that order (gemm itself takes
+/// column stride first) and unit scaling.
+///
+/// # Safety
+/// As [`product`].
+unsafe fn strided_gemm(
+    (m, n, k): (usize, usize, usize),
+    (dst, (d_rs, d_cs)): (*mut f32, (isize, isize)),
+    read_dst: bool,
+    (a, (a_rs, a_cs)): (*const f32, (isize, isize)),
+    (b, (b_rs, b_cs)): (*const f32, (isize, isize)),
+    parallelism: gemm::Parallelism,
 ) {
     // SAFETY: the caller's contract.
     unsafe {
@@ -77,8 +134,8 @@ unsafe fn product(
             n,
             k,
             dst,
-            1,
-            n as isize,
+            d_cs,
+            d_rs,
             read_dst,
             a,
             a_cs,
@@ -91,51 +148,7 @@ unsafe fn product(
             false,
             false,
             false,
-            parallelism(m, n, k),
-        );
-    }
-}
-
-/// `dst[m, n] (+)= A[m, k]·B[k, n]` on one thread, every operand given by
-/// (row stride, column stride).
-///
-/// # Safety
-/// The pointers must cover the operands at those strides and `dst` must
-/// not overlap them.
-#[allow(clippy::too_many_arguments)]
-pub(super) unsafe fn gemm_one_thread(
-    (m, n, k): (usize, usize, usize),
-    dst: *mut f32,
-    (d_rs, d_cs): (isize, isize),
-    accumulate: bool,
-    a: *const f32,
-    (a_rs, a_cs): (isize, isize),
-    b: *const f32,
-    (b_rs, b_cs): (isize, isize),
-) {
-    // SAFETY: the caller's contract. The caller's loop (images, heads) is
-    // the parallel one, so each product runs on its task's thread.
-    unsafe {
-        gemm::gemm(
-            m,
-            n,
-            k,
-            dst,
-            d_cs,
-            d_rs,
-            accumulate,
-            a,
-            a_cs,
-            a_rs,
-            b,
-            b_cs,
-            b_rs,
-            1.0,
-            1.0,
-            false,
-            false,
-            false,
-            gemm::Parallelism::None,
+            parallelism,
         );
     }
 }
