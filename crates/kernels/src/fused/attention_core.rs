@@ -239,3 +239,115 @@ pub fn attention_backward(
     );
     grads
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Forward and backward against the definition in float64: the
+    /// products, the softmax with a padding bias, the dropout mask indexed
+    /// over `[batch, heads, seq, seq]`.
+    #[test]
+    fn matches_a_float64_reference_with_padding_and_dropout() {
+        let s = HeadsShape {
+            batch: 2,
+            seq: 7,
+            heads: 3,
+            head_dim: 4,
+        };
+        let (t, nh, d, hd) = (s.seq, s.heads, s.head_dim, s.hidden());
+        let mut rng = terse_rng::SplitMix64::new(9);
+        let mut draw = |n: usize| -> Vec<f32> {
+            (0..n)
+                .map(|_| (rng.next_u64() % 2001) as f32 / 1000.0 - 1.0)
+                .collect()
+        };
+        let (q, k, v, g) = (draw(s.len()), draw(s.len()), draw(s.len()), draw(s.len()));
+        // The last 2 keys of sequence 1 are padding.
+        let bias: Vec<f32> = (0..s.batch * t)
+            .map(|i| {
+                if i / t == 1 && i % t >= t - 2 {
+                    f32::MIN
+                } else {
+                    0.0
+                }
+            })
+            .collect();
+        let scale = 0.5f32;
+        for prob in [0.0f32, 0.1] {
+            let mask = (prob > 0.0).then(|| SiteMask::new(prob, 99));
+            let (context, probs) = attention_forward(&q, &k, &v, &bias, &s, scale, mask.as_ref());
+            let [dq, dk, dv] = attention_backward(&g, &q, &k, &v, &probs, &s, scale, mask.as_ref());
+            let at = |b: usize, i: usize, h: usize, x: usize| (b * t + i) * hd + h * d + x;
+            let f = |v: &[f32], i: usize| f64::from(v[i]);
+            let mut want = [0; 4].map(|_| vec![0.0f64; s.len()]);
+            for b in 0..s.batch {
+                for h in 0..nh {
+                    let m = |i: usize, j: usize| {
+                        mask.map_or(1.0, |m| f64::from(m.factor(((b * nh + h) * t + i) * t + j)))
+                    };
+                    let mut p = vec![vec![0.0f64; t]; t];
+                    for i in 0..t {
+                        let z: Vec<f64> = (0..t)
+                            .map(|j| {
+                                let dot: f64 = (0..d)
+                                    .map(|x| f(&q, at(b, i, h, x)) * f(&k, at(b, j, h, x)))
+                                    .sum();
+                                dot * f64::from(scale) + f64::from(bias[b * t + j])
+                            })
+                            .collect();
+                        let max = z.iter().cloned().fold(f64::MIN, f64::max);
+                        let total: f64 = z.iter().map(|z| (z - max).exp()).sum();
+                        for j in 0..t {
+                            p[i][j] = (z[j] - max).exp() / total;
+                            let got = f64::from(probs[((b * nh + h) * t + i) * t + j]);
+                            assert!((got - p[i][j]).abs() < 1e-6, "p {got} vs {}", p[i][j]);
+                        }
+                    }
+                    let mut ds = vec![vec![0.0f64; t]; t];
+                    for i in 0..t {
+                        let hrow: Vec<f64> = (0..t)
+                            .map(|j| {
+                                let dot: f64 = (0..d)
+                                    .map(|x| f(&g, at(b, i, h, x)) * f(&v, at(b, j, h, x)))
+                                    .sum();
+                                dot * m(i, j)
+                            })
+                            .collect();
+                        let dot: f64 = (0..t).map(|j| hrow[j] * p[i][j]).sum();
+                        for j in 0..t {
+                            ds[i][j] = f64::from(scale) * p[i][j] * (hrow[j] - dot);
+                        }
+                    }
+                    for i in 0..t {
+                        for x in 0..d {
+                            want[0][at(b, i, h, x)] = (0..t)
+                                .map(|j| p[i][j] * m(i, j) * f(&v, at(b, j, h, x)))
+                                .sum();
+                            want[1][at(b, i, h, x)] =
+                                (0..t).map(|j| ds[i][j] * f(&k, at(b, j, h, x))).sum();
+                            want[2][at(b, i, h, x)] =
+                                (0..t).map(|j| ds[j][i] * f(&q, at(b, j, h, x))).sum();
+                            want[3][at(b, i, h, x)] = (0..t)
+                                .map(|j| p[j][i] * m(j, i) * f(&g, at(b, j, h, x)))
+                                .sum();
+                        }
+                    }
+                }
+            }
+            for (name, got, want) in [
+                ("context", &context, &want[0]),
+                ("∂q", &dq, &want[1]),
+                ("∂k", &dk, &want[2]),
+                ("∂v", &dv, &want[3]),
+            ] {
+                for (g, w) in got.iter().zip(want) {
+                    assert!(
+                        (f64::from(*g) - w).abs() < 2e-6,
+                        "{name} (p {prob}): {g} vs {w}"
+                    );
+                }
+            }
+        }
+    }
+}

@@ -41,7 +41,6 @@ use burn::tensor::{Device, Int, Tensor, TensorData};
 
 pub use add_relu::{add_relu_backward, add_relu_forward};
 pub use attention_core::{HeadsShape, attention_backward, attention_forward};
-pub use attention_probs::{ScoresShape, attention_probs_backward, attention_probs_forward};
 pub use batch_norm::{BatchNormShape, BatchNormStats, batch_norm_backward, batch_norm_forward};
 pub use bias_gelu::{bias_gelu_backward, bias_gelu_forward};
 pub use conv2d::{ConvShape, conv2d_backward, conv2d_forward};
