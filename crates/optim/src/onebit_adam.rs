@@ -291,18 +291,10 @@ impl FlatOptimizer for OneBitAdam {
                 // Ranks that share cores split the update (m is the same on
                 // every rank now), then share m and x back.
                 let shard = Shard::for_step(&mut self.shard, ctx);
-                let units = shard.mine();
-                let range = units.first().map_or(0, |u| u.range.start)
-                    ..units.last().map_or(0, |u| u.range.end);
+                let range = shard.my_range();
                 mask_momentum(&mut self.m[range.clone()], &self.v[range]);
-                self.frozen_step(ctx, x, t_w, units);
-                if shard.is_split() {
-                    let clock = Instant::now();
-                    let ranges = shard.ranges();
-                    ctx.comm.share_ranges_f32(&mut self.m, &ranges)?;
-                    ctx.comm.share_ranges_f32(x, &ranges)?;
-                    comm_time += clock.elapsed();
-                }
+                self.frozen_step(ctx, x, t_w, shard.mine());
+                comm_time += shard.share_parts(ctx.comm, &mut [&mut self.m, x])?;
                 Ok(comm_time)
             }
             _ => {

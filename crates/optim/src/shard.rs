@@ -21,6 +21,7 @@
 
 use std::ops::Range;
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use terse_comm::Communicator;
 
@@ -116,10 +117,38 @@ impl Shard {
 
     /// Each rank's elements: contiguous, together the whole buffer.
     pub(crate) fn ranges(&self) -> Vec<Range<usize>> {
-        let start = |b: usize| self.units.get(b).map_or(self.len, |u| u.range.start);
         (0..self.bounds.len() - 1)
-            .map(|r| start(self.bounds[r])..start(self.bounds[r + 1]))
+            .map(|r| self.range_of(r))
             .collect()
+    }
+
+    /// This rank's elements (the span of [`Shard::mine`]).
+    pub(crate) fn my_range(&self) -> Range<usize> {
+        self.range_of(self.rank)
+    }
+
+    fn range_of(&self, r: usize) -> Range<usize> {
+        let start = |b: usize| self.units.get(b).map_or(self.len, |u| u.range.start);
+        start(self.bounds[r])..start(self.bounds[r + 1])
+    }
+
+    /// After an update split between ranks, every rank's part of each of
+    /// `buffers` copied to the others ([`Communicator::share_ranges_f32`]);
+    /// nothing when the step is not split. Returns the time it took.
+    pub(crate) fn share_parts(
+        &self,
+        comm: &dyn Communicator,
+        buffers: &mut [&mut [f32]],
+    ) -> Result<Duration, OptimError> {
+        if !self.is_split() {
+            return Ok(Duration::ZERO);
+        }
+        let clock = Instant::now();
+        let ranges = self.ranges();
+        for buf in buffers {
+            comm.share_ranges_f32(buf, &ranges)?;
+        }
+        Ok(clock.elapsed())
     }
 }
 
@@ -134,10 +163,9 @@ pub(crate) fn gather_partial_state(
     if !std::mem::take(partial) {
         return Ok(());
     }
-    let ranges = shard.expect("a sharded step kept its split").ranges();
-    for buf in buffers {
-        comm.share_ranges_f32(buf, &ranges)?;
-    }
+    shard
+        .expect("a sharded step kept its split")
+        .share_parts(comm, buffers)?;
     Ok(())
 }
 

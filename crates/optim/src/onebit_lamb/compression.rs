@@ -46,8 +46,7 @@ impl OneBitLamb {
         let shard = Shard::for_step(&mut self.shard, ctx);
         let units = shard.mine();
         let lrs: Vec<f64> = if self.basic {
-            let range =
-                units.first().map_or(0, |u| u.range.start)..units.last().map_or(0, |u| u.range.end);
+            let range = shard.my_range();
             mask_momentum(&mut self.m[range.clone()], &self.v[range]);
             self.c_avg.iter().map(|c_avg| ctx.lr * c_avg).collect()
         } else {
@@ -76,13 +75,7 @@ impl OneBitLamb {
             weight_decay: c.moments.weight_decay,
         };
         update.apply(layout, units, &lrs, x, &self.m, &self.v);
-        if shard.is_split() {
-            let clock = Instant::now();
-            let ranges = shard.ranges();
-            ctx.comm.share_ranges_f32(&mut self.m, &ranges)?;
-            ctx.comm.share_ranges_f32(x, &ranges)?;
-            comm_time += clock.elapsed();
-        }
+        comm_time += shard.share_parts(ctx.comm, &mut [&mut self.m, x])?;
         Ok(comm_time)
     }
 
