@@ -5,25 +5,19 @@
 //! `∂s = scale·p·(h − Σ_k h·p)`. The attention core (`attention_core.rs`)
 //! calls them per head; its tests check them against float64.
 
-use super::rows::sum;
+use super::rows::{row_max, sum};
 use super::vector_math::exp;
 
 /// One row: `p = softmax(s·scale + b)`.
 #[inline(always)]
 pub(crate) fn softmax_row(s: &[f32], b: &[f32], scale: f32, p: &mut [f32]) {
     let k = p.len();
-    // Zipped loops without bounds checks vectorise; the maximum in 8 lanes
-    // (max is exact, so the order changes no bit).
+    // Zipped loops without bounds checks vectorise; max is exact, so its
+    // lanes' order changes no bit.
     for ((p, &s), &b) in p.iter_mut().zip(s).zip(b) {
         *p = s * scale + b;
     }
-    let mut lanes = [f32::NEG_INFINITY; 8];
-    for chunk in p.chunks(8) {
-        for (lane, &v) in lanes.iter_mut().zip(chunk) {
-            *lane = lane.max(v);
-        }
-    }
-    let max = lanes.into_iter().fold(f32::NEG_INFINITY, f32::max);
+    let max = row_max(p);
     for v in p.iter_mut() {
         *v = exp(*v - max);
     }

@@ -1,7 +1,7 @@
 //! Mean cross-entropy from logits in one pass each way (log-sum-exp per
 //! row; the backward writes `(softmax − onehot)·∂loss/n` directly).
 
-use super::rows::{for_row_blocks, sum};
+use super::rows::{for_row_blocks, row_max, sum};
 use super::vector_math::exp;
 
 /// Per-row `log Σ exp` and the mean loss `mean(lse − logit[label])`.
@@ -33,24 +33,6 @@ pub fn cross_entropy_forward(logits: &[f32], labels: &[i64], classes: usize) -> 
         })
         .sum();
     (lse, (total / rows.max(1) as f64) as f32)
-}
-
-/// The largest value (NaN ignored unless every value is NaN, as `f32::max`
-/// folds): 16 running maxima as selects, which vectorise where `f32::max`'s
-/// NaN rule does not.
-fn row_max(x: &[f32]) -> f32 {
-    const LANES: usize = 16;
-    let mut acc = [f32::NEG_INFINITY; LANES];
-    let chunks = x.chunks_exact(LANES);
-    let tail = chunks.remainder();
-    for c in chunks {
-        for (a, &v) in acc.iter_mut().zip(c) {
-            *a = if v > *a { v } else { *a };
-        }
-    }
-    acc.iter()
-        .chain(tail)
-        .fold(f32::NEG_INFINITY, |m, &v| if v > m { v } else { m })
 }
 
 /// Turns `logits` into `∂logits` in place for an upstream gradient `grad`

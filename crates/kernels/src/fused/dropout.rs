@@ -137,14 +137,9 @@ impl SiteMask {
 
     /// In place: `x[i] ·= factor(i)`.
     pub fn apply_in_place(&self, x: &mut [f32]) {
-        x.par_chunks_mut(PIECE).enumerate().for_each(|(piece, x)| {
-            let base = (piece * PIECE) as u32;
-            crate::with_avx(|| {
-                for (i, v) in x.iter_mut().enumerate() {
-                    *v *= self.factor_u32(base.wrapping_add(i as u32));
-                }
-            })
-        });
+        x.par_chunks_mut(PIECE)
+            .enumerate()
+            .for_each(|(piece, x)| crate::with_avx(|| self.apply_at(piece * PIECE, x)));
     }
 }
 
