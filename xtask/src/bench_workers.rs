@@ -75,6 +75,7 @@ pub fn run(quick: bool) -> Result<()> {
             "config": CONFIG,
             "steps": steps,
             "cores": std::thread::available_parallelism().map_or(1, |n| n.get()),
+            "cpu": crate::bench::cpu_model(),
             "rows": rows,
         });
         std::fs::write(path, serde_json::to_string_pretty(&record)? + "\n")
