@@ -18,6 +18,7 @@
 //! for every chunk; padding is zero, carries no scale and is never read back.
 
 use terse_kernels::onebit::{ChunkLayout, Scale, blocks_for, words_for};
+use terse_kernels::resident::filled;
 use terse_kernels::server::{Compressed, average_and_recompress};
 use terse_kernels::worker::{HostWorker, Worker};
 
@@ -98,16 +99,18 @@ impl CompressedAllreduce {
             options,
             chunk,
             message,
-            worker_error: vec![0.0; len],
-            server_error: vec![0.0; mine],
-            send: vec![0; message * world_size],
-            recv: vec![0; message * world_size],
-            average: vec![0.0; mine],
-            bits: vec![0; words_for(len)],
-            scales: vec![
-                0.0;
-                len.div_ceil(chunk.max(1)) * blocks_for(chunk, block_of(options, chunk))
-            ],
+            // Resident now: first used in the compression stage, where
+            // faulting them in would cost that stage's first step.
+            worker_error: filled(len, 0.0),
+            server_error: filled(mine, 0.0),
+            send: filled(message * world_size, 0),
+            recv: filled(message * world_size, 0),
+            average: filled(mine, 0.0),
+            bits: filled(words_for(len), 0),
+            scales: filled(
+                len.div_ceil(chunk.max(1)) * blocks_for(chunk, block_of(options, chunk)),
+                0.0,
+            ),
         })
     }
 

@@ -21,6 +21,7 @@ pub mod device;
 pub mod fused;
 pub mod mask;
 pub mod onebit;
+pub mod resident;
 pub mod server;
 mod simd;
 pub mod tensor;

@@ -3,6 +3,7 @@
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
+use terse_kernels::resident::filled;
 
 use rayon::prelude::*;
 
@@ -74,8 +75,8 @@ impl Adam {
     pub fn new(config: AdamConfig, d: usize) -> Self {
         Self {
             config,
-            m: vec![0.0; d],
-            v: vec![0.0; d],
+            m: filled(d, 0.0),
+            v: filled(d, 0.0),
             device: None,
             shard: None,
             partial: false,

@@ -7,6 +7,7 @@
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
+use terse_kernels::resident::filled;
 
 use rayon::prelude::*;
 
@@ -93,8 +94,8 @@ impl Lamb {
     pub fn new(config: LambConfig, d: usize) -> Self {
         Self {
             config,
-            m: vec![0.0; d],
-            v: vec![0.0; d],
+            m: filled(d, 0.0),
+            v: filled(d, 0.0),
             device: None,
             shard: None,
             partial: false,

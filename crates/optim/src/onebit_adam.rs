@@ -6,6 +6,7 @@
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
+use terse_kernels::resident::filled;
 
 use rayon::prelude::*;
 use serde::{Deserialize, Serialize};
@@ -122,8 +123,8 @@ impl OneBitAdam {
         )?;
         let freeze = FreezePoint::new(&config.compression, config.moments.beta_2);
         Ok(Self {
-            m: vec![0.0; d],
-            v: vec![0.0; d],
+            m: filled(d, 0.0),
+            v: filled(d, 0.0),
             allreduce,
             freeze,
             config,

@@ -3,6 +3,7 @@
 //! Nesterov momentum.
 
 use std::time::Duration;
+use terse_kernels::resident::filled;
 
 use rayon::prelude::*;
 
@@ -70,7 +71,7 @@ impl Sgd {
     pub fn new(config: SgdConfig, d: usize) -> Self {
         Self {
             config,
-            m: vec![0.0; d],
+            m: filled(d, 0.0),
             device: None,
         }
     }

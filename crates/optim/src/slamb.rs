@@ -14,6 +14,7 @@ use serde::{Deserialize, Serialize};
 use terse_comm::{ReduceOp, SparseAllreduce, SparseValues};
 use terse_kernels::device::slamb::SplitNorms;
 use terse_kernels::mask::{Mask, Selection};
+use terse_kernels::resident::filled;
 
 use crate::config_check::{NoOtherFields, check_clip, check_unit, invalid};
 use crate::device_flat::{DeviceState, allreduce_mean_device, read_f32, upload_f32};
@@ -175,10 +176,11 @@ impl Slamb {
             device: None,
             device_always: None,
             always,
-            m: vec![0.0; d],
-            v: vec![0.0; d],
+            m: filled(d, 0.0),
+            v: filled(d, 0.0),
             freshness: vec![1.0; d],
-            selected: vec![0; d],
+            // Resident now, not in the compression stage's first step.
+            selected: filled(d, 0),
             world_size: comm.world_size(),
             config,
         }

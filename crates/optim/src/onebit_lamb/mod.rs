@@ -9,6 +9,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
+use terse_kernels::resident::filled;
 
 use crate::config_check::{NoOtherFields, check_clip, check_unit};
 use crate::device_flat::DeviceState;
@@ -170,10 +171,11 @@ impl OneBitLamb {
         let freeze = FreezePoint::new(&config.compression, config.moments.beta_2);
         Ok(Self {
             basic,
-            m: vec![0.0; d],
-            v: vec![0.0; d],
-            v_fresh: if basic { Vec::new() } else { vec![0.0; d] },
-            m_last: if basic { Vec::new() } else { vec![0.0; d] },
+            m: filled(d, 0.0),
+            v: filled(d, 0.0),
+            // Resident now, not in the compression stage's first step.
+            v_fresh: if basic { Vec::new() } else { filled(d, 0.0) },
+            m_last: if basic { Vec::new() } else { filled(d, 0.0) },
             allreduce,
             c_avg: vec![0.0; p],
             k: vec![1.0; p],
