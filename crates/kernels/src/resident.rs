@@ -2,15 +2,18 @@
 //!
 //! `vec![0.0; n]` takes zeroed memory from the allocator, which fresh pages
 //! are without being touched: the kernel maps each page at its first use.
-//! State a 1-bit optimizer first uses in its compression stage (the error
-//! feedback, the frozen variance's copies) was made at start-up and then
-//! faulted in, page by page, inside the one step where that stage began;
-//! a read before the first write maps the shared zero page, so the write
-//! after it faults again and shoots down the other threads' TLB entries.
-//! With 4 local ranks (one process) that step of BERT-mini took 675 ms
-//! against 290 ms. Writing each buffer once when it is made moves the cost
-//! to set-up, which pays it once either way; peak memory is unchanged (the
-//! run uses every page of these buffers).
+//! Optimizer state was made that way at start-up and touched late: local
+//! ranks that share cores split the warmup's update, so each rank wrote
+//! only its quarter of m and v until the freeze step gathered the rest,
+//! and the compression stage's buffers (error feedback, the fresh
+//! variance) waited for that stage's first step. Those steps then faulted
+//! ~600 MB in across 4 rank threads, page by page; a read before the
+//! first write maps the shared zero page, so the write after it faults
+//! again and shoots down the other threads' TLB entries. BERT-mini on 4
+//! local ranks: steps 12 and 13 ran at 33 and 12 samples/s against ~55.
+//! Writing each buffer once when it is made moves the cost to set-up,
+//! which pays it once either way; peak memory is unchanged (the run uses
+//! every page of these buffers).
 
 /// A vector of `len` copies of `value`, every page written (so resident).
 pub fn filled<T: Copy>(len: usize, value: T) -> Vec<T> {
