@@ -12,9 +12,15 @@
 //! - [`linear`], [`linear_transposed`]: one 2-D gemm over all rows, forward
 //!   and each gradient (`gemm_linear.rs`; the tied decoder's gradient in its
 //!   stored layout);
-//! - [`embedding`], [`attention`]: burn's own lookup and batched matmul
-//!   kernels, as ops whose backward passes terse owns (timed for
-//!   [`op_profile`]; attention's whole core as one autodiff node).
+//! - [`attention`]: the core (scores, scale + mask + softmax + dropout,
+//!   context) per (batch, head) on the linear layers' `[batch, seq,
+//!   hidden]` layout, gemm calls at the heads' strides, as one autodiff
+//!   node (`attention_core.rs`);
+//! - [`conv2d`], [`batch_norm`] (with the ReLU after it), [`add_relu`]:
+//!   ResNet's and VGG's convolution (im2col + one gemm per image), training
+//!   BatchNorm and residual `relu(a + b)`;
+//! - [`embedding`]: burn's own lookup kernel, as an op whose backward pass
+//!   terse owns (timed for [`op_profile`]).
 
 mod add_relu;
 mod attention_core;
