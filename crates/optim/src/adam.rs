@@ -3,11 +3,11 @@
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-use terse_kernels::resident::filled;
 
 use rayon::prelude::*;
 
 use serde::{Deserialize, Serialize};
+use terse_kernels::resident::filled;
 
 use crate::config_check::NoOtherFields;
 use crate::device_flat::{DeviceState, allreduce_mean_device};

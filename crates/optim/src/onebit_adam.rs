@@ -6,11 +6,11 @@
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-use terse_kernels::resident::filled;
 
 use rayon::prelude::*;
 use serde::{Deserialize, Serialize};
 use terse_comm::ReduceOp;
+use terse_kernels::resident::filled;
 
 use crate::adam::{adam_step, adam_step_device, adam_step_sharded};
 use crate::config_check::NoOtherFields;

@@ -3,11 +3,11 @@
 //! Nesterov momentum.
 
 use std::time::Duration;
-use terse_kernels::resident::filled;
 
 use rayon::prelude::*;
 
 use serde::{Deserialize, Serialize};
+use terse_kernels::resident::filled;
 
 use crate::config_check::{check_decay, invalid};
 use crate::device_flat::{DeviceState, allreduce_mean_device};
