@@ -73,6 +73,70 @@ fn check(shape: &HeadsShape, tensors: &[&[f32]], bias: Option<&[f32]>) {
     }
 }
 
+/// A head's `[t, d]` at row stride `hd` (from `a`) times another's
+/// transposed (from `b`) into the `[t, t]` `dst`: the scores q·kᵀ and
+/// ∂dropped = ∂context·vᵀ.
+///
+/// # Safety
+/// `a` and `b` must cover a head's `[t, d]` at row stride `hd`, and `dst`
+/// must hold `t·t` values.
+unsafe fn head_times_head_t(
+    (t, d, hd): (usize, usize, isize),
+    dst: &mut [f32],
+    a: *const f32,
+    b: *const f32,
+) {
+    debug_assert_eq!(dst.len(), t * t);
+    // SAFETY: the caller's contract.
+    unsafe {
+        gemm_one_thread(
+            (t, t, d),
+            dst.as_mut_ptr(),
+            (t as isize, 1),
+            false,
+            a,
+            (hd, 1),
+            b,
+            (1, hd),
+        );
+    }
+}
+
+/// The `[t, t]` `square` (or its transpose) times a head's `[t, d]` at row
+/// stride `hd` (from `head`) into a head's `[t, d]` at `dst`, same stride:
+/// the context P·v and the gradients ∂v, ∂q, ∂k.
+///
+/// # Safety
+/// `head` and `dst` must cover a head's `[t, d]` at row stride `hd`, `dst`
+/// overlapping neither input, and `square` must hold `t·t` values.
+unsafe fn square_times_head(
+    (t, d, hd): (usize, usize, isize),
+    dst: *mut f32,
+    square: &[f32],
+    transposed: bool,
+    head: *const f32,
+) {
+    debug_assert_eq!(square.len(), t * t);
+    let square_strides = if transposed {
+        (1, t as isize)
+    } else {
+        (t as isize, 1)
+    };
+    // SAFETY: the caller's contract.
+    unsafe {
+        gemm_one_thread(
+            (t, d, t),
+            dst,
+            (hd, 1),
+            false,
+            square.as_ptr(),
+            square_strides,
+            head,
+            (hd, 1),
+        );
+    }
+}
+
 /// `(context [batch, seq, hidden], probabilities [batch, heads, seq, seq])`.
 pub fn attention_forward(
     q: &[f32],
@@ -85,6 +149,7 @@ pub fn attention_forward(
 ) -> (Vec<f32>, Vec<f32>) {
     check(s, &[q, k, v], Some(bias));
     let (t, d, hd) = (s.seq, s.head_dim, s.hidden() as isize);
+    let dims = (t, d, hd);
     let mut context = vec![0.0f32; s.len()];
     let mut probs = vec![0.0f32; s.batch * s.heads * t * t];
     if t == 0 || d == 0 {
@@ -98,18 +163,7 @@ pub fn attention_forward(
             let b = &bias[task / s.heads * t..][..t];
             // SAFETY: q and k cover this head's [t, d] at row stride
             // hd; scratch is [t, t].
-            unsafe {
-                gemm_one_thread(
-                    (t, t, d),
-                    scratch.as_mut_ptr(),
-                    (t as isize, 1),
-                    false,
-                    q.as_ptr().add(at),
-                    (hd, 1),
-                    k.as_ptr().add(at),
-                    (1, hd),
-                );
-            }
+            unsafe { head_times_head_t(dims, scratch, q.as_ptr().add(at), k.as_ptr().add(at)) };
             // Small closures for `with_avx`, which LLVM inlines into its
             // AVX function (one closure around both loops stayed a
             // baseline call, the mask's hash scalar).
@@ -124,18 +178,7 @@ pub fn attention_forward(
             // SAFETY: dropped is [t, t], v covers the head's [t, d] at
             // row stride hd, and only this task writes this head's
             // positions of the context.
-            unsafe {
-                gemm_one_thread(
-                    (t, d, t),
-                    out.at(at),
-                    (hd, 1),
-                    false,
-                    dropped.as_ptr(),
-                    (t as isize, 1),
-                    v.as_ptr().add(at),
-                    (hd, 1),
-                );
-            }
+            unsafe { square_times_head(dims, out.at(at), dropped, false, v.as_ptr().add(at)) };
         },
     );
     (context, probs)
@@ -156,6 +199,7 @@ pub fn attention_backward(
 ) -> [Vec<f32>; 3] {
     check(s, &[grad, q, k, v], None);
     let (t, d, hd) = (s.seq, s.head_dim, s.hidden() as isize);
+    let dims = (t, d, hd);
     assert_eq!(
         probs.len(),
         s.batch * s.heads * t * t,
@@ -183,27 +227,9 @@ pub fn attention_backward(
             // ds are [t, t]; only this task writes this head's positions.
             unsafe {
                 // ∂v = droppedᵀ·∂context
-                gemm_one_thread(
-                    (t, d, t),
-                    dv.at(at),
-                    (hd, 1),
-                    false,
-                    dropped.as_ptr(),
-                    (1, t as isize),
-                    grad.as_ptr().add(at),
-                    (hd, 1),
-                );
+                square_times_head(dims, dv.at(at), dropped, true, grad.as_ptr().add(at));
                 // ∂dropped = ∂context·vᵀ
-                gemm_one_thread(
-                    (t, t, d),
-                    ds.as_mut_ptr(),
-                    (t as isize, 1),
-                    false,
-                    grad.as_ptr().add(at),
-                    (hd, 1),
-                    v.as_ptr().add(at),
-                    (1, hd),
-                );
+                head_times_head_t(dims, ds, grad.as_ptr().add(at), v.as_ptr().add(at));
             }
             if let Some(mask) = mask {
                 crate::with_avx(|| mask.apply_at(task * t * t, ds));
@@ -213,27 +239,9 @@ pub fn attention_backward(
             }
             unsafe {
                 // ∂q = ∂s·k
-                gemm_one_thread(
-                    (t, d, t),
-                    dq.at(at),
-                    (hd, 1),
-                    false,
-                    ds.as_ptr(),
-                    (t as isize, 1),
-                    k.as_ptr().add(at),
-                    (hd, 1),
-                );
+                square_times_head(dims, dq.at(at), ds, false, k.as_ptr().add(at));
                 // ∂k = ∂sᵀ·q
-                gemm_one_thread(
-                    (t, d, t),
-                    dk.at(at),
-                    (hd, 1),
-                    false,
-                    ds.as_ptr(),
-                    (1, t as isize),
-                    q.as_ptr().add(at),
-                    (hd, 1),
-                );
+                square_times_head(dims, dk.at(at), ds, true, q.as_ptr().add(at));
             }
         },
     );
