@@ -9,16 +9,16 @@
 //! above 2 GiB) measured 1.05–1.21× samples/s on BERT-mini and base
 //! (`cargo xtask bench model`, same run, with and without).
 //!
-//! No mmap at all: glibc caps the mmap threshold at 32 MiB, and BERT-base
-//! frees blocks above it every step (the tied word embedding's 94 MB
-//! gradient, the 440 MB flat gradient and parameter buffers), which it
-//! mapped, faulted in page by page (~50k faults per step, 25% of the
-//! profile's samples in `clear_page` with the model's set-up, TLB
-//! shootdowns after) and unmapped again. Served from the heap they cost
-//! nothing after the first step: 0 faults per step (`perf stat`, 1 and 5
-//! steps), BERT-base 3.77–3.81 → 4.00–4.24 samples/s alternating in one
-//! session (BERT-mini and ResNet-20 unchanged within noise). A failed
-//! `brk` still falls back to mmap inside glibc.
+//! No mmap at all (which leaves no use for an mmap threshold): glibc caps
+//! that threshold at 32 MiB, and BERT-base frees blocks above it every
+//! step (the tied word embedding's 94 MB gradient, the 440 MB flat
+//! gradient and parameter buffers), which were mapped, faulted in page by
+//! page (~50k faults per step, `perf stat` of 1 against 5 steps) and
+//! unmapped again. From the heap: 0 faults per step; BERT-base's
+//! embedding class 43–47 → 16–28 ms per step, the whole step within this
+//! VM's noise (4.18–4.48 → 4.22–4.59 samples/s, alternating binaries),
+//! peak RSS of 3 steps 3.23 → 3.34 GB. A failed `brk` still falls back to
+//! mmap inside glibc.
 //!
 //! One arena for all threads: glibc gives other threads their own arenas,
 //! and those return a whole heap to the kernel as soon as it empties,
@@ -37,7 +37,6 @@ pub fn tune_for_training() {
         // SAFETY: mallopt only changes allocator parameters; called before
         // the process starts its own threads.
         unsafe {
-            libc::mallopt(libc::M_MMAP_THRESHOLD, 32 << 20);
             libc::mallopt(libc::M_TRIM_THRESHOLD, i32::MAX);
             libc::mallopt(libc::M_ARENA_MAX, 1);
             libc::mallopt(libc::M_MMAP_MAX, 0);
