@@ -389,6 +389,18 @@ pub fn conv2d_forward(x: &[f32], weight: &[f32], s: &ConvShape) -> Vec<f32> {
     out
 }
 
+/// A backward task's buffers (see [`conv2d_backward`]).
+struct Scratch {
+    /// The image transposed to `[h, w, c_in]`.
+    hwc: Vec<f32>,
+    /// The block's rows, `[images·positions, k]`.
+    rows: Vec<f32>,
+    /// The block's output gradient, `[c_out, images·positions]`.
+    g_block: Vec<f32>,
+    /// One image's column gradient, `[k, positions]`.
+    dcols: Vec<f32>,
+}
+
 /// The gradients of [`conv2d_forward`] for the output gradient `grad`:
 /// `∂x` (when `want_x`) and `∂weight` (when `want_weight`).
 pub fn conv2d_backward(
@@ -413,99 +425,127 @@ pub fn conv2d_backward(
             .collect(),
     };
     dx_blocks.resize_with(s.batch.div_ceil(IMAGES_PER_TASK), || None);
+    // A pointwise convolution's ∂W is one gemm per image on the image
+    // itself; any other takes a block's rows at once.
+    let by_rows = want_weight && !s.pointwise() && p > 0;
+    let block_positions = IMAGES_PER_TASK.min(s.batch) * p;
     let partials: Vec<Vec<f32>> = dx_blocks
         .into_par_iter()
         .enumerate()
-        .map(|(block, mut dx_block)| {
-            let first = block * IMAGES_PER_TASK;
-            let images = first..(first + IMAGES_PER_TASK).min(s.batch);
-            // A pointwise convolution's ∂W is one gemm per image on the
-            // image itself; any other takes the block's rows at once.
-            let mut dw = vec![0.0f32; if want_weight { s.c_out * k } else { 0 }];
-            let by_rows = want_weight && !s.pointwise() && p > 0;
-            let n = images.len() * p;
-            let mut hwc = vec![0.0f32; if by_rows { image } else { 0 }];
-            let mut rows = vec![0.0f32; if by_rows { n * k } else { 0 }];
-            let mut g_block = vec![0.0f32; if by_rows { s.c_out * n } else { 0 }];
-            // The gemm overwrites all of dcols.
-            let mut dcols = vec![0.0f32; if s.pointwise() || !want_x { 0 } else { k * p }];
-            for (local, b) in images.clone().enumerate() {
-                let g = &grad[b * s.c_out * p..][..s.c_out * p];
-                let x_b = &x[b * image..][..image];
+        .map_init(
+            // Written whole before every read (the gemm overwrites dcols),
+            // so one set per thread serves all its tasks unzeroed.
+            || Scratch {
+                hwc: vec![0.0f32; if by_rows { image } else { 0 }],
+                rows: vec![0.0f32; if by_rows { block_positions * k } else { 0 }],
+                g_block: vec![
+                    0.0f32;
+                    if by_rows {
+                        s.c_out * block_positions
+                    } else {
+                        0
+                    }
+                ],
+                dcols: vec![0.0f32; if s.pointwise() || !want_x { 0 } else { k * p }],
+            },
+            |scratch, (block, mut dx_block)| {
+                let Scratch {
+                    hwc,
+                    rows,
+                    g_block,
+                    dcols,
+                } = scratch;
+                let first = block * IMAGES_PER_TASK;
+                let images = first..(first + IMAGES_PER_TASK).min(s.batch);
+                let n = images.len() * p;
+                let (rows, g_block) = if by_rows {
+                    (&mut rows[..n * k], &mut g_block[..s.c_out * n])
+                } else {
+                    (&mut rows[..0], &mut g_block[..0])
+                };
+                let mut dw = vec![0.0f32; if want_weight { s.c_out * k } else { 0 }];
+                for (local, b) in images.clone().enumerate() {
+                    let g = &grad[b * s.c_out * p..][..s.c_out * p];
+                    let x_b = &x[b * image..][..image];
+                    if by_rows {
+                        crate::with_avx(|| {
+                            im2row(x_b, s, hwc, &mut rows[local * p * k..][..p * k])
+                        });
+                        for (from, to) in g.chunks_exact(p).zip(g_block.chunks_exact_mut(n)) {
+                            to[local * p..][..p].copy_from_slice(from);
+                        }
+                    } else if want_weight && p > 0 {
+                        // ∂W[c_out, c_in] += g[c_out, p]·xᵀ[p, c_in]
+                        // SAFETY: g is [c_out, p], x_b [c_in, p], dw [c_out, c_in].
+                        unsafe {
+                            gemm_one_thread(
+                                (s.c_out, k, p),
+                                dw.as_mut_ptr(),
+                                (k as isize, 1),
+                                true,
+                                g.as_ptr(),
+                                (p as isize, 1),
+                                x_b.as_ptr(),
+                                (1, p as isize),
+                            );
+                        }
+                    }
+                    if let Some(dx_block) = dx_block.as_deref_mut() {
+                        let dx_b = &mut dx_block[(b - first) * image..][..image];
+                        if p == 0 || s.c_out == 0 {
+                            continue;
+                        }
+                        // ∂colsᵀ[p, k] = gᵀ[p, c_out]·W[c_out, k]; a pointwise
+                        // convolution's columns are the image gradient itself.
+                        let target: &mut [f32] = if s.pointwise() { dx_b } else { dcols };
+                        // SAFETY: g is [c_out, p], weight [c_out, k], target [k, p].
+                        unsafe {
+                            gemm_one_thread(
+                                (p, k, s.c_out),
+                                target.as_mut_ptr(),
+                                (1, p as isize),
+                                false,
+                                g.as_ptr(),
+                                (1, p as isize),
+                                weight.as_ptr(),
+                                (k as isize, 1),
+                            );
+                        }
+                        if !s.pointwise() {
+                            crate::with_avx(|| col2im(dcols, s, dx_b));
+                        }
+                    }
+                }
                 if by_rows {
-                    crate::with_avx(|| {
-                        im2row(x_b, s, &mut hwc, &mut rows[local * p * k..][..p * k]);
-                    });
-                    for (from, to) in g.chunks_exact(p).zip(g_block.chunks_exact_mut(n)) {
-                        to[local * p..][..p].copy_from_slice(from);
-                    }
-                } else if want_weight && p > 0 {
-                    // ∂W[c_out, c_in] += g[c_out, p]·xᵀ[p, c_in]
-                    // SAFETY: g is [c_out, p], x_b [c_in, p], dw [c_out, c_in].
+                    // ∂Wᵀ[k, c_out] = rowsᵀ[k, n]·g_blockᵀ[n, c_out] over the
+                    // block's positions: the rows are gemm's left operand as
+                    // stored (k contiguous), where im2col's columns had to be
+                    // transposed into its packing for every image, which cost
+                    // more than the products at ResNet's 16 channels.
+                    // SAFETY: rows is [n, k], g_block [c_out, n], dw [c_out, k].
                     unsafe {
                         gemm_one_thread(
-                            (s.c_out, k, p),
+                            (k, s.c_out, n),
                             dw.as_mut_ptr(),
-                            (k as isize, 1),
-                            true,
-                            g.as_ptr(),
-                            (p as isize, 1),
-                            x_b.as_ptr(),
-                            (1, p as isize),
-                        );
-                    }
-                }
-                if let Some(dx_block) = dx_block.as_deref_mut() {
-                    let dx_b = &mut dx_block[(b - first) * image..][..image];
-                    if p == 0 || s.c_out == 0 {
-                        continue;
-                    }
-                    // ∂colsᵀ[p, k] = gᵀ[p, c_out]·W[c_out, k]; a pointwise
-                    // convolution's columns are the image gradient itself.
-                    let target: &mut [f32] = if s.pointwise() { dx_b } else { &mut dcols };
-                    // SAFETY: g is [c_out, p], weight [c_out, k], target [k, p].
-                    unsafe {
-                        gemm_one_thread(
-                            (p, k, s.c_out),
-                            target.as_mut_ptr(),
-                            (1, p as isize),
+                            (1, k as isize),
                             false,
-                            g.as_ptr(),
-                            (1, p as isize),
-                            weight.as_ptr(),
-                            (k as isize, 1),
+                            rows.as_ptr(),
+                            (1, k as isize),
+                            g_block.as_ptr(),
+                            (1, n as isize),
                         );
                     }
-                    if !s.pointwise() {
-                        crate::with_avx(|| col2im(&mut dcols, s, dx_b));
-                    }
                 }
-            }
-            if by_rows {
-                // ∂Wᵀ[k, c_out] = rowsᵀ[k, n]·g_blockᵀ[n, c_out] over the
-                // block's positions: the rows are gemm's left operand as
-                // stored (k contiguous), where im2col's columns had to be
-                // transposed into its packing for every image, which cost
-                // more than the products at ResNet's 16 channels.
-                // SAFETY: rows is [n, k], g_block [c_out, n], dw [c_out, k].
-                unsafe {
-                    gemm_one_thread(
-                        (k, s.c_out, n),
-                        dw.as_mut_ptr(),
-                        (1, k as isize),
-                        false,
-                        rows.as_ptr(),
-                        (1, k as isize),
-                        g_block.as_ptr(),
-                        (1, n as isize),
-                    );
-                }
-                dw = weight_order(&dw, s);
-            }
-            dw
-        })
+                dw
+            },
+        )
         .collect();
-    let dw = want_weight.then(|| add_in_block_order(&partials, s.c_out * k));
+    let dw = want_weight.then(|| {
+        let dw = add_in_block_order(&partials, s.c_out * k);
+        // The rows' order of k, once for the sum (a permutation: the same
+        // bits as permuting every partial).
+        if by_rows { weight_order(&dw, s) } else { dw }
+    });
     (dx, dw)
 }
 
