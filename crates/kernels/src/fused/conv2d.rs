@@ -270,12 +270,8 @@ fn copy_short(dst: &mut [f32], src: &[f32]) {
 /// of a position are one contiguous run.
 #[inline(always)]
 fn im2row(x: &[f32], s: &ConvShape, hwc: &mut [f32], rows: &mut [f32]) {
-    let (c_in, plane) = (s.c_in, s.h * s.w);
-    for (q, pixel) in hwc.chunks_exact_mut(c_in).enumerate() {
-        for (c, v) in pixel.iter_mut().enumerate() {
-            *v = x[c * plane + q];
-        }
-    }
+    let c_in = s.c_in;
+    transpose::transpose(x, hwc, s.h * s.w, c_in);
     let (ow_n, k, run) = (s.out_w(), s.k(), s.kw * c_in);
     for (position, row) in rows.chunks_exact_mut(k).enumerate() {
         let (oh, ow) = (position / ow_n, position % ow_n);
