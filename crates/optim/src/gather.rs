@@ -138,7 +138,7 @@ pub fn write_back_host<M: Module>(
         .into_iter();
     let mut mapper = WriteBack::new(|range: Range<usize>, device: &Device| {
         let values = copies.next().expect("one copy per segment");
-        debug_assert_eq!(values.len(), range.len());
+        assert_eq!(values.len(), range.len());
         Tensor::from_data(TensorData::new(values, [range.len()]), device)
     });
     Ok(module.map(&mut mapper))

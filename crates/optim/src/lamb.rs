@@ -355,7 +355,7 @@ pub(crate) fn lamb_step_sharded(
     v: &mut [f32],
     g: &mut [f32],
 ) -> Result<(Vec<Trust>, Duration), OptimError> {
-    debug_assert!(!c.grad_prenorm);
+    assert!(!c.grad_prenorm);
     let comm = ctx.comm;
     let ranges = shard.ranges();
     let clock = Instant::now();

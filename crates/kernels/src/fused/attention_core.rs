@@ -86,7 +86,7 @@ unsafe fn head_times_head_t(
     a: *const f32,
     b: *const f32,
 ) {
-    debug_assert_eq!(dst.len(), t * t);
+    assert_eq!(dst.len(), t * t);
     // SAFETY: the caller's contract.
     unsafe {
         gemm_one_thread(
@@ -116,7 +116,7 @@ unsafe fn square_times_head(
     transposed: bool,
     head: *const f32,
 ) {
-    debug_assert_eq!(square.len(), t * t);
+    assert_eq!(square.len(), t * t);
     let square_strides = if transposed {
         (1, t as isize)
     } else {
