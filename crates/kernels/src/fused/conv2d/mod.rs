@@ -27,6 +27,12 @@
 
 use rayon::prelude::*;
 
+mod columns;
+mod rows;
+
+use columns::{col2im, im2col};
+use rows::{im2row, weight_order};
+
 use super::gemm_linear::gemm_one_thread;
 use super::rows::add_in_block_order;
 
@@ -118,243 +124,6 @@ fn out_len(len: usize, kernel: usize, stride: usize, pad: usize) -> usize {
         "a {kernel}-wide kernel does not fit {len} + 2·{pad} padding"
     );
     (len + 2 * pad - kernel) / stride + 1
-}
-
-/// The valid output range `[lo, hi)` along one axis for kernel offset `i`:
-/// where `o·stride + i − pad` falls inside `0..len`.
-fn valid_range(out: usize, len: usize, i: usize, stride: usize, pad: usize) -> (usize, usize) {
-    // o·stride + i ≥ pad  ⇔  o ≥ ceil((pad − i) / stride)
-    let lo = if i >= pad {
-        0
-    } else {
-        (pad - i).div_ceil(stride)
-    };
-    // o·stride + i − pad ≤ len − 1  ⇔  o ≤ (len − 1 + pad − i) / stride
-    let hi = if len + pad > i {
-        ((len - 1 + pad - i) / stride + 1).min(out)
-    } else {
-        0
-    };
-    (lo.min(hi), hi)
-}
-
-/// Image `x` (`[c_in, h, w]`) as columns `[c_in·kh·kw, out_h·out_w]`.
-/// Writes only the positions that read the image: the padding's positions
-/// are the same for every image of a shape, so a buffer zeroed once and
-/// used for nothing else keeps them zero.
-#[inline(always)]
-fn im2col(x: &[f32], s: &ConvShape, cols: &mut [f32]) {
-    let (oh_n, ow_n) = (s.out_h(), s.out_w());
-    let p = oh_n * ow_n;
-    for c in 0..s.c_in {
-        let plane = &x[c * s.h * s.w..(c + 1) * s.h * s.w];
-        for i in 0..s.kh {
-            let (oh_lo, oh_hi) = valid_range(oh_n, s.h, i, s.stride, s.pad);
-            for j in 0..s.kw {
-                let (ow_lo, ow_hi) = valid_range(ow_n, s.w, j, s.stride, s.pad);
-                if ow_lo == ow_hi {
-                    continue;
-                }
-                let row = &mut cols[((c * s.kh + i) * s.kw + j) * p..][..p];
-                if let Some(run) = Run::new(s, (oh_lo, oh_hi), (ow_lo, ow_hi), i, j) {
-                    row[run.start..run.end].copy_from_slice(&plane[run.source()]);
-                    run.zero_wrapped(row);
-                    continue;
-                }
-                let first = ow_lo * s.stride + j - s.pad;
-                for oh in oh_lo..oh_hi {
-                    let src = &plane[(oh * s.stride + i - s.pad) * s.w..][..s.w];
-                    let dst = &mut row[oh * ow_n + ow_lo..oh * ow_n + ow_hi];
-                    if s.stride == 1 {
-                        copy_short(dst, &src[first..first + dst.len()]);
-                    } else {
-                        let src = src[first..].iter().step_by(s.stride);
-                        for (d, v) in dst.iter_mut().zip(src) {
-                            *d = *v;
-                        }
-                    }
-                }
-            }
-        }
-    }
-}
-
-/// A stride-1 convolution whose output rows are as wide as the input's
-/// (3×3 with padding 1, 1×1 without): one kernel offset's part of the
-/// columns is then the image shifted by a constant, one contiguous copy
-/// instead of a copy per output row. The copy also carries values across
-/// row ends into the positions outside `[ow_lo, ow_hi)`; those are the
-/// padding's and are zeroed after it.
-struct Run {
-    /// Columns `[start, end)` of the kernel offset's row of `cols`.
-    start: usize,
-    end: usize,
-    /// Where `start` reads in the input plane.
-    source_start: usize,
-    width: usize,
-    rows: (usize, usize),
-    valid: (usize, usize),
-}
-
-impl Run {
-    fn new(
-        s: &ConvShape,
-        (oh_lo, oh_hi): (usize, usize),
-        (ow_lo, ow_hi): (usize, usize),
-        i: usize,
-        j: usize,
-    ) -> Option<Run> {
-        let width = s.out_w();
-        if s.stride != 1 || width != s.w || oh_lo == oh_hi || ow_lo == ow_hi {
-            return None;
-        }
-        Some(Run {
-            start: oh_lo * width + ow_lo,
-            end: (oh_hi - 1) * width + ow_hi,
-            // (oh_lo + i − pad)·w + (ow_lo + j − pad): both terms ≥ 0 in the
-            // valid ranges.
-            source_start: (oh_lo + i - s.pad) * s.w + ow_lo + j - s.pad,
-            width,
-            rows: (oh_lo, oh_hi),
-            valid: (ow_lo, ow_hi),
-        })
-    }
-
-    fn source(&self) -> std::ops::Range<usize> {
-        self.source_start..self.source_start + (self.end - self.start)
-    }
-
-    /// Zeroes the positions inside `[start, end)` whose output column lies
-    /// outside the valid range (at most `pad` per row end).
-    fn zero_wrapped(&self, row: &mut [f32]) {
-        let (lo, hi) = self.valid;
-        // Inside [start, end) the wrapped positions are the `width − hi`
-        // after each row's valid part and the `lo` before the next row's:
-        // one gap of `width − hi + lo` between consecutive rows.
-        let gap = self.width - hi + lo;
-        if gap == 0 {
-            return;
-        }
-        for oh in self.rows.0..self.rows.1 - 1 {
-            let at = oh * self.width + hi;
-            for v in &mut row[at..at + gap] {
-                *v = 0.0;
-            }
-        }
-    }
-}
-
-/// `dst.copy_from_slice(src)` for the short rows of an image (8 to 32
-/// values in ResNet's CIFAR stages) as inline 16-wide moves: the library
-/// call `copy_from_slice` makes cost more than the copy at these lengths.
-#[inline(always)]
-fn copy_short(dst: &mut [f32], src: &[f32]) {
-    const W: usize = 16;
-    assert_eq!(dst.len(), src.len());
-    let mut d = dst.chunks_exact_mut(W);
-    let mut s = src.chunks_exact(W);
-    for (d, s) in (&mut d).zip(&mut s) {
-        let d: &mut [f32; W] = d.try_into().expect("16 wide");
-        *d = *<&[f32; W]>::try_from(s).expect("16 wide");
-    }
-    for (d, s) in d.into_remainder().iter_mut().zip(s.remainder()) {
-        *d = *s;
-    }
-}
-
-/// Image `x` (`[c_in, h, w]`) as rows `[out_h·out_w, kh·kw·c_in]`: one
-/// row per output position, kernel offset major and channel minor (the
-/// transpose of [`im2col`]'s columns, in another order of `k`), written
-/// whole (padding zeros included). `hwc` is scratch for the image
-/// transposed to `[h, w, c_in]`, so that each kernel row's `kw·c_in` values
-/// of a position are one contiguous run.
-#[inline(always)]
-fn im2row(x: &[f32], s: &ConvShape, hwc: &mut [f32], rows: &mut [f32]) {
-    let c_in = s.c_in;
-    transpose::transpose(x, hwc, s.h * s.w, c_in);
-    let (ow_n, k, run) = (s.out_w(), s.k(), s.kw * c_in);
-    for (position, row) in rows.chunks_exact_mut(k).enumerate() {
-        let (oh, ow) = (position / ow_n, position % ow_n);
-        for (i, dst) in row.chunks_exact_mut(run).enumerate() {
-            let ih = (oh * s.stride + i).wrapping_sub(s.pad);
-            let first = (ow * s.stride).wrapping_sub(s.pad);
-            if ih >= s.h {
-                dst.fill(0.0);
-            } else if first < s.w && first + s.kw <= s.w {
-                copy_short(dst, &hwc[(ih * s.w + first) * c_in..][..run]);
-            } else {
-                // A kernel row over the left or right padding.
-                for (j, dst) in dst.chunks_exact_mut(c_in).enumerate() {
-                    let iw = first.wrapping_add(j);
-                    if iw < s.w {
-                        copy_short(dst, &hwc[(ih * s.w + iw) * c_in..][..c_in]);
-                    } else {
-                        dst.fill(0.0);
-                    }
-                }
-            }
-        }
-    }
-}
-
-/// `dw` (`[c_out, kh·kw·c_in]`, [`im2row`]'s order of `k`) into the
-/// weight's order (`[c_out, c_in, kh, kw]`).
-fn weight_order(dw: &[f32], s: &ConvShape) -> Vec<f32> {
-    let (k, taps) = (s.k(), s.kh * s.kw);
-    let mut out = vec![0.0f32; dw.len()];
-    for (from, to) in dw.chunks_exact(k).zip(out.chunks_exact_mut(k)) {
-        for (tap, channels) in from.chunks_exact(s.c_in).enumerate() {
-            for (c, &v) in channels.iter().enumerate() {
-                to[c * taps + tap] = v;
-            }
-        }
-    }
-    out
-}
-
-/// Adds columns `cols` back into image gradient `dx` (`[c_in, h, w]`): the
-/// adjoint of [`im2col`].
-/// The padding's positions of `cols` are zeroed on the way (the caller's
-/// scratch: a gemm's output).
-#[inline(always)]
-fn col2im(cols: &mut [f32], s: &ConvShape, dx: &mut [f32]) {
-    let (oh_n, ow_n) = (s.out_h(), s.out_w());
-    let p = oh_n * ow_n;
-    for c in 0..s.c_in {
-        let plane = &mut dx[c * s.h * s.w..(c + 1) * s.h * s.w];
-        for i in 0..s.kh {
-            let (oh_lo, oh_hi) = valid_range(oh_n, s.h, i, s.stride, s.pad);
-            for j in 0..s.kw {
-                let (ow_lo, ow_hi) = valid_range(ow_n, s.w, j, s.stride, s.pad);
-                let row = &mut cols[((c * s.kh + i) * s.kw + j) * p..][..p];
-                if ow_lo == ow_hi {
-                    continue;
-                }
-                if let Some(run) = Run::new(s, (oh_lo, oh_hi), (ow_lo, ow_hi), i, j) {
-                    // Adding the zeroed wrapped positions changes no value.
-                    run.zero_wrapped(row);
-                    for (d, v) in plane[run.source()].iter_mut().zip(&row[run.start..run.end]) {
-                        *d += v;
-                    }
-                    continue;
-                }
-                for oh in oh_lo..oh_hi {
-                    let dst = &mut plane[(oh * s.stride + i - s.pad) * s.w..][..s.w];
-                    let src = &row[oh * ow_n + ow_lo..oh * ow_n + ow_hi];
-                    let first = ow_lo * s.stride + j - s.pad;
-                    if s.stride == 1 {
-                        for (d, v) in dst[first..first + src.len()].iter_mut().zip(src) {
-                            *d += v;
-                        }
-                    } else {
-                        for (d, v) in dst[first..].iter_mut().step_by(s.stride).zip(src) {
-                            *d += v;
-                        }
-                    }
-                }
-            }
-        }
-    }
 }
 
 fn check_lengths(x: &[f32], weight: &[f32], s: &ConvShape) {
@@ -597,6 +366,20 @@ pub fn conv2d_backward(
     (dx, dw)
 }
 
+/// Deterministic values in [-1, 1) for the tests of this module's files.
+#[cfg(test)]
+fn pseudo_random(n: usize, seed: u64) -> Vec<f32> {
+    let mut state = seed;
+    (0..n)
+        .map(|_| {
+            state = state
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            ((state >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
+        })
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -634,18 +417,6 @@ mod tests {
         out
     }
 
-    fn pseudo_random(n: usize, seed: u64) -> Vec<f32> {
-        let mut state = seed;
-        (0..n)
-            .map(|_| {
-                state = state
-                    .wrapping_mul(6364136223846793005)
-                    .wrapping_add(1442695040888963407);
-                ((state >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
-            })
-            .collect()
-    }
-
     #[test]
     fn forward_matches_the_definition_for_strides_paddings_and_odd_sizes() {
         for (c_in, h, w, c_out, kh, kw, stride, pad) in [
@@ -676,39 +447,6 @@ mod tests {
             for (g, w) in got.iter().zip(&want) {
                 assert!((f64::from(*g) - w).abs() < 1e-5, "{s:?}: {g} against {w}");
             }
-        }
-    }
-
-    #[test]
-    fn col2im_is_the_adjoint_of_im2col() {
-        // ⟨im2col(x), c⟩ = ⟨x, col2im(c)⟩ for every shape, padding and stride.
-        for (c_in, h, w, kh, kw, stride, pad) in [
-            (2, 5, 6, 3, 3, 1, 1),
-            (3, 7, 7, 3, 3, 2, 1),
-            (1, 4, 5, 2, 3, 3, 2),
-            (2, 6, 5, 5, 5, 1, 2),
-            (1, 4, 6, 1, 3, 1, 1),
-        ] {
-            let s = ConvShape {
-                batch: 1,
-                c_in,
-                h,
-                w,
-                c_out: 1,
-                kh,
-                kw,
-                stride,
-                pad,
-            };
-            let x = pseudo_random(s.image_len(), 3);
-            let c = pseudo_random(s.k() * s.positions(), 4);
-            let mut cols = vec![0.0; c.len()];
-            im2col(&x, &s, &mut cols);
-            let mut back = vec![0.0; x.len()];
-            col2im(&mut c.clone(), &s, &mut back);
-            let lhs: f64 = cols.iter().zip(&c).map(|(a, b)| f64::from(a * b)).sum();
-            let rhs: f64 = x.iter().zip(&back).map(|(a, b)| f64::from(a * b)).sum();
-            assert!((lhs - rhs).abs() < 1e-4, "{s:?}: {lhs} against {rhs}");
         }
     }
 }
