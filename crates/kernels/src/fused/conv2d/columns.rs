@@ -199,30 +199,13 @@ pub(super) fn col2im(cols: &mut [f32], s: &ConvShape, dx: &mut [f32]) {
 
 #[cfg(test)]
 mod tests {
-    use super::super::pseudo_random;
+    use super::super::{one_image_shapes, pseudo_random};
     use super::*;
 
     #[test]
     fn col2im_is_the_adjoint_of_im2col() {
         // ⟨im2col(x), c⟩ = ⟨x, col2im(c)⟩ for every shape, padding and stride.
-        for (c_in, h, w, kh, kw, stride, pad) in [
-            (2, 5, 6, 3, 3, 1, 1),
-            (3, 7, 7, 3, 3, 2, 1),
-            (1, 4, 5, 2, 3, 3, 2),
-            (2, 6, 5, 5, 5, 1, 2),
-            (1, 4, 6, 1, 3, 1, 1),
-        ] {
-            let s = ConvShape {
-                batch: 1,
-                c_in,
-                h,
-                w,
-                c_out: 1,
-                kh,
-                kw,
-                stride,
-                pad,
-            };
+        for s in one_image_shapes() {
             let x = pseudo_random(s.image_len(), 3);
             let c = pseudo_random(s.k() * s.positions(), 4);
             let mut cols = vec![0.0; c.len()];

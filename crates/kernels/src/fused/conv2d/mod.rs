@@ -366,6 +366,33 @@ pub fn conv2d_backward(
     (dx, dw)
 }
 
+/// One image and one output channel for the column and row tests of this
+/// module's files: `(c_in, h, w, kh, kw, stride, pad)` covering strides
+/// 1–3, paddings 0–2, 1×1 to 5×5 and non-square kernels.
+#[cfg(test)]
+fn one_image_shapes() -> impl Iterator<Item = ConvShape> {
+    [
+        (2, 5, 6, 3, 3, 1, 1),
+        (3, 7, 7, 3, 3, 2, 1),
+        (1, 4, 5, 2, 3, 3, 2),
+        (2, 6, 5, 5, 5, 1, 2),
+        (3, 4, 6, 1, 3, 1, 1),
+        (4, 3, 3, 1, 1, 1, 0),
+    ]
+    .into_iter()
+    .map(|(c_in, h, w, kh, kw, stride, pad)| ConvShape {
+        batch: 1,
+        c_in,
+        h,
+        w,
+        c_out: 1,
+        kh,
+        kw,
+        stride,
+        pad,
+    })
+}
+
 /// Deterministic values in [-1, 1) for the tests of this module's files.
 #[cfg(test)]
 fn pseudo_random(n: usize, seed: u64) -> Vec<f32> {

@@ -58,30 +58,13 @@ pub(super) fn weight_order(dw: &[f32], s: &ConvShape) -> Vec<f32> {
 #[cfg(test)]
 mod tests {
     use super::super::columns::im2col;
-    use super::super::pseudo_random;
+    use super::super::{one_image_shapes, pseudo_random};
     use super::*;
 
     #[test]
     fn rows_are_the_columns_transposed_in_tap_major_order() {
-        for (c_in, h, w, kh, kw, stride, pad) in [
-            (2, 5, 6, 3, 3, 1, 1),
-            (3, 7, 7, 3, 3, 2, 1),
-            (1, 4, 5, 2, 3, 3, 2),
-            (2, 6, 5, 5, 5, 1, 2),
-            (3, 4, 6, 1, 3, 1, 1),
-            (4, 3, 3, 1, 1, 1, 0),
-        ] {
-            let s = ConvShape {
-                batch: 1,
-                c_in,
-                h,
-                w,
-                c_out: 1,
-                kh,
-                kw,
-                stride,
-                pad,
-            };
+        for s in one_image_shapes() {
+            let (c_in, taps) = (s.c_in, s.kh * s.kw);
             let x = pseudo_random(s.image_len(), 5);
             let (k, p) = (s.k(), s.positions());
             let mut cols = vec![0.0; k * p];
@@ -91,9 +74,9 @@ mod tests {
             im2row(&x, &s, &mut hwc, &mut rows);
             for position in 0..p {
                 for c in 0..c_in {
-                    for tap in 0..kh * kw {
+                    for tap in 0..taps {
                         let row = rows[position * k + tap * c_in + c];
-                        let col = cols[(c * kh * kw + tap) * p + position];
+                        let col = cols[(c * taps + tap) * p + position];
                         assert_eq!(row.to_bits(), col.to_bits(), "{s:?} at {position}");
                     }
                 }
@@ -102,8 +85,8 @@ mod tests {
             let tap_major: Vec<f32> = (0..k).map(|i| i as f32).collect();
             let ordered = weight_order(&tap_major, &s);
             for c in 0..c_in {
-                for tap in 0..kh * kw {
-                    assert_eq!(ordered[c * kh * kw + tap], (tap * c_in + c) as f32);
+                for tap in 0..taps {
+                    assert_eq!(ordered[c * taps + tap], (tap * c_in + c) as f32);
                 }
             }
         }
