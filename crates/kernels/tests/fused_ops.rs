@@ -305,7 +305,7 @@ fn conv2d_matches_burn() {
     let mut rng = SplitMix64::new(9);
     // (batch, c_in, h, w, c_out, [kh, kw], stride, padding, bias): odd
     // sizes, strides 1–3, 1×1 and non-square kernels, more images than one
-    // backward task takes.
+    // backward task takes, both ways of taking ∂x.
     for (batch, c_in, h, w, c_out, kernel, stride, pad, bias) in [
         (2, 3, 7, 5, 4, [3, 3], 1, 1, false),
         (3, 2, 8, 9, 3, [3, 3], 2, 1, true),
@@ -313,6 +313,10 @@ fn conv2d_matches_burn() {
         (2, 4, 7, 7, 3, [1, 1], 2, 0, false),
         (1, 1, 5, 4, 2, [3, 2], 3, 2, true),
         (9, 16, 8, 8, 16, [3, 3], 1, 1, false),
+        // 16+ input channels at stride 1: ∂x as the transposed
+        // convolution, also with a 5×5 kernel and with no padding.
+        (2, 16, 6, 7, 3, [5, 5], 1, 2, true),
+        (3, 17, 5, 5, 2, [3, 3], 1, 0, false),
         (2, 3, 6, 7, 2, [5, 5], 1, 2, false),
         (2, 2, 5, 6, 3, [1, 3], 1, 1, true),
     ] {
