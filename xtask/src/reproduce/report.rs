@@ -110,15 +110,7 @@ impl Report {
     /// and the variants `restored` from an earlier session (`shelf`), each
     /// with the commit it finished at.
     pub fn write_machine(&self, command: &str, restored: &[String]) -> Result<()> {
-        let cpu = std::fs::read_to_string("/proc/cpuinfo")
-            .ok()
-            .and_then(|text| {
-                text.lines()
-                    .find(|l| l.starts_with("model name"))
-                    .and_then(|l| l.split(':').nth(1))
-                    .map(|s| s.trim().to_string())
-            })
-            .unwrap_or_else(|| "unknown".into());
+        let cpu = crate::bench::cpu_model();
         let memory = std::fs::read_to_string("/proc/meminfo")
             .ok()
             .and_then(|text| {
