@@ -230,7 +230,10 @@ pub fn conv2d_backward(
         // the forward's and no col2im scatter (the pass below takes ∂W).
         let flipped = flipped_transposed(weight, s);
         let dx = conv2d_forward(grad, &flipped, &transposed);
-        let (_, dw) = conv2d_backward(x, weight, grad, s, (false, want_weight));
+        let dw = want_weight.then(|| {
+            let (_, dw) = conv2d_backward(x, weight, grad, s, (false, true));
+            dw.expect("asked for")
+        });
         return (Some(dx), dw);
     }
     let mut dx = want_x.then(|| vec![0.0f32; x.len()]);
