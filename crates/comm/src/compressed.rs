@@ -207,13 +207,29 @@ impl CompressedAllreduce {
         comm: &dyn Communicator,
         buf: &mut [f32],
     ) -> Result<(), CommError> {
+        let whole = 0..buf.len();
+        self.allreduce_mean_part(comm, buf, whole)
+    }
+
+    /// [`CompressedAllreduce::allreduce_mean`] for a rank that reads only
+    /// `wanted` of the mean afterwards (ranks that split the update between
+    /// them): `wanted` gets the mean's bits, the rest of `buf` may keep its
+    /// own values. Dequantising only a part saves each such rank a pass
+    /// over the whole buffer; what is sent is the same.
+    pub fn allreduce_mean_part(
+        &mut self,
+        comm: &dyn Communicator,
+        buf: &mut [f32],
+        wanted: std::ops::Range<usize>,
+    ) -> Result<(), CommError> {
         let mut error = std::mem::take(&mut self.worker_error);
-        let result = self.allreduce_mean_on(
+        let result = self.reduce(
             comm,
             &mut HostWorker {
                 x: buf,
                 error: &mut error,
             },
+            wanted,
         );
         self.worker_error = error;
         result
@@ -228,6 +244,17 @@ impl CompressedAllreduce {
         &mut self,
         comm: &dyn Communicator,
         worker: &mut dyn Worker,
+    ) -> Result<(), CommError> {
+        let whole = 0..worker.len();
+        self.reduce(comm, worker, whole)
+    }
+
+    /// The four phases; the worker dequantises at least `wanted`.
+    fn reduce(
+        &mut self,
+        comm: &dyn Communicator,
+        worker: &mut dyn Worker,
+        wanted: std::ops::Range<usize>,
     ) -> Result<(), CommError> {
         if worker.len() != self.len {
             return Err(CommError::LengthMismatch {
@@ -304,7 +331,11 @@ impl CompressedAllreduce {
             self.bits[first_word..first_word + bits.len()].copy_from_slice(bits);
             self.scales[j * slots..j * slots + scales.len()].copy_from_slice(scales);
         }
-        worker.decompress(layout, &self.bits, &self.scales);
+        if wanted == (0..self.len) {
+            worker.decompress(layout, &self.bits, &self.scales);
+        } else {
+            worker.decompress_part(layout, &self.bits, &self.scales, wanted);
+        }
         Ok(())
     }
 

@@ -25,6 +25,21 @@ pub trait Worker {
     /// Overwrites `x` with the dequantised `bits` and `scales` (same sizes
     /// as [`Worker::compress`] writes).
     fn decompress(&mut self, layout: ChunkLayout, bits: &[u32], scales: &[f32]);
+
+    /// [`Worker::decompress`] where only `wanted` of `x` is read afterwards:
+    /// at least `wanted` is overwritten, the rest may keep its old values.
+    /// Ranks that split the update between them each need only their own
+    /// part. The default dequantises everything.
+    fn decompress_part(
+        &mut self,
+        layout: ChunkLayout,
+        bits: &[u32],
+        scales: &[f32],
+        wanted: std::ops::Range<usize>,
+    ) {
+        let _ = wanted;
+        self.decompress(layout, bits, scales);
+    }
 }
 
 /// A worker over host slices: the CPU kernels of [`onebit`].
@@ -74,6 +89,40 @@ impl Worker for HostWorker<'_> {
                 layout.block,
                 &mut self.x[range],
             );
+        });
+    }
+
+    /// Dequantises the whole sign words around `wanted`, one scale block at
+    /// a time: every element is the same `±scale` as in
+    /// [`Worker::decompress`], only fewer of them are written.
+    fn decompress_part(
+        &mut self,
+        layout: ChunkLayout,
+        bits: &[u32],
+        scales: &[f32],
+        wanted: std::ops::Range<usize>,
+    ) {
+        let len = self.x.len();
+        for_each_chunk(len, layout, |range, _, slots| {
+            let (lo, hi) = (wanted.start.max(range.start), wanted.end.min(range.end));
+            if lo >= hi {
+                return;
+            }
+            // Chunks start on word boundaries, so whole words stay whole.
+            let (start, end) = (lo / 32 * 32, (hi.div_ceil(32) * 32).min(range.end));
+            let mut from = start;
+            while from < end {
+                let block = (from - range.start) / layout.block;
+                let to = end.min(range.start + (block + 1) * layout.block);
+                let slot = slots.start + block;
+                onebit::decompress(
+                    &bits[from / 32..from / 32 + words_for(to - from)],
+                    &scales[slot..slot + 1],
+                    to - from,
+                    &mut self.x[from..to],
+                );
+                from = to;
+            }
         });
     }
 }

@@ -91,3 +91,55 @@ fn bit_layout_is_element_32w_plus_b() {
     // The zero element is sent as +s, so its error is -s.
     assert!((e[5] + expected).abs() < 1e-7);
 }
+
+/// A rank that splits the update dequantises only its own part of the
+/// compressed allreduce's result: every wanted element must be `±scale` of
+/// its chunk's block (derived here from the bit layout, not from
+/// `decompress`), and the elements outside the wanted range's whole sign
+/// words must stay untouched.
+#[test]
+fn decompress_part_writes_the_wanted_elements() {
+    use terse_kernels::onebit::ChunkLayout;
+    use terse_kernels::worker::{HostWorker, Worker};
+
+    let mut rng = SplitMix::new(5);
+    for (len, chunk, block) in [
+        (1000usize, 256usize, 256usize),
+        (1000, 256, 64),
+        (100_003, 25_024, 4096),
+        (77, 32, 32),
+    ] {
+        let layout = ChunkLayout::new(chunk, block);
+        let per_chunk = layout.slots_per_chunk();
+        let bits: Vec<u32> = (0..words_for(len)).map(|_| rng.next_u64() as u32).collect();
+        let scales: Vec<f32> = (0..len.div_ceil(chunk) * per_chunk)
+            .map(|_| 0.5 + rng.symmetric().abs())
+            .collect();
+        let expected = |i: usize| {
+            let slot = i / chunk * per_chunk + i % chunk / layout.block;
+            let s = scales[slot];
+            if bits[i / 32] >> (i % 32) & 1 == 1 {
+                s
+            } else {
+                -s
+            }
+        };
+        for wanted in [0..len, 0..1, 3..40, len / 3..len / 2, len - 5..len, 33..33] {
+            let mut x = vec![f32::NAN; len];
+            let mut error = vec![0.0f32; len];
+            let mut worker = HostWorker {
+                x: &mut x,
+                error: &mut error,
+            };
+            worker.decompress_part(layout, &bits, &scales, wanted.clone());
+            let words = wanted.start / 32 * 32..(wanted.end.div_ceil(32) * 32).min(len);
+            for (i, &v) in x.iter().enumerate() {
+                if wanted.contains(&i) {
+                    assert_eq!(v.to_bits(), expected(i).to_bits(), "len {len}: element {i}");
+                } else if !words.contains(&i) || wanted.is_empty() {
+                    assert!(v.is_nan(), "len {len} {wanted:?}: element {i} written");
+                }
+            }
+        }
+    }
+}

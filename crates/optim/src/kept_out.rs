@@ -110,6 +110,21 @@ impl KeptOutAllreduce {
         Ok(())
     }
 
+    /// [`KeptOutAllreduce::allreduce_mean`] for a rank that reads only
+    /// `wanted` of the mean ([`CompressedAllreduce::allreduce_mean_part`]);
+    /// with ranges kept out, the whole mean.
+    pub(crate) fn allreduce_mean_part(
+        &mut self,
+        comm: &dyn Communicator,
+        buf: &mut [f32],
+        wanted: Range<usize>,
+    ) -> Result<(), OptimError> {
+        if self.kept_out.is_empty() {
+            return Ok(self.compressed.allreduce_mean_part(comm, buf, wanted)?);
+        }
+        self.allreduce_mean(comm, buf)
+    }
+
     /// [`KeptOutAllreduce::allreduce_mean`] of `buf` (`len` f32 on
     /// `like`'s device) with the compressed part's worker error `error`:
     /// the compressed elements packed on the device and averaged with the

@@ -281,18 +281,22 @@ impl FlatOptimizer for OneBitAdam {
         match self.freeze.step() {
             Some(t_w) if ctx.t > t_w => {
                 accumulate_momentum(self.config.moments.beta_1, &mut self.m, g);
+                // Ranks that share cores split the update (m is the same on
+                // every rank after the allreduce, which each of them
+                // dequantises only in its own part), then share m and x back.
+                let shard = Shard::for_step(&mut self.shard, ctx);
+                let range = shard.my_range();
                 let start = Instant::now();
                 match self.variant {
                     AdamVariant::Fp32Momentum => {
                         ctx.comm.allreduce_f32(&mut self.m, ReduceOp::Mean)?
                     }
-                    _ => self.allreduce.allreduce_mean(ctx.comm, &mut self.m)?,
+                    _ => {
+                        self.allreduce
+                            .allreduce_mean_part(ctx.comm, &mut self.m, range.clone())?
+                    }
                 }
                 let mut comm_time = start.elapsed();
-                // Ranks that share cores split the update (m is the same on
-                // every rank now), then share m and x back.
-                let shard = Shard::for_step(&mut self.shard, ctx);
-                let range = shard.my_range();
                 mask_momentum(&mut self.m[range.clone()], &self.v[range]);
                 self.frozen_step(ctx, x, t_w, shard.mine());
                 comm_time += shard.share_parts(ctx.comm, &mut [&mut self.m, x])?;

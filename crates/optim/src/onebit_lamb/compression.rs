@@ -2,6 +2,7 @@
 //! segment and compressed, then the fresh variance and its ratio to the
 //! frozen one, and the update; split between ranks that share cores.
 
+use std::ops::Range;
 use std::time::{Duration, Instant};
 
 use rayon::prelude::*;
@@ -24,6 +25,12 @@ impl OneBitLamb {
     ) -> Result<Duration, OptimError> {
         let c = self.config.clone();
         let layout = ctx.layout;
+        // Ranks that share cores split what follows the allreduce (m is the
+        // same on every rank then): each masks, unscales and updates its own
+        // chunks, and m and x are shared back for the next step. Such a rank
+        // reads the mean and the last momentum only in its own part.
+        let shard = Shard::for_step(&mut self.shard, ctx);
+        let mine = shard.my_range();
         if self.basic {
             accumulate_momentum(c.moments.beta_1, &mut self.m, g);
         } else {
@@ -32,18 +39,15 @@ impl OneBitLamb {
                 c.moments.beta_1,
                 &self.k,
                 &mut self.m,
-                &mut self.m_last,
+                (&mut self.m_last, mine.clone()),
                 g,
             );
         }
         let start = Instant::now();
-        self.allreduce.allreduce_mean(ctx.comm, &mut self.m)?;
+        self.allreduce
+            .allreduce_mean_part(ctx.comm, &mut self.m, mine)?;
         let mut comm_time = start.elapsed();
         let moments = Moments::frozen(&c.moments, c.bias_correction, ctx.t, t_w);
-        // Ranks that share cores split what follows (m is the same on every
-        // rank now): each masks, unscales and updates its own chunks, and m
-        // and x are shared back for the next step.
-        let shard = Shard::for_step(&mut self.shard, ctx);
         let units = shard.mine();
         let lrs: Vec<f64> = if self.basic {
             let range = shard.my_range();
@@ -136,16 +140,19 @@ impl OneBitLamb {
     }
 }
 
-/// `last = m`, then `m = (β1·m + (1-β1)·g)·k_p` per segment, in one pass.
+/// `last = m` (in `keep`, whole chunks of the split: the only part of
+/// `last` this rank reads), then `m = (β1·m + (1-β1)·g)·k_p` per segment, in
+/// one pass.
 fn scaled_momentum(
     layout: &ParamLayout,
     beta_1: f64,
     k: &[f64],
     m: &mut [f32],
-    last: &mut [f32],
+    (last, keep): (&mut [f32], Range<usize>),
     g: &[f32],
 ) {
     let (b1, one_minus) = (beta_1 as f32, (1.0 - beta_1) as f32);
+    let offsets: Vec<usize> = layout.segments().iter().map(|s| s.offset).collect();
     let ms = split_segments_mut(layout, m);
     let lasts = split_segments_mut(layout, last);
     let gs = split_segments(layout, g);
@@ -153,16 +160,25 @@ fn scaled_momentum(
         .zip(lasts)
         .zip(gs)
         .zip(k)
-        .for_each(|(((m, last), g), &k)| {
+        .zip(offsets)
+        .for_each(|((((m, last), g), &k), offset)| {
             let k = k as f32;
             m.par_chunks_mut(CHUNK)
                 .zip(last.par_chunks_mut(CHUNK))
                 .zip(g.par_chunks(CHUNK))
-                .for_each(|((m, last), g)| {
+                .enumerate()
+                .for_each(|(i, ((m, last), g))| {
+                    let kept = keep.contains(&(offset + i * CHUNK));
                     with_avx(|| {
-                        for ((m, last), &g) in m.iter_mut().zip(last).zip(g) {
-                            *last = *m;
-                            *m = (b1 * *m + one_minus * g) * k;
+                        if kept {
+                            for ((m, last), &g) in m.iter_mut().zip(last).zip(g) {
+                                *last = *m;
+                                *m = (b1 * *m + one_minus * g) * k;
+                            }
+                        } else {
+                            for (m, &g) in m.iter_mut().zip(g) {
+                                *m = (b1 * *m + one_minus * g) * k;
+                            }
                         }
                     })
                 });
