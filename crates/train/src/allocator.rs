@@ -29,6 +29,28 @@
 //! 1 rank unchanged at 0.19M), `perf stat`, same build, one run each.
 //! Training allocates few, large blocks per op, so the one arena's lock is
 //! not contended.
+//!
+//! Transparent huge pages for the heap: the heap still grows over the first
+//! steps while the ranks' allocations settle, and each new 4 KiB page
+//! there is often read before it is written (calloc leaves fresh heap pages
+//! untouched; an accumulating op then reads the zero page and writes a
+//! copy), which costs a second fault and a TLB shootdown to every CPU the
+//! process runs on: `perf` put `do_wp_page → flush_tlb_mm_range →
+//! smp_call_function_many_cond` and the IPIs' `native_write_msr` at ~9% of
+//! step 2 on 4 local ranks, and steps 2–4 of BERT-mini took 320–690 ms
+//! against ~250 later. With 2 MiB pages a fault covers 512 small ones.
+//! glibc's own switch (`GLIBC_TUNABLES=glibc.malloc.hugetlb=1`) is read only
+//! at process start, so the same is done here: a large block of heap
+//! (address space only, nothing is touched) is advised `MADV_HUGEPAGE` and
+//! freed behind a small block allocated after it and never freed, so it
+//! stays in the heap's free lists (glibc gives back only the top of the
+//! heap) and the allocations that follow are carved from it. Heap beyond it
+//! grows in small pages as before. BERT-mini on 4 local ranks, `perf stat`:
+//! 618k → 2.9k page faults for one step, 725k → 2.6k for eight; peak RSS
+//! 2591 → 2652 MB (BERT-base, 1 rank: 5538 → 5572 MB); 16-step runs, 3
+//! alternating pairs: 4 local ranks 51.2–55.9 → 55.6–59.3 samples/s,
+//! 1 rank 51.4–65.4 → 62.6–66.3 (the slow runs before had 860–940 ms steps
+//! among ~240 ms ones).
 
 /// Applies the settings; call once at the start of a process.
 pub fn tune_for_training() {
@@ -41,5 +63,42 @@ pub fn tune_for_training() {
             libc::mallopt(libc::M_ARENA_MAX, 1);
             libc::mallopt(libc::M_MMAP_MAX, 0);
         }
+        advise_huge_pages();
+    }
+}
+
+/// Half the machine's memory (at most 16 GiB) of heap advised
+/// `MADV_HUGEPAGE` (a no-op where transparent huge pages are off); less
+/// where the kernel refuses that much address space.
+#[cfg(all(target_os = "linux", target_env = "gnu"))]
+fn advise_huge_pages() {
+    const HUGE_PAGE: usize = 2 << 20;
+    // SAFETY: sysconf only reads system parameters.
+    let memory = unsafe {
+        libc::sysconf(libc::_SC_PHYS_PAGES).max(0) as usize
+            * libc::sysconf(libc::_SC_PAGESIZE).max(0) as usize
+    };
+    let mut size = (memory / 2).min(16 << 30);
+    while size >= 256 << 20 {
+        // SAFETY: the block is malloc's own, advised only inside its bounds
+        // (rounded inwards to whole huge pages) and freed once; madvise
+        // with MADV_HUGEPAGE changes no contents. The plug is leaked on
+        // purpose (1 MiB for the life of the process).
+        unsafe {
+            // black_box: the compiler may otherwise drop a malloc whose
+            // block is only freed (and did: the advice never happened).
+            let block = std::hint::black_box(libc::malloc(size));
+            if !block.is_null() {
+                std::hint::black_box(libc::malloc(1 << 20));
+                let start = (block as usize).next_multiple_of(HUGE_PAGE);
+                let end = (block as usize + size) / HUGE_PAGE * HUGE_PAGE;
+                if end > start {
+                    libc::madvise(start as *mut libc::c_void, end - start, libc::MADV_HUGEPAGE);
+                }
+                libc::free(block);
+                return;
+            }
+        }
+        size /= 2;
     }
 }
