@@ -70,9 +70,25 @@ pub fn tune_for_training() {
 /// Half the machine's memory (at most 16 GiB) of heap advised
 /// `MADV_HUGEPAGE` (a no-op where transparent huge pages are off); less
 /// where the kernel refuses that much address space.
+///
+/// Not where address space is counted: under strict overcommit
+/// (`vm.overcommit_memory = 2`) or a limit on it (`ulimit -v`) the free
+/// block, still part of the heap, would use up what later allocations need.
 #[cfg(all(target_os = "linux", target_env = "gnu"))]
 fn advise_huge_pages() {
     const HUGE_PAGE: usize = 2 << 20;
+    let strict = std::fs::read_to_string("/proc/sys/vm/overcommit_memory")
+        .is_ok_and(|mode| mode.trim() == "2");
+    let mut limit = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit writes the struct it is given.
+    let limited = unsafe { libc::getrlimit(libc::RLIMIT_AS, &mut limit) } != 0
+        || limit.rlim_cur != libc::RLIM_INFINITY;
+    if strict || limited {
+        return;
+    }
     // SAFETY: sysconf only reads system parameters.
     let memory = unsafe {
         libc::sysconf(libc::_SC_PHYS_PAGES).max(0) as usize
