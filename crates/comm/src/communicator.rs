@@ -99,8 +99,9 @@ pub trait Communicator: Send + Sync {
     }
 
     /// Whether the ranks of this world run on the same cores (threads of one
-    /// process), so that work every rank repeats costs the machine
-    /// `world_size` times and is worth splitting between them
+    /// process, or `mpi` processes of one node), so that work every rank
+    /// repeats costs the machine `world_size` times and is worth splitting
+    /// between them
     /// ([`Communicator::reduce_scatter_mean_f32`] and
     /// [`Communicator::share_ranges_f32`] are then cheap).
     fn shares_cores(&self) -> bool {
@@ -134,17 +135,7 @@ pub trait Communicator: Send + Sync {
         buf: &mut [f32],
         ranges: &[std::ops::Range<usize>],
     ) -> Result<(), CommError> {
-        check_ranges(self, buf.len(), ranges)?;
-        let width = ranges.iter().map(|r| r.len()).max().unwrap_or(0);
-        let mut send = vec![0.0f32; width];
-        let mine = ranges[self.rank()].clone();
-        send[..mine.len()].copy_from_slice(&buf[mine]);
-        let mut recv = vec![0.0f32; width * self.world_size()];
-        self.all_gather_f32(&send, &mut recv)?;
-        for (range, part) in ranges.iter().zip(recv.chunks(width.max(1))) {
-            buf[range.clone()].copy_from_slice(&part[..range.len()]);
-        }
-        Ok(())
+        share_ranges_by_all_gather(self, buf, ranges)
     }
 
     /// Copies `root`'s `buf` to every rank.
@@ -301,6 +292,27 @@ fn all_to_all<C: Communicator + ?Sized>(
 }
 
 /// `ranges` name one range of a `len`-element buffer per rank.
+/// [`Communicator::share_ranges_f32`] by an all-gather of padded copies,
+/// counted as that all-gather: the default, and the `mpi` backend's across
+/// nodes.
+pub(crate) fn share_ranges_by_all_gather<C: Communicator + ?Sized>(
+    comm: &C,
+    buf: &mut [f32],
+    ranges: &[std::ops::Range<usize>],
+) -> Result<(), CommError> {
+    check_ranges(comm, buf.len(), ranges)?;
+    let width = ranges.iter().map(|r| r.len()).max().unwrap_or(0);
+    let mut send = vec![0.0f32; width];
+    let mine = ranges[comm.rank()].clone();
+    send[..mine.len()].copy_from_slice(&buf[mine]);
+    let mut recv = vec![0.0f32; width * comm.world_size()];
+    comm.all_gather_f32(&send, &mut recv)?;
+    for (range, part) in ranges.iter().zip(recv.chunks(width.max(1))) {
+        buf[range.clone()].copy_from_slice(&part[..range.len()]);
+    }
+    Ok(())
+}
+
 pub(crate) fn check_ranges<C: Communicator + ?Sized>(
     comm: &C,
     len: usize,

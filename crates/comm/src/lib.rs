@@ -16,6 +16,8 @@ mod error;
 mod local;
 #[cfg(feature = "mpi")]
 mod mpi;
+#[cfg(feature = "mpi")]
+mod mpi_node;
 #[cfg(feature = "nccl")]
 mod nccl;
 pub mod selfcheck;

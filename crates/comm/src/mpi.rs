@@ -15,14 +15,18 @@
 //! communicator) instead of finalizing, which would wait for the others
 //! forever.
 
+use std::ops::Range;
 use std::sync::{Mutex, MutexGuard};
+use std::time::Instant;
 
 use mpi::collective::SystemOperation;
 use mpi::environment::{Threading, Universe};
+use mpi::raw::AsRaw as _;
 use mpi::topology::SimpleCommunicator;
 use mpi::traits::{Communicator as _, CommunicatorCollectives as _, Root as _};
 
-use crate::communicator::Width;
+use crate::communicator::{Width, check_ranges, record};
+use crate::mpi_node::NodeWindow;
 use crate::traffic::{Collective, TrafficMeter};
 use crate::watchdog::{Deadline, Wait};
 use crate::{CommError, Communicator, ReduceOp};
@@ -33,6 +37,12 @@ pub struct MpiComm {
     rank: usize,
     world_size: usize,
     meter: TrafficMeter,
+    /// Whether every rank of the job runs on this node (see
+    /// [`Communicator::shares_cores`]).
+    one_node: bool,
+    /// The ranks' shared memory when `one_node`, allocated by the first
+    /// split and grown by a longer one.
+    window: Mutex<Option<NodeWindow>>,
     /// Serialises calls: MPI is initialised at `MPI_THREAD_SERIALIZED`.
     calls: Mutex<()>,
     /// How long the header exchange waits for the other ranks.
@@ -61,11 +71,16 @@ impl MpiComm {
         let world = universe.world();
         let rank = world.rank() as usize;
         let world_size = world.size() as usize;
+        // The ranks that share this node's memory: all of them, when the
+        // job runs on one machine.
+        let one_node = world.split_shared(0).size() == world.size();
         Ok(MpiComm {
             world,
             rank,
             world_size,
             meter: TrafficMeter::default(),
+            one_node,
+            window: Mutex::new(None),
             calls: Mutex::new(()),
             // Until the trainer sets one from its step time: generous, as
             // rank 0 may be making a corpus's examples while the others wait.
@@ -84,6 +99,28 @@ impl MpiComm {
 
     fn lock(&self) -> MutexGuard<'_, ()> {
         self.calls.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The node's shared window with at least `len` elements per rank.
+    /// Collective (every rank asks for the same length, agreed before);
+    /// call under `calls`.
+    fn node_window(&self, len: usize) -> MutexGuard<'_, Option<NodeWindow>> {
+        let mut window = self.window.lock().unwrap_or_else(|p| p.into_inner());
+        if window.as_ref().is_none_or(|w| w.len() < len) {
+            // SAFETY: every rank is here with the same length, under its
+            // MPI lock, and every rank is on this node (`one_node`).
+            unsafe {
+                if let Some(old) = window.take() {
+                    old.free();
+                }
+                *window = Some(NodeWindow::allocate(
+                    self.world.as_raw(),
+                    self.world_size,
+                    len,
+                ));
+            }
+        }
+        window
     }
 
     /// Exchanges `(kind, root, len)` with every rank and checks every rank
@@ -251,6 +288,13 @@ impl Drop for MpiComm {
         if std::thread::panicking() {
             self.abort("panicked");
         }
+        let window = self.window.get_mut().unwrap_or_else(|p| p.into_inner());
+        if let Some(window) = window.take() {
+            // SAFETY: every rank that allocated it ends the job by dropping
+            // its communicator (a failing rank aborts above or through
+            // `abort` instead), before `_universe` finalises MPI.
+            unsafe { window.free() };
+        }
     }
 }
 
@@ -351,6 +395,97 @@ impl Communicator for MpiComm {
                 bytemuck::cast_slice::<u8, u32>(send),
                 bytemuck::cast_slice_mut::<u8, u32>(recv),
             ),
+        }
+        Ok(())
+    }
+
+    /// Processes on one node share its cores and memory: the update every
+    /// rank would repeat is split between them, as between `local` ranks
+    /// (2 processes on a 2-core machine each stepped LAMB over the whole
+    /// buffer on its one thread).
+    fn shares_cores(&self) -> bool {
+        self.one_node && self.world_size > 1
+    }
+
+    /// Two ranks on one node, through the shared window: each copies `buf`
+    /// into its segment, then sums its range over both segments and scales
+    /// for the mean (a sum of two is the same in either order, so these are
+    /// `MPI_Allreduce`'s bits, as the split step needs; from three ranks
+    /// MPI's order of addition is its own). Otherwise the whole allreduce.
+    fn reduce_scatter_mean_f32(
+        &self,
+        buf: &mut [f32],
+        ranges: &[Range<usize>],
+    ) -> Result<(), CommError> {
+        check_ranges(self, buf.len(), ranges)?;
+        if !self.shares_cores() || self.world_size != 2 {
+            return self.allreduce_f32(buf, ReduceOp::Mean);
+        }
+        let start = Instant::now();
+        {
+            let _calls = self.lock();
+            self.agree(Collective::Allreduce, 0, buf.len())?;
+            check_count("reduce_scatter", buf.len())?;
+            if buf.is_empty() {
+                return Ok(());
+            }
+            let mut window = self.node_window(buf.len());
+            let window = window.as_mut().expect("allocated above");
+            let mine = ranges[self.rank].clone();
+            // SAFETY: each rank writes only its own segment before the
+            // first fence and only reads segments between the fences; the
+            // second fence keeps the next call from writing a segment that
+            // a rank still reads.
+            unsafe {
+                window.own(self.rank)[..buf.len()].copy_from_slice(buf);
+                window.fence();
+                let out = &mut buf[mine.clone()];
+                for rank in 0..self.world_size {
+                    let theirs = &window.segment(rank)[mine.clone()];
+                    if rank == 0 {
+                        // 0 + x as the sum from zero has it (-0 becomes +0).
+                        out.iter_mut().zip(theirs).for_each(|(o, &x)| *o = 0.0 + x);
+                    } else {
+                        out.iter_mut().zip(theirs).for_each(|(o, &x)| *o += x);
+                    }
+                }
+                let inv = 1.0 / self.world_size as f32;
+                out.iter_mut().for_each(|o| *o *= inv);
+                window.fence();
+            }
+        }
+        record(self, Collective::Allreduce, 0, size_of_val(buf), start);
+        Ok(())
+    }
+
+    /// On one node, through the shared window: each rank puts its range
+    /// into its segment and copies the others' out of theirs; not traffic,
+    /// as between `local` ranks. Elsewhere the default all-gather.
+    fn share_ranges_f32(&self, buf: &mut [f32], ranges: &[Range<usize>]) -> Result<(), CommError> {
+        check_ranges(self, buf.len(), ranges)?;
+        if !self.shares_cores() {
+            return crate::communicator::share_ranges_by_all_gather(self, buf, ranges);
+        }
+        let _calls = self.lock();
+        self.agree(Collective::AllGather, 0, buf.len())?;
+        check_count("share_ranges", buf.len())?;
+        if buf.is_empty() {
+            return Ok(());
+        }
+        let mut window = self.node_window(buf.len());
+        let window = window.as_mut().expect("allocated above");
+        let mine = ranges[self.rank].clone();
+        // SAFETY: as in `reduce_scatter_mean_f32`: own segment written
+        // before the first fence, others' read between the fences.
+        unsafe {
+            window.own(self.rank)[mine.clone()].copy_from_slice(&buf[mine]);
+            window.fence();
+            for (rank, range) in ranges.iter().enumerate() {
+                if rank != self.rank {
+                    buf[range.clone()].copy_from_slice(&window.segment(rank)[range.clone()]);
+                }
+            }
+            window.fence();
         }
         Ok(())
     }

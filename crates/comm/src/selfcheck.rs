@@ -28,12 +28,48 @@ pub fn run(comm: &dyn Communicator) -> Result<(), String> {
     mismatch(comm)?;
     compressed(comm)?;
     sparse(comm)?;
+    split(comm)?;
     comm.barrier().map_err(|e| e.to_string())
 }
 
 /// An integer-valued input: sums of these are exact in f32 in any order.
 fn value(rank: usize, i: usize) -> f32 {
     ((rank * 7919 + i * 31) % 1000) as f32 - 500.0
+}
+
+/// The two halves of a split update against the allreduce they stand for:
+/// a reduce-scatter over uneven ranges (the first ones empty from 3 ranks)
+/// gives each rank the allreduce's bits in its range, and sharing the ranges
+/// back gives every rank the whole allreduce. Values that are not integers,
+/// so a different order of addition would show.
+fn split(comm: &dyn Communicator) -> Result<(), String> {
+    let (n, r) = (comm.world_size(), comm.rank());
+    let e = |e: CommError| e.to_string();
+    for len in LENGTHS {
+        let ranges: Vec<std::ops::Range<usize>> = (0..n)
+            .map(|k| k * k * len / (n * n)..(k + 1) * (k + 1) * len / (n * n))
+            .collect();
+        let values = || -> Vec<f32> { (0..len).map(|i| r as f32 + 0.1 + i as f32 / 3.0).collect() };
+        let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+        let mut whole = values();
+        comm.allreduce_f32(&mut whole, ReduceOp::Mean).map_err(e)?;
+        let mut halves = values();
+        comm.reduce_scatter_mean_f32(&mut halves, &ranges)
+            .map_err(e)?;
+        let mine = ranges[r].clone();
+        expect_eq(
+            &format!("reduce_scatter_mean_f32 of {len}, rank {r}'s range"),
+            &bits(&halves[mine.clone()]),
+            &bits(&whole[mine]),
+        )?;
+        comm.share_ranges_f32(&mut halves, &ranges).map_err(e)?;
+        expect_eq(
+            &format!("share_ranges_f32 of {len}"),
+            &bits(&halves),
+            &bits(&whole),
+        )?;
+    }
+    Ok(())
 }
 
 fn fail<T>(what: String) -> Result<T, String> {
