@@ -5,7 +5,10 @@
 //! process, cores ÷ ranks rayon threads each) and as 2 `mpirun` processes
 //! (`RAYON_NUM_THREADS` = cores ÷ 2), for BERT-Tiny and BERT-mini. Samples/s
 //! are taken from each run's metrics.jsonl, the first step left out (it
-//! pays for lazy initialisation). Writes `results/bench/workers.json`.
+//! pays for lazy initialisation). Each configuration runs [`REPEATS`] times,
+//! the configurations taking turns (so a slow spell of the machine falls on
+//! all of them alike), and its median rate is compared; every rate is kept.
+//! Writes `results/bench/workers.json`.
 
 use std::path::Path;
 
@@ -14,6 +17,11 @@ use anyhow::{Context, Result, bail};
 use crate::{mpi, terse_binary};
 
 const CONFIG: &str = "configs/pretrain-bert-tiny.toml";
+
+/// Runs of each configuration. One 16-step run lasts ~5 s, and this VM's
+/// speed drifts by ±15% over such spells: with one run each, two
+/// configurations of the same speed differed by up to 0.8×.
+const REPEATS: usize = 3;
 
 /// How the ranks of one measurement run.
 #[derive(Debug, Clone, Copy)]
@@ -46,25 +54,45 @@ pub fn run(quick: bool) -> Result<()> {
         World::Local(4),
         World::Mpirun(2),
     ];
+    let repeats = if quick { 1 } else { REPEATS };
+    let round = |x: f64| (x * 100.0).round() / 100.0;
     let mut rows = Vec::new();
     for preset in presets {
-        let mut measured = Vec::new();
-        for world in worlds {
-            let rate = samples_per_s(&terse, preset, world, steps)?;
-            println!("{preset:>5}  {:<20} {rate:8.2} samples/s", world.name());
-            measured.push((world.name(), rate));
+        let mut rates = vec![Vec::new(); worlds.len()];
+        for repeat in 1..=repeats {
+            for (world, rates) in worlds.iter().zip(&mut rates) {
+                let rate = samples_per_s(&terse, preset, *world, steps)?;
+                println!(
+                    "{preset:>5}  {:<20} {rate:8.2} samples/s  (run {repeat} of {repeats})",
+                    world.name()
+                );
+                rates.push(rate);
+            }
         }
-        let fastest = measured.iter().map(|(_, r)| *r).fold(0.0, f64::max);
-        let slowest = measured.iter().map(|(_, r)| *r).fold(f64::MAX, f64::min);
+        let medians: Vec<f64> = rates.iter().map(|r| median(r)).collect();
+        let fastest = medians.iter().copied().fold(0.0, f64::max);
+        let slowest = medians.iter().copied().fold(f64::MAX, f64::min);
+        for (world, m) in worlds.iter().zip(&medians) {
+            println!(
+                "{preset:>5}  {:<20} {m:8.2} samples/s  median",
+                world.name()
+            );
+        }
         println!(
-            "{preset:>5}  slowest configuration at {:.0}% of the fastest",
+            "{preset:>5}  slowest configuration at {:.0}% of the fastest (medians)",
             100.0 * slowest / fastest
         );
         rows.push(serde_json::json!({
             "preset": preset,
-            "samples_per_s": measured
+            "samples_per_s": worlds
                 .iter()
-                .map(|(name, rate)| (name.clone(), serde_json::json!((rate * 100.0).round() / 100.0)))
+                .zip(&medians)
+                .map(|(world, m)| (world.name(), serde_json::json!(round(*m))))
+                .collect::<serde_json::Map<_, _>>(),
+            "runs_samples_per_s": worlds
+                .iter()
+                .zip(&rates)
+                .map(|(world, r)| (world.name(), serde_json::json!(r.iter().map(|x| round(*x)).collect::<Vec<_>>())))
                 .collect::<serde_json::Map<_, _>>(),
             "slowest_over_fastest": (slowest / fastest * 1000.0).round() / 1000.0,
         }));
@@ -74,6 +102,7 @@ pub fn run(quick: bool) -> Result<()> {
         let record = serde_json::json!({
             "config": CONFIG,
             "steps": steps,
+            "repeats": repeats,
             "cores": std::thread::available_parallelism().map_or(1, |n| n.get()),
             "cpu": crate::bench::cpu_model(),
             "rows": rows,
@@ -151,4 +180,27 @@ fn rate_from_metrics(path: &Path) -> Result<f64> {
     // harmonic mean of the per-step rates.
     let later = &rates[1..];
     Ok(later.len() as f64 / later.iter().map(|r| 1.0 / r).sum::<f64>())
+}
+
+/// The median of `rates` (the mean of the middle two for an even count).
+fn median(rates: &[f64]) -> f64 {
+    let mut sorted = rates.to_vec();
+    sorted.sort_by(f64::total_cmp);
+    let mid = sorted.len() / 2;
+    match sorted.len() % 2 {
+        1 => sorted[mid],
+        _ => (sorted[mid - 1] + sorted[mid]) / 2.0,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::median;
+
+    #[test]
+    fn median_of_odd_and_even_counts() {
+        assert_eq!(median(&[3.0, 1.0, 2.0]), 2.0);
+        assert_eq!(median(&[4.0, 1.0, 3.0, 2.0]), 2.5);
+        assert_eq!(median(&[7.5]), 7.5);
+    }
 }
