@@ -439,15 +439,12 @@ impl Communicator for MpiComm {
             unsafe {
                 window.own(self.rank)[..buf.len()].copy_from_slice(buf);
                 window.fence();
+                // x0 + x1, as MPI_Allreduce adds two (a sum from zero
+                // would turn -0 + -0 into +0).
                 let out = &mut buf[mine.clone()];
-                for rank in 0..self.world_size {
-                    let theirs = &window.segment(rank)[mine.clone()];
-                    if rank == 0 {
-                        // 0 + x as the sum from zero has it (-0 becomes +0).
-                        out.iter_mut().zip(theirs).for_each(|(o, &x)| *o = 0.0 + x);
-                    } else {
-                        out.iter_mut().zip(theirs).for_each(|(o, &x)| *o += x);
-                    }
+                let (first, second) = (window.segment(0), window.segment(1));
+                for ((o, &a), &b) in out.iter_mut().zip(&first[mine.clone()]).zip(&second[mine]) {
+                    *o = a + b;
                 }
                 let inv = 1.0 / self.world_size as f32;
                 out.iter_mut().for_each(|o| *o *= inv);
