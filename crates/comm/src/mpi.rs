@@ -101,6 +101,25 @@ impl MpiComm {
         self.calls.lock().unwrap_or_else(|p| p.into_inner())
     }
 
+    /// The start of a collective through the node's shared window: the MPI
+    /// lock taken, the call agreed with every rank, and the window with at
+    /// least `len` elements per rank; `None` for an empty buffer.
+    #[allow(clippy::type_complexity)]
+    fn enter_window(
+        &self,
+        kind: Collective,
+        op: &'static str,
+        len: usize,
+    ) -> Result<Option<(MutexGuard<'_, ()>, MutexGuard<'_, Option<NodeWindow>>)>, CommError> {
+        let calls = self.lock();
+        self.agree(kind, 0, len)?;
+        check_count(op, len)?;
+        if len == 0 {
+            return Ok(None);
+        }
+        Ok(Some((calls, self.node_window(len))))
+    }
+
     /// The node's shared window with at least `len` elements per rank.
     /// Collective (every rank asks for the same length, agreed before);
     /// call under `calls`.
@@ -423,14 +442,12 @@ impl Communicator for MpiComm {
         }
         let start = Instant::now();
         {
-            let _calls = self.lock();
-            self.agree(Collective::Allreduce, 0, buf.len())?;
-            check_count("reduce_scatter", buf.len())?;
-            if buf.is_empty() {
+            let Some((_calls, mut window)) =
+                self.enter_window(Collective::Allreduce, "reduce_scatter", buf.len())?
+            else {
                 return Ok(());
-            }
-            let mut window = self.node_window(buf.len());
-            let window = window.as_mut().expect("allocated above");
+            };
+            let window = window.as_mut().expect("allocated by enter_window");
             let mine = ranges[self.rank].clone();
             // SAFETY: each rank writes only its own segment before the
             // first fence and only reads segments between the fences; the
@@ -463,14 +480,12 @@ impl Communicator for MpiComm {
         if !self.shares_cores() {
             return crate::communicator::share_ranges_by_all_gather(self, buf, ranges);
         }
-        let _calls = self.lock();
-        self.agree(Collective::AllGather, 0, buf.len())?;
-        check_count("share_ranges", buf.len())?;
-        if buf.is_empty() {
+        let Some((_calls, mut window)) =
+            self.enter_window(Collective::AllGather, "share_ranges", buf.len())?
+        else {
             return Ok(());
-        }
-        let mut window = self.node_window(buf.len());
-        let window = window.as_mut().expect("allocated above");
+        };
+        let window = window.as_mut().expect("allocated by enter_window");
         let mine = ranges[self.rank].clone();
         // SAFETY: as in `reduce_scatter_mean_f32`: own segment written
         // before the first fence, others' read between the fences.
