@@ -291,7 +291,6 @@ fn all_to_all<C: Communicator + ?Sized>(
     Ok(())
 }
 
-/// `ranges` name one range of a `len`-element buffer per rank.
 /// [`Communicator::share_ranges_f32`] by an all-gather of padded copies,
 /// counted as that all-gather: the default, and the `mpi` backend's across
 /// nodes.
@@ -313,6 +312,7 @@ pub(crate) fn share_ranges_by_all_gather<C: Communicator + ?Sized>(
     Ok(())
 }
 
+/// `ranges` name one range of a `len`-element buffer per rank.
 pub(crate) fn check_ranges<C: Communicator + ?Sized>(
     comm: &C,
     len: usize,

@@ -460,11 +460,11 @@ impl Communicator for MpiComm {
                 // would turn -0 + -0 into +0).
                 let out = &mut buf[mine.clone()];
                 let (first, second) = (window.segment(0), window.segment(1));
-                for ((o, &a), &b) in out.iter_mut().zip(&first[mine.clone()]).zip(&second[mine]) {
-                    *o = a + b;
-                }
+                // The mean as `allreduce_f32_raw` takes it: sum, then scale.
                 let inv = 1.0 / self.world_size as f32;
-                out.iter_mut().for_each(|o| *o *= inv);
+                for ((o, &a), &b) in out.iter_mut().zip(&first[mine.clone()]).zip(&second[mine]) {
+                    *o = (a + b) * inv;
+                }
                 window.fence();
             }
         }
@@ -476,10 +476,10 @@ impl Communicator for MpiComm {
     /// into its segment and copies the others' out of theirs; not traffic,
     /// as between `local` ranks. Elsewhere the default all-gather.
     fn share_ranges_f32(&self, buf: &mut [f32], ranges: &[Range<usize>]) -> Result<(), CommError> {
-        check_ranges(self, buf.len(), ranges)?;
         if !self.shares_cores() {
             return crate::communicator::share_ranges_by_all_gather(self, buf, ranges);
         }
+        check_ranges(self, buf.len(), ranges)?;
         let Some((_calls, mut window)) =
             self.enter_window(Collective::AllGather, "share_ranges", buf.len())?
         else {
