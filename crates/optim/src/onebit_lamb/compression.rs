@@ -45,13 +45,12 @@ impl OneBitLamb {
         }
         let start = Instant::now();
         self.allreduce
-            .allreduce_mean_part(ctx.comm, &mut self.m, mine)?;
+            .allreduce_mean_part(ctx.comm, &mut self.m, mine.clone())?;
         let mut comm_time = start.elapsed();
         let moments = Moments::frozen(&c.moments, c.bias_correction, ctx.t, t_w);
         let units = shard.mine();
         let lrs: Vec<f64> = if self.basic {
-            let range = shard.my_range();
-            mask_momentum(&mut self.m[range.clone()], &self.v[range]);
+            mask_momentum(&mut self.m[mine.clone()], &self.v[mine]);
             self.c_avg.iter().map(|c_avg| ctx.lr * c_avg).collect()
         } else {
             // Masks and unscales m in the same pass.
