@@ -25,8 +25,8 @@ use super::cross_entropy::cross_entropy_backward;
 use super::dropout::SiteMask;
 use super::extension::{
     FusedOps, add_relu, attention, batch_norm, batch_norm_shape, conv_shape, conv2d, cross_entropy,
-    dense_gelu, dropout, heads_shape, into_values, labels_of, layer_norm, linear, linear_grads,
-    mask, shape_of, tensor, values,
+    dense_gelu, dropout, embedding_grad, heads_shape, into_values, labels_of, layer_norm, linear,
+    linear_grads, mask, shape_of, tensor, values,
 };
 use super::layer_norm::{LayerNormStats, layer_norm_backward};
 use super::op_profile::{OpClass, timed};
@@ -165,9 +165,7 @@ impl Backward<Flex, 1> for EmbeddingBackward {
     fn backward(self, ops: Ops<Self::State, 1>, grads: &mut Gradients, _: &mut Checkpointer) {
         let (weights, ids) = ops.state;
         unary::<Flex, _>(ops.parents, ops.node, grads, |grad| {
-            timed(OpClass::Embedding, || {
-                Flex::embedding_backward(weights, grad, ids)
-            })
+            timed(OpClass::Embedding, || embedding_grad(&weights, &grad, &ids))
         });
     }
 }

@@ -19,6 +19,7 @@ use super::bias_gelu::bias_gelu_forward;
 use super::conv2d::{ConvShape, conv2d_forward};
 use super::cross_entropy::cross_entropy_forward;
 use super::dropout::SiteMask;
+use super::embedding::embedding_backward;
 use super::gemm_linear::{self, Weight};
 use super::layer_norm::{LayerNormStats, layer_norm_forward};
 use super::op_profile::{OpClass, timed};
@@ -127,6 +128,19 @@ pub(super) fn shape_of(t: &FlexTensor) -> Shape {
 
 pub(super) fn tensor(values: Vec<f32>, shape: Shape) -> FlexTensor {
     FlexTensor::from_data(TensorData::new(values, shape))
+}
+
+/// The gradient of `weights` `[rows, dim]` from the lookup's output
+/// gradient `grad` `[b, t, dim]` at `ids` `[b, t]` ([`embedding_backward`]).
+pub(super) fn embedding_grad(
+    weights: &FlexTensor,
+    grad: &FlexTensor,
+    ids: &FlexTensor,
+) -> FlexTensor {
+    let shape = shape_of(weights);
+    let [rows, dim] = [shape[0], shape[1]];
+    let table = embedding_backward(&labels_of(ids), &values(grad), rows, dim);
+    tensor(table, shape)
 }
 
 pub(super) fn mask(prob: f32, key: u64) -> Option<SiteMask> {

@@ -20,7 +20,8 @@
 //!   ResNet's and VGG's convolution (im2col + one gemm per image), training
 //!   BatchNorm and residual `relu(a + b)`;
 //! - [`embedding`]: burn's own lookup kernel, as an op whose backward pass
-//!   terse owns (timed for [`op_profile`]).
+//!   terse owns ([`embedding_backward`]: the table's gradient without
+//!   flex's copy of it; timed for [`op_profile`]).
 
 mod add_relu;
 mod attention_core;
@@ -31,6 +32,7 @@ mod bias_gelu;
 mod conv2d;
 mod cross_entropy;
 mod dropout;
+mod embedding;
 mod extension;
 mod gemm_linear;
 mod layer_norm;
@@ -52,6 +54,7 @@ pub use bias_gelu::{bias_gelu_backward, bias_gelu_forward};
 pub use conv2d::{ConvShape, conv2d_backward, conv2d_forward};
 pub use cross_entropy::{cross_entropy_backward, cross_entropy_forward};
 pub use dropout::{DropoutStream, SiteMask, with_dropout_stream};
+pub use embedding::embedding_backward;
 pub use extension::FusedOps;
 pub use layer_norm::{LayerNormStats, layer_norm_backward, layer_norm_forward};
 
