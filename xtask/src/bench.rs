@@ -69,7 +69,7 @@ pub enum Suite {
     Comm,
     /// A BERT mini and base pre-training step (seq 128) on flex, and ResNet-20, beside PyTorch eager CPU
     Model,
-    /// BERT-Tiny and mini pre-training on 1, 2, 4 local ranks and 2 mpirun processes, each 3 times in turn (medians compared); results/bench/workers.json
+    /// BERT-Tiny and mini pre-training on 1, 2, 4 local ranks and 2 mpirun processes, each 5 times in turn (medians compared); results/bench/workers.json
     Workers,
 }
 

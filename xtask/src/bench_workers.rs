@@ -20,8 +20,10 @@ const CONFIG: &str = "configs/pretrain-bert-tiny.toml";
 
 /// Runs of each configuration. One 16-step run lasts ~5 s, and this VM's
 /// speed drifts by ±15% over such spells: with one run each, two
-/// configurations of the same speed differed by up to 0.8×.
-const REPEATS: usize = 3;
+/// configurations of the same speed differed by up to 0.8×; with the
+/// median of three, one configuration's median moved from 61.0 to 56.1
+/// samples/s between two bench runs of the same tree.
+const REPEATS: usize = 5;
 
 /// How the ranks of one measurement run.
 #[derive(Debug, Clone, Copy)]
