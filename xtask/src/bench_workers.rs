@@ -7,7 +7,8 @@
 //! are taken from each run's metrics.jsonl, the first step left out (it
 //! pays for lazy initialisation). Each configuration runs [`REPEATS`] times,
 //! the configurations taking turns (so a slow spell of the machine falls on
-//! all of them alike), and its median rate is compared; every rate is kept.
+//! all of them alike; each round starts one configuration later), and its
+//! median rate is compared; every rate is kept.
 //! Writes `results/bench/workers.json`.
 
 use std::path::Path;
@@ -61,14 +62,22 @@ pub fn run(quick: bool) -> Result<()> {
     let mut rows = Vec::new();
     for preset in presets {
         let mut rates = vec![Vec::new(); worlds.len()];
-        for repeat in 1..=repeats {
-            for (world, rates) in worlds.iter().zip(&mut rates) {
-                let rate = samples_per_s(&terse, preset, *world, steps)?;
+        for repeat in 0..repeats {
+            // Each round starts one configuration later, so each follows
+            // every other equally often: what a run leaves behind (4 local
+            // ranks write 4 checkpoints of their own) slowed the run after
+            // it, and 2 `mpirun` processes always came after 4 local ranks
+            // (BERT-Tiny 181.2/182.4/190.3 samples/s after them against
+            // 192.9/189.1/196.4 after one rank, alternating).
+            for k in 0..worlds.len() {
+                let i = (k + repeat) % worlds.len();
+                let rate = samples_per_s(&terse, preset, worlds[i], steps)?;
                 println!(
-                    "{preset:>5}  {:<20} {rate:8.2} samples/s  (run {repeat} of {repeats})",
-                    world.name()
+                    "{preset:>5}  {:<20} {rate:8.2} samples/s  (run {} of {repeats})",
+                    worlds[i].name(),
+                    repeat + 1
                 );
-                rates.push(rate);
+                rates[i].push(rate);
             }
         }
         let medians: Vec<f64> = rates.iter().map(|r| median(r)).collect();
