@@ -167,7 +167,12 @@ impl TaskAction for TrainOn<'_> {
     fn act<T: Task>(self, task: T) -> Result<Self::Output, TrainError> {
         match self {
             Self::Process(comm, trainer) => {
-                let outcome = trainer.run(&task, comm)?;
+                // On a worker of rayon's pool, as local ranks run on theirs:
+                // called from outside the pool, every parallel loop of the
+                // step was handed to the pool and waited for (a futex wake
+                // and sleep each, hundreds per step). MPI is initialised
+                // SERIALIZED, so any one thread may call it.
+                let outcome = rayon::scope(|_| trainer.run(&task, comm))?;
                 Ok((comm.rank() == 0).then_some(outcome.summary))
             }
             Self::Threads(ranks, trainer) => {
