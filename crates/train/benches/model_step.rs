@@ -221,13 +221,17 @@ fn main() {
         .open()
         .unwrap_or_else(|e| panic!("{e}"))
         .autodiff();
-    for bench in &args.presets {
-        device.seed(0);
-        match *bench {
-            Bench::Bert(preset) => bert(&args, preset, &device),
-            Bench::Resnet20 => resnet20(&args, &device),
+    // On a worker of rayon's pool, as `terse` trains (launch.rs): from
+    // outside the pool each parallel loop is handed over and waited for.
+    rayon::scope(|_| {
+        for bench in &args.presets {
+            device.seed(0);
+            match *bench {
+                Bench::Bert(preset) => bert(&args, preset, &device),
+                Bench::Resnet20 => resnet20(&args, &device),
+            }
         }
-    }
+    });
 }
 
 fn bert(args: &Args, preset: BertPreset, device: &Device) {
