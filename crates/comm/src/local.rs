@@ -294,38 +294,46 @@ impl LocalComm {
         // finished that gather before this call's meeting).
         let mut acc = std::mem::take(&mut self.my_slot().reduced);
         acc.clear();
+        let result = self.reduce_blocks(range, op, |_, block| acc.extend_from_slice(block));
+        self.my_slot().reduced = acc;
+        result
+    }
+
+    /// `range` of every rank's posted f32 buffer summed in rank order (from
+    /// zero) and scaled for a mean, block by block: `emit(offset, block)`
+    /// gets each finished block, `offset` counted from `range.start`. The
+    /// partial sums stay in cache between the ranks' additions (summed rank
+    /// after rank, the whole range was read and written world-size + 1
+    /// times); per element the operations and their order are the same.
+    /// Only the block being summed is viewed in each buffer, so `emit` may
+    /// write this rank's own buffer there once the block is done.
+    fn reduce_blocks(
+        &self,
+        range: &Range<usize>,
+        op: ReduceOp,
+        mut emit: impl FnMut(usize, &[f32]),
+    ) -> Result<(), CommError> {
         let slots: Vec<_> = (0..self.world_size).map(|rank| self.slot(rank)).collect();
-        let parts = slots
-            .iter()
-            .enumerate()
-            .map(|(rank, slot)| {
-                let theirs: &[f32] = bytemuck::cast_slice(slot.data(rank)?);
-                Ok(&theirs[range.clone()])
-            })
-            .collect::<Result<Vec<_>, CommError>>()?;
         let inv = 1.0 / self.world_size as f32;
-        // Block by block, so the partial sums stay in cache between the
-        // ranks' additions (the whole range summed rank after rank read and
-        // wrote it world-size + 1 times); per element the same operations in
-        // the same order.
+        let mut block = Vec::with_capacity(REDUCE_BLOCK.min(range.len()));
         for start in (0..range.len()).step_by(REDUCE_BLOCK) {
             let end = (start + REDUCE_BLOCK).min(range.len());
-            let from = acc.len();
+            let part = |rank: usize| {
+                slots[rank].f32_range(rank, range.start + start..range.start + end)
+            };
+            block.clear();
             // 0 + x as the sum from zero has it (-0 becomes +0).
-            acc.extend(parts[0][start..end].iter().map(|&x| 0.0 + x));
-            let block = &mut acc[from..];
-            for theirs in &parts[1..] {
-                for (a, &x) in block.iter_mut().zip(&theirs[start..end]) {
+            block.extend(part(0)?.iter().map(|&x| 0.0 + x));
+            for rank in 1..self.world_size {
+                for (a, &x) in block.iter_mut().zip(part(rank)?) {
                     *a += x;
                 }
             }
             if op == ReduceOp::Mean {
                 block.iter_mut().for_each(|a| *a *= inv);
             }
+            emit(start, &block);
         }
-        drop(parts);
-        drop(slots);
-        self.my_slot().reduced = acc;
         Ok(())
     }
 
@@ -521,10 +529,35 @@ impl Communicator for LocalComm {
         check_ranges(self, buf.len(), ranges)?;
         let start = Instant::now();
         let mine = ranges[self.rank].clone();
-        self.reduce_phase(buf, &mine, ReduceOp::Mean)?;
-        // Nobody reads this rank's buffer after the second meeting.
-        buf[mine].copy_from_slice(&self.slot(self.rank).reduced);
-        record(self, Collective::Allreduce, 0, size_of_val(buf), start);
+        let len = buf.len();
+        // As in `share_ranges_f32`: `buf` is touched only through `ptr`
+        // for the whole call. The others read their ranges of it; this rank
+        // writes each block of its own range once the block is summed (its
+        // own values there already read), with no copy through `reduced`.
+        let ptr = buf.as_mut_ptr();
+        self.post_raw(
+            Collective::Allreduce,
+            0,
+            len,
+            ptr.cast_const().cast(),
+            4 * len,
+        );
+        self.finish(Collective::Allreduce, || {
+            self.reduce_blocks(&mine, ReduceOp::Mean, |offset, block| {
+                // SAFETY: the block lies in this rank's range of `buf`
+                // (checked), which no other rank reads or writes, and no
+                // view of it is alive (`reduce_blocks` views one block at a
+                // time and has dropped it).
+                unsafe {
+                    std::ptr::copy_nonoverlapping(
+                        block.as_ptr(),
+                        ptr.add(mine.start + offset),
+                        block.len(),
+                    );
+                }
+            })
+        })?;
+        record(self, Collective::Allreduce, 0, 4 * len, start);
         Ok(())
     }
 
