@@ -318,9 +318,8 @@ impl LocalComm {
         let mut block = Vec::with_capacity(REDUCE_BLOCK.min(range.len()));
         for start in (0..range.len()).step_by(REDUCE_BLOCK) {
             let end = (start + REDUCE_BLOCK).min(range.len());
-            let part = |rank: usize| {
-                slots[rank].f32_range(rank, range.start + start..range.start + end)
-            };
+            let part =
+                |rank: usize| slots[rank].f32_range(rank, range.start + start..range.start + end);
             block.clear();
             // 0 + x as the sum from zero has it (-0 becomes +0).
             block.extend(part(0)?.iter().map(|&x| 0.0 + x));
@@ -341,6 +340,16 @@ impl LocalComm {
     /// across ranks) and the data others will read.
     fn post(&self, kind: Collective, root: usize, len: usize, data: &[u8]) {
         self.post_raw(kind, root, len, data.as_ptr(), data.len());
+    }
+
+    /// Posts `buf` for a collective in which this rank also writes parts of
+    /// it, and returns the one pointer through which `buf` is touched for
+    /// the whole call (`buf` stays borrowed meanwhile): the others read
+    /// their ranges of it while this rank writes its own or theirs.
+    fn post_writable(&self, kind: Collective, buf: &mut [f32]) -> *mut f32 {
+        let ptr = buf.as_mut_ptr();
+        self.post_raw(kind, 0, buf.len(), ptr.cast_const().cast(), 4 * buf.len());
+        ptr
     }
 
     /// [`LocalComm::post`] of `bytes` bytes at `ptr`, for a buffer this rank
@@ -530,18 +539,10 @@ impl Communicator for LocalComm {
         let start = Instant::now();
         let mine = ranges[self.rank].clone();
         let len = buf.len();
-        // As in `share_ranges_f32`: `buf` is touched only through `ptr`
-        // for the whole call. The others read their ranges of it; this rank
-        // writes each block of its own range once the block is summed (its
-        // own values there already read), with no copy through `reduced`.
-        let ptr = buf.as_mut_ptr();
-        self.post_raw(
-            Collective::Allreduce,
-            0,
-            len,
-            ptr.cast_const().cast(),
-            4 * len,
-        );
+        // The others read their ranges of `buf`; this rank writes each block
+        // of its own range once the block is summed (its own values there
+        // already read), with no copy through `reduced`.
+        let ptr = self.post_writable(Collective::Allreduce, buf);
         self.finish(Collective::Allreduce, || {
             self.reduce_blocks(&mine, ReduceOp::Mean, |offset, block| {
                 // SAFETY: the block lies in this rank's range of `buf`
@@ -567,17 +568,7 @@ impl Communicator for LocalComm {
     /// writes theirs.
     fn share_ranges_f32(&self, buf: &mut [f32], ranges: &[Range<usize>]) -> Result<(), CommError> {
         check_ranges(self, buf.len(), ranges)?;
-        let len = buf.len();
-        // `buf` stays borrowed, and is touched only through `ptr`, for the
-        // whole call.
-        let ptr = buf.as_mut_ptr();
-        self.post_raw(
-            Collective::AllGather,
-            0,
-            len,
-            ptr.cast_const().cast(),
-            4 * len,
-        );
+        let ptr = self.post_writable(Collective::AllGather, buf);
         self.finish(Collective::AllGather, || {
             for (rank, range) in ranges.iter().enumerate() {
                 if rank == self.rank || range.is_empty() {
