@@ -64,11 +64,11 @@ pub fn run(quick: bool) -> Result<()> {
         let mut rates = vec![Vec::new(); worlds.len()];
         for repeat in 0..repeats {
             // Each round starts one configuration later, so each follows
-            // every other equally often: what a run leaves behind (4 local
-            // ranks write 4 checkpoints of their own) slowed the run after
-            // it, and 2 `mpirun` processes always came after 4 local ranks
-            // (BERT-Tiny 181.2/182.4/190.3 samples/s after them against
-            // 192.9/189.1/196.4 after one rank, alternating).
+            // every other equally often: a run can slow the one after it
+            // (2 `mpirun` processes always came after 4 local ranks and ran
+            // BERT-Tiny at 181.2/182.4/190.3 samples/s after them against
+            // 192.9/189.1/196.4 after one rank, alternating; a `sync`
+            // between did not help).
             for k in 0..worlds.len() {
                 let i = (k + repeat) % worlds.len();
                 let rate = samples_per_s(&terse, preset, worlds[i], steps)?;
