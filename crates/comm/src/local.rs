@@ -268,9 +268,9 @@ impl LocalComm {
             .unwrap_or_else(|p| p.into_inner())
     }
 
-    /// The first half of an allreduce, shared by the allreduce and the
-    /// reduce-scatter: `buf` posted, and `range` of every rank's buffer
-    /// reduced into this rank's `reduced`.
+    /// The first half of the allreduce: `buf` posted, and `range` of every
+    /// rank's buffer reduced into this rank's `reduced`, which the others
+    /// gather from (the reduce-scatter writes its range in place instead).
     fn reduce_phase(
         &self,
         buf: &[f32],
