@@ -176,6 +176,12 @@ fn main() {
         let wire_before = wire_bytes();
         let report = optimizer.step_flat(&mut x, &mut g, &comm).unwrap();
         let step_s = start.elapsed().as_secs_f64();
+        // A rank leaves the collective once it has what it needs, which can
+        // be before its own last message has left its socket's send buffer
+        // (a ring allreduce's last chunk, ~1/ranks of the buffer): counted
+        // then, the link would miss it. Once every rank has left the step,
+        // every byte this rank sent has arrived, so it has crossed the link.
+        comm.barrier().unwrap();
         let wire = match (wire_before, wire_bytes()) {
             (Some(before), Some(after)) => (after - before).to_string(),
             _ => "null".into(),
