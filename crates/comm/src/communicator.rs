@@ -7,6 +7,8 @@
 //! (reporting [`CommError::RankMismatch`] / [`CommError::CallMismatch`] on
 //! every rank) instead of corrupting memory or hanging.
 
+use std::any::Any;
+use std::sync::Arc;
 use std::time::Instant;
 
 use crate::CommError;
@@ -39,6 +41,10 @@ impl Width {
         }
     }
 }
+
+/// A value one rank hands to the others of its process
+/// ([`Communicator::hand_out`]).
+pub type HandedValue = Arc<dyn Any + Send + Sync>;
 
 /// A group of `world_size` ranks that run collectives together.
 ///
@@ -106,6 +112,20 @@ pub trait Communicator: Send + Sync {
     /// [`Communicator::share_ranges_f32`] are then cheap).
     fn shares_cores(&self) -> bool {
         false
+    }
+
+    /// Ranks that are threads of one process: the value `make` returns on
+    /// rank 0, handed to every rank. `make` runs on rank 0 only, while the
+    /// others wait (so it may use every core); for values every rank would
+    /// otherwise build alike, once each. `None` on every rank where ranks
+    /// cannot share memory (separate processes, a world of one): each then
+    /// builds its own. A collective.
+    fn hand_out(
+        &self,
+        make: &mut dyn FnMut() -> HandedValue,
+    ) -> Result<Option<HandedValue>, CommError> {
+        let _ = make;
+        Ok(None)
     }
 
     /// The first half of an allreduce: rank `r` ends with the mean over

@@ -26,7 +26,7 @@ mod sparse;
 pub mod traffic;
 pub mod watchdog;
 
-pub use communicator::{Communicator, ReduceOp, Width};
+pub use communicator::{Communicator, HandedValue, ReduceOp, Width};
 pub use compressed::{CompressedAllreduce, CompressionOptions};
 pub use error::CommError;
 pub use local::{DEFAULT_TIMEOUT, LocalComm};

@@ -27,7 +27,7 @@ use std::time::{Duration, Instant};
 use crate::communicator::{Width, check_ranges, record};
 use crate::traffic::{Collective, TrafficMeter};
 use crate::watchdog::{Deadline, Wait};
-use crate::{CommError, Communicator, ReduceOp};
+use crate::{CommError, Communicator, HandedValue, ReduceOp};
 
 /// Elements per block of a reduction (16 KiB of partial sums: L1-resident).
 const REDUCE_BLOCK: usize = 4096;
@@ -120,6 +120,9 @@ struct Shared {
     slots: Vec<RwLock<Slot>>,
     gate: Mutex<Gate>,
     woken: Condvar,
+    /// What rank 0 hands out ([`Communicator::hand_out`]), for the span of
+    /// one call.
+    handed: Mutex<Option<HandedValue>>,
 }
 
 /// One rank of a world of threads; create the world with [`LocalComm::world`].
@@ -153,6 +156,7 @@ impl LocalComm {
                 ..Gate::default()
             }),
             woken: Condvar::new(),
+            handed: Mutex::new(None),
         });
         (0..world_size)
             .map(|rank| LocalComm {
@@ -201,6 +205,10 @@ impl LocalComm {
                 .collect();
             handles.into_iter().map(|h| h.join()).collect()
         })
+    }
+
+    fn handed(&self) -> MutexGuard<'_, Option<HandedValue>> {
+        self.shared.handed.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     fn gate(&self) -> MutexGuard<'_, Gate> {
@@ -594,5 +602,34 @@ impl Communicator for LocalComm {
     fn barrier_raw(&self) -> Result<(), CommError> {
         self.post(Collective::Barrier, 0, 0, &[]);
         self.finish(Collective::Barrier, || Ok(()))
+    }
+
+    /// Rank 0 makes the value before the meeting (the others wait there,
+    /// off the cores), every rank takes a reference in the read phase, and
+    /// rank 0 clears the slot after the second meeting, when all have
+    /// theirs. Checked as a broadcast from rank 0 carrying nothing.
+    fn hand_out(
+        &self,
+        make: &mut dyn FnMut() -> HandedValue,
+    ) -> Result<Option<HandedValue>, CommError> {
+        if self.world_size == 1 {
+            return Ok(None);
+        }
+        if self.rank == 0 {
+            *self.handed() = Some(make());
+        }
+        self.post(Collective::Broadcast, 0, 0, &[]);
+        let mut value = None;
+        let result = self.finish(Collective::Broadcast, || {
+            value = self.handed().clone();
+            Ok(())
+        });
+        if self.rank == 0 {
+            *self.handed() = None;
+        }
+        result?;
+        Ok(Some(
+            value.expect("rank 0 handed out a value before the meeting"),
+        ))
     }
 }

@@ -1,15 +1,20 @@
 //! The `local` backend with real threads: the whole self-check (every
 //! collective against values worked out independently, the traffic meter,
 //! mismatch detection, compressed and sparse allreduce bit-identical to a
-//! second world) for 1, 2, 3, 4 and 8 ranks; and failure: a rank that
+//! second world) for 1, 2, 3, 4 and 8 ranks; a value handed from rank 0 to
+//! every rank; and failure: a rank that
 //! panics, errors or never arrives makes every other rank fail promptly.
 //! Ranks read each other's buffers in place (no copy is posted), so a test
 //! also frees every buffer the moment its call returns and checks what the
 //! next calls read.
 
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use terse_comm::{CommError, Communicator, LocalComm, ReduceOp, selfcheck};
+use terse_comm::{
+    CommError, Communicator, HandedValue, LocalComm, ReduceOp, SingleRank, selfcheck,
+};
 
 #[test]
 fn every_collective_passes_the_self_check() {
@@ -140,6 +145,58 @@ fn buffers_freed_after_each_call_are_never_read_again() {
         if rank != 2 {
             assert_eq!(err.to_string(), "rank 2 failed: stopped on purpose");
         }
+    }
+}
+
+#[test]
+fn rank_zero_hands_one_value_to_every_rank_of_its_process() {
+    for n in [2, 3, 4] {
+        let made = AtomicUsize::new(0);
+        let results = LocalComm::run(n, Duration::from_secs(60), |comm| {
+            let mut make = || -> HandedValue {
+                made.fetch_add(1, Ordering::SeqCst);
+                Arc::new(vec![comm.rank() as u32 + 7; 3])
+            };
+            let handed = comm.hand_out(&mut make).unwrap().expect("threads share");
+            // The next call's value is a new one: the first was not kept.
+            let again = comm.hand_out(&mut make).unwrap().expect("threads share");
+            (handed, again)
+        });
+        let results: Vec<_> = results.into_iter().map(Result::unwrap).collect();
+        assert_eq!(
+            made.load(Ordering::SeqCst),
+            2,
+            "{n} ranks: made on rank 0 only"
+        );
+        for (handed, again) in &results {
+            assert!(Arc::ptr_eq(handed, &results[0].0), "one value, not copies");
+            assert!(!Arc::ptr_eq(handed, again));
+            assert_eq!(handed.downcast_ref::<Vec<u32>>(), Some(&vec![7; 3]));
+        }
+    }
+    // A world of one, and ranks in separate processes, share nothing and
+    // make nothing.
+    fn never() -> HandedValue {
+        panic!("nothing to hand out")
+    }
+    let one = LocalComm::run(1, Duration::from_secs(60), |comm| {
+        comm.hand_out(&mut never).unwrap().is_none()
+    });
+    assert!(one[0].as_ref().unwrap());
+    assert!(SingleRank::new().hand_out(&mut never).unwrap().is_none());
+    // A rank in another collective is reported on every rank.
+    let results = LocalComm::run(2, Duration::from_secs(60), |comm| {
+        if comm.rank() == 0 {
+            comm.hand_out(&mut || Arc::new(1u8)).map(|_| ())
+        } else {
+            comm.barrier()
+        }
+    });
+    for r in results {
+        assert!(
+            matches!(r.unwrap(), Err(CommError::CallMismatch { rank: 1, .. })),
+            "a hand-out met a barrier"
+        );
     }
 }
 

@@ -120,6 +120,10 @@ impl FlatOptimizer for Adam {
         gather_partial_state(comm, self.shard.as_deref(), &mut self.partial, buffers)
     }
 
+    fn params_replicated(&self) -> bool {
+        true
+    }
+
     fn supports_device(&self) -> bool {
         true
     }

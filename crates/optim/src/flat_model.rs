@@ -13,17 +13,21 @@
 //! buffers, and the module's parameters become slices of the flat
 //! parameter buffer, so no full-parameter vector crosses to the host.
 
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use burn::module::{Module, ModuleVisitor, Param};
-use burn::tensor::{Gradients, Tensor};
+use burn::tensor::{Gradients, Tensor, TensorData};
+use rayon::prelude::*;
 use terse_comm::Communicator;
 
 use crate::device_flat::layout_chunks;
 use crate::gather::{
-    WriteBack, add_grads_to_host, check_layout, gather_params, tensor_to_host, write_back_host,
+    WriteBack, add_grads_to_host, check_layout, gather_params, params_device, tensor_to_host,
+    write_back_host, write_back_slices,
 };
 use crate::layout::is_trainable;
+use crate::parallel::CHUNK;
 use terse_kernels::device::optim::{self as kernels, DeviceChunks};
 
 use crate::{DeviceFlat, OptimError, Optimizer, ParamLayout, StepReport};
@@ -234,6 +238,57 @@ impl FlatModel {
         }
     }
 
+    /// [`FlatModel::write_into`] on every rank at once (a collective), for
+    /// parameters that are the same bits on every rank
+    /// ([`Optimizer::params_replicated`]). Ranks that are threads of one
+    /// process then share one copy: each copies its share of the vector
+    /// into one new buffer, rank 0 makes it a tensor, and every rank's
+    /// parameters become slices of that. Each rank copying the whole vector
+    /// into its own module cost BERT-Tiny on 4 local ranks ~4 ms of a
+    /// ~80 ms step on every rank. Where ranks cannot share memory (`mpi`,
+    /// one rank, a device-resident vector), the same as `write_into`.
+    pub fn write_into_replicated<M: Module>(
+        &self,
+        module: M,
+        comm: &dyn Communicator,
+    ) -> Result<M, OptimError> {
+        let Storage::Host { params, .. } = &self.storage else {
+            return self.write_into(module);
+        };
+        // The same on every rank (the same module), so all or none hand out.
+        let Some(device) = params_device(&module) else {
+            return self.write_into(module);
+        };
+        let len = params.len();
+        let Some(fill) = comm.hand_out(&mut || Arc::new(SharedFill::new(len)))? else {
+            return self.write_into(module);
+        };
+        let fill = fill
+            .downcast_ref::<SharedFill>()
+            .expect("rank 0 hands out the buffer to fill");
+        let (rank, world) = (comm.rank(), comm.world_size());
+        let mine = rank * len / world..(rank + 1) * len / world;
+        // SAFETY: the ranges of the ranks are disjoint and within the
+        // buffer's capacity; nobody reads the buffer before the barrier.
+        unsafe { fill.write(mine.clone(), &params[mine]) };
+        comm.barrier()?;
+        let handed = comm.hand_out(&mut || {
+            // SAFETY: every rank wrote its range before the barrier, and
+            // the ranges cover the buffer.
+            let values = unsafe { fill.take_filled(len) };
+            let flat = Tensor::<1>::from_data(TensorData::new(values, [len]), &device);
+            Arc::new(Mutex::new(flat))
+        })?;
+        let flat = handed
+            .as_ref()
+            .and_then(|h| h.downcast_ref::<Mutex<Tensor<1>>>())
+            .expect("rank 0 hands out the parameter tensor")
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone();
+        write_back_slices(&self.layout, module, &flat)
+    }
+
     /// Writes the parameters into `module`: on the host each a fresh tensor
     /// on the device of the parameter it replaces; on a device each a
     /// slice of the flat parameter buffer. Ids and autodiff settings are
@@ -247,6 +302,75 @@ impl FlatModel {
                 Ok(module.map(&mut WriteBack::new(|range, _| flat.clone().slice(range))))
             }
         }
+    }
+}
+
+/// One new f32 buffer that the ranks of one process fill together, each
+/// its own range, through a pointer every rank holds
+/// ([`FlatModel::write_into_replicated`]).
+struct SharedFill {
+    /// The start of `buffer`'s allocation, which never moves or grows.
+    start: *mut f32,
+    capacity: usize,
+    buffer: Mutex<Option<Vec<f32>>>,
+}
+
+// SAFETY: the pointer is only written through in disjoint ranges (one per
+// rank) before a barrier, and the buffer taken out only after it.
+unsafe impl Send for SharedFill {}
+unsafe impl Sync for SharedFill {}
+
+impl SharedFill {
+    fn new(capacity: usize) -> Self {
+        let mut buffer = Vec::with_capacity(capacity);
+        SharedFill {
+            start: buffer.as_mut_ptr(),
+            capacity,
+            buffer: Mutex::new(Some(buffer)),
+        }
+    }
+
+    /// Copies `values` into `range` of the buffer, in chunks over the pool.
+    ///
+    /// # Safety
+    /// No other thread writes or reads `range` meanwhile.
+    unsafe fn write(&self, range: std::ops::Range<usize>, values: &[f32]) {
+        assert!(range.end <= self.capacity && range.len() == values.len());
+        // SAFETY: within the allocation (checked above); exclusive by the
+        // caller's contract.
+        let dst = unsafe {
+            std::slice::from_raw_parts_mut(
+                self.start
+                    .add(range.start)
+                    .cast::<std::mem::MaybeUninit<f32>>(),
+                range.len(),
+            )
+        };
+        dst.par_chunks_mut(CHUNK)
+            .zip(values.par_chunks(CHUNK))
+            .for_each(|(dst, src)| {
+                for (d, &s) in dst.iter_mut().zip(src) {
+                    d.write(s);
+                }
+            });
+    }
+
+    /// The buffer, as `len` values.
+    ///
+    /// # Safety
+    /// All of `0..len` was written ([`SharedFill::write`]) by threads that
+    /// have synchronised with this one since.
+    unsafe fn take_filled(&self, len: usize) -> Vec<f32> {
+        let mut buffer = self
+            .buffer
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .take()
+            .expect("the shared buffer is taken once");
+        assert!(len <= self.capacity);
+        // SAFETY: initialised by the caller's contract.
+        unsafe { buffer.set_len(len) };
+        buffer
     }
 }
 

@@ -144,6 +144,36 @@ pub fn write_back_host<M: Module>(
     Ok(module.map(&mut mapper))
 }
 
+/// Each trainable parameter of `module` replaced by its range of `flat`
+/// (all its trainable parameters in layout order): a slice, which shares `flat`'s storage on the host
+/// as on a device. Ids and autodiff settings are kept.
+pub(crate) fn write_back_slices<M: Module>(
+    layout: &ParamLayout,
+    module: M,
+    flat: &Tensor<1>,
+) -> Result<M, OptimError> {
+    check_layout(layout, &module)?;
+    check_length("flat parameters", layout, flat.dims()[0])?;
+    Ok(module.map(&mut WriteBack::new(|range, _| flat.clone().slice(range))))
+}
+
+/// The device of `module`'s first trainable parameter (without autodiff),
+/// `None` when it has none.
+pub(crate) fn params_device<M: Module>(module: &M) -> Option<Device> {
+    struct First(Option<Device>);
+    impl ModuleVisitor for First {
+        fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<D>>) {
+            let tensor = param.val();
+            if self.0.is_none() && is_trainable(&tensor) {
+                self.0 = Some(tensor.device().inner());
+            }
+        }
+    }
+    let mut first = First(None);
+    module.visit(&mut first);
+    first.0
+}
+
 /// A copy of `src`, written in chunks over the pool without zeroing first.
 fn parallel_copy(src: &[f32]) -> Vec<f32> {
     let mut copy = Vec::with_capacity(src.len());

@@ -166,6 +166,10 @@ impl FlatOptimizer for Lamb {
         gather_partial_state(comm, self.shard.as_deref(), &mut self.partial, buffers)
     }
 
+    fn params_replicated(&self) -> bool {
+        true
+    }
+
     fn supports_device(&self) -> bool {
         true
     }

@@ -365,6 +365,10 @@ impl FlatOptimizer for OneBitAdam {
         self.freeze.scalars()
     }
 
+    fn params_replicated(&self) -> bool {
+        true
+    }
+
     fn supports_device(&self) -> bool {
         true
     }

@@ -118,6 +118,14 @@ impl Optimizer {
         self.rule.sync_state(comm)
     }
 
+    /// Whether every step leaves the parameters the same bits on every rank
+    /// (every rule but SLAMB, whose ranks step their own between
+    /// averagings): then ranks that are threads of one process can share one
+    /// copy of them ([`crate::FlatModel::write_into_replicated`]).
+    pub fn params_replicated(&self) -> bool {
+        self.rule.params_replicated()
+    }
+
     /// Whether this optimizer steps device buffers ([`Optimizer::step_device`]);
     /// the others step host buffers only.
     pub fn supports_device(&self) -> bool {

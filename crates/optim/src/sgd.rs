@@ -125,6 +125,10 @@ impl FlatOptimizer for Sgd {
         vec![("m", &mut self.m)]
     }
 
+    fn params_replicated(&self) -> bool {
+        true
+    }
+
     fn supports_device(&self) -> bool {
         true
     }

@@ -97,6 +97,14 @@ pub trait FlatOptimizer: Send {
         Stage::Full
     }
 
+    /// Whether every step leaves the parameters the same bits on every rank
+    /// (the update applied to an allreduced quantity, or split and shared
+    /// back). SLAMB's ranks step their own parameters between averagings,
+    /// so the default is no.
+    fn params_replicated(&self) -> bool {
+        false
+    }
+
     /// Whether [`FlatOptimizer::step_device`] runs this rule as device
     /// kernels (the others step host slices only).
     fn supports_device(&self) -> bool {

@@ -3,12 +3,15 @@
 //! offsets, values and ids survive a gather / write-back round trip, and the
 //! written-back module trains on (a second backward pass reaches every parameter);
 //! gradients copied and accumulated into the flat buffer bit for bit, with
-//! zeros for a parameter the loss did not reach.
+//! zeros for a parameter the loss did not reach; local ranks sharing one
+//! copy of replicated parameters get the values of their own.
 
 use burn::module::{Module, ModuleVisitor, Param, ParamId};
 use burn::nn::{Embedding, EmbeddingConfig, LayerNorm, LayerNormConfig, Linear, LinearConfig};
 use burn::tensor::{Device, Gradients, Int, Tensor, TensorData};
-use terse_comm::SingleRank;
+use std::time::Duration;
+
+use terse_comm::{LocalComm, SingleRank};
 use terse_optim::{
     AdamConfig, FlatModel, LrSchedule, OptimError, Optimizer, OptimizerConfig, ParamLayout,
 };
@@ -158,6 +161,56 @@ fn gather_and_write_back_keep_values_ids_and_training() {
             .sum();
         assert!(norm > 0.0, "no gradient reached `{}`", segment.path);
     }
+}
+
+#[test]
+fn local_ranks_share_one_copy_of_replicated_parameters() {
+    for n in [2, 3] {
+        let results = LocalComm::run(n, Duration::from_secs(60), |comm| {
+            let device = Device::flex().autodiff();
+            let module = block(&device);
+            let mut flat = FlatModel::gather(&module).unwrap();
+            // The same values on every rank, as a replicated step leaves them.
+            for (i, v) in flat.params_mut().unwrap().iter_mut().enumerate() {
+                *v = 0.05 * ((i % 7) as f32 - 3.0);
+            }
+            let own = flat.write_into(module.clone()).unwrap();
+            let shared = flat.write_into_replicated(module, comm).unwrap();
+            let (a, b) = (snapshot(&own), snapshot(&shared));
+            assert_eq!(a.0.len(), b.0.len());
+            for ((id_a, a, rg_a), (id_b, b, rg_b)) in a.0.iter().zip(&b.0) {
+                assert_eq!((id_a, rg_a), (id_b, rg_b), "ids and require_grad kept");
+                assert_eq!(a, b, "the values of the rank's own copy");
+            }
+            // The parameters, slices of one shared tensor, train on: the
+            // gradients through them are those through the rank's own copy.
+            let mut gradient = |module: &Block| {
+                let mut grads: Gradients = module.loss(&device).backward();
+                flat.add_grads(module, &mut grads, true).unwrap();
+                flat.grad().unwrap().to_vec()
+            };
+            let (through_own, through_shared) = (gradient(&own), gradient(&shared));
+            assert!(through_own.iter().any(|&g| g != 0.0));
+            through_own == through_shared
+        });
+        for (rank, r) in results.into_iter().enumerate() {
+            assert!(r.unwrap(), "{n} ranks, rank {rank}: the same gradients");
+        }
+    }
+    // One rank: the same as write_into.
+    let device = Device::flex().autodiff();
+    let module = block(&device);
+    let flat = FlatModel::gather(&module).unwrap();
+    let own = snapshot(&flat.write_into(module.clone()).unwrap());
+    let one = snapshot(
+        &flat
+            .write_into_replicated(module, &SingleRank::new())
+            .unwrap(),
+    );
+    assert_eq!(
+        own.0.iter().map(|p| &p.1).collect::<Vec<_>>(),
+        one.0.iter().map(|p| &p.1).collect::<Vec<_>>()
+    );
 }
 
 /// One optimizer step on a module, as the trainer takes it: the gradients

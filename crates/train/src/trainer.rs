@@ -304,6 +304,10 @@ impl Trainer<'_> {
         if world > 1 {
             comm.barrier()?;
         }
+        // Ranks whose parameters are the same bits after every step share
+        // one copy of them where they are threads of one process (on the
+        // CPU: flex tensors are plain shared memory).
+        let share_params = world > 1 && cfg.train.device.is_cpu() && optimizer.params_replicated();
         let run_start = Instant::now();
         for t in start_step + 1..=cfg.train.steps {
             let step_start = Instant::now();
@@ -340,7 +344,11 @@ impl Trainer<'_> {
             };
             let clock = Instant::now();
             let report = flat.step(&mut optimizer, comm)?;
-            model = flat.write_into(model)?;
+            model = if share_params {
+                flat.write_into_replicated(model, comm)?
+            } else {
+                flat.write_into(model)?
+            };
             let step_ms = ms(clock);
 
             // The loss every rank saw, whether any rank was signalled and

@@ -394,6 +394,10 @@ impl FlatOptimizer for OneBitLamb {
         self.freeze.stage(t)
     }
 
+    fn params_replicated(&self) -> bool {
+        true
+    }
+
     fn supports_device(&self) -> bool {
         true
     }
