@@ -29,83 +29,14 @@ use crate::traffic::{Collective, TrafficMeter};
 use crate::watchdog::{Deadline, Wait};
 use crate::{CommError, Communicator, HandedValue, ReduceOp};
 
+mod slot;
+use slot::{Posted, Slot};
+
 /// Elements per block of a reduction (16 KiB of partial sums: L1-resident).
 const REDUCE_BLOCK: usize = 4096;
 
 /// How long a rank waits for the others by default before reporting a hang.
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(300);
-
-/// What a rank posted for the current collective.
-#[derive(Default)]
-struct Slot {
-    kind: Option<Collective>,
-    root: usize,
-    /// Elements in the posted call, compared across ranks.
-    len: usize,
-    /// The poster's buffer, readable until the poster leaves the collective.
-    posted: Posted,
-    /// Allreduce: this rank's reduced chunk.
-    reduced: Vec<f32>,
-}
-
-/// A borrowed buffer of another thread, published for the span of one
-/// collective (see the module comment for why it outlives every read).
-#[derive(Clone, Copy)]
-struct Posted {
-    ptr: *const u8,
-    len: usize,
-}
-
-impl Default for Posted {
-    fn default() -> Self {
-        Self {
-            ptr: std::ptr::null(),
-            len: 0,
-        }
-    }
-}
-
-// SAFETY: the pointer is only dereferenced under the slot's read lock while
-// its owner is still inside the collective that posted it (the owner clears
-// it under the write lock before it leaves), so the bytes it names are alive
-// and not written for as long as a reader holds it.
-unsafe impl Send for Posted {}
-unsafe impl Sync for Posted {}
-
-impl Slot {
-    /// The posted bytes; `Err` once the poster has left the collective
-    /// (only after a failed meeting).
-    fn data(&self, rank: usize) -> Result<&[u8], CommError> {
-        if self.posted.ptr.is_null() {
-            if self.posted.len == 0 {
-                return Ok(&[]);
-            }
-            return Err(peer_failed(rank, "left the collective"));
-        }
-        // SAFETY: see `Posted`: the owner is inside this collective and does
-        // not write the buffer until every reader has released the lock.
-        Ok(unsafe { std::slice::from_raw_parts(self.posted.ptr, self.posted.len) })
-    }
-
-    /// `range` (in f32 elements) of the posted buffer, without a view of
-    /// the rest: in [`Communicator::share_ranges_f32`] the owner
-    /// writes the other ranges of its buffer meanwhile.
-    fn f32_range(&self, rank: usize, range: Range<usize>) -> Result<&[f32], CommError> {
-        if self.posted.ptr.is_null() {
-            return Err(peer_failed(rank, "left the collective"));
-        }
-        assert!(
-            range.end * 4 <= self.posted.len,
-            "checked against the posted length"
-        );
-        // SAFETY: as in `data`, for a part of the buffer the owner does not
-        // write during this collective (its own range); f32 alignment comes
-        // from the owner's `&mut [f32]`.
-        Ok(unsafe {
-            std::slice::from_raw_parts(self.posted.ptr.cast::<f32>().add(range.start), range.len())
-        })
-    }
-}
 
 #[derive(Default)]
 struct Gate {
