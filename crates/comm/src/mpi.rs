@@ -426,11 +426,13 @@ impl Communicator for MpiComm {
         self.one_node && self.world_size > 1
     }
 
-    /// Two ranks on one node, through the shared window: each copies `buf`
-    /// into its segment, then sums its range over both segments and scales
-    /// for the mean (a sum of two is the same in either order, so these are
-    /// `MPI_Allreduce`'s bits, as the split step needs; from three ranks
-    /// MPI's order of addition is its own). Otherwise the whole allreduce.
+    /// Two ranks on one node, through the shared window: each copies the
+    /// other's range of `buf` into its segment (the only part the other
+    /// reads), then sums its own range over its own `buf` and the other's
+    /// segment and scales for the mean (a sum of two is the same in either
+    /// order, so these are `MPI_Allreduce`'s bits, as the split step needs;
+    /// from three ranks MPI's order of addition is its own). Otherwise the
+    /// whole allreduce.
     fn reduce_scatter_mean_f32(
         &self,
         buf: &mut [f32],
@@ -448,21 +450,23 @@ impl Communicator for MpiComm {
                 return Ok(());
             };
             let window = window.as_mut().expect("allocated by enter_window");
-            let mine = ranges[self.rank].clone();
+            let (mine, other) = (self.rank, 1 - self.rank);
+            let theirs = ranges[other].clone();
             // SAFETY: each rank writes only its own segment before the
             // first fence and only reads segments between the fences; the
             // second fence keeps the next call from writing a segment that
             // a rank still reads.
             unsafe {
-                window.own(self.rank)[..buf.len()].copy_from_slice(buf);
+                window.own(mine)[theirs.clone()].copy_from_slice(&buf[theirs]);
                 window.fence();
-                // x0 + x1, as MPI_Allreduce adds two (a sum from zero
-                // would turn -0 + -0 into +0).
-                let out = &mut buf[mine.clone()];
-                let (first, second) = (window.segment(0), window.segment(1));
+                let range = ranges[mine].clone();
+                let received = &window.segment(other)[range.clone()];
                 // The mean as `allreduce_f32_raw` takes it: sum, then scale.
                 let inv = 1.0 / self.world_size as f32;
-                for ((o, &a), &b) in out.iter_mut().zip(&first[mine.clone()]).zip(&second[mine]) {
+                // x0 + x1, as MPI_Allreduce adds two (a sum from zero
+                // would turn -0 + -0 into +0).
+                for (o, &r) in buf[range].iter_mut().zip(received) {
+                    let (a, b) = if mine == 0 { (*o, r) } else { (r, *o) };
                     *o = (a + b) * inv;
                 }
                 window.fence();
