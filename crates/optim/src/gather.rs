@@ -282,6 +282,25 @@ impl<F: FnMut(Range<usize>, &Device) -> Tensor<1>> ModuleMapper for WriteBack<F>
     }
 }
 
+/// `module` with every trainable parameter a new autodiff leaf over the
+/// same values (no copy: on the host the storage is shared), so a backward
+/// pass through it is a graph of its own. Ids and autodiff settings are
+/// kept.
+pub fn with_fresh_leaves<M: Module>(module: M) -> M {
+    struct FreshLeaves;
+    impl ModuleMapper for FreshLeaves {
+        fn map_float<const D: usize>(&mut self, param: Param<Tensor<D>>) -> Param<Tensor<D>> {
+            let (id, tensor, mapper) = param.consume();
+            if !is_trainable(&tensor) {
+                return Param::from_mapped_value(id, tensor, mapper);
+            }
+            let values = tensor.clone().inner();
+            Param::from_mapped_value(id, as_leaf_like(&tensor, values), mapper)
+        }
+    }
+    module.map(&mut FreshLeaves)
+}
+
 /// `values` (without autodiff) as a leaf like `old`: tracked by autodiff,
 /// checkpointed and requiring gradients exactly when `old` was.
 fn as_leaf_like<const D: usize>(old: &Tensor<D>, values: Tensor<D>) -> Tensor<D> {

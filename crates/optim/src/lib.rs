@@ -50,6 +50,7 @@ pub use eps_mode::EpsMode;
 pub use error::OptimError;
 pub use flat_model::FlatModel;
 pub use freeze::AutoFreeze;
+pub use gather::with_fresh_leaves;
 pub use lamb::{Lamb, LambConfig};
 pub use layout::{ParamLayout, Segment};
 pub use moment_config::{MomentConfig, WithMoments};

@@ -4,7 +4,9 @@
 //! written-back module trains on (a second backward pass reaches every parameter);
 //! gradients copied and accumulated into the flat buffer bit for bit, with
 //! zeros for a parameter the loss did not reach; local ranks sharing one
-//! copy of replicated parameters get the values of their own.
+//! copy of replicated parameters get the values of their own; a module
+//! under fresh leaves (no copy) keeps its values and takes gradients of its
+//! own.
 
 use burn::module::{Module, ModuleVisitor, Param, ParamId};
 use burn::nn::{Embedding, EmbeddingConfig, LayerNorm, LayerNormConfig, Linear, LinearConfig};
@@ -14,6 +16,7 @@ use std::time::Duration;
 use terse_comm::{LocalComm, SingleRank};
 use terse_optim::{
     AdamConfig, FlatModel, LrSchedule, OptimError, Optimizer, OptimizerConfig, ParamLayout,
+    with_fresh_leaves,
 };
 
 #[derive(Module, Debug)]
@@ -211,6 +214,29 @@ fn local_ranks_share_one_copy_of_replicated_parameters() {
         own.0.iter().map(|p| &p.1).collect::<Vec<_>>(),
         one.0.iter().map(|p| &p.1).collect::<Vec<_>>()
     );
+}
+
+#[test]
+fn fresh_leaves_keep_values_and_ids_and_take_gradients_of_their_own() {
+    let device = Device::flex().autodiff();
+    let module = block(&device);
+    let replica = with_fresh_leaves(module.clone());
+    let (a, b) = (snapshot(&module), snapshot(&replica));
+    assert_eq!(a.0, b.0, "ids, values and require_grad kept");
+    // A backward through the replica reaches its own leaves, not the
+    // original's, with the same values.
+    let mut flat = FlatModel::gather(&module).unwrap();
+    let mut through_replica = replica.loss(&device).backward();
+    flat.add_grads(&module, &mut through_replica, true).unwrap();
+    assert!(flat.grad().unwrap().iter().all(|&g| g == 0.0));
+    flat.add_grads(&replica, &mut through_replica, true)
+        .unwrap();
+    let from_replica = flat.grad().unwrap().to_vec();
+    let mut through_original = module.loss(&device).backward();
+    flat.add_grads(&module, &mut through_original, true)
+        .unwrap();
+    assert!(from_replica.iter().any(|&g| g != 0.0));
+    assert_eq!(flat.grad().unwrap(), &from_replica[..]);
 }
 
 /// One optimizer step on a module, as the trainer takes it: the gradients
