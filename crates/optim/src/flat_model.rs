@@ -18,16 +18,14 @@ use std::time::Duration;
 
 use burn::module::{Module, ModuleVisitor, Param};
 use burn::tensor::{Gradients, Tensor, TensorData};
-use rayon::prelude::*;
 use terse_comm::Communicator;
 
 use crate::device_flat::layout_chunks;
 use crate::gather::{
-    WriteBack, add_grads_to_host, check_layout, gather_params, params_device, tensor_to_host,
+    add_grads_to_host, check_layout, copy_to_uninit, gather_params, params_device, tensor_to_host,
     write_back_host, write_back_slices,
 };
 use crate::layout::is_trainable;
-use crate::parallel::CHUNK;
 use terse_kernels::device::optim::{self as kernels, DeviceChunks};
 
 use crate::{DeviceFlat, OptimError, Optimizer, ParamLayout, StepReport};
@@ -297,9 +295,7 @@ impl FlatModel {
         match &self.storage {
             Storage::Host { params, .. } => write_back_host(&self.layout, module, params),
             Storage::Device { params, .. } => {
-                check_layout(&self.layout, &module)?;
-                let flat = params.tensor();
-                Ok(module.map(&mut WriteBack::new(|range, _| flat.clone().slice(range))))
+                write_back_slices(&self.layout, module, &params.tensor())
             }
         }
     }
@@ -346,13 +342,7 @@ impl SharedFill {
                 range.len(),
             )
         };
-        dst.par_chunks_mut(CHUNK)
-            .zip(values.par_chunks(CHUNK))
-            .for_each(|(dst, src)| {
-                for (d, &s) in dst.iter_mut().zip(src) {
-                    d.write(s);
-                }
-            });
+        copy_to_uninit(dst, values);
     }
 
     /// The buffer, as `len` values.

@@ -16,6 +16,7 @@
 //! Each function first checks that the module has exactly the layout's
 //! parameters and names the first difference.
 
+use std::mem::MaybeUninit;
 use std::ops::Range;
 use std::slice;
 
@@ -145,8 +146,9 @@ pub fn write_back_host<M: Module>(
 }
 
 /// Each trainable parameter of `module` replaced by its range of `flat`
-/// (all its trainable parameters in layout order): a slice, which shares `flat`'s storage on the host
-/// as on a device. Ids and autodiff settings are kept.
+/// (all its trainable parameters in layout order): a slice, which shares
+/// `flat`'s storage on the host as on a device. Ids and autodiff settings
+/// are kept.
 pub(crate) fn write_back_slices<M: Module>(
     layout: &ParamLayout,
     module: M,
@@ -177,17 +179,22 @@ pub(crate) fn params_device<M: Module>(module: &M) -> Option<Device> {
 /// A copy of `src`, written in chunks over the pool without zeroing first.
 fn parallel_copy(src: &[f32]) -> Vec<f32> {
     let mut copy = Vec::with_capacity(src.len());
-    copy.spare_capacity_mut()[..src.len()]
-        .par_chunks_mut(CHUNK)
+    copy_to_uninit(&mut copy.spare_capacity_mut()[..src.len()], src);
+    // SAFETY: `copy_to_uninit` initialised all `src.len()` elements.
+    unsafe { copy.set_len(src.len()) };
+    copy
+}
+
+/// `src` written into `dst` (as long), in chunks over the pool.
+pub(crate) fn copy_to_uninit(dst: &mut [MaybeUninit<f32>], src: &[f32]) {
+    assert_eq!(dst.len(), src.len(), "copy lengths");
+    dst.par_chunks_mut(CHUNK)
         .zip(src.par_chunks(CHUNK))
         .for_each(|(dst, src)| {
             for (d, &s) in dst.iter_mut().zip(src) {
                 d.write(s);
             }
         });
-    // SAFETY: the loop above initialised all `src.len()` elements.
-    unsafe { copy.set_len(src.len()) };
-    copy
 }
 
 /// Copies a 1-D float tensor to a host vector of f32.
@@ -256,13 +263,13 @@ impl ModuleVisitor for HostGrads<'_> {
 /// beforehand), by `segment(range, device)` in its shape: its range of the
 /// flat vector as a rank-1 tensor (without autodiff) on the parameter's
 /// device. Ids and autodiff settings are kept.
-pub(crate) struct WriteBack<F> {
+struct WriteBack<F> {
     segment: F,
     offset: usize,
 }
 
 impl<F: FnMut(Range<usize>, &Device) -> Tensor<1>> WriteBack<F> {
-    pub(crate) fn new(segment: F) -> Self {
+    fn new(segment: F) -> Self {
         Self { segment, offset: 0 }
     }
 }

@@ -5,14 +5,14 @@
 //! micro-batches run in lanes, several at once, each lane in its own rayon
 //! pool of threads ÷ lanes threads and on its own replica of the model
 //! (the same values under fresh leaves, so each backward is a graph of its
-//! own that no other lane locks). At BERT-mini's micro-batch of 4 one op split over two threads
-//! gains little, so one rank with 2 threads trailed 2 ranks of one thread
-//! each (0.82–0.91 of them, `cargo xtask bench workers`); two lanes of one
-//! thread work as those two ranks do. The gradients are still added in
-//! micro-batch order, dropout masks are a function of the micro-batch, and
-//! a micro-batch's gradient has the same bits on any number of threads
-//! (`crates/cli/tests/thread_count.rs`), so lanes change no result. Off
-//! the CPU micro-batches run one after another.
+//! own that no other lane locks). At BERT-mini's micro-batch of 4 one op
+//! split over two threads gains little, so one rank with 2 threads trailed
+//! 2 ranks of one thread each (0.82–0.91 of them, `cargo xtask bench
+//! workers`); two lanes of one thread work as those two ranks do. The
+//! gradients are still added in micro-batch order, dropout masks are a
+//! function of the micro-batch, and a micro-batch's gradient has the same
+//! bits on any number of threads (`crates/cli/tests/thread_count.rs`), so
+//! lanes change no result. Off the CPU micro-batches run one after another.
 
 use std::time::Instant;
 
