@@ -3,7 +3,9 @@
 //! 2 (the last two, steps 4 and 6, are kept); continuing from step 4 into
 //! another run directory ends with the same weights as the uninterrupted
 //! run, and continuing from step 4 inside the original directory (where
-//! step 6 follows) is refused naming it.
+//! step 6 follows) is refused naming it. A checkpoint whose `trainer.json`
+//! says another layout version is refused by `--resume`, `--resume
+//! CHECKPOINT` and `terse eval`, naming the file and both versions.
 
 mod common;
 
@@ -84,4 +86,55 @@ fn a_chosen_checkpoint_continues_bit_identically_and_an_overtaken_one_is_refused
         "{message}"
     );
     assert!(message.contains("step-00000006"), "{message}");
+}
+
+#[test]
+fn a_checkpoint_of_another_layout_version_is_refused_naming_the_file_and_versions() {
+    let scratch = tempfile::Builder::new()
+        .prefix("terse-resume-version-")
+        .tempdir()
+        .unwrap();
+    let run = scratch.path().join("run");
+    let output = terse(&run, &["--set", "train.checkpoint_every=0"]);
+    assert!(output.status.success(), "{}", stderr(&output));
+    let step = checkpoint(&run, 6);
+    let meta = step.join("trainer.json");
+    let text = std::fs::read_to_string(&meta).unwrap();
+    assert!(text.contains("\"version\": 2"), "{text}");
+    std::fs::write(&meta, text.replace("\"version\": 2", "\"version\": 0")).unwrap();
+
+    let refused = |output: &Output| {
+        let message = stderr(output);
+        assert!(!output.status.success(), "accepted:\n{message}");
+        let line = message
+            .lines()
+            .find(|l| l.contains("trainer.json"))
+            .unwrap_or_else(|| panic!("trainer.json not named:\n{message}"));
+        assert!(
+            line.contains("version 0") && line.contains("`terse-checkpoint` version 2"),
+            "{line}"
+        );
+        line.to_string()
+    };
+    let steps_8 = [
+        "--set",
+        "train.steps=8",
+        "--set",
+        "train.checkpoint_every=0",
+    ];
+    let plain = refused(&terse(&run, &[&steps_8[..], &["--resume"]].concat()));
+    let chosen = refused(&terse(
+        &scratch.path().join("branch"),
+        &[&steps_8[..], &["--resume", step.to_str().unwrap()]].concat(),
+    ));
+    let eval = Command::new(env!("CARGO_BIN_EXE_terse"))
+        .args(["eval", "--config"])
+        .arg(run.join("config.toml"))
+        .arg("--checkpoint")
+        .arg(&step)
+        .current_dir(workspace())
+        .output()
+        .expect("terse starts");
+    let eval = refused(&eval);
+    println!("--resume: {plain}\n--resume CHECKPOINT: {chosen}\neval: {eval}");
 }

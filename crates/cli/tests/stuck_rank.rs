@@ -3,8 +3,15 @@
 //! naming it, and the whole job ends; a SIGTERM to the waiting rank ends
 //! the job too, ten seconds later, without a checkpoint (the ranks are not
 //! at one step); `kill -9` of one rank ends the job, and `--resume` ends
-//! bit-identical to an uninterrupted run. Real `mpirun` processes,
-//! BERT-Tiny.
+//! bit-identical to an uninterrupted run. A rank stuck before the first
+//! step, outside any collective (rank 0 blocked opening the run's
+//! `metrics.jsonl`, a FIFO nobody writes: a hung network filesystem), on 2
+//! local ranks and on 2 `mpirun` processes: the job ends within the
+//! deadline + 10 s naming the rank and where it was, and a first SIGTERM
+//! during the hang (to the process, or to every MPI rank as `cargo xtask`
+//! passes it on) ends it within the stop grace + 10 s without a
+//! checkpoint, and a second one ends it at once. Real `mpirun` processes
+//! and real `terse` processes, BERT-Tiny.
 
 mod common;
 
@@ -47,6 +54,11 @@ fn rank_pid(run_dir: &Path, rank: usize, step: u64, job: &mut Child) -> i32 {
         assert!(start.elapsed() < Duration::from_secs(300), "no step {step}");
         std::thread::sleep(Duration::from_millis(50));
     }
+    find_rank_pid(run_dir, rank).unwrap_or_else(|| panic!("no process of rank {rank} found"))
+}
+
+/// The pid of MPI rank `rank` of the job writing `run_dir`, if it runs.
+fn find_rank_pid(run_dir: &Path, rank: usize) -> Option<i32> {
     let want = format!("OMPI_COMM_WORLD_RANK={rank}");
     let marker = run_dir.display().to_string();
     for entry in std::fs::read_dir("/proc").unwrap().flatten() {
@@ -60,10 +72,10 @@ fn rank_pid(run_dir: &Path, rank: usize, step: u64, job: &mut Child) -> i32 {
             && has(&environ, &want)
             && !String::from_utf8_lossy(&cmdline).starts_with("mpirun")
         {
-            return pid;
+            return Some(pid);
         }
     }
-    panic!("no process of rank {rank} found");
+    None
 }
 
 fn signal(pid: i32, signal: i32) {
@@ -210,4 +222,214 @@ fn kill_9_of_one_rank_ends_the_job_and_the_resume_ends_bit_identical() {
             "rank {rank}: the resumed run differs from the uninterrupted one"
         );
     }
+}
+
+/// How a FIFO job's ranks are started.
+#[derive(Clone, Copy, Debug)]
+enum Ranks {
+    /// Two threads of one `terse` process.
+    Local,
+    /// Two `mpirun` processes.
+    Mpi,
+}
+
+/// BERT-Tiny on 2 ranks in `run_dir`, whose `metrics.jsonl` is a FIFO
+/// nobody writes: rank 0 blocks opening it before step 1.
+fn fifo_job(run_dir: &Path, ranks: Ranks, timeout_s: u64, log: &Path) -> Child {
+    std::fs::create_dir_all(run_dir).unwrap();
+    let fifo = run_dir.join("metrics.jsonl");
+    let status = Command::new("mkfifo").arg(&fifo).status().unwrap();
+    assert!(status.success(), "mkfifo {}", fifo.display());
+    let log = std::fs::File::create(log).unwrap();
+    let mut command = match ranks {
+        Ranks::Local => {
+            let mut c = Command::new(env!("CARGO_BIN_EXE_terse"));
+            c.env("RAYON_NUM_THREADS", "2");
+            c
+        }
+        Ranks::Mpi => {
+            let mut c = Command::new("mpirun");
+            c.args(["--oversubscribe", "-np", "2", "-x", "RAYON_NUM_THREADS=1"])
+                .arg(env!("CARGO_BIN_EXE_terse"));
+            c
+        }
+    };
+    command
+        .args(["pretrain", "--no-progress", "--config"])
+        .arg("configs/pretrain-bert-tiny.toml")
+        .args(["--set", "train.steps=20", "--set", "train.eval_every=0"])
+        .args(["--set", &format!("train.collective_timeout_s={timeout_s}")])
+        .arg("--run-dir")
+        .arg(run_dir);
+    if let Ranks::Local = ranks {
+        command.args(["--local-ranks", "2"]);
+    }
+    command
+        .current_dir(common::workspace())
+        .stdout(log.try_clone().unwrap())
+        .stderr(log)
+        .process_group(0)
+        .spawn()
+        .expect("terse starts")
+}
+
+/// Waits until `log` holds `what` (the job still running).
+fn wait_for_line(log: &Path, what: &str, job: &mut Child) {
+    let start = Instant::now();
+    while !std::fs::read_to_string(log).is_ok_and(|l| l.contains(what)) {
+        assert!(job.try_wait().unwrap().is_none(), "the job ended early");
+        assert!(start.elapsed() < Duration::from_secs(300), "no `{what}`");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+fn a_rank_stuck_before_the_first_step_ends_the_job(ranks: Ranks) {
+    const DEADLINE: u64 = 20;
+    let scratch = tempfile::Builder::new()
+        .prefix("terse-stuck-fifo-")
+        .tempdir()
+        .unwrap();
+    let run_dir = scratch.path().join("run");
+    let log = scratch.path().join("job.log");
+    let mut job = fifo_job(&run_dir, ranks, DEADLINE, &log);
+    let (status, seconds) = ends_within(&mut job, Duration::from_secs(DEADLINE + 10 + 120));
+    let output = std::fs::read_to_string(&log).unwrap();
+    let line = output
+        .lines()
+        .find(|l| l.contains("did not arrive"))
+        .unwrap_or_else(|| panic!("no rank named:\n{output}"));
+    println!(
+        "{ranks:?}: rank 0 stuck opening metrics.jsonl, deadline {DEADLINE} s: ended {status} after {seconds:.1} s: {line}"
+    );
+    assert!(!status.success(), "{output}");
+    assert!(
+        line.contains(&format!("rank 0 did not arrive within {DEADLINE}s")),
+        "{line}"
+    );
+    match ranks {
+        // The process names where its stuck thread was.
+        Ranks::Local => assert!(line.contains("rank 0 is stuck setting up"), "{line}"),
+        // The waiting process says where it waited: rank 0 had not got there.
+        Ranks::Mpi => assert!(
+            line.contains("rank 1 was setting up") && line.contains("when it gave up"),
+            "{line}"
+        ),
+    }
+    // Started before the job, so the setup's seconds are in it: the bound
+    // is generous on the start, exact on what follows the deadline.
+    assert!(
+        seconds < (DEADLINE + 10) as f64 + 60.0,
+        "ended after {seconds:.1} s"
+    );
+}
+
+#[test]
+fn a_local_rank_stuck_before_the_first_step_ends_the_job_at_the_deadline() {
+    a_rank_stuck_before_the_first_step_ends_the_job(Ranks::Local);
+}
+
+#[test]
+fn an_mpi_rank_stuck_before_the_first_step_ends_the_job_at_the_deadline() {
+    a_rank_stuck_before_the_first_step_ends_the_job(Ranks::Mpi);
+}
+
+#[test]
+fn a_first_sigterm_while_a_local_rank_is_stuck_ends_the_job_without_a_checkpoint() {
+    let scratch = tempfile::Builder::new()
+        .prefix("terse-stuck-fifo-term-")
+        .tempdir()
+        .unwrap();
+    let run_dir = scratch.path().join("run");
+    let log = scratch.path().join("job.log");
+    let mut job = fifo_job(&run_dir, Ranks::Local, 600, &log);
+    // Rank 1 is in the barrier before step 1 once rank 0 is announced and
+    // the set-up's lines are written; give it a moment to get there.
+    wait_for_line(&log, "rank(s) (local)", &mut job);
+    std::thread::sleep(Duration::from_secs(5));
+    signal(job.id() as i32, libc::SIGTERM);
+    let (status, seconds) = ends_within(&mut job, Duration::from_secs(120));
+    let output = std::fs::read_to_string(&log).unwrap();
+    let asked = output.lines().find(|l| l.contains("stop requested"));
+    let line = output
+        .lines()
+        .find(|l| l.contains("stopped by signal 15"))
+        .unwrap_or_else(|| panic!("no stop reported:\n{output}"));
+    println!("SIGTERM with rank 0 stuck: ended {status} after {seconds:.1} s: {asked:?} / {line}");
+    assert!(
+        asked.is_some(),
+        "the first signal is not acknowledged:\n{output}"
+    );
+    assert_eq!(status.code(), Some(143), "{output}");
+    assert!(line.contains("while waiting for rank 0"), "{line}");
+    assert!(line.contains("rank 0 is stuck setting up"), "{line}");
+    // The stop grace (10 s) and the stuck ranks' grace (5 s), plus slack.
+    assert!(seconds < 15.0 + 10.0, "ended after {seconds:.1} s");
+    assert!(
+        !run_dir.join("checkpoints").exists(),
+        "a checkpoint was written"
+    );
+}
+
+#[test]
+fn a_first_sigterm_to_the_ranks_while_an_mpi_rank_is_stuck_ends_the_job_without_a_checkpoint() {
+    let scratch = tempfile::Builder::new()
+        .prefix("terse-stuck-fifo-mpi-term-")
+        .tempdir()
+        .unwrap();
+    let run_dir = scratch.path().join("run");
+    let log = scratch.path().join("job.log");
+    let mut job = fifo_job(&run_dir, Ranks::Mpi, 600, &log);
+    wait_for_line(&log, "rank(s) (mpi)", &mut job);
+    std::thread::sleep(Duration::from_secs(5));
+    // As `cargo xtask` passes a signal on: to every rank, not to mpirun.
+    let ranks: Vec<i32> = (0..2)
+        .map(|rank| find_rank_pid(&run_dir, rank).expect("both ranks run"))
+        .collect();
+    for &pid in &ranks {
+        signal(pid, libc::SIGTERM);
+    }
+    let (status, seconds) = ends_within(&mut job, Duration::from_secs(120));
+    let output = std::fs::read_to_string(&log).unwrap();
+    let line = output
+        .lines()
+        .find(|l| l.contains("stopped by signal 15"))
+        .unwrap_or_else(|| panic!("no stop reported:\n{output}"));
+    println!(
+        "SIGTERM to both ranks, MPI rank 0 stuck: ended {status} after {seconds:.1} s: {line}"
+    );
+    assert!(!status.success(), "{output}");
+    assert!(line.contains("while waiting for rank 0"), "{line}");
+    assert!(line.contains("rank 1 was setting up"), "{line}");
+    assert_eq!(
+        output.matches("stop requested").count(),
+        1,
+        "rank 0 alone acknowledges the signal:\n{output}"
+    );
+    // The stop grace (10 s), then MPI_Abort ends the stuck rank.
+    assert!(seconds < 10.0 + 10.0, "ended after {seconds:.1} s");
+    assert!(
+        !run_dir.join("checkpoints").exists(),
+        "a checkpoint was written"
+    );
+}
+
+#[test]
+fn a_second_sigterm_while_a_local_rank_is_stuck_ends_the_job_at_once() {
+    use std::os::unix::process::ExitStatusExt as _;
+    let scratch = tempfile::Builder::new()
+        .prefix("terse-stuck-fifo-term2-")
+        .tempdir()
+        .unwrap();
+    let run_dir = scratch.path().join("run");
+    let log = scratch.path().join("job.log");
+    let mut job = fifo_job(&run_dir, Ranks::Local, 600, &log);
+    wait_for_line(&log, "rank(s) (local)", &mut job);
+    signal(job.id() as i32, libc::SIGTERM);
+    wait_for_line(&log, "stop requested", &mut job);
+    signal(job.id() as i32, libc::SIGTERM);
+    let (status, seconds) = ends_within(&mut job, Duration::from_secs(60));
+    println!("a second SIGTERM: ended {status} after {seconds:.1} s");
+    // The default action: killed by the signal (a shell says 143).
+    assert_eq!(status.signal(), Some(libc::SIGTERM), "{status}");
+    assert!(seconds < 2.0, "ended after {seconds:.1} s");
 }

@@ -86,8 +86,9 @@ pub enum CommError {
     /// that did not arrive: the ranks are not at one step, so no checkpoint
     /// can be consistent.
     #[error(
-        "{op}: stopped by signal {signal} while waiting for {}; the ranks are not at one step, so no checkpoint was written",
-        ranks(missing)
+        "{op}: stopped by signal {signal} while waiting for {}, which did not arrive within {:?} of the signal; the ranks are not at one step, so no checkpoint was written",
+        ranks(missing),
+        crate::watchdog::STOP_GRACE
     )]
     Stopped {
         /// The collective that waited.

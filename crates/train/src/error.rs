@@ -114,6 +114,20 @@ impl TrainError {
         }
     }
 
+    /// The collective's give-up on ranks that did not arrive (its deadline
+    /// passed, or a stop signal came while it waited), if this is one.
+    pub fn gave_up_waiting(&self) -> Option<&terse_comm::CommError> {
+        use terse_comm::CommError;
+        match self {
+            Self::Comm(e @ (CommError::Timeout { .. } | CommError::Stopped { .. }))
+            | Self::Optim(terse_optim::OptimError::Comm(
+                e @ (CommError::Timeout { .. } | CommError::Stopped { .. }),
+            )) => Some(e),
+            Self::Rank { error, .. } => error.gave_up_waiting(),
+            _ => None,
+        }
+    }
+
     /// Whether this is (or a rank's error was) a stop by SIGINT/SIGTERM.
     pub fn interrupted(&self) -> bool {
         match self {

@@ -6,15 +6,16 @@
 //! prepared once per process ([`with_task`]) and shared by its ranks.
 
 use std::path::{Path, PathBuf};
-use std::time::Duration;
 
 use terse_comm::{Communicator, LocalComm, MpiComm, SingleRank};
 
+use crate::collective_deadline::CollectiveDeadline;
 use crate::comm_choice::{Backend, CommChoice};
 use crate::dispatch::{TaskAction, with_task};
 use crate::metrics::RunSummary;
 use crate::run_dir::{self, Existing, RunDirClaim};
-use crate::{RunConfig, Task, TrainError, Trainer, logging, signals};
+use crate::stuck_ranks::{self, StuckRanks};
+use crate::{RunConfig, Task, TrainError, Trainer, logging, rank_phase, signals};
 
 /// Where and how a run goes, beyond its config.
 #[derive(Debug, Clone)]
@@ -83,6 +84,9 @@ fn on_process_world(
     trainer: &Trainer<'_>,
     predictions: &Path,
 ) -> Result<Option<RunSummary>, TrainError> {
+    // Every wait for another rank, from the first (the claim below, the
+    // data's preparation) on, under the run's deadline.
+    comm.set_deadline(CollectiveDeadline::new(config.train.collective_timeout_s).initial());
     // Rank 0 claims the directory before any rank writes to it; if it
     // cannot, every rank ends with its reason.
     let _claim = if comm.rank() == 0 {
@@ -108,8 +112,15 @@ fn on_process_world(
         && !e.interrupted()
         && !e.diverged()
     {
-        tracing::error!("rank {}: {e}", comm.rank());
-        comm.abort(&e.to_string());
+        let rank = comm.rank();
+        // Where this rank waited says where the missing ranks were: they
+        // had not reached that point.
+        let place = match (e.gave_up_waiting(), rank_phase::of(rank)) {
+            (Some(_), Some(phase)) => format!(" (rank {rank} was {phase} when it gave up)"),
+            _ => String::new(),
+        };
+        tracing::error!("rank {rank}: {e}{place}");
+        comm.abort(&format!("{e}{place}"));
     }
     result
 }
@@ -176,31 +187,46 @@ impl TaskAction for TrainOn<'_> {
                 Ok((comm.rank() == 0).then_some(outcome.summary))
             }
             Self::Threads(ranks, trainer) => {
-                // No rank waits for another longer than a whole evaluation.
                 let threads = threads_per_rank(ranks);
-                let results = LocalComm::run(ranks, Duration::from_secs(6 * 3600), |comm| {
-                    announce(comm, trainer.config, trainer.run_dir);
-                    // The rank's own pool: its kernels and matmuls stay on
-                    // its share of the cores instead of queueing in rayon's
-                    // one global pool behind the other ranks' work.
-                    let rank = comm.rank();
-                    let pool = rayon::ThreadPoolBuilder::new()
-                        .num_threads(threads)
-                        .thread_name(move |i| format!("rank-{rank}-{i}"))
-                        .build()
-                        .map_err(|e| TrainError::Io {
-                            path: trainer.run_dir.to_path_buf(),
-                            source: std::io::Error::other(format!(
-                                "cannot start rank {rank}'s {threads} threads: {e}"
-                            )),
-                        })?;
-                    let outcome = pool.install(|| trainer.run(&task, comm))?;
-                    Ok((comm.rank() == 0).then_some(outcome.summary))
+                let deadline =
+                    CollectiveDeadline::new(trainer.config.train.collective_timeout_s).initial();
+                let watch = StuckRanks::watch(ranks, stuck_ranks::GRACE);
+                let results = LocalComm::run(ranks, deadline, |comm| {
+                    let result = rank_thread(comm, trainer, &task, threads);
+                    watch.returned(comm.rank(), &result);
+                    result
                 });
+                drop(watch);
                 lead_result(results)
             }
         }
     }
+}
+
+/// One local rank: its log lines, its own pool of `threads`, its run.
+fn rank_thread<T: Task>(
+    comm: &LocalComm,
+    trainer: &Trainer<'_>,
+    task: &T,
+    threads: usize,
+) -> Result<Option<RunSummary>, TrainError> {
+    announce(comm, trainer.config, trainer.run_dir);
+    // The rank's own pool: its kernels and matmuls stay on its share of the
+    // cores instead of queueing in rayon's one global pool behind the other
+    // ranks' work.
+    let rank = comm.rank();
+    let pool = rayon::ThreadPoolBuilder::new()
+        .num_threads(threads)
+        .thread_name(move |i| format!("rank-{rank}-{i}"))
+        .build()
+        .map_err(|e| TrainError::Io {
+            path: trainer.run_dir.to_path_buf(),
+            source: std::io::Error::other(format!(
+                "cannot start rank {rank}'s {threads} threads: {e}"
+            )),
+        })?;
+    let outcome = pool.install(|| trainer.run(task, comm))?;
+    Ok((rank == 0).then_some(outcome.summary))
 }
 
 /// Threads of each of `ranks` local ranks: the cores (or

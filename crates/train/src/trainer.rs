@@ -28,6 +28,7 @@ use crate::logging;
 use crate::metrics::{DivergedRecord, EvalRecord, MetricsLog, RunSummary, StepRecord};
 use crate::micro_batches::{Lanes, StepPlace, local_gradient};
 use crate::progress::{ProgressLines, step_bar};
+use crate::rank_phase::{self, Phase};
 use crate::step_order::StepOrder;
 use crate::{RunConfig, TrainError, signals};
 
@@ -181,6 +182,7 @@ impl Trainer<'_> {
             cfg.train.global_batch / world,
         )?;
         let lead = rank == 0;
+        rank_phase::enter(rank, Phase::SetUp);
         logging::set_rank(rank);
         logging::attach_run_dir(self.run_dir).map_err(|source| TrainError::Io {
             path: self.run_dir.join(logging::LOG_FILE),
@@ -245,8 +247,10 @@ impl Trainer<'_> {
             }
         }
         if self.resume {
+            rank_phase::enter(rank, Phase::Resume);
             model = self.restore(model, &mut optimizer, comm)?;
             flat.regather(&model)?;
+            rank_phase::enter(rank, Phase::SetUp);
         } else {
             checkpoint::clear_own(self.run_dir, rank)?;
         }
@@ -284,6 +288,7 @@ impl Trainer<'_> {
         if lead && start_step == 0 && cfg.train.eval_every > 0 {
             // The starting point, for comparison (pretrained weights and an
             // untrained head, or random weights).
+            rank_phase::enter(rank, Phase::EvaluateBefore);
             let eval = bar.suspend(|| task.evaluate(&model.valid(), &device.clone().inner()))?;
             bar.suspend(|| tracing::info!("before training: {}", render_eval(&eval)));
             summary.eval_before = eval.clone();
@@ -310,6 +315,7 @@ impl Trainer<'_> {
         let share_params = world > 1 && cfg.train.device.is_cpu() && optimizer.params_replicated();
         let run_start = Instant::now();
         for t in start_step + 1..=cfg.train.steps {
+            rank_phase::enter(rank, Phase::Step(t));
             let step_start = Instant::now();
             let (epoch, share) = order.share(t);
             let at = StepPlace {
@@ -420,6 +426,7 @@ impl Trainer<'_> {
             }
             let every = cfg.train.checkpoint_every;
             if stop || last || (every > 0 && t.is_multiple_of(every)) {
+                rank_phase::enter(rank, Phase::Checkpoint(t));
                 let dir = self.save(&model, &mut optimizer, comm)?;
                 if stop && !last {
                     bar.abandon();
@@ -431,6 +438,7 @@ impl Trainer<'_> {
             }
             let eval_every = cfg.train.eval_every;
             if lead && !last && eval_every > 0 && t.is_multiple_of(eval_every) {
+                rank_phase::enter(rank, Phase::Evaluate(t));
                 let eval =
                     bar.suspend(|| task.evaluate(&model.valid(), &device.clone().inner()))?;
                 bar.suspend(|| tracing::info!("step {t}: {}", render_eval(&eval)));
@@ -438,6 +446,7 @@ impl Trainer<'_> {
             }
         }
         bar.finish_and_clear();
+        rank_phase::enter(rank, Phase::Finish);
         if lead {
             summary.eval = task.evaluate(&model.valid(), &device.clone().inner())?;
             log.line(&EvalRecord {
@@ -449,6 +458,12 @@ impl Trainer<'_> {
                 Err(e @ TrainError::InvalidRun { .. }) => tracing::warn!("no export: {e}"),
                 other => other?,
             }
+        }
+        // The other ranks wait for rank 0's final evaluation and export in
+        // a collective, under the deadline: a rank 0 stuck there is named
+        // instead of leaving the job waiting in the transport's shutdown.
+        if world > 1 {
+            comm.barrier()?;
         }
         Ok(RunOutcome { model, summary })
     }

@@ -74,6 +74,12 @@ pub fn verify_own(
 ) -> Result<RankRecord, TrainError> {
     let rank = comm.rank();
     let own = super::verify_rank(dir, rank).and_then(|record| {
+        // Rank 0 wrote the step's commit; the others may not see it (a
+        // disk of each node), their own records carry the same stamp.
+        if rank == 0 {
+            let meta = super::read_meta(dir)?;
+            check_compatible(dir, &meta, config, comm.world_size())?;
+        }
         check_compatible(dir, &record.meta, config, comm.world_size())?;
         if record.meta.step != named_step(dir, &record) {
             return Err(bad(dir, "a rank's record of another step"));

@@ -177,11 +177,18 @@ fn bad(path: &Path, reason: impl Into<String>) -> TrainError {
     }
 }
 
-/// A JSON record of a checkpoint, of this format and version.
-fn read_record<T: serde::de::DeserializeOwned>(
-    path: &Path,
-    meta: impl Fn(&T) -> &CheckpointMeta,
-) -> Result<T, TrainError> {
+/// The format and version every checkpoint record starts with, read before
+/// the rest so that a record of another layout is refused as such (not as
+/// a missing field).
+#[derive(Deserialize)]
+struct Stamp {
+    format: String,
+    version: u32,
+}
+
+/// A JSON record of a checkpoint (`trainer.json`, `rank-R.json`), of this
+/// format and version; another format or version is refused naming both.
+fn read_record<T: serde::de::DeserializeOwned>(path: &Path) -> Result<T, TrainError> {
     let name = path.file_name().and_then(|n| n.to_str()).unwrap_or("");
     let text = fs::read_to_string(path).map_err(|e| {
         bad(
@@ -189,27 +196,31 @@ fn read_record<T: serde::de::DeserializeOwned>(
             format!("cannot read {name}: {e} (incomplete checkpoint)"),
         )
     })?;
-    let record: T = serde_json::from_str(&text)
+    let stamp: Stamp = serde_json::from_str(&text)
         .map_err(|e| bad(path, format!("not a checkpoint record: {e}")))?;
-    let m = meta(&record);
-    if m.format != FORMAT || m.version != VERSION {
+    if stamp.format != FORMAT || stamp.version != VERSION {
         return Err(bad(
             path,
             format!(
-                "format `{}` v{}, expected `{FORMAT}` v{VERSION} (written by another version \
-                 of terse)",
-                m.format, m.version
+                "format `{}` version {}, this terse reads `{FORMAT}` version {VERSION} only \
+                 (written by another version of terse)",
+                stamp.format, stamp.version
             ),
         ));
     }
-    Ok(record)
+    serde_json::from_str(&text).map_err(|e| bad(path, format!("not a checkpoint record: {e}")))
+}
+
+/// Reads a committed checkpoint's `trainer.json`.
+pub fn read_meta(dir: &Path) -> Result<CheckpointMeta, TrainError> {
+    read_record(&dir.join(META))
 }
 
 /// Reads `rank-R.json` of `dir` and checks each file it lists against its
 /// SHA-256: a damaged, truncated or missing file is an error naming it.
 pub fn verify_rank(dir: &Path, rank: usize) -> Result<RankRecord, TrainError> {
     let path = dir.join(record_file(rank));
-    let record: RankRecord = read_record(&path, |r: &RankRecord| &r.meta)?;
+    let record: RankRecord = read_record(&path)?;
     if record.rank != rank {
         return Err(bad(&path, format!("the record of rank {}", record.rank)));
     }
@@ -239,7 +250,7 @@ pub fn verify_rank(dir: &Path, rank: usize) -> Result<RankRecord, TrainError> {
 /// Reads the committed checkpoint `dir` (its `trainer.json`) and checks rank
 /// 0's files, the ones `eval`, `predict` and `export` load.
 pub fn verify(dir: &Path) -> Result<CheckpointMeta, TrainError> {
-    let meta: CheckpointMeta = read_record(&dir.join(META), |m: &CheckpointMeta| m)?;
+    let meta = read_meta(dir)?;
     verify_rank(dir, 0)?;
     Ok(meta)
 }
@@ -307,4 +318,37 @@ pub fn resolve(path: &Path) -> Result<PathBuf, TrainError> {
             "neither a checkpoint (no trainer.json) nor a run directory with checkpoints/",
         )
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_record_of_another_version_is_refused_naming_the_file_and_both_versions() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join(META);
+        // Version 1's trainer.json had other fields (every rank's
+        // checksums): the version is what is reported, not a missing field.
+        fs::write(
+            &path,
+            r#"{"format": "terse-checkpoint", "version": 1, "step": 20, "files": {}}"#,
+        )
+        .unwrap();
+        let error = read_meta(dir.path()).unwrap_err().to_string();
+        assert_eq!(
+            error,
+            format!(
+                "checkpoint {}: format `terse-checkpoint` version 1, this terse reads \
+                 `terse-checkpoint` version 2 only (written by another version of terse)",
+                path.display()
+            )
+        );
+        fs::write(&path, r#"{"format": "other", "version": 2}"#).unwrap();
+        let error = read_meta(dir.path()).unwrap_err().to_string();
+        assert!(error.contains("format `other` version 2"), "{error}");
+        fs::write(&path, r#"{"step": 3}"#).unwrap();
+        let error = read_meta(dir.path()).unwrap_err().to_string();
+        assert!(error.contains("not a checkpoint record"), "{error}");
+    }
 }
