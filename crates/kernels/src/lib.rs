@@ -18,6 +18,7 @@
 #![warn(missing_docs)]
 
 pub mod device;
+pub mod dispatches;
 pub mod fused;
 pub mod mask;
 pub mod onebit;

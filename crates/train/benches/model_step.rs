@@ -13,6 +13,12 @@
 //! attention, norm, activation, dropout, loss, embedding, optimizer, the
 //! flat-buffer round trip, and the rest as "other").
 //!
+//! On a cubecl device (`--device lavapipe|wgpu|cuda`) the timed steps'
+//! kernel dispatches are counted by kind (matmul, elementwise, reduce,
+//! copy, other: `terse_kernels::dispatches`), a proxy for launch overhead
+//! that lavapipe measures without a GPU; `TERSE_BENCH_KERNELS=1` lists them
+//! per kernel on stderr.
+//!
 //! Args (after `--`): `--presets mini,base,resnet20`, `--batch 8`, `--seq
 //! 128`, `--resnet-batch 128`, `--warmup 2`, `--steps 5`, `--no-dropout` (to
 //! see what dropout costs), `--quick` (BERT-Tiny, 2 steps: a smoke run).
@@ -23,6 +29,7 @@ use std::time::Instant;
 use burn::module::Module;
 use burn::tensor::{Device, Int, Tensor, TensorData};
 use terse_comm::SingleRank;
+use terse_kernels::dispatches::{DispatchCounter, DispatchKind};
 use terse_kernels::fused::{
     self,
     op_profile::{self, OpClass},
@@ -123,6 +130,8 @@ struct Timings {
     forward: f64,
     backward: f64,
     classes: [f64; OpClass::ALL.len()],
+    /// Kernel dispatches per timed step by kind, on a cubecl device.
+    dispatches: Option<Vec<(DispatchKind, f64)>>,
 }
 
 /// Runs `warmup + steps` training steps of `model` (forward and loss by
@@ -132,6 +141,7 @@ fn time_steps<M: Module>(
     mut model: M,
     warmup: usize,
     steps: usize,
+    on_cube: bool,
     loss: impl Fn(&M) -> Tensor<1>,
 ) -> Timings {
     let comm = SingleRank::new();
@@ -147,8 +157,15 @@ fn time_steps<M: Module>(
         forward: 0.0,
         backward: 0.0,
         classes: [0.0; OpClass::ALL.len()],
+        dispatches: None,
     };
+    let mut counter = None;
     for step in 0..warmup + steps {
+        if step == warmup && on_cube {
+            // The timed steps' dispatches (the warmup's autotuning and
+            // first-use copies left out).
+            counter = Some(DispatchCounter::start());
+        }
         op_profile::start();
         let start = Instant::now();
         let loss = loss(&model);
@@ -179,11 +196,24 @@ fn time_steps<M: Module>(
         }
     }
     let n = steps as f64;
+    let dispatches = counter.map(|counter| {
+        if std::env::var_os("TERSE_BENCH_KERNELS").is_some() {
+            for (kernel, count) in counter.by_kernel() {
+                eprintln!("{:>8.1} per step  {kernel}", count as f64 / n);
+            }
+        }
+        counter
+            .by_kind()
+            .into_iter()
+            .map(|(kind, count)| (kind, count as f64 / n))
+            .collect()
+    });
     Timings {
         step: sums.step / n,
         forward: sums.forward / n,
         backward: sums.backward / n,
         classes: sums.classes.map(|ms| ms / n),
+        dispatches,
     }
 }
 
@@ -199,10 +229,21 @@ fn report(name: &str, device: &str, batch: usize, extra: &str, t: &Timings) {
         "\"other\": {:.1}",
         t.step - t.classes.iter().sum::<f64>()
     ));
+    let dispatches = t.dispatches.as_ref().map_or(String::new(), |kinds| {
+        let total: f64 = kinds.iter().map(|(_, n)| n).sum();
+        let each: Vec<String> = kinds
+            .iter()
+            .map(|(kind, n)| format!("\"{}\": {n:.1}", kind.name()))
+            .collect();
+        format!(
+            ", \"dispatches_per_step\": {total:.1}, \"dispatches_by_kind\": {{{}}}",
+            each.join(", ")
+        )
+    });
     println!(
         "{{\"framework\": \"terse\", \"device\": \"{device}\", \"preset\": \"{name}\", \"batch\": {batch},{extra} \
          \"threads\": {}, \"samples_per_s\": {:.3}, \"step_ms\": {:.1}, \"forward_ms\": {:.1}, \
-         \"backward_ms\": {:.1}, \"optimizer_ms\": {:.1}, \"breakdown_ms\": {{{}}}}}",
+         \"backward_ms\": {:.1}, \"optimizer_ms\": {:.1}, \"breakdown_ms\": {{{}}}{dispatches}}}",
         rayon::current_num_threads(),
         batch as f64 / (t.step / 1e3),
         t.step,
@@ -262,10 +303,16 @@ fn bert(args: &Args, preset: BertPreset, device: &Device) {
         |v: &Vec<i64>| Tensor::<1, Int>::from_data(TensorData::new(v.clone(), [v.len()]), device);
     let (masked, labels, nsp) = (ints(&masked), ints(&labels), ints(&nsp));
     let model = BertForPreTraining::new(&config, device);
-    let timings = time_steps(model, args.warmup, args.steps, |model| {
-        let out = model.forward(input.clone(), masked.clone());
-        model.loss(&out, labels.clone(), nsp.clone())
-    });
+    let timings = time_steps(
+        model,
+        args.warmup,
+        args.steps,
+        !args.device.is_cpu(),
+        |model| {
+            let out = model.forward(input.clone(), masked.clone());
+            model.loss(&out, labels.clone(), nsp.clone())
+        },
+    );
     let on = args.device.to_string();
     report(preset.name(), &on, b, &format!(" \"seq\": {t},"), &timings);
 }
@@ -286,9 +333,13 @@ fn resnet20(args: &Args, device: &Device) {
         small_stem: false,
     }
     .init(device);
-    let timings = time_steps(model, args.warmup, args.steps, |model| {
-        fused::cross_entropy(model.forward(images.clone()), labels.clone())
-    });
+    let timings = time_steps(
+        model,
+        args.warmup,
+        args.steps,
+        !args.device.is_cpu(),
+        |model| fused::cross_entropy(model.forward(images.clone()), labels.clone()),
+    );
     let on = args.device.to_string();
     report("resnet20", &on, b, " \"image\": [3, 32, 32],", &timings);
 }
