@@ -269,7 +269,10 @@ fn a_device_that_is_not_there_is_one_clear_error() {
             "wgpu:7",
             "no discrete GPU number 7 among the adapters wgpu finds here",
         ),
-        ("cuda", "this build has no CUDA backend"),
+        (
+            "cuda",
+            "`cuda` cannot be used: no NVIDIA driver: libcuda.so was not found",
+        ),
         ("gpu3", "unknown device `gpu3`"),
     ] {
         let output = terse(device, "adam", &scratch.path().join("run"), &[]);

@@ -17,6 +17,7 @@
 //!   backward, as a burn backend extension.
 #![warn(missing_docs)]
 
+pub mod cube;
 pub mod device;
 pub mod dispatches;
 pub mod fused;

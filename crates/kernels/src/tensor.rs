@@ -3,17 +3,17 @@
 //! loops on `flex`, reaching the tensors' storage through burn's backend
 //! extension API (no copy through host `TensorData` on either).
 //!
-//! Autodiff-tracked tensors are taken without their graph (`inner`). terse
-//! builds burn without `fusion`, so a cubecl tensor is always a plain
-//! `CubeTensor` here; a build that turns fusion on gets a clear error from
-//! [`TensorWorker::new`] rather than a wrong result (see the README).
+//! Autodiff-tracked tensors are taken without their graph (`inner`). burn's
+//! `fusion` queues a cubecl tensor's operations: [`crate::cube`] runs them
+//! and hands over the buffer, and wraps buffers back into tensors.
 
 use burn::backend::flex::FlexTensor;
 use burn::backend::wgpu::CubeTensor;
-use burn::backend::{Cube, DType, Flex, Shape};
+use burn::backend::{DType, Flex, Shape};
 use burn::tensor::Tensor;
 use cubecl::prelude::*;
 
+use crate::cube;
 use crate::device::{self, DeviceCompressed};
 use crate::onebit::{ChunkLayout, Scale, words_for};
 use crate::server::Compressed;
@@ -99,8 +99,8 @@ impl TensorWorker {
                 error: contiguous_flex(primitive::<Flex>(error, "error")?),
             },
             Err(_) => {
-                let x = primitive::<Cube>(x, "x")?;
-                let error = primitive::<Cube>(error, "error")?;
+                let x = cube_primitive(x, "x")?;
+                let error = cube_primitive(error, "error")?;
                 Storage::Cube {
                     x: contiguous_cube(x),
                     error: contiguous_cube(error),
@@ -117,10 +117,7 @@ impl TensorWorker {
                 Tensor::from_primitive::<Flex>(x),
                 Tensor::from_primitive::<Flex>(error),
             ),
-            Storage::Cube { x, error } => (
-                Tensor::from_primitive::<Cube>(x),
-                Tensor::from_primitive::<Cube>(error),
-            ),
+            Storage::Cube { x, error } => (cube::tensor(x), cube::tensor(error)),
         }
     }
 
@@ -128,6 +125,14 @@ impl TensorWorker {
     pub fn on_device(&self) -> bool {
         matches!(self.storage, Storage::Cube { .. })
     }
+}
+
+/// The buffer of a tensor on a cubecl device.
+fn cube_primitive(t: Tensor<1>, what: &'static str) -> Result<CubeTensor, TensorError> {
+    cube::buffer(t).ok_or_else(|| TensorError::Backend {
+        what,
+        reason: "neither flex nor a cubecl device".into(),
+    })
 }
 
 fn primitive<B>(t: Tensor<1>, what: &'static str) -> Result<B::FloatTensorPrimitive, TensorError>
@@ -159,7 +164,7 @@ pub fn into_cube_buffer(t: Tensor<1>) -> Result<Option<CubeTensor>, TensorError>
     if t.clone().try_into_primitive::<Flex>().is_ok() {
         return Ok(None);
     }
-    Ok(Some(contiguous_cube(primitive::<Cube>(t, "flat buffer")?)))
+    Ok(Some(contiguous_cube(cube_primitive(t, "flat buffer")?)))
 }
 
 /// The dropout factors of `mask` in `shape`, computed on `device` when it
@@ -171,9 +176,9 @@ pub fn device_dropout_factors<const D: usize>(
 ) -> Option<Tensor<D>> {
     let n = shape.num_elements();
     let empty = Tensor::<1>::empty([n], &device.clone().inner());
-    let cube = empty.try_into_primitive::<Cube>().ok()?;
-    device::dropout_factors(&cube.client, mask, &cube.handle, n);
-    let factors = Tensor::<1>::from_primitive::<Cube>(cube).reshape(shape);
+    let buffer = contiguous_cube(cube::buffer(empty)?);
+    device::dropout_factors(&buffer.client, mask, &buffer.handle, n);
+    let factors = cube::tensor::<1>(buffer).reshape(shape);
     // A constant of the autodiff graph when `device` tracks gradients.
     Some(if device.is_autodiff() {
         Tensor::from_inner(factors)
@@ -211,7 +216,7 @@ fn contiguous_cube(t: CubeTensor) -> CubeTensor {
         device::optim::copy(&t.client, &t.handle, &handle, len);
         return CubeTensor::new_contiguous(t.client, t.device, Shape::new([len]), handle, t.dtype);
     }
-    let data = Tensor::<1>::from_primitive::<Cube>(t.clone()).into_data();
+    let data = cube::tensor::<1>(t.clone()).into_data();
     let bytes = data.as_bytes().to_vec();
     let handle = t.client.create_from_slice(&bytes);
     CubeTensor::new_contiguous(t.client, t.device, Shape::new([len]), handle, DType::F32)

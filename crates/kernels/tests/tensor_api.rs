@@ -143,7 +143,7 @@ fn shared_and_offset_tensors_become_buffers_of_their_own() {
     let values: Vec<f32> = (0..1000).map(|i| i as f32 * 0.5).collect();
     let whole = Tensor::<1>::from_data(TensorData::new(values.clone(), [1000]), &lavapipe);
     let read = |t: burn::backend::wgpu::CubeTensor| {
-        Tensor::<1>::from_primitive::<burn::backend::Cube>(t)
+        terse_kernels::cube::tensor::<1>(t)
             .into_data()
             .try_to_vec::<f32>()
             .unwrap()

@@ -57,7 +57,8 @@ fn main() {
     let device = match name {
         "lavapipe" => Device::wgpu(DeviceKind::Cpu),
         "wgpu" => Device::wgpu(DeviceKind::DefaultDevice),
-        other => panic!("--device {other}: lavapipe or wgpu"),
+        "cuda" => Device::cuda(0),
+        other => panic!("--device {other}: lavapipe, wgpu or cuda"),
     };
     let layout = bert_layout::layout(if quick { 1_000_000 } else { 10_000_000 });
     let d = layout.len();

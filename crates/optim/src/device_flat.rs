@@ -7,12 +7,13 @@
 //! keep their state here between steps and copy it to the host only to
 //! save a checkpoint.
 
+use burn::backend::Shape;
 use burn::backend::wgpu::CubeTensor;
-use burn::backend::{Cube, Shape};
 use burn::tensor::{Device, Tensor, TensorData};
 use cubecl::prelude::*;
 use cubecl::server::Handle;
 use terse_comm::{Communicator, CompressedAllreduce, ReduceOp};
+use terse_kernels::cube;
 use terse_kernels::device::optim::DeviceChunks;
 use terse_kernels::tensor::{TensorWorker, into_cube_buffer};
 
@@ -101,7 +102,7 @@ impl DeviceFlat {
     /// the model's parameters; a later in-place step changes them too,
     /// which is why the model is rebuilt from it after every step).
     pub fn tensor(&self) -> Tensor<1> {
-        Tensor::from_primitive::<Cube>(self.tensor.clone())
+        cube::tensor(self.tensor.clone())
     }
 
     /// Swaps the storage for `handle` (same length), returning the old one:
@@ -114,7 +115,7 @@ impl DeviceFlat {
     /// `handle` (`len` f32 on this buffer's device) as a burn tensor.
     pub(crate) fn wrap(&self, handle: Handle, len: usize) -> Tensor<1> {
         let t = &self.tensor;
-        Tensor::from_primitive::<Cube>(CubeTensor::new_contiguous(
+        cube::tensor(CubeTensor::new_contiguous(
             t.client.clone(),
             t.device.clone(),
             Shape::new([len]),

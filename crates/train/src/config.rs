@@ -164,8 +164,9 @@ pub struct TrainSettings {
     pub collective_timeout_s: Option<u64>,
     /// Where the model, its batches and its gradients live: `cpu` (burn's
     /// flex backend, the default), `wgpu` (burn's wgpu backend on the best
-    /// adapter: a GPU, else lavapipe), `wgpu:N`, `lavapipe` or `cuda` (not
-    /// in this build; see [`DeviceChoice`]). A checkpoint continues on any.
+    /// adapter: a GPU, else lavapipe), `wgpu:N`, `lavapipe`, or `cuda` /
+    /// `cuda:N` (burn's CUDA backend; see [`DeviceChoice`]). A checkpoint
+    /// continues on any.
     #[serde(default, skip_serializing_if = "DeviceChoice::is_cpu")]
     pub device: DeviceChoice,
 }

@@ -18,6 +18,7 @@ pub mod checkpoint;
 mod collective_deadline;
 mod comm_choice;
 mod config;
+pub mod cuda_check;
 mod device;
 pub mod dispatch;
 mod error;

@@ -1,0 +1,250 @@
+//! What `train.device = "cuda"` needs from the machine, asked before burn's
+//! CUDA backend starts: cubecl loads the driver and NVRTC at run time and
+//! panics (on its device thread, then on ours) when one is missing, and
+//! it passes `$CUDA_PATH/include` to every NVRTC compile, panicking when no
+//! CUDA installation is found. So each of those is checked here first and a
+//! missing one becomes one line saying what is missing and how to get it.
+//!
+//! Where cubecl looks (cubecl-cuda 0.11.3, `install::cuda_path`): the
+//! headers under `$CUDA_PATH/include`, else `/usr/local/cuda`, `/opt/cuda`,
+//! or `/usr` when `/usr/bin/nvcc` exists. cudarc opens the libraries by name
+//! (`LD_LIBRARY_PATH` and the linker's paths): `libcuda.so`/`.so.1` and
+//! `libnvrtc.so`/`.so.13`/`.so.12`/….
+
+use std::path::PathBuf;
+
+/// The headers cubecl's half-precision and tensor-core kernels include
+/// (f32 kernels include none, but NVRTC is handed the directory anyway).
+pub const HEADERS: [&str; 3] = ["cuda_fp16.h", "cuda_bf16.h", "mma.h"];
+
+/// What a CUDA run asks of the machine; [`Machine::this`] answers for this
+/// one, tests answer for machines this one is not.
+pub trait Machine {
+    /// Whether the driver library (`libcuda.so`) can be opened.
+    fn has_driver(&self) -> bool;
+    /// The driver's start-up (`cuInit`), and the number of devices it sees.
+    fn devices(&self) -> Result<usize, String>;
+    /// Whether NVRTC (`libnvrtc.so`) can be opened.
+    fn has_nvrtc(&self) -> bool;
+    /// The CUDA installation cubecl would hand NVRTC, if any.
+    fn cuda_path(&self) -> Option<PathBuf>;
+}
+
+/// This process's machine.
+pub struct ThisMachine;
+
+impl Machine for ThisMachine {
+    fn has_driver(&self) -> bool {
+        // SAFETY: only tries to open the library by its names.
+        unsafe { cudarc::driver::sys::is_culib_present() }
+    }
+
+    fn devices(&self) -> Result<usize, String> {
+        cudarc::driver::result::init().map_err(|e| e.to_string())?;
+        let count = cudarc::driver::result::device::get_count().map_err(|e| e.to_string())?;
+        Ok(usize::try_from(count).unwrap_or(0))
+    }
+
+    fn has_nvrtc(&self) -> bool {
+        // SAFETY: only tries to open the library by its names.
+        unsafe { cudarc::nvrtc::sys::is_culib_present() }
+    }
+
+    fn cuda_path(&self) -> Option<PathBuf> {
+        cubecl::cuda::install::cuda_path()
+    }
+}
+
+/// `Ok` when CUDA device `index` can run terse's kernels on `machine`;
+/// otherwise everything that is missing and how to get it, in one line.
+pub fn check(machine: &dyn Machine, index: usize) -> Result<(), String> {
+    let mut missing = Vec::new();
+    if !machine.has_driver() {
+        missing.push(
+            "no NVIDIA driver: libcuda.so was not found (install the NVIDIA driver: in a \
+             container the host's driver must be mounted, e.g. `docker run --gpus all`, and a \
+             driver outside the linker's paths goes in LD_LIBRARY_PATH)"
+                .to_string(),
+        );
+    } else {
+        match machine.devices() {
+            Err(e) => missing.push(format!(
+                "the NVIDIA driver did not start ({e}): is a GPU visible? (`nvidia-smi`)"
+            )),
+            Ok(count) if index >= count => missing.push(format!(
+                "no CUDA device {index}: the driver sees {count} (devices are numbered from 0, \
+                 and CUDA_VISIBLE_DEVICES may hide some)"
+            )),
+            Ok(_) => {}
+        }
+    }
+    if !machine.has_nvrtc() {
+        missing.push(
+            "NVRTC was not found (libnvrtc.so.13 or .so.12): terse's GPU kernels are compiled \
+             with it when they first run: `pip install nvidia-cuda-nvrtc-cu12` (or `-cu13`) and \
+             put its `nvidia/cuda_nvrtc/lib` in LD_LIBRARY_PATH, or install a CUDA toolkit"
+                .to_string(),
+        );
+    }
+    let headers = HEADERS.join(", ");
+    match machine.cuda_path() {
+        None => missing.push(format!(
+            "no CUDA headers: NVRTC is handed `$CUDA_PATH/include` (default /usr/local/cuda or \
+             /opt/cuda, none here), whose {headers} the half-precision and tensor-core kernels \
+             include: set CUDA_PATH to a CUDA toolkit (or to a directory whose include/ holds \
+             those headers, e.g. pip's nvidia-cuda-runtime-cu12 under \
+             site-packages/nvidia/cuda_runtime)"
+        )),
+        Some(root) if !root.join("include").is_dir() => missing.push(format!(
+            "no CUDA headers: {} does not exist (NVRTC is handed it, and the half-precision and \
+             tensor-core kernels include its {headers}): point CUDA_PATH at a CUDA toolkit",
+            root.join("include").display()
+        )),
+        Some(_) => {}
+    }
+    if missing.is_empty() {
+        Ok(())
+    } else {
+        Err(missing.join("; "))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A machine with the given answers (the GPU-less ones this machine
+    /// cannot give).
+    struct Answers {
+        driver: bool,
+        devices: Result<usize, String>,
+        nvrtc: bool,
+        cuda_path: Option<PathBuf>,
+    }
+
+    impl Machine for Answers {
+        fn has_driver(&self) -> bool {
+            self.driver
+        }
+        fn devices(&self) -> Result<usize, String> {
+            self.devices.clone()
+        }
+        fn has_nvrtc(&self) -> bool {
+            self.nvrtc
+        }
+        fn cuda_path(&self) -> Option<PathBuf> {
+            self.cuda_path.clone()
+        }
+    }
+
+    fn complete(root: &std::path::Path) -> Answers {
+        Answers {
+            driver: true,
+            devices: Ok(2),
+            nvrtc: true,
+            cuda_path: Some(root.to_path_buf()),
+        }
+    }
+
+    #[test]
+    fn each_missing_part_is_named_with_how_to_get_it() {
+        let root = tempfile::tempdir().unwrap();
+        std::fs::create_dir(root.path().join("include")).unwrap();
+        assert_eq!(check(&complete(root.path()), 1), Ok(()));
+
+        let error = |machine: Answers, index| check(&machine, index).unwrap_err();
+        let no_driver = error(
+            Answers {
+                driver: false,
+                ..complete(root.path())
+            },
+            0,
+        );
+        assert!(
+            no_driver.starts_with("no NVIDIA driver: libcuda.so"),
+            "{no_driver}"
+        );
+        assert!(
+            !no_driver.contains(';'),
+            "only the driver is missing: {no_driver}"
+        );
+        let not_started = error(
+            Answers {
+                devices: Err("CUDA_ERROR_NO_DEVICE".into()),
+                ..complete(root.path())
+            },
+            0,
+        );
+        assert!(
+            not_started.contains("CUDA_ERROR_NO_DEVICE"),
+            "{not_started}"
+        );
+        let beyond = error(complete(root.path()), 2);
+        assert!(
+            beyond.starts_with("no CUDA device 2: the driver sees 2"),
+            "{beyond}"
+        );
+        let no_nvrtc = error(
+            Answers {
+                nvrtc: false,
+                ..complete(root.path())
+            },
+            0,
+        );
+        assert!(
+            no_nvrtc.contains("pip install nvidia-cuda-nvrtc-cu12"),
+            "{no_nvrtc}"
+        );
+        let no_headers = error(
+            Answers {
+                cuda_path: None,
+                ..complete(root.path())
+            },
+            0,
+        );
+        assert!(
+            no_headers.starts_with("no CUDA headers") && no_headers.contains("cuda_bf16.h"),
+            "{no_headers}"
+        );
+        let empty = tempfile::tempdir().unwrap();
+        let no_include = error(complete(empty.path()), 0);
+        assert!(
+            no_include.contains("include does not exist"),
+            "{no_include}"
+        );
+        for line in [
+            no_driver,
+            not_started,
+            beyond,
+            no_nvrtc,
+            no_headers,
+            no_include,
+        ] {
+            assert_eq!(line.lines().count(), 1, "{line}");
+        }
+    }
+
+    #[test]
+    fn everything_missing_is_said_in_one_line() {
+        let nothing = Answers {
+            driver: false,
+            devices: Err("unused".into()),
+            nvrtc: false,
+            cuda_path: None,
+        };
+        let error = check(&nothing, 0).unwrap_err();
+        let parts: Vec<&str> = error
+            .split("; ")
+            .map(|p| &p[..p.find(':').unwrap()])
+            .collect();
+        assert_eq!(
+            parts,
+            [
+                "no NVIDIA driver",
+                "NVRTC was not found (libnvrtc.so.13 or .so.12)",
+                "no CUDA headers"
+            ]
+        );
+        assert_eq!(error.lines().count(), 1);
+    }
+}
