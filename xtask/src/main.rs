@@ -9,6 +9,7 @@
 
 mod bench;
 mod bench_workers;
+mod bundle;
 mod child_signals;
 mod cli_name;
 mod data;
@@ -65,6 +66,8 @@ enum Command {
     Reproduce(reproduce::Args),
     /// Benchmark kernels, optimizer steps or collectives against an in-run baseline
     Bench(bench::Args),
+    /// Write a self-contained GPU benchmark bundle (binaries, libraries, run.sh) for a machine without Rust
+    Bundle(bundle::Args),
     /// Draw runs' training loss and evaluation metrics as PNGs, side by side
     Plot(run_plot::Args),
     /// List datasets and pretrained weights, fetch and verify them, build BERT pre-training shards
@@ -88,6 +91,7 @@ fn run(cli: &Cli) -> Result<()> {
         Command::Export(args) => inspect::run("export", args),
         Command::Reproduce(args) => reproduce::run(args),
         Command::Bench(args) => bench::run(args),
+        Command::Bundle(args) => bundle::run(args),
         Command::Plot(args) => run_plot::run(args),
         Command::Data(args) => data::run(args),
         Command::Netlab(args) => netlab::run(args),

@@ -260,7 +260,10 @@ fn main() {
     let device = args
         .device
         .open()
-        .unwrap_or_else(|e| panic!("{e}"))
+        .unwrap_or_else(|e| {
+            eprintln!("model_step: error: {e}");
+            std::process::exit(1)
+        })
         .autodiff();
     // On a worker of rayon's pool, as `terse` trains (launch.rs): from
     // outside the pool each parallel loop is handed over and waited for.

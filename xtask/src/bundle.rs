@@ -1,0 +1,236 @@
+//! `cargo xtask bundle`: a directory (and its `.tar.xz`) that runs terse's
+//! GPU benchmark on a machine with no Rust toolchain and no OpenMPI — a GPU
+//! node, or a lent GPU reached for one call: the stripped `terse` and
+//! `model_step` binaries, the shared libraries they load that a bare
+//! machine may lack (those `ldd` resolves outside the C library, and the
+//! Vulkan loader wgpu opens at run time), the PyTorch side of the
+//! comparison and a `run.sh` that prints terse beside PyTorch on the same
+//! GPU (`run.sh --help`).
+//!
+//! The NVIDIA driver, NVRTC and CUDA's headers come from the GPU machine:
+//! they belong to its driver and CUDA installation, and `terse` names the
+//! one that is missing (`crates/train/src/cuda_check.rs`).
+
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use anyhow::{Context, Result, bail};
+
+use crate::terse_binary;
+
+/// Arguments of `cargo xtask bundle`.
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    /// Where to write the bundle directory (its `.tar.xz` goes beside it)
+    #[arg(long, value_name = "DIR", default_value = "target/terse-gpu-bundle")]
+    pub out: PathBuf,
+}
+
+/// The run script, written as `run.sh`.
+const RUN_SH: &str = include_str!("bundle_run.sh");
+
+/// Libraries every Linux machine has (the C library and the loader), left
+/// out: a copy from another glibc would not load beside the machine's own.
+const SYSTEM: &[&str] = &[
+    "linux-vdso.so",
+    "ld-linux-x86-64.so",
+    "libc.so",
+    "libm.so",
+    "libdl.so",
+    "libpthread.so",
+    "librt.so",
+    "libutil.so",
+    "libgcc_s.so",
+];
+
+/// Loaded with `dlopen` at run time, so `ldd` does not list it: wgpu's
+/// Vulkan loader (the driver's ICD comes with the GPU's driver).
+const OPENED_AT_RUN_TIME: &[&str] = &["libvulkan.so.1"];
+
+/// Builds the binaries and writes the bundle.
+pub fn run(args: &Args) -> Result<()> {
+    let terse = terse_binary::build()?;
+    let model_step = terse_binary::build_bench("model_step")?;
+    let out = &args.out;
+    if out.exists() {
+        fs::remove_dir_all(out).with_context(|| format!("cannot replace {}", out.display()))?;
+    }
+    let bin = out.join("bin");
+    let lib = out.join("lib");
+    fs::create_dir_all(&bin)?;
+    fs::create_dir_all(&lib)?;
+    for (from, name) in [(&terse, "terse"), (&model_step, "model_step")] {
+        let to = bin.join(name);
+        fs::copy(from, &to).with_context(|| format!("cannot copy {}", from.display()))?;
+        let stripped = Command::new("strip").arg(&to).status();
+        if !stripped.is_ok_and(|s| s.success()) {
+            bail!("strip {} failed (binutils)", to.display());
+        }
+    }
+    let mut libraries = Vec::new();
+    for binary in [&terse, &model_step] {
+        for library in needed_libraries(binary)? {
+            if !libraries.contains(&library) {
+                libraries.push(library);
+            }
+        }
+    }
+    for name in OPENED_AT_RUN_TIME {
+        if let Some(path) = find_library(name) {
+            libraries.push(path);
+        }
+    }
+    for library in &libraries {
+        let name = library.file_name().context("a library path")?;
+        fs::copy(library, lib.join(name))
+            .with_context(|| format!("cannot copy {}", library.display()))?;
+    }
+    let scripts = out.join("benches");
+    fs::create_dir_all(&scripts)?;
+    fs::copy(
+        "benches/pytorch_bert_step.py",
+        scripts.join("pytorch_bert_step.py"),
+    )?;
+    let run_sh = out.join("run.sh");
+    fs::write(&run_sh, RUN_SH)?;
+    make_executable(&run_sh)?;
+    let tarball = out.with_extension("tar.xz");
+    let parent = out.parent().unwrap_or(Path::new("."));
+    let name = out.file_name().context("a bundle directory name")?;
+    let status = Command::new("tar")
+        // Fast and multi-threaded: the binaries are most of it.
+        .env("XZ_OPT", "-T0 -3")
+        .arg("-C")
+        .arg(parent)
+        .arg("-cJf")
+        // Opened before `-C` applies: a path from here, not from `parent`.
+        .arg(&tarball)
+        .arg(name)
+        .status()
+        .context("cannot start tar")?;
+    if !status.success() {
+        bail!("tar failed ({status})");
+    }
+    println!(
+        "bundle: {} ({} libraries), {} ({:.1} MB); on the GPU machine: tar xJf {} && {}/run.sh --help",
+        out.display(),
+        libraries.len(),
+        tarball.display(),
+        fs::metadata(&tarball).map_or(0.0, |m| m.len() as f64 / 1e6),
+        tarball.file_name().unwrap_or_default().to_string_lossy(),
+        name.to_string_lossy(),
+    );
+    Ok(())
+}
+
+/// The libraries `binary` loads that are not the C library's, as `ldd`
+/// resolves them here.
+fn needed_libraries(binary: &Path) -> Result<Vec<PathBuf>> {
+    let output = Command::new("ldd")
+        .arg(binary)
+        .output()
+        .context("cannot start ldd")?;
+    if !output.status.success() {
+        bail!("ldd {} failed", binary.display());
+    }
+    let listing = String::from_utf8_lossy(&output.stdout);
+    let mut found = Vec::new();
+    for line in listing.lines() {
+        match parse_ldd_line(line) {
+            LddLine::Found(name, path) if !is_system(name) => found.push(PathBuf::from(path)),
+            LddLine::Missing(name) => {
+                bail!("{} needs {name}, which is not found", binary.display())
+            }
+            _ => {}
+        }
+    }
+    Ok(found)
+}
+
+/// One line of `ldd`'s listing.
+#[derive(Debug, PartialEq, Eq)]
+enum LddLine<'a> {
+    /// `name => path (address)`.
+    Found(&'a str, &'a str),
+    /// `name => not found`.
+    Missing(&'a str),
+    /// The vDSO or the loader (no `=>`), or anything else.
+    Other,
+}
+
+fn parse_ldd_line(line: &str) -> LddLine<'_> {
+    let Some((name, rest)) = line.trim().split_once(" => ") else {
+        return LddLine::Other;
+    };
+    let rest = rest.trim();
+    if rest.starts_with("not found") {
+        return LddLine::Missing(name);
+    }
+    match rest.split_whitespace().next() {
+        Some(path) if path.starts_with('/') => LddLine::Found(name, path),
+        _ => LddLine::Other,
+    }
+}
+
+fn is_system(name: &str) -> bool {
+    SYSTEM.iter().any(|s| name.starts_with(s))
+}
+
+/// Where the dynamic linker's cache has `name`, if anywhere.
+fn find_library(name: &str) -> Option<PathBuf> {
+    let output = Command::new("ldconfig").arg("-p").output().ok()?;
+    String::from_utf8_lossy(&output.stdout)
+        .lines()
+        .filter(|l| l.trim_start().starts_with(name) && l.contains("x86-64"))
+        .find_map(|l| l.split(" => ").nth(1).map(|p| PathBuf::from(p.trim())))
+}
+
+fn make_executable(path: &Path) -> Result<()> {
+    use std::os::unix::fs::PermissionsExt as _;
+    let mut permissions = fs::metadata(path)?.permissions();
+    permissions.set_mode(0o755);
+    fs::set_permissions(path, permissions)?;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ldd_lines_are_read_and_the_c_library_left_out() {
+        assert_eq!(
+            parse_ldd_line("\tlibmpi.so.40 => /lib/x86_64-linux-gnu/libmpi.so.40 (0x00007f)"),
+            LddLine::Found("libmpi.so.40", "/lib/x86_64-linux-gnu/libmpi.so.40")
+        );
+        assert_eq!(
+            parse_ldd_line("\tlibfoo.so.1 => not found"),
+            LddLine::Missing("libfoo.so.1")
+        );
+        assert_eq!(
+            parse_ldd_line("\tlinux-vdso.so.1 (0x00007ffd)"),
+            LddLine::Other
+        );
+        assert_eq!(
+            parse_ldd_line("\t/lib64/ld-linux-x86-64.so.2 (0x00007f)"),
+            LddLine::Other
+        );
+        assert!(is_system("libc.so.6") && is_system("libm.so.6"));
+        assert!(!is_system("libmpi.so.40") && !is_system("libhwloc.so.15"));
+    }
+
+    #[test]
+    fn the_run_script_has_help_and_runs_both_frameworks() {
+        assert!(RUN_SH.starts_with("#!/usr/bin/env bash"));
+        for part in [
+            "--help",
+            "bin/model_step",
+            "pytorch_bert_step.py",
+            "--precision",
+            "LD_LIBRARY_PATH",
+        ] {
+            assert!(RUN_SH.contains(part), "run.sh lacks {part}");
+        }
+    }
+}

@@ -1,0 +1,126 @@
+#!/usr/bin/env bash
+# terse's GPU benchmark bundle (written by `cargo xtask bundle`): a BERT
+# pre-training step (MLM + NSP, dropout 0.1, AdamW, seq 128) timed in terse
+# and in PyTorch on the same GPU, in one call, writing as it goes.
+set -uo pipefail
+
+usage() {
+    cat <<'EOF'
+usage: run.sh [--device cuda|cuda:N|wgpu|lavapipe] [--presets base] [--batches "8 32"]
+              [--python PYTHON] [--out DIR] [--quick]
+
+Times terse's training step (bin/model_step) on the device for each batch
+size, then PyTorch's (benches/pytorch_bert_step.py, if PYTHON has torch and
+transformers) on CUDA in fp32 (TF32 off), tf32 and bf16 autocast, and prints
+terse beside each. Every number goes to DIR as it is measured:
+  terse.jsonl          one line per (preset, batch): samples/s, the
+                       forward/backward/optimizer split, kernel dispatches
+                       per step by kind
+  terse-kernels-*.txt  dispatches per step by kernel
+  pytorch.jsonl        one line per (preset, batch, precision)
+  machine.txt          nvidia-smi, the bundle's binaries, torch's version
+
+  --device   where terse runs [cuda]; cuda needs the NVIDIA driver, NVRTC
+             (libnvrtc.so.12/.13 on LD_LIBRARY_PATH, e.g. pip's
+             nvidia-cuda-nvrtc-cu12) and CUDA's headers ($CUDA_PATH/include,
+             default /usr/local/cuda); terse names whichever is missing
+  --presets  BERT presets, comma-separated [base]
+  --batches  batch sizes [8 32]
+  --python   a Python with torch and transformers [python3]
+  --out      where the numbers go [$OUT, else ./out]
+  --quick    BERT-Tiny, batch 8, 1 warmup + 2 timed steps (a smoke run)
+EOF
+}
+
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+device=cuda presets=base batches="8 32" python=python3 out=${OUT:-./out} quick=0
+while [[ $# -gt 0 ]]; do
+    case $1 in
+        -h|--help) usage; exit 0 ;;
+        --device) device=$2; shift 2 ;;
+        --presets) presets=$2; shift 2 ;;
+        --batches) batches=$2; shift 2 ;;
+        --python) python=$2; shift 2 ;;
+        --out) out=$2; shift 2 ;;
+        --quick) quick=1; presets=tiny; batches=8; shift ;;
+        *) echo "run.sh: unknown argument $1 (see --help)" >&2; exit 2 ;;
+    esac
+done
+steps=(--warmup 2 --steps 5)
+[[ $quick == 1 ]] && steps=(--warmup 1 --steps 2)
+mkdir -p "$out"
+export LD_LIBRARY_PATH="$here/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+export XDG_RUNTIME_DIR=${XDG_RUNTIME_DIR:-/tmp}
+
+# Without a CUDA toolkit, NVRTC and CUDA's headers may still come with
+# PyTorch's pip wheels (site-packages/nvidia/...): use them when found.
+if [[ $device == cuda* ]]; then
+    nvidia=$("$python" -c 'import nvidia, os; print(list(nvidia.__path__)[0])' 2>/dev/null || true)
+    if [[ -n $nvidia && -d $nvidia ]]; then
+        nvrtc=$(find "$nvidia" -name 'libnvrtc.so*' -not -name '*builtins*' 2>/dev/null | head -n 1)
+        if [[ -n $nvrtc ]] && ! ldconfig -p 2>/dev/null | grep -q 'libnvrtc\.so'; then
+            export LD_LIBRARY_PATH="$LD_LIBRARY_PATH:$(dirname "$nvrtc")"
+            echo "NVRTC from PyTorch's wheels: $nvrtc"
+        fi
+        if [[ -z ${CUDA_PATH:-} && ! -d /usr/local/cuda && ! -d /opt/cuda ]]; then
+            header=$(find "$nvidia" -path '*/include/cuda_fp16.h' 2>/dev/null | head -n 1)
+            if [[ -n $header ]]; then
+                export CUDA_PATH=$(dirname "$(dirname "$header")")
+                echo "CUDA headers from PyTorch's wheels: CUDA_PATH=$CUDA_PATH"
+            fi
+        fi
+    fi
+fi
+
+{
+    date -u
+    nvidia-smi 2>&1 | head -20 || true
+    ls -l "$here/bin"
+    echo "LD_LIBRARY_PATH=$LD_LIBRARY_PATH"
+    echo "CUDA_PATH=${CUDA_PATH:-}"
+    "$python" -c 'import torch; print("torch", torch.__version__, "cuda", torch.version.cuda)' 2>&1 || true
+} > "$out/machine.txt"
+
+failed=0
+for batch in $batches; do
+    echo "== terse on $device, batch $batch"
+    if ! TERSE_BENCH_KERNELS=1 "$here/bin/model_step" --presets "$presets" --batch "$batch" \
+        --seq 128 --device "$device" "${steps[@]}" \
+        >> "$out/terse.jsonl" 2> "$out/terse-kernels-b$batch.txt"; then
+        echo "terse failed on $device (batch $batch):" >&2
+        grep -v "per step" "$out/terse-kernels-b$batch.txt" | tail -5 >&2
+        failed=1
+    fi
+    tail -n 1 "$out/terse.jsonl"
+done
+
+if [[ $device == cuda* ]] && "$python" -c 'import torch, transformers' 2>/dev/null; then
+    torch_steps=("${steps[@]}")
+    for batch in $batches; do
+        for precision in fp32 tf32 bf16; do
+            echo "== PyTorch on cuda, batch $batch, $precision"
+            "$python" "$here/benches/pytorch_bert_step.py" --presets "$presets" \
+                --batch "$batch" --seq 128 --device cuda --precision "$precision" \
+                "${torch_steps[@]}" | tee -a "$out/pytorch.jsonl"
+        done
+    done
+else
+    echo "(no PyTorch comparison: --device is not cuda, or $python lacks torch/transformers)"
+fi
+
+"$python" - "$out" <<'PY' 2>/dev/null || true
+import json, pathlib, sys
+out = pathlib.Path(sys.argv[1])
+def lines(name):
+    path = out / name
+    return [json.loads(l) for l in path.read_text().splitlines() if l.startswith("{")] if path.exists() else []
+terse, torch = lines("terse.jsonl"), lines("pytorch.jsonl")
+print("preset  batch  terse samples/s  " + "  ".join(f"torch {p:>4}  terse/torch" for p in ("fp32", "tf32", "bf16")))
+for t in terse:
+    row = f"{t['preset']:<7} {t['batch']:>5} {t['samples_per_s']:>16.1f}"
+    for p in ("fp32", "tf32", "bf16"):
+        match = [x for x in torch if x["preset"] == t["preset"] and x["batch"] == t["batch"] and x.get("precision") == p]
+        row += f"  {match[-1]['samples_per_s']:>10.1f}  {t['samples_per_s'] / match[-1]['samples_per_s']:>10.2f}x" if match else "  " + " " * 24
+    print(row)
+PY
+exit $failed
