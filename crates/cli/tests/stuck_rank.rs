@@ -333,60 +333,37 @@ fn an_mpi_rank_stuck_before_the_first_step_ends_the_job_at_the_deadline() {
     a_rank_stuck_before_the_first_step_ends_the_job(Ranks::Mpi);
 }
 
-#[test]
-fn a_first_sigterm_while_a_local_rank_is_stuck_ends_the_job_without_a_checkpoint() {
+/// A FIFO job on `ranks` given a first SIGTERM during the hang (to the
+/// process, or to every MPI rank as `cargo xtask` passes a signal on):
+/// its status, seconds from the signal, and the line reporting the stop;
+/// no checkpoint may have been written, and the signal is acknowledged on
+/// the terminal exactly once.
+fn a_first_sigterm_during_the_hang(ranks: Ranks) -> (std::process::ExitStatus, f64, String) {
     let scratch = tempfile::Builder::new()
         .prefix("terse-stuck-fifo-term-")
         .tempdir()
         .unwrap();
     let run_dir = scratch.path().join("run");
     let log = scratch.path().join("job.log");
-    let mut job = fifo_job(&run_dir, Ranks::Local, 600, &log);
+    let mut job = fifo_job(&run_dir, ranks, 600, &log);
     // Rank 1 is in the barrier before step 1 once rank 0 is announced and
     // the set-up's lines are written; give it a moment to get there.
-    wait_for_line(&log, "rank(s) (local)", &mut job);
+    let announced = match ranks {
+        Ranks::Local => "rank(s) (local)",
+        Ranks::Mpi => "rank(s) (mpi)",
+    };
+    wait_for_line(&log, announced, &mut job);
     std::thread::sleep(Duration::from_secs(5));
-    signal(job.id() as i32, libc::SIGTERM);
-    let (status, seconds) = ends_within(&mut job, Duration::from_secs(120));
-    let output = std::fs::read_to_string(&log).unwrap();
-    let asked = output.lines().find(|l| l.contains("stop requested"));
-    let line = output
-        .lines()
-        .find(|l| l.contains("stopped by signal 15"))
-        .unwrap_or_else(|| panic!("no stop reported:\n{output}"));
-    println!("SIGTERM with rank 0 stuck: ended {status} after {seconds:.1} s: {asked:?} / {line}");
-    assert!(
-        asked.is_some(),
-        "the first signal is not acknowledged:\n{output}"
-    );
-    assert_eq!(status.code(), Some(143), "{output}");
-    assert!(line.contains("while waiting for rank 0"), "{line}");
-    assert!(line.contains("rank 0 is stuck setting up"), "{line}");
-    // The stop grace (10 s) and the stuck ranks' grace (5 s), plus slack.
-    assert!(seconds < 15.0 + 10.0, "ended after {seconds:.1} s");
-    assert!(
-        !run_dir.join("checkpoints").exists(),
-        "a checkpoint was written"
-    );
-}
-
-#[test]
-fn a_first_sigterm_to_the_ranks_while_an_mpi_rank_is_stuck_ends_the_job_without_a_checkpoint() {
-    let scratch = tempfile::Builder::new()
-        .prefix("terse-stuck-fifo-mpi-term-")
-        .tempdir()
-        .unwrap();
-    let run_dir = scratch.path().join("run");
-    let log = scratch.path().join("job.log");
-    let mut job = fifo_job(&run_dir, Ranks::Mpi, 600, &log);
-    wait_for_line(&log, "rank(s) (mpi)", &mut job);
-    std::thread::sleep(Duration::from_secs(5));
-    // As `cargo xtask` passes a signal on: to every rank, not to mpirun.
-    let ranks: Vec<i32> = (0..2)
-        .map(|rank| find_rank_pid(&run_dir, rank).expect("both ranks run"))
-        .collect();
-    for &pid in &ranks {
-        signal(pid, libc::SIGTERM);
+    match ranks {
+        Ranks::Local => signal(job.id() as i32, libc::SIGTERM),
+        Ranks::Mpi => {
+            let pids: Vec<i32> = (0..2)
+                .map(|rank| find_rank_pid(&run_dir, rank).expect("both ranks run"))
+                .collect();
+            for pid in pids {
+                signal(pid, libc::SIGTERM);
+            }
+        }
     }
     let (status, seconds) = ends_within(&mut job, Duration::from_secs(120));
     let output = std::fs::read_to_string(&log).unwrap();
@@ -394,23 +371,36 @@ fn a_first_sigterm_to_the_ranks_while_an_mpi_rank_is_stuck_ends_the_job_without_
         .lines()
         .find(|l| l.contains("stopped by signal 15"))
         .unwrap_or_else(|| panic!("no stop reported:\n{output}"));
-    println!(
-        "SIGTERM to both ranks, MPI rank 0 stuck: ended {status} after {seconds:.1} s: {line}"
-    );
-    assert!(!status.success(), "{output}");
-    assert!(line.contains("while waiting for rank 0"), "{line}");
-    assert!(line.contains("rank 1 was setting up"), "{line}");
+    println!("{ranks:?}, rank 0 stuck, SIGTERM: ended {status} after {seconds:.1} s: {line}");
     assert_eq!(
         output.matches("stop requested").count(),
         1,
-        "rank 0 alone acknowledges the signal:\n{output}"
+        "the first signal is acknowledged once (by rank 0):\n{output}"
     );
-    // The stop grace (10 s), then MPI_Abort ends the stuck rank.
-    assert!(seconds < 10.0 + 10.0, "ended after {seconds:.1} s");
+    assert!(!status.success(), "{output}");
+    assert!(line.contains("while waiting for rank 0"), "{line}");
     assert!(
         !run_dir.join("checkpoints").exists(),
         "a checkpoint was written"
     );
+    (status, seconds, line.to_string())
+}
+
+#[test]
+fn a_first_sigterm_while_a_local_rank_is_stuck_ends_the_job_without_a_checkpoint() {
+    let (status, seconds, line) = a_first_sigterm_during_the_hang(Ranks::Local);
+    assert_eq!(status.code(), Some(143), "{line}");
+    assert!(line.contains("rank 0 is stuck setting up"), "{line}");
+    // The stop grace (10 s) and the stuck ranks' grace (5 s), plus slack.
+    assert!(seconds < 15.0 + 10.0, "ended after {seconds:.1} s");
+}
+
+#[test]
+fn a_first_sigterm_to_the_ranks_while_an_mpi_rank_is_stuck_ends_the_job_without_a_checkpoint() {
+    let (_, seconds, line) = a_first_sigterm_during_the_hang(Ranks::Mpi);
+    assert!(line.contains("rank 1 was setting up"), "{line}");
+    // The stop grace (10 s), then MPI_Abort ends the stuck rank.
+    assert!(seconds < 10.0 + 10.0, "ended after {seconds:.1} s");
 }
 
 #[test]
