@@ -29,6 +29,7 @@ mod test;
 #[cfg(test)]
 mod testing;
 mod train;
+mod vendor_mtimes;
 
 use std::process::ExitCode;
 
@@ -111,7 +112,9 @@ fn report(err: &anyhow::Error) -> ExitCode {
 }
 
 fn main() -> ExitCode {
-    match run(&Cli::parse()) {
+    let cli = Cli::parse();
+    vendor_mtimes::pin();
+    match run(&cli) {
         Ok(()) => ExitCode::SUCCESS,
         Err(err) => report(&err),
     }
