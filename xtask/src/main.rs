@@ -29,7 +29,6 @@ mod test;
 #[cfg(test)]
 mod testing;
 mod train;
-mod vendor_mtimes;
 
 use std::process::ExitCode;
 
@@ -112,9 +111,7 @@ fn report(err: &anyhow::Error) -> ExitCode {
 }
 
 fn main() -> ExitCode {
-    let cli = Cli::parse();
-    vendor_mtimes::pin();
-    match run(&cli) {
+    match run(&Cli::parse()) {
         Ok(()) => ExitCode::SUCCESS,
         Err(err) => report(&err),
     }
