@@ -17,7 +17,7 @@ use std::path::PathBuf;
 /// (f32 kernels include none, but NVRTC is handed the directory anyway).
 pub const HEADERS: [&str; 3] = ["cuda_fp16.h", "cuda_bf16.h", "mma.h"];
 
-/// What a CUDA run asks of the machine; [`Machine::this`] answers for this
+/// What a CUDA run asks of the machine; [`ThisMachine`] answers for this
 /// one, tests answer for machines this one is not.
 pub trait Machine {
     /// Whether the driver library (`libcuda.so`) can be opened.
