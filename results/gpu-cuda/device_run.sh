@@ -71,6 +71,7 @@ torch() { # torch BATCH PRECISION
         --device cuda --precision "$2" --warmup 2 --steps 5 | tee -a "$out/pytorch.jsonl"
 }
 
+if [[ ${PART:-all} == all ]]; then
 # 1. Does terse run on cuda at all (BERT-Tiny, a few steps)?
 run 90 "smoke: terse model_step BERT-Tiny on cuda" "$B/bin/model_step" --presets tiny --batch 8 --seq 128 \
     --device cuda --warmup 1 --steps 2 | tee -a "$out/terse.jsonl"
@@ -91,6 +92,7 @@ if [[ -f /tmp/profile/cubecl-profile.log ]]; then
     xz -T0 -6 -c /tmp/profile/cubecl-profile.log > "$out/cubecl-profile.log.xz"
     ls -l /tmp/profile/cubecl-profile.log "$out/cubecl-profile.log.xz"
 fi
+fi
 
 # 4. Parity with the CPU: the device-parity test's runs on cuda.
 par() { # par OPTIMIZER DEVICE DIR [extra]
@@ -107,6 +109,7 @@ par() { # par OPTIMIZER DEVICE DIR [extra]
     tail -n 2 "/tmp/parity/$dir.out"
 }
 mkdir -p /tmp/parity
+if [[ ${PART:-all} == all ]]; then
 par adam cpu adam-cpu
 par adam cuda adam-cuda
 par adam cuda adam-cuda-resumed --resume /tmp/parity/adam-cuda/checkpoints/step-00000003
@@ -115,6 +118,7 @@ python3 "$repo/results/gpu-cuda/parity.py" /tmp/parity > "$out/parity.jsonl" 2>&
 # 5. Batch 8.
 bench built "$B/bin/model_step" 8
 bench autotune "$B/bin/model_step_autotune" 8
+fi
 for p in fp32 tf32 bf16; do torch 8 "$p"; done
 
 # 6. The other optimizers' parity.
