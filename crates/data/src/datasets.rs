@@ -150,9 +150,29 @@ pub fn ensure(manifest: &Manifest, dir: &Path) -> Result<(), DataError> {
         Presence::Complete => Ok(()),
         Presence::Incomplete(missing) => Err(DataError::Unavailable {
             name: manifest.name.clone(),
-            missing: missing.join(", "),
+            missing: name_files(&missing),
             attempts: attempts.join("\n"),
         }),
+    }
+}
+
+/// The missing files for an error line: all of them when few, else how
+/// many with the first and last (a corpus of 233 files would otherwise
+/// fill the screen and push the sources' reasons out of sight).
+fn name_files<S: AsRef<str>>(files: &[S]) -> String {
+    const LISTED: usize = 4;
+    match files {
+        [first, .., last] if files.len() > LISTED => format!(
+            "{} files ({}, …, {})",
+            files.len(),
+            first.as_ref(),
+            last.as_ref()
+        ),
+        _ => files
+            .iter()
+            .map(AsRef::as_ref)
+            .collect::<Vec<_>>()
+            .join(", "),
     }
 }
 

@@ -225,3 +225,26 @@ fn a_source_with_wrong_content_is_refused() {
     );
     assert!(!cache.join("a.bin").exists() && !cache.join("a.bin.part").exists());
 }
+
+/// A dataset of many files that no source provides names how many are
+/// missing with the first and the last, not every one (sotu has 233).
+#[test]
+fn many_missing_files_are_counted_not_listed() {
+    let root_tmp = scratch("many");
+    let root = root_tmp.path();
+    let installed = root.join("installed");
+    std::fs::create_dir_all(&installed).unwrap();
+    let names: Vec<String> = (0..7).map(|i| format!("f{i}.txt")).collect();
+    let files: Vec<(&str, &[u8])> = names.iter().map(|n| (n.as_str(), &b"x"[..])).collect();
+    let error = ensure(&local_manifest(&installed, &files), &root.join("cache")).unwrap_err();
+    let DataError::Unavailable { missing, .. } = &error else {
+        panic!("{error}");
+    };
+    assert_eq!(missing, "7 files (f0.txt, …, f6.txt)");
+    // Few are all named.
+    let error = ensure(&local_manifest(&installed, &files[..3]), &root.join("c3")).unwrap_err();
+    let DataError::Unavailable { missing, .. } = &error else {
+        panic!("{error}");
+    };
+    assert_eq!(missing, "f0.txt, f1.txt, f2.txt");
+}
