@@ -124,10 +124,6 @@ impl FlatOptimizer for Adam {
         true
     }
 
-    fn supports_device(&self) -> bool {
-        true
-    }
-
     fn step_device(
         &mut self,
         ctx: &StepContext<'_>,

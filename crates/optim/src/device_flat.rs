@@ -3,9 +3,9 @@
 //! the optimizer state of a run whose model lives there, so that a step
 //! moves nothing to the host but what crosses the network.
 //!
-//! The optimizers that have device kernels ([`crate::FlatOptimizer::supports_device`])
-//! keep their state here between steps and copy it to the host only to
-//! save a checkpoint.
+//! Every optimizer keeps its state here between steps
+//! ([`crate::FlatOptimizer::step_device`]) and copies it to the host only
+//! to save a checkpoint.
 
 use burn::backend::Shape;
 use burn::backend::wgpu::CubeTensor;

@@ -15,9 +15,6 @@ pub enum OptimError {
         /// Which rule it breaks.
         reason: &'static str,
     },
-    /// Device buffers given to an optimizer without device kernels.
-    #[error("this optimizer has no device kernels yet: its flat buffers stay on the host")]
-    NoDeviceKernels,
     /// A flat buffer whose length is not the layout's.
     #[error("{what}: expected {expected} elements (the parameter layout), got {actual}")]
     LengthMismatch {

@@ -8,7 +8,7 @@
 //! tests all go through it.
 //!
 //! Both vectors live on the host, or — for a module on a cubecl device
-//! (wgpu) and an optimizer with device kernels — on that device: there the
+//! (wgpu, cuda) — on that device: there the
 //! gradients are concatenated on the device, the optimizer steps device
 //! buffers, and the module's parameters become slices of the flat
 //! parameter buffer, so no full-parameter vector crosses to the host.
@@ -68,12 +68,8 @@ impl FlatModel {
     }
 
     /// [`FlatModel::gather`], but kept on the module's device when that is
-    /// a cubecl device and `optimizer` has device kernels
-    /// ([`Optimizer::supports_device`]); on the host otherwise.
-    pub fn gather_for<M: Module>(module: &M, optimizer: &Optimizer) -> Result<Self, OptimError> {
-        if !optimizer.supports_device() {
-            return Self::gather(module);
-        }
+    /// a cubecl device (where every optimizer steps); on the host otherwise.
+    pub fn gather_on_device<M: Module>(module: &M) -> Result<Self, OptimError> {
         let layout = ParamLayout::from_module(module);
         let gathered = gather_params(&layout, module)?;
         let device = gathered.device();

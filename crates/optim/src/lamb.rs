@@ -170,10 +170,6 @@ impl FlatOptimizer for Lamb {
         true
     }
 
-    fn supports_device(&self) -> bool {
-        true
-    }
-
     fn step_device(
         &mut self,
         ctx: &StepContext<'_>,

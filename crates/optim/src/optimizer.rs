@@ -126,12 +126,6 @@ impl Optimizer {
         self.rule.params_replicated()
     }
 
-    /// Whether this optimizer steps device buffers ([`Optimizer::step_device`]);
-    /// the others step host buffers only.
-    pub fn supports_device(&self) -> bool {
-        self.rule.supports_device()
-    }
-
     /// One step on flat buffers of a cubecl device: `x` the parameters, `g`
     /// this rank's local gradient (overwritten by the allreduce). The
     /// optimizer state stays on that device between steps; only the
@@ -139,17 +133,13 @@ impl Optimizer {
     /// take host buffers).
     ///
     /// # Errors
-    /// [`OptimError::NoDeviceKernels`] for an optimizer without device
-    /// kernels; a length or world mismatch; a failed collective.
+    /// A length or world mismatch; a failed collective.
     pub fn step_device(
         &mut self,
         x: &mut DeviceFlat,
         g: &mut DeviceFlat,
         comm: &dyn Communicator,
     ) -> Result<StepReport, OptimError> {
-        if !self.rule.supports_device() {
-            return Err(OptimError::NoDeviceKernels);
-        }
         self.check_len("parameters", x.len())?;
         self.check_len("gradient", g.len())?;
         self.check_world(comm)?;
@@ -160,16 +150,12 @@ impl Optimizer {
     /// parameters; the others do nothing).
     ///
     /// # Errors
-    /// [`OptimError::NoDeviceKernels`] for an optimizer without them; a
-    /// failed collective.
+    /// A length or world mismatch; a failed collective.
     pub fn finish_device(
         &mut self,
         x: &mut DeviceFlat,
         comm: &dyn Communicator,
     ) -> Result<Duration, OptimError> {
-        if !self.rule.supports_device() {
-            return Err(OptimError::NoDeviceKernels);
-        }
         self.check_len("parameters", x.len())?;
         self.check_world(comm)?;
         let ctx = context(&self.schedule, &self.layout, self.t, comm);

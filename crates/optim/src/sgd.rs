@@ -129,10 +129,6 @@ impl FlatOptimizer for Sgd {
         true
     }
 
-    fn supports_device(&self) -> bool {
-        true
-    }
-
     fn step_device(
         &mut self,
         ctx: &StepContext<'_>,

@@ -369,10 +369,6 @@ impl FlatOptimizer for Slamb {
         Stage::Sparse
     }
 
-    fn supports_device(&self) -> bool {
-        true
-    }
-
     fn step_device(
         &mut self,
         ctx: &StepContext<'_>,

@@ -105,27 +105,16 @@ pub trait FlatOptimizer: Send {
         false
     }
 
-    /// Whether [`FlatOptimizer::step_device`] runs this rule as device
-    /// kernels (the others step host slices only).
-    fn supports_device(&self) -> bool {
-        false
-    }
-
     /// [`FlatOptimizer::step`] on flat buffers of a cubecl device, the state
-    /// kept there between steps. Only called when
-    /// [`FlatOptimizer::supports_device`] says so.
+    /// kept there between steps (every rule has its device kernels).
     fn step_device(
         &mut self,
         ctx: &StepContext<'_>,
         x: &mut DeviceFlat,
         g: &mut DeviceFlat,
-    ) -> Result<Duration, OptimError> {
-        let _ = (ctx, x, g);
-        Err(OptimError::NoDeviceKernels)
-    }
+    ) -> Result<Duration, OptimError>;
 
-    /// [`FlatOptimizer::finish`] on device buffers (only called for rules
-    /// with device kernels).
+    /// [`FlatOptimizer::finish`] on device buffers.
     fn finish_device(
         &mut self,
         ctx: &StepContext<'_>,

@@ -176,7 +176,7 @@ fn time_steps<M: Module>(
         let backward = start.elapsed().as_secs_f64() * 1e3 - forward;
         // The trainer's round trip: the gradients into the host buffer, one
         // step of the host parameters, written back.
-        let flat = flat.get_or_insert_with(|| FlatModel::gather_for(&model, &optimizer).unwrap());
+        let flat = flat.get_or_insert_with(|| FlatModel::gather_on_device(&model).unwrap());
         op_profile::timed(OpClass::FlatRoundTrip, || {
             flat.add_grads(&model, &mut grads, true).unwrap()
         });

@@ -225,22 +225,13 @@ impl Trainer<'_> {
             comm,
         )?;
         if !cfg.train.device.is_cpu() {
-            if optimizer.supports_device() {
-                // Gathered again from the device copy of the same weights:
-                // the flat buffers and the optimizer state live there.
-                flat = FlatModel::gather_for(&model, &optimizer)?;
-                if lead {
-                    tracing::info!(
-                        "{} steps on {}: flat parameters, gradient and optimizer state on \
-                         the device",
-                        cfg.optimizer.name(),
-                        cfg.train.device
-                    );
-                }
-            } else if lead {
+            // Gathered again from the device copy of the same weights: the
+            // flat buffers and the optimizer state live there.
+            flat = FlatModel::gather_on_device(&model)?;
+            if lead {
                 tracing::info!(
-                    "{} has no device kernels yet: its flat parameters and state stay on \
-                     the host, copied to and from {} every step",
+                    "{} steps on {}: flat parameters, gradient and optimizer state on the \
+                     device",
                     cfg.optimizer.name(),
                     cfg.train.device
                 );

@@ -398,10 +398,6 @@ impl FlatOptimizer for OneBitLamb {
         true
     }
 
-    fn supports_device(&self) -> bool {
-        true
-    }
-
     fn step_device(
         &mut self,
         ctx: &StepContext<'_>,
