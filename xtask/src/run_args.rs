@@ -80,6 +80,12 @@ pub struct RunArgs {
     #[arg(long, value_name = "DEVICE")]
     pub device: Option<String>,
 
+    /// A DeepSpeed ds_config.json read on top of the config (batch sizes,
+    /// clipping, optimizer and params, warmup schedulers; what terse cannot
+    /// follow is refused by name); passed to `terse` as is
+    #[arg(long, value_name = "DS_CONFIG")]
+    pub deepspeed: Option<PathBuf>,
+
     /// The communicator: auto (mpi with --ranks N > 1, else one rank),
     /// mpi, nccl (NCCL between GPUs; needs a build with the
     /// terse-train/nccl feature); passed to `terse` as is
@@ -130,6 +136,9 @@ impl RunArgs {
         }
         if let Some(comm) = &self.comm {
             args.extend(["--comm".into(), comm.clone()]);
+        }
+        if let Some(ds) = &self.deepspeed {
+            args.extend(["--deepspeed".into(), ds.display().to_string()]);
         }
         for o in &self.overrides {
             args.extend(["--set".into(), o.clone()]);

@@ -43,6 +43,15 @@ pub struct RunFlags {
     #[arg(long = "set", value_name = "KEY=VALUE", value_parser = Override::parse)]
     pub overrides: Vec<Override>,
 
+    /// A DeepSpeed ds_config.json read on top of the config: batch sizes,
+    /// gradient_clipping, the optimizer (Adam, AdamW, Lamb, OneBitAdam,
+    /// OneBitLamb) and its params, WarmupLR / WarmupDecayLR (linear). Keys
+    /// that change nothing here are listed in one note. Keys terse cannot
+    /// follow are refused by name: fp16/bf16 enabled, ZeRO, ZeroOneAdam,
+    /// log warmup. `--set` and the flags above still win
+    #[arg(long, value_name = "DS_CONFIG")]
+    pub deepspeed: Option<PathBuf>,
+
     /// Fine-tuning: start from this HuggingFace-layout directory (e.g. a
     /// pre-training run's export/) instead of the config's init
     #[arg(long, value_name = "DIR")]
@@ -156,11 +165,17 @@ impl RunFlags {
     fn resolve(&self, path: &Path) -> Result<RunConfig> {
         // With --optimizer, `--set optimizer.FIELD=…` sets a field of the
         // new optimizer: applied after the swap, not to the config's own.
-        let (after_swap, before_swap): (Vec<Override>, Vec<Override>) = self
+        let (after_swap, mut before_swap): (Vec<Override>, Vec<Override>) = self
             .overrides
             .iter()
             .cloned()
             .partition(|o| self.optimizer.is_some() && o.key().starts_with("optimizer."));
+        if let Some(ds) = &self.deepspeed {
+            // Under the command line's own overrides, which still win.
+            let mut read = deepspeed_overrides(ds)?;
+            read.append(&mut before_swap);
+            before_swap = read;
+        }
         let mut config = RunConfig::load_with(path, &before_swap)?;
         if let Some(steps) = self.steps {
             if steps == 0 {
@@ -253,6 +268,33 @@ fn default_run_dir(config: &Path, optimizer: &str) -> PathBuf {
         format!("{stem}-{optimizer}")
     };
     PathBuf::from("runs").join(name)
+}
+
+/// `--deepspeed FILE` as overrides, what it set and what it left out said
+/// once on stderr.
+fn deepspeed_overrides(path: &Path) -> Result<Vec<Override>> {
+    let text =
+        std::fs::read_to_string(path).with_context(|| format!("--deepspeed {}", path.display()))?;
+    let read = terse_train::deepspeed_config::translate(&path.display().to_string(), &text)
+        .map_err(|e| anyhow::anyhow!("--deepspeed {e}"))?;
+    let set: Vec<String> = read.overrides.iter().map(Override::key).collect();
+    eprintln!(
+        "terse: --deepspeed {}: sets {}",
+        path.display(),
+        if set.is_empty() {
+            "nothing".into()
+        } else {
+            set.join(", ")
+        }
+    );
+    if !read.ignored.is_empty() {
+        eprintln!(
+            "terse: --deepspeed {}: left out (no effect in terse): {}",
+            path.display(),
+            read.ignored.join("; ")
+        );
+    }
+    Ok(read.overrides)
 }
 
 #[cfg(test)]

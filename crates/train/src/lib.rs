@@ -19,6 +19,7 @@ mod collective_deadline;
 mod comm_choice;
 mod config;
 pub mod cuda_check;
+pub mod deepspeed_config;
 mod device;
 pub mod dispatch;
 mod error;

@@ -56,6 +56,14 @@ impl Override {
         Ok(())
     }
 
+    /// The override `key = value` (`key` dotted), built rather than parsed.
+    pub fn new(key: &str, value: impl Into<toml::Value>) -> Self {
+        Self {
+            path: key.split('.').map(str::to_string).collect(),
+            value: value.into(),
+        }
+    }
+
     /// The dotted key.
     pub fn key(&self) -> String {
         self.path.join(".")

@@ -1,0 +1,437 @@
+//! `--deepspeed ds_config.json`: a DeepSpeed config read as terse `--set`
+//! overrides on top of the run's own config (which still says what to train
+//! and on which data).
+//!
+//! The keys terse can honour are mapped: the batch sizes, gradient clipping,
+//! the optimizer and its params, the warmup schedulers. Keys that would
+//! change the training in a way terse cannot follow are refused, each by
+//! name: fp16/bf16 (terse trains in fp32), ZeRO, 0/1 Adam, log warmups.
+//! Keys that change nothing here are accepted and listed in one note, for
+//! example the logging cadence or the transport.
+
+use serde_json::{Map, Value};
+
+use crate::overrides::Override;
+
+/// A DeepSpeed config as terse overrides, and what was left out.
+#[derive(Debug, Default)]
+pub struct DeepSpeedConfig {
+    /// Applied before the command line's own `--set`s.
+    pub overrides: Vec<Override>,
+    /// Keys accepted without effect in terse, with the reason.
+    pub ignored: Vec<String>,
+}
+
+/// DeepSpeed's optimizer `type`s and terse's names for them.
+const OPTIMIZERS: &[(&str, &str)] = &[
+    ("adam", "adam"),
+    ("adamw", "adam"),
+    ("lamb", "lamb"),
+    ("onebitadam", "onebit_adam"),
+    ("onebitlamb", "onebit_lamb"),
+];
+
+/// Top-level keys that change nothing in a terse run.
+const HARMLESS: &[(&str, &str)] = &[
+    ("steps_per_print", "terse logs every step to metrics.jsonl"),
+    ("wall_clock_breakdown", "terse times every step"),
+    ("tensorboard", "terse always writes TensorBoard events"),
+    ("prescale_gradients", "terse averages after the allreduce"),
+    (
+        "gradient_predivide_factor",
+        "terse averages after the allreduce",
+    ),
+];
+
+/// Reads `text` (the JSON of `path`, for messages) into overrides.
+///
+/// # Errors
+/// Malformed JSON, a key that would change the training in a way terse
+/// cannot follow, or a value of the wrong type, named with the file.
+pub fn translate(path: &str, text: &str) -> Result<DeepSpeedConfig, String> {
+    let root: Value = serde_json::from_str(text).map_err(|e| format!("{path}: {e}"))?;
+    let root = root
+        .as_object()
+        .ok_or_else(|| format!("{path}: not a JSON object"))?;
+    let mut out = DeepSpeedConfig::default();
+    let at = |key: &str| format!("{path}: `{key}`");
+    for (key, value) in root {
+        match key.as_str() {
+            "train_batch_size" => {
+                out.set("train.global_batch", integer(value, &at(key))?);
+            }
+            "train_micro_batch_size_per_gpu" => {
+                out.set("train.micro_batch", integer(value, &at(key))?);
+            }
+            "gradient_accumulation_steps" => out.ignored.push(format!(
+                "{key}: terse derives it from the global batch, the micro-batch and the ranks"
+            )),
+            "gradient_clipping" => {
+                let norm = number(value, &at(key))?;
+                if norm > 0.0 {
+                    out.set("train.max_grad_norm", norm);
+                }
+            }
+            "optimizer" => out.optimizer(path, value)?,
+            "scheduler" => out.scheduler(path, value)?,
+            "fp16" | "bf16" | "amp" if enabled(value) => {
+                return Err(format!(
+                    "{}: terse trains in fp32 only (mixed precision is not implemented yet); \
+                     set \"enabled\": false to run this config in fp32",
+                    at(key)
+                ));
+            }
+            "fp16" | "bf16" | "amp" => out.ignored.push(format!("{key}: not enabled")),
+            "zero_optimization" => {
+                let stage = value.get("stage").and_then(Value::as_u64).unwrap_or(0);
+                if stage > 0 {
+                    return Err(format!(
+                        "{}: ZeRO stage {stage}: terse keeps every rank's optimizer state \
+                         whole (data parallelism only)",
+                        at(key)
+                    ));
+                }
+                out.ignored.push(format!("{key}: stage 0"));
+            }
+            other => match HARMLESS.iter().find(|(k, _)| *k == other) {
+                Some((_, why)) => out.ignored.push(format!("{other}: {why}")),
+                None => {
+                    return Err(format!(
+                        "{}: not a key terse reads; remove it, or set its terse equivalent \
+                         with --set",
+                        at(key)
+                    ));
+                }
+            },
+        }
+    }
+    Ok(out)
+}
+
+impl DeepSpeedConfig {
+    fn set(&mut self, key: &str, value: impl Into<toml::Value>) {
+        self.overrides.push(Override::new(key, value));
+    }
+
+    /// `optimizer: { type, params }`: the optimizer table, and a constant
+    /// rate from `params.lr` (a `scheduler` read later replaces it).
+    fn optimizer(&mut self, path: &str, value: &Value) -> Result<(), String> {
+        let at = |key: &str| format!("{path}: `optimizer.{key}`");
+        let kind = value
+            .get("type")
+            .and_then(Value::as_str)
+            .ok_or_else(|| format!("{}: expected a string", at("type")))?;
+        let lower = kind.to_ascii_lowercase();
+        let Some((_, name)) = OPTIMIZERS.iter().find(|(ds, _)| *ds == lower) else {
+            let hint = if lower == "zerooneadam" {
+                "0/1 Adam is not in terse yet"
+            } else {
+                "terse has adam (AdamW), lamb, onebit_adam and onebit_lamb"
+            };
+            return Err(format!("{}: `{kind}`: {hint}", at("type")));
+        };
+        let mut table = toml::Table::new();
+        table.insert("name".into(), (*name).into());
+        let empty = Map::new();
+        let params = match value.get("params") {
+            Some(p) => p
+                .as_object()
+                .ok_or_else(|| format!("{}: expected an object", at("params")))?,
+            None => &empty,
+        };
+        for (key, v) in params {
+            let here = at(&format!("params.{key}"));
+            // (DeepSpeed key, terse field) pairs that only rename.
+            let renamed = match key.as_str() {
+                "eps" | "weight_decay" => Some(key.as_str()),
+                "max_coeff" => Some("c_max"),
+                "min_coeff" => Some("c_min"),
+                "coeff_beta" => Some("beta_3"),
+                "factor_max" => Some("r_max"),
+                "factor_min" => Some("r_min"),
+                "factor_threshold" => Some("r_threshold"),
+                _ => None,
+            };
+            match key.as_str() {
+                "lr" => self.set(
+                    "schedule",
+                    toml::Table::from_iter([
+                        ("kind".to_string(), toml::Value::from("constant")),
+                        ("lr".to_string(), number(v, &here)?.into()),
+                    ]),
+                ),
+                "betas" => {
+                    let pair = v
+                        .as_array()
+                        .filter(|a| a.len() == 2)
+                        .ok_or_else(|| format!("{here}: expected [beta_1, beta_2]"))?;
+                    table.insert("beta_1".into(), number(&pair[0], &here)?.into());
+                    table.insert("beta_2".into(), number(&pair[1], &here)?.into());
+                }
+                "bias_correction" => {
+                    let on = v
+                        .as_bool()
+                        .ok_or_else(|| format!("{here}: expected true or false"))?;
+                    table.insert("bias_correction".into(), on.into());
+                }
+                "freeze_step" => {
+                    table.insert("freeze_step".into(), integer(v, &here)?.into());
+                }
+                "adam_w_mode" if v.as_bool() == Some(false) => {
+                    return Err(format!(
+                        "{here}: false (L2 in the gradient): terse's Adam decays weights \
+                         decoupled (AdamW) only"
+                    ));
+                }
+                "adam_w_mode" => {}
+                "cuda_aware" | "comm_backend_name" => self.ignored.push(format!(
+                    "optimizer.params.{key}: terse picks its transport with --comm"
+                )),
+                "max_grad_norm" | "eps_inside_sqrt" => self.ignored.push(format!(
+                    "optimizer.params.{key}: DeepSpeed's 1-bit optimizers never read it"
+                )),
+                _ => match renamed {
+                    Some(field) => {
+                        table.insert(field.into(), number(v, &here)?.into());
+                    }
+                    None => {
+                        return Err(format!("{here}: not a parameter terse's {name} has"));
+                    }
+                },
+            }
+        }
+        self.set("optimizer", table);
+        Ok(())
+    }
+
+    /// `scheduler: { type, params }`: WarmupLR and WarmupDecayLR with a
+    /// linear warmup from 0 (terse's warmups start there).
+    fn scheduler(&mut self, path: &str, value: &Value) -> Result<(), String> {
+        let at = |key: &str| format!("{path}: `scheduler.{key}`");
+        let kind = value
+            .get("type")
+            .and_then(Value::as_str)
+            .ok_or_else(|| format!("{}: expected a string", at("type")))?;
+        let params = value.get("params").cloned().unwrap_or(Value::Null);
+        let get = |key: &str, default: f64| -> Result<f64, String> {
+            params
+                .get(key)
+                .map_or(Ok(default), |v| number(v, &at(&format!("params.{key}"))))
+        };
+        let warmup_type = params
+            .get("warmup_type")
+            .and_then(Value::as_str)
+            .unwrap_or("log");
+        if warmup_type != "linear" {
+            return Err(format!(
+                "{}: `{warmup_type}` (DeepSpeed's default is log): terse warms up linearly \
+                 only; set \"warmup_type\": \"linear\"",
+                at("params.warmup_type")
+            ));
+        }
+        if get("warmup_min_lr", 0.0)? != 0.0 {
+            return Err(format!(
+                "{}: terse's linear warmups start from 0",
+                at("params.warmup_min_lr")
+            ));
+        }
+        let peak = get("warmup_max_lr", 1e-3)?;
+        let warmup = get("warmup_num_steps", 1000.0)? as i64;
+        let mut table = toml::Table::new();
+        table.insert("peak".into(), peak.into());
+        table.insert("warmup_steps".into(), warmup.into());
+        match kind {
+            // Constant after the warmup: a step decay by 1.
+            "WarmupLR" => {
+                table.insert("kind".into(), "linear_warmup_step_decay".into());
+                table.insert("gamma".into(), 1.0.into());
+                table.insert("decay_every".into(), 1.into());
+            }
+            "WarmupDecayLR" => {
+                let total = params
+                    .get("total_num_steps")
+                    .ok_or_else(|| format!("{}: required", at("params.total_num_steps")))
+                    .and_then(|v| integer(v, &at("params.total_num_steps")))?;
+                table.insert("kind".into(), "linear_warmup_linear_decay".into());
+                table.insert("total_steps".into(), total.into());
+            }
+            other => {
+                return Err(format!(
+                    "{}: `{other}`: terse maps WarmupLR and WarmupDecayLR (other shapes: \
+                     set [schedule] in the terse config)",
+                    at("type")
+                ));
+            }
+        }
+        self.set("schedule", table);
+        Ok(())
+    }
+}
+
+fn enabled(value: &Value) -> bool {
+    value
+        .get("enabled")
+        .and_then(Value::as_bool)
+        .unwrap_or(false)
+}
+
+fn number(value: &Value, at: &str) -> Result<f64, String> {
+    value
+        .as_f64()
+        .ok_or_else(|| format!("{at}: expected a number, got {value}"))
+}
+
+fn integer(value: &Value, at: &str) -> Result<i64, String> {
+    value
+        .as_u64()
+        .and_then(|n| i64::try_from(n).ok())
+        .ok_or_else(|| format!("{at}: expected a non-negative integer, got {value}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// DeepSpeedExamples' BERT 1-bit LAMB config (bing_bert, seq 128, NCCL),
+    /// with fp16 turned off.
+    const ONEBIT_LAMB: &str = r#"{
+      "train_batch_size": 65536,
+      "train_micro_batch_size_per_gpu": 64,
+      "steps_per_print": 1000,
+      "prescale_gradients": false,
+      "optimizer": {
+        "type": "OneBitLamb",
+        "params": {
+          "lr": 11e-3, "weight_decay": 0.01, "bias_correction": false,
+          "max_coeff": 0.3, "min_coeff": 0.01, "freeze_step": 1000,
+          "cuda_aware": false, "comm_backend_name": "nccl", "coeff_beta": 0.9,
+          "factor_max": 4.0, "factor_min": 0.5, "factor_threshold": 0.1
+        }
+      },
+      "gradient_clipping": 1.0,
+      "wall_clock_breakdown": false,
+      "fp16": { "enabled": false, "loss_scale": 0, "initial_scale_power": 16 }
+    }"#;
+
+    fn applied(text: &str) -> toml::Table {
+        let mut doc = toml::Table::new();
+        for o in translate("ds.json", text).unwrap().overrides {
+            o.apply(&mut doc).unwrap();
+        }
+        doc
+    }
+
+    #[test]
+    fn deepspeed_examples_onebit_lamb_maps_every_value() {
+        let doc = applied(ONEBIT_LAMB);
+        let expected: toml::Table = toml::from_str(
+            r#"
+            [train]
+            global_batch = 65536
+            micro_batch = 64
+            max_grad_norm = 1.0
+            [optimizer]
+            name = "onebit_lamb"
+            weight_decay = 0.01
+            bias_correction = false
+            c_max = 0.3
+            c_min = 0.01
+            freeze_step = 1000
+            beta_3 = 0.9
+            r_max = 4.0
+            r_min = 0.5
+            r_threshold = 0.1
+            [schedule]
+            kind = "constant"
+            lr = 0.011
+            "#,
+        )
+        .unwrap();
+        assert_eq!(doc, expected);
+        let ignored = translate("ds.json", ONEBIT_LAMB).unwrap().ignored;
+        for key in [
+            "steps_per_print",
+            "prescale_gradients",
+            "wall_clock_breakdown",
+            "fp16",
+            "optimizer.params.cuda_aware",
+            "optimizer.params.comm_backend_name",
+        ] {
+            assert!(
+                ignored.iter().any(|i| i.starts_with(key)),
+                "{key}: {ignored:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn what_terse_cannot_follow_is_refused_by_name() {
+        for (json, says) in [
+            (
+                r#"{"fp16": {"enabled": true}}"#,
+                "ds.json: `fp16`: terse trains in fp32 only",
+            ),
+            (
+                r#"{"zero_optimization": {"stage": 2}}"#,
+                "ds.json: `zero_optimization`: ZeRO stage 2",
+            ),
+            (
+                r#"{"optimizer": {"type": "ZeroOneAdam", "params": {}}}"#,
+                "0/1 Adam is not in terse yet",
+            ),
+            (
+                r#"{"optimizer": {"type": "Adam", "params": {"amsgrad": true}}}"#,
+                "`optimizer.params.amsgrad`: not a parameter terse's adam has",
+            ),
+            (
+                r#"{"scheduler": {"type": "WarmupLR", "params": {"warmup_max_lr": 1e-3}}}"#,
+                "`log` (DeepSpeed's default is log)",
+            ),
+            (
+                r#"{"sparse_attention": {}}"#,
+                "`sparse_attention`: not a key terse reads",
+            ),
+            (
+                r#"{"train_batch_size": "big"}"#,
+                "expected a non-negative integer",
+            ),
+            ("{", "ds.json: EOF"),
+        ] {
+            let error = translate("ds.json", json).unwrap_err();
+            assert!(error.contains(says), "{json}: {error}");
+        }
+    }
+
+    #[test]
+    fn warmup_schedulers_become_terse_schedules() {
+        let doc = applied(
+            r#"{"optimizer": {"type": "AdamW", "params": {"lr": 1e-4, "betas": [0.9, 0.98]}},
+                "scheduler": {"type": "WarmupDecayLR", "params": {"warmup_type": "linear",
+                  "warmup_max_lr": 2e-4, "warmup_num_steps": 10, "total_num_steps": 100}}}"#,
+        );
+        let expected: toml::Table = toml::from_str(
+            r#"
+            [optimizer]
+            name = "adam"
+            beta_1 = 0.9
+            beta_2 = 0.98
+            [schedule]
+            kind = "linear_warmup_linear_decay"
+            peak = 2e-4
+            warmup_steps = 10
+            total_steps = 100
+            "#,
+        )
+        .unwrap();
+        assert_eq!(doc, expected);
+        let doc = applied(
+            r#"{"scheduler": {"type": "WarmupLR", "params": {"warmup_type": "linear",
+                 "warmup_max_lr": 3e-4, "warmup_num_steps": 5}}}"#,
+        );
+        assert_eq!(
+            doc["schedule"]["kind"].as_str(),
+            Some("linear_warmup_step_decay")
+        );
+        assert_eq!(doc["schedule"]["gamma"].as_float(), Some(1.0));
+    }
+}
