@@ -31,6 +31,18 @@ const OPTIMIZERS: &[(&str, &str)] = &[
     ("onebitlamb", "onebit_lamb"),
 ];
 
+/// Optimizer params that only change name: (DeepSpeed's, terse's).
+const RENAMED: &[(&str, &str)] = &[
+    ("eps", "eps"),
+    ("weight_decay", "weight_decay"),
+    ("max_coeff", "c_max"),
+    ("min_coeff", "c_min"),
+    ("coeff_beta", "beta_3"),
+    ("factor_max", "r_max"),
+    ("factor_min", "r_min"),
+    ("factor_threshold", "r_threshold"),
+];
+
 /// Top-level keys that change nothing in a terse run.
 const HARMLESS: &[(&str, &str)] = &[
     ("steps_per_print", "terse logs every step to metrics.jsonl"),
@@ -73,7 +85,9 @@ pub fn translate(path: &str, text: &str) -> Result<DeepSpeedConfig, String> {
                 }
             }
             "optimizer" => out.optimizer(path, value)?,
-            "scheduler" => out.scheduler(path, value)?,
+            // Read after the loop: it replaces the optimizer's `lr`
+            // whichever comes first in the file.
+            "scheduler" => {}
             "fp16" | "bf16" | "amp" if enabled(value) => {
                 return Err(format!(
                     "{}: terse trains in fp32 only (mixed precision is not implemented yet); \
@@ -105,6 +119,9 @@ pub fn translate(path: &str, text: &str) -> Result<DeepSpeedConfig, String> {
             },
         }
     }
+    if let Some(scheduler) = root.get("scheduler") {
+        out.scheduler(path, scheduler)?;
+    }
     Ok(out)
 }
 
@@ -117,10 +134,7 @@ impl DeepSpeedConfig {
     /// rate from `params.lr` (a `scheduler` read later replaces it).
     fn optimizer(&mut self, path: &str, value: &Value) -> Result<(), String> {
         let at = |key: &str| format!("{path}: `optimizer.{key}`");
-        let kind = value
-            .get("type")
-            .and_then(Value::as_str)
-            .ok_or_else(|| format!("{}: expected a string", at("type")))?;
+        let kind = type_of(value, &at("type"))?;
         let lower = kind.to_ascii_lowercase();
         let Some((_, name)) = OPTIMIZERS.iter().find(|(ds, _)| *ds == lower) else {
             let hint = if lower == "zerooneadam" {
@@ -141,17 +155,6 @@ impl DeepSpeedConfig {
         };
         for (key, v) in params {
             let here = at(&format!("params.{key}"));
-            // (DeepSpeed key, terse field) pairs that only rename.
-            let renamed = match key.as_str() {
-                "eps" | "weight_decay" => Some(key.as_str()),
-                "max_coeff" => Some("c_max"),
-                "min_coeff" => Some("c_min"),
-                "coeff_beta" => Some("beta_3"),
-                "factor_max" => Some("r_max"),
-                "factor_min" => Some("r_min"),
-                "factor_threshold" => Some("r_threshold"),
-                _ => None,
-            };
             match key.as_str() {
                 "lr" => self.set(
                     "schedule",
@@ -190,9 +193,9 @@ impl DeepSpeedConfig {
                 "max_grad_norm" | "eps_inside_sqrt" => self.ignored.push(format!(
                     "optimizer.params.{key}: DeepSpeed's 1-bit optimizers never read it"
                 )),
-                _ => match renamed {
-                    Some(field) => {
-                        table.insert(field.into(), number(v, &here)?.into());
+                _ => match RENAMED.iter().find(|(ds, _)| ds == key) {
+                    Some((_, field)) => {
+                        table.insert((*field).into(), number(v, &here)?.into());
                     }
                     None => {
                         return Err(format!("{here}: not a parameter terse's {name} has"));
@@ -208,10 +211,14 @@ impl DeepSpeedConfig {
     /// linear warmup from 0 (terse's warmups start there).
     fn scheduler(&mut self, path: &str, value: &Value) -> Result<(), String> {
         let at = |key: &str| format!("{path}: `scheduler.{key}`");
-        let kind = value
-            .get("type")
-            .and_then(Value::as_str)
-            .ok_or_else(|| format!("{}: expected a string", at("type")))?;
+        let kind = type_of(value, &at("type"))?;
+        if !matches!(kind, "WarmupLR" | "WarmupDecayLR") {
+            return Err(format!(
+                "{}: `{kind}`: terse maps WarmupLR and WarmupDecayLR (other shapes: set \
+                 [schedule] in the terse config)",
+                at("type")
+            ));
+        }
         let params = value.get("params").cloned().unwrap_or(Value::Null);
         let get = |key: &str, default: f64| -> Result<f64, String> {
             params
@@ -247,7 +254,8 @@ impl DeepSpeedConfig {
                 table.insert("gamma".into(), 1.0.into());
                 table.insert("decay_every".into(), 1.into());
             }
-            "WarmupDecayLR" => {
+            // WarmupDecayLR: linear decay to 0 at `total_num_steps`.
+            _ => {
                 let total = params
                     .get("total_num_steps")
                     .ok_or_else(|| format!("{}: required", at("params.total_num_steps")))
@@ -255,17 +263,18 @@ impl DeepSpeedConfig {
                 table.insert("kind".into(), "linear_warmup_linear_decay".into());
                 table.insert("total_steps".into(), total.into());
             }
-            other => {
-                return Err(format!(
-                    "{}: `{other}`: terse maps WarmupLR and WarmupDecayLR (other shapes: \
-                     set [schedule] in the terse config)",
-                    at("type")
-                ));
-            }
         }
         self.set("schedule", table);
         Ok(())
     }
+}
+
+/// A section's `type` string.
+fn type_of<'a>(value: &'a Value, at: &str) -> Result<&'a str, String> {
+    value
+        .get("type")
+        .and_then(Value::as_str)
+        .ok_or_else(|| format!("{at}: expected a string"))
 }
 
 fn enabled(value: &Value) -> bool {
