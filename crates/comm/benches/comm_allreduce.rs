@@ -86,12 +86,17 @@ fn main() {
         });
 
         let mut state = CompressedAllreduce::new(d, &comm, Default::default()).unwrap();
+        let (mut worker_error, mut server_error) = state.zeroed_errors();
         let compressed_ms = best_of(&comm, repeats, || {
             buf.copy_from_slice(&input);
-            state.allreduce_mean(&comm, &mut buf).unwrap();
+            state
+                .allreduce_mean(&comm, &mut buf, &mut worker_error, &mut server_error)
+                .unwrap();
         }) - memcpy_ms;
         let compressed_bytes = sent(&comm, || {
-            state.allreduce_mean(&comm, &mut buf).unwrap();
+            state
+                .allreduce_mean(&comm, &mut buf, &mut worker_error, &mut server_error)
+                .unwrap();
         });
         let mut error = vec![0.0f32; d];
         let mut bits = vec![0u32; onebit::words_for(d)];

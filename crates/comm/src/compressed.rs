@@ -51,8 +51,12 @@ impl CompressionOptions {
     }
 }
 
-/// One rank's state of the compressed allreduce over buffers of a fixed
-/// length: its worker error (whole buffer) and server error (its chunk).
+/// One rank's geometry and scratch for the compressed allreduce over
+/// buffers of a fixed length. Its two error-feedback buffers (the worker's,
+/// the whole buffer; the server's, this rank's chunk) belong to the caller,
+/// who saves them with the rest of its state and may keep the worker's on a
+/// device: each call takes them ([`CompressedAllreduce::zeroed_errors`]
+/// makes a pair).
 #[derive(Debug, Clone)]
 pub struct CompressedAllreduce {
     len: usize,
@@ -62,8 +66,6 @@ pub struct CompressedAllreduce {
     chunk: usize,
     /// u32 words in one message: sign words, then the scale slots.
     message: usize,
-    worker_error: Vec<f32>,
-    server_error: Vec<f32>,
     send: Vec<u32>,
     recv: Vec<u32>,
     average: Vec<f32>,
@@ -99,10 +101,6 @@ impl CompressedAllreduce {
             options,
             chunk,
             message,
-            // Resident now: first used in the compression stage, where
-            // faulting them in would cost that stage's first step.
-            worker_error: filled(len, 0.0),
-            server_error: filled(mine, 0.0),
             send: filled(message * world_size, 0),
             recv: filled(message * world_size, 0),
             average: filled(mine, 0.0),
@@ -123,8 +121,6 @@ impl CompressedAllreduce {
             options,
             chunk: len.div_ceil(32) * 32,
             message: 0,
-            worker_error: Vec::new(),
-            server_error: Vec::new(),
             send: Vec::new(),
             recv: Vec::new(),
             average: Vec::new(),
@@ -155,60 +151,53 @@ impl CompressedAllreduce {
         chunk_range(self.len, self.chunk, rank)
     }
 
-    /// The worker error `e` (length `len`; empty at world size 1).
-    pub fn worker_error(&self) -> &[f32] {
-        &self.worker_error
-    }
-
-    /// The server error `E` of this rank's chunk (empty at world size 1).
-    pub fn server_error(&self) -> &[f32] {
-        &self.server_error
-    }
-
-    /// Both errors, mutable (worker, server), for loading a checkpoint.
-    pub fn errors_mut(&mut self) -> (&mut [f32], &mut [f32]) {
-        (&mut self.worker_error, &mut self.server_error)
-    }
-
-    /// Restores both errors (from a checkpoint).
-    ///
-    /// # Errors
-    /// When a length does not match this rank's geometry.
-    pub fn restore(&mut self, worker: &[f32], server: &[f32]) -> Result<(), CommError> {
-        for (op, expected, actual) in [
-            (
-                "restore worker error",
-                self.worker_error.len(),
-                worker.len(),
-            ),
-            (
-                "restore server error",
-                self.server_error.len(),
-                server.len(),
-            ),
-        ] {
-            if expected != actual {
-                return Err(CommError::LengthMismatch {
-                    op,
-                    expected,
-                    actual,
-                });
-            }
+    /// The lengths of the worker error `e` (`len`) and of this rank's
+    /// server error `E` (its chunk); both zero at world size 1, which holds
+    /// no errors.
+    pub fn error_lens(&self) -> (usize, usize) {
+        if self.world_size == 1 {
+            return (0, 0);
         }
-        self.worker_error.copy_from_slice(worker);
-        self.server_error.copy_from_slice(server);
-        Ok(())
+        (self.len, self.chunk_range(self.rank).len())
+    }
+
+    /// A zeroed pair of errors (worker, server) of [`CompressedAllreduce::error_lens`],
+    /// resident now: first used in a compression stage, whose first step
+    /// would otherwise pay for faulting them in.
+    pub fn zeroed_errors(&self) -> (Vec<f32>, Vec<f32>) {
+        let (worker, server) = self.error_lens();
+        (filled(worker, 0.0), filled(server, 0.0))
+    }
+
+    fn check_error(
+        &self,
+        op: &'static str,
+        expected: usize,
+        actual: usize,
+    ) -> Result<(), CommError> {
+        if expected == actual {
+            Ok(())
+        } else {
+            Err(CommError::LengthMismatch {
+                op,
+                expected,
+                actual,
+            })
+        }
     }
 
     /// Replaces `buf` (this rank's `x`) with the compressed mean over ranks,
-    /// using this state's worker error; at world size 1 leaves it unchanged.
+    /// with this rank's errors (see [`CompressedAllreduce::error_lens`]); at
+    /// world size 1 leaves it unchanged.
     pub fn allreduce_mean(
         &mut self,
         comm: &dyn Communicator,
         buf: &mut [f32],
+        worker_error: &mut [f32],
+        server_error: &mut [f32],
     ) -> Result<(), CommError> {
         let whole = 0..buf.len();
-        self.allreduce_mean_part(comm, buf, whole)
+        self.allreduce_mean_part(comm, buf, worker_error, server_error, whole)
     }
 
     /// [`CompressedAllreduce::allreduce_mean`] for a rank that reads only
@@ -220,33 +209,30 @@ impl CompressedAllreduce {
         &mut self,
         comm: &dyn Communicator,
         buf: &mut [f32],
+        worker_error: &mut [f32],
+        server_error: &mut [f32],
         wanted: std::ops::Range<usize>,
     ) -> Result<(), CommError> {
-        let mut error = std::mem::take(&mut self.worker_error);
-        let result = self.reduce(
-            comm,
-            &mut HostWorker {
-                x: buf,
-                error: &mut error,
-            },
-            wanted,
-        );
-        self.worker_error = error;
-        result
+        self.check_error("worker error", self.error_lens().0, worker_error.len())?;
+        let mut worker = HostWorker {
+            x: buf,
+            error: worker_error,
+        };
+        self.reduce(comm, &mut worker, server_error, wanted)
     }
 
     /// The compressed mean with the worker side in `worker`, which holds `x`
     /// and its own error wherever they live (host slices, or burn tensors on
     /// a GPU through `terse_kernels::tensor::TensorWorker`: then only packed
-    /// signs and scales reach the host). This state's worker error is not
-    /// used.
+    /// signs and scales reach the host); the server's error on the host.
     pub fn allreduce_mean_on(
         &mut self,
         comm: &dyn Communicator,
         worker: &mut dyn Worker,
+        server_error: &mut [f32],
     ) -> Result<(), CommError> {
         let whole = 0..worker.len();
-        self.reduce(comm, worker, whole)
+        self.reduce(comm, worker, server_error, whole)
     }
 
     /// The four phases; the worker dequantises at least `wanted`.
@@ -254,8 +240,10 @@ impl CompressedAllreduce {
         &mut self,
         comm: &dyn Communicator,
         worker: &mut dyn Worker,
+        server_error: &mut [f32],
         wanted: std::ops::Range<usize>,
     ) -> Result<(), CommError> {
+        self.check_error("server error", self.error_lens().1, server_error.len())?;
         if worker.len() != self.len {
             return Err(CommError::LengthMismatch {
                 op: "compressed allreduce",
@@ -313,7 +301,7 @@ impl CompressedAllreduce {
             block,
             scale,
             &mut self.average,
-            &mut self.server_error,
+            server_error,
             bits,
             scales,
         );

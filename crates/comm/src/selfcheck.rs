@@ -277,11 +277,12 @@ fn compressed(comm: &dyn Communicator) -> Result<(), String> {
             let reference = LocalComm::run(n, Duration::from_secs(60), |local| {
                 let mut state =
                     CompressedAllreduce::new(len, local, options).map_err(|e| e.to_string())?;
+                let (mut worker_error, mut server_error) = state.zeroed_errors();
                 (0..calls)
                     .map(|call| {
                         let mut x = compressed_input(7, local.rank(), call, len);
                         state
-                            .allreduce_mean(local, &mut x)
+                            .allreduce_mean(local, &mut x, &mut worker_error, &mut server_error)
                             .map_err(|e| e.to_string())?;
                         Ok(x)
                     })
@@ -293,10 +294,11 @@ fn compressed(comm: &dyn Communicator) -> Result<(), String> {
             };
             let mut state =
                 CompressedAllreduce::new(len, comm, options).map_err(|e| e.to_string())?;
+            let (mut worker_error, mut server_error) = state.zeroed_errors();
             for (call, want) in reference.iter().enumerate() {
                 let mut x = compressed_input(7, r, call, len);
                 state
-                    .allreduce_mean(comm, &mut x)
+                    .allreduce_mean(comm, &mut x, &mut worker_error, &mut server_error)
                     .map_err(|e| e.to_string())?;
                 let what = format!("compressed allreduce {options:?}, len {len}, call {call}");
                 let bits: Vec<u32> = x.iter().map(|v| v.to_bits()).collect();

@@ -31,14 +31,17 @@ fn run_world(
 ) -> Vec<Vec<Snapshot>> {
     LocalComm::run(n, Duration::from_secs(120), |comm| {
         let mut state = CompressedAllreduce::new(len, comm, options).unwrap();
+        let (mut worker_error, mut server_error) = state.zeroed_errors();
         (0..calls)
             .map(|call| {
                 let mut x = input(comm.rank(), call);
-                state.allreduce_mean(comm, &mut x).unwrap();
+                state
+                    .allreduce_mean(comm, &mut x, &mut worker_error, &mut server_error)
+                    .unwrap();
                 Snapshot {
                     output: x,
-                    worker_error: state.worker_error().to_vec(),
-                    server_error: state.server_error().to_vec(),
+                    worker_error: worker_error.clone(),
+                    server_error: server_error.clone(),
                 }
             })
             .collect()
@@ -208,12 +211,15 @@ fn a_world_of_one_returns_its_input_bit_for_bit() {
         for options in OPTIONS {
             let results = LocalComm::run(1, Duration::from_secs(60), |comm| {
                 let mut state = CompressedAllreduce::new(len, comm, options).unwrap();
+                let (mut worker_error, mut server_error) = state.zeroed_errors();
                 let before = comm.traffic();
                 let mut same = true;
                 for call in 0..5 {
                     let input = compressed_input(11, 0, call, len);
                     let mut x = input.clone();
-                    state.allreduce_mean(comm, &mut x).unwrap();
+                    state
+                        .allreduce_mean(comm, &mut x, &mut worker_error, &mut server_error)
+                        .unwrap();
                     same &= x
                         .iter()
                         .zip(&input)
@@ -221,9 +227,11 @@ fn a_world_of_one_returns_its_input_bit_for_bit() {
                 }
                 // Zeros included: sign(0) = +1 must not turn them into ±s.
                 let mut zeros = vec![0.0f32; len];
-                state.allreduce_mean(comm, &mut zeros).unwrap();
+                state
+                    .allreduce_mean(comm, &mut zeros, &mut worker_error, &mut server_error)
+                    .unwrap();
                 same &= zeros.iter().all(|v| v.to_bits() == 0);
-                let errors = state.worker_error().len() + state.server_error().len();
+                let errors = worker_error.len() + server_error.len();
                 (same, errors, (comm.traffic() - before).sent())
             });
             let (same, errors, sent) = results.into_iter().next().unwrap().unwrap();
@@ -303,8 +311,11 @@ fn sends_32_times_fewer_bytes_than_the_fp32_allreduce() {
     let results = LocalComm::run(n, Duration::from_secs(300), |comm| {
         let mut x = compressed_input(1, comm.rank(), 0, len);
         let mut state = CompressedAllreduce::new(len, comm, Default::default()).unwrap();
+        let (mut worker_error, mut server_error) = state.zeroed_errors();
         let before = comm.traffic();
-        state.allreduce_mean(comm, &mut x).unwrap();
+        state
+            .allreduce_mean(comm, &mut x, &mut worker_error, &mut server_error)
+            .unwrap();
         let compressed = comm.traffic() - before;
         let before = comm.traffic();
         comm.allreduce_f32(&mut x, ReduceOp::Mean).unwrap();
@@ -339,7 +350,9 @@ fn an_empty_buffer_sends_nothing() {
             let results = LocalComm::run(n, Duration::from_secs(60), |comm| {
                 let mut state = CompressedAllreduce::new(0, comm, options).unwrap();
                 let before = comm.traffic();
-                state.allreduce_mean(comm, &mut []).unwrap();
+                state
+                    .allreduce_mean(comm, &mut [], &mut [], &mut [])
+                    .unwrap();
                 (state.compresses(), (comm.traffic() - before).sent())
             });
             for result in results {

@@ -43,6 +43,7 @@ fn run(
         let mut outputs = Vec::new();
         let mut errors = Vec::new();
         let mut host_error = vec![0.0f32; len];
+        let (_, mut server_error) = state.zeroed_errors();
         let mut device_error = device.map(|d| Tensor::<1>::zeros([len], d));
         let before = comm.traffic().sent();
         for call in 0..3 {
@@ -54,7 +55,9 @@ fn run(
                         x: &mut x,
                         error: &mut host_error,
                     };
-                    state.allreduce_mean_on(comm, &mut worker).unwrap();
+                    state
+                        .allreduce_mean_on(comm, &mut worker, &mut server_error)
+                        .unwrap();
                     outputs.push(x);
                     errors.push(host_error.clone());
                 }
@@ -63,7 +66,9 @@ fn run(
                     let error = device_error.take().unwrap();
                     let mut worker = TensorWorker::new(x, error).unwrap();
                     assert_eq!(worker.on_device(), *d != Device::flex());
-                    state.allreduce_mean_on(comm, &mut worker).unwrap();
+                    state
+                        .allreduce_mean_on(comm, &mut worker, &mut server_error)
+                        .unwrap();
                     let (x, error) = worker.into_parts();
                     assert_eq!(x.device(), *d, "the output stays on the device");
                     outputs.push(x.into_data().try_to_vec::<f32>().unwrap());

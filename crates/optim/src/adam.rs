@@ -7,18 +7,18 @@ use std::time::{Duration, Instant};
 use rayon::prelude::*;
 
 use serde::{Deserialize, Serialize};
-use terse_kernels::resident::filled;
 
 use crate::config_check::NoOtherFields;
-use crate::device_flat::{DeviceState, allreduce_mean_device};
+use crate::device_flat::{allreduce_mean_device, chunk_table};
 use crate::eps_mode::check_has_compression_stage;
 use crate::moments::{Moments, with_eps_mode};
 use crate::parallel::{CHUNK, split_segments, split_segments_mut, with_avx};
 use terse_comm::Communicator;
+use terse_kernels::device::optim::DeviceChunks;
 
 use crate::shard::{Shard, gather_partial_state, unit_slices, unit_slices_mut};
 use crate::step::{FlatOptimizer, StepContext, allreduce_mean_gradient};
-use crate::{DeviceFlat, MomentConfig, OptimError, WithMoments};
+use crate::{DeviceFlat, Flat, MomentConfig, OptimError, WithMoments};
 
 /// `adam` (ALGORITHMS.md "Adam / AdamW").
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -60,10 +60,10 @@ impl WithMoments for AdamConfig {
 /// Adam's state: first and second moments of the averaged gradient.
 pub struct Adam {
     config: AdamConfig,
-    m: Vec<f32>,
-    v: Vec<f32>,
-    /// m and v on the device, between device steps.
-    device: Option<DeviceState>,
+    m: Flat,
+    v: Flat,
+    /// The device kernels' chunk table (device runs).
+    chunks: Option<DeviceChunks>,
     /// The split of the step between ranks that share cores.
     shard: Option<Arc<Shard>>,
     /// m and v are current only in this rank's part of `shard`.
@@ -75,9 +75,9 @@ impl Adam {
     pub fn new(config: AdamConfig, d: usize) -> Self {
         Self {
             config,
-            m: filled(d, 0.0),
-            v: filled(d, 0.0),
-            device: None,
+            m: Flat::zeros(d),
+            v: Flat::zeros(d),
+            chunks: None,
             shard: None,
             partial: false,
         }
@@ -94,21 +94,27 @@ impl FlatOptimizer for Adam {
         let shard = Shard::for_step(&mut self.shard, ctx);
         if shard.is_split() {
             self.partial = true;
-            return adam_step_sharded(&self.config, ctx, &shard, x, &mut self.m, &mut self.v, g);
+            let (m, v) = (self.m.host_mut(), self.v.host_mut());
+            return adam_step_sharded(&self.config, ctx, &shard, x, m, v, g);
         }
         let comm_time = allreduce_mean_gradient(ctx.comm, g)?;
-        adam_step(&self.config, ctx, x, &mut self.m, &mut self.v, g);
+        adam_step(
+            &self.config,
+            ctx,
+            x,
+            self.m.host_mut(),
+            self.v.host_mut(),
+            g,
+        );
         Ok(comm_time)
     }
 
-    fn state(&self) -> Vec<(&'static str, &[f32])> {
-        vec![("m", &self.m), ("v", &self.v)]
+    fn state(&mut self) -> Vec<(&'static str, &mut Flat)> {
+        vec![("m", &mut self.m), ("v", &mut self.v)]
     }
 
-    fn state_mut(&mut self) -> Vec<(&'static str, &mut [f32])> {
-        // Loaded whole.
+    fn state_loaded(&mut self) {
         self.partial = false;
-        vec![("m", &mut self.m), ("v", &mut self.v)]
     }
 
     fn state_is_partial(&self) -> bool {
@@ -116,7 +122,7 @@ impl FlatOptimizer for Adam {
     }
 
     fn sync_state(&mut self, comm: &dyn Communicator) -> Result<(), OptimError> {
-        let buffers: &mut [&mut [f32]] = &mut [&mut self.m, &mut self.v];
+        let buffers: &mut [&mut [f32]] = &mut [self.m.host_mut(), self.v.host_mut()];
         gather_partial_state(comm, self.shard.as_deref(), &mut self.partial, buffers)
     }
 
@@ -131,41 +137,34 @@ impl FlatOptimizer for Adam {
         g: &mut DeviceFlat,
     ) -> Result<Duration, OptimError> {
         let comm_time = allreduce_mean_device(ctx.comm, g)?;
-        let wd = self.config.moments.weight_decay as f32;
-        let state = self
-            .device
-            .get_or_insert_with(|| DeviceState::upload(x, ctx.layout, wd, &[&self.m, &self.v]));
-        adam_step_device(&self.config, ctx, state, x, g);
+        let chunks = chunk_table(
+            &mut self.chunks,
+            x,
+            ctx.layout,
+            self.config.moments.weight_decay,
+        );
+        adam_step_device(&self.config, ctx, chunks, x, &self.m, &self.v, g);
         Ok(comm_time)
-    }
-
-    fn state_to_host(&mut self) {
-        if let Some(state) = &self.device {
-            state.download(vec![&mut self.m, &mut self.v]);
-        }
-    }
-
-    fn forget_device_state(&mut self) {
-        self.device = None;
     }
 }
 
-/// [`adam_step`] on the device; `state` holds m and v.
+/// [`adam_step`] on the device, over `chunks`.
 pub(crate) fn adam_step_device(
     c: &AdamConfig,
     ctx: &StepContext<'_>,
-    state: &DeviceState,
+    chunks: &DeviceChunks,
     x: &DeviceFlat,
+    m: &Flat,
+    v: &Flat,
     g: &DeviceFlat,
 ) {
     let moments = Moments::new(&c.moments, c.bias_correction, ctx.t);
-    let [m, v] = [&state.buffers[0], &state.buffers[1]];
     terse_kernels::device::optim::adam_step(
-        &state.client,
-        &state.chunks,
+        x.client(),
+        chunks,
         x.handle(),
-        m,
-        v,
+        m.handle(),
+        v.handle(),
         g.handle(),
         &moments.coefficients(),
         ctx.lr as f32,

@@ -3,9 +3,8 @@
 //! the optimizer state of a run whose model lives there, so that a step
 //! moves nothing to the host but what crosses the network.
 //!
-//! Every optimizer keeps its state here between steps
-//! ([`crate::FlatOptimizer::step_device`]) and copies it to the host only
-//! to save a checkpoint.
+//! Every optimizer keeps its state here between steps ([`crate::Flat`]) and
+//! copies it to the host only to save a checkpoint.
 
 use burn::backend::Shape;
 use burn::backend::wgpu::CubeTensor;
@@ -163,61 +162,21 @@ pub(crate) fn layout_chunks(
     DeviceChunks::new(client, &lens, &decays)
 }
 
-/// An optimizer's flat state buffers on the device, with the chunk table
-/// its kernels walk; uploaded from the host state at the first device step
-/// (zeros, or what a checkpoint loaded) and copied back only to be saved.
-pub(crate) struct DeviceState {
-    pub(crate) client: Client,
-    pub(crate) chunks: DeviceChunks,
-    pub(crate) buffers: Vec<Handle>,
-    lens: Vec<usize>,
-}
-
-impl DeviceState {
-    /// Uploads `host` (the flat state buffers, any lengths) next to `x`, with
-    /// each segment decaying by `weight_decay` when it decays at all.
-    pub(crate) fn upload(
-        x: &DeviceFlat,
-        layout: &ParamLayout,
-        weight_decay: f32,
-        host: &[&[f32]],
-    ) -> Self {
-        let client = x.client().clone();
-        let chunks = layout_chunks(&client, layout, weight_decay);
-        let buffers = host
-            .iter()
-            .map(|values| upload_f32(&client, values))
-            .collect();
-        Self {
-            client,
-            chunks,
-            buffers,
-            lens: host.iter().map(|values| values.len()).collect(),
-        }
-    }
-
-    /// Copies the buffers into `host`, in the order they were uploaded.
-    pub(crate) fn download(&self, host: Vec<&mut [f32]>) {
-        for ((handle, &len), target) in self.buffers.iter().zip(&self.lens).zip(host) {
-            target.copy_from_slice(&read_f32(&self.client, handle, len));
-        }
-    }
-
-    /// Buffer `index`, moved out (a placeholder takes its place until
-    /// [`DeviceState::put`] returns it).
-    pub(crate) fn take(&mut self, index: usize) -> Handle {
-        let placeholder = self.client.empty(size_of::<f32>());
-        std::mem::replace(&mut self.buffers[index], placeholder)
-    }
-
-    /// Returns buffer `index` after [`DeviceState::take`].
-    pub(crate) fn put(&mut self, index: usize, handle: Handle) {
-        self.buffers[index] = handle;
-    }
+/// The chunk table a rule's device kernels walk, built at its first device
+/// step next to `x` and kept in `cache` (the layout and the weight decay
+/// never change).
+pub(crate) fn chunk_table<'a>(
+    cache: &'a mut Option<DeviceChunks>,
+    x: &DeviceFlat,
+    layout: &ParamLayout,
+    weight_decay: f64,
+) -> &'a DeviceChunks {
+    cache.get_or_insert_with(|| layout_chunks(x.client(), layout, weight_decay as f32))
 }
 
 /// The 1-bit compressed mean over ranks of `buf` (`len` f32 on `like`'s
-/// device) with its worker error `error`, the worker side in device kernels
+/// device) with its worker error `error` and the server's (on the host),
+/// the worker side in device kernels
 /// (`terse_kernels::tensor::TensorWorker`): only packed signs and scales
 /// cross to the host. Both handles come back (updated in place), whatever
 /// the outcome.
@@ -227,6 +186,7 @@ pub(crate) fn compressed_mean_device(
     like: &DeviceFlat,
     buf: Handle,
     error: Handle,
+    server_error: &mut [f32],
     len: usize,
 ) -> (Handle, Handle, Result<(), OptimError>) {
     if !allreduce.compresses() {
@@ -237,7 +197,7 @@ pub(crate) fn compressed_mean_device(
         Err(e) => unreachable!("f32 buffers of one length on one cubecl device: {e}"),
     };
     let result = allreduce
-        .allreduce_mean_on(comm, &mut worker)
+        .allreduce_mean_on(comm, &mut worker, server_error)
         .map_err(OptimError::from);
     let (buf, error) = worker.into_parts();
     (into_handle(buf), into_handle(error), result)

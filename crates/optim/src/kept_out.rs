@@ -15,7 +15,16 @@ use cubecl::server::Handle;
 use terse_comm::{Communicator, CompressedAllreduce, CompressionOptions, ReduceOp};
 
 use crate::device_flat::{compressed_mean_device, into_handle, read_f32};
-use crate::{DeviceFlat, OptimError, ParamLayout};
+use crate::{DeviceFlat, Flat, OptimError, ParamLayout};
+
+/// The compressed allreduce's error feedback on one rank, part of a 1-bit
+/// rule's state (saved as `worker_error` and `server_error`): the worker's
+/// beside the momentum (on the device in a device run), the server's on the
+/// host, where the server step runs.
+pub(crate) struct ErrorFeedback {
+    pub(crate) worker: Flat,
+    pub(crate) server: Flat,
+}
 
 /// A compressed allreduce over a flat buffer minus the kept-out ranges.
 pub(crate) struct KeptOutAllreduce {
@@ -78,15 +87,26 @@ impl KeptOutAllreduce {
         })
     }
 
+    /// Zeroed errors for this allreduce's compressed part.
+    pub(crate) fn zeroed_errors(&self) -> ErrorFeedback {
+        let (worker, server) = self.compressed.zeroed_errors();
+        ErrorFeedback {
+            worker: Flat::from_vec(worker),
+            server: Flat::host_only(server),
+        }
+    }
+
     /// Replaces `buf` with its mean over ranks: 1-bit compressed with error
-    /// feedback, the kept-out ranges exact.
+    /// feedback `errors` (on the host), the kept-out ranges exact.
     pub(crate) fn allreduce_mean(
         &mut self,
         comm: &dyn Communicator,
         buf: &mut [f32],
+        errors: &mut ErrorFeedback,
     ) -> Result<(), OptimError> {
+        let (worker, server) = (errors.worker.host_mut(), errors.server.host_mut());
         if self.kept_out.is_empty() {
-            return Ok(self.compressed.allreduce_mean(comm, buf)?);
+            return Ok(self.compressed.allreduce_mean(comm, buf, worker, server)?);
         }
         self.packed.clear();
         self.exact.clear();
@@ -97,7 +117,8 @@ impl KeptOutAllreduce {
             at = range.end;
         }
         self.packed.extend_from_slice(&buf[at..]);
-        self.compressed.allreduce_mean(comm, &mut self.packed)?;
+        self.compressed
+            .allreduce_mean(comm, &mut self.packed, worker, server)?;
         comm.allreduce_f32(&mut self.exact, ReduceOp::Mean)?;
         let (mut at, mut packed, mut exact) = (0, 0, 0);
         for range in &self.kept_out {
@@ -117,31 +138,59 @@ impl KeptOutAllreduce {
         &mut self,
         comm: &dyn Communicator,
         buf: &mut [f32],
+        errors: &mut ErrorFeedback,
         wanted: Range<usize>,
     ) -> Result<(), OptimError> {
         if self.kept_out.is_empty() {
-            return Ok(self.compressed.allreduce_mean_part(comm, buf, wanted)?);
+            let (worker, server) = (errors.worker.host_mut(), errors.server.host_mut());
+            return Ok(self
+                .compressed
+                .allreduce_mean_part(comm, buf, worker, server, wanted)?);
         }
-        self.allreduce_mean(comm, buf)
+        self.allreduce_mean(comm, buf, errors)
     }
 
-    /// [`KeptOutAllreduce::allreduce_mean`] of `buf` (`len` f32 on
-    /// `like`'s device) with the compressed part's worker error `error`:
-    /// the compressed elements packed on the device and averaged with the
-    /// worker side in device kernels, the kept-out ranges averaged in fp32
-    /// through the host, in the host path's order (so the same bytes
-    /// travel). The buffer comes back as a handle (a new one when ranges
-    /// are kept out), the error updated in place, whatever the outcome.
+    /// [`KeptOutAllreduce::allreduce_mean`] of `buf` (`len` f32 on `like`'s
+    /// device) with `errors` (the worker's on that device): the compressed
+    /// elements packed on the device and averaged with the worker side in
+    /// device kernels, the kept-out ranges averaged in fp32 through the
+    /// host, in the host path's order (so the same bytes travel). The
+    /// buffer comes back as a handle (a new one when ranges are kept out),
+    /// the errors updated in place, whatever the outcome.
     pub(crate) fn allreduce_mean_device(
         &mut self,
         comm: &dyn Communicator,
         like: &DeviceFlat,
         buf: Handle,
+        len: usize,
+        errors: &mut ErrorFeedback,
+    ) -> (Handle, Result<(), OptimError>) {
+        let error = errors.worker.take_handle();
+        let (buf, error, result) =
+            self.mean_of_handles(comm, like, buf, error, errors.server.host_mut(), len);
+        errors.worker.put_handle(error);
+        (buf, result)
+    }
+
+    fn mean_of_handles(
+        &mut self,
+        comm: &dyn Communicator,
+        like: &DeviceFlat,
+        buf: Handle,
         error: Handle,
+        server_error: &mut [f32],
         len: usize,
     ) -> (Handle, Handle, Result<(), OptimError>) {
         if self.kept_out.is_empty() {
-            return compressed_mean_device(&mut self.compressed, comm, like, buf, error, len);
+            return compressed_mean_device(
+                &mut self.compressed,
+                comm,
+                like,
+                buf,
+                error,
+                server_error,
+                len,
+            );
         }
         let whole = like.wrap(buf, len);
         let kept: usize = self.kept_out.iter().map(|r| r.len()).sum();
@@ -161,12 +210,21 @@ impl KeptOutAllreduce {
         let (packed, error, result) = if packed.is_empty() {
             // Everything kept out: the compressed allreduce of nothing still
             // runs, as on the host.
-            let result = self.compressed.allreduce_mean(comm, &mut []);
+            let result = self
+                .compressed
+                .allreduce_mean(comm, &mut [], &mut [], server_error);
             (None, error, result.map_err(OptimError::from))
         } else {
             let handle = into_handle(Tensor::cat(packed, 0));
-            let (handle, error, result) =
-                compressed_mean_device(&mut self.compressed, comm, like, handle, error, packed_len);
+            let (handle, error, result) = compressed_mean_device(
+                &mut self.compressed,
+                comm,
+                like,
+                handle,
+                error,
+                server_error,
+                packed_len,
+            );
             (Some(like.wrap(handle, packed_len)), error, result)
         };
         let result = result.and_then(|()| {
@@ -194,21 +252,6 @@ impl KeptOutAllreduce {
             parts.push(packed.clone().slice(p..packed_len));
         }
         (into_handle(Tensor::cat(parts, 0)), error, Ok(()))
-    }
-
-    /// The compressed part's worker error (the compressed elements only).
-    pub(crate) fn worker_error(&self) -> &[f32] {
-        self.compressed.worker_error()
-    }
-
-    /// The compressed part's server error.
-    pub(crate) fn server_error(&self) -> &[f32] {
-        self.compressed.server_error()
-    }
-
-    /// Both errors, mutable (worker, server), for loading a checkpoint.
-    pub(crate) fn errors_mut(&mut self) -> (&mut [f32], &mut [f32]) {
-        self.compressed.errors_mut()
     }
 }
 

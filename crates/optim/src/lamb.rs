@@ -11,20 +11,20 @@ use std::time::{Duration, Instant};
 use rayon::prelude::*;
 
 use serde::{Deserialize, Serialize};
-use terse_kernels::resident::filled;
 
 use crate::config_check::{NoOtherFields, check_clip};
-use crate::device_flat::{DeviceState, allreduce_mean_device};
+use crate::device_flat::{allreduce_mean_device, chunk_table};
 use crate::eps_mode::check_has_compression_stage;
 use crate::moments::{Moments, with_eps_mode};
 use crate::parallel::{
     CHUNK, chunk_sum_of_squares, split_segments, split_segments_mut, sum_of_squares, with_avx,
 };
 use terse_comm::Communicator;
+use terse_kernels::device::optim::DeviceChunks;
 
 use crate::shard::{Shard, gather_partial_state, share_unit_words, unit_slices, unit_slices_mut};
 use crate::step::{FlatOptimizer, StepContext, allreduce_mean_gradient};
-use crate::{DeviceFlat, MomentConfig, OptimError, Segment, WithMoments};
+use crate::{DeviceFlat, Flat, MomentConfig, OptimError, Segment, WithMoments};
 
 /// `lamb` (ALGORITHMS.md "LAMB").
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -79,10 +79,10 @@ impl WithMoments for LambConfig {
 /// LAMB's state: first and second moments of the averaged gradient.
 pub struct Lamb {
     config: LambConfig,
-    m: Vec<f32>,
-    v: Vec<f32>,
-    /// m and v on the device, between device steps.
-    device: Option<DeviceState>,
+    m: Flat,
+    v: Flat,
+    /// The device kernels' chunk table (device runs).
+    chunks: Option<DeviceChunks>,
     /// The split of the step between ranks that share cores.
     shard: Option<Arc<Shard>>,
     /// m and v are current only in this rank's part of `shard`.
@@ -94,9 +94,9 @@ impl Lamb {
     pub fn new(config: LambConfig, d: usize) -> Self {
         Self {
             config,
-            m: filled(d, 0.0),
-            v: filled(d, 0.0),
-            device: None,
+            m: Flat::zeros(d),
+            v: Flat::zeros(d),
+            chunks: None,
             shard: None,
             partial: false,
         }
@@ -138,23 +138,29 @@ impl FlatOptimizer for Lamb {
         let shard = Shard::for_step(&mut self.shard, ctx);
         if !self.config.grad_prenorm && shard.is_split() {
             let c = &self.config;
-            let (_, comm_time) = lamb_step_sharded(c, ctx, &shard, x, &mut self.m, &mut self.v, g)?;
+            let (m, v) = (self.m.host_mut(), self.v.host_mut());
+            let (_, comm_time) = lamb_step_sharded(c, ctx, &shard, x, m, v, g)?;
             self.partial = true;
             return Ok(comm_time);
         }
         let comm_time = allreduce_mean_gradient(ctx.comm, g)?;
-        lamb_step(&self.config, ctx, x, &mut self.m, &mut self.v, g);
+        lamb_step(
+            &self.config,
+            ctx,
+            x,
+            self.m.host_mut(),
+            self.v.host_mut(),
+            g,
+        );
         Ok(comm_time)
     }
 
-    fn state(&self) -> Vec<(&'static str, &[f32])> {
-        vec![("m", &self.m), ("v", &self.v)]
+    fn state(&mut self) -> Vec<(&'static str, &mut Flat)> {
+        vec![("m", &mut self.m), ("v", &mut self.v)]
     }
 
-    fn state_mut(&mut self) -> Vec<(&'static str, &mut [f32])> {
-        // Loaded whole.
+    fn state_loaded(&mut self) {
         self.partial = false;
-        vec![("m", &mut self.m), ("v", &mut self.v)]
     }
 
     fn state_is_partial(&self) -> bool {
@@ -162,7 +168,7 @@ impl FlatOptimizer for Lamb {
     }
 
     fn sync_state(&mut self, comm: &dyn Communicator) -> Result<(), OptimError> {
-        let buffers: &mut [&mut [f32]] = &mut [&mut self.m, &mut self.v];
+        let buffers: &mut [&mut [f32]] = &mut [self.m.host_mut(), self.v.host_mut()];
         gather_partial_state(comm, self.shard.as_deref(), &mut self.partial, buffers)
     }
 
@@ -177,38 +183,31 @@ impl FlatOptimizer for Lamb {
         g: &mut DeviceFlat,
     ) -> Result<Duration, OptimError> {
         let comm_time = allreduce_mean_device(ctx.comm, g)?;
-        let wd = self.config.moments.weight_decay as f32;
-        let state = self
-            .device
-            .get_or_insert_with(|| DeviceState::upload(x, ctx.layout, wd, &[&self.m, &self.v]));
-        lamb_step_device(&self.config, ctx, state, x, g);
+        let chunks = chunk_table(
+            &mut self.chunks,
+            x,
+            ctx.layout,
+            self.config.moments.weight_decay,
+        );
+        lamb_step_device(&self.config, ctx, chunks, x, (&self.m, &self.v), g);
         Ok(comm_time)
-    }
-
-    fn state_to_host(&mut self) {
-        if let Some(state) = &self.device {
-            state.download(vec![&mut self.m, &mut self.v]);
-        }
-    }
-
-    fn forget_device_state(&mut self) {
-        self.device = None;
     }
 }
 
-/// [`lamb_step`] on the device (`state` holds m and v): the moments and the
+/// [`lamb_step`] on the device, over `chunks`: the moments and the
 /// chunks' partial norms in one launch, the trust coefficients on the host
 /// from the segments' f64 sums, the update in a second launch.
 pub(crate) fn lamb_step_device(
     c: &LambConfig,
     ctx: &StepContext<'_>,
-    state: &DeviceState,
+    chunks: &DeviceChunks,
     x: &DeviceFlat,
+    (m, v): (&Flat, &Flat),
     g: &DeviceFlat,
 ) -> Vec<Trust> {
     use terse_kernels::device::optim;
-    let (client, chunks) = (&state.client, &state.chunks);
-    let [m, v] = [&state.buffers[0], &state.buffers[1]];
+    let client = x.client();
+    let (m, v) = (m.handle(), v.handle());
     let mut moments = Moments::new(&c.moments, c.bias_correction, ctx.t);
     if c.grad_prenorm {
         let norm = optim::sum_of_squares(client, chunks, g.handle())

@@ -40,6 +40,7 @@ mod shard;
 mod slamb;
 mod state;
 mod step;
+mod storage;
 mod swap;
 
 pub use adam::{Adam, AdamConfig};
@@ -64,4 +65,5 @@ pub use schedule::LrSchedule;
 pub use sgd::{Sgd, SgdConfig};
 pub use slamb::{MaskKind, SlambConfig};
 pub use step::{FlatOptimizer, Stage, StepContext, StepReport};
+pub use storage::Flat;
 pub use swap::Swapped;

@@ -10,21 +10,21 @@ use std::time::{Duration, Instant};
 use rayon::prelude::*;
 use serde::{Deserialize, Serialize};
 use terse_comm::ReduceOp;
-use terse_kernels::resident::filled;
 
 use crate::adam::{adam_step, adam_step_device, adam_step_sharded};
 use crate::config_check::NoOtherFields;
-use crate::device_flat::{DeviceState, allreduce_mean_device, mean_over_ranks};
+use crate::device_flat::{allreduce_mean_device, chunk_table, mean_over_ranks};
 use crate::freeze::FreezePoint;
-use crate::kept_out::KeptOutAllreduce;
+use crate::kept_out::{ErrorFeedback, KeptOutAllreduce};
 use crate::moments::{Moments, with_eps_mode};
 use crate::parallel::{CHUNK, with_avx};
 use crate::shard::{Shard, Unit, gather_partial_state, unit_slices, unit_slices_mut};
 use crate::step::{FlatOptimizer, StepContext, allreduce_mean_gradient};
 use crate::{
-    AdamConfig, CompressionConfig, DeviceFlat, EpsMode, MomentConfig, OptimError, ParamLayout,
-    Stage, WithCompression, WithMoments,
+    AdamConfig, CompressionConfig, DeviceFlat, EpsMode, Flat, MomentConfig, OptimError,
+    ParamLayout, Stage, WithCompression, WithMoments,
 };
+use terse_kernels::device::optim::DeviceChunks;
 
 /// `onebit_adam`, `onebit_adam_fp32` and `adam_onebit_naive` (the naive
 /// baseline ignores the freeze fields: it compresses from step 1).
@@ -91,12 +91,13 @@ pub enum AdamVariant {
 pub struct OneBitAdam {
     config: OneBitAdamConfig,
     variant: AdamVariant,
-    m: Vec<f32>,
-    v: Vec<f32>,
+    m: Flat,
+    v: Flat,
     allreduce: KeptOutAllreduce,
+    errors: ErrorFeedback,
     freeze: FreezePoint,
-    /// m, v and the worker error on the device, between device steps.
-    device: Option<DeviceState>,
+    /// The device kernels' chunk table (device runs).
+    chunks: Option<DeviceChunks>,
     /// The split of warmup steps between ranks that share cores.
     shard: Option<Arc<Shard>>,
     /// m and v are current only in this rank's part of `shard`.
@@ -123,13 +124,14 @@ impl OneBitAdam {
         )?;
         let freeze = FreezePoint::new(&config.compression, config.moments.beta_2);
         Ok(Self {
-            m: filled(d, 0.0),
-            v: filled(d, 0.0),
+            m: Flat::zeros(d),
+            v: Flat::zeros(d),
+            errors: allreduce.zeroed_errors(),
             allreduce,
             freeze,
             config,
             variant,
-            device: None,
+            chunks: None,
             shard: None,
             partial: false,
         })
@@ -140,7 +142,7 @@ impl OneBitAdam {
     /// from step 1).
     fn adam_step(&mut self, ctx: &StepContext<'_>, x: &mut [f32], g: &[f32], compressing: bool) {
         let adam = self.adam_config(compressing);
-        adam_step(&adam, ctx, x, &mut self.m, &mut self.v, g);
+        adam_step(&adam, ctx, x, self.m.host_mut(), self.v.host_mut(), g);
     }
 
     /// The Adam of this config's warmup (or compression stage).
@@ -167,7 +169,7 @@ impl OneBitAdam {
             eps_mode: c.moments.eps_mode.in_stage(true),
             weight_decay: c.moments.weight_decay,
         };
-        update.apply(ctx.layout, units, &lrs, x, &self.m, &self.v);
+        update.apply(ctx.layout, units, &lrs, x, self.m.host(), self.v.host());
     }
 }
 
@@ -273,14 +275,15 @@ impl FlatOptimizer for OneBitAdam {
     ) -> Result<Duration, OptimError> {
         if self.variant == AdamVariant::Naive {
             let start = Instant::now();
-            self.allreduce.allreduce_mean(ctx.comm, g)?;
+            self.allreduce
+                .allreduce_mean(ctx.comm, g, &mut self.errors)?;
             let comm_time = start.elapsed();
             self.adam_step(ctx, x, g, true);
             return Ok(comm_time);
         }
         match self.freeze.step() {
             Some(t_w) if ctx.t > t_w => {
-                accumulate_momentum(self.config.moments.beta_1, &mut self.m, g);
+                accumulate_momentum(self.config.moments.beta_1, self.m.host_mut(), g);
                 // Ranks that share cores split the update (m is the same on
                 // every rank after the allreduce, which each of them
                 // dequantises only in its own part), then share m and x back.
@@ -289,17 +292,19 @@ impl FlatOptimizer for OneBitAdam {
                 let start = Instant::now();
                 match self.variant {
                     AdamVariant::Fp32Momentum => {
-                        ctx.comm.allreduce_f32(&mut self.m, ReduceOp::Mean)?
+                        ctx.comm.allreduce_f32(self.m.host_mut(), ReduceOp::Mean)?
                     }
-                    _ => {
-                        self.allreduce
-                            .allreduce_mean_part(ctx.comm, &mut self.m, range.clone())?
-                    }
+                    _ => self.allreduce.allreduce_mean_part(
+                        ctx.comm,
+                        self.m.host_mut(),
+                        &mut self.errors,
+                        range.clone(),
+                    )?,
                 }
                 let mut comm_time = start.elapsed();
-                mask_momentum(&mut self.m[range.clone()], &self.v[range]);
+                mask_momentum(&mut self.m.host_mut()[range.clone()], &self.v.host()[range]);
                 self.frozen_step(ctx, x, t_w, shard.mine());
-                comm_time += shard.share_parts(ctx.comm, &mut [&mut self.m, x])?;
+                comm_time += shard.share_parts(ctx.comm, &mut [self.m.host_mut(), x])?;
                 Ok(comm_time)
             }
             _ => {
@@ -313,7 +318,8 @@ impl FlatOptimizer for OneBitAdam {
                 let comm_time = match shard.filter(|s| s.is_split()) {
                     Some(shard) => {
                         self.partial = true;
-                        adam_step_sharded(&adam, ctx, &shard, x, &mut self.m, &mut self.v, g)?
+                        let (m, v) = (self.m.host_mut(), self.v.host_mut());
+                        adam_step_sharded(&adam, ctx, &shard, x, m, v, g)?
                     }
                     None => {
                         let comm_time = allreduce_mean_gradient(ctx.comm, g)?;
@@ -321,7 +327,7 @@ impl FlatOptimizer for OneBitAdam {
                         comm_time
                     }
                 };
-                let v = &self.v;
+                let v = self.v.host();
                 if self.freeze.ends_warmup(ctx.t, || l1_norm(v), ctx.lr_warmup) {
                     // The compression stage reads m and v whole.
                     self.sync_state(ctx.comm)?;
@@ -331,13 +337,17 @@ impl FlatOptimizer for OneBitAdam {
         }
     }
 
-    fn state(&self) -> Vec<(&'static str, &[f32])> {
+    fn state(&mut self) -> Vec<(&'static str, &mut Flat)> {
         vec![
-            ("m", &self.m),
-            ("v", &self.v),
-            ("worker_error", self.allreduce.worker_error()),
-            ("server_error", self.allreduce.server_error()),
+            ("m", &mut self.m),
+            ("v", &mut self.v),
+            ("worker_error", &mut self.errors.worker),
+            ("server_error", &mut self.errors.server),
         ]
+    }
+
+    fn state_loaded(&mut self) {
+        self.partial = false;
     }
 
     fn state_is_partial(&self) -> bool {
@@ -345,20 +355,8 @@ impl FlatOptimizer for OneBitAdam {
     }
 
     fn sync_state(&mut self, comm: &dyn terse_comm::Communicator) -> Result<(), OptimError> {
-        let buffers: &mut [&mut [f32]] = &mut [&mut self.m, &mut self.v];
+        let buffers: &mut [&mut [f32]] = &mut [self.m.host_mut(), self.v.host_mut()];
         gather_partial_state(comm, self.shard.as_deref(), &mut self.partial, buffers)
-    }
-
-    fn state_mut(&mut self) -> Vec<(&'static str, &mut [f32])> {
-        // Loaded whole.
-        self.partial = false;
-        let (worker, server) = self.allreduce.errors_mut();
-        vec![
-            ("m", &mut self.m),
-            ("v", &mut self.v),
-            ("worker_error", worker),
-            ("server_error", server),
-        ]
     }
 
     fn scalars(&self) -> Vec<(&'static str, Vec<f64>)> {
@@ -376,66 +374,59 @@ impl FlatOptimizer for OneBitAdam {
         g: &mut DeviceFlat,
     ) -> Result<Duration, OptimError> {
         use terse_kernels::device::optim;
-        const M: usize = 0;
-        const V: usize = 1;
-        const ERROR: usize = 2;
-        let wd = self.config.moments.weight_decay as f32;
         let (warmup_adam, naive_adam) = (self.adam_config(false), self.adam_config(true));
-        let state = self.device.get_or_insert_with(|| {
-            let error = self.allreduce.worker_error();
-            DeviceState::upload(x, ctx.layout, wd, &[&self.m, &self.v, error])
-        });
+        let c = &self.config;
+        let chunks = chunk_table(&mut self.chunks, x, ctx.layout, c.moments.weight_decay);
+        let client = x.client();
         let len = ctx.layout.len();
         if self.variant == AdamVariant::Naive {
             let start = Instant::now();
-            let placeholder = state.client.empty(size_of::<f32>());
-            let buf = g.swap_handle(placeholder);
-            let error = state.take(ERROR);
-            let (buf, error, result) = self
-                .allreduce
-                .allreduce_mean_device(ctx.comm, x, buf, error, len);
+            let buf = g.swap_handle(client.empty(size_of::<f32>()));
+            let (buf, result) =
+                self.allreduce
+                    .allreduce_mean_device(ctx.comm, x, buf, len, &mut self.errors);
             g.swap_handle(buf);
-            state.put(ERROR, error);
             result?;
             let comm_time = start.elapsed();
-            adam_step_device(&naive_adam, ctx, state, x, g);
+            adam_step_device(&naive_adam, ctx, chunks, x, &self.m, &self.v, g);
             return Ok(comm_time);
         }
-        let c = &self.config;
         match self.freeze.step() {
             Some(t_w) if ctx.t > t_w => {
-                let (client, chunks) = (&state.client, &state.chunks);
                 let fresh = Moments::new(&c.moments, c.bias_correction, ctx.t);
+                let m = &mut self.m;
                 optim::accumulate_momentum(
                     client,
                     chunks,
-                    &state.buffers[M],
+                    m.handle(),
                     g.handle(),
                     &fresh.coefficients(),
                 );
                 let start = Instant::now();
                 if self.variant == AdamVariant::Fp32Momentum {
-                    if let Some(m) = mean_over_ranks(ctx.comm, client, &state.buffers[M], len)? {
-                        state.put(M, m);
+                    if let Some(mean) = mean_over_ranks(ctx.comm, client, m.handle(), len)? {
+                        m.put_handle(mean);
                     }
                 } else {
-                    let (m, error) = (state.take(M), state.take(ERROR));
-                    let (m, error, result) = self
-                        .allreduce
-                        .allreduce_mean_device(ctx.comm, x, m, error, len);
-                    state.put(M, m);
-                    state.put(ERROR, error);
+                    let (mean, result) = self.allreduce.allreduce_mean_device(
+                        ctx.comm,
+                        x,
+                        m.take_handle(),
+                        len,
+                        &mut self.errors,
+                    );
+                    m.put_handle(mean);
                     result?;
                 }
                 let comm_time = start.elapsed();
                 let moments = Moments::frozen(&c.moments, c.bias_correction, ctx.t, t_w);
                 let rates = vec![ctx.lr as f32; ctx.layout.segments().len()];
                 optim::frozen_apply(
-                    &state.client,
-                    &state.chunks,
+                    client,
+                    chunks,
                     x.handle(),
-                    &state.buffers[M],
-                    &state.buffers[V],
+                    m.handle(),
+                    self.v.handle(),
                     &moments.coefficients(),
                     &rates,
                     c.moments.eps_mode.in_stage(true) == EpsMode::Inside,
@@ -444,27 +435,13 @@ impl FlatOptimizer for OneBitAdam {
             }
             _ => {
                 let comm_time = allreduce_mean_device(ctx.comm, g)?;
-                adam_step_device(&warmup_adam, ctx, state, x, g);
-                let v_l1 = || {
-                    optim::sum_of_abs(&state.client, &state.chunks, &state.buffers[V])
-                        .iter()
-                        .sum()
-                };
+                adam_step_device(&warmup_adam, ctx, chunks, x, &self.m, &self.v, g);
+                let v = self.v.handle();
+                let v_l1 = || optim::sum_of_abs(client, chunks, v).iter().sum();
                 self.freeze.ends_warmup(ctx.t, v_l1, ctx.lr_warmup);
                 Ok(comm_time)
             }
         }
-    }
-
-    fn state_to_host(&mut self) {
-        if let Some(state) = &self.device {
-            let (worker_error, _) = self.allreduce.errors_mut();
-            state.download(vec![&mut self.m, &mut self.v, worker_error]);
-        }
-    }
-
-    fn forget_device_state(&mut self) {
-        self.device = None;
     }
 
     fn set_scalars(&mut self, role: &str, values: Vec<f64>) -> Result<(), String> {

@@ -83,8 +83,9 @@ impl Optimizer {
         self.check_len("gradient", g.len())?;
         self.check_world(comm)?;
         // State a device step left there continues here.
-        self.rule.state_to_host();
-        self.rule.forget_device_state();
+        for (_, buffer) in self.rule.state() {
+            buffer.move_to_host();
+        }
         self.take_step(comm, |rule, ctx| rule.step(ctx, x, g))
     }
 
@@ -128,7 +129,7 @@ impl Optimizer {
 
     /// One step on flat buffers of a cubecl device: `x` the parameters, `g`
     /// this rank's local gradient (overwritten by the allreduce). The
-    /// optimizer state stays on that device between steps; only the
+    /// optimizer state moves there at the first and stays; only the
     /// gradient's allreduce passes through the host (terse-comm's backends
     /// take host buffers).
     ///
@@ -143,6 +144,9 @@ impl Optimizer {
         self.check_len("parameters", x.len())?;
         self.check_len("gradient", g.len())?;
         self.check_world(comm)?;
+        for (_, buffer) in self.rule.state() {
+            buffer.move_to_device(x);
+        }
         self.take_step(comm, |rule, ctx| rule.step_device(ctx, x, g))
     }
 

@@ -7,13 +7,13 @@ use std::time::Duration;
 use rayon::prelude::*;
 
 use serde::{Deserialize, Serialize};
-use terse_kernels::resident::filled;
 
 use crate::config_check::{check_decay, invalid};
-use crate::device_flat::{DeviceState, allreduce_mean_device};
+use crate::device_flat::{allreduce_mean_device, chunk_table};
 use crate::parallel::{CHUNK, split_segments, split_segments_mut, with_avx};
 use crate::step::{FlatOptimizer, StepContext, allreduce_mean_gradient};
-use crate::{DeviceFlat, OptimError};
+use crate::{DeviceFlat, Flat, OptimError};
+use terse_kernels::device::optim::DeviceChunks;
 
 /// `sgd` (ALGORITHMS.md "Momentum SGD"). No Adam moments, so no shared
 /// fields to flatten and serde's own `deny_unknown_fields` applies.
@@ -61,9 +61,9 @@ impl SgdConfig {
 /// SGD's state: the momentum buffer.
 pub struct Sgd {
     config: SgdConfig,
-    m: Vec<f32>,
-    /// m on the device, between device steps.
-    device: Option<DeviceState>,
+    m: Flat,
+    /// The device kernels' chunk table (device runs).
+    chunks: Option<DeviceChunks>,
 }
 
 impl Sgd {
@@ -71,8 +71,8 @@ impl Sgd {
     pub fn new(config: SgdConfig, d: usize) -> Self {
         Self {
             config,
-            m: filled(d, 0.0),
-            device: None,
+            m: Flat::zeros(d),
+            chunks: None,
         }
     }
 }
@@ -91,7 +91,7 @@ impl FlatOptimizer for Sgd {
         let lr = ctx.lr as f32;
 
         let xs = split_segments_mut(ctx.layout, x);
-        let ms = split_segments_mut(ctx.layout, &mut self.m);
+        let ms = split_segments_mut(ctx.layout, self.m.host_mut());
         let gs = split_segments(ctx.layout, g);
         ctx.layout
             .segments()
@@ -117,11 +117,7 @@ impl FlatOptimizer for Sgd {
         Ok(comm_time)
     }
 
-    fn state(&self) -> Vec<(&'static str, &[f32])> {
-        vec![("m", &self.m)]
-    }
-
-    fn state_mut(&mut self) -> Vec<(&'static str, &mut [f32])> {
+    fn state(&mut self) -> Vec<(&'static str, &mut Flat)> {
         vec![("m", &mut self.m)]
     }
 
@@ -136,31 +132,18 @@ impl FlatOptimizer for Sgd {
         g: &mut DeviceFlat,
     ) -> Result<Duration, OptimError> {
         let comm_time = allreduce_mean_device(ctx.comm, g)?;
-        let wd = self.config.weight_decay as f32;
-        let state = self
-            .device
-            .get_or_insert_with(|| DeviceState::upload(x, ctx.layout, wd, &[&self.m]));
+        let chunks = chunk_table(&mut self.chunks, x, ctx.layout, self.config.weight_decay);
         terse_kernels::device::optim::sgd_step(
-            &state.client,
-            &state.chunks,
+            x.client(),
+            chunks,
             x.handle(),
-            &state.buffers[0],
+            self.m.handle(),
             g.handle(),
             self.config.momentum as f32,
             ctx.lr as f32,
             self.config.nesterov,
         );
         Ok(comm_time)
-    }
-
-    fn state_to_host(&mut self) {
-        if let Some(state) = &self.device {
-            state.download(vec![&mut self.m]);
-        }
-    }
-
-    fn forget_device_state(&mut self) {
-        self.device = None;
     }
 }
 

@@ -17,13 +17,14 @@ use terse_kernels::mask::{Mask, Selection};
 use terse_kernels::resident::filled;
 
 use crate::config_check::{NoOtherFields, check_clip, check_unit, invalid};
-use crate::device_flat::{DeviceState, allreduce_mean_device, read_f32, upload_f32};
+use crate::device_flat::{allreduce_mean_device, chunk_table, read_f32, upload_f32};
 use crate::eps_mode::check_has_compression_stage;
 use crate::lamb::trust_coefficient;
 use crate::moments::{Moments, with_eps_mode};
 use crate::parallel::{CHUNK, split_segments, split_segments_mut, with_avx};
 use crate::step::{FlatOptimizer, StepContext};
-use crate::{DeviceFlat, EpsMode, MomentConfig, OptimError, ParamLayout, Stage, WithMoments};
+use crate::{DeviceFlat, EpsMode, Flat, MomentConfig, OptimError, ParamLayout, Stage, WithMoments};
+use terse_kernels::device::optim::DeviceChunks;
 
 /// SLAMB's mask.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
@@ -141,16 +142,16 @@ impl WithMoments for SlambConfig {
 /// per-step selection flags (scratch).
 pub struct Slamb {
     config: SlambConfig,
-    m: Vec<f32>,
-    v: Vec<f32>,
+    m: Flat,
+    v: Flat,
     /// Freshness: 1 where synchronised this step, decaying by β3 otherwise.
     /// Starts at 1: every rank starts from the same parameters.
-    freshness: Vec<f32>,
+    freshness: Flat,
     selected: Vec<u8>,
     sparse: SparseAllreduce,
     world_size: usize,
-    /// m, v and the freshness on the device, between device steps.
-    device: Option<DeviceState>,
+    /// The device kernels' chunk table (device runs).
+    chunks: Option<DeviceChunks>,
     /// The always-synchronised ranges as selection bits on the device.
     device_always: Option<Handle>,
     /// The ranges themselves (for the device's bitmap).
@@ -173,12 +174,12 @@ impl Slamb {
             .collect();
         Self {
             sparse: SparseAllreduce::with_precision(config.mask(d), always.clone(), config.values),
-            device: None,
+            chunks: None,
             device_always: None,
             always,
-            m: filled(d, 0.0),
-            v: filled(d, 0.0),
-            freshness: vec![1.0; d],
+            m: Flat::zeros(d),
+            v: Flat::zeros(d),
+            freshness: Flat::from_vec(vec![1.0; d]),
             // Resident now, not in the compression stage's first step.
             selected: filled(d, 0),
             world_size: comm.world_size(),
@@ -249,8 +250,9 @@ impl FlatOptimizer for Slamb {
         let c = self.config.clone();
         let moments = Moments::new(&c.moments, c.bias_correction, ctx.t);
         self.m
+            .host_mut()
             .par_chunks_mut(CHUNK)
-            .zip(self.v.par_chunks_mut(CHUNK))
+            .zip(self.v.host_mut().par_chunks_mut(CHUNK))
             .zip(g.par_chunks(CHUNK))
             .for_each(|((m, v), g)| {
                 with_avx(|| {
@@ -260,7 +262,9 @@ impl FlatOptimizer for Slamb {
                 })
             });
         let start = Instant::now();
-        let selection = self.sparse.allreduce_mean(ctx.comm, ctx.t, &mut self.m)?;
+        let selection = self
+            .sparse
+            .allreduce_mean(ctx.comm, ctx.t, self.m.host_mut())?;
         let mut comm_time = start.elapsed();
         self.selected.fill(0);
         for j in selection.indices() {
@@ -268,6 +272,7 @@ impl FlatOptimizer for Slamb {
         }
         let beta_3 = c.beta_3 as f32;
         self.freshness
+            .host_mut()
             .par_chunks_mut(CHUNK)
             .zip(self.selected.par_chunks(CHUNK))
             .for_each(|(f, s)| {
@@ -281,9 +286,9 @@ impl FlatOptimizer for Slamb {
         let weight_decay = c.moments.weight_decay as f32;
         let layout = ctx.layout;
         let xs = split_segments_mut(layout, x);
-        let ms = split_segments(layout, &self.m);
-        let vs = split_segments(layout, &self.v);
-        let fs = split_segments(layout, &self.freshness);
+        let ms = split_segments(layout, self.m.host());
+        let vs = split_segments(layout, self.v.host());
+        let fs = split_segments(layout, self.freshness.host());
         let ss = split_segments(layout, &self.selected);
         with_eps_mode!(c.moments.eps_mode, INSIDE => {
             layout.segments().par_iter().zip(xs).zip(ms).zip(vs).zip(fs).zip(ss).for_each(
@@ -349,15 +354,7 @@ impl FlatOptimizer for Slamb {
         Ok(start.elapsed())
     }
 
-    fn state(&self) -> Vec<(&'static str, &[f32])> {
-        vec![
-            ("m", &self.m),
-            ("v", &self.v),
-            ("freshness", &self.freshness),
-        ]
-    }
-
-    fn state_mut(&mut self) -> Vec<(&'static str, &mut [f32])> {
+    fn state(&mut self) -> Vec<(&'static str, &mut Flat)> {
         vec![
             ("m", &mut self.m),
             ("v", &mut self.v),
@@ -376,28 +373,18 @@ impl FlatOptimizer for Slamb {
         g: &mut DeviceFlat,
     ) -> Result<Duration, OptimError> {
         use terse_kernels::device::{self as kernels, slamb};
-        const M: usize = 0;
-        const V: usize = 1;
-        const FRESHNESS: usize = 2;
         let c = self.config.clone();
         let len = ctx.layout.len();
-        let wd = c.moments.weight_decay as f32;
-        let state = self.device.get_or_insert_with(|| {
-            DeviceState::upload(x, ctx.layout, wd, &[&self.m, &self.v, &self.freshness])
-        });
-        let (client, chunks) = (state.client.clone(), state.chunks.clone());
+        let chunks = chunk_table(&mut self.chunks, x, ctx.layout, c.moments.weight_decay);
+        let client = x.client().clone();
         let always = self.device_always.get_or_insert_with(|| {
             let words = kernels::always_bitmap(len, &self.always);
             client.create_from_slice(u32::as_bytes(if words.is_empty() { &[0] } else { &words }))
         });
         let moments = Moments::new(&c.moments, c.bias_correction, ctx.t);
         let coefficients = moments.coefficients();
-        let [m, v, f] = [
-            &state.buffers[M],
-            &state.buffers[V],
-            &state.buffers[FRESHNESS],
-        ];
-        slamb::moments(&client, &chunks, m, v, g.handle(), &coefficients);
+        let [m, v, f] = [&self.m, &self.v, &self.freshness].map(Flat::handle);
+        slamb::moments(&client, chunks, m, v, g.handle(), &coefficients);
 
         // The step's selection, and the selected momentum averaged: only the
         // selected values reach the host.
@@ -429,7 +416,7 @@ impl FlatOptimizer for Slamb {
         let inside = c.moments.eps_mode == EpsMode::Inside;
         let norms = slamb::split_norms(
             &client,
-            &chunks,
+            chunks,
             x.handle(),
             m,
             v,
@@ -447,7 +434,7 @@ impl FlatOptimizer for Slamb {
         let stale_lr = ctx.lr / (self.world_size as f64).sqrt();
         slamb::apply(
             &client,
-            &chunks,
+            chunks,
             x.handle(),
             m,
             v,
@@ -474,15 +461,5 @@ impl FlatOptimizer for Slamb {
             return Ok(Duration::ZERO);
         }
         allreduce_mean_device(ctx.comm, x)
-    }
-
-    fn state_to_host(&mut self) {
-        if let Some(state) = &self.device {
-            state.download(vec![&mut self.m, &mut self.v, &mut self.freshness]);
-        }
-    }
-
-    fn forget_device_state(&mut self) {
-        self.device = None;
     }
 }

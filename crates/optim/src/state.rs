@@ -4,6 +4,7 @@
 //! parameter layout, so a resume can refuse anything that would not continue
 //! the same run.
 
+use std::borrow::Cow;
 use std::collections::HashMap;
 use std::fs;
 use std::io::Write;
@@ -32,18 +33,23 @@ impl Optimizer {
                     .into(),
             ));
         }
-        // State kept on a device is copied back first (it stays there too).
-        self.rule.state_to_host();
-        let state = self.rule.state();
+        let metadata = self.metadata()?;
         let scalars: Vec<(String, Vec<f64>)> = self
             .rule
             .scalars()
             .into_iter()
             .map(|(role, values)| (format!("{SCALAR}{role}"), values))
             .collect();
+        // State kept on a device is copied to the host (it stays there too).
+        let state: Vec<(&'static str, Cow<'_, [f32]>)> = self
+            .rule
+            .state()
+            .into_iter()
+            .map(|(role, buffer)| (role, buffer.read()))
+            .collect();
         let mut views = state
             .iter()
-            .map(|&(role, values)| {
+            .map(|(role, values)| {
                 let view =
                     TensorView::new(Dtype::F32, vec![values.len()], bytemuck::cast_slice(values))
                         .map_err(|e| bad(path, format!("tensor `{role}`: {e}")))?;
@@ -56,8 +62,8 @@ impl Optimizer {
                     .map_err(|e| bad(path, format!("tensor `{name}`: {e}")))?;
             views.push((name.clone(), view));
         }
-        let bytes = safetensors::serialize(views, Some(self.metadata()?))
-            .map_err(|e| bad(path, e.to_string()))?;
+        let bytes =
+            safetensors::serialize(views, Some(metadata)).map_err(|e| bad(path, e.to_string()))?;
 
         let tmp = temp_path(path);
         let io = |source| OptimError::Io {
@@ -124,9 +130,7 @@ impl Optimizer {
             .map_err(|e| bad(path, format!("metadata `step`: {e}")))?;
 
         let tensors = SafeTensors::deserialize(&bytes).map_err(|e| bad(path, e.to_string()))?;
-        // A device copy of the old state is stale from here on.
-        self.rule.forget_device_state();
-        for (role, target) in self.rule.state_mut() {
+        for (role, target) in self.rule.state() {
             let view = tensors
                 .tensor(role)
                 .map_err(|_| bad(path, format!("missing state tensor `{role}`")))?;
@@ -141,10 +145,14 @@ impl Optimizer {
                     ),
                 ));
             }
-            for (value, raw) in target.iter_mut().zip(view.data().chunks_exact(4)) {
-                *value = f32::from_le_bytes([raw[0], raw[1], raw[2], raw[3]]);
-            }
+            let values: Vec<f32> = view
+                .data()
+                .chunks_exact(4)
+                .map(|raw| f32::from_le_bytes([raw[0], raw[1], raw[2], raw[3]]))
+                .collect();
+            target.write(&values);
         }
+        self.rule.state_loaded();
         for (role, _) in self.rule.scalars() {
             let name = format!("{SCALAR}{role}");
             let view = tensors

@@ -5,7 +5,7 @@ use std::time::{Duration, Instant};
 
 use terse_comm::{Communicator, ReduceOp};
 
-use crate::{DeviceFlat, OptimError, ParamLayout};
+use crate::{DeviceFlat, Flat, OptimError, ParamLayout};
 
 /// What an optimizer step may look at besides the buffers.
 pub struct StepContext<'a> {
@@ -58,11 +58,11 @@ pub trait FlatOptimizer: Send {
         g: &mut [f32],
     ) -> Result<Duration, OptimError>;
 
-    /// The flat state tensors, named by role (`m`, `v`, ...), for saving.
-    fn state(&self) -> Vec<(&'static str, &[f32])>;
-
-    /// The same tensors, mutable, for loading.
-    fn state_mut(&mut self) -> Vec<(&'static str, &mut [f32])>;
+    /// The flat state buffers, each under the name a checkpoint saves it
+    /// with (`m`, `v`, `worker_error`, ...): the one list of them. The
+    /// driver moves them beside the parameters before each step (host or
+    /// device) and saves and loads them by name.
+    fn state(&mut self) -> Vec<(&'static str, &mut Flat)>;
 
     /// Whether steps split between ranks that share cores (see
     /// [`crate::shard`]) left [`FlatOptimizer::state`] current only in this
@@ -70,6 +70,10 @@ pub trait FlatOptimizer: Send {
     fn state_is_partial(&self) -> bool {
         false
     }
+
+    /// Called after a checkpoint replaced every buffer of
+    /// [`FlatOptimizer::state`]: a partial state is whole again.
+    fn state_loaded(&mut self) {}
 
     /// Makes a partial state whole again: a collective, called by every
     /// rank at the same point (before saving).
@@ -105,8 +109,9 @@ pub trait FlatOptimizer: Send {
         false
     }
 
-    /// [`FlatOptimizer::step`] on flat buffers of a cubecl device, the state
-    /// kept there between steps (every rule has its device kernels).
+    /// [`FlatOptimizer::step`] on flat buffers of a cubecl device, where the
+    /// driver moved [`FlatOptimizer::state`] (every rule has its device
+    /// kernels).
     fn step_device(
         &mut self,
         ctx: &StepContext<'_>,
@@ -123,14 +128,6 @@ pub trait FlatOptimizer: Send {
         let _ = (ctx, x);
         Ok(Duration::ZERO)
     }
-
-    /// Copies state kept on a device into the host buffers that
-    /// [`FlatOptimizer::state`] shows (before a checkpoint is written).
-    fn state_to_host(&mut self) {}
-
-    /// Drops state kept on a device (after the host buffers were loaded or
-    /// stepped): the next device step uploads them again.
-    fn forget_device_state(&mut self) {}
 
     /// Called once after the last step (SLAMB averages the parameters).
     fn finish(&mut self, ctx: &StepContext<'_>, x: &mut [f32]) -> Result<Duration, OptimError> {

@@ -35,25 +35,29 @@ impl OneBitLamb {
         let shard = Shard::for_step(&mut self.shard, ctx);
         let mine = shard.my_range();
         if self.basic {
-            accumulate_momentum(c.moments.beta_1, &mut self.m, g);
+            accumulate_momentum(c.moments.beta_1, self.m.host_mut(), g);
         } else {
             scaled_momentum(
                 layout,
                 c.moments.beta_1,
                 &self.k,
-                &mut self.m,
-                (&mut self.m_last, mine.clone()),
+                self.m.host_mut(),
+                (self.m_last.host_mut(), mine.clone()),
                 g,
             );
         }
         let start = Instant::now();
-        self.allreduce
-            .allreduce_mean_part(ctx.comm, &mut self.m, mine.clone())?;
+        self.allreduce.allreduce_mean_part(
+            ctx.comm,
+            self.m.host_mut(),
+            &mut self.errors,
+            mine.clone(),
+        )?;
         let mut comm_time = start.elapsed();
         let moments = Moments::frozen(&c.moments, c.bias_correction, ctx.t, t_w);
         let units = shard.mine();
         let lrs: Vec<f64> = if self.basic {
-            mask_momentum(&mut self.m[mine.clone()], &self.v[mine]);
+            mask_momentum(&mut self.m.host_mut()[mine.clone()], &self.v.host()[mine]);
             self.c_avg.iter().map(|c_avg| ctx.lr * c_avg).collect()
         } else {
             // Masks and unscales m in the same pass.
@@ -80,8 +84,8 @@ impl OneBitLamb {
             eps_mode: c.moments.eps_mode.in_stage(true),
             weight_decay: c.moments.weight_decay,
         };
-        update.apply(layout, units, &lrs, x, &self.m, &self.v);
-        comm_time += shard.share_parts(ctx.comm, &mut [&mut self.m, x])?;
+        update.apply(layout, units, &lrs, x, self.m.host(), self.v.host());
+        comm_time += shard.share_parts(ctx.comm, &mut [self.m.host_mut(), x])?;
         Ok(comm_time)
     }
 
@@ -101,10 +105,10 @@ impl OneBitLamb {
         let eps = c.moments.eps as f32;
         let variance = c.ratio == RatioKind::Variance;
         let k = &self.k;
-        let ms = unit_slices_mut(&mut self.m, units);
-        let lasts = unit_slices(&self.m_last, units);
-        let vs = unit_slices(&self.v, units);
-        let fresh = unit_slices_mut(&mut self.v_fresh, units);
+        let ms = unit_slices_mut(self.m.host_mut(), units);
+        let lasts = unit_slices(self.m_last.host(), units);
+        let vs = unit_slices(self.v.host(), units);
+        let fresh = unit_slices_mut(self.v_fresh.host_mut(), units);
         with_eps_mode!(c.moments.eps_mode.in_stage(true), INSIDE => {
             units
                 .par_iter()

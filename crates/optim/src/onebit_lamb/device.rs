@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use terse_kernels::device::optim;
 
-use super::{ERROR, M, M_LAST, OneBitLamb, RatioKind, V, V_FRESH};
+use super::{OneBitLamb, RatioKind};
 use crate::device_flat::allreduce_mean_device;
 use crate::lamb::lamb_step_device;
 use crate::moments::Moments;
@@ -25,26 +25,18 @@ impl OneBitLamb {
     ) -> Result<Duration, OptimError> {
         let comm_time = allreduce_mean_device(ctx.comm, g)?;
         let lamb = self.lamb_config();
-        let state = self.device.take().expect("uploaded by step_device");
-        let trusts = lamb_step_device(&lamb, ctx, &state, x, g);
+        let chunks = self.chunks.take().expect("built by step_device");
+        let trusts = lamb_step_device(&lamb, ctx, &chunks, x, (&self.m, &self.v), g);
         self.average_trust(&trusts);
-        let (client, chunks) = (&state.client, &state.chunks);
-        let v_l1 = || {
-            optim::sum_of_abs(client, chunks, &state.buffers[V])
-                .iter()
-                .sum()
-        };
+        let client = x.client();
+        let v = self.v.handle();
+        let v_l1 = || optim::sum_of_abs(client, &chunks, v).iter().sum();
         if self.freeze.ends_warmup(ctx.t, v_l1, ctx.lr_warmup) && !self.basic {
-            optim::copy(
-                client,
-                &state.buffers[V],
-                &state.buffers[V_FRESH],
-                ctx.layout.len(),
-            );
-            let squares = optim::sum_of_squares(client, chunks, &state.buffers[M]);
+            optim::copy(client, v, self.v_fresh.handle(), ctx.layout.len());
+            let squares = optim::sum_of_squares(client, &chunks, self.m.handle());
             self.set_scales(ctx.layout, &squares);
         }
-        self.device = Some(state);
+        self.chunks = Some(chunks);
         Ok(comm_time)
     }
 
@@ -62,27 +54,27 @@ impl OneBitLamb {
         let len = ctx.layout.len();
         let inv_one_minus_beta_1 = self.inv_one_minus_beta_1();
         let k: Vec<f32> = self.k.iter().map(|&k| k as f32).collect();
-        let mut state = self.device.take().expect("uploaded by step_device");
-        let (client, chunks) = (state.client.clone(), state.chunks.clone());
+        let chunks = self.chunks.clone().expect("built by step_device");
+        let client = x.client();
         let fresh = Moments::new(&c.moments, c.bias_correction, ctx.t).coefficients();
         if self.basic {
-            optim::accumulate_momentum(&client, &chunks, &state.buffers[M], g.handle(), &fresh);
+            optim::accumulate_momentum(client, &chunks, self.m.handle(), g.handle(), &fresh);
         } else {
-            optim::copy(&client, &state.buffers[M], &state.buffers[M_LAST], len);
-            optim::scaled_momentum(&client, &chunks, &state.buffers[M], g.handle(), &fresh, &k);
+            optim::copy(client, self.m.handle(), self.m_last.handle(), len);
+            optim::scaled_momentum(client, &chunks, self.m.handle(), g.handle(), &fresh, &k);
         }
         let start = Instant::now();
-        let (m, error) = (state.take(M), state.take(ERROR));
-        let (m, error, result) = self
-            .allreduce
-            .allreduce_mean_device(ctx.comm, x, m, error, len);
-        state.put(M, m);
-        state.put(ERROR, error);
+        let (mean, result) = self.allreduce.allreduce_mean_device(
+            ctx.comm,
+            x,
+            self.m.take_handle(),
+            len,
+            &mut self.errors,
+        );
+        self.m.put_handle(mean);
         let comm_time = start.elapsed();
-        if let Err(e) = result {
-            self.device = Some(state);
-            return Err(e);
-        }
+        result?;
+        let [m, v] = [&self.m, &self.v].map(crate::Flat::handle);
 
         let moments = Moments::frozen(&c.moments, c.bias_correction, ctx.t, t_w);
         let inside = c.moments.eps_mode.in_stage(true) == EpsMode::Inside;
@@ -93,14 +85,14 @@ impl OneBitLamb {
                 .map(|c_avg| (ctx.lr * c_avg) as f32)
                 .collect()
         } else {
-            optim::unscale_masked(&client, &chunks, &state.buffers[M], &state.buffers[V], &k);
+            optim::unscale_masked(client, &chunks, m, v, &k);
             let raw = optim::fresh_variance(
-                &client,
+                client,
                 &chunks,
-                &state.buffers[M],
-                &state.buffers[M_LAST],
-                &state.buffers[V],
-                &state.buffers[V_FRESH],
+                m,
+                self.m_last.handle(),
+                v,
+                self.v_fresh.handle(),
                 &moments.coefficients(),
                 inv_one_minus_beta_1,
                 inside,
@@ -113,16 +105,15 @@ impl OneBitLamb {
                 .collect()
         };
         optim::frozen_apply(
-            &client,
+            client,
             &chunks,
             x.handle(),
-            &state.buffers[M],
-            &state.buffers[V],
+            self.m.handle(),
+            self.v.handle(),
             &moments.coefficients(),
             &lrs,
             inside,
         );
-        self.device = Some(state);
         Ok(comm_time)
     }
 }

@@ -9,31 +9,24 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
-use terse_kernels::resident::filled;
 
 use crate::config_check::{NoOtherFields, check_clip, check_unit};
-use crate::device_flat::DeviceState;
+use crate::device_flat::chunk_table;
 use crate::freeze::FreezePoint;
-use crate::kept_out::KeptOutAllreduce;
+use crate::kept_out::{ErrorFeedback, KeptOutAllreduce};
 use crate::lamb::{Trust, check_trust_clip, lamb_step, lamb_step_sharded};
 use crate::onebit_adam::l1_norm;
 use crate::parallel::sum_of_squares;
 use crate::shard::{Shard, gather_partial_state};
 use crate::step::{FlatOptimizer, StepContext, allreduce_mean_gradient};
 use crate::{
-    CompressionConfig, DeviceFlat, LambConfig, MomentConfig, OptimError, ParamLayout, Stage,
+    CompressionConfig, DeviceFlat, Flat, LambConfig, MomentConfig, OptimError, ParamLayout, Stage,
     WithCompression, WithMoments,
 };
+use terse_kernels::device::optim::DeviceChunks;
 
 mod compression;
 mod device;
-
-// The device state's buffers, in upload order.
-const M: usize = 0;
-const V: usize = 1;
-const ERROR: usize = 2;
-const V_FRESH: usize = 3;
-const M_LAST: usize = 4;
 
 /// 1-bit LAMB's variance-ratio flavour.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
@@ -131,18 +124,20 @@ impl WithCompression for OneBitLambConfig {
 pub struct OneBitLamb {
     config: OneBitLambConfig,
     basic: bool,
-    m: Vec<f32>,
-    v: Vec<f32>,
-    v_fresh: Vec<f32>,
-    m_last: Vec<f32>,
+    m: Flat,
+    v: Flat,
+    v_fresh: Flat,
+    /// Scratch: the momentum before this step's (not saved: written before
+    /// it is read in every compression step).
+    m_last: Flat,
     allreduce: KeptOutAllreduce,
+    errors: ErrorFeedback,
     c_avg: Vec<f64>,
     k: Vec<f64>,
     r_prev: Vec<f64>,
     freeze: FreezePoint,
-    /// m, v, the worker error, v_fresh and m_last on the device, between
-    /// device steps.
-    device: Option<DeviceState>,
+    /// The device kernels' chunk table (device runs).
+    chunks: Option<DeviceChunks>,
     /// The split of warmup steps between ranks that share cores.
     shard: Option<Arc<Shard>>,
     /// m and v are current only in this rank's part of `shard`.
@@ -171,18 +166,18 @@ impl OneBitLamb {
         let freeze = FreezePoint::new(&config.compression, config.moments.beta_2);
         Ok(Self {
             basic,
-            m: filled(d, 0.0),
-            v: filled(d, 0.0),
-            // Resident now, not in the compression stage's first step.
-            v_fresh: if basic { Vec::new() } else { filled(d, 0.0) },
-            m_last: if basic { Vec::new() } else { filled(d, 0.0) },
+            m: Flat::zeros(d),
+            v: Flat::zeros(d),
+            v_fresh: Flat::zeros(if basic { 0 } else { d }),
+            m_last: Flat::zeros(if basic { 0 } else { d }),
+            errors: allreduce.zeroed_errors(),
             allreduce,
             c_avg: vec![0.0; p],
             k: vec![1.0; p],
             r_prev: vec![1.0; p],
             freeze,
             config,
-            device: None,
+            chunks: None,
             shard: None,
             partial: false,
         })
@@ -210,11 +205,11 @@ impl OneBitLamb {
         if self.basic {
             return;
         }
-        self.v_fresh.copy_from_slice(&self.v);
+        self.v_fresh.host_mut().copy_from_slice(self.v.host());
         let squares: Vec<f64> = layout
             .segments()
             .iter()
-            .map(|seg| sum_of_squares(&self.m[seg.range()]))
+            .map(|seg| sum_of_squares(&self.m.host()[seg.range()]))
             .collect();
         self.set_scales(layout, &squares);
     }
@@ -280,6 +275,7 @@ impl FlatOptimizer for OneBitLamb {
         x: &mut [f32],
         g: &mut [f32],
     ) -> Result<Duration, OptimError> {
+        self.m_last.move_to_host();
         if let Some(t_w) = self.freeze.step()
             && ctx.t > t_w
         {
@@ -295,16 +291,17 @@ impl FlatOptimizer for OneBitLamb {
         let (trusts, comm_time) = match shard.filter(|s| s.is_split()) {
             Some(shard) => {
                 self.partial = true;
-                lamb_step_sharded(&lamb, ctx, &shard, x, &mut self.m, &mut self.v, g)?
+                let (m, v) = (self.m.host_mut(), self.v.host_mut());
+                lamb_step_sharded(&lamb, ctx, &shard, x, m, v, g)?
             }
             None => {
                 let comm_time = allreduce_mean_gradient(ctx.comm, g)?;
-                let trusts = lamb_step(&lamb, ctx, x, &mut self.m, &mut self.v, g);
+                let trusts = lamb_step(&lamb, ctx, x, self.m.host_mut(), self.v.host_mut(), g);
                 (trusts, comm_time)
             }
         };
         self.average_trust(&trusts);
-        let v = &self.v;
+        let v = self.v.host();
         if self.freeze.ends_warmup(ctx.t, || l1_norm(v), ctx.lr_warmup) {
             // The compression stage reads m and v whole on every rank.
             self.sync_state(ctx.comm)?;
@@ -313,17 +310,21 @@ impl FlatOptimizer for OneBitLamb {
         Ok(comm_time)
     }
 
-    fn state(&self) -> Vec<(&'static str, &[f32])> {
+    fn state(&mut self) -> Vec<(&'static str, &mut Flat)> {
         let mut state = vec![
-            ("m", self.m.as_slice()),
-            ("v", &self.v),
-            ("worker_error", self.allreduce.worker_error()),
-            ("server_error", self.allreduce.server_error()),
+            ("m", &mut self.m),
+            ("v", &mut self.v),
+            ("worker_error", &mut self.errors.worker),
+            ("server_error", &mut self.errors.server),
         ];
         if !self.basic {
-            state.push(("v_fresh", &self.v_fresh));
+            state.push(("v_fresh", &mut self.v_fresh));
         }
         state
+    }
+
+    fn state_loaded(&mut self) {
+        self.partial = false;
     }
 
     fn state_is_partial(&self) -> bool {
@@ -333,27 +334,11 @@ impl FlatOptimizer for OneBitLamb {
     fn sync_state(&mut self, comm: &dyn terse_comm::Communicator) -> Result<(), OptimError> {
         // Warmup leaves m and v partial, compression v_fresh (which the
         // basic ablation does not have).
-        let mut buffers: Vec<&mut [f32]> = vec![&mut self.m, &mut self.v];
+        let mut buffers: Vec<&mut [f32]> = vec![self.m.host_mut(), self.v.host_mut()];
         if !self.basic {
-            buffers.push(&mut self.v_fresh);
+            buffers.push(self.v_fresh.host_mut());
         }
         gather_partial_state(comm, self.shard.as_deref(), &mut self.partial, &mut buffers)
-    }
-
-    fn state_mut(&mut self) -> Vec<(&'static str, &mut [f32])> {
-        // Loaded whole.
-        self.partial = false;
-        let (worker, server) = self.allreduce.errors_mut();
-        let mut state = vec![
-            ("m", self.m.as_mut_slice()),
-            ("v", &mut self.v),
-            ("worker_error", worker),
-            ("server_error", server),
-        ];
-        if !self.basic {
-            state.push(("v_fresh", &mut self.v_fresh));
-        }
-        state
     }
 
     fn scalars(&self) -> Vec<(&'static str, Vec<f64>)> {
@@ -404,37 +389,12 @@ impl FlatOptimizer for OneBitLamb {
         x: &mut DeviceFlat,
         g: &mut DeviceFlat,
     ) -> Result<Duration, OptimError> {
-        if self.device.is_none() {
-            let wd = self.config.moments.weight_decay as f32;
-            let host: [&[f32]; 5] = [
-                &self.m,
-                &self.v,
-                self.allreduce.worker_error(),
-                &self.v_fresh,
-                &self.m_last,
-            ];
-            self.device = Some(DeviceState::upload(x, ctx.layout, wd, &host));
-        }
+        self.m_last.move_to_device(x);
+        let wd = self.config.moments.weight_decay;
+        chunk_table(&mut self.chunks, x, ctx.layout, wd);
         match self.freeze.step() {
             Some(t_w) if ctx.t > t_w => self.compression_step_device(ctx, x, g, t_w),
             _ => self.warmup_step_device(ctx, x, g),
         }
-    }
-
-    fn state_to_host(&mut self) {
-        if let Some(state) = &self.device {
-            let (worker_error, _) = self.allreduce.errors_mut();
-            state.download(vec![
-                &mut self.m,
-                &mut self.v,
-                worker_error,
-                &mut self.v_fresh,
-                &mut self.m_last,
-            ]);
-        }
-    }
-
-    fn forget_device_state(&mut self) {
-        self.device = None;
     }
 }
