@@ -15,7 +15,8 @@ use cubecl::server::Handle;
 use terse_comm::{Communicator, CompressedAllreduce, CompressionOptions, ReduceOp};
 
 use crate::device_flat::{compressed_mean_device, into_handle, read_f32};
-use crate::{DeviceFlat, Flat, OptimError, ParamLayout};
+use crate::span::Span;
+use crate::{DeviceFlat, Flat, FlatMut, OptimError, ParamLayout};
 
 /// The compressed allreduce's error feedback on one rank, part of a 1-bit
 /// rule's state (saved as `worker_error` and `server_error`): the worker's
@@ -98,7 +99,7 @@ impl KeptOutAllreduce {
 
     /// Replaces `buf` with its mean over ranks: 1-bit compressed with error
     /// feedback `errors` (on the host), the kept-out ranges exact.
-    pub(crate) fn allreduce_mean(
+    fn allreduce_mean(
         &mut self,
         comm: &dyn Communicator,
         buf: &mut [f32],
@@ -134,7 +135,7 @@ impl KeptOutAllreduce {
     /// [`KeptOutAllreduce::allreduce_mean`] for a rank that reads only
     /// `wanted` of the mean ([`CompressedAllreduce::allreduce_mean_part`]);
     /// with ranges kept out, the whole mean.
-    pub(crate) fn allreduce_mean_part(
+    fn allreduce_mean_part(
         &mut self,
         comm: &dyn Communicator,
         buf: &mut [f32],
@@ -150,6 +151,54 @@ impl KeptOutAllreduce {
         self.allreduce_mean(comm, buf, errors)
     }
 
+    /// The compressed mean of `buf` (a rule's momentum) over ranks, with
+    /// `errors`, wherever it is: on the host only this rank's part of
+    /// `span` is read afterwards (the rest may keep its own values), on a
+    /// device (`like`: the parameters there) all of it.
+    pub(crate) fn mean_of(
+        &mut self,
+        comm: &dyn Communicator,
+        span: &Span<'_>,
+        like: Option<&DeviceFlat>,
+        buf: &mut Flat,
+        errors: &mut ErrorFeedback,
+    ) -> Result<(), OptimError> {
+        match like {
+            None => {
+                let wanted = span.shard().my_range();
+                self.allreduce_mean_part(comm, buf.host_mut(), errors, wanted)
+            }
+            Some(like) => {
+                let len = buf.len();
+                let (mean, result) =
+                    self.allreduce_mean_device(comm, like, buf.take_handle(), len, errors);
+                buf.put_handle(mean);
+                result
+            }
+        }
+    }
+
+    /// [`KeptOutAllreduce::mean_of`] a step's gradient `g`, whole (1-bit
+    /// Adam's naive baseline); `like`: the parameters on `g`'s device.
+    pub(crate) fn mean_of_gradient(
+        &mut self,
+        comm: &dyn Communicator,
+        like: Option<&DeviceFlat>,
+        g: &mut FlatMut<'_>,
+        errors: &mut ErrorFeedback,
+    ) -> Result<(), OptimError> {
+        match (like, g) {
+            (Some(like), FlatMut::Device(g)) => {
+                let len = g.len();
+                let buf = g.swap_handle(like.client().empty(size_of::<f32>()));
+                let (mean, result) = self.allreduce_mean_device(comm, like, buf, len, errors);
+                g.swap_handle(mean);
+                result
+            }
+            (_, g) => self.allreduce_mean(comm, g.host_mut(), errors),
+        }
+    }
+
     /// [`KeptOutAllreduce::allreduce_mean`] of `buf` (`len` f32 on `like`'s
     /// device) with `errors` (the worker's on that device): the compressed
     /// elements packed on the device and averaged with the worker side in
@@ -157,7 +206,7 @@ impl KeptOutAllreduce {
     /// host, in the host path's order (so the same bytes travel). The
     /// buffer comes back as a handle (a new one when ranges are kept out),
     /// the errors updated in place, whatever the outcome.
-    pub(crate) fn allreduce_mean_device(
+    fn allreduce_mean_device(
         &mut self,
         comm: &dyn Communicator,
         like: &DeviceFlat,

@@ -1,30 +1,23 @@
 //! LAMB (ALGORITHMS.md "LAMB"; You et al. 2020, Algorithm 2): Adam's
 //! direction scaled per segment by the clipped trust ratio `‖x‖/‖u‖`.
 //!
-//! Two passes per segment: the first updates m and v and accumulates ‖x‖² and
-//! ‖u‖²; the second recomputes u from the stored moments (cheaper than keeping a
-//! d-sized buffer of u between the passes) and applies `x -= lr·c·u`.
+//! Two passes (`pass/lamb.rs`): the first updates m and v and accumulates
+//! ‖x‖² and ‖u‖² per chunk; the second recomputes u from the stored moments
+//! (cheaper than keeping a d-sized buffer of u between the passes) and
+//! applies `x -= lr·c·u`.
 
-use std::sync::Arc;
-use std::time::{Duration, Instant};
-
-use rayon::prelude::*;
+use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
 use crate::config_check::{NoOtherFields, check_clip};
-use crate::device_flat::{allreduce_mean_device, chunk_table};
 use crate::eps_mode::check_has_compression_stage;
-use crate::moments::{Moments, with_eps_mode};
-use crate::parallel::{
-    CHUNK, chunk_sum_of_squares, split_segments, split_segments_mut, sum_of_squares, with_avx,
-};
+use crate::moments::Moments;
+use crate::pass::{self, Direction, sums::squared_norm};
+use crate::span::{Span, SpanCache};
+use crate::step::{FlatOptimizer, StepContext};
+use crate::{Flat, FlatMut, MomentConfig, OptimError, Segment, WithMoments};
 use terse_comm::Communicator;
-use terse_kernels::device::optim::DeviceChunks;
-
-use crate::shard::{Shard, gather_partial_state, share_unit_words, unit_slices, unit_slices_mut};
-use crate::step::{FlatOptimizer, StepContext, allreduce_mean_gradient};
-use crate::{DeviceFlat, Flat, MomentConfig, OptimError, Segment, WithMoments};
 
 /// `lamb` (ALGORITHMS.md "LAMB").
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -81,11 +74,8 @@ pub struct Lamb {
     config: LambConfig,
     m: Flat,
     v: Flat,
-    /// The device kernels' chunk table (device runs).
-    chunks: Option<DeviceChunks>,
-    /// The split of the step between ranks that share cores.
-    shard: Option<Arc<Shard>>,
-    /// m and v are current only in this rank's part of `shard`.
+    spans: SpanCache,
+    /// m and v are current only in this rank's part of a split step.
     partial: bool,
 }
 
@@ -96,8 +86,7 @@ impl Lamb {
             config,
             m: Flat::zeros(d),
             v: Flat::zeros(d),
-            chunks: None,
-            shard: None,
+            spans: SpanCache::default(),
             partial: false,
         }
     }
@@ -132,26 +121,19 @@ impl FlatOptimizer for Lamb {
     fn step(
         &mut self,
         ctx: &StepContext<'_>,
-        x: &mut [f32],
-        g: &mut [f32],
+        x: &mut FlatMut<'_>,
+        g: &mut FlatMut<'_>,
     ) -> Result<Duration, OptimError> {
-        let shard = Shard::for_step(&mut self.shard, ctx);
-        if !self.config.grad_prenorm && shard.is_split() {
-            let c = &self.config;
-            let (m, v) = (self.m.host_mut(), self.v.host_mut());
-            let (_, comm_time) = lamb_step_sharded(c, ctx, &shard, x, m, v, g)?;
-            self.partial = true;
-            return Ok(comm_time);
-        }
-        let comm_time = allreduce_mean_gradient(ctx.comm, g)?;
-        lamb_step(
-            &self.config,
-            ctx,
-            x,
-            self.m.host_mut(),
-            self.v.host_mut(),
-            g,
-        );
+        let c = &self.config;
+        // The gradient's pre-normalisation reads all of it.
+        let span = self
+            .spans
+            .span(ctx, x, c.moments.weight_decay, !c.grad_prenorm);
+        let mut comm_time = span.mean_gradient(ctx.comm, g)?;
+        let (_, time) = lamb_update(c, ctx, &span, x, (&mut self.m, &mut self.v), g)?;
+        comm_time += time;
+        comm_time += span.share_back(ctx.comm, &mut [x])?;
+        self.partial |= span.is_split();
         Ok(comm_time)
     }
 
@@ -168,88 +150,54 @@ impl FlatOptimizer for Lamb {
     }
 
     fn sync_state(&mut self, comm: &dyn Communicator) -> Result<(), OptimError> {
-        let buffers: &mut [&mut [f32]] = &mut [self.m.host_mut(), self.v.host_mut()];
-        gather_partial_state(comm, self.shard.as_deref(), &mut self.partial, buffers)
+        let buffers = &mut [&mut self.m, &mut self.v];
+        self.spans.gather_partial(comm, &mut self.partial, buffers)
     }
 
     fn params_replicated(&self) -> bool {
         true
     }
-
-    fn step_device(
-        &mut self,
-        ctx: &StepContext<'_>,
-        x: &mut DeviceFlat,
-        g: &mut DeviceFlat,
-    ) -> Result<Duration, OptimError> {
-        let comm_time = allreduce_mean_device(ctx.comm, g)?;
-        let chunks = chunk_table(
-            &mut self.chunks,
-            x,
-            ctx.layout,
-            self.config.moments.weight_decay,
-        );
-        lamb_step_device(&self.config, ctx, chunks, x, (&self.m, &self.v), g);
-        Ok(comm_time)
-    }
 }
 
-/// [`lamb_step`] on the device, over `chunks`: the moments and the
-/// chunks' partial norms in one launch, the trust coefficients on the host
-/// from the segments' f64 sums, the update in a second launch.
-pub(crate) fn lamb_step_device(
+/// LAMB's update of `x`, `m` and `v` from the averaged gradient `g` over
+/// `span` (also 1-bit LAMB's warmup): the moments and each chunk's norms,
+/// the segments' trust coefficients from their f64 sums (this rank's chunks
+/// gathered from the others when the step is split), the update. Returns
+/// the coefficients and the time spent gathering.
+pub(crate) fn lamb_update(
     c: &LambConfig,
     ctx: &StepContext<'_>,
-    chunks: &DeviceChunks,
-    x: &DeviceFlat,
-    (m, v): (&Flat, &Flat),
-    g: &DeviceFlat,
-) -> Vec<Trust> {
-    use terse_kernels::device::optim;
-    let client = x.client();
-    let (m, v) = (m.handle(), v.handle());
+    span: &Span<'_>,
+    x: &mut FlatMut<'_>,
+    (m, v): (&mut Flat, &mut Flat),
+    g: &FlatMut<'_>,
+) -> Result<(Vec<Trust>, Duration), OptimError> {
     let mut moments = Moments::new(&c.moments, c.bias_correction, ctx.t);
     if c.grad_prenorm {
-        let norm = optim::sum_of_squares(client, chunks, g.handle())
-            .iter()
-            .sum::<f64>()
-            .sqrt();
+        let norm = squared_norm(span, g).sqrt();
         moments.grad_scale = (1.0 / norm.max(1.0)) as f32;
     }
-    let inside = c.moments.eps_mode == crate::EpsMode::Inside;
-    let coefficients = moments.coefficients();
-    let norms = optim::lamb_norms(
-        client,
-        chunks,
-        x.handle(),
-        m,
-        v,
-        g.handle(),
-        &coefficients,
-        inside,
-    );
+    let direction = Direction {
+        moments: &moments,
+        eps_mode: c.moments.eps_mode,
+        weight_decay: c.moments.weight_decay as f32,
+    };
+    let partials = pass::lamb::lamb_norms(span, &direction, x, (&mut *m, &mut *v), g);
+    let add = |a: [f64; 2], b: [f64; 2]| [a[0] + b[0], a[1] + b[1]];
+    let (sums, time) = span.per_segment(ctx.comm, partials, [0.0; 2], add)?;
     let trusts: Vec<Trust> = ctx
         .layout
         .segments()
         .iter()
-        .zip(norms)
-        .map(|(segment, (xx, uu))| Trust::of_segment(c, segment, xx, uu))
+        .zip(sums)
+        .map(|(segment, [xx, uu])| Trust::of_segment(c, segment, xx, uu))
         .collect();
     let rates: Vec<f32> = trusts
         .iter()
         .map(|trust| (ctx.lr * trust.coefficient) as f32)
         .collect();
-    optim::lamb_apply(
-        client,
-        chunks,
-        x.handle(),
-        m,
-        v,
-        &coefficients,
-        &rates,
-        inside,
-    );
-    trusts
+    pass::lamb::lamb_apply(span, &direction, &rates, x, (m, v));
+    Ok((trusts, time))
 }
 
 /// A segment's trust coefficient, and whether a norm was 0 (coefficient 1
@@ -275,195 +223,6 @@ impl Trust {
                 degenerate: xx == 0.0 || uu == 0.0,
             }
         }
-    }
-}
-
-/// One LAMB step on the synchronised gradient `g`; the coefficient each
-/// segment got.
-pub(crate) fn lamb_step(
-    c: &LambConfig,
-    ctx: &StepContext<'_>,
-    x: &mut [f32],
-    m: &mut [f32],
-    v: &mut [f32],
-    g: &[f32],
-) -> Vec<Trust> {
-    let mut moments = Moments::new(&c.moments, c.bias_correction, ctx.t);
-    if c.grad_prenorm {
-        let norm = sum_of_squares(g).sqrt();
-        moments.grad_scale = (1.0 / norm.max(1.0)) as f32;
-    }
-    let lr = ctx.lr;
-    let weight_decay = c.moments.weight_decay as f32;
-
-    let xs = split_segments_mut(ctx.layout, x);
-    let ms = split_segments_mut(ctx.layout, m);
-    let vs = split_segments_mut(ctx.layout, v);
-    let gs = split_segments(ctx.layout, g);
-    with_eps_mode!(c.moments.eps_mode, INSIDE => {
-        ctx.layout
-            .segments()
-            .par_iter()
-            .zip(xs)
-            .zip(ms)
-            .zip(vs)
-            .zip(gs)
-            .map(|((((segment, x), m), v), g)| {
-                let wd = if segment.decay { weight_decay } else { 0.0 };
-                let partials: Vec<(f64, f64)> = x
-                    .par_chunks(CHUNK)
-                    .zip(m.par_chunks_mut(CHUNK))
-                    .zip(v.par_chunks_mut(CHUNK))
-                    .zip(g.par_chunks(CHUNK))
-                    .map(|(((x, m), v), g)| {
-                        with_avx(|| accumulate::<INSIDE>(&moments, wd, x, m, v, g))
-                    })
-                    .collect();
-                let (xx, uu) = partials
-                    .into_iter()
-                    .fold((0.0, 0.0), |(a, b), (x, u)| (a + x, b + u));
-                let trust = Trust::of_segment(c, segment, xx, uu);
-                let scaled_lr = (lr * trust.coefficient) as f32;
-                x.par_chunks_mut(CHUNK)
-                    .zip(m.par_chunks(CHUNK))
-                    .zip(v.par_chunks(CHUNK))
-                    .for_each(|((x, m), v)| {
-                        with_avx(|| apply::<INSIDE>(&moments, scaled_lr, wd, x, m, v))
-                    });
-                trust
-            })
-            .collect()
-    })
-}
-
-/// [`lamb_step`] split between ranks that share cores (see
-/// [`crate::shard`]): the gradient reduce-scattered instead of allreduced,
-/// the moments and parameters updated in this rank's chunks only, each
-/// chunk's `(Σx², Σu²)` shared so every rank folds each segment's norms in
-/// chunk order, as [`lamb_step`] does, and the parameters shared. The same
-/// bits as the allreduce and [`lamb_step`]; `m` and `v` are current only in
-/// this rank's chunks afterwards. `g` is this rank's local gradient. Not
-/// for `grad_prenorm` (it needs the whole gradient's norm first). Returns
-/// the coefficients and the time spent in collectives.
-pub(crate) fn lamb_step_sharded(
-    c: &LambConfig,
-    ctx: &StepContext<'_>,
-    shard: &Shard,
-    x: &mut [f32],
-    m: &mut [f32],
-    v: &mut [f32],
-    g: &mut [f32],
-) -> Result<(Vec<Trust>, Duration), OptimError> {
-    assert!(!c.grad_prenorm);
-    let comm = ctx.comm;
-    let ranges = shard.ranges();
-    let clock = Instant::now();
-    comm.reduce_scatter_mean_f32(g, &ranges)?;
-    let mut comm_time = clock.elapsed();
-
-    let moments = Moments::new(&c.moments, c.bias_correction, ctx.t);
-    let weight_decay = c.moments.weight_decay as f32;
-    let segments = ctx.layout.segments();
-    let decay = |segment: usize| {
-        if segments[segment].decay {
-            weight_decay
-        } else {
-            0.0
-        }
-    };
-    let mine = shard.mine();
-    let partials: Vec<(f64, f64)> = with_eps_mode!(c.moments.eps_mode, INSIDE => {
-        mine.par_iter()
-            .zip(unit_slices(x, mine))
-            .zip(unit_slices_mut(m, mine))
-            .zip(unit_slices_mut(v, mine))
-            .zip(unit_slices(g, mine))
-            .map(|((((unit, x), m), v), g)| {
-                let wd = decay(unit.segment);
-                with_avx(|| accumulate::<INSIDE>(&moments, wd, x, m, v, g))
-            })
-            .collect()
-    });
-
-    let clock = Instant::now();
-    let all = share_partials(comm, shard, &partials)?;
-    comm_time += clock.elapsed();
-    // Each segment's sums from zero in chunk order, as `lamb_step` folds.
-    let mut sums = vec![(0.0f64, 0.0f64); segments.len()];
-    for (unit, (xx, uu)) in shard.units().iter().zip(all) {
-        let sum = &mut sums[unit.segment];
-        *sum = (sum.0 + xx, sum.1 + uu);
-    }
-    let trusts: Vec<Trust> = segments
-        .iter()
-        .zip(&sums)
-        .map(|(segment, &(xx, uu))| Trust::of_segment(c, segment, xx, uu))
-        .collect();
-
-    with_eps_mode!(c.moments.eps_mode, INSIDE => {
-        mine.par_iter()
-            .zip(unit_slices_mut(x, mine))
-            .zip(unit_slices(m, mine))
-            .zip(unit_slices(v, mine))
-            .for_each(|(((unit, x), m), v)| {
-                let scaled_lr = (ctx.lr * trusts[unit.segment].coefficient) as f32;
-                let wd = decay(unit.segment);
-                with_avx(|| apply::<INSIDE>(&moments, scaled_lr, wd, x, m, v))
-            })
-    });
-    let clock = Instant::now();
-    comm.share_ranges_f32(x, &ranges)?;
-    comm_time += clock.elapsed();
-    Ok((trusts, comm_time))
-}
-
-/// Every rank's `(Σx², Σu²)` per unit, in unit order (as f64 bit patterns
-/// in pairs of 32-bit words).
-fn share_partials(
-    comm: &dyn Communicator,
-    shard: &Shard,
-    partials: &[(f64, f64)],
-) -> Result<Vec<(f64, f64)>, OptimError> {
-    let flat: Vec<f64> = partials.iter().flat_map(|&(x, u)| [x, u]).collect();
-    let all = share_unit_words(comm, shard, bytemuck::cast_slice(&flat), 4)?;
-    let all: Vec<f64> = bytemuck::pod_collect_to_vec(&all);
-    Ok(all.chunks_exact(2).map(|p| (p[0], p[1])).collect())
-}
-
-/// Pass 1 over a chunk: updates the moments, returns `(Σx², Σu²)` in f64.
-///
-/// The direction u goes to a chunk-sized scratch buffer (it stays in cache)
-/// so that both loops are simple element-wise loops the compiler vectorises;
-/// fusing the f64 norms into the moment loop kept it scalar (3.5× slower).
-#[inline(always)]
-fn accumulate<const INSIDE: bool>(
-    moments: &Moments,
-    wd: f32,
-    x: &[f32],
-    m: &mut [f32],
-    v: &mut [f32],
-    g: &[f32],
-) -> (f64, f64) {
-    let mut u = vec![0.0f32; x.len()];
-    for ((((u, &x), m), v), &g) in u.iter_mut().zip(x).zip(m).zip(v).zip(g) {
-        moments.accumulate(m, v, g);
-        *u = moments.direction::<INSIDE>(*m, *v, x, wd);
-    }
-    (chunk_sum_of_squares(x), chunk_sum_of_squares(&u))
-}
-
-/// Pass 2 over a chunk: `x -= (lr·c)·u`.
-#[inline(always)]
-fn apply<const INSIDE: bool>(
-    moments: &Moments,
-    scaled_lr: f32,
-    wd: f32,
-    x: &mut [f32],
-    m: &[f32],
-    v: &[f32],
-) {
-    for ((x, &m), &v) in x.iter_mut().zip(m).zip(v) {
-        *x -= scaled_lr * moments.direction::<INSIDE>(m, v, *x, wd);
     }
 }
 

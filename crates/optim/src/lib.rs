@@ -4,14 +4,13 @@
 //! out in one flat vector ([`ParamLayout`]); an optimizer sees that vector, the
 //! local flat gradient and a [`Communicator`](terse_comm::Communicator), and
 //! decides itself what to send. The update rules are those of
-//! `docs/ALGORITHMS.md` (Adam/AdamW, LAMB, momentum SGD), implemented as fused
-//! single-pass loops over host slices (auto-vectorised, rayon over chunks),
-//! because a chain of tensor ops costs a pass and an allocation each.
-//!
-//! The compressed optimizers (1-bit Adam, 1-bit LAMB, SLAMB) build on the same
-//! [`FlatOptimizer`] trait and state format. Every rule also steps flat
-//! buffers on a cubecl device ([`DeviceFlat`], [`Optimizer::step_device`]),
-//! its update as terse-kernels' device kernels, its state kept there.
+//! `docs/ALGORITHMS.md` (Adam/AdamW, LAMB, momentum SGD, and the compressed
+//! 1-bit Adam, 1-bit LAMB and SLAMB), each written once over element-wise
+//! passes (`pass/`) that run as fused single-pass loops over host slices
+//! (auto-vectorised, rayon over fixed chunks: a chain of tensor ops costs a
+//! pass and an allocation each) or as cubecl kernels on the device the
+//! buffers live on ([`DeviceFlat`], [`Optimizer::step_device`]). A rule's
+//! state is named [`Flat`] buffers kept where its parameters are.
 #![warn(missing_docs)]
 
 mod adam;
@@ -32,12 +31,14 @@ mod onebit_adam;
 mod onebit_lamb;
 mod optimizer;
 mod parallel;
+mod pass;
 mod plan;
 mod registry;
 mod schedule;
 mod sgd;
 mod shard;
 mod slamb;
+mod span;
 mod state;
 mod step;
 mod storage;
@@ -65,5 +66,5 @@ pub use schedule::LrSchedule;
 pub use sgd::{Sgd, SgdConfig};
 pub use slamb::{MaskKind, SlambConfig};
 pub use step::{FlatOptimizer, Stage, StepContext, StepReport};
-pub use storage::Flat;
+pub use storage::{Flat, FlatMut};
 pub use swap::Swapped;

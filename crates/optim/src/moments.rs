@@ -89,6 +89,13 @@ impl Moments {
         *v = self.beta_2 * *v + self.one_minus_beta_2 * g * g;
     }
 
+    /// Updates the momentum `m` alone with gradient `g` (the compression
+    /// stage, v frozen).
+    #[inline(always)]
+    pub(crate) fn momentum(&self, m: &mut f32, g: f32) {
+        *m = self.beta_1 * *m + self.one_minus_beta_1 * g;
+    }
+
     /// The update direction `u` from the (already updated) moments.
     #[inline(always)]
     pub(crate) fn direction<const INSIDE: bool>(&self, m: f32, v: f32, x: f32, wd: f32) -> f32 {

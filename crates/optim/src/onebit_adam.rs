@@ -4,27 +4,24 @@
 //! compressed with two-level error feedback (one fused buffer for all
 //! segments).
 
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use rayon::prelude::*;
 use serde::{Deserialize, Serialize};
-use terse_comm::ReduceOp;
 
-use crate::adam::{adam_step, adam_step_device, adam_step_sharded};
+use crate::adam::adam_update;
 use crate::config_check::NoOtherFields;
-use crate::device_flat::{allreduce_mean_device, chunk_table, mean_over_ranks};
 use crate::freeze::FreezePoint;
 use crate::kept_out::{ErrorFeedback, KeptOutAllreduce};
-use crate::moments::{Moments, with_eps_mode};
-use crate::parallel::{CHUNK, with_avx};
-use crate::shard::{Shard, Unit, gather_partial_state, unit_slices, unit_slices_mut};
-use crate::step::{FlatOptimizer, StepContext, allreduce_mean_gradient};
+use crate::moments::Moments;
+use crate::pass::Direction;
+use crate::pass::frozen::{accumulate_momentum, frozen_apply};
+use crate::pass::sums::sum_of_abs;
+use crate::span::SpanCache;
+use crate::step::{FlatOptimizer, StepContext};
 use crate::{
-    AdamConfig, CompressionConfig, DeviceFlat, EpsMode, Flat, MomentConfig, OptimError,
-    ParamLayout, Stage, WithCompression, WithMoments,
+    AdamConfig, CompressionConfig, Flat, FlatMut, MomentConfig, OptimError, ParamLayout, Stage,
+    WithCompression, WithMoments,
 };
-use terse_kernels::device::optim::DeviceChunks;
 
 /// `onebit_adam`, `onebit_adam_fp32` and `adam_onebit_naive` (the naive
 /// baseline ignores the freeze fields: it compresses from step 1).
@@ -96,11 +93,8 @@ pub struct OneBitAdam {
     allreduce: KeptOutAllreduce,
     errors: ErrorFeedback,
     freeze: FreezePoint,
-    /// The device kernels' chunk table (device runs).
-    chunks: Option<DeviceChunks>,
-    /// The split of warmup steps between ranks that share cores.
-    shard: Option<Arc<Shard>>,
-    /// m and v are current only in this rank's part of `shard`.
+    spans: SpanCache,
+    /// m and v are current only in this rank's part of a split warmup step.
     partial: bool,
 }
 
@@ -131,21 +125,14 @@ impl OneBitAdam {
             freeze,
             config,
             variant,
-            chunks: None,
-            shard: None,
+            spans: SpanCache::default(),
             partial: false,
         })
     }
 
-    /// Adam on an already synchronised gradient `g`; `compressing` picks
-    /// the ε placement of `inside_compressed` (the naive baseline compresses
+    /// The Adam of this config's warmup, or of its compression stage (the
+    /// ε placement of `inside_compressed`; the naive baseline compresses
     /// from step 1).
-    fn adam_step(&mut self, ctx: &StepContext<'_>, x: &mut [f32], g: &[f32], compressing: bool) {
-        let adam = self.adam_config(compressing);
-        adam_step(&adam, ctx, x, self.m.host_mut(), self.v.host_mut(), g);
-    }
-
-    /// The Adam of this config's warmup (or compression stage).
     fn adam_config(&self, compressing: bool) -> AdamConfig {
         let c = &self.config;
         AdamConfig {
@@ -158,182 +145,105 @@ impl OneBitAdam {
         }
     }
 
-    /// The compression stage's update of `units` from the synchronised m
-    /// and frozen v.
-    fn frozen_step(&self, ctx: &StepContext<'_>, x: &mut [f32], t_w: u64, units: &[Unit]) {
+    /// The naive baseline: Adam on the 1-bit compressed gradient.
+    fn naive_step(
+        &mut self,
+        ctx: &StepContext<'_>,
+        x: &mut FlatMut<'_>,
+        g: &mut FlatMut<'_>,
+    ) -> Result<Duration, OptimError> {
+        let adam = self.adam_config(true);
+        let start = Instant::now();
+        let like = x.device();
+        self.allreduce
+            .mean_of_gradient(ctx.comm, like, g, &mut self.errors)?;
+        let comm_time = start.elapsed();
+        let span = self.spans.span(ctx, x, adam.moments.weight_decay, false);
+        adam_update(&adam, ctx, &span, x, (&mut self.m, &mut self.v), g);
+        Ok(comm_time)
+    }
+
+    /// Adam on the averaged gradient, and the freeze when it comes. Split
+    /// between ranks that share cores, unless the freeze step is found from
+    /// the whole v after each step.
+    fn warmup_step(
+        &mut self,
+        ctx: &StepContext<'_>,
+        x: &mut FlatMut<'_>,
+        g: &mut FlatMut<'_>,
+    ) -> Result<Duration, OptimError> {
+        let adam = self.adam_config(false);
+        let splittable = !self.freeze.is_auto();
+        let span = self
+            .spans
+            .span(ctx, x, adam.moments.weight_decay, splittable);
+        let mut comm_time = span.mean_gradient(ctx.comm, g)?;
+        adam_update(&adam, ctx, &span, x, (&mut self.m, &mut self.v), g);
+        comm_time += span.share_back(ctx.comm, &mut [x])?;
+        self.partial |= span.is_split();
+        let v = &self.v;
+        let ends = self
+            .freeze
+            .ends_warmup(ctx.t, || sum_of_abs(&span, v), ctx.lr_warmup);
+        if ends {
+            // The compression stage reads m and v whole.
+            self.sync_state(ctx.comm)?;
+        }
+        Ok(comm_time)
+    }
+
+    /// The compression stage: the momentum from the local gradient,
+    /// synchronised (1-bit, or in fp32 for the ablation), the update with
+    /// v frozen at the end of step `t_w`. Ranks that share cores split the
+    /// update (m is the same on every rank after the allreduce, which each
+    /// of them dequantises only in its own part), then share m and x back.
+    fn compression_step(
+        &mut self,
+        ctx: &StepContext<'_>,
+        x: &mut FlatMut<'_>,
+        g: &mut FlatMut<'_>,
+        t_w: u64,
+    ) -> Result<Duration, OptimError> {
         let c = &self.config;
+        let span = self.spans.span(ctx, x, c.moments.weight_decay, true);
+        let fresh = Moments::new(&c.moments, c.bias_correction, ctx.t);
+        accumulate_momentum(&span, &fresh, &mut self.m, g);
+        let start = Instant::now();
+        match self.variant {
+            AdamVariant::Fp32Momentum => span.mean_of_state(ctx.comm, &mut self.m)?,
+            _ => self.allreduce.mean_of(
+                ctx.comm,
+                &span,
+                x.device(),
+                &mut self.m,
+                &mut self.errors,
+            )?,
+        }
+        let mut comm_time = start.elapsed();
         let moments = Moments::frozen(&c.moments, c.bias_correction, ctx.t, t_w);
-        let lrs = vec![ctx.lr; ctx.layout.segments().len()];
-        let update = FrozenUpdate {
+        let rates = vec![ctx.lr as f32; ctx.layout.segments().len()];
+        let direction = Direction {
             moments: &moments,
             eps_mode: c.moments.eps_mode.in_stage(true),
-            weight_decay: c.moments.weight_decay,
+            weight_decay: c.moments.weight_decay as f32,
         };
-        update.apply(ctx.layout, units, &lrs, x, self.m.host(), self.v.host());
+        frozen_apply(&span, &direction, &rates, x, &mut self.m, &self.v);
+        comm_time += span.share_back(ctx.comm, &mut [&mut self.m, x])?;
+        Ok(comm_time)
     }
-}
-
-/// The compression stage's parameter update with v frozen.
-pub(crate) struct FrozenUpdate<'a> {
-    pub(crate) moments: &'a Moments,
-    pub(crate) eps_mode: crate::EpsMode,
-    pub(crate) weight_decay: f64,
-}
-
-impl FrozenUpdate<'_> {
-    /// `x -= lr_p·(m̂/denom(v̂) + wd·x)` with one rate per segment, except
-    /// where the frozen `v` is exactly zero.
-    ///
-    /// A coordinate whose variance is exactly zero at the freeze has had a
-    /// zero gradient on every rank at every warmup step (an embedding row no
-    /// token used, a position beyond the sequence length, padding): the
-    /// compressed momentum would hand it ±scale (sign(0) = +1) and an update
-    /// of lr·scale/ε. Such coordinates are masked, as DeepSpeed's
-    /// `exp_avg_mask` does, and do not move at all (no decay either) for the
-    /// rest of the run. The mask is `v == 0` of the frozen v, so it is saved
-    /// with v in every checkpoint and needs no state of its own.
-    ///
-    /// Applied to `units` only (consecutive chunks: all of them, or one
-    /// rank's when ranks that share cores split the step).
-    pub(crate) fn apply(
-        &self,
-        layout: &ParamLayout,
-        units: &[Unit],
-        lrs: &[f64],
-        x: &mut [f32],
-        m: &[f32],
-        v: &[f32],
-    ) {
-        let moments = self.moments;
-        let segments = layout.segments();
-        with_eps_mode!(self.eps_mode, INSIDE => {
-            units
-                .par_iter()
-                .zip(unit_slices_mut(x, units))
-                .zip(unit_slices(m, units))
-                .zip(unit_slices(v, units))
-                .for_each(|(((unit, x), m), v)| {
-                    let lr = lrs[unit.segment] as f32;
-                    let decay = segments[unit.segment].decay;
-                    let wd = if decay { self.weight_decay as f32 } else { 0.0 };
-                    with_avx(|| {
-                        for ((x, &m), &v) in x.iter_mut().zip(m).zip(v) {
-                            let step = lr * moments.direction::<INSIDE>(m, v, *x, wd);
-                            *x -= if v > 0.0 { step } else { 0.0 };
-                        }
-                    })
-                })
-        });
-    }
-}
-
-/// Zeroes the momentum where the frozen variance is exactly zero (see
-/// [`FrozenUpdate::apply`]), after the compressed allreduce gave those
-/// coordinates the chunk's ±scale: the masked momentum stays zero instead of
-/// carrying the scale into the next steps.
-pub(crate) fn mask_momentum(m: &mut [f32], v: &[f32]) {
-    m.par_chunks_mut(CHUNK)
-        .zip(v.par_chunks(CHUNK))
-        .for_each(|(m, v)| {
-            for (m, &v) in m.iter_mut().zip(v) {
-                if v == 0.0 {
-                    *m = 0.0;
-                }
-            }
-        });
-}
-
-/// `m = β1·m + (1-β1)·g` over the whole buffer.
-pub(crate) fn accumulate_momentum(beta_1: f64, m: &mut [f32], g: &[f32]) {
-    let (b1, one_minus) = (beta_1 as f32, (1.0 - beta_1) as f32);
-    m.par_chunks_mut(CHUNK)
-        .zip(g.par_chunks(CHUNK))
-        .for_each(|(m, g)| {
-            with_avx(|| {
-                for (m, &g) in m.iter_mut().zip(g) {
-                    *m = b1 * *m + one_minus * g;
-                }
-            })
-        });
-}
-
-/// `Σ|v|` in f64, in chunk order (deterministic).
-pub(crate) fn l1_norm(v: &[f32]) -> f64 {
-    let partials: Vec<f64> = v
-        .par_chunks(CHUNK)
-        .map(|c| c.iter().map(|&x| f64::from(x.abs())).sum::<f64>())
-        .collect();
-    partials.into_iter().sum()
 }
 
 impl FlatOptimizer for OneBitAdam {
     fn step(
         &mut self,
         ctx: &StepContext<'_>,
-        x: &mut [f32],
-        g: &mut [f32],
+        x: &mut FlatMut<'_>,
+        g: &mut FlatMut<'_>,
     ) -> Result<Duration, OptimError> {
-        if self.variant == AdamVariant::Naive {
-            let start = Instant::now();
-            self.allreduce
-                .allreduce_mean(ctx.comm, g, &mut self.errors)?;
-            let comm_time = start.elapsed();
-            self.adam_step(ctx, x, g, true);
-            return Ok(comm_time);
-        }
-        match self.freeze.step() {
-            Some(t_w) if ctx.t > t_w => {
-                accumulate_momentum(self.config.moments.beta_1, self.m.host_mut(), g);
-                // Ranks that share cores split the update (m is the same on
-                // every rank after the allreduce, which each of them
-                // dequantises only in its own part), then share m and x back.
-                let shard = Shard::for_step(&mut self.shard, ctx);
-                let range = shard.my_range();
-                let start = Instant::now();
-                match self.variant {
-                    AdamVariant::Fp32Momentum => {
-                        ctx.comm.allreduce_f32(self.m.host_mut(), ReduceOp::Mean)?
-                    }
-                    _ => self.allreduce.allreduce_mean_part(
-                        ctx.comm,
-                        self.m.host_mut(),
-                        &mut self.errors,
-                        range.clone(),
-                    )?,
-                }
-                let mut comm_time = start.elapsed();
-                mask_momentum(&mut self.m.host_mut()[range.clone()], &self.v.host()[range]);
-                self.frozen_step(ctx, x, t_w, shard.mine());
-                comm_time += shard.share_parts(ctx.comm, &mut [self.m.host_mut(), x])?;
-                Ok(comm_time)
-            }
-            _ => {
-                // Split between ranks that share cores, unless the freeze
-                // step is found from the whole v after each step.
-                let adam = self.adam_config(false);
-                let shard = match self.freeze.is_auto() {
-                    true => None,
-                    false => Some(Shard::for_step(&mut self.shard, ctx)),
-                };
-                let comm_time = match shard.filter(|s| s.is_split()) {
-                    Some(shard) => {
-                        self.partial = true;
-                        let (m, v) = (self.m.host_mut(), self.v.host_mut());
-                        adam_step_sharded(&adam, ctx, &shard, x, m, v, g)?
-                    }
-                    None => {
-                        let comm_time = allreduce_mean_gradient(ctx.comm, g)?;
-                        self.adam_step(ctx, x, g, false);
-                        comm_time
-                    }
-                };
-                let v = self.v.host();
-                if self.freeze.ends_warmup(ctx.t, || l1_norm(v), ctx.lr_warmup) {
-                    // The compression stage reads m and v whole.
-                    self.sync_state(ctx.comm)?;
-                }
-                Ok(comm_time)
-            }
+        match (self.variant, self.freeze.step()) {
+            (AdamVariant::Naive, _) => self.naive_step(ctx, x, g),
+            (_, Some(t_w)) if ctx.t > t_w => self.compression_step(ctx, x, g, t_w),
+            _ => self.warmup_step(ctx, x, g),
         }
     }
 
@@ -355,8 +265,8 @@ impl FlatOptimizer for OneBitAdam {
     }
 
     fn sync_state(&mut self, comm: &dyn terse_comm::Communicator) -> Result<(), OptimError> {
-        let buffers: &mut [&mut [f32]] = &mut [self.m.host_mut(), self.v.host_mut()];
-        gather_partial_state(comm, self.shard.as_deref(), &mut self.partial, buffers)
+        let buffers = &mut [&mut self.m, &mut self.v];
+        self.spans.gather_partial(comm, &mut self.partial, buffers)
     }
 
     fn scalars(&self) -> Vec<(&'static str, Vec<f64>)> {
@@ -365,83 +275,6 @@ impl FlatOptimizer for OneBitAdam {
 
     fn params_replicated(&self) -> bool {
         true
-    }
-
-    fn step_device(
-        &mut self,
-        ctx: &StepContext<'_>,
-        x: &mut DeviceFlat,
-        g: &mut DeviceFlat,
-    ) -> Result<Duration, OptimError> {
-        use terse_kernels::device::optim;
-        let (warmup_adam, naive_adam) = (self.adam_config(false), self.adam_config(true));
-        let c = &self.config;
-        let chunks = chunk_table(&mut self.chunks, x, ctx.layout, c.moments.weight_decay);
-        let client = x.client();
-        let len = ctx.layout.len();
-        if self.variant == AdamVariant::Naive {
-            let start = Instant::now();
-            let buf = g.swap_handle(client.empty(size_of::<f32>()));
-            let (buf, result) =
-                self.allreduce
-                    .allreduce_mean_device(ctx.comm, x, buf, len, &mut self.errors);
-            g.swap_handle(buf);
-            result?;
-            let comm_time = start.elapsed();
-            adam_step_device(&naive_adam, ctx, chunks, x, &self.m, &self.v, g);
-            return Ok(comm_time);
-        }
-        match self.freeze.step() {
-            Some(t_w) if ctx.t > t_w => {
-                let fresh = Moments::new(&c.moments, c.bias_correction, ctx.t);
-                let m = &mut self.m;
-                optim::accumulate_momentum(
-                    client,
-                    chunks,
-                    m.handle(),
-                    g.handle(),
-                    &fresh.coefficients(),
-                );
-                let start = Instant::now();
-                if self.variant == AdamVariant::Fp32Momentum {
-                    if let Some(mean) = mean_over_ranks(ctx.comm, client, m.handle(), len)? {
-                        m.put_handle(mean);
-                    }
-                } else {
-                    let (mean, result) = self.allreduce.allreduce_mean_device(
-                        ctx.comm,
-                        x,
-                        m.take_handle(),
-                        len,
-                        &mut self.errors,
-                    );
-                    m.put_handle(mean);
-                    result?;
-                }
-                let comm_time = start.elapsed();
-                let moments = Moments::frozen(&c.moments, c.bias_correction, ctx.t, t_w);
-                let rates = vec![ctx.lr as f32; ctx.layout.segments().len()];
-                optim::frozen_apply(
-                    client,
-                    chunks,
-                    x.handle(),
-                    m.handle(),
-                    self.v.handle(),
-                    &moments.coefficients(),
-                    &rates,
-                    c.moments.eps_mode.in_stage(true) == EpsMode::Inside,
-                );
-                Ok(comm_time)
-            }
-            _ => {
-                let comm_time = allreduce_mean_device(ctx.comm, g)?;
-                adam_step_device(&warmup_adam, ctx, chunks, x, &self.m, &self.v, g);
-                let v = self.v.handle();
-                let v_l1 = || optim::sum_of_abs(client, chunks, v).iter().sum();
-                self.freeze.ends_warmup(ctx.t, v_l1, ctx.lr_warmup);
-                Ok(comm_time)
-            }
-        }
     }
 
     fn set_scalars(&mut self, role: &str, values: Vec<f64>) -> Result<(), String> {

@@ -8,7 +8,9 @@ use std::time::Duration;
 use terse_comm::Communicator;
 
 use crate::step::{FlatOptimizer, StepContext};
-use crate::{DeviceFlat, LrSchedule, OptimError, OptimizerConfig, ParamLayout, Stage, StepReport};
+use crate::{
+    DeviceFlat, FlatMut, LrSchedule, OptimError, OptimizerConfig, ParamLayout, Stage, StepReport,
+};
 
 /// A configured optimizer bound to one parameter layout: the update rule, its
 /// schedule and the step counter.
@@ -86,7 +88,9 @@ impl Optimizer {
         for (_, buffer) in self.rule.state() {
             buffer.move_to_host();
         }
-        self.take_step(comm, |rule, ctx| rule.step(ctx, x, g))
+        self.take_step(comm, |rule, ctx| {
+            rule.step(ctx, &mut FlatMut::Host(x), &mut FlatMut::Host(g))
+        })
     }
 
     /// Step `t + 1` through `step` (the rule's host or device step), with
@@ -147,7 +151,9 @@ impl Optimizer {
         for (_, buffer) in self.rule.state() {
             buffer.move_to_device(x);
         }
-        self.take_step(comm, |rule, ctx| rule.step_device(ctx, x, g))
+        self.take_step(comm, |rule, ctx| {
+            rule.step(ctx, &mut FlatMut::Device(x), &mut FlatMut::Device(g))
+        })
     }
 
     /// [`Optimizer::finish_flat`] for device buffers (SLAMB averages the
@@ -163,7 +169,7 @@ impl Optimizer {
         self.check_len("parameters", x.len())?;
         self.check_world(comm)?;
         let ctx = context(&self.schedule, &self.layout, self.t, comm);
-        self.rule.finish_device(&ctx, x)
+        self.rule.finish(&ctx, &mut FlatMut::Device(x))
     }
 
     /// Ends a run: SLAMB averages the parameters over ranks (the others do
@@ -176,7 +182,7 @@ impl Optimizer {
         self.check_len("parameters", x.len())?;
         self.check_world(comm)?;
         let ctx = context(&self.schedule, &self.layout, self.t, comm);
-        self.rule.finish(&ctx, x)
+        self.rule.finish(&ctx, &mut FlatMut::Host(x))
     }
 
     fn check_world(&self, comm: &dyn Communicator) -> Result<(), OptimError> {

@@ -4,16 +4,13 @@
 
 use std::time::Duration;
 
-use rayon::prelude::*;
-
 use serde::{Deserialize, Serialize};
 
 use crate::config_check::{check_decay, invalid};
-use crate::device_flat::{allreduce_mean_device, chunk_table};
-use crate::parallel::{CHUNK, split_segments, split_segments_mut, with_avx};
-use crate::step::{FlatOptimizer, StepContext, allreduce_mean_gradient};
-use crate::{DeviceFlat, Flat, OptimError};
-use terse_kernels::device::optim::DeviceChunks;
+use crate::pass::sgd::{SgdStep, sgd};
+use crate::span::SpanCache;
+use crate::step::{FlatOptimizer, StepContext};
+use crate::{Flat, FlatMut, OptimError};
 
 /// `sgd` (ALGORITHMS.md "Momentum SGD"). No Adam moments, so no shared
 /// fields to flatten and serde's own `deny_unknown_fields` applies.
@@ -62,8 +59,7 @@ impl SgdConfig {
 pub struct Sgd {
     config: SgdConfig,
     m: Flat,
-    /// The device kernels' chunk table (device runs).
-    chunks: Option<DeviceChunks>,
+    spans: SpanCache,
 }
 
 impl Sgd {
@@ -72,7 +68,7 @@ impl Sgd {
         Self {
             config,
             m: Flat::zeros(d),
-            chunks: None,
+            spans: SpanCache::default(),
         }
     }
 }
@@ -81,39 +77,19 @@ impl FlatOptimizer for Sgd {
     fn step(
         &mut self,
         ctx: &StepContext<'_>,
-        x: &mut [f32],
-        g: &mut [f32],
+        x: &mut FlatMut<'_>,
+        g: &mut FlatMut<'_>,
     ) -> Result<Duration, OptimError> {
-        let comm_time = allreduce_mean_gradient(ctx.comm, g)?;
-        let mu = self.config.momentum as f32;
-        let weight_decay = self.config.weight_decay as f32;
-        let nesterov = self.config.nesterov;
-        let lr = ctx.lr as f32;
-
-        let xs = split_segments_mut(ctx.layout, x);
-        let ms = split_segments_mut(ctx.layout, self.m.host_mut());
-        let gs = split_segments(ctx.layout, g);
-        ctx.layout
-            .segments()
-            .par_iter()
-            .zip(xs)
-            .zip(ms)
-            .zip(gs)
-            .for_each(|(((segment, x), m), g)| {
-                let wd = if segment.decay { weight_decay } else { 0.0 };
-                x.par_chunks_mut(CHUNK)
-                    .zip(m.par_chunks_mut(CHUNK))
-                    .zip(g.par_chunks(CHUNK))
-                    .for_each(|((x, m), g)| {
-                        with_avx(|| {
-                            if nesterov {
-                                sgd_update::<true>(mu, lr, wd, x, m, g)
-                            } else {
-                                sgd_update::<false>(mu, lr, wd, x, m, g)
-                            }
-                        })
-                    });
-            });
+        let c = &self.config;
+        let span = self.spans.span(ctx, x, c.weight_decay, false);
+        let comm_time = span.mean_gradient(ctx.comm, g)?;
+        let constants = SgdStep {
+            mu: c.momentum as f32,
+            lr: ctx.lr as f32,
+            weight_decay: c.weight_decay as f32,
+            nesterov: c.nesterov,
+        };
+        sgd(&span, &constants, x, &mut self.m, g);
         Ok(comm_time)
     }
 
@@ -123,43 +99,5 @@ impl FlatOptimizer for Sgd {
 
     fn params_replicated(&self) -> bool {
         true
-    }
-
-    fn step_device(
-        &mut self,
-        ctx: &StepContext<'_>,
-        x: &mut DeviceFlat,
-        g: &mut DeviceFlat,
-    ) -> Result<Duration, OptimError> {
-        let comm_time = allreduce_mean_device(ctx.comm, g)?;
-        let chunks = chunk_table(&mut self.chunks, x, ctx.layout, self.config.weight_decay);
-        terse_kernels::device::optim::sgd_step(
-            x.client(),
-            chunks,
-            x.handle(),
-            self.m.handle(),
-            g.handle(),
-            self.config.momentum as f32,
-            ctx.lr as f32,
-            self.config.nesterov,
-        );
-        Ok(comm_time)
-    }
-}
-
-#[inline(always)]
-fn sgd_update<const NESTEROV: bool>(
-    mu: f32,
-    lr: f32,
-    wd: f32,
-    x: &mut [f32],
-    m: &mut [f32],
-    g: &[f32],
-) {
-    for ((x, m), &g) in x.iter_mut().zip(m).zip(g) {
-        let d = g + wd * *x;
-        *m = mu * *m + d;
-        let step = if NESTEROV { d + mu * *m } else { *m };
-        *x -= lr * step;
     }
 }

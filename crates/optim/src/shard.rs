@@ -78,11 +78,16 @@ impl Shard {
     }
 
     /// The split for this step's world, kept in `cache` (built once, then
-    /// shared cheaply): over the ranks where they share cores, otherwise
-    /// one part holding every unit, the whole step on this rank (see
-    /// [`Shard::is_split`]).
-    pub(crate) fn for_step(cache: &mut Option<Arc<Shard>>, ctx: &StepContext<'_>) -> Arc<Shard> {
-        let (world, rank) = match ctx.comm.world_size() > 1 && ctx.comm.shares_cores() {
+    /// shared cheaply): over the ranks where they share cores and the step
+    /// is `splittable`, otherwise one part holding every unit, the whole
+    /// step on this rank (see [`Shard::is_split`]).
+    pub(crate) fn for_step(
+        cache: &mut Option<Arc<Shard>>,
+        ctx: &StepContext<'_>,
+        splittable: bool,
+    ) -> Arc<Shard> {
+        let shared = ctx.comm.world_size() > 1 && ctx.comm.shares_cores();
+        let (world, rank) = match splittable && shared {
             true => (ctx.comm.world_size(), ctx.comm.rank()),
             false => (1, 0),
         };

@@ -17,13 +17,15 @@ use terse_kernels::mask::{Mask, Selection};
 use terse_kernels::resident::filled;
 
 use crate::config_check::{NoOtherFields, check_clip, check_unit, invalid};
-use crate::device_flat::{allreduce_mean_device, chunk_table, read_f32, upload_f32};
+use crate::device_flat::{chunk_table, read_f32, upload_f32};
 use crate::eps_mode::check_has_compression_stage;
 use crate::lamb::trust_coefficient;
 use crate::moments::{Moments, with_eps_mode};
 use crate::parallel::{CHUNK, split_segments, split_segments_mut, with_avx};
-use crate::step::{FlatOptimizer, StepContext};
-use crate::{DeviceFlat, EpsMode, Flat, MomentConfig, OptimError, ParamLayout, Stage, WithMoments};
+use crate::step::{FlatOptimizer, StepContext, allreduce_mean};
+use crate::{
+    DeviceFlat, EpsMode, Flat, FlatMut, MomentConfig, OptimError, ParamLayout, Stage, WithMoments,
+};
 use terse_kernels::device::optim::DeviceChunks;
 
 /// SLAMB's mask.
@@ -241,7 +243,55 @@ impl Norms {
 }
 
 impl FlatOptimizer for Slamb {
+    /// The selection and the sparse allreduce differ between host and
+    /// device (a host selection list against a device bitmap), so the two
+    /// steps are written apart until the sparse allreduce runs on device
+    /// buffers itself.
     fn step(
+        &mut self,
+        ctx: &StepContext<'_>,
+        x: &mut FlatMut<'_>,
+        g: &mut FlatMut<'_>,
+    ) -> Result<Duration, OptimError> {
+        let mut comm_time = match (&mut *x, g) {
+            (FlatMut::Host(x), FlatMut::Host(g)) => self.host_step(ctx, x, g)?,
+            (FlatMut::Device(x), FlatMut::Device(g)) => self.device_step(ctx, x, g)?,
+            _ => unreachable!("the driver passes both buffers from one place"),
+        };
+        if ctx.t.is_multiple_of(self.config.sync_every) {
+            // The model sync: the parameters averaged.
+            comm_time += allreduce_mean(ctx.comm, x)?;
+        }
+        Ok(comm_time)
+    }
+
+    fn finish(
+        &mut self,
+        ctx: &StepContext<'_>,
+        x: &mut FlatMut<'_>,
+    ) -> Result<Duration, OptimError> {
+        if ctx.t.is_multiple_of(self.config.sync_every) {
+            return Ok(Duration::ZERO);
+        }
+        allreduce_mean(ctx.comm, x)
+    }
+
+    fn state(&mut self) -> Vec<(&'static str, &mut Flat)> {
+        vec![
+            ("m", &mut self.m),
+            ("v", &mut self.v),
+            ("freshness", &mut self.freshness),
+        ]
+    }
+
+    fn stage(&self, _t: u64) -> Stage {
+        Stage::Sparse
+    }
+}
+
+impl Slamb {
+    /// The step on host buffers, before the model sync.
+    fn host_step(
         &mut self,
         ctx: &StepContext<'_>,
         x: &mut [f32],
@@ -265,7 +315,7 @@ impl FlatOptimizer for Slamb {
         let selection = self
             .sparse
             .allreduce_mean(ctx.comm, ctx.t, self.m.host_mut())?;
-        let mut comm_time = start.elapsed();
+        let comm_time = start.elapsed();
         self.selected.fill(0);
         for j in selection.indices() {
             self.selected[j] = 1;
@@ -337,36 +387,11 @@ impl FlatOptimizer for Slamb {
                 },
             )
         });
-        if ctx.t.is_multiple_of(c.sync_every) {
-            let start = Instant::now();
-            ctx.comm.allreduce_f32(x, ReduceOp::Mean)?;
-            comm_time += start.elapsed();
-        }
         Ok(comm_time)
     }
 
-    fn finish(&mut self, ctx: &StepContext<'_>, x: &mut [f32]) -> Result<Duration, OptimError> {
-        if ctx.t.is_multiple_of(self.config.sync_every) {
-            return Ok(Duration::ZERO);
-        }
-        let start = Instant::now();
-        ctx.comm.allreduce_f32(x, ReduceOp::Mean)?;
-        Ok(start.elapsed())
-    }
-
-    fn state(&mut self) -> Vec<(&'static str, &mut Flat)> {
-        vec![
-            ("m", &mut self.m),
-            ("v", &mut self.v),
-            ("freshness", &mut self.freshness),
-        ]
-    }
-
-    fn stage(&self, _t: u64) -> Stage {
-        Stage::Sparse
-    }
-
-    fn step_device(
+    /// The step on device buffers, before the model sync.
+    fn device_step(
         &mut self,
         ctx: &StepContext<'_>,
         x: &mut DeviceFlat,
@@ -410,7 +435,7 @@ impl FlatOptimizer for Slamb {
             let values = upload_f32(&client, &host);
             selection.scatter(&client, &values, m);
         }
-        let mut comm_time = start.elapsed();
+        let comm_time = start.elapsed();
         slamb::freshness(&client, f, &selection.words, len, c.beta_3 as f32);
 
         let inside = c.moments.eps_mode == EpsMode::Inside;
@@ -445,21 +470,6 @@ impl FlatOptimizer for Slamb {
             stale_lr as f32,
             inside,
         );
-        if ctx.t.is_multiple_of(c.sync_every) {
-            // The model sync: the parameters averaged (through the host).
-            comm_time += allreduce_mean_device(ctx.comm, x)?;
-        }
         Ok(comm_time)
-    }
-
-    fn finish_device(
-        &mut self,
-        ctx: &StepContext<'_>,
-        x: &mut DeviceFlat,
-    ) -> Result<Duration, OptimError> {
-        if ctx.t.is_multiple_of(self.config.sync_every) {
-            return Ok(Duration::ZERO);
-        }
-        allreduce_mean_device(ctx.comm, x)
     }
 }

@@ -5,7 +5,8 @@ use std::time::{Duration, Instant};
 
 use terse_comm::{Communicator, ReduceOp};
 
-use crate::{DeviceFlat, Flat, OptimError, ParamLayout};
+use crate::device_flat::allreduce_mean_device;
+use crate::{Flat, FlatMut, OptimError, ParamLayout};
 
 /// What an optimizer step may look at besides the buffers.
 pub struct StepContext<'a> {
@@ -50,12 +51,14 @@ impl std::fmt::Display for Stage {
 pub trait FlatOptimizer: Send {
     /// Applies step `ctx.t` to the parameters `x` given this rank's local
     /// gradient `g` (which the optimizer may overwrite, e.g. with the
-    /// allreduced gradient). Returns the wall time spent communicating.
+    /// allreduced gradient), both on the host or both on a cubecl device,
+    /// where the driver moved [`FlatOptimizer::state`]. Returns the wall
+    /// time spent communicating.
     fn step(
         &mut self,
         ctx: &StepContext<'_>,
-        x: &mut [f32],
-        g: &mut [f32],
+        x: &mut FlatMut<'_>,
+        g: &mut FlatMut<'_>,
     ) -> Result<Duration, OptimError>;
 
     /// The flat state buffers, each under the name a checkpoint saves it
@@ -109,42 +112,31 @@ pub trait FlatOptimizer: Send {
         false
     }
 
-    /// [`FlatOptimizer::step`] on flat buffers of a cubecl device, where the
-    /// driver moved [`FlatOptimizer::state`] (every rule has its device
-    /// kernels).
-    fn step_device(
-        &mut self,
-        ctx: &StepContext<'_>,
-        x: &mut DeviceFlat,
-        g: &mut DeviceFlat,
-    ) -> Result<Duration, OptimError>;
-
-    /// [`FlatOptimizer::finish`] on device buffers.
-    fn finish_device(
-        &mut self,
-        ctx: &StepContext<'_>,
-        x: &mut DeviceFlat,
-    ) -> Result<Duration, OptimError> {
-        let _ = (ctx, x);
-        Ok(Duration::ZERO)
-    }
-
     /// Called once after the last step (SLAMB averages the parameters).
-    fn finish(&mut self, ctx: &StepContext<'_>, x: &mut [f32]) -> Result<Duration, OptimError> {
+    fn finish(
+        &mut self,
+        ctx: &StepContext<'_>,
+        x: &mut FlatMut<'_>,
+    ) -> Result<Duration, OptimError> {
         let _ = (ctx, x);
         Ok(Duration::ZERO)
     }
 }
 
-/// Allreduces the local gradient to its mean over ranks, timing the call:
-/// the communication of the uncompressed optimizers.
-pub(crate) fn allreduce_mean_gradient(
+/// Replaces `x` with its mean over ranks (through the host from a device:
+/// terse-comm's backends take host buffers), timing the call.
+pub(crate) fn allreduce_mean(
     comm: &dyn Communicator,
-    g: &mut [f32],
+    x: &mut FlatMut<'_>,
 ) -> Result<Duration, OptimError> {
-    let start = Instant::now();
-    comm.allreduce_f32(g, ReduceOp::Mean)?;
-    Ok(start.elapsed())
+    match x {
+        FlatMut::Host(x) => {
+            let start = Instant::now();
+            comm.allreduce_f32(x, ReduceOp::Mean)?;
+            Ok(start.elapsed())
+        }
+        FlatMut::Device(x) => allreduce_mean_device(comm, x),
+    }
 }
 
 /// What one step did.

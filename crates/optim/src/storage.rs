@@ -175,3 +175,106 @@ impl Flat {
         }
     }
 }
+
+/// The parameters or the gradient of one step, borrowed where the caller
+/// keeps them: host memory, or a buffer on a cubecl device.
+pub enum FlatMut<'a> {
+    /// On the host.
+    Host(&'a mut [f32]),
+    /// On a cubecl device.
+    Device(&'a mut DeviceFlat),
+}
+
+impl FlatMut<'_> {
+    /// Number of elements.
+    pub fn len(&self) -> usize {
+        match self {
+            FlatMut::Host(values) => values.len(),
+            FlatMut::Device(buffer) => buffer.len(),
+        }
+    }
+
+    /// Whether it holds no element.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The device buffer, `None` on the host.
+    pub(crate) fn device(&self) -> Option<&DeviceFlat> {
+        match self {
+            FlatMut::Host(_) => None,
+            FlatMut::Device(buffer) => Some(buffer),
+        }
+    }
+
+    /// The values, on the host.
+    ///
+    /// # Panics
+    /// On a device (a pass's host arm runs only for host steps).
+    pub(crate) fn host(&self) -> &[f32] {
+        match self {
+            FlatMut::Host(values) => values,
+            FlatMut::Device(_) => panic!("a host pass over a device buffer"),
+        }
+    }
+
+    /// [`FlatMut::host`], mutable.
+    pub(crate) fn host_mut(&mut self) -> &mut [f32] {
+        match self {
+            FlatMut::Host(values) => values,
+            FlatMut::Device(_) => panic!("a host pass over a device buffer"),
+        }
+    }
+
+    /// The device buffer.
+    ///
+    /// # Panics
+    /// On the host (a pass's device arm runs only for device steps).
+    pub(crate) fn on_device(&mut self) -> &mut DeviceFlat {
+        match self {
+            FlatMut::Device(buffer) => buffer,
+            FlatMut::Host(_) => panic!("a device pass over a host buffer"),
+        }
+    }
+
+    /// The device buffer's storage.
+    pub(crate) fn handle(&self) -> &Handle {
+        match self {
+            FlatMut::Device(buffer) => buffer.handle(),
+            FlatMut::Host(_) => panic!("a device pass over a host buffer"),
+        }
+    }
+}
+
+/// What a pass reads and writes of a buffer, whichever kind it is (state
+/// or a step's parameters and gradient): its host values in a host step,
+/// its device storage in a device step.
+pub(crate) trait Buffer {
+    fn host(&self) -> &[f32];
+    fn host_mut(&mut self) -> &mut [f32];
+    fn handle(&self) -> &Handle;
+}
+
+impl Buffer for Flat {
+    fn host(&self) -> &[f32] {
+        Flat::host(self)
+    }
+    fn host_mut(&mut self) -> &mut [f32] {
+        Flat::host_mut(self)
+    }
+    fn handle(&self) -> &Handle {
+        Flat::handle(self)
+    }
+}
+
+impl Buffer for FlatMut<'_> {
+    fn host(&self) -> &[f32] {
+        FlatMut::host(self)
+    }
+    fn host_mut(&mut self) -> &mut [f32] {
+        FlatMut::host_mut(self)
+    }
+    fn handle(&self) -> &Handle {
+        FlatMut::handle(self)
+    }
+}

@@ -5,28 +5,22 @@
 //! synchronised 1-bit with error feedback, and a fresh variance rebuilt from
 //! the momentum difference adapts the frozen coefficient through `r`.
 
-use std::sync::Arc;
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
 use crate::config_check::{NoOtherFields, check_clip, check_unit};
-use crate::device_flat::chunk_table;
 use crate::freeze::FreezePoint;
 use crate::kept_out::{ErrorFeedback, KeptOutAllreduce};
-use crate::lamb::{Trust, check_trust_clip, lamb_step, lamb_step_sharded};
-use crate::onebit_adam::l1_norm;
-use crate::parallel::sum_of_squares;
-use crate::shard::{Shard, gather_partial_state};
-use crate::step::{FlatOptimizer, StepContext, allreduce_mean_gradient};
+use crate::lamb::{Trust, check_trust_clip};
+use crate::span::SpanCache;
+use crate::step::{FlatOptimizer, StepContext};
 use crate::{
-    CompressionConfig, DeviceFlat, Flat, LambConfig, MomentConfig, OptimError, ParamLayout, Stage,
+    CompressionConfig, Flat, FlatMut, LambConfig, MomentConfig, OptimError, ParamLayout, Stage,
     WithCompression, WithMoments,
 };
-use terse_kernels::device::optim::DeviceChunks;
 
-mod compression;
-mod device;
+mod steps;
 
 /// 1-bit LAMB's variance-ratio flavour.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
@@ -132,15 +126,11 @@ pub struct OneBitLamb {
     m_last: Flat,
     allreduce: KeptOutAllreduce,
     errors: ErrorFeedback,
-    c_avg: Vec<f64>,
-    k: Vec<f64>,
-    r_prev: Vec<f64>,
+    segments: SegmentScalars,
     freeze: FreezePoint,
-    /// The device kernels' chunk table (device runs).
-    chunks: Option<DeviceChunks>,
-    /// The split of warmup steps between ranks that share cores.
-    shard: Option<Arc<Shard>>,
-    /// m and v are current only in this rank's part of `shard`.
+    spans: SpanCache,
+    /// m and v (warmup) or v_fresh (compression) are current only in this
+    /// rank's part of a split step.
     partial: bool,
 }
 
@@ -172,13 +162,14 @@ impl OneBitLamb {
             m_last: Flat::zeros(if basic { 0 } else { d }),
             errors: allreduce.zeroed_errors(),
             allreduce,
-            c_avg: vec![0.0; p],
-            k: vec![1.0; p],
-            r_prev: vec![1.0; p],
+            segments: SegmentScalars {
+                c_avg: vec![0.0; p],
+                k: vec![1.0; p],
+                r_prev: vec![1.0; p],
+            },
             freeze,
             config,
-            chunks: None,
-            shard: None,
+            spans: SpanCache::default(),
             partial: false,
         })
     }
@@ -198,22 +189,17 @@ impl OneBitLamb {
             no_other_fields: NoOtherFields,
         }
     }
+}
 
-    /// End of `T_w`: v freezes (it is never updated again), v_fresh starts
-    /// from it, and the momentum scales are taken from m (§A.5.2).
-    fn freeze(&mut self, layout: &ParamLayout) {
-        if self.basic {
-            return;
-        }
-        self.v_fresh.host_mut().copy_from_slice(self.v.host());
-        let squares: Vec<f64> = layout
-            .segments()
-            .iter()
-            .map(|seg| sum_of_squares(&self.m.host()[seg.range()]))
-            .collect();
-        self.set_scales(layout, &squares);
-    }
+/// 1-bit LAMB's per-segment scalars: the running trust average, the
+/// momentum scales and the last variance ratios.
+struct SegmentScalars {
+    c_avg: Vec<f64>,
+    k: Vec<f64>,
+    r_prev: Vec<f64>,
+}
 
+impl SegmentScalars {
     /// The momentum scales from each segment's `Σm²` at the freeze: the
     /// mean RMS over segments with a nonzero one, divided by the segment's.
     fn set_scales(&mut self, layout: &ParamLayout, squares: &[f64]) {
@@ -235,8 +221,7 @@ impl OneBitLamb {
     /// Each segment's largest variance ratio clipped to within
     /// `r_threshold` of the last one, then to `[r_min, r_max]`; kept as the
     /// next step's last one.
-    fn clip_ratios(&mut self, raw: &[f32]) -> Vec<f64> {
-        let c = &self.config;
+    fn clip_ratios(&mut self, c: &OneBitLambConfig, raw: &[f32]) -> Vec<f64> {
         let ratios: Vec<f64> = raw
             .iter()
             .zip(&self.r_prev)
@@ -250,16 +235,9 @@ impl OneBitLamb {
         ratios
     }
 
-    /// The moment constants of the fresh variance: `1/(1-β1)` rounded as
-    /// the CPU loop rounds it.
-    fn inv_one_minus_beta_1(&self) -> f32 {
-        1.0 / (1.0 - self.config.moments.beta_1) as f32
-    }
-
     /// `c_avg = β3·c_avg + (1-β3)·c` for each segment whose coefficient was
     /// not degenerate (a norm of zero).
-    fn average_trust(&mut self, trusts: &[Trust]) {
-        let beta_3 = self.config.beta_3;
+    fn average_trust(&mut self, beta_3: f64, trusts: &[Trust]) {
         for (c_avg, trust) in self.c_avg.iter_mut().zip(trusts) {
             if !trust.degenerate {
                 *c_avg = beta_3 * *c_avg + (1.0 - beta_3) * trust.coefficient;
@@ -272,42 +250,18 @@ impl FlatOptimizer for OneBitLamb {
     fn step(
         &mut self,
         ctx: &StepContext<'_>,
-        x: &mut [f32],
-        g: &mut [f32],
+        x: &mut FlatMut<'_>,
+        g: &mut FlatMut<'_>,
     ) -> Result<Duration, OptimError> {
-        self.m_last.move_to_host();
-        if let Some(t_w) = self.freeze.step()
-            && ctx.t > t_w
-        {
-            return self.compression_step(ctx, x, g, t_w);
+        // Scratch follows the parameters too.
+        match x.device() {
+            Some(x) => self.m_last.move_to_device(x),
+            None => self.m_last.move_to_host(),
         }
-        let lamb = self.lamb_config();
-        // Split between ranks that share cores, unless the freeze step is
-        // found from the whole v after each step.
-        let shard = match self.freeze.is_auto() {
-            true => None,
-            false => Some(Shard::for_step(&mut self.shard, ctx)),
-        };
-        let (trusts, comm_time) = match shard.filter(|s| s.is_split()) {
-            Some(shard) => {
-                self.partial = true;
-                let (m, v) = (self.m.host_mut(), self.v.host_mut());
-                lamb_step_sharded(&lamb, ctx, &shard, x, m, v, g)?
-            }
-            None => {
-                let comm_time = allreduce_mean_gradient(ctx.comm, g)?;
-                let trusts = lamb_step(&lamb, ctx, x, self.m.host_mut(), self.v.host_mut(), g);
-                (trusts, comm_time)
-            }
-        };
-        self.average_trust(&trusts);
-        let v = self.v.host();
-        if self.freeze.ends_warmup(ctx.t, || l1_norm(v), ctx.lr_warmup) {
-            // The compression stage reads m and v whole on every rank.
-            self.sync_state(ctx.comm)?;
-            self.freeze(ctx.layout);
+        match self.freeze.step() {
+            Some(t_w) if ctx.t > t_w => self.compression_step(ctx, x, g, t_w),
+            _ => self.warmup_step(ctx, x, g),
         }
-        Ok(comm_time)
     }
 
     fn state(&mut self) -> Vec<(&'static str, &mut Flat)> {
@@ -334,19 +288,21 @@ impl FlatOptimizer for OneBitLamb {
     fn sync_state(&mut self, comm: &dyn terse_comm::Communicator) -> Result<(), OptimError> {
         // Warmup leaves m and v partial, compression v_fresh (which the
         // basic ablation does not have).
-        let mut buffers: Vec<&mut [f32]> = vec![self.m.host_mut(), self.v.host_mut()];
+        let mut buffers = vec![&mut self.m, &mut self.v];
         if !self.basic {
-            buffers.push(self.v_fresh.host_mut());
+            buffers.push(&mut self.v_fresh);
         }
-        gather_partial_state(comm, self.shard.as_deref(), &mut self.partial, &mut buffers)
+        self.spans
+            .gather_partial(comm, &mut self.partial, &mut buffers)
     }
 
     fn scalars(&self) -> Vec<(&'static str, Vec<f64>)> {
         let mut scalars = self.freeze.scalars();
+        let s = &self.segments;
         scalars.extend([
-            ("c_avg", self.c_avg.clone()),
-            ("k", self.k.clone()),
-            ("r_prev", self.r_prev.clone()),
+            ("c_avg", s.c_avg.clone()),
+            ("k", s.k.clone()),
+            ("r_prev", s.r_prev.clone()),
         ]);
         scalars
     }
@@ -367,10 +323,11 @@ impl FlatOptimizer for OneBitLamb {
         if FreezePoint::owns(role) {
             return self.freeze.set_scalars(role, values);
         }
+        let s = &mut self.segments;
         match role {
-            "c_avg" => per_segment(&mut self.c_avg, values),
-            "k" => per_segment(&mut self.k, values),
-            "r_prev" => per_segment(&mut self.r_prev, values),
+            "c_avg" => per_segment(&mut s.c_avg, values),
+            "k" => per_segment(&mut s.k, values),
+            "r_prev" => per_segment(&mut s.r_prev, values),
             _ => Err(format!("unknown scalar state `{role}`")),
         }
     }
@@ -381,20 +338,5 @@ impl FlatOptimizer for OneBitLamb {
 
     fn params_replicated(&self) -> bool {
         true
-    }
-
-    fn step_device(
-        &mut self,
-        ctx: &StepContext<'_>,
-        x: &mut DeviceFlat,
-        g: &mut DeviceFlat,
-    ) -> Result<Duration, OptimError> {
-        self.m_last.move_to_device(x);
-        let wd = self.config.moments.weight_decay;
-        chunk_table(&mut self.chunks, x, ctx.layout, wd);
-        match self.freeze.step() {
-            Some(t_w) if ctx.t > t_w => self.compression_step_device(ctx, x, g, t_w),
-            _ => self.warmup_step_device(ctx, x, g),
-        }
     }
 }

@@ -1,0 +1,213 @@
+//! 1-bit LAMB's compression-stage passes (ALGORITHMS.md "1-bit LAMB",
+//! §A.5): the momentum scaled per segment so one compressed buffer carries
+//! every layer, then — after the allreduce — the momentum unscaled and
+//! masked, the fresh variance rebuilt from the momentum difference, and
+//! each chunk's largest ratio of the frozen to the fresh denominator.
+
+use std::ops::Range;
+
+use rayon::prelude::*;
+
+use crate::moments::{Moments, with_eps_mode};
+use crate::parallel::{CHUNK, split_segments, split_segments_mut, with_avx};
+use crate::shard::{unit_slices, unit_slices_mut};
+use crate::span::{On, Partials, Span};
+use crate::{EpsMode, Flat, FlatMut, ParamLayout};
+use terse_kernels::device::optim;
+
+/// Running maxima of [`fresh_ratios`]: one AVX-512 register.
+const RATIO_LANES: usize = 16;
+
+/// The constants of the fresh variance.
+pub(crate) struct FreshVariance<'a> {
+    /// This step's moment constants (the frozen v's bias correction).
+    pub(crate) moments: &'a Moments,
+    /// ε's placement in the compression stage.
+    pub(crate) eps_mode: EpsMode,
+    pub(crate) beta_1: f64,
+    pub(crate) beta_2: f64,
+    pub(crate) eps: f64,
+    /// The paper's ratio `(v + ε)/(v_fresh + ε)` instead of the
+    /// denominators'.
+    pub(crate) variance: bool,
+    /// Each segment's momentum scale.
+    pub(crate) k: &'a [f64],
+}
+
+/// `m_last = m`, then `m = (β1·m + (1-β1)·g)·k_s` per segment. A host
+/// step split between ranks keeps `m_last` only in this rank's part (the
+/// only part it reads).
+pub(crate) fn scaled_momentum(
+    span: &Span<'_>,
+    moments: &Moments,
+    beta_1: f64,
+    k: &[f64],
+    (m, m_last): (&mut Flat, &mut Flat),
+    g: &FlatMut<'_>,
+) {
+    match &span.on {
+        On::Host(shard) => host_scaled_momentum(
+            span.layout,
+            beta_1,
+            k,
+            m.host_mut(),
+            (m_last.host_mut(), shard.my_range()),
+            g.host(),
+        ),
+        On::Device { client, chunks } => {
+            let k: Vec<f32> = k.iter().map(|&k| k as f32).collect();
+            optim::copy(client, m.handle(), m_last.handle(), span.layout.len());
+            let fresh = moments.coefficients();
+            optim::scaled_momentum(client, chunks, m.handle(), g.handle(), &fresh, &k);
+        }
+    }
+}
+
+/// Masks the synchronised momentum where the frozen v is zero and
+/// unscales it (`m /= k_s`), updates v_fresh from the reconstructed
+/// gradient and returns the largest ratio per chunk of this rank (host) or
+/// per segment (device). On the host one pass: mask, unscale and ratio per
+/// element in the order three separate passes had, so the bits are the
+/// same; the segments' maxima do not depend on how the chunks are grouped.
+pub(crate) fn fresh_ratios(
+    span: &Span<'_>,
+    f: &FreshVariance<'_>,
+    m: &mut Flat,
+    m_last: &Flat,
+    v: &Flat,
+    v_fresh: &mut Flat,
+) -> Partials<f32> {
+    match &span.on {
+        On::Host(_) => {
+            let units = span.units();
+            let (b1, b2) = (f.beta_1 as f32, f.beta_2 as f32);
+            let (inv_one_minus_b1, one_minus_b2) =
+                (1.0 / (1.0 - f.beta_1) as f32, (1.0 - f.beta_2) as f32);
+            let eps = f.eps as f32;
+            let variance = f.variance;
+            let moments = f.moments;
+            let ms = unit_slices_mut(m.host_mut(), units);
+            let lasts = unit_slices(m_last.host(), units);
+            let vs = unit_slices(v.host(), units);
+            let fresh = unit_slices_mut(v_fresh.host_mut(), units);
+            Partials::Units(with_eps_mode!(f.eps_mode, INSIDE => {
+                units
+                    .par_iter()
+                    .zip(ms)
+                    .zip(lasts)
+                    .zip(vs)
+                    .zip(fresh)
+                    .map(|((((unit, m), last), v), fresh)| {
+                        let k = f.k[unit.segment] as f32;
+                        // One element: mask, unscale, v_fresh, its ratio.
+                        let ratio_of = |m: &mut f32, last: f32, v: f32, fresh: &mut f32| {
+                            if v == 0.0 {
+                                *m = 0.0;
+                            }
+                            *m /= k;
+                            let g = (*m - b1 * last) * inv_one_minus_b1;
+                            *fresh = b2 * *fresh + one_minus_b2 * g * g;
+                            if variance {
+                                (v + eps) / (*fresh + eps)
+                            } else {
+                                moments.denominator::<INSIDE>(v) / moments.denominator::<INSIDE>(*fresh)
+                            }
+                        };
+                        with_avx(|| {
+                            // The maximum in RATIO_LANES running maxima, so the
+                            // loop vectorises (one running maximum kept it
+                            // scalar: 7 ms of BERT-Tiny's 78 ms compression step
+                            // on one rank). A maximum does not depend on the
+                            // order it is taken in: the same bits.
+                            let mut lanes = [0.0f32; RATIO_LANES];
+                            let body = m.len() - m.len() % RATIO_LANES;
+                            let (m, m_tail) = m.split_at_mut(body);
+                            let (fresh, fresh_tail) = fresh.split_at_mut(body);
+                            let groups = m
+                                .chunks_exact_mut(RATIO_LANES)
+                                .zip(last.chunks_exact(RATIO_LANES))
+                                .zip(v.chunks_exact(RATIO_LANES))
+                                .zip(fresh.chunks_exact_mut(RATIO_LANES));
+                            for (((m, last), v), fresh) in groups {
+                                for j in 0..RATIO_LANES {
+                                    let ratio = ratio_of(&mut m[j], last[j], v[j], &mut fresh[j]);
+                                    lanes[j] = lanes[j].max(ratio);
+                                }
+                            }
+                            let tail = m_tail
+                                .iter_mut()
+                                .zip(&last[body..])
+                                .zip(&v[body..])
+                                .zip(fresh_tail.iter_mut());
+                            for (j, (((m, &last), &v), fresh)) in tail.enumerate() {
+                                lanes[j] = lanes[j].max(ratio_of(m, last, v, fresh));
+                            }
+                            lanes.into_iter().fold(0.0f32, f32::max)
+                        })
+                    })
+                    .collect()
+            }))
+        }
+        On::Device { client, chunks } => {
+            let k: Vec<f32> = f.k.iter().map(|&k| k as f32).collect();
+            optim::unscale_masked(client, chunks, m.handle(), v.handle(), &k);
+            Partials::Segments(optim::fresh_variance(
+                client,
+                chunks,
+                m.handle(),
+                m_last.handle(),
+                v.handle(),
+                v_fresh.handle(),
+                &f.moments.coefficients(),
+                1.0 / (1.0 - f.beta_1) as f32,
+                f.eps_mode == EpsMode::Inside,
+                f.variance,
+            ))
+        }
+    }
+}
+
+/// `last = m` (in `keep`, whole chunks of the split: the only part of
+/// `last` this rank reads), then `m = (β1·m + (1-β1)·g)·k_p` per segment, in
+/// one pass.
+fn host_scaled_momentum(
+    layout: &ParamLayout,
+    beta_1: f64,
+    k: &[f64],
+    m: &mut [f32],
+    (last, keep): (&mut [f32], Range<usize>),
+    g: &[f32],
+) {
+    let (b1, one_minus) = (beta_1 as f32, (1.0 - beta_1) as f32);
+    let offsets: Vec<usize> = layout.segments().iter().map(|s| s.offset).collect();
+    let ms = split_segments_mut(layout, m);
+    let lasts = split_segments_mut(layout, last);
+    let gs = split_segments(layout, g);
+    ms.into_par_iter()
+        .zip(lasts)
+        .zip(gs)
+        .zip(k)
+        .zip(offsets)
+        .for_each(|((((m, last), g), &k), offset)| {
+            let k = k as f32;
+            m.par_chunks_mut(CHUNK)
+                .zip(last.par_chunks_mut(CHUNK))
+                .zip(g.par_chunks(CHUNK))
+                .enumerate()
+                .for_each(|(i, ((m, last), g))| {
+                    let kept = keep.contains(&(offset + i * CHUNK));
+                    with_avx(|| {
+                        if kept {
+                            for ((m, last), &g) in m.iter_mut().zip(last).zip(g) {
+                                *last = *m;
+                                *m = (b1 * *m + one_minus * g) * k;
+                            }
+                        } else {
+                            for (m, &g) in m.iter_mut().zip(g) {
+                                *m = (b1 * *m + one_minus * g) * k;
+                            }
+                        }
+                    })
+                });
+        });
+}
