@@ -290,21 +290,6 @@ fn capture_lines(
         .collect())
 }
 
-/// The CPU's model name as `/proc/cpuinfo` gives it ("unknown" where it
-/// cannot be read): the ratio to PyTorch depends on it (gemm's and MKL's
-/// kernels differ between CPU vendors), so every run records it.
-pub fn cpu_model() -> String {
-    std::fs::read_to_string("/proc/cpuinfo")
-        .ok()
-        .and_then(|info| {
-            info.lines()
-                .find(|line| line.starts_with("model name"))
-                .and_then(|line| line.split_once(':'))
-                .map(|(_, name)| name.trim().to_string())
-        })
-        .unwrap_or_else(|| "unknown".into())
-}
-
 /// Appends one run's lines to `path`, each with `"run"` one past the file's
 /// last, the framework and the CPU named.
 fn append_run(
@@ -326,7 +311,7 @@ fn append_run(
         .append(true)
         .open(path)
         .with_context(|| format!("cannot open {path}"))?;
-    let cpu = cpu_model();
+    let cpu = crate::machine::cpu_model();
     for (framework, lines) in [("terse", terse), ("pytorch", pytorch)] {
         for line in lines {
             let mut record = serde_json::Map::new();

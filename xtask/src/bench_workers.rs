@@ -115,7 +115,7 @@ pub fn run(quick: bool) -> Result<()> {
             "steps": steps,
             "repeats": repeats,
             "cores": std::thread::available_parallelism().map_or(1, |n| n.get()),
-            "cpu": crate::bench::cpu_model(),
+            "cpu": crate::machine::cpu_model(),
             "rows": rows,
         });
         std::fs::write(path, serde_json::to_string_pretty(&record)? + "\n")

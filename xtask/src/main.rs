@@ -15,6 +15,7 @@ mod cli_name;
 mod data;
 mod finetune;
 mod inspect;
+mod machine;
 mod mpi;
 mod netlab;
 mod pretrain;

@@ -159,7 +159,7 @@ impl RunArgs {
         if self.print_config {
             return crate::terse_binary::run_binary("terse", terse);
         }
-        crate::terse_binary::train(self.ranks as usize, self.hostfile.as_deref(), terse)
+        train(self.ranks as usize, self.hostfile.as_deref(), terse)
     }
 
     /// Refuses a `--config` that does not exist before any process starts
@@ -175,4 +175,14 @@ impl RunArgs {
         }
         Ok(())
     }
+}
+
+/// Runs a training command (on the hosts of `hostfile`, if given) and draws
+/// its loss plot into the run directory.
+fn train(ranks: usize, hostfile: Option<&std::path::Path>, args: &[String]) -> anyhow::Result<()> {
+    if let Some(dir) = crate::terse_binary::launch_on(ranks, hostfile, args)? {
+        let plot = crate::run_plot::loss_plot(&dir)?;
+        println!("terse: loss plot {}", plot.display());
+    }
+    Ok(())
 }

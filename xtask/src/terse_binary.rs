@@ -218,16 +218,6 @@ impl std::error::Error for ChildFailed {}
 /// How `terse` names the run directory on its last line (crates/cli/src/launch.rs).
 const RUN_DIRECTORY: &str = "terse: run directory ";
 
-/// Runs a training command (on the hosts of `hostfile`, if given) and draws
-/// its loss plot into the run directory.
-pub fn train(ranks: usize, hostfile: Option<&std::path::Path>, args: &[String]) -> Result<()> {
-    if let Some(dir) = launch_on(ranks, hostfile, args)? {
-        let plot = crate::run_plot::loss_plot(&dir)?;
-        println!("terse: loss plot {}", plot.display());
-    }
-    Ok(())
-}
-
 /// One line of cargo's `--message-format json` output: the fields read
 /// here, the rest ignored. With `json-render-diagnostics` cargo prints the
 /// compiler's diagnostics to stderr itself, so no `compiler-message` (and no

@@ -7,7 +7,7 @@
 use std::path::Path;
 
 use terse_data::pretrain::{
-    MaskedLm, PretrainConfig, PretrainExample, ShardSet, build_shards, create_examples,
+    MaskedLm, PretrainConfig, PretrainExample, RankShare, ShardSet, build_shards, create_examples,
     masking_vocab, read_sotu, tokenize_documents, tokenize_documents_with, write_shard,
 };
 use terse_data::{DataError, WordPiece, dataset, minilm};
@@ -325,7 +325,7 @@ fn rank_shares_cover_every_example_once_and_shuffle_per_epoch() {
     for world in 1..=4 {
         let mut seen = vec![0; 10];
         for rank in 0..world {
-            let share = set.for_rank(rank, world).unwrap();
+            let share = RankShare::new(&set, rank, world).unwrap();
             // ⌈(10 − rank) / world⌉: world 3 gives 4, 3, 3; world 4 gives 3, 3, 2, 2.
             assert_eq!(share.len(), (10 - rank).div_ceil(world));
             assert_eq!(share.steps(), 10 / world);
@@ -346,10 +346,10 @@ fn rank_shares_cover_every_example_once_and_shuffle_per_epoch() {
     }
     // 10! orders of the single share: another epoch or seed giving the same
     // one has probability 1/10! ≈ 2.8e-7.
-    let share = set.for_rank(0, 1).unwrap();
+    let share = RankShare::new(&set, 0, 1).unwrap();
     assert_ne!(share.epoch_order(5, 0), share.epoch_order(5, 1));
     assert_ne!(share.epoch_order(5, 0), share.epoch_order(6, 0));
-    let error = set.for_rank(2, 2).unwrap_err().to_string();
+    let error = RankShare::new(&set, 2, 2).unwrap_err().to_string();
     assert_eq!(
         error,
         "rank share: rank 2 of a world of 2: need rank < world"

@@ -259,6 +259,11 @@ impl RunSummary {
     }
 }
 
+/// Milliseconds since `since`, as the records report durations.
+pub(crate) fn ms(since: std::time::Instant) -> f64 {
+    since.elapsed().as_secs_f64() * 1e3
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

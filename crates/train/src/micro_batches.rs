@@ -21,7 +21,8 @@ use terse_kernels::fused::{DropoutStream, with_dropout_stream};
 use terse_optim::{FlatModel, with_fresh_leaves};
 
 use crate::TrainError;
-use crate::trainer::{Task, ms};
+use crate::metrics::ms;
+use crate::task::Task;
 
 /// The pools micro-batches run in, one per lane (none: one after another).
 pub(crate) struct Lanes {

@@ -17,7 +17,7 @@ use std::time::Instant;
 
 use burn::module::Module;
 use burn::store::{ModuleSnapshot, SafetensorsStore};
-use burn::tensor::{Device, Tensor};
+use burn::tensor::Device;
 use terse_comm::{Communicator, ReduceOp};
 use terse_optim::{FlatModel, Optimizer};
 
@@ -25,115 +25,13 @@ use crate::checkpoint::{self, model_file, optimizer_file};
 use crate::collective_deadline::CollectiveDeadline;
 use crate::grad_clip::{clip_gradient, global_norm};
 use crate::logging;
-use crate::metrics::{DivergedRecord, EvalRecord, MetricsLog, RunSummary, StepRecord};
+use crate::metrics::{DivergedRecord, EvalRecord, MetricsLog, RunSummary, StepRecord, ms};
 use crate::micro_batches::{Lanes, StepPlace, local_gradient};
 use crate::progress::{ProgressLines, step_bar};
 use crate::rank_phase::{self, Phase};
 use crate::step_order::StepOrder;
+use crate::task::Task;
 use crate::{RunConfig, TrainError, signals};
-
-/// What the loop needs from a task: its examples, its model, and a loss.
-pub trait Task: Sync {
-    /// The model with its head.
-    type Model: Module + ModuleSnapshot;
-
-    /// Training examples; the loop addresses them as `0..examples()`.
-    fn examples(&self) -> usize;
-
-    /// A fresh model (pretrained weights loaded where the task says so);
-    /// called with the backend's RNG seeded from the run's seed, so every
-    /// rank builds the same one.
-    fn init(&self, device: &Device) -> Result<Self::Model, TrainError>;
-
-    /// The mean loss over `examples` (indices into `0..examples()`), in
-    /// pass `epoch` over the data (augmentation may depend on it).
-    fn loss(
-        &self,
-        model: &Self::Model,
-        examples: &[usize],
-        epoch: u64,
-        device: &Device,
-    ) -> Result<Tensor<1>, TrainError>;
-
-    /// The task's metrics on its held-out data (run by rank 0).
-    fn evaluate(
-        &self,
-        model: &Self::Model,
-        device: &Device,
-    ) -> Result<Vec<(String, f64)>, TrainError> {
-        let _ = (model, device);
-        Ok(Vec::new())
-    }
-
-    /// Writes the predictions on the held-out data to `path` (rank 0) and
-    /// returns how many; tasks without a prediction format refuse.
-    fn predict(
-        &self,
-        model: &Self::Model,
-        device: &Device,
-        path: &Path,
-    ) -> Result<usize, TrainError> {
-        let _ = (model, device);
-        Err(TrainError::InvalidRun {
-            field: "task.kind",
-            reason: format!(
-                "this task writes no predictions (asked for {})",
-                path.display()
-            ),
-        })
-    }
-
-    /// Writes the trained model for other tools (HuggingFace layout for
-    /// BERT) into `dir` (rank 0, at the end of the run).
-    fn export(&self, model: &Self::Model, dir: &Path) -> Result<(), TrainError> {
-        let _ = (model, dir);
-        Ok(())
-    }
-}
-
-/// A task shared by the threads of the `local` backend.
-impl<T: Task> Task for &T {
-    type Model = T::Model;
-
-    fn examples(&self) -> usize {
-        (**self).examples()
-    }
-
-    fn init(&self, device: &Device) -> Result<Self::Model, TrainError> {
-        (**self).init(device)
-    }
-
-    fn loss(
-        &self,
-        model: &Self::Model,
-        examples: &[usize],
-        epoch: u64,
-        device: &Device,
-    ) -> Result<Tensor<1>, TrainError> {
-        (**self).loss(model, examples, epoch, device)
-    }
-
-    fn evaluate(
-        &self,
-        model: &Self::Model,
-        device: &Device,
-    ) -> Result<Vec<(String, f64)>, TrainError> {
-        (**self).evaluate(model, device)
-    }
-
-    fn predict(
-        &self,
-        model: &Self::Model,
-        device: &Device,
-        path: &Path,
-    ) -> Result<usize, TrainError> {
-        (**self).predict(model, device, path)
-    }
-
-    fn export(&self, model: &Self::Model, dir: &Path) -> Result<(), TrainError> {
-        (**self).export(model, dir)
-    }
-}
 
 /// Serialises seeding + parameter initialisation across the threads of one
 /// process: burn draws initial weights from its one device generator.
@@ -165,16 +63,73 @@ pub struct RunOutcome<M> {
 }
 
 impl Trainer<'_> {
-    /// Runs the loop on `comm`'s rank to `config.train.steps`.
+    /// Runs the loop on `comm`'s rank to `config.train.steps`: prepare
+    /// (run directory, model, flat buffers, optimizer, resume), then each
+    /// step (its gradient, clipping, the optimizer's step), what it shows
+    /// (metrics line, progress), a checkpoint when one is due or a signal
+    /// came, an evaluation when one is due; at the end the final
+    /// evaluation and the export.
     pub fn run<T: Task>(
         &self,
         task: &T,
         comm: &dyn Communicator,
     ) -> Result<RunOutcome<T::Model>, TrainError> {
+        let (mut run, mut model) = self.prepare(task, comm)?;
+        run.evaluate_before(&model)?;
+        // Ranks reach this point one after another (local ranks set up in
+        // turn, ~60 ms apart for BERT-Tiny and up to 0.8 s): starting step 1
+        // together puts every rank's one-time costs (heap growth, pages
+        // touched for the first time) in step 1, not in step 2, the first
+        // the ranks then ran side by side.
+        if run.world > 1 {
+            comm.barrier()?;
+        }
+        let run_start = Instant::now();
+        for t in run.start_step + 1..=self.config.train.steps {
+            rank_phase::enter(run.rank, Phase::Step(t));
+            let (stepped, record, stop) = run.step(model, t, run_start)?;
+            model = stepped;
+            run.observe(&record);
+            let last = t == self.config.train.steps;
+            if last {
+                model = finish(&mut run.optimizer, model, &mut run.flat, comm)?;
+            }
+            let every = self.config.train.checkpoint_every;
+            if stop || last || (every > 0 && t.is_multiple_of(every)) {
+                rank_phase::enter(run.rank, Phase::Checkpoint(t));
+                let dir = self.save(&model, &mut run.optimizer, comm)?;
+                if stop && !last {
+                    run.bar.abandon();
+                    return Err(TrainError::Interrupted {
+                        step: t,
+                        checkpoint: dir,
+                    });
+                }
+            }
+            let eval_every = self.config.train.eval_every;
+            if run.lead && !last && eval_every > 0 && t.is_multiple_of(eval_every) {
+                run.evaluate(&model, t)?;
+            }
+        }
+        run.bar.finish_and_clear();
+        rank_phase::enter(run.rank, Phase::Finish);
+        let summary = run.finish(&model, &self.run_dir.join("export"))?;
+        Ok(RunOutcome { model, summary })
+    }
+
+    /// Everything before step 1: the run directory and its log, the model
+    /// (initialised on the CPU whatever the device, so every device starts
+    /// from the same weights), the flat buffers and the optimizer (on the
+    /// device for a device run), the checkpoint resumed, the plan logged.
+    fn prepare<'r, T: Task>(
+        &'r self,
+        task: &'r T,
+        comm: &'r dyn Communicator,
+    ) -> Result<(Run<'r, T>, T::Model), TrainError> {
         let cfg = self.config;
         let (rank, world) = (comm.rank(), comm.world_size());
         cfg.train.accumulation(world)?;
-        let mut order = StepOrder::new(
+        let order = StepOrder::new(
             task.examples(),
             cfg.train.seed,
             rank,
@@ -183,30 +138,11 @@ impl Trainer<'_> {
         )?;
         let lead = rank == 0;
         rank_phase::enter(rank, Phase::SetUp);
-        logging::set_rank(rank);
-        logging::attach_run_dir(self.run_dir).map_err(|source| TrainError::Io {
-            path: self.run_dir.join(logging::LOG_FILE),
-            source,
-        })?;
-        tracing::debug!(
-            "rank {rank} of {world} starts, run directory {}",
-            self.run_dir.display()
-        );
-        if lead {
-            std::fs::create_dir_all(self.run_dir).map_err(|source| TrainError::Io {
-                path: self.run_dir.to_path_buf(),
-                source,
-            })?;
-            let path = self.run_dir.join("config.toml");
-            std::fs::write(&path, cfg.to_toml())
-                .map_err(|source| TrainError::Io { path, source })?;
-        }
+        self.open_run_dir(rank, world)?;
 
         let device = cfg.train.device.open()?.autodiff();
         let (mut model, mut flat) = {
             let _turn = INIT.lock().unwrap_or_else(|p| p.into_inner());
-            // Initialised on the CPU whatever the device, so that every
-            // device starts from the same weights.
             let host = Device::flex().autodiff();
             host.seed(cfg.train.seed);
             let model = task.init(&host)?;
@@ -245,46 +181,18 @@ impl Trainer<'_> {
         } else {
             checkpoint::clear_own(self.run_dir, rank)?;
         }
-
-        let plan = cfg.optimizer.plan(cfg.train.steps, &cfg.schedule);
-        if lead && world == 1 {
-            // One rank has nothing to average: no collective, no compression.
-            tracing::info!(
-                "{}: {} steps on one rank, nothing communicated",
-                cfg.optimizer.name(),
-                cfg.train.steps
-            );
-        } else if lead {
-            tracing::info!("{}: {plan}", cfg.optimizer.name());
-            if plan.freeze_unreachable {
-                tracing::warn!(
-                    "{}'s freeze is never reached in this {}-step run: it trains as its \
-                     uncompressed baseline and sends fp32 gradients every step (lower \
-                     optimizer.freeze_step or raise train.steps to see compression)",
-                    cfg.optimizer.name(),
-                    cfg.train.steps
-                );
-            }
+        if lead {
+            log_plan(cfg, world);
         }
-        let mut deadline = CollectiveDeadline::new(cfg.train.collective_timeout_s);
+
+        let deadline = CollectiveDeadline::new(cfg.train.collective_timeout_s);
         comm.set_deadline(deadline.initial());
         let start_step = optimizer.step_count();
-        let mut log = MetricsLog::open(self.run_dir, lead, start_step)?;
+        let log = MetricsLog::open(self.run_dir, lead, start_step)?;
         let bar = step_bar(cfg.train.steps, self.progress && lead);
         bar.set_position(start_step);
         bar.set_prefix(cfg.optimizer.name());
         let lines = ProgressLines::new(cfg.train.steps, start_step, self.progress && lead);
-        let mut summary = RunSummary::default();
-
-        if lead && start_step == 0 && cfg.train.eval_every > 0 {
-            // The starting point, for comparison (pretrained weights and an
-            // untrained head, or random weights).
-            rank_phase::enter(rank, Phase::EvaluateBefore);
-            let eval = bar.suspend(|| task.evaluate(&model.valid(), &device.clone().inner()))?;
-            bar.suspend(|| tracing::info!("before training: {}", render_eval(&eval)));
-            summary.eval_before = eval.clone();
-            log.line(&EvalRecord { step: 0, eval })?;
-        }
         // Micro-batches run side by side where the rank has the threads
         // (micro_batches.rs).
         let per_step = (cfg.train.global_batch / world).div_ceil(cfg.train.micro_batch);
@@ -292,171 +200,55 @@ impl Trainer<'_> {
             per_step,
             cfg.train.device.is_cpu() && flat.params().is_some(),
         )?;
-        // Ranks reach this point one after another (local ranks set up in
-        // turn, ~60 ms apart for BERT-Tiny and up to 0.8 s): starting step 1
-        // together puts every rank's one-time costs (heap growth, pages
-        // touched for the first time) in step 1, not in step 2, the first
-        // the ranks then ran side by side.
-        if world > 1 {
-            comm.barrier()?;
-        }
         // Ranks whose parameters are the same bits after every step share
         // one copy of them where they are threads of one process (on the
         // CPU: flex tensors are plain shared memory).
         let share_params = world > 1 && cfg.train.device.is_cpu() && optimizer.params_replicated();
-        let run_start = Instant::now();
-        for t in start_step + 1..=cfg.train.steps {
-            rank_phase::enter(rank, Phase::Step(t));
-            let step_start = Instant::now();
-            let (epoch, share) = order.share(t);
-            let at = StepPlace {
-                seed: cfg.train.seed,
-                t,
-                epoch,
-                rank,
-            };
-            let micro_batch = cfg.train.micro_batch;
-            let local = local_gradient(
-                task,
-                &mut model,
-                share,
-                micro_batch,
-                &at,
-                &device,
-                &mut flat,
-                lanes.as_ref(),
-            )?;
-            let (forward_ms, backward_ms) = (local.forward_ms, local.backward_ms);
+        let run = Run {
+            config: cfg,
+            task,
+            comm,
+            rank,
+            world,
+            lead,
+            order,
+            device,
+            flat,
+            optimizer,
+            deadline,
+            log,
+            bar,
+            lines,
+            summary: RunSummary::default(),
+            lanes,
+            share_params,
+            start_step,
+        };
+        Ok((run, model))
+    }
 
-            // Taken before the step: the optimizer works in the gradient.
-            let squares = flat.grad_sum_of_squares() as f32;
-            let clipped_norm = match cfg.train.max_grad_norm {
-                Some(max_norm) => Some(clip_gradient(
-                    |factor| flat.scale_grad(factor),
-                    squares,
-                    max_norm,
-                    comm,
-                )?),
-                None => None,
-            };
-            let clock = Instant::now();
-            let report = flat.step(&mut optimizer, comm)?;
-            model = if share_params {
-                flat.write_into_replicated(model, comm)?
-            } else {
-                flat.write_into(model)?
-            };
-            let step_ms = ms(clock);
-
-            // The loss every rank saw, whether any rank was signalled and
-            // the squared gradient norms, in one small allreduce outside the
-            // optimizer's accounting.
-            let mut shared = [
-                local.loss as f32,
-                f32::from(u8::from(signals::requested())),
-                squares,
-            ];
-            if world > 1 {
-                comm.allreduce_f32(&mut shared, ReduceOp::Mean)?;
-            }
-            let loss = f64::from(shared[0]);
-            let grad_norm = clipped_norm.unwrap_or_else(|| global_norm(shared[2]));
-            tracing::debug!(
-                "step {t}: local loss {:.6}, {} stage, {} bytes sent, forward {forward_ms:.1} ms, \
-                 backward {backward_ms:.1} ms, optimizer step {step_ms:.1} ms",
-                local.loss,
-                report.stage,
-                report.traffic.sent()
-            );
-            if !loss.is_finite() {
-                tracing::error!("step {t}: the loss is {loss}: the run diverged");
-                log.line(&DivergedRecord {
-                    step: t,
-                    diverged: true,
-                })?;
-                return Err(TrainError::Diverged {
-                    step: t,
-                    loss: shared[0],
-                });
-            }
-            let comm_ms = report.comm_time.as_secs_f64() * 1e3;
-            let record = StepRecord {
-                step: t,
-                epoch,
-                elapsed_s: run_start.elapsed().as_secs_f64(),
-                loss,
-                lr: report.lr,
-                stage: report.stage.to_string(),
-                bytes_sent: report.traffic.sent(),
-                forward_ms,
-                backward_ms,
-                comm_ms,
-                optimizer_ms: (step_ms - comm_ms).max(0.0),
-                samples_per_s: cfg.train.global_batch as f64
-                    / step_start.elapsed().as_secs_f64().max(1e-9),
-                grad_norm,
-            };
-            log.line(&record)?;
-            comm.set_deadline(deadline.after_step(step_start.elapsed()));
-            summary.add(
-                &record,
-                cfg.train.global_batch as u64,
-                flat.layout().len(),
-                world,
-            );
-            bar.inc(1);
-            bar.set_message(format!("loss {loss:.4} {}", record.stage));
-            if let Some(lines) = &lines {
-                lines.step(t, loss, &record.stage);
-            }
-
-            let stop = shared[1] > 0.0;
-            let last = t == cfg.train.steps;
-            if last {
-                model = finish(&mut optimizer, model, &mut flat, comm)?;
-            }
-            let every = cfg.train.checkpoint_every;
-            if stop || last || (every > 0 && t.is_multiple_of(every)) {
-                rank_phase::enter(rank, Phase::Checkpoint(t));
-                let dir = self.save(&model, &mut optimizer, comm)?;
-                if stop && !last {
-                    bar.abandon();
-                    return Err(TrainError::Interrupted {
-                        step: t,
-                        checkpoint: dir,
-                    });
-                }
-            }
-            let eval_every = cfg.train.eval_every;
-            if lead && !last && eval_every > 0 && t.is_multiple_of(eval_every) {
-                rank_phase::enter(rank, Phase::Evaluate(t));
-                let eval =
-                    bar.suspend(|| task.evaluate(&model.valid(), &device.clone().inner()))?;
-                bar.suspend(|| tracing::info!("step {t}: {}", render_eval(&eval)));
-                log.line(&EvalRecord { step: t, eval })?;
-            }
-        }
-        bar.finish_and_clear();
-        rank_phase::enter(rank, Phase::Finish);
-        if lead {
-            summary.eval = task.evaluate(&model.valid(), &device.clone().inner())?;
-            log.line(&EvalRecord {
-                step: optimizer.step_count(),
-                eval: summary.eval.clone(),
+    /// Attaches this rank's log to the run directory; the lead rank
+    /// creates it and writes the resolved config there.
+    fn open_run_dir(&self, rank: usize, world: usize) -> Result<(), TrainError> {
+        logging::set_rank(rank);
+        logging::attach_run_dir(self.run_dir).map_err(|source| TrainError::Io {
+            path: self.run_dir.join(logging::LOG_FILE),
+            source,
+        })?;
+        tracing::debug!(
+            "rank {rank} of {world} starts, run directory {}",
+            self.run_dir.display()
+        );
+        if rank == 0 {
+            std::fs::create_dir_all(self.run_dir).map_err(|source| TrainError::Io {
+                path: self.run_dir.to_path_buf(),
+                source,
             })?;
-            match task.export(&model, &self.run_dir.join("export")) {
-                // A model with no export form: the run itself succeeded.
-                Err(e @ TrainError::InvalidRun { .. }) => tracing::warn!("no export: {e}"),
-                other => other?,
-            }
+            let path = self.run_dir.join("config.toml");
+            std::fs::write(&path, self.config.to_toml())
+                .map_err(|source| TrainError::Io { path, source })?;
         }
-        // The other ranks wait for rank 0's final evaluation and export in
-        // a collective, under the deadline: a rank 0 stuck there is named
-        // instead of leaving the job waiting in the transport's shutdown.
-        if world > 1 {
-            comm.barrier()?;
-        }
-        Ok(RunOutcome { model, summary })
+        Ok(())
     }
 
     fn save<M: ModuleSnapshot>(
@@ -552,15 +344,240 @@ impl Trainer<'_> {
     }
 }
 
+/// What the prepared loop holds between steps on one rank (the model is
+/// passed through each phase by value: writing the stepped parameters into
+/// it consumes it).
+struct Run<'r, T: Task> {
+    config: &'r RunConfig,
+    task: &'r T,
+    comm: &'r dyn Communicator,
+    rank: usize,
+    world: usize,
+    lead: bool,
+    order: StepOrder,
+    device: Device,
+    flat: FlatModel,
+    optimizer: Optimizer,
+    deadline: CollectiveDeadline,
+    log: MetricsLog,
+    bar: indicatif::ProgressBar,
+    lines: Option<ProgressLines>,
+    summary: RunSummary,
+    lanes: Option<Lanes>,
+    share_params: bool,
+    /// The step the run starts after (a resumed run's checkpoint).
+    start_step: u64,
+}
+
+impl<T: Task> Run<'_, T> {
+    /// The starting point's evaluation, for comparison (pretrained weights
+    /// and an untrained head, or random weights): lead rank, fresh runs.
+    fn evaluate_before(&mut self, model: &T::Model) -> Result<(), TrainError> {
+        if !(self.lead && self.start_step == 0 && self.config.train.eval_every > 0) {
+            return Ok(());
+        }
+        rank_phase::enter(self.rank, Phase::EvaluateBefore);
+        let device = self.device.clone().inner();
+        let eval = self
+            .bar
+            .suspend(|| self.task.evaluate(&model.valid(), &device))?;
+        self.bar
+            .suspend(|| tracing::info!("before training: {}", render_eval(&eval)));
+        self.summary.eval_before = eval.clone();
+        self.log.line(&EvalRecord { step: 0, eval })?;
+        Ok(())
+    }
+
+    /// Step `t`: this rank's gradient over its share of the batch, the
+    /// clipping, the optimizer's step (which owns the step's
+    /// communication), the stepped parameters written into the model, and
+    /// one small allreduce of the loss, the signal flag and the gradient's
+    /// squared norm. Returns the model, the step's record and whether any
+    /// rank was signalled to stop; a non-finite loss ends the run.
+    fn step(
+        &mut self,
+        mut model: T::Model,
+        t: u64,
+        run_start: Instant,
+    ) -> Result<(T::Model, StepRecord, bool), TrainError> {
+        let (cfg, comm) = (self.config, self.comm);
+        let step_start = Instant::now();
+        let (epoch, share) = self.order.share(t);
+        let at = StepPlace {
+            seed: cfg.train.seed,
+            t,
+            epoch,
+            rank: self.rank,
+        };
+        let local = local_gradient(
+            self.task,
+            &mut model,
+            share,
+            cfg.train.micro_batch,
+            &at,
+            &self.device,
+            &mut self.flat,
+            self.lanes.as_ref(),
+        )?;
+        let (forward_ms, backward_ms) = (local.forward_ms, local.backward_ms);
+
+        // Taken before the step: the optimizer works in the gradient.
+        let squares = self.flat.grad_sum_of_squares() as f32;
+        let clipped_norm = match cfg.train.max_grad_norm {
+            Some(max_norm) => Some(clip_gradient(
+                |factor| self.flat.scale_grad(factor),
+                squares,
+                max_norm,
+                comm,
+            )?),
+            None => None,
+        };
+        let clock = Instant::now();
+        let report = self.flat.step(&mut self.optimizer, comm)?;
+        model = if self.share_params {
+            self.flat.write_into_replicated(model, comm)?
+        } else {
+            self.flat.write_into(model)?
+        };
+        let step_ms = ms(clock);
+
+        // The loss every rank saw, whether any rank was signalled and the
+        // squared gradient norms, in one small allreduce outside the
+        // optimizer's accounting.
+        let mut shared = [
+            local.loss as f32,
+            f32::from(u8::from(signals::requested())),
+            squares,
+        ];
+        if self.world > 1 {
+            comm.allreduce_f32(&mut shared, ReduceOp::Mean)?;
+        }
+        let loss = f64::from(shared[0]);
+        let grad_norm = clipped_norm.unwrap_or_else(|| global_norm(shared[2]));
+        tracing::debug!(
+            "step {t}: local loss {:.6}, {} stage, {} bytes sent, forward {forward_ms:.1} ms, \
+             backward {backward_ms:.1} ms, optimizer step {step_ms:.1} ms",
+            local.loss,
+            report.stage,
+            report.traffic.sent()
+        );
+        if !loss.is_finite() {
+            tracing::error!("step {t}: the loss is {loss}: the run diverged");
+            self.log.line(&DivergedRecord {
+                step: t,
+                diverged: true,
+            })?;
+            return Err(TrainError::Diverged {
+                step: t,
+                loss: shared[0],
+            });
+        }
+        let comm_ms = report.comm_time.as_secs_f64() * 1e3;
+        let record = StepRecord {
+            step: t,
+            epoch,
+            elapsed_s: run_start.elapsed().as_secs_f64(),
+            loss,
+            lr: report.lr,
+            stage: report.stage.to_string(),
+            bytes_sent: report.traffic.sent(),
+            forward_ms,
+            backward_ms,
+            comm_ms,
+            optimizer_ms: (step_ms - comm_ms).max(0.0),
+            samples_per_s: cfg.train.global_batch as f64
+                / step_start.elapsed().as_secs_f64().max(1e-9),
+            grad_norm,
+        };
+        self.log.line(&record)?;
+        self.comm
+            .set_deadline(self.deadline.after_step(step_start.elapsed()));
+        Ok((model, record, shared[1] > 0.0))
+    }
+
+    /// What a step shows: its totals in the summary, the progress bar (or
+    /// lines).
+    fn observe(&mut self, record: &StepRecord) {
+        let global_batch = self.config.train.global_batch as u64;
+        let len = self.flat.layout().len();
+        self.summary.add(record, global_batch, len, self.world);
+        self.bar.inc(1);
+        self.bar
+            .set_message(format!("loss {:.4} {}", record.loss, record.stage));
+        if let Some(lines) = &self.lines {
+            lines.step(record.step, record.loss, &record.stage);
+        }
+    }
+
+    /// The held-out evaluation after step `t` (lead rank).
+    fn evaluate(&mut self, model: &T::Model, t: u64) -> Result<(), TrainError> {
+        rank_phase::enter(self.rank, Phase::Evaluate(t));
+        let device = self.device.clone().inner();
+        let eval = self
+            .bar
+            .suspend(|| self.task.evaluate(&model.valid(), &device))?;
+        self.bar
+            .suspend(|| tracing::info!("step {t}: {}", render_eval(&eval)));
+        self.log.line(&EvalRecord { step: t, eval })
+    }
+
+    /// The end of the run: the lead rank's final evaluation and the export
+    /// into `export_dir`; the other ranks wait for them in a collective,
+    /// under the deadline (a rank 0 stuck there is named instead of leaving
+    /// the job waiting in the transport's shutdown).
+    fn finish(mut self, model: &T::Model, export_dir: &Path) -> Result<RunSummary, TrainError> {
+        if self.lead {
+            self.summary.eval = self
+                .task
+                .evaluate(&model.valid(), &self.device.clone().inner())?;
+            self.log.line(&EvalRecord {
+                step: self.optimizer.step_count(),
+                eval: self.summary.eval.clone(),
+            })?;
+            match self.task.export(model, export_dir) {
+                // A model with no export form: the run itself succeeded.
+                Err(e @ TrainError::InvalidRun { .. }) => tracing::warn!("no export: {e}"),
+                other => other?,
+            }
+        }
+        if self.world > 1 {
+            self.comm.barrier()?;
+        }
+        Ok(self.summary)
+    }
+}
+
+/// The optimizer's plan for the run, as the lead rank logs it: which steps
+/// communicate what, and a warning when a 1-bit optimizer's freeze is never
+/// reached.
+fn log_plan(cfg: &RunConfig, world: usize) {
+    let plan = cfg.optimizer.plan(cfg.train.steps, &cfg.schedule);
+    if world == 1 {
+        // One rank has nothing to average: no collective, no compression.
+        tracing::info!(
+            "{}: {} steps on one rank, nothing communicated",
+            cfg.optimizer.name(),
+            cfg.train.steps
+        );
+        return;
+    }
+    tracing::info!("{}: {plan}", cfg.optimizer.name());
+    if plan.freeze_unreachable {
+        tracing::warn!(
+            "{}'s freeze is never reached in this {}-step run: it trains as its \
+             uncompressed baseline and sends fp32 gradients every step (lower \
+             optimizer.freeze_step or raise train.steps to see compression)",
+            cfg.optimizer.name(),
+            cfg.train.steps
+        );
+    }
+}
+
 fn render_eval(eval: &[(String, f64)]) -> String {
     eval.iter()
         .map(|(name, value)| format!("{name} {value:.4}"))
         .collect::<Vec<_>>()
         .join(", ")
-}
-
-pub(crate) fn ms(since: Instant) -> f64 {
-    since.elapsed().as_secs_f64() * 1e3
 }
 
 /// Ends the optimizer's run on a module: SLAMB averages the parameters

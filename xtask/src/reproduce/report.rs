@@ -110,7 +110,7 @@ impl Report {
     /// and the variants `restored` from an earlier session (`shelf`), each
     /// with the commit it finished at.
     pub fn write_machine(&self, command: &str, restored: &[String]) -> Result<()> {
-        let cpu = crate::bench::cpu_model();
+        let cpu = crate::machine::cpu_model();
         let memory = std::fs::read_to_string("/proc/meminfo")
             .ok()
             .and_then(|text| {

@@ -8,7 +8,7 @@
 //!   global batch), which makes runs on 1 and on 8 ranks comparable. The
 //!   last `count mod w` positions are dropped so that every rank has the
 //!   same number of steps.
-//! - [`RankShare`] (from [`ShardSet::for_rank`]): a fixed share per rank,
+//! - [`RankShare`] (`RankShare::new(&set, rank, world)`): a fixed share per rank,
 //!   examples `i` with `i mod w = r`, shuffled within the rank each epoch.
 //!   The shares are disjoint and cover every example exactly once; they
 //!   differ in size by at most one, and [`RankShare::steps`] says how many

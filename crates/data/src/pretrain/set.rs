@@ -3,7 +3,6 @@
 use std::path::{Path, PathBuf};
 
 use super::instances::PretrainExample;
-use super::order::RankShare;
 use super::shard::{Shard, ShardHeader};
 use crate::DataError;
 
@@ -92,11 +91,5 @@ impl ShardSet {
         // share their start with the next one and are skipped by `<=`.
         let s = self.starts.partition_point(|&start| start <= i) - 1;
         self.shards[s].get(i - self.starts[s])
-    }
-
-    /// Rank `rank` of `world`'s share of the set: examples `rank`,
-    /// `rank + world`, `rank + 2·world`, … (see [`RankShare`]).
-    pub fn for_rank(&self, rank: usize, world: usize) -> Result<RankShare<'_>, DataError> {
-        RankShare::new(self, rank, world)
     }
 }

@@ -2,13 +2,12 @@
 //! communicator, so that it works whether the ranks see one run directory
 //! or each its own disk's copy of it.
 
-use std::fs;
 use std::path::{Path, PathBuf};
 
 use terse_comm::Communicator;
 
-use super::write::{all_succeeded, remove_own};
-use super::{RankRecord, bad, check_compatible, checkpoints_dir, held, io, step_dir, step_dirs};
+use super::write::{all_succeeded, remove_own, remove_own_temporaries};
+use super::{RankRecord, bad, check_compatible, checkpoints_dir, held, step_dir, step_dirs};
 use crate::{RunConfig, TrainError};
 
 /// The newest step every rank holds: rank 0's committed steps (those with
@@ -131,24 +130,4 @@ fn all_gather_steps(comm: &dyn Communicator, own: &[u64]) -> Result<Vec<Vec<u64>
         .chain(std::iter::repeat_with(Vec::new))
         .take(n)
         .collect())
-}
-
-/// Removes this rank's `.step-N.rank-R.tmp` directories: writes an earlier
-/// run of this rank cut short (the lead rank removes every rank's it sees
-/// when it claims the run directory; on a disk of each node, each rank
-/// removes its own).
-pub(super) fn remove_own_temporaries(run_dir: &Path, rank: usize) -> Result<(), TrainError> {
-    let dir = checkpoints_dir(run_dir);
-    let Ok(entries) = fs::read_dir(&dir) else {
-        return Ok(());
-    };
-    let suffix = format!(".rank-{rank}.tmp");
-    for entry in entries {
-        let path = entry.map_err(io(&dir))?.path();
-        let name = path.file_name().and_then(|n| n.to_str()).unwrap_or("");
-        if name.starts_with(".step-") && name.ends_with(&suffix) {
-            fs::remove_dir_all(&path).map_err(io(&path))?;
-        }
-    }
-    Ok(())
 }

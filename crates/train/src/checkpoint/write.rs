@@ -178,6 +178,26 @@ fn prune_own(run_dir: &Path, rank: usize, step: u64) -> Result<(), TrainError> {
     Ok(())
 }
 
+/// Removes this rank's `.step-N.rank-R.tmp` directories: writes an earlier
+/// run of this rank cut short (the lead rank removes every rank's it sees
+/// when it claims the run directory; on a disk of each node, each rank
+/// removes its own).
+pub(super) fn remove_own_temporaries(run_dir: &Path, rank: usize) -> Result<(), TrainError> {
+    let dir = checkpoints_dir(run_dir);
+    let Ok(entries) = fs::read_dir(&dir) else {
+        return Ok(());
+    };
+    let suffix = format!(".rank-{rank}.tmp");
+    for entry in entries {
+        let path = entry.map_err(io(&dir))?.path();
+        let name = path.file_name().and_then(|n| n.to_str()).unwrap_or("");
+        if name.starts_with(".step-") && name.ends_with(&suffix) {
+            fs::remove_dir_all(&path).map_err(io(&path))?;
+        }
+    }
+    Ok(())
+}
+
 /// Removes this rank's files from a step directory: its commit first (rank
 /// 0's includes the step's), then what it listed, then the directory if
 /// that left it empty.
@@ -214,7 +234,7 @@ pub(super) fn remove_own(dir: &Path, rank: usize) -> Result<(), TrainError> {
 /// files of steps never committed, which would otherwise count as this
 /// rank's newest.
 pub fn clear_own(run_dir: &Path, rank: usize) -> Result<(), TrainError> {
-    super::agree::remove_own_temporaries(run_dir, rank)?;
+    remove_own_temporaries(run_dir, rank)?;
     for (_, dir) in step_dirs(run_dir)? {
         remove_own(&dir, rank)?;
     }

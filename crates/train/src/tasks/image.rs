@@ -16,7 +16,7 @@ use terse_data::{
 use terse_models::{ImageClassifier, ImageModelVisitor};
 
 use crate::dispatch::TaskAction;
-use crate::trainer::Task;
+use crate::task::Task;
 use crate::{RunConfig, TaskConfig, TrainError};
 
 /// An image-classification task of a run.

@@ -21,7 +21,7 @@ use terse_models::bert::{BertConfig, BertForPreTraining, save_hf};
 
 use super::export::copy_tokenizer;
 use crate::batch::pretrain_batch;
-use crate::trainer::Task;
+use crate::task::Task;
 use crate::{RunConfig, TaskConfig, TrainError};
 
 /// The pre-training task of a run.

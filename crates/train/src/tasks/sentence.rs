@@ -23,7 +23,7 @@ use terse_models::bert::{
 use super::export::copy_tokenizer;
 use super::weights::Weights;
 use crate::batch::classification_batch;
-use crate::trainer::Task;
+use crate::task::Task;
 use crate::{RunConfig, TaskConfig, TrainError};
 
 /// A fine-tuning task on sentence(-pair) classification or regression.

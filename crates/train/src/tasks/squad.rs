@@ -20,7 +20,7 @@ use terse_models::bert::{BertForQuestionAnswering, save_hf};
 use super::export::copy_tokenizer;
 use super::weights::Weights;
 use crate::batch::squad_batch;
-use crate::trainer::Task;
+use crate::task::Task;
 use crate::{RunConfig, TaskConfig, TrainError};
 
 /// The SQuAD task of a run.
