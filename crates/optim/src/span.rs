@@ -17,7 +17,7 @@ use cubecl::prelude::*;
 use terse_comm::{Communicator, ReduceOp};
 use terse_kernels::device::optim::DeviceChunks;
 
-use crate::device_flat::{allreduce_mean_device, layout_chunks, mean_over_ranks};
+use crate::device_flat::{allreduce_mean_device, chunk_table, mean_over_ranks};
 use crate::shard::{Shard, Unit, gather_partial_state, share_unit_words};
 use crate::step::StepContext;
 use crate::storage::Buffer;
@@ -66,9 +66,7 @@ impl SpanCache {
             None => On::Host(Shard::for_step(&mut self.shard, ctx, splittable)),
             Some(x) => On::Device {
                 client: x.client().clone(),
-                chunks: self.chunks.get_or_insert_with(|| {
-                    layout_chunks(x.client(), ctx.layout, weight_decay as f32)
-                }),
+                chunks: chunk_table(&mut self.chunks, x, ctx.layout, weight_decay),
             },
         };
         Span {
@@ -76,9 +74,7 @@ impl SpanCache {
             on,
         }
     }
-}
 
-impl SpanCache {
     /// Makes a state that split steps left `partial` whole again: every
     /// rank's part of `buffers` shared with the others (a collective), the
     /// flag cleared; nothing when it is not partial.

@@ -92,7 +92,7 @@ impl Trainer<'_> {
             run.observe(&record);
             let last = t == self.config.train.steps;
             if last {
-                model = finish(&mut run.optimizer, model, &mut run.flat, comm)?;
+                model = run.finish_optimizer(model)?;
             }
             let every = self.config.train.checkpoint_every;
             if stop || last || (every > 0 && t.is_multiple_of(every)) {
@@ -509,6 +509,14 @@ impl<T: Task> Run<'_, T> {
         }
     }
 
+    /// Ends the optimizer's run after the last step: SLAMB averages the
+    /// parameters over ranks (written into the model); the others leave
+    /// them as they are.
+    fn finish_optimizer(&mut self, model: T::Model) -> Result<T::Model, TrainError> {
+        self.flat.finish(&mut self.optimizer, self.comm)?;
+        Ok(self.flat.write_into(model)?)
+    }
+
     /// The held-out evaluation after step `t` (lead rank).
     fn evaluate(&mut self, model: &T::Model, t: u64) -> Result<(), TrainError> {
         rank_phase::enter(self.rank, Phase::Evaluate(t));
@@ -578,16 +586,4 @@ fn render_eval(eval: &[(String, f64)]) -> String {
         .map(|(name, value)| format!("{name} {value:.4}"))
         .collect::<Vec<_>>()
         .join(", ")
-}
-
-/// Ends the optimizer's run on a module: SLAMB averages the parameters
-/// over ranks; the others leave them as they are.
-fn finish<M: Module>(
-    optimizer: &mut Optimizer,
-    model: M,
-    flat: &mut FlatModel,
-    comm: &dyn Communicator,
-) -> Result<M, TrainError> {
-    flat.finish(optimizer, comm)?;
-    Ok(flat.write_into(model)?)
 }

@@ -29,8 +29,8 @@ impl OneBitLamb {
         g: &mut FlatMut<'_>,
     ) -> Result<Duration, OptimError> {
         let lamb = self.lamb_config();
-        let wd = lamb.moments.weight_decay;
-        let span = self.spans.span(ctx, x, wd, !self.freeze.is_auto());
+        let (wd, splittable) = (lamb.moments.weight_decay, !self.freeze.is_auto());
+        let span = self.spans.span(ctx, x, wd, splittable);
         let mut comm_time = span.mean_gradient(ctx.comm, g)?;
         let (trusts, time) = lamb_update(&lamb, ctx, &span, x, (&mut self.m, &mut self.v), g)?;
         comm_time += time + span.share_back(ctx.comm, &mut [x])?;
@@ -44,7 +44,9 @@ impl OneBitLamb {
             // The compression stage reads m and v whole on every rank.
             self.sync_state(ctx.comm)?;
             if !self.basic {
-                let span = self.spans.span(ctx, x, wd, false);
+                // The same span again (the shard kept as it is): the
+                // freeze's passes read whole buffers either way.
+                let span = self.spans.span(ctx, x, wd, splittable);
                 copy(&span, &self.v, &mut self.v_fresh);
                 let squares = segment_squared_norms(&span, &self.m);
                 self.segments.set_scales(ctx.layout, &squares);
