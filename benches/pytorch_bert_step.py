@@ -28,6 +28,7 @@ import contextlib
 import json
 import os
 import statistics
+import sys
 import time
 
 import torch
@@ -98,6 +99,15 @@ def bench(preset, args):
 
     for _ in range(args.warmup):
         step()
+    if args.profile:
+        # Where the step's GPU time goes, by kernel (stderr), beside terse's
+        # cubecl profile of the same step; the timed steps below run unprofiled.
+        from torch.profiler import ProfilerActivity, profile
+        with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+            for _ in range(args.steps):
+                step()
+        print(prof.key_averages().table(sort_by="self_cuda_time_total", row_limit=40,
+                                        max_name_column_width=90), file=sys.stderr)
     times, loss = [], None
     for _ in range(args.steps):
         t0 = time.perf_counter()
@@ -138,6 +148,9 @@ def main():
                          "(beside `bench model --device wgpu` on an NVIDIA GPU)")
     ap.add_argument("--precision", default="fp32", choices=["fp32", "tf32", "bf16"],
                     help="on CUDA: fp32 (TF32 off), tf32 (TF32 matmuls), bf16 (autocast)")
+    ap.add_argument("--profile", action="store_true",
+                    help="before the timed steps, profile as many steps with torch.profiler and "
+                    "print the kernels by GPU time on stderr")
     ap.add_argument("--attn", default="default", choices=["default", "eager", "sdpa"],
                     help="transformers attention implementation (default: transformers' choice)")
     args = ap.parse_args()

@@ -19,6 +19,8 @@ terse beside each. Every number goes to DIR as it is measured:
   terse-kernels-*.txt  dispatches per step by kernel
   pytorch.jsonl        one line per (preset, batch, precision)
   machine.txt          nvidia-smi, the bundle's binaries, torch's version
+  matmul-precision.json  an f32 matmul on the device against float64: TF32
+                       (relative error ~1e-4..1e-3) or full f32 (~1e-6)
 
   --device   where terse runs [cuda]; cuda needs the NVIDIA driver, NVRTC
              (libnvrtc.so.12/.13 on LD_LIBRARY_PATH, e.g. pip's
@@ -82,6 +84,10 @@ fi
 } > "$out/machine.txt"
 
 failed=0
+# What precision the device's f32 matmuls have (TF32 tensor cores on CUDA
+# sm_80+, full f32 elsewhere): the column to compare terse with.
+"$here/bin/model_step" --matmul-precision --presets tiny --batch 2 --seq 16 --device "$device" \
+    --warmup 0 --steps 1 2> /dev/null | head -n 1 | tee "$out/matmul-precision.json"
 for batch in $batches; do
     echo "== terse on $device, batch $batch"
     if ! TERSE_BENCH_KERNELS=1 "$here/bin/model_step" --presets "$presets" --batch "$batch" \

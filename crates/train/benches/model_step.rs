@@ -21,7 +21,11 @@
 //!
 //! Args (after `--`): `--presets mini,base,resnet20`, `--batch 8`, `--seq
 //! 128`, `--resnet-batch 128`, `--warmup 2`, `--steps 5`, `--no-dropout` (to
-//! see what dropout costs), `--quick` (BERT-Tiny, 2 steps: a smoke run).
+//! see what dropout costs), `--quick` (BERT-Tiny, 2 steps: a smoke run),
+//! `--matmul-precision` (before the models: one f32 matmul on the device
+//! against a float64 product on the host, which tells full f32 arithmetic
+//! from TF32 tensor cores; cubek feeds f32 operands to TF32 `cmma` wherever
+//! the device has it, CUDA from sm_80).
 //! Prints one JSON line per model.
 
 use std::time::Instant;
@@ -55,6 +59,8 @@ struct Args {
     warmup: usize,
     steps: usize,
     dropout: bool,
+    /// `--matmul-precision`: measure the device's f32 matmul error first.
+    matmul_precision: bool,
     /// `--device`: where the model runs (`cpu`, `wgpu`, `lavapipe`, …).
     device: terse_train::DeviceChoice,
 }
@@ -72,6 +78,7 @@ fn parse() -> Args {
         warmup: 2,
         steps: 5,
         dropout: true,
+        matmul_precision: false,
         device: terse_train::DeviceChoice::Cpu,
     };
     let argv: Vec<String> = std::env::args().skip(1).collect();
@@ -101,6 +108,11 @@ fn parse() -> Args {
             }
             "--no-dropout" => {
                 args.dropout = false;
+                i += 1;
+                continue;
+            }
+            "--matmul-precision" => {
+                args.matmul_precision = true;
                 i += 1;
                 continue;
             }
@@ -268,6 +280,9 @@ fn main() {
     // On a worker of rayon's pool, as `terse` trains (launch.rs): from
     // outside the pool each parallel loop is handed over and waited for.
     rayon::scope(|_| {
+        if args.matmul_precision {
+            matmul_precision(&args.device, &device);
+        }
         for bench in &args.presets {
             device.seed(0);
             match *bench {
@@ -276,6 +291,49 @@ fn main() {
             }
         }
     });
+}
+
+/// One `[m, k] × [k, n]` f32 product on `device` (BERT-base's FFN shape at
+/// batch 4, seq 128) against the same product in float64 on the host; prints
+/// the error relative to the product's RMS. Full f32 arithmetic stays near
+/// 1e-6 here; TF32 (10-bit mantissa operands) lands near 1e-3.
+fn matmul_precision(choice: &terse_train::DeviceChoice, device: &Device) {
+    let (m, k, n) = (512, 768, 3072);
+    let mut rng = SplitMix64::new(11);
+    let mut uniform = |len: usize| -> Vec<f32> {
+        (0..len)
+            .map(|_| (rng.next_u64() >> 40) as f32 / (1u64 << 24) as f32 * 2.0 - 1.0)
+            .collect()
+    };
+    let (a, b) = (uniform(m * k), uniform(k * n));
+    let on = |x: &[f32], rows: usize, cols: usize| {
+        Tensor::<2>::from_data(TensorData::new(x.to_vec(), [rows, cols]), device)
+    };
+    let product: Vec<f32> = on(&a, m, k)
+        .matmul(on(&b, k, n))
+        .into_data()
+        .try_to_vec::<f32>()
+        .expect("f32 product");
+    let (mut err2, mut ref2) = (0.0f64, 0.0f64);
+    let mut exact = vec![0.0f64; n];
+    for i in 0..m {
+        exact.iter_mut().for_each(|e| *e = 0.0);
+        for p in 0..k {
+            let x = f64::from(a[i * k + p]);
+            for (e, y) in exact.iter_mut().zip(&b[p * n..(p + 1) * n]) {
+                *e += x * f64::from(*y);
+            }
+        }
+        for (j, e) in exact.iter().enumerate() {
+            err2 += (f64::from(product[i * n + j]) - e).powi(2);
+            ref2 += e * e;
+        }
+    }
+    let relative = (err2 / ref2).sqrt();
+    let arithmetic = if relative > 1e-4 { "tf32-like" } else { "f32" };
+    println!(
+        "{{\"check\": \"matmul_precision\", \"device\": \"{choice}\", \"m\": {m}, \"k\": {k}, \"n\": {n}, \"relative_rms_error\": {relative:.3e}, \"arithmetic\": \"{arithmetic}\"}}"
+    );
 }
 
 fn bert(args: &Args, preset: BertPreset, device: &Device) {
