@@ -12,7 +12,6 @@
 use std::path::Path;
 
 use anyhow::{Result, bail};
-use clap::value_parser;
 
 use crate::run_args::RunArgs;
 
@@ -30,10 +29,6 @@ pub struct Args {
 
     #[command(flatten)]
     pub run: RunArgs,
-
-    /// Optimizer steps to run; defaults to the config's step count
-    #[arg(long, value_name = "N", value_parser = value_parser!(u64).range(1..))]
-    pub steps: Option<u64>,
 }
 
 /// The `terse` command line for these arguments, checking that the
@@ -56,9 +51,6 @@ fn terse_command(args: &Args, configs: &Path) -> Result<Vec<String>> {
     }
     terse.extend(model);
     terse.extend(args.run.terse_args());
-    if let Some(steps) = args.steps {
-        terse.extend(["--steps".into(), steps.to_string()]);
-    }
     Ok(terse)
 }
 
@@ -91,7 +83,7 @@ mod tests {
     fn defaults_to_bert_large_on_one_rank() {
         let args = args(&["pretrain"]);
         assert_eq!(args.model, None);
-        assert_eq!(args.steps, None);
+        assert_eq!(args.run.steps, None);
         assert_eq!(args.run.ranks, 1);
         assert_eq!(args.run.optimizer, None);
         assert_eq!(args.run.config, None);
@@ -118,8 +110,38 @@ mod tests {
         assert_eq!(args.model.as_deref(), Some("minilm-l6"));
         assert_eq!(args.run.optimizer, Some("onebit_lamb".to_string()));
         assert_eq!(args.run.ranks, 4);
-        assert_eq!(args.steps, Some(1000));
+        assert_eq!(args.run.steps, Some(1000));
         assert_eq!(args.run.config, Some(PathBuf::from("configs/x.toml")));
+    }
+
+    #[test]
+    fn passes_local_ranks_steps_and_no_progress_on() {
+        let args = args(&[
+            "pretrain",
+            "bert-tiny",
+            "--local-ranks",
+            "2",
+            "--steps",
+            "3",
+            "--no-progress",
+            "--comm",
+            "local",
+        ]);
+        assert_eq!(
+            terse_command(&args, &configs()).unwrap(),
+            [
+                "pretrain",
+                "bert-tiny",
+                "--comm",
+                "local",
+                "--local-ranks",
+                "2",
+                "--steps",
+                "3",
+                "--no-progress"
+            ]
+        );
+        testing::rejection(&["pretrain", "--local-ranks", "0"]);
     }
 
     #[test]

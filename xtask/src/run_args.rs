@@ -86,11 +86,26 @@ pub struct RunArgs {
     #[arg(long, value_name = "DS_CONFIG")]
     pub deepspeed: Option<PathBuf>,
 
-    /// The communicator: auto (mpi with --ranks N > 1, else one rank),
-    /// mpi, nccl (NCCL between GPUs; needs a build with the
-    /// terse-train/nccl feature); passed to `terse` as is
+    /// The communicator: auto (mpi with --ranks N > 1, local threads with
+    /// --local-ranks N > 1, else one rank), local, mpi, nccl (NCCL between
+    /// GPUs; needs a build with the terse-train/nccl feature); passed to
+    /// `terse` as is
     #[arg(long, value_name = "BACKEND")]
     pub comm: Option<String>,
+
+    /// Ranks as threads of each process (the `local` communicator), beside
+    /// or instead of --ranks' mpirun processes; passed to `terse` as is
+    #[arg(long, value_name = "N", value_parser = value_parser!(u32).range(1..))]
+    pub local_ranks: Option<u32>,
+
+    /// Optimizer steps to run (a resume may extend a run this way);
+    /// defaults to the config's train.steps
+    #[arg(long, value_name = "N", value_parser = value_parser!(u64).range(1..))]
+    pub steps: Option<u64>,
+
+    /// No progress bar (logs and CI); passed to `terse` as is
+    #[arg(long)]
+    pub no_progress: bool,
 
     /// Set a config field, passed to `terse` as is (e.g. `--set
     /// train.steps=100`, `--set optimizer.freeze_step=20`; repeatable)
@@ -136,6 +151,15 @@ impl RunArgs {
         }
         if let Some(comm) = &self.comm {
             args.extend(["--comm".into(), comm.clone()]);
+        }
+        if let Some(n) = self.local_ranks {
+            args.extend(["--local-ranks".into(), n.to_string()]);
+        }
+        if let Some(steps) = self.steps {
+            args.extend(["--steps".into(), steps.to_string()]);
+        }
+        if self.no_progress {
+            args.push("--no-progress".into());
         }
         if let Some(ds) = &self.deepspeed {
             args.extend(["--deepspeed".into(), ds.display().to_string()]);
