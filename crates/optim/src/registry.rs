@@ -197,17 +197,7 @@ mod tests {
 
     #[test]
     fn every_optimizer_refuses_a_key_no_field_claims() {
-        for name in [
-            "adam",
-            "lamb",
-            "sgd",
-            "onebit_adam",
-            "onebit_adam_fp32",
-            "adam_onebit_naive",
-            "onebit_lamb",
-            "lamb_onebit_basic",
-            "slamb",
-        ] {
+        for name in OPTIMIZER_NAMES.lines() {
             let typo = toml::from_str::<OptimizerConfig>(&format!(
                 "name = \"{name}\"\nweight_decay = 0.01\nfreeze_stp = 3\n"
             ));

@@ -273,25 +273,37 @@ fn device_state_saves_loads_and_resumes() {
     }
 }
 
-/// The 1-bit Adam and 1-bit LAMB families and SLAMB on 2 thread ranks, each rank
-/// with its own gradients: the warmup (fp32 gradient allreduce), the
-/// freeze, and the compression stage with the compressed allreduce's worker
-/// side in device kernels (or the fp32 momentum allreduce, or the naive
-/// baseline that compresses the gradient from step 1; 1-bit LAMB's scaled
-/// momentum and fresh variance in both ratio flavours; the basic ablation;
-/// SLAMB's selected values averaged through the host in fp32 or fp16),
-/// against the same run on host buffers: parameters within 1e-6 relative
-/// after every step, the same bytes sent.
+/// The 1-bit Adam family's config of the compressed-step test.
+fn onebit() -> OneBitAdamConfig {
+    let mut c = OneBitAdamConfig::default().with_weight_decay(0.01);
+    c.compression.freeze_step = 2;
+    c.moments.eps_mode = EpsMode::InsideCompressed;
+    c
+}
+
+/// Every optimizer the registry lists is stepped on the device by one of
+/// the tests above: a rule added to `optimizer-names.txt` fails here until
+/// `configs()` or `compressed_configs()` gives it a config.
 #[test]
-fn compressed_optimizers_step_on_the_device_as_on_the_host() {
-    let device = lavapipe();
-    let onebit = || {
-        let mut c = OneBitAdamConfig::default().with_weight_decay(0.01);
-        c.compression.freeze_step = 2;
-        c.moments.eps_mode = EpsMode::InsideCompressed;
-        c
-    };
-    let configs = [
+fn every_registered_optimizer_is_checked_on_the_device() {
+    let checked: Vec<&str> = configs()
+        .iter()
+        .chain(&compressed_configs())
+        .map(OptimizerConfig::name)
+        .collect();
+    for name in terse_optim::OPTIMIZER_NAMES.lines() {
+        assert!(
+            checked.contains(&name),
+            "{name} has no device-against-host check: add a config of it to configs() or \
+             compressed_configs()"
+        );
+    }
+}
+
+/// The compressed-step test's optimizers: every compressed rule, its
+/// options that change what travels, the ablation baselines.
+fn compressed_configs() -> Vec<OptimizerConfig> {
+    vec![
         OptimizerConfig::OnebitAdam(onebit()),
         OptimizerConfig::OnebitAdam({
             let mut c = onebit();
@@ -320,7 +332,22 @@ fn compressed_optimizers_step_on_the_device_as_on_the_host() {
             mask: MaskKind::Cyclic,
             ..slamb()
         }),
-    ];
+    ]
+}
+
+/// The 1-bit Adam and 1-bit LAMB families and SLAMB on 2 thread ranks, each rank
+/// with its own gradients: the warmup (fp32 gradient allreduce), the
+/// freeze, and the compression stage with the compressed allreduce's worker
+/// side in device kernels (or the fp32 momentum allreduce, or the naive
+/// baseline that compresses the gradient from step 1; 1-bit LAMB's scaled
+/// momentum and fresh variance in both ratio flavours; the basic ablation;
+/// SLAMB's selected values averaged through the host in fp32 or fp16),
+/// against the same run on host buffers: parameters within 1e-6 relative
+/// after every step, the same bytes sent.
+#[test]
+fn compressed_optimizers_step_on_the_device_as_on_the_host() {
+    let device = lavapipe();
+    let configs = compressed_configs();
     for (seed, (what, layout)) in layouts().into_iter().enumerate() {
         let problems: Vec<Problem> = (0..2)
             .map(|rank| problem(layout.len(), 100 * seed as u64 + rank))

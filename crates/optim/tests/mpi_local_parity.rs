@@ -22,6 +22,20 @@ const LABELS: [&str; 12] = [
     "slamb_cyclic_f16",
 ];
 
+/// Every optimizer the registry lists is among the labels (the check's
+/// `terse-optim-check` runs one config per label): a rule added to
+/// `optimizer-names.txt` fails here until the check runs it on both
+/// backends.
+#[test]
+fn every_registered_optimizer_is_checked_on_mpi_and_local() {
+    for name in terse_optim::OPTIMIZER_NAMES.lines() {
+        assert!(
+            LABELS.contains(&name),
+            "{name} is not run by terse-optim-check (src/bin/terse-optim-check.rs) and LABELS"
+        );
+    }
+}
+
 fn run(command: &mut Command) -> String {
     let output = command
         .output()
