@@ -12,7 +12,7 @@
 use std::time::Instant;
 
 use terse_comm::{Communicator, CompressedAllreduce, MpiComm, ReduceOp, Traffic};
-use terse_kernels::onebit::{self, Scale};
+use terse_compress::onebit::{self, Scale};
 use terse_rng::SplitMix64;
 
 struct Row {

@@ -17,10 +17,10 @@
 //! sign words followed by its scales (as f32 bits), padded to the same size
 //! for every chunk; padding is zero, carries no scale and is never read back.
 
-use terse_kernels::onebit::{ChunkLayout, Scale, blocks_for, words_for};
-use terse_kernels::resident::filled;
-use terse_kernels::server::{Compressed, average_and_recompress};
-use terse_kernels::worker::{HostWorker, Worker};
+use terse_compress::onebit::{ChunkLayout, Scale, blocks_for, words_for};
+use terse_compress::resident::filled;
+use terse_compress::server::{Compressed, average_and_recompress};
+use terse_compress::worker::{HostWorker, Worker};
 
 use crate::{CommError, Communicator};
 
@@ -223,7 +223,7 @@ impl CompressedAllreduce {
 
     /// The compressed mean with the worker side in `worker`, which holds `x`
     /// and its own error wherever they live (host slices, or burn tensors on
-    /// a GPU through `terse_kernels::tensor::TensorWorker`: then only packed
+    /// a GPU through terse-kernels' `TensorWorker`: then only packed
     /// signs and scales reach the host); the server's error on the host.
     pub fn allreduce_mean_on(
         &mut self,

@@ -8,7 +8,7 @@ use std::ops::Range;
 
 use half::f16;
 use serde::{Deserialize, Serialize};
-use terse_kernels::mask::{Mask, Selection};
+use terse_compress::mask::{Mask, Selection};
 
 use crate::{CommError, Communicator, ReduceOp};
 

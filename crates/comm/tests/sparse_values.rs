@@ -10,7 +10,7 @@ use half::f16;
 use terse_comm::{
     Communicator, LocalComm, ReduceOp, SparseAllreduce, SparseValues, allreduce_mean_f16,
 };
-use terse_kernels::mask::Mask;
+use terse_compress::mask::Mask;
 use terse_rng::{SplitMix64, mix64};
 
 /// Values from 1e-4 to 1e2 in magnitude, both signs.

@@ -1,9 +1,10 @@
 //! Compression kernels for terse.
 //!
 //! The 1-bit and sparse compression of `ALGORITHMS.md`, written once as fused
-//! CPU loops for `flex` and once as cubecl kernels ([`device`]) for burn's
-//! cubecl backends. The CPU versions are the reference the device kernels are
-//! tested against (on lavapipe), and what the `flex` backend runs:
+//! CPU loops for `flex` (in terse-compress, re-exported here) and once as
+//! cubecl kernels ([`device`]) for burn's cubecl backends. The CPU versions
+//! are the reference the device kernels are tested against (on lavapipe),
+//! and what the `flex` backend runs:
 //! - [`onebit`]: worker-side error-feedback sign pack with per-block scales
 //!   (l1, l2) and dequantisation;
 //! - [`server`]: the server side of the compressed allreduce (average the
@@ -21,12 +22,11 @@ pub mod cube;
 pub mod device;
 pub mod dispatches;
 pub mod fused;
-pub mod mask;
-pub mod onebit;
-pub mod resident;
-pub mod server;
-mod simd;
 pub mod tensor;
-pub mod worker;
 
-pub use simd::{SimdTier, with_avx, with_tier};
+// The host loops live in terse-compress (no burn, no cubecl, so terse-comm
+// builds without them); re-exported under their old paths, which the device
+// kernels and their tests use as the reference.
+pub use terse_compress::{
+    SimdTier, mask, onebit, resident, server, simd, with_avx, with_tier, worker,
+};

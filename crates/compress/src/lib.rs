@@ -1,0 +1,24 @@
+//! The host side of terse's gradient compression (`ALGORITHMS.md`), as
+//! fused CPU loops with no dependency on burn or cubecl, so that terse-comm
+//! (and a host-only user of it) builds without them. terse-kernels' cubecl
+//! kernels do the same work on a device and are tested against these loops.
+//! - [`onebit`]: worker-side error-feedback sign pack with per-block scales
+//!   (l1, l2) and dequantisation;
+//! - [`server`]: the server side of the compressed allreduce (average the
+//!   received chunks, add the server error, recompress);
+//! - [`worker`]: the worker side of the compressed allreduce over host
+//!   slices, behind the `Worker` trait a device buffer also implements;
+//! - [`mask`]: SLAMB's counter-based hash mask and cyclic mask, and the
+//!   masked gather and scatter;
+//! - [`resident`]: buffers filled page by page on the threads that use them;
+//! - [`simd`]: the AVX tier the loops (and the fused model ops) dispatch on.
+#![warn(missing_docs)]
+
+pub mod mask;
+pub mod onebit;
+pub mod resident;
+pub mod server;
+pub mod simd;
+pub mod worker;
+
+pub use simd::{SimdTier, with_avx, with_tier};
