@@ -10,10 +10,14 @@
 //!   slices, behind the `Worker` trait a device buffer also implements;
 //! - [`mask`]: SLAMB's counter-based hash mask and cyclic mask, and the
 //!   masked gather and scatter;
+//! - [`dropout`]: dropout's counter-based mask (the same hash family), which
+//!   the fused model ops, the device kernels and burn's ops on other
+//!   backends all draw from;
 //! - [`resident`]: buffers filled page by page on the threads that use them;
 //! - [`simd`]: the AVX tier the loops (and the fused model ops) dispatch on.
 #![warn(missing_docs)]
 
+pub mod dropout;
 pub mod mask;
 pub mod onebit;
 pub mod resident;

@@ -170,7 +170,7 @@ pub fn into_cube_buffer(t: Tensor<1>) -> Result<Option<CubeTensor>, TensorError>
 /// The dropout factors of `mask` in `shape`, computed on `device` when it
 /// is a cubecl device (`None` otherwise: the caller makes them on the host).
 pub fn device_dropout_factors<const D: usize>(
-    mask: &crate::fused::SiteMask,
+    mask: &terse_compress::dropout::SiteMask,
     shape: Shape,
     device: &burn::tensor::Device,
 ) -> Option<Tensor<D>> {

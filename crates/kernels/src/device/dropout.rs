@@ -1,7 +1,7 @@
 //! Counter-based dropout masks on the device: the factor of element `j`
 //! (0, or `1/(1 − p)` when `mix32(mix32(j + key0) ^ key1) ≥ threshold`)
 //! computed in a kernel with the same 32-bit hash as
-//! [`crate::fused::SiteMask`] on the CPU, so a run on a GPU drops exactly
+//! [`terse_compress::dropout::SiteMask`] on the CPU, so a run on a GPU drops exactly
 //! the elements the same run on the CPU drops, and no mask crosses from the
 //! host.
 
@@ -10,7 +10,7 @@ use cubecl::server::Handle;
 
 use super::mask::mix32;
 use super::onebit::launch_dims;
-use crate::fused::SiteMask;
+use terse_compress::dropout::SiteMask;
 
 /// `out[j]` = the factor of element `j`; `keys` is `[key0, key1,
 /// threshold]`, `scale` `[1/(1 − p)]`.

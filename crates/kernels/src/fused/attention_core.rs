@@ -17,8 +17,8 @@
 use rayon::prelude::*;
 
 use super::attention_probs::{softmax_row, softmax_row_backward};
-use super::dropout::SiteMask;
 use super::gemm_linear::gemm_one_thread;
+use terse_compress::dropout::SiteMask;
 
 /// `[batch, seq, heads·head_dim]` inputs, `bias` `[batch, seq]`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -22,7 +22,6 @@ use super::batch_norm::{BatchNormShape, BatchNormStats, batch_norm_backward};
 use super::bias_gelu::bias_gelu_backward;
 use super::conv2d::{ConvShape, conv2d_backward};
 use super::cross_entropy::cross_entropy_backward;
-use super::dropout::SiteMask;
 use super::extension::{
     FusedOps, add_relu, attention, batch_norm, batch_norm_shape, conv_shape, conv2d, cross_entropy,
     dense_gelu, dropout, embedding_grad, heads_shape, into_values, labels_of, layer_norm, linear,
@@ -30,6 +29,7 @@ use super::extension::{
 };
 use super::layer_norm::{LayerNormStats, layer_norm_backward};
 use super::op_profile::{OpClass, timed};
+use terse_compress::dropout::SiteMask;
 
 #[derive(Debug)]
 struct LayerNormBackward;

@@ -18,11 +18,11 @@ use super::batch_norm::{BatchNormShape, BatchNormStats, batch_norm_forward};
 use super::bias_gelu::bias_gelu_forward;
 use super::conv2d::{ConvShape, conv2d_forward};
 use super::cross_entropy::cross_entropy_forward;
-use super::dropout::SiteMask;
 use super::embedding::embedding_backward;
 use super::gemm_linear::{self, Weight};
 use super::layer_norm::{LayerNormStats, layer_norm_forward};
 use super::op_profile::{OpClass, timed};
+use terse_compress::dropout::SiteMask;
 
 /// Fused training ops. Implemented for flex and autodiff-over-flex only;
 /// [`super`]'s tensor functions route every other backend to burn's ops.

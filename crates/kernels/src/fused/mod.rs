@@ -7,7 +7,8 @@
 //!
 //! - [`layer_norm`]: LayerNorm over the last dimension;
 //! - [`dense_gelu`]: a linear layer with the exact GELU fused into its bias;
-//! - [`dropout`]: counter-based dropout ([`DropoutStream`]);
+//! - dropout: counter-based masks ([`DropoutStream`], in terse-compress, which
+//!   the device kernels share);
 //! - [`cross_entropy`]: mean cross-entropy from logits;
 //! - [`linear`], [`linear_transposed`]: one 2-D gemm over all rows, forward
 //!   and each gradient (`gemm_linear.rs`; the tied decoder's gradient in its
@@ -31,7 +32,6 @@ mod batch_norm;
 mod bias_gelu;
 mod conv2d;
 mod cross_entropy;
-mod dropout;
 mod embedding;
 mod extension;
 mod gemm_linear;
@@ -53,10 +53,10 @@ pub use batch_norm::{BatchNormShape, BatchNormStats, batch_norm_backward, batch_
 pub use bias_gelu::{bias_gelu_backward, bias_gelu_forward};
 pub use conv2d::{ConvShape, conv2d_backward, conv2d_forward};
 pub use cross_entropy::{cross_entropy_backward, cross_entropy_forward};
-pub use dropout::{DropoutStream, SiteMask, with_dropout_stream};
 pub use embedding::embedding_backward;
 pub use extension::FusedOps;
 pub use layer_norm::{LayerNormStats, layer_norm_backward, layer_norm_forward};
+pub use terse_compress::dropout::{DropoutStream, SiteMask, with_dropout_stream};
 
 /// Elements per parallel work item of the elementwise loops.
 const PIECE: usize = 1 << 14;
@@ -325,5 +325,5 @@ pub fn cross_entropy(logits: Tensor<2>, labels: Tensor<1, Int>) -> Tensor<1> {
 /// Every active call takes the next site of the thread's stream.
 fn site(layer: &Dropout, device: &Device) -> Option<u64> {
     (layer.training.is_enabled() && device.is_autodiff() && layer.prob > 0.0)
-        .then(dropout::next_site_key)
+        .then(terse_compress::dropout::next_site_key)
 }

@@ -11,7 +11,9 @@ use std::cell::Cell;
 use rayon::prelude::*;
 use terse_rng::{mix32, mix64};
 
-use super::PIECE;
+/// Elements per parallel task (a mask's factors depend on the element's
+/// index only, never on how the loop is cut).
+const PIECE: usize = 1 << 14;
 
 /// The forward pass the masks belong to. Sites are numbered in call order
 /// within the pass, which a model's forward fixes.
@@ -53,7 +55,7 @@ pub fn with_dropout_stream<R>(stream: DropoutStream, f: impl FnOnce() -> R) -> R
 }
 
 /// The key of the next dropout site of this thread's stream.
-pub(crate) fn next_site_key() -> u64 {
+pub fn next_site_key() -> u64 {
     CURRENT.with(|c| {
         let (stream, site) = c.get();
         c.set((stream, site + 1));
@@ -128,7 +130,7 @@ impl SiteMask {
     /// Serially, in place: `x[i] ·= factor(offset + i)` — a slice of a
     /// larger tensor, inside a task of an outer parallel loop.
     #[inline(always)]
-    pub(crate) fn apply_at(&self, offset: usize, x: &mut [f32]) {
+    pub fn apply_at(&self, offset: usize, x: &mut [f32]) {
         let base = offset as u32;
         for (i, v) in x.iter_mut().enumerate() {
             *v *= self.factor_u32(base.wrapping_add(i as u32));
