@@ -76,7 +76,8 @@ pub struct RunArgs {
     /// Train on this device: cpu (the default), wgpu (the best Vulkan
     /// adapter: a GPU, else lavapipe), wgpu:N (the N-th discrete GPU),
     /// lavapipe, cuda or cuda:N (an NVIDIA GPU through burn's CUDA backend:
-    /// the driver, NVRTC and CUDA's headers at run time); passed to `terse` as is
+    /// the driver, NVRTC and CUDA's headers at run time; f32 matmuls run as
+    /// TF32 on sm_80 and newer); passed to `terse` as is
     #[arg(long, value_name = "DEVICE")]
     pub device: Option<String>,
 

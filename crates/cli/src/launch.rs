@@ -18,7 +18,8 @@ pub struct RunFlags {
     /// Train on this device: cpu (the default), wgpu (burn's wgpu backend
     /// on the best Vulkan adapter: a GPU, else lavapipe), wgpu:N (the N-th
     /// discrete GPU), lavapipe (the CPU adapter), cuda or cuda:N (NVIDIA GPU N
-    /// through burn's CUDA backend; needs the driver, NVRTC and CUDA's headers);
+    /// through burn's CUDA backend; needs the driver, NVRTC and CUDA's headers;
+    /// its f32 matmuls run as TF32 on sm_80 and newer, README "Devices");
     /// sets train.device, and a resume may change it
     #[arg(long, value_name = "DEVICE")]
     pub device: Option<terse_train::DeviceChoice>,
