@@ -1,15 +1,16 @@
 #!/usr/bin/env python3
-"""The tables in README.md, recomputed from what the call wrote (out/).
+"""The tables in README.md, recomputed from what the two calls wrote.
 
 usage: python3 results/gpu-cuda-profile/summarize.py  (reads call1/ and call2/)
 
 - the matmul precision line;
 - samples/s of terse and PyTorch at each round (rounds interleave terse,
   PyTorch fp32 and TF32 in one call), their medians and ratios;
-- cubecl's per-kernel profile of terse's step: the profiled run timed
-  `warmup + steps` steps with every kernel timed on its own; the last
-  `steps × dispatches_per_step` kernel lines are its timed steps, summed by
-  kernel family and by class (matmul, reduce, elementwise, copy, other)."""
+- cubecl's per-kernel profile of terse's step: the profiled run timed 4
+  steps with every kernel timed on its own; the kernels from after one
+  AdamW launch through the next are one whole step, summed by kernel family
+  and by class (matmul, reduce, elementwise, copy, other);
+- torch.profiler's totals and matmul time per step."""
 import json
 import lzma
 import pathlib

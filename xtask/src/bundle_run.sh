@@ -86,8 +86,8 @@ fi
 failed=0
 # What precision the device's f32 matmuls have (TF32 tensor cores on CUDA
 # sm_80+, full f32 elsewhere): the column to compare terse with.
-"$here/bin/model_step" --matmul-precision --presets tiny --batch 2 --seq 16 --device "$device" \
-    --warmup 0 --steps 1 2> /dev/null | head -n 1 | tee "$out/matmul-precision.json"
+"$here/bin/model_step" --matmul-precision --presets '' --device "$device" 2> /dev/null |
+    tee "$out/matmul-precision.json"
 for batch in $batches; do
     echo "== terse on $device, batch $batch"
     if ! TERSE_BENCH_KERNELS=1 "$here/bin/model_step" --presets "$presets" --batch "$batch" \

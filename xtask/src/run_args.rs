@@ -94,8 +94,9 @@ pub struct RunArgs {
     #[arg(long, value_name = "BACKEND")]
     pub comm: Option<String>,
 
-    /// Ranks as threads of each process (the `local` communicator), beside
-    /// or instead of --ranks' mpirun processes; passed to `terse` as is
+    /// Ranks as threads of one process (the `local` communicator), with
+    /// --ranks 1: under mpirun each process is one rank and terse ignores
+    /// it; passed to `terse` as is
     #[arg(long, value_name = "N", value_parser = value_parser!(u32).range(1..))]
     pub local_ranks: Option<u32>,
 

@@ -22,7 +22,7 @@
 //! Args (after `--`): `--presets mini,base,resnet20`, `--batch 8`, `--seq
 //! 128`, `--resnet-batch 128`, `--warmup 2`, `--steps 5`, `--no-dropout` (to
 //! see what dropout costs), `--quick` (BERT-Tiny, 2 steps: a smoke run),
-//! `--matmul-precision` (before the models: one f32 matmul on the device
+//! `--matmul-precision` (before the models, or alone with `--presets ''`: one f32 matmul on the device
 //! against a float64 product on the host, which tells full f32 arithmetic
 //! from TF32 tensor cores; cubek feeds f32 operands to TF32 `cmma` wherever
 //! the device has it, CUDA from sm_80).
@@ -93,8 +93,10 @@ fn parse() -> Args {
                 continue;
             }
             "--presets" => {
+                // `--presets ''`: no model (with --matmul-precision, the check alone).
                 args.presets = value(i)
                     .split(',')
+                    .filter(|p| !p.is_empty())
                     .map(|p| match p {
                         "resnet20" => Bench::Resnet20,
                         p => Bench::Bert(
@@ -300,11 +302,7 @@ fn main() {
 fn matmul_precision(choice: &terse_train::DeviceChoice, device: &Device) {
     let (m, k, n) = (512, 768, 3072);
     let mut rng = SplitMix64::new(11);
-    let mut uniform = |len: usize| -> Vec<f32> {
-        (0..len)
-            .map(|_| (rng.next_u64() >> 40) as f32 / (1u64 << 24) as f32 * 2.0 - 1.0)
-            .collect()
-    };
+    let mut uniform = |len: usize| -> Vec<f32> { (0..len).map(|_| rng.symmetric()).collect() };
     let (a, b) = (uniform(m * k), uniform(k * n));
     let on = |x: &[f32], rows: usize, cols: usize| {
         Tensor::<2>::from_data(TensorData::new(x.to_vec(), [rows, cols]), device)
