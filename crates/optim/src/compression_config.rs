@@ -33,20 +33,52 @@ pub enum FreezeRule {
     Auto,
 }
 
-/// Scales, the parameters kept out of compression and the freeze.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+/// The 1-bit compressed allreduce's settings: how its scales are computed
+/// and which parameters it leaves to an exact fp32 allreduce (shared by
+/// every 1-bit optimizer, 0/1 Adam included).
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
 #[serde(default)]
-pub struct CompressionConfig {
+pub struct OneBitAllreduceConfig {
     /// How compression scales are computed.
     pub scale: ScaleKind,
     /// One scale per this many elements (multiple of 32); none: one per chunk.
     pub scale_block: Option<usize>,
-    /// Parameters kept out of compression: in the compression stage their
-    /// momentum is allreduced exactly in fp32 while the rest is 1-bit. Each
-    /// entry is a parameter path or a prefix ending in `*`; one that names
-    /// no parameter is an error listing the model's paths.
+    /// Parameters kept out of compression: their part is allreduced
+    /// exactly in fp32 while the rest is 1-bit. Each entry is a parameter
+    /// path or a prefix ending in `*`; one that names no parameter is an
+    /// error listing the model's paths.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub uncompressed: Vec<String>,
+}
+
+impl OneBitAllreduceConfig {
+    /// Checks the scale block; errors name `{optimizer}.scale_block`.
+    pub(crate) fn validate(&self, optimizer: &str) -> Result<(), OptimError> {
+        if let Err(CommError::BadOption { value, reason, .. }) = self.options().check() {
+            return Err(invalid(format!("{optimizer}.scale_block"), value, reason));
+        }
+        Ok(())
+    }
+
+    /// The compressed allreduce's options.
+    pub(crate) fn options(&self) -> CompressionOptions {
+        CompressionOptions {
+            scale: match self.scale {
+                ScaleKind::L1 => Scale::L1,
+                ScaleKind::L2 => Scale::L2,
+            },
+            scale_block: self.scale_block,
+        }
+    }
+}
+
+/// The compressed allreduce's settings and the freeze.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct CompressionConfig {
+    /// Scales and the parameters kept out of compression.
+    #[serde(flatten)]
+    pub allreduce: OneBitAllreduceConfig,
     /// How the freeze step is chosen.
     pub freeze: FreezeRule,
     /// The last warmup step `T_w` (with `freeze = "step"`).
@@ -58,9 +90,7 @@ pub struct CompressionConfig {
 impl Default for CompressionConfig {
     fn default() -> Self {
         Self {
-            scale: ScaleKind::L1,
-            scale_block: None,
-            uncompressed: Vec::new(),
+            allreduce: OneBitAllreduceConfig::default(),
             freeze: FreezeRule::Step,
             freeze_step: 1000,
             freeze_threshold: 0.96,
@@ -72,9 +102,7 @@ impl CompressionConfig {
     /// Checks the ranges; errors name the field as `{optimizer}.{field}`.
     pub(crate) fn validate(&self, optimizer: &str) -> Result<(), OptimError> {
         let field = |name: &str| format!("{optimizer}.{name}");
-        if let Err(CommError::BadOption { value, reason, .. }) = self.options().check() {
-            return Err(invalid(field("scale_block"), value, reason));
-        }
+        self.allreduce.validate(optimizer)?;
         if self.freeze == FreezeRule::Step && self.freeze_step == 0 {
             return Err(invalid(
                 field("freeze_step"),
@@ -94,13 +122,7 @@ impl CompressionConfig {
 
     /// The compressed allreduce's options.
     pub(crate) fn options(&self) -> CompressionOptions {
-        CompressionOptions {
-            scale: match self.scale {
-                ScaleKind::L1 => Scale::L1,
-                ScaleKind::L2 => Scale::L2,
-            },
-            scale_block: self.scale_block,
-        }
+        self.allreduce.options()
     }
 }
 
@@ -110,13 +132,21 @@ pub trait WithCompression: Sized {
     /// The config's compression settings.
     fn compression_mut(&mut self) -> &mut CompressionConfig;
 
-    crate::config_check::with_setters!(compression_mut;
+    /// The config's compressed-allreduce settings.
+    fn allreduce_mut(&mut self) -> &mut OneBitAllreduceConfig {
+        &mut self.compression_mut().allreduce
+    }
+
+    crate::config_check::with_setters!(allreduce_mut;
         /// Sets how scales are computed.
         with_scale(scale: ScaleKind),
         /// Sets one scale per this many elements (`None`: one per chunk).
         with_scale_block(scale_block: Option<usize>),
         /// Sets the parameters kept out of compression.
         with_uncompressed(uncompressed: Vec<String>),
+    );
+
+    crate::config_check::with_setters!(compression_mut;
         /// Sets how the freeze step is chosen.
         with_freeze(freeze: FreezeRule),
         /// Sets the last warmup step `T_w`.

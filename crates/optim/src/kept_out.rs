@@ -179,7 +179,10 @@ impl KeptOutAllreduce {
     }
 
     /// [`KeptOutAllreduce::mean_of`] a step's gradient `g`, whole (1-bit
-    /// Adam's naive baseline); `like`: the parameters on `g`'s device.
+    /// Adam's naive baseline, 0/1 Adam's variance stage; 0/1 Adam's
+    /// synchronisation passes its accumulated updates in the parameters'
+    /// buffer); `like`: the parameters on `g`'s device (a clone of `g`'s
+    /// own handle serves).
     pub(crate) fn mean_of_gradient(
         &mut self,
         comm: &dyn Communicator,

@@ -5,7 +5,7 @@
 //! local flat gradient and a [`Communicator`](terse_comm::Communicator), and
 //! decides itself what to send. The update rules are those of
 //! `docs/ALGORITHMS.md` (Adam/AdamW, LAMB, momentum SGD, and the compressed
-//! 1-bit Adam, 1-bit LAMB and SLAMB), each written once over element-wise
+//! 1-bit Adam, 1-bit LAMB, SLAMB and 0/1 Adam), each written once over element-wise
 //! passes (`pass/`) that run as fused single-pass loops over host slices
 //! (auto-vectorised, rayon over fixed chunks: a chain of tensor ops costs a
 //! pass and an allocation each) or as cubecl kernels on the device the
@@ -43,9 +43,12 @@ mod state;
 mod step;
 mod storage;
 mod swap;
+mod zero_one_adam;
 
 pub use adam::{Adam, AdamConfig};
-pub use compression_config::{CompressionConfig, FreezeRule, ScaleKind, WithCompression};
+pub use compression_config::{
+    CompressionConfig, FreezeRule, OneBitAllreduceConfig, ScaleKind, WithCompression,
+};
 pub use config_check::NoOtherFields;
 pub use device_flat::DeviceFlat;
 pub use eps_mode::EpsMode;
@@ -68,3 +71,4 @@ pub use slamb::{MaskKind, SlambConfig};
 pub use step::{FlatOptimizer, Stage, StepContext, StepReport};
 pub use storage::{Flat, FlatMut};
 pub use swap::Swapped;
+pub use zero_one_adam::ZeroOneAdamConfig;

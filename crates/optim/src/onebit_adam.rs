@@ -110,7 +110,7 @@ impl OneBitAdam {
     ) -> Result<Self, OptimError> {
         let d = layout.len();
         let allreduce = KeptOutAllreduce::new(
-            &config.compression.uncompressed,
+            &config.compression.allreduce.uncompressed,
             format!("{name}.uncompressed"),
             layout,
             comm,

@@ -156,8 +156,7 @@ impl Optimizer {
         })
     }
 
-    /// [`Optimizer::finish_flat`] for device buffers (SLAMB averages the
-    /// parameters; the others do nothing).
+    /// [`Optimizer::finish_flat`] for device buffers.
     ///
     /// # Errors
     /// A length or world mismatch; a failed collective.
@@ -168,12 +167,16 @@ impl Optimizer {
     ) -> Result<Duration, OptimError> {
         self.check_len("parameters", x.len())?;
         self.check_world(comm)?;
+        for (_, buffer) in self.rule.state() {
+            buffer.move_to_device(x);
+        }
         let ctx = context(&self.schedule, &self.layout, self.t, comm);
         self.rule.finish(&ctx, &mut FlatMut::Device(x))
     }
 
-    /// Ends a run: SLAMB averages the parameters over ranks (the others do
-    /// nothing). Returns the time spent communicating.
+    /// Ends a run: SLAMB averages the parameters over ranks, 0/1 Adam
+    /// synchronises the local steps taken since its last synchronisation
+    /// (the others do nothing). Returns the time spent communicating.
     pub fn finish_flat(
         &mut self,
         x: &mut [f32],
@@ -181,6 +184,9 @@ impl Optimizer {
     ) -> Result<Duration, OptimError> {
         self.check_len("parameters", x.len())?;
         self.check_world(comm)?;
+        for (_, buffer) in self.rule.state() {
+            buffer.move_to_host();
+        }
         let ctx = context(&self.schedule, &self.layout, self.t, comm);
         self.rule.finish(&ctx, &mut FlatMut::Host(x))
     }

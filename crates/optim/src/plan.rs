@@ -6,7 +6,8 @@
 use std::fmt;
 use std::ops::RangeInclusive;
 
-use crate::{CompressionConfig, FreezeRule, LrSchedule, OptimizerConfig};
+use crate::zero_one_adam::schedule::ZeroOneSchedule;
+use crate::{CompressionConfig, FreezeRule, LrSchedule, OptimizerConfig, ZeroOneAdamConfig};
 
 /// The stages of a run of `steps` steps.
 #[derive(Debug, Clone, PartialEq)]
@@ -70,7 +71,64 @@ impl OptimizerConfig {
                 schedule,
                 "1-bit compressed momentum",
             ),
+            Self::ZeroOneAdam(c) => zero_one(c, steps),
         }
+    }
+}
+
+/// 0/1 Adam's two stages, with the steps of each kind counted by running
+/// its schedules: which steps allreduce the gradient in fp32, which send
+/// it 1-bit compressed, which are local and which synchronise.
+fn zero_one(c: &ZeroOneAdamConfig, steps: u64) -> Plan {
+    let mut schedule =
+        ZeroOneSchedule::new(c.var_update_scaler, c.local_step_scaler, c.local_step_clipper);
+    let last_variance = c.var_freeze_step.min(steps);
+    let exact = (1..=last_variance)
+        .filter(|&t| {
+            let due = schedule.variance_due(t);
+            schedule.after_variance_step(t);
+            due
+        })
+        .count() as u64;
+    let mut stages = vec![(
+        1..=last_variance,
+        format!(
+            "variance stage: fp32 gradient allreduce on {exact} steps (v updated; the interval \
+             doubles every {} of them), 1-bit compressed gradient on the other {}",
+            c.var_update_scaler,
+            last_variance - exact
+        ),
+    )];
+    if c.var_freeze_step >= steps {
+        stages[0].1 += &format!(
+            "; var_freeze_step = {} is not before the last step, so this run takes no local step",
+            c.var_freeze_step
+        );
+    } else {
+        let syncs = (c.var_freeze_step + 1..=steps)
+            .filter(|&t| {
+                let due = schedule.sync_due(t);
+                schedule.after_local_step();
+                due
+            })
+            .count();
+        let local = steps - c.var_freeze_step;
+        stages.push((
+            c.var_freeze_step + 1..=steps,
+            format!(
+                "local steps, v frozen: {syncs} of {local} end with a 1-bit compressed \
+                 allreduce of the accumulated update (every step at first, the interval \
+                 doubling every {} local steps up to {}; {} at the end), the others send \
+                 nothing; the last pending steps are synchronised when the run ends",
+                c.local_step_scaler,
+                c.local_step_clipper,
+                schedule.local_interval()
+            ),
+        ));
+    }
+    Plan {
+        stages,
+        freeze_unreachable: false,
     }
 }
 
@@ -164,6 +222,30 @@ mod tests {
         let auto = config("name = \"onebit_adam\"\nfreeze = \"auto\"\n");
         assert!(auto.plan(500, &CONSTANT).freeze_unreachable);
         assert!(!auto.plan(5000, &CONSTANT).freeze_unreachable);
+    }
+
+    /// κ = 2 over 40 variance steps: 9 exact (hand-derived in
+    /// `zero_one_adam::schedule`'s tests); local steps 41–60 with scaler 4,
+    /// clipper 4: interval 1 for 41–44 (4 syncs), 2 for 45–48 (t + 1 even:
+    /// 45, 47), 4 from 49 (t + 1 ≡ 0 mod 4: 51, 55, 59).
+    #[test]
+    fn zero_one_adam_counts_each_kind_of_step() {
+        let plan = config(
+            "name = \"zero_one_adam\"\nvar_freeze_step = 40\nvar_update_scaler = 2\n\
+             local_step_scaler = 4\nlocal_step_clipper = 4\n",
+        )
+        .plan(60, &CONSTANT);
+        let text = plan.to_string();
+        assert!(!plan.freeze_unreachable);
+        assert!(
+            text.starts_with("steps 1–40 variance stage: fp32 gradient allreduce on 9 steps"),
+            "{text}"
+        );
+        assert!(text.contains("1-bit compressed gradient on the other 31"), "{text}");
+        assert!(text.contains("steps 41–60 local steps, v frozen: 9 of 20"), "{text}");
+        assert!(text.contains("4 at the end"), "{text}");
+        let short = config("name = \"zero_one_adam\"\n").plan(100, &CONSTANT);
+        assert!(short.to_string().contains("takes no local step"), "{short}");
     }
 
     #[test]

@@ -11,9 +11,10 @@ use crate::onebit_adam::{AdamVariant, OneBitAdam};
 use crate::onebit_lamb::OneBitLamb;
 use crate::slamb::Slamb;
 use crate::step::FlatOptimizer;
+use crate::zero_one_adam::ZeroOneAdam;
 use crate::{
     Adam, AdamConfig, Lamb, LambConfig, OneBitAdamConfig, OneBitLambConfig, OptimError,
-    ParamLayout, Sgd, SgdConfig, SlambConfig,
+    ParamLayout, Sgd, SgdConfig, SlambConfig, ZeroOneAdamConfig,
 };
 
 /// One optimizer, chosen by `name` in a config file.
@@ -39,6 +40,9 @@ pub enum OptimizerConfig {
     LambOnebitBasic(OneBitLambConfig),
     /// SLAMB: random-k sparse momentum synchronisation.
     Slamb(SlambConfig),
+    /// 0/1 Adam: variance updates on a doubling schedule, then local steps
+    /// synchronised by a 1-bit allreduce on a second one.
+    ZeroOneAdam(ZeroOneAdamConfig),
 }
 
 /// Every optimizer's `name`, one per line, in the registry's order: the list
@@ -58,6 +62,7 @@ impl OptimizerConfig {
             Self::OnebitLamb(_) => "onebit_lamb",
             Self::LambOnebitBasic(_) => "lamb_onebit_basic",
             Self::Slamb(_) => "slamb",
+            Self::ZeroOneAdam(_) => "zero_one_adam",
         }
     }
 
@@ -74,6 +79,7 @@ impl OptimizerConfig {
             }
             Self::OnebitLamb(c) | Self::LambOnebitBasic(c) => c.validate(name),
             Self::Slamb(c) => c.validate(name),
+            Self::ZeroOneAdam(c) => c.validate(name),
         }
     }
 
@@ -116,6 +122,7 @@ impl OptimizerConfig {
                 Box::new(OneBitLamb::new(c.clone(), name, true, layout, comm)?)
             }
             Self::Slamb(c) => Box::new(Slamb::new(c.clone(), layout, comm)),
+            Self::ZeroOneAdam(c) => Box::new(ZeroOneAdam::new(c.clone(), name, layout, comm)?),
         })
     }
 }

@@ -34,6 +34,9 @@ pub enum Stage {
     Compression,
     /// SLAMB: a masked subset of the momentum synchronised.
     Sparse,
+    /// 0/1 Adam between synchronisations: each rank steps its own
+    /// parameters and sends nothing.
+    Local,
 }
 
 impl std::fmt::Display for Stage {
@@ -43,6 +46,7 @@ impl std::fmt::Display for Stage {
             Stage::Warmup => "warmup",
             Stage::Compression => "compression",
             Stage::Sparse => "sparse",
+            Stage::Local => "local",
         })
     }
 }
@@ -112,7 +116,8 @@ pub trait FlatOptimizer: Send {
         false
     }
 
-    /// Called once after the last step (SLAMB averages the parameters).
+    /// Called once after the last step (SLAMB averages the parameters, 0/1
+    /// Adam synchronises its pending local steps).
     fn finish(
         &mut self,
         ctx: &StepContext<'_>,

@@ -16,52 +16,10 @@ use terse_optim::{
 };
 
 mod compressed_setup;
+use compressed_setup::reference::{compressed_allreduce, mean};
 use compressed_setup::*;
 
 // ---------------------------------------------------------------- reference
-
-/// The compressed allreduce of ALGORITHMS.md in f64: one l1 scale per
-/// chunk, worker errors `we` (per rank) and server errors `se` (per rank,
-/// over the whole buffer for simplicity: rank j uses its chunk). A world of
-/// one returns its input: there is nothing to average.
-fn compressed_allreduce(inputs: &[Vec<f64>], we: &mut [Vec<f64>], se: &mut [Vec<f64>]) -> Vec<f64> {
-    let n = inputs.len();
-    if n == 1 {
-        return inputs[0].clone();
-    }
-    let d = inputs[0].len();
-    let chunk = d.div_ceil(n).div_ceil(32) * 32;
-    let compress = |y: &[f64]| -> Vec<f64> {
-        let s = y.iter().map(|v| v.abs()).sum::<f64>() / y.len() as f64;
-        y.iter().map(|&v| if v >= 0.0 { s } else { -s }).collect()
-    };
-    let mut deq = vec![vec![0.0; d]; n];
-    for i in 0..n {
-        for start in (0..d).step_by(chunk) {
-            let r = start..(start + chunk).min(d);
-            let y: Vec<f64> = r.clone().map(|k| inputs[i][k] + we[i][k]).collect();
-            let q = compress(&y);
-            for (o, k) in r.enumerate() {
-                we[i][k] = y[o] - q[o];
-                deq[i][k] = q[o];
-            }
-        }
-    }
-    let mut out = vec![0.0; d];
-    for (j, start) in (0..d).step_by(chunk).enumerate() {
-        let r = start..(start + chunk).min(d);
-        let z: Vec<f64> = r
-            .clone()
-            .map(|k| (0..n).map(|i| deq[i][k]).sum::<f64>() / n as f64 + se[j][k])
-            .collect();
-        let q = compress(&z);
-        for (o, k) in r.enumerate() {
-            se[j][k] = z[o] - q[o];
-            out[k] = q[o];
-        }
-    }
-    out
-}
 
 /// Adam's denominator per ALGORITHMS.md: ε outside or inside the root, and
 /// `inside_compressed` inside only while compressing.
@@ -71,12 +29,6 @@ fn denominator(mode: EpsMode, compressing: bool, v: f64, eps: f64) -> f64 {
         EpsMode::InsideCompressed if compressing => (v + eps).sqrt(),
         EpsMode::Outside | EpsMode::InsideCompressed => v.sqrt() + eps,
     }
-}
-
-fn mean(v: &[Vec<f64>]) -> Vec<f64> {
-    (0..v[0].len())
-        .map(|k| v.iter().map(|x| x[k]).sum::<f64>() / v.len() as f64)
-        .collect()
 }
 
 fn norm(v: impl Iterator<Item = f64>) -> f64 {

@@ -307,8 +307,8 @@ fn compressed_configs() -> Vec<OptimizerConfig> {
         OptimizerConfig::OnebitAdam(onebit()),
         OptimizerConfig::OnebitAdam({
             let mut c = onebit();
-            c.compression.scale_block = Some(64);
-            c.compression.scale = ScaleKind::L2;
+            c.compression.allreduce.scale_block = Some(64);
+            c.compression.allreduce.scale = ScaleKind::L2;
             c
         }),
         OptimizerConfig::OnebitAdamFp32(onebit()),
@@ -318,7 +318,7 @@ fn compressed_configs() -> Vec<OptimizerConfig> {
             let mut c = onebit_lamb();
             c.ratio = RatioKind::Variance;
             c.moments.eps_mode = EpsMode::InsideCompressed;
-            c.compression.scale_block = Some(64);
+            c.compression.allreduce.scale_block = Some(64);
             c
         }),
         OptimizerConfig::LambOnebitBasic(onebit_lamb()),
@@ -364,9 +364,9 @@ fn compressed_optimizers_step_on_the_device_as_on_the_host() {
         if !kept_out.is_empty() {
             let uncompressed: Vec<String> = kept_out.iter().map(|p| p.to_string()).collect();
             let mut adam = onebit();
-            adam.compression.uncompressed.clone_from(&uncompressed);
+            adam.compression.allreduce.uncompressed.clone_from(&uncompressed);
             let mut lamb = onebit_lamb();
-            lamb.compression.uncompressed = uncompressed;
+            lamb.compression.allreduce.uncompressed = uncompressed;
             configs.extend([
                 OptimizerConfig::OnebitAdam(adam.clone()),
                 OptimizerConfig::AdamOnebitNaive(adam),

@@ -147,7 +147,7 @@ impl OneBitLamb {
         let d = layout.len();
         let p = layout.segments().len();
         let allreduce = KeptOutAllreduce::new(
-            &config.compression.uncompressed,
+            &config.compression.allreduce.uncompressed,
             format!("{name}.uncompressed"),
             layout,
             comm,

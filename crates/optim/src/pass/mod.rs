@@ -9,6 +9,7 @@ pub(crate) mod adam;
 pub(crate) mod fresh_variance;
 pub(crate) mod frozen;
 pub(crate) mod lamb;
+pub(crate) mod zero_one_sync;
 pub(crate) mod sgd;
 pub(crate) mod sums;
 

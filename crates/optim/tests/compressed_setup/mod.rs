@@ -5,6 +5,8 @@
 
 #![allow(dead_code)]
 
+pub mod reference;
+
 use std::time::Duration;
 
 use terse_comm::{Communicator, LocalComm};

@@ -1,5 +1,6 @@
 //! The optimizers' updates on the device: the uncompressed rules
-//! (Adam/AdamW, LAMB, SGD), the 1-bit optimizers' compression stage, and
+//! (Adam/AdamW, LAMB, SGD), the 1-bit optimizers' compression stage, 0/1
+//! Adam's synchronisation, and
 //! the whole-buffer sums and copies around them (SLAMB's own kernels:
 //! [`super::slamb`]). terse-optim's CPU loops are their reference (the same
 //! per-element formulas in the same order; a GPU compiler may contract a
@@ -19,6 +20,7 @@
 mod buffers;
 mod chunks;
 mod compression_stage;
+mod zero_one_sync;
 mod uncompressed;
 
 pub use buffers::{copy, scale, sum_of_abs, sum_of_squares};
@@ -27,4 +29,5 @@ pub use chunks::{DEVICE_CHUNK, DeviceChunks, MomentCoefficients};
 pub use compression_stage::{
     accumulate_momentum, fresh_variance, frozen_apply, scaled_momentum, unscale_masked,
 };
+pub use zero_one_sync::{sync_apply, sync_scale};
 pub use uncompressed::{adam_step, lamb_apply, lamb_norms, sgd_step};

@@ -1,0 +1,57 @@
+//! The float64 references the compressed-optimizer tests share: the
+//! compressed allreduce of ALGORITHMS.md and the mean over ranks.
+
+#![allow(dead_code)]
+// The reference indexes by rank and element to read like ALGORITHMS.md.
+#![allow(clippy::needless_range_loop)]
+
+/// The compressed allreduce of ALGORITHMS.md in f64: one l1 scale per
+/// chunk, worker errors `we` (per rank) and server errors `se` (per rank,
+/// over the whole buffer for simplicity: rank j uses its chunk). A world of
+/// one returns its input: there is nothing to average.
+pub fn compressed_allreduce(inputs: &[Vec<f64>], we: &mut [Vec<f64>], se: &mut [Vec<f64>]) -> Vec<f64> {
+    let n = inputs.len();
+    if n == 1 {
+        return inputs[0].clone();
+    }
+    let d = inputs[0].len();
+    let chunk = d.div_ceil(n).div_ceil(32) * 32;
+    let compress = |y: &[f64]| -> Vec<f64> {
+        let s = y.iter().map(|v| v.abs()).sum::<f64>() / y.len() as f64;
+        y.iter().map(|&v| if v >= 0.0 { s } else { -s }).collect()
+    };
+    let mut deq = vec![vec![0.0; d]; n];
+    for i in 0..n {
+        for start in (0..d).step_by(chunk) {
+            let r = start..(start + chunk).min(d);
+            let y: Vec<f64> = r.clone().map(|k| inputs[i][k] + we[i][k]).collect();
+            let q = compress(&y);
+            for (o, k) in r.enumerate() {
+                we[i][k] = y[o] - q[o];
+                deq[i][k] = q[o];
+            }
+        }
+    }
+    let mut out = vec![0.0; d];
+    for (j, start) in (0..d).step_by(chunk).enumerate() {
+        let r = start..(start + chunk).min(d);
+        let z: Vec<f64> = r
+            .clone()
+            .map(|k| (0..n).map(|i| deq[i][k]).sum::<f64>() / n as f64 + se[j][k])
+            .collect();
+        let q = compress(&z);
+        for (o, k) in r.enumerate() {
+            se[j][k] = z[o] - q[o];
+            out[k] = q[o];
+        }
+    }
+    out
+}
+
+/// The mean over ranks of per-rank vectors.
+pub fn mean(v: &[Vec<f64>]) -> Vec<f64> {
+    (0..v[0].len())
+        .map(|k| v.iter().map(|x| x[k]).sum::<f64>() / v.len() as f64)
+        .collect()
+}
+
