@@ -163,10 +163,15 @@ const END_TO_END: [(&str, u64, f64); 5] = [
 /// The registry's other optimizers, with why a BERT run of their own adds
 /// nothing here (each is also stepped on the device against the host in
 /// `crates/optim/tests/device_optimizers.rs`).
-const KERNEL_LEVEL_ONLY: [(&str, &str); 4] = [
+const KERNEL_LEVEL_ONLY: [(&str, &str); 5] = [
     (
         "sgd",
         "the image models' optimizer; its device pass has no BERT-specific path",
+    ),
+    (
+        "zero_one_adam",
+        "the compression stage's passes plus two synchronisation kernels; the trainer's \
+         path for ranks with their own parameters is SLAMB's, run end to end above",
     ),
     (
         "onebit_adam_fp32",

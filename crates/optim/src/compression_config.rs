@@ -72,13 +72,13 @@ impl OneBitAllreduceConfig {
     }
 }
 
-/// The compressed allreduce's settings and the freeze.
+/// Where a 1-bit optimizer's warmup ends: its freeze. (A struct beside
+/// [`OneBitAllreduceConfig`], not holding it: serde hands a flattened
+/// struct that flattens another every key without consuming any, and the
+/// configs' [`crate::NoOtherFields`] would then refuse them all.)
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default)]
 pub struct CompressionConfig {
-    /// Scales and the parameters kept out of compression.
-    #[serde(flatten)]
-    pub allreduce: OneBitAllreduceConfig,
     /// How the freeze step is chosen.
     pub freeze: FreezeRule,
     /// The last warmup step `T_w` (with `freeze = "step"`).
@@ -90,7 +90,6 @@ pub struct CompressionConfig {
 impl Default for CompressionConfig {
     fn default() -> Self {
         Self {
-            allreduce: OneBitAllreduceConfig::default(),
             freeze: FreezeRule::Step,
             freeze_step: 1000,
             freeze_threshold: 0.96,
@@ -102,7 +101,6 @@ impl CompressionConfig {
     /// Checks the ranges; errors name the field as `{optimizer}.{field}`.
     pub(crate) fn validate(&self, optimizer: &str) -> Result<(), OptimError> {
         let field = |name: &str| format!("{optimizer}.{name}");
-        self.allreduce.validate(optimizer)?;
         if self.freeze == FreezeRule::Step && self.freeze_step == 0 {
             return Err(invalid(
                 field("freeze_step"),
@@ -119,23 +117,17 @@ impl CompressionConfig {
         }
         Ok(())
     }
-
-    /// The compressed allreduce's options.
-    pub(crate) fn options(&self) -> CompressionOptions {
-        self.allreduce.options()
-    }
 }
 
 /// burn-style builder methods (`with_freeze_step(10)`) for the compression
-/// settings of any config that flattens a [`CompressionConfig`].
+/// settings of any config that flattens a [`CompressionConfig`] and a
+/// [`OneBitAllreduceConfig`].
 pub trait WithCompression: Sized {
     /// The config's compression settings.
     fn compression_mut(&mut self) -> &mut CompressionConfig;
 
     /// The config's compressed-allreduce settings.
-    fn allreduce_mut(&mut self) -> &mut OneBitAllreduceConfig {
-        &mut self.compression_mut().allreduce
-    }
+    fn allreduce_mut(&mut self) -> &mut OneBitAllreduceConfig;
 
     crate::config_check::with_setters!(allreduce_mut;
         /// Sets how scales are computed.

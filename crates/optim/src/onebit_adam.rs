@@ -19,8 +19,8 @@ use crate::pass::sums::sum_of_abs;
 use crate::span::SpanCache;
 use crate::step::{FlatOptimizer, StepContext};
 use crate::{
-    AdamConfig, CompressionConfig, Flat, FlatMut, MomentConfig, OptimError, ParamLayout, Stage,
-    WithCompression, WithMoments,
+    AdamConfig, CompressionConfig, Flat, FlatMut, MomentConfig, OneBitAllreduceConfig, OptimError,
+    ParamLayout, Stage, WithCompression, WithMoments,
 };
 
 /// `onebit_adam`, `onebit_adam_fp32` and `adam_onebit_naive` (the naive
@@ -34,7 +34,10 @@ pub struct OneBitAdamConfig {
     pub moments: MomentConfig,
     /// Bias correction (off: the papers' "BertAdam").
     pub bias_correction: bool,
-    /// Scales, parameters kept out of compression, the freeze.
+    /// The 1-bit allreduce's scales and the parameters kept out of it.
+    #[serde(flatten)]
+    pub allreduce: OneBitAllreduceConfig,
+    /// The freeze.
     #[serde(flatten)]
     pub compression: CompressionConfig,
     /// Refuses keys no field claims (must stay last).
@@ -47,6 +50,7 @@ impl Default for OneBitAdamConfig {
         Self {
             moments: MomentConfig::default(),
             bias_correction: false,
+            allreduce: OneBitAllreduceConfig::default(),
             compression: CompressionConfig::default(),
             no_other_fields: NoOtherFields,
         }
@@ -56,6 +60,7 @@ impl Default for OneBitAdamConfig {
 impl OneBitAdamConfig {
     pub(crate) fn validate(&self, name: &str) -> Result<(), OptimError> {
         self.moments.validate(name)?;
+        self.allreduce.validate(name)?;
         self.compression.validate(name)
     }
 }
@@ -69,6 +74,10 @@ impl WithMoments for OneBitAdamConfig {
 impl WithCompression for OneBitAdamConfig {
     fn compression_mut(&mut self) -> &mut CompressionConfig {
         &mut self.compression
+    }
+
+    fn allreduce_mut(&mut self) -> &mut OneBitAllreduceConfig {
+        &mut self.allreduce
     }
 }
 
@@ -110,11 +119,11 @@ impl OneBitAdam {
     ) -> Result<Self, OptimError> {
         let d = layout.len();
         let allreduce = KeptOutAllreduce::new(
-            &config.compression.allreduce.uncompressed,
+            &config.allreduce.uncompressed,
             format!("{name}.uncompressed"),
             layout,
             comm,
-            config.compression.options(),
+            config.allreduce.options(),
         )?;
         let freeze = FreezePoint::new(&config.compression, config.moments.beta_2);
         Ok(Self {

@@ -80,8 +80,11 @@ impl OptimizerConfig {
 /// its schedules: which steps allreduce the gradient in fp32, which send
 /// it 1-bit compressed, which are local and which synchronise.
 fn zero_one(c: &ZeroOneAdamConfig, steps: u64) -> Plan {
-    let mut schedule =
-        ZeroOneSchedule::new(c.var_update_scaler, c.local_step_scaler, c.local_step_clipper);
+    let mut schedule = ZeroOneSchedule::new(
+        c.var_update_scaler,
+        c.local_step_scaler,
+        c.local_step_clipper,
+    );
     let last_variance = c.var_freeze_step.min(steps);
     let exact = (1..=last_variance)
         .filter(|&t| {
@@ -241,8 +244,14 @@ mod tests {
             text.starts_with("steps 1–40 variance stage: fp32 gradient allreduce on 9 steps"),
             "{text}"
         );
-        assert!(text.contains("1-bit compressed gradient on the other 31"), "{text}");
-        assert!(text.contains("steps 41–60 local steps, v frozen: 9 of 20"), "{text}");
+        assert!(
+            text.contains("1-bit compressed gradient on the other 31"),
+            "{text}"
+        );
+        assert!(
+            text.contains("steps 41–60 local steps, v frozen: 9 of 20"),
+            "{text}"
+        );
         assert!(text.contains("4 at the end"), "{text}");
         let short = config("name = \"zero_one_adam\"\n").plan(100, &CONSTANT);
         assert!(short.to_string().contains("takes no local step"), "{short}");

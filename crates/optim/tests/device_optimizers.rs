@@ -22,7 +22,7 @@ use terse_comm::{Communicator, LocalComm, SingleRank, SparseValues};
 use terse_optim::{
     AdamConfig, DeviceFlat, EpsMode, FreezeRule, LambConfig, LrSchedule, MaskKind,
     OneBitAdamConfig, OneBitLambConfig, Optimizer, OptimizerConfig, ParamLayout, RatioKind,
-    ScaleKind, SgdConfig, SlambConfig, Stage, WithMoments,
+    ScaleKind, SgdConfig, SlambConfig, Stage, WithMoments, ZeroOneAdamConfig,
 };
 use terse_rng::SplitMix64;
 
@@ -116,6 +116,7 @@ fn configs() -> Vec<OptimizerConfig> {
         }),
         OptimizerConfig::OnebitLamb(onebit_lamb()),
         OptimizerConfig::LambOnebitBasic(onebit_lamb()),
+        OptimizerConfig::ZeroOneAdam(zero_one()),
         OptimizerConfig::Slamb(slamb()),
     ]
 }
@@ -274,6 +275,25 @@ fn device_state_saves_loads_and_resumes() {
 }
 
 /// The 1-bit Adam family's config of the compressed-step test.
+/// 0/1 Adam in 4 steps: v updated at t = 1, the 1-bit compressed gradient
+/// at t = 2, a local step that synchronises at t = 3 and one that does not
+/// at t = 4 (`finish` synchronises it). ε inside the root, as `onebit()`
+/// has it after its freeze: with ε outside, coordinates whose v is tiny
+/// move by `scale/ε`, and the last-bit differences of a chunk's scale
+/// (summed in another order on the device) grew to 1.24e-6 of x there
+/// (2^20 + 7 elements, step 4).
+fn zero_one() -> ZeroOneAdamConfig {
+    ZeroOneAdamConfig {
+        var_freeze_step: 2,
+        var_update_scaler: 1,
+        local_step_scaler: 1,
+        local_step_clipper: 4,
+        ..ZeroOneAdamConfig::default()
+            .with_weight_decay(0.01)
+            .with_eps_mode(EpsMode::Inside)
+    }
+}
+
 fn onebit() -> OneBitAdamConfig {
     let mut c = OneBitAdamConfig::default().with_weight_decay(0.01);
     c.compression.freeze_step = 2;
@@ -307,8 +327,8 @@ fn compressed_configs() -> Vec<OptimizerConfig> {
         OptimizerConfig::OnebitAdam(onebit()),
         OptimizerConfig::OnebitAdam({
             let mut c = onebit();
-            c.compression.allreduce.scale_block = Some(64);
-            c.compression.allreduce.scale = ScaleKind::L2;
+            c.allreduce.scale_block = Some(64);
+            c.allreduce.scale = ScaleKind::L2;
             c
         }),
         OptimizerConfig::OnebitAdamFp32(onebit()),
@@ -318,10 +338,11 @@ fn compressed_configs() -> Vec<OptimizerConfig> {
             let mut c = onebit_lamb();
             c.ratio = RatioKind::Variance;
             c.moments.eps_mode = EpsMode::InsideCompressed;
-            c.compression.allreduce.scale_block = Some(64);
+            c.allreduce.scale_block = Some(64);
             c
         }),
         OptimizerConfig::LambOnebitBasic(onebit_lamb()),
+        OptimizerConfig::ZeroOneAdam(zero_one()),
         OptimizerConfig::Slamb(slamb()),
         OptimizerConfig::Slamb(SlambConfig {
             values: SparseValues::F16,
@@ -335,7 +356,7 @@ fn compressed_configs() -> Vec<OptimizerConfig> {
     ]
 }
 
-/// The 1-bit Adam and 1-bit LAMB families and SLAMB on 2 thread ranks, each rank
+/// The 1-bit Adam and 1-bit LAMB families, 0/1 Adam and SLAMB on 2 thread ranks, each rank
 /// with its own gradients: the warmup (fp32 gradient allreduce), the
 /// freeze, and the compression stage with the compressed allreduce's worker
 /// side in device kernels (or the fp32 momentum allreduce, or the naive
@@ -364,13 +385,16 @@ fn compressed_optimizers_step_on_the_device_as_on_the_host() {
         if !kept_out.is_empty() {
             let uncompressed: Vec<String> = kept_out.iter().map(|p| p.to_string()).collect();
             let mut adam = onebit();
-            adam.compression.allreduce.uncompressed.clone_from(&uncompressed);
+            adam.allreduce.uncompressed.clone_from(&uncompressed);
             let mut lamb = onebit_lamb();
-            lamb.compression.allreduce.uncompressed = uncompressed;
+            lamb.allreduce.uncompressed.clone_from(&uncompressed);
+            let mut zero_one = zero_one();
+            zero_one.allreduce.uncompressed = uncompressed;
             configs.extend([
                 OptimizerConfig::OnebitAdam(adam.clone()),
                 OptimizerConfig::AdamOnebitNaive(adam),
                 OptimizerConfig::OnebitLamb(lamb),
+                OptimizerConfig::ZeroOneAdam(zero_one),
             ]);
         }
         for config in &configs {

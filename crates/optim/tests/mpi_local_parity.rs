@@ -7,7 +7,7 @@
 use std::path::Path;
 use std::process::Command;
 
-const LABELS: [&str; 12] = [
+const LABELS: [&str; 13] = [
     "adam",
     "lamb",
     "sgd",
@@ -18,6 +18,7 @@ const LABELS: [&str; 12] = [
     "onebit_lamb",
     "onebit_lamb_variance",
     "lamb_onebit_basic",
+    "zero_one_adam",
     "slamb",
     "slamb_cyclic_f16",
 ];

@@ -94,7 +94,11 @@ impl Reference {
     }
 
     fn decay(&self, k: usize) -> f64 {
-        let seg = self.layout.segments().iter().find(|s| s.range().contains(&k));
+        let seg = self
+            .layout
+            .segments()
+            .iter()
+            .find(|s| s.range().contains(&k));
         if seg.unwrap().decay { 0.01 } else { 0.0 }
     }
 
@@ -115,7 +119,7 @@ impl Reference {
             .collect();
         let s = t + 1;
         if t <= VAR_FREEZE {
-            let exact = s % self.var_interval == 0;
+            let exact = s.is_multiple_of(self.var_interval);
             let gbar = if exact {
                 let gbar = mean(&g);
                 for k in 0..d {
@@ -159,7 +163,7 @@ impl Reference {
             }
         }
         self.lr_sum += lr;
-        let sync = s % self.local_interval == 0;
+        let sync = s.is_multiple_of(self.local_interval);
         if sync {
             self.synchronise();
         }
@@ -168,7 +172,14 @@ impl Reference {
             self.local_counter = 0;
             self.local_interval = (self.local_interval * 2).min(8);
         }
-        (sync, if sync { Stage::Compression } else { Stage::Local })
+        (
+            sync,
+            if sync {
+                Stage::Compression
+            } else {
+                Stage::Local
+            },
+        )
     }
 
     fn synchronise(&mut self) {
@@ -277,10 +288,16 @@ fn zero_one_adam_matches_the_float64_reference() {
         let finished = &xs[STEPS as usize];
         let err = worst(&reference.layout, finished, &reference.x);
         assert!(err <= TOLERANCE, "n {n}, after finish: {err:e}");
-        assert!(same_on_every_rank(finished), "n {n}: ranks differ after finish");
+        assert!(
+            same_on_every_rank(finished),
+            "n {n}: ranks differ after finish"
+        );
         if n > 1 {
             let before = &xs[STEPS as usize - 1];
-            assert!(!same_on_every_rank(before), "n {n}: local steps should diverge");
+            assert!(
+                !same_on_every_rank(before),
+                "n {n}: local steps should diverge"
+            );
         }
         println!("zero_one_adam, {n} ranks: worst relative error {worst_seen:.2e}");
     }

@@ -5,7 +5,7 @@
 //! The keys terse can honour are mapped: the batch sizes, gradient clipping,
 //! the optimizer and its params, the warmup schedulers. Keys that would
 //! change the training in a way terse cannot follow are refused, each by
-//! name: fp16/bf16 (terse trains in fp32), ZeRO, 0/1 Adam, log warmups.
+//! name: fp16/bf16 (terse trains in fp32), ZeRO, log warmups.
 //! Keys that change nothing here are accepted and listed in one note, for
 //! example the logging cadence or the transport.
 
@@ -29,6 +29,15 @@ const OPTIMIZERS: &[(&str, &str)] = &[
     ("lamb", "lamb"),
     ("onebitadam", "onebit_adam"),
     ("onebitlamb", "onebit_lamb"),
+    ("zerooneadam", "zero_one_adam"),
+];
+
+/// 0/1 Adam's schedule params, the same names in both.
+const ZERO_ONE_SCHEDULE: &[&str] = &[
+    "var_freeze_step",
+    "var_update_scaler",
+    "local_step_scaler",
+    "local_step_clipper",
 ];
 
 /// Optimizer params that only change name: (DeepSpeed's, terse's).
@@ -137,12 +146,12 @@ impl DeepSpeedConfig {
         let kind = type_of(value, &at("type"))?;
         let lower = kind.to_ascii_lowercase();
         let Some((_, name)) = OPTIMIZERS.iter().find(|(ds, _)| *ds == lower) else {
-            let hint = if lower == "zerooneadam" {
-                "0/1 Adam is not in terse yet"
-            } else {
-                "terse has adam (AdamW), lamb, onebit_adam and onebit_lamb"
-            };
-            return Err(format!("{}: `{kind}`: {hint}", at("type")));
+            return Err(format!(
+                "{}: `{kind}`: terse has adam (AdamW), lamb, onebit_adam, onebit_lamb and \
+                 zero_one_adam (DeepSpeed's Adam, AdamW, Lamb, OneBitAdam, OneBitLamb and \
+                 ZeroOneAdam)",
+                at("type")
+            ));
         };
         let mut table = toml::Table::new();
         table.insert("name".into(), (*name).into());
@@ -170,6 +179,13 @@ impl DeepSpeedConfig {
                         .ok_or_else(|| format!("{here}: expected [beta_1, beta_2]"))?;
                     table.insert("beta_1".into(), number(&pair[0], &here)?.into());
                     table.insert("beta_2".into(), number(&pair[1], &here)?.into());
+                }
+                "bias_correction" if *name == "zero_one_adam" => self.ignored.push(format!(
+                    "optimizer.params.{key}: DeepSpeed's ZeroOneAdam never reads it (0/1 Adam \
+                     corrects no bias)"
+                )),
+                key if *name == "zero_one_adam" && ZERO_ONE_SCHEDULE.contains(&key) => {
+                    table.insert(key.into(), integer(v, &here)?.into());
                 }
                 "bias_correction" => {
                     let on = v
@@ -373,6 +389,44 @@ mod tests {
         }
     }
 
+    /// A 0/1 Adam config in the shape of DeepSpeed's 0/1 Adam tutorial
+    /// (its BERT pre-training settings).
+    #[test]
+    fn zero_one_adam_maps_its_schedule_params() {
+        let json = r#"{"optimizer": {"type": "ZeroOneAdam", "params": {
+            "lr": 4e-4, "weight_decay": 0.01, "bias_correction": false,
+            "var_freeze_step": 12500, "var_update_scaler": 16,
+            "local_step_scaler": 32678, "local_step_clipper": 16,
+            "cuda_aware": false, "comm_backend_name": "nccl"}}}"#;
+        let expected: toml::Table = toml::from_str(
+            r#"
+            [optimizer]
+            name = "zero_one_adam"
+            weight_decay = 0.01
+            var_freeze_step = 12500
+            var_update_scaler = 16
+            local_step_scaler = 32678
+            local_step_clipper = 16
+            [schedule]
+            kind = "constant"
+            lr = 0.0004
+            "#,
+        )
+        .unwrap();
+        assert_eq!(applied(json), expected);
+        let ignored = translate("ds.json", json).unwrap().ignored;
+        assert!(
+            ignored
+                .iter()
+                .any(|i| i.starts_with("optimizer.params.bias_correction: DeepSpeed's ZeroOneAdam")),
+            "{ignored:?}"
+        );
+        // The mapped table is a valid terse optimizer config.
+        let table = applied(json)["optimizer"].clone();
+        let config: terse_optim::OptimizerConfig = table.try_into().unwrap();
+        config.validate().unwrap();
+    }
+
     #[test]
     fn what_terse_cannot_follow_is_refused_by_name() {
         for (json, says) in [
@@ -385,8 +439,12 @@ mod tests {
                 "ds.json: `zero_optimization`: ZeRO stage 2",
             ),
             (
-                r#"{"optimizer": {"type": "ZeroOneAdam", "params": {}}}"#,
-                "0/1 Adam is not in terse yet",
+                r#"{"optimizer": {"type": "ZeroOneBitAdam", "params": {}}}"#,
+                "`ZeroOneBitAdam`: terse has adam (AdamW), lamb, onebit_adam",
+            ),
+            (
+                r#"{"optimizer": {"type": "OneBitAdam", "params": {"var_freeze_step": 5}}}"#,
+                "`optimizer.params.var_freeze_step`: not a parameter terse's onebit_adam has",
             ),
             (
                 r#"{"optimizer": {"type": "Adam", "params": {"amsgrad": true}}}"#,

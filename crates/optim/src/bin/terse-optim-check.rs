@@ -18,7 +18,7 @@ use clap::{Parser, ValueEnum};
 use terse_comm::{Communicator, LocalComm, SparseValues};
 use terse_optim::{
     AdamConfig, LambConfig, LrSchedule, MaskKind, OneBitAdamConfig, OneBitLambConfig, Optimizer,
-    OptimizerConfig, ParamLayout, RatioKind, ScaleKind, SgdConfig, SlambConfig,
+    OptimizerConfig, ParamLayout, RatioKind, ScaleKind, SgdConfig, SlambConfig, ZeroOneAdamConfig,
 };
 use terse_rng::{SplitMix64, mix64};
 
@@ -103,6 +103,16 @@ fn optimizers() -> Vec<(&'static str, OptimizerConfig)> {
             }),
         ),
         ("lamb_onebit_basic", OptimizerConfig::LambOnebitBasic(lamb)),
+        (
+            "zero_one_adam",
+            OptimizerConfig::ZeroOneAdam(ZeroOneAdamConfig {
+                var_freeze_step: FREEZE,
+                var_update_scaler: 2,
+                local_step_scaler: 4,
+                local_step_clipper: 8,
+                ..ZeroOneAdamConfig::default().with_weight_decay(0.01)
+            }),
+        ),
         ("slamb", OptimizerConfig::Slamb(slamb.clone())),
         (
             "slamb_cyclic_f16",
@@ -147,9 +157,11 @@ fn run_one(
     let d = layout.len();
     let rank = comm.rank();
     let schedule = LrSchedule::Constant { lr: 1e-2 };
-    let always_agree = !matches!(config, OptimizerConfig::Slamb(_));
     let mut opt =
         Optimizer::new(config, schedule, layout, comm).map_err(|e| format!("{label}: {e}"))?;
+    // SLAMB's and 0/1 Adam's ranks step their own parameters between
+    // synchronisations; every rule agrees after `finish`.
+    let always_agree = opt.params_replicated();
     let mut x = seeded(1, d, |r| 0.5 * r.symmetric());
     let target = seeded(100 + rank as u64, d, |r| r.symmetric());
     for t in 1..=steps {

@@ -16,8 +16,8 @@ use crate::lamb::{Trust, check_trust_clip};
 use crate::span::SpanCache;
 use crate::step::{FlatOptimizer, StepContext};
 use crate::{
-    CompressionConfig, Flat, FlatMut, LambConfig, MomentConfig, OptimError, ParamLayout, Stage,
-    WithCompression, WithMoments,
+    CompressionConfig, Flat, FlatMut, LambConfig, MomentConfig, OneBitAllreduceConfig, OptimError,
+    ParamLayout, Stage, WithCompression, WithMoments,
 };
 
 mod steps;
@@ -56,7 +56,10 @@ pub struct OneBitLambConfig {
     pub r_threshold: f64,
     /// Which variance ratio.
     pub ratio: RatioKind,
-    /// Scales, parameters kept out of compression, the freeze.
+    /// The 1-bit allreduce's scales and the parameters kept out of it.
+    #[serde(flatten)]
+    pub allreduce: OneBitAllreduceConfig,
+    /// The freeze.
     #[serde(flatten)]
     pub compression: CompressionConfig,
     /// Refuses keys no field claims (must stay last).
@@ -79,6 +82,7 @@ impl Default for OneBitLambConfig {
             r_max: 4.0,
             r_threshold: 0.1,
             ratio: RatioKind::Sqrt,
+            allreduce: OneBitAllreduceConfig::default(),
             compression: CompressionConfig::default(),
             no_other_fields: NoOtherFields,
         }
@@ -97,6 +101,7 @@ impl OneBitLambConfig {
             "needs 0 < r_min <= r_max < inf",
         )?;
         check_unit(format!("{name}.r_threshold"), self.r_threshold)?;
+        self.allreduce.validate(name)?;
         self.compression.validate(name)
     }
 }
@@ -110,6 +115,10 @@ impl WithMoments for OneBitLambConfig {
 impl WithCompression for OneBitLambConfig {
     fn compression_mut(&mut self) -> &mut CompressionConfig {
         &mut self.compression
+    }
+
+    fn allreduce_mut(&mut self) -> &mut OneBitAllreduceConfig {
+        &mut self.allreduce
     }
 }
 
@@ -147,11 +156,11 @@ impl OneBitLamb {
         let d = layout.len();
         let p = layout.segments().len();
         let allreduce = KeptOutAllreduce::new(
-            &config.compression.allreduce.uncompressed,
+            &config.allreduce.uncompressed,
             format!("{name}.uncompressed"),
             layout,
             comm,
-            config.compression.options(),
+            config.allreduce.options(),
         )?;
         let freeze = FreezePoint::new(&config.compression, config.moments.beta_2);
         Ok(Self {

@@ -9,9 +9,9 @@ pub(crate) mod adam;
 pub(crate) mod fresh_variance;
 pub(crate) mod frozen;
 pub(crate) mod lamb;
-pub(crate) mod zero_one_sync;
 pub(crate) mod sgd;
 pub(crate) mod sums;
+pub(crate) mod zero_one_sync;
 
 use crate::EpsMode;
 use crate::moments::Moments;

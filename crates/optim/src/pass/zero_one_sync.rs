@@ -19,7 +19,13 @@ use crate::{Flat, FlatMut};
 use terse_kernels::device::optim;
 
 /// Before the allreduce: `x = (x − x_sync)·denom(v)` in x's buffer.
-pub(crate) fn sync_scale(span: &Span<'_>, d: &Direction<'_>, x: &mut FlatMut<'_>, synced: &Flat, v: &Flat) {
+pub(crate) fn sync_scale(
+    span: &Span<'_>,
+    d: &Direction<'_>,
+    x: &mut FlatMut<'_>,
+    synced: &Flat,
+    v: &Flat,
+) {
     match &span.on {
         On::Host(_) => with_eps_mode!(d.eps_mode, INSIDE => {
             x.host_mut()

@@ -122,7 +122,14 @@ impl ZeroOneAdam {
             let comm_time = start.elapsed();
             accumulate_momentum(&span, &moments, &mut self.m, g);
             let rates = vec![ctx.lr as f32; ctx.layout.segments().len()];
-            frozen_apply(&span, &direction(c, &moments), &rates, x, &mut self.m, &self.v);
+            frozen_apply(
+                &span,
+                &direction(c, &moments),
+                &rates,
+                x,
+                &mut self.m,
+                &self.v,
+            );
             self.last_stage = Stage::Compression;
             comm_time
         };
@@ -278,7 +285,9 @@ impl FlatOptimizer for ZeroOneAdam {
         }
         let moments = self.moments(t);
         let d = direction(&self.config, &moments);
-        let span = self.spans.span(ctx, x, self.config.moments.weight_decay, false);
+        let span = self
+            .spans
+            .span(ctx, x, self.config.moments.weight_decay, false);
         let comm_time = synchronise(
             ctx,
             &span,

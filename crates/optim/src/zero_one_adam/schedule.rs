@@ -35,7 +35,11 @@ fn deepspeed_step(t: u64) -> u64 {
 
 impl ZeroOneSchedule {
     /// Both intervals at 1, as DeepSpeed starts them.
-    pub(crate) fn new(var_update_scaler: u64, local_step_scaler: u64, local_step_clipper: u64) -> Self {
+    pub(crate) fn new(
+        var_update_scaler: u64,
+        local_step_scaler: u64,
+        local_step_clipper: u64,
+    ) -> Self {
         Self {
             var_update_scaler,
             local_step_scaler,
@@ -150,7 +154,10 @@ mod tests {
         // times (17..=47), then s ≡ 0 mod 4 (t = 51, 55, …).
         let sixteen = variance_steps(16, 60);
         assert_eq!(&sixteen[..16], &(1..=16).collect::<Vec<_>>()[..]);
-        assert_eq!(&sixteen[16..32], &(17..=47).step_by(2).collect::<Vec<_>>()[..]);
+        assert_eq!(
+            &sixteen[16..32],
+            &(17..=47).step_by(2).collect::<Vec<_>>()[..]
+        );
         assert_eq!(&sixteen[32..], [51, 55, 59]);
     }
 

@@ -9,7 +9,11 @@
 /// chunk, worker errors `we` (per rank) and server errors `se` (per rank,
 /// over the whole buffer for simplicity: rank j uses its chunk). A world of
 /// one returns its input: there is nothing to average.
-pub fn compressed_allreduce(inputs: &[Vec<f64>], we: &mut [Vec<f64>], se: &mut [Vec<f64>]) -> Vec<f64> {
+pub fn compressed_allreduce(
+    inputs: &[Vec<f64>],
+    we: &mut [Vec<f64>],
+    se: &mut [Vec<f64>],
+) -> Vec<f64> {
     let n = inputs.len();
     if n == 1 {
         return inputs[0].clone();
@@ -54,4 +58,3 @@ pub fn mean(v: &[Vec<f64>]) -> Vec<f64> {
         .map(|k| v.iter().map(|x| x[k]).sum::<f64>() / v.len() as f64)
         .collect()
 }
-

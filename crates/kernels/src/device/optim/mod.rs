@@ -20,8 +20,8 @@
 mod buffers;
 mod chunks;
 mod compression_stage;
-mod zero_one_sync;
 mod uncompressed;
+mod zero_one_sync;
 
 pub use buffers::{copy, scale, sum_of_abs, sum_of_squares};
 pub(crate) use chunks::{BETA_1, BETA_2, CUBE, ONE_MINUS_BETA_1, ONE_MINUS_BETA_2, direction};
@@ -29,5 +29,5 @@ pub use chunks::{DEVICE_CHUNK, DeviceChunks, MomentCoefficients};
 pub use compression_stage::{
     accumulate_momentum, fresh_variance, frozen_apply, scaled_momentum, unscale_masked,
 };
-pub use zero_one_sync::{sync_apply, sync_scale};
 pub use uncompressed::{adam_step, lamb_apply, lamb_norms, sgd_step};
+pub use zero_one_sync::{sync_apply, sync_scale};
