@@ -46,9 +46,9 @@ pub struct RunFlags {
 
     /// A DeepSpeed ds_config.json read on top of the config: batch sizes,
     /// gradient_clipping, the optimizer (Adam, AdamW, Lamb, OneBitAdam,
-    /// OneBitLamb) and its params, WarmupLR / WarmupDecayLR (linear). Keys
-    /// that change nothing here are listed in one note. Keys terse cannot
-    /// follow are refused by name: fp16/bf16 enabled, ZeRO, ZeroOneAdam,
+    /// OneBitLamb, ZeroOneAdam) and its params, WarmupLR / WarmupDecayLR
+    /// (linear). Keys that change nothing here are listed in one note. Keys
+    /// terse cannot follow are refused by name: fp16/bf16 enabled, ZeRO,
     /// log warmup. `--set` and the flags above still win
     #[arg(long, value_name = "DS_CONFIG")]
     pub deepspeed: Option<PathBuf>,
