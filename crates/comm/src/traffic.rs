@@ -92,6 +92,11 @@ impl Traffic {
         self.by_kind.iter().map(|v| v.sent).sum()
     }
 
+    /// Calls over all kinds.
+    pub fn calls(&self) -> u64 {
+        self.by_kind.iter().map(|v| v.calls).sum()
+    }
+
     /// Bytes received over all kinds.
     pub fn received(&self) -> u64 {
         self.by_kind.iter().map(|v| v.received).sum()

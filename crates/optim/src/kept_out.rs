@@ -12,11 +12,11 @@ use std::ops::Range;
 
 use burn::tensor::{Tensor, TensorData};
 use cubecl::server::Handle;
-use terse_comm::{Communicator, CompressedAllreduce, CompressionOptions, ReduceOp};
+use terse_comm::{Communicator, CompressedAllreduce, ReduceOp};
 
 use crate::device_flat::{compressed_mean_device, into_handle, read_f32};
 use crate::span::Span;
-use crate::{DeviceFlat, Flat, FlatMut, OptimError, ParamLayout};
+use crate::{DeviceFlat, Flat, FlatMut, OneBitAllreduceConfig, OptimError, ParamLayout};
 
 /// The compressed allreduce's error feedback on one rank, part of a 1-bit
 /// rule's state (saved as `worker_error` and `server_error`): the worker's
@@ -39,20 +39,22 @@ pub(crate) struct KeptOutAllreduce {
 }
 
 impl KeptOutAllreduce {
-    /// Keeps out the segments of `layout` that `patterns` name (a parameter
-    /// path, or a prefix followed by `*`); `field` names the config field in
-    /// errors, which list the model's parameter paths.
+    /// Keeps out the segments of `layout` that `config.uncompressed` names
+    /// (a parameter path, or a prefix followed by `*`) and compresses the
+    /// rest with `config`'s scales; `name` is the optimizer's, for errors,
+    /// which list the model's parameter paths.
     ///
     /// # Errors
     /// A pattern that names no parameter (a typo would otherwise silently
     /// compress what the user meant to keep out).
     pub(crate) fn new(
-        patterns: &[String],
-        field: String,
+        config: &OneBitAllreduceConfig,
+        name: &str,
         layout: &ParamLayout,
         comm: &dyn Communicator,
-        options: CompressionOptions,
     ) -> Result<Self, OptimError> {
+        let patterns = &config.uncompressed;
+        let field = format!("{name}.uncompressed");
         for pattern in patterns {
             if !layout.segments().iter().any(|s| matches(pattern, &s.path)) {
                 let paths: Vec<&str> = layout.segments().iter().map(|s| s.path.as_str()).collect();
@@ -79,7 +81,7 @@ impl KeptOutAllreduce {
             .filter(|r| !r.is_empty())
             .collect();
         let kept: usize = kept_out.iter().map(|r| r.len()).sum();
-        let compressed = CompressedAllreduce::new(layout.len() - kept, comm, options)?;
+        let compressed = CompressedAllreduce::new(layout.len() - kept, comm, config.options())?;
         Ok(Self {
             compressed,
             kept_out,

@@ -56,6 +56,12 @@ impl Moments {
         moments
     }
 
+    /// m's bias correction `1/(1−β1^t)` (1 without correction), in f64 as
+    /// computed (0/1 Adam divides its re-estimated momentum by it).
+    pub(crate) fn inv_bias_1(&self) -> f64 {
+        f64::from(self.inv_bias_1)
+    }
+
     /// The same constants for the device kernels.
     pub(crate) fn coefficients(&self) -> terse_kernels::device::optim::MomentCoefficients {
         terse_kernels::device::optim::MomentCoefficients {

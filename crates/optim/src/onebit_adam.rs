@@ -118,13 +118,7 @@ impl OneBitAdam {
         comm: &dyn terse_comm::Communicator,
     ) -> Result<Self, OptimError> {
         let d = layout.len();
-        let allreduce = KeptOutAllreduce::new(
-            &config.allreduce.uncompressed,
-            format!("{name}.uncompressed"),
-            layout,
-            comm,
-            config.allreduce.options(),
-        )?;
+        let allreduce = KeptOutAllreduce::new(&config.allreduce, name, layout, comm)?;
         let freeze = FreezePoint::new(&config.compression, config.moments.beta_2);
         Ok(Self {
             m: Flat::zeros(d),

@@ -28,8 +28,9 @@ const STEPS: u64 = 60;
 const VAR_FREEZE: u64 = 20;
 const TOLERANCE: f64 = 1e-5;
 
-fn config() -> ZeroOneAdamConfig {
+fn config(bias_correction: bool) -> ZeroOneAdamConfig {
     ZeroOneAdamConfig {
+        bias_correction,
         var_freeze_step: VAR_FREEZE,
         var_update_scaler: 2,
         local_step_scaler: 4,
@@ -57,6 +58,9 @@ fn schedule() -> LrSchedule {
 /// Per-rank state, as DeepSpeed keeps it; DeepSpeed's step count is t + 1.
 struct Reference {
     n: usize,
+    bias_correction: bool,
+    /// v's updates so far.
+    k: i32,
     layout: ParamLayout,
     x: Vec<Vec<f64>>,
     m: Vec<Vec<f64>>,
@@ -72,12 +76,14 @@ struct Reference {
 }
 
 impl Reference {
-    fn new(n: usize) -> Reference {
+    fn new(n: usize, bias_correction: bool) -> Reference {
         let layout = layout();
         let d = layout.len();
         let x0: Vec<f64> = initial(&layout).iter().map(|&v| f64::from(v)).collect();
         Reference {
             n,
+            bias_correction,
+            k: 0,
             x: vec![x0; n],
             m: vec![vec![0.0; d]; n],
             u: vec![vec![0.0; d]; n],
@@ -102,8 +108,23 @@ impl Reference {
         if seg.unwrap().decay { 0.01 } else { 0.0 }
     }
 
-    fn denom(&self, k: usize) -> f64 {
-        self.v[k].sqrt() + 1e-6
+    /// 1/(1−β1^t) and 1/(1−β2^k) with bias correction, else 1 and 1.
+    fn corrections(&self, t: u64) -> (f64, f64) {
+        match self.bias_correction {
+            true => (
+                1.0 / (1.0 - 0.9f64.powi(t as i32)),
+                1.0 / (1.0 - 0.999f64.powi(self.k)),
+            ),
+            false => (1.0, 1.0),
+        }
+    }
+
+    fn denom(&self, t: u64, k: usize) -> f64 {
+        (self.v[k] * self.corrections(t).1).sqrt() + 1e-6
+    }
+
+    fn update(&self, t: u64, i: usize, k: usize) -> f64 {
+        self.m[i][k] * self.corrections(t).0 / self.denom(t, k) + self.decay(k) * self.x[i][k]
     }
 
     /// Step `t` at rate `lr`; returns whether it synchronised the
@@ -121,6 +142,7 @@ impl Reference {
         if t <= VAR_FREEZE {
             let exact = s.is_multiple_of(self.var_interval);
             let gbar = if exact {
+                self.k += 1;
                 let gbar = mean(&g);
                 for k in 0..d {
                     self.v[k] = b2 * self.v[k] + (1.0 - b2) * gbar[k] * gbar[k];
@@ -132,8 +154,7 @@ impl Reference {
             for i in 0..self.n {
                 for k in 0..d {
                     self.m[i][k] = b1 * self.m[i][k] + (1.0 - b1) * gbar[k];
-                    let update = self.m[i][k] / self.denom(k) + self.decay(k) * self.x[i][k];
-                    self.x[i][k] -= lr * update;
+                    self.x[i][k] -= lr * self.update(t, i, k);
                 }
             }
             if exact {
@@ -157,7 +178,7 @@ impl Reference {
         for i in 0..self.n {
             for k in 0..d {
                 self.m[i][k] = b1 * self.m[i][k] + (1.0 - b1) * g[i][k];
-                let update = self.m[i][k] / self.denom(k) + self.decay(k) * self.x[i][k];
+                let update = self.update(t, i, k);
                 self.x[i][k] -= lr * update;
                 self.u[i][k] -= lr * update;
             }
@@ -165,7 +186,7 @@ impl Reference {
         self.lr_sum += lr;
         let sync = s.is_multiple_of(self.local_interval);
         if sync {
-            self.synchronise();
+            self.synchronise(t);
         }
         self.local_counter += 1;
         if self.local_counter == 4 {
@@ -182,19 +203,21 @@ impl Reference {
         )
     }
 
-    fn synchronise(&mut self) {
+    /// The synchronisation after step `t`: ū·denom/Σlr estimates m̂.
+    fn synchronise(&mut self, t: u64) {
         let d = self.layout.len();
         for i in 0..self.n {
             for k in 0..d {
                 self.x[i][k] -= self.u[i][k];
-                self.u[i][k] *= self.denom(k);
+                self.u[i][k] *= self.denom(t, k);
             }
         }
         let ubar = compressed_allreduce(&self.u, &mut self.we, &mut self.se);
+        let m_correction = self.corrections(t).0;
         for i in 0..self.n {
             for k in 0..d {
-                self.m[i][k] = -ubar[k] / self.lr_sum;
-                self.x[i][k] += ubar[k] / self.denom(k);
+                self.m[i][k] = -ubar[k] / (self.lr_sum * m_correction);
+                self.x[i][k] += ubar[k] / self.denom(t, k);
                 self.u[i][k] = 0.0;
             }
         }
@@ -207,9 +230,14 @@ impl Reference {
 /// x on every rank after every step (and after `finish`, last), and the
 /// stage of every step; with `stop`, every rank saves after that step and
 /// continues in a fresh optimizer loaded from the file.
-fn run(n: usize, stop: Option<u64>, dir: &std::path::Path) -> (Vec<Vec<Vec<f32>>>, Vec<Stage>) {
+fn run(
+    n: usize,
+    bias_correction: bool,
+    stop: Option<u64>,
+    dir: &std::path::Path,
+) -> (Vec<Vec<Vec<f32>>>, Vec<Stage>) {
     let layout = layout();
-    let config = OptimizerConfig::ZeroOneAdam(config());
+    let config = OptimizerConfig::ZeroOneAdam(config(bias_correction));
     let results = LocalComm::run(n, Duration::from_secs(120), |comm| {
         let fresh = || Optimizer::new(config.clone(), schedule(), layout.clone(), comm).unwrap();
         let mut opt = fresh();
@@ -261,10 +289,20 @@ fn same_on_every_rank(x: &[Vec<f32>]) -> bool {
 
 #[test]
 fn zero_one_adam_matches_the_float64_reference() {
+    check(false);
+}
+
+/// terse's option: m̂ = m/(1−β1^t), v̂ = v/(1−β2^k) with k v's updates.
+#[test]
+fn zero_one_adam_with_bias_correction_matches_the_float64_reference() {
+    check(true);
+}
+
+fn check(bias_correction: bool) {
     let scratch = tempfile::tempdir().unwrap();
     for n in [1usize, 2, 4] {
-        let (xs, stages) = run(n, None, scratch.path());
-        let mut reference = Reference::new(n);
+        let (xs, stages) = run(n, bias_correction, None, scratch.path());
+        let mut reference = Reference::new(n, bias_correction);
         let mut worst_seen = 0.0f64;
         let (mut syncs, mut local) = (0, 0);
         for t in 1..=STEPS {
@@ -284,7 +322,7 @@ fn zero_one_adam_matches_the_float64_reference() {
         // even, 2), 4 (29–32: t + 1 ≡ 0 mod 4, 31), then 8 (39, 47, 55).
         assert_eq!((syncs, local), (10, 30), "n {n}");
         // `finish` synchronises the local steps 56–60.
-        reference.synchronise();
+        reference.synchronise(STEPS);
         let finished = &xs[STEPS as usize];
         let err = worst(&reference.layout, finished, &reference.x);
         assert!(err <= TOLERANCE, "n {n}, after finish: {err:e}");
@@ -299,7 +337,10 @@ fn zero_one_adam_matches_the_float64_reference() {
                 "n {n}: local steps should diverge"
             );
         }
-        println!("zero_one_adam, {n} ranks: worst relative error {worst_seen:.2e}");
+        println!(
+            "zero_one_adam (bias correction {bias_correction}), {n} ranks: worst relative \
+             error {worst_seen:.2e}"
+        );
     }
 }
 
@@ -309,8 +350,8 @@ fn resuming_in_the_middle_of_a_local_interval_is_bit_identical() {
     // Step 35 lies inside the interval of 8 that synchronises at t = 39;
     // step 12 inside the variance stage, between two variance updates.
     for (n, stop) in [(2, 35), (4, 35), (2, 12)] {
-        let (straight, _) = run(n, None, scratch.path());
-        let (resumed, _) = run(n, Some(stop), scratch.path());
+        let (straight, _) = run(n, true, None, scratch.path());
+        let (resumed, _) = run(n, true, Some(stop), scratch.path());
         for (t, (a, b)) in straight.iter().zip(&resumed).enumerate() {
             for (rank, (a, b)) in a.iter().zip(b).enumerate() {
                 let same = a.iter().zip(b).all(|(a, b)| a.to_bits() == b.to_bits());

@@ -27,10 +27,13 @@ pub struct StepRecord {
     pub loss: f64,
     /// The step's learning rate.
     pub lr: f64,
-    /// `full`, `warmup`, `compression` or `sparse`.
+    /// `full`, `warmup`, `compression`, `sparse` or `local`.
     pub stage: String,
     /// Bytes this rank sent in the optimizer's collectives.
     pub bytes_sent: u64,
+    /// The optimizer's collective calls on this rank: its communication
+    /// rounds (a compressed allreduce is several).
+    pub collectives: u64,
     /// Forward passes, batch collation included.
     pub forward_ms: f64,
     /// Backward passes and gradient accumulation.
@@ -297,6 +300,7 @@ mod tests {
             lr: 0.0,
             stage: String::new(),
             bytes_sent: 0,
+            collectives: 0,
             forward_ms: 0.0,
             backward_ms: 0.0,
             comm_ms: 0.0,
@@ -341,6 +345,7 @@ mod tests {
                 lr,
                 stage: stage.to_string(),
                 bytes_sent,
+                collectives: if stage == "warmup" { 1 } else { 3 },
                 forward_ms: phases[0],
                 backward_ms: phases[1],
                 comm_ms: phases[2],

@@ -481,6 +481,7 @@ impl<T: Task> Run<'_, T> {
             lr: report.lr,
             stage: report.stage.to_string(),
             bytes_sent: report.traffic.sent(),
+            collectives: report.traffic.calls(),
             forward_ms,
             backward_ms,
             comm_ms,

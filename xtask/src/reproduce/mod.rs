@@ -28,6 +28,7 @@ mod scale_block;
 mod shelf;
 mod slamb_ratio;
 mod step_profile;
+mod zero_one_adam;
 
 use std::cell::OnceCell;
 use std::path::{Path, PathBuf};
@@ -139,6 +140,8 @@ pub enum Experiment {
     FinetuneParitySquad,
     /// 1-bit Adam with one scale per 2048 elements against one per chunk
     ScaleBlock,
+    /// 0/1 Adam beside Adam and 1-bit Adam: loss, bytes and communication rounds
+    ZeroOneAdam,
     /// Bytes each optimizer sends per step against the papers' reduction factors
     CommVolume,
     /// Throughput of each optimizer as network bandwidth shrinks
@@ -349,6 +352,7 @@ fn run_experiment(name: Experiment, ctx: &Context) -> Result<Outcome> {
         Experiment::FinetuneParity => finetune_parity::run(ctx),
         Experiment::FinetuneParitySquad => finetune_parity::run_squad(ctx),
         Experiment::ScaleBlock => scale_block::run(ctx),
+        Experiment::ZeroOneAdam => zero_one_adam::run(ctx),
         Experiment::CommVolume => comm_volume::run(ctx),
         Experiment::Bandwidth => bandwidth::run(ctx),
         Experiment::StepProfile => step_profile::run(ctx),

@@ -98,12 +98,13 @@ pub fn eval_metrics(line: &Value) -> Vec<(String, f64)> {
 /// The numeric fields of a step line of metrics.jsonl (terse-train's
 /// `StepRecord`; the test `reads_the_trainers_metrics_fixture` ties the two
 /// through the fixture the trainer's own test checks its records against).
-pub const STEP_FIELDS: [&str; 11] = [
+pub const STEP_FIELDS: [&str; 12] = [
     "epoch",
     "elapsed_s",
     "loss",
     "lr",
     "bytes_sent",
+    "collectives",
     "forward_ms",
     "backward_ms",
     "comm_ms",
@@ -510,6 +511,7 @@ mod tests {
         let log = RunLog::read("fixture", &dir).unwrap();
         assert_eq!(log.series("loss"), vec![(1, 10.5), (2, 9.75)]);
         assert_eq!(log.total("bytes_sent"), 1_081_344.0);
+        assert_eq!(log.total("collectives"), 4.0);
         assert_eq!(log.series("comm_ms"), vec![(1, 3.25), (2, 0.5)]);
         assert_eq!(log.eval_series("mlm_accuracy"), vec![(0, 0.0), (2, 0.125)]);
         assert_eq!(log.final_eval("mlm_majority_accuracy").unwrap(), 0.0705);

@@ -155,13 +155,7 @@ impl OneBitLamb {
     ) -> Result<Self, OptimError> {
         let d = layout.len();
         let p = layout.segments().len();
-        let allreduce = KeptOutAllreduce::new(
-            &config.allreduce.uncompressed,
-            format!("{name}.uncompressed"),
-            layout,
-            comm,
-            config.allreduce.options(),
-        )?;
+        let allreduce = KeptOutAllreduce::new(&config.allreduce, name, layout, comm)?;
         let freeze = FreezePoint::new(&config.compression, config.moments.beta_2);
         Ok(Self {
             basic,

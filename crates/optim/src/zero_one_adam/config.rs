@@ -7,8 +7,7 @@ use crate::config_check::{NoOtherFields, invalid};
 use crate::eps_mode::check_has_compression_stage;
 use crate::{MomentConfig, OneBitAllreduceConfig, OptimError, WithMoments};
 
-/// `zero_one_adam` (ALGORITHMS.md "0/1 Adam"). No bias correction (as
-/// DeepSpeed, which accepts the flag and ignores it).
+/// `zero_one_adam` (ALGORITHMS.md "0/1 Adam").
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default)]
 pub struct ZeroOneAdamConfig {
@@ -16,6 +15,11 @@ pub struct ZeroOneAdamConfig {
     /// `inside`) and the weight decay.
     #[serde(flatten)]
     pub moments: MomentConfig,
+    /// Divide m by `1−β1^t` and v by `1−β2^k`, k its updates so far. Off
+    /// by default, as in the paper and DeepSpeed (which accepts the flag
+    /// and ignores it): a terse option for runs whose variance stage is
+    /// too short for an uncorrected v (far below `1/(1−β2)` updates).
+    pub bias_correction: bool,
     /// The last step of the variance stage: v is updated on its schedule
     /// up to here and frozen after, where the local steps begin.
     pub var_freeze_step: u64,
@@ -38,6 +42,7 @@ impl Default for ZeroOneAdamConfig {
     fn default() -> Self {
         Self {
             moments: MomentConfig::default(),
+            bias_correction: false,
             var_freeze_step: 100_000,
             var_update_scaler: 16,
             local_step_scaler: 32_678,

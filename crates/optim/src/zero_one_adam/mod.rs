@@ -20,17 +20,16 @@ use std::time::{Duration, Instant};
 pub use config::ZeroOneAdamConfig;
 use schedule::ZeroOneSchedule;
 
-use crate::adam::adam_update;
-use crate::config_check::NoOtherFields;
 use crate::kept_out::{ErrorFeedback, KeptOutAllreduce};
 use crate::moments::Moments;
 use crate::pass::Direction;
+use crate::pass::adam::adam;
 use crate::pass::frozen::{accumulate_momentum, frozen_apply};
 use crate::pass::sums::copy;
 use crate::pass::zero_one_sync::{sync_apply, sync_scale};
-use crate::span::{Span, SpanCache};
+use crate::span::SpanCache;
 use crate::step::{FlatOptimizer, StepContext};
-use crate::{AdamConfig, Flat, FlatMut, OptimError, ParamLayout, Stage};
+use crate::{Flat, FlatMut, OptimError, ParamLayout, Stage};
 
 /// 0/1 Adam's state: the moments, the 1-bit allreduce's errors (of the
 /// gradient in the variance stage, zeroed at the freeze, of the
@@ -60,13 +59,7 @@ impl ZeroOneAdam {
         comm: &dyn terse_comm::Communicator,
     ) -> Result<Self, OptimError> {
         let d = layout.len();
-        let allreduce = KeptOutAllreduce::new(
-            &config.allreduce.uncompressed,
-            format!("{name}.uncompressed"),
-            layout,
-            comm,
-            config.allreduce.options(),
-        )?;
+        let allreduce = KeptOutAllreduce::new(&config.allreduce, name, layout, comm)?;
         let schedule = ZeroOneSchedule::new(
             config.var_update_scaler,
             config.local_step_scaler,
@@ -86,9 +79,16 @@ impl ZeroOneAdam {
         })
     }
 
-    /// This step's moment constants: no bias correction.
-    fn moments(&self, t: u64) -> Moments {
-        Moments::new(&self.config.moments, false, t)
+    /// Step `t`'s moment constants with v updated `updates` times: with
+    /// `bias_correction`, m̂ = m/(1−β1^t) and v̂ = v/(1−β2^updates) (v
+    /// moves only on its schedule); without (DeepSpeed), both as they are.
+    fn moments(&self, t: u64, updates: u64) -> Moments {
+        Moments::frozen(
+            &self.config.moments,
+            self.config.bias_correction,
+            t,
+            updates,
+        )
     }
 
     /// A variance-stage step: Adam on the exactly averaged gradient when v
@@ -102,17 +102,15 @@ impl ZeroOneAdam {
         x: &mut FlatMut<'_>,
         g: &mut FlatMut<'_>,
     ) -> Result<Duration, OptimError> {
+        let due = self.schedule.variance_due(ctx.t);
+        let updates = self.schedule.variance_updates() + u64::from(due);
+        let moments = self.moments(ctx.t, updates);
         let c = &self.config;
-        let moments = self.moments(ctx.t);
         let span = self.spans.span(ctx, x, c.moments.weight_decay, false);
-        let comm_time = if self.schedule.variance_due(ctx.t) {
-            let adam = AdamConfig {
-                moments: c.moments.clone(),
-                bias_correction: false,
-                no_other_fields: NoOtherFields,
-            };
+        let comm_time = if due {
             let comm_time = span.mean_gradient(ctx.comm, g)?;
-            adam_update(&adam, ctx, &span, x, (&mut self.m, &mut self.v), g);
+            let d = direction(c, &moments);
+            adam(&span, &d, ctx.lr as f32, x, (&mut self.m, &mut self.v), g);
             self.last_stage = Stage::Warmup;
             comm_time
         } else {
@@ -150,8 +148,8 @@ impl ZeroOneAdam {
         x: &mut FlatMut<'_>,
         g: &mut FlatMut<'_>,
     ) -> Result<Duration, OptimError> {
+        let moments = self.moments(ctx.t, self.schedule.variance_updates());
         let c = &self.config;
-        let moments = self.moments(ctx.t);
         let span = self.spans.span(ctx, x, c.moments.weight_decay, false);
         accumulate_momentum(&span, &moments, &mut self.m, g);
         let d = direction(c, &moments);
@@ -161,20 +159,45 @@ impl ZeroOneAdam {
         let mut comm_time = Duration::ZERO;
         self.last_stage = Stage::Local;
         if self.schedule.sync_due(ctx.t) {
-            comm_time = synchronise(
-                ctx,
-                &span,
-                &d,
-                x,
-                (&mut self.synced, &mut self.m, &self.v),
-                &mut self.allreduce,
-                &mut self.errors,
-                self.lr_sum,
-            )?;
-            self.lr_sum = 0.0;
+            comm_time = self.synchronise(ctx, x)?;
             self.last_stage = Stage::Compression;
         }
         self.schedule.after_local_step();
+        Ok(comm_time)
+    }
+
+    /// The synchronisation that ends a run of local steps: the updates
+    /// applied since the last one, `x − x_sync`, scaled by the denominator
+    /// and 1-bit averaged over ranks (in x's buffer), m re-estimated from
+    /// the mean and x moved by it from `x_sync` (the same bits on every
+    /// rank afterwards).
+    fn synchronise(
+        &mut self,
+        ctx: &StepContext<'_>,
+        x: &mut FlatMut<'_>,
+    ) -> Result<Duration, OptimError> {
+        let moments = self.moments(ctx.t, self.schedule.variance_updates());
+        let d = direction(&self.config, &moments);
+        let span = self
+            .spans
+            .span(ctx, x, self.config.moments.weight_decay, false);
+        sync_scale(&span, &d, x, &self.synced, &self.v);
+        let start = Instant::now();
+        let like = x.device().cloned();
+        self.allreduce
+            .mean_of_gradient(ctx.comm, like.as_ref(), x, &mut self.errors)?;
+        let comm_time = start.elapsed();
+        // ū·denom/Σlr estimates m̂; m is stored uncorrected. Rates that sum
+        // to zero moved nothing: m restarts from zero there (DeepSpeed
+        // divides by the zero).
+        let lr_sum = if self.lr_sum > 0.0 {
+            (self.lr_sum * moments.inv_bias_1()) as f32
+        } else {
+            f32::INFINITY
+        };
+        let state = (&mut self.synced, &mut self.m, &self.v);
+        sync_apply(&span, &d, lr_sum, x, state);
+        self.lr_sum = 0.0;
         Ok(comm_time)
     }
 }
@@ -186,37 +209,6 @@ fn direction<'a>(c: &ZeroOneAdamConfig, moments: &'a Moments) -> Direction<'a> {
         eps_mode: c.moments.eps_mode,
         weight_decay: c.moments.weight_decay as f32,
     }
-}
-
-/// The synchronisation that ends a run of local steps: the updates applied
-/// since the last one, `x − x_sync`, scaled by the denominator and 1-bit
-/// averaged over ranks (in x's buffer), m re-estimated from the mean and
-/// x moved by it from `x_sync` (the same bits on every rank afterwards).
-#[allow(clippy::too_many_arguments)]
-fn synchronise(
-    ctx: &StepContext<'_>,
-    span: &Span<'_>,
-    d: &Direction<'_>,
-    x: &mut FlatMut<'_>,
-    (synced, m, v): (&mut Flat, &mut Flat, &Flat),
-    allreduce: &mut KeptOutAllreduce,
-    errors: &mut ErrorFeedback,
-    lr_sum: f64,
-) -> Result<Duration, OptimError> {
-    sync_scale(span, d, x, synced, v);
-    let start = Instant::now();
-    let like = x.device().cloned();
-    allreduce.mean_of_gradient(ctx.comm, like.as_ref(), x, errors)?;
-    let comm_time = start.elapsed();
-    // Rates that sum to zero moved nothing: m restarts from zero there
-    // (DeepSpeed divides by the zero).
-    let lr_sum = if lr_sum > 0.0 {
-        lr_sum as f32
-    } else {
-        f32::INFINITY
-    };
-    sync_apply(span, d, lr_sum, x, (synced, m, v));
-    Ok(comm_time)
 }
 
 impl FlatOptimizer for ZeroOneAdam {
@@ -283,22 +275,6 @@ impl FlatOptimizer for ZeroOneAdam {
         if t <= self.config.var_freeze_step || self.lr_sum == 0.0 {
             return Ok(Duration::ZERO);
         }
-        let moments = self.moments(t);
-        let d = direction(&self.config, &moments);
-        let span = self
-            .spans
-            .span(ctx, x, self.config.moments.weight_decay, false);
-        let comm_time = synchronise(
-            ctx,
-            &span,
-            &d,
-            x,
-            (&mut self.synced, &mut self.m, &self.v),
-            &mut self.allreduce,
-            &mut self.errors,
-            self.lr_sum,
-        )?;
-        self.lr_sum = 0.0;
-        Ok(comm_time)
+        self.synchronise(ctx, x)
     }
 }

@@ -26,6 +26,8 @@ pub(crate) struct ZeroOneSchedule {
     local_interval: u64,
     /// Local steps since the interval last doubled.
     local_counter: u64,
+    /// v's updates so far (its bias correction's exponent).
+    variance_updates: u64,
 }
 
 /// DeepSpeed's step count of terse's step `t`.
@@ -48,6 +50,7 @@ impl ZeroOneSchedule {
             var_counter: 0,
             local_interval: 1,
             local_counter: 0,
+            variance_updates: 0,
         }
     }
 
@@ -62,6 +65,7 @@ impl ZeroOneSchedule {
     /// the interval after `var_update_scaler` of them.
     pub(crate) fn after_variance_step(&mut self, t: u64) {
         if self.variance_due(t) {
+            self.variance_updates += 1;
             self.var_counter += 1;
             if self.var_counter == self.var_update_scaler {
                 self.var_counter = 0;
@@ -85,14 +89,20 @@ impl ZeroOneSchedule {
         }
     }
 
+    /// How many times v has been updated.
+    pub(crate) fn variance_updates(&self) -> u64 {
+        self.variance_updates
+    }
+
     /// The counters, for checkpoints: `[var_interval, var_counter,
-    /// local_interval, local_counter]`.
+    /// local_interval, local_counter, variance_updates]`.
     pub(crate) fn counters(&self) -> Vec<f64> {
         [
             self.var_interval,
             self.var_counter,
             self.local_interval,
             self.local_counter,
+            self.variance_updates,
         ]
         .map(|c| c as f64)
         .to_vec()
@@ -105,8 +115,15 @@ impl ZeroOneSchedule {
             .map(|&v| (v >= 0.0 && v.fract() == 0.0).then_some(v as u64))
             .collect::<Option<_>>()
             .ok_or_else(|| format!("schedule counters {values:?} are not whole numbers"))?;
-        let [var_interval, var_counter, local_interval, local_counter] = counters[..] else {
-            return Err(format!("{} schedule counters, expected 4", values.len()));
+        let [
+            var_interval,
+            var_counter,
+            local_interval,
+            local_counter,
+            variance_updates,
+        ] = counters[..]
+        else {
+            return Err(format!("{} schedule counters, expected 5", values.len()));
         };
         if var_interval == 0 || local_interval == 0 {
             return Err(format!("a zero interval in schedule counters {values:?}"));
@@ -116,6 +133,7 @@ impl ZeroOneSchedule {
             var_counter,
             local_interval,
             local_counter,
+            variance_updates,
             ..*self
         };
         Ok(())
@@ -189,8 +207,8 @@ mod tests {
         let mut b = ZeroOneSchedule::new(2, 3, 16);
         b.restore(&a.counters()).unwrap();
         assert_eq!(a, b);
-        assert!(b.restore(&[1.0, 0.0, 2.0]).is_err());
-        assert!(b.restore(&[0.0, 0.0, 2.0, 0.0]).is_err());
-        assert!(b.restore(&[1.5, 0.0, 2.0, 0.0]).is_err());
+        assert!(b.restore(&[1.0, 0.0, 2.0, 0.0]).is_err());
+        assert!(b.restore(&[0.0, 0.0, 2.0, 0.0, 3.0]).is_err());
+        assert!(b.restore(&[1.5, 0.0, 2.0, 0.0, 3.0]).is_err());
     }
 }
