@@ -156,14 +156,12 @@ pub fn run(ctx: &Context) -> Result<Outcome> {
 }
 
 /// Measured bytes and rounds of a run: the total bytes sent, and the steps
-/// whose optimizer made any collective call.
+/// that sent any (every optimizer here sends something in each step that
+/// communicates).
 fn measured(log: &RunLog) -> (f64, f64) {
-    let rounds = log
-        .series("collectives")
-        .iter()
-        .filter(|&&(_, calls)| calls > 0.0)
-        .count();
-    (log.total("bytes_sent"), rounds as f64)
+    let series = log.series("bytes_sent");
+    let rounds = series.iter().filter(|&&(_, bytes)| bytes > 0.0).count();
+    (series.iter().map(|&(_, b)| b).sum(), rounds as f64)
 }
 
 fn summarize(
@@ -187,6 +185,7 @@ fn summarize(
         (schedule.exact as f64 * FP32_UNITS + (schedule.compressed + schedule.syncs) as f64) * unit;
     let (onebit_bytes, onebit_rounds) = measured(onebit);
     let (zero_one_bytes, zero_one_rounds) = measured(zero_one);
+    let (onebit_rounds, zero_one_rounds) = (onebit_rounds as u64, zero_one_rounds as u64);
     let off = |measured: f64, analytic: f64| 100.0 * (measured - analytic).abs() / analytic;
     let tail = (steps / 10) as usize;
     let mut table = Table::new(&[
@@ -203,14 +202,18 @@ fn summarize(
         let loss = log.final_eval("held_out_loss")?;
         held.push(loss);
         let (bytes, rounds) = measured(log);
+        let rounds = rounds as u64;
         table.row(vec![
             log.label.clone(),
             log.show(loss, num),
             log.show(log.tail_mean("loss", tail), num),
             log.show(log.final_eval("mlm_accuracy")?, num),
             num(bytes / 1e6),
-            num(rounds),
-            num(log.total("collectives")),
+            rounds.to_string(),
+            match log.series("collectives").is_empty() {
+                true => "not logged".into(),
+                false => format!("{}", log.total("collectives") as u64),
+            },
         ]);
     }
     let [adam_loss, onebit_loss, zero_one_loss] = held[..] else {
@@ -218,26 +221,24 @@ fn summarize(
     };
     let gap = |x: f64| 100.0 * (x - adam_loss) / adam_loss;
     let volume_cut = 100.0 * (1.0 - zero_one_bytes / onebit_bytes);
-    let round_cut = 100.0 * (1.0 - zero_one_rounds / onebit_rounds);
+    let round_cut = 100.0 * (1.0 - zero_one_rounds as f64 / onebit_rounds as f64);
     let counts_agree = off(onebit_bytes, analytic_onebit) <= COUNT_TOLERANCE_PERCENT
         && off(zero_one_bytes, analytic_zero_one) <= COUNT_TOLERANCE_PERCENT
-        && zero_one_rounds == schedule.rounds() as f64
-        && onebit_rounds == steps as f64;
+        && zero_one_rounds == schedule.rounds()
+        && onebit_rounds == steps;
     let counts = Claim::new(
         counts_agree,
         format!(
             "bytes and rounds as the schedules give them: 1-bit Adam {} MB ({:.2}% from \
-             {} analytic), {} rounds (analytic {steps}); 0/1 Adam {} MB ({:.2}% from {}), {} \
-             rounds (analytic {}: {} exact variance steps, {} compressed, {} synchronisations, \
-             {} silent local steps)",
+             {} analytic), {onebit_rounds} rounds (analytic {steps}); 0/1 Adam {} MB ({:.2}% \
+             from {}), {zero_one_rounds} rounds (analytic {}: {} exact variance steps, {} \
+             compressed, {} synchronisations, {} silent local steps)",
             num(onebit_bytes / 1e6),
             off(onebit_bytes, analytic_onebit),
             num(analytic_onebit / 1e6),
-            num(onebit_rounds),
             num(zero_one_bytes / 1e6),
             off(zero_one_bytes, analytic_zero_one),
             num(analytic_zero_one / 1e6),
-            num(zero_one_rounds),
             schedule.rounds(),
             schedule.exact,
             schedule.compressed,
@@ -245,16 +246,6 @@ fn summarize(
             schedule.silent
         ),
     );
-    let reductions = |holds: bool, what: &str| {
-        Claim::new(
-            holds,
-            format!(
-                "{what}: {volume_cut:.1}% less volume (paper: up to {PAPER_VOLUME_REDUCTION}%) \
-                 and {round_cut:.1}% fewer rounds (paper: up to {PAPER_ROUND_REDUCTION}%) than \
-                 1-bit Adam"
-            ),
-        )
-    };
     let claims = if ctx.quick {
         vec![
             counts,
@@ -283,9 +274,19 @@ fn summarize(
                 ),
             ),
             counts,
-            reductions(
-                volume_cut >= PAPER_VOLUME_REDUCTION && round_cut >= PAPER_ROUND_REDUCTION,
-                "the paper's reductions reached",
+            Claim::new(
+                volume_cut >= PAPER_VOLUME_REDUCTION,
+                format!(
+                    "the paper's volume reduction reached: {volume_cut:.1}% less than 1-bit Adam \
+                     (paper: up to {PAPER_VOLUME_REDUCTION}%)"
+                ),
+            ),
+            Claim::new(
+                round_cut >= PAPER_ROUND_REDUCTION,
+                format!(
+                    "the paper's round reduction reached: {round_cut:.1}% fewer rounds than \
+                     1-bit Adam (paper: up to {PAPER_ROUND_REDUCTION}%)"
+                ),
             ),
         ]
     };
