@@ -113,3 +113,43 @@ fn a_freeze_the_run_never_reaches_is_refused_naming_freeze_step_and_steps() {
     );
     assert!(output.status.success(), "{}", common::text(&output));
 }
+
+/// Every registered optimizer, as `--optimizer` spells it (`zero-one-adam`),
+/// resolves on every command's shipped config: the config it would train
+/// with names it, and the plan line says what each part of the run sends.
+#[test]
+fn every_optimizer_resolves_on_every_command() {
+    let commands: [(&[&str], &str); 4] = [
+        (&["train"], "configs/train-mlp-fashion-mnist.toml"),
+        (&["pretrain"], "configs/pretrain-bert-tiny.toml"),
+        (&["finetune", "glue"], "configs/finetune-rt-polarity.toml"),
+        (&["finetune", "squad"], "configs/finetune-squad.toml"),
+    ];
+    for (command, config) in commands {
+        let command = command.join(" ");
+        for name in terse_optim::OPTIMIZER_NAMES.lines() {
+            let flag = name.replace('_', "-");
+            let output = Command::new(env!("CARGO_BIN_EXE_terse"))
+                .args(command.split(' '))
+                .args(["--config", config, "--optimizer", &flag])
+                .args(["--allow-no-compression", "--print-config"])
+                .current_dir(common::workspace())
+                .output()
+                .unwrap();
+            let text = common::text(&output);
+            assert!(
+                output.status.success(),
+                "{command} --optimizer {flag}:\n{text}"
+            );
+            let printed = String::from_utf8_lossy(&output.stdout);
+            let resolved: toml::Table = printed
+                .parse()
+                .unwrap_or_else(|e| panic!("{command} --optimizer {flag}: {e}\n{printed}"));
+            assert_eq!(
+                resolved["optimizer"]["name"].as_str(),
+                Some(name),
+                "{command} --optimizer {flag}"
+            );
+        }
+    }
+}

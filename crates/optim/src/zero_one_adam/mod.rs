@@ -254,6 +254,8 @@ impl FlatOptimizer for ZeroOneAdam {
         }
     }
 
+    /// The kind of the last step taken (its schedule has moved on since);
+    /// a resumed run reports `warmup` until it takes a step.
     fn stage(&self, t: u64) -> Stage {
         let _ = t;
         self.last_stage
