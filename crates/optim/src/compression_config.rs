@@ -1,6 +1,8 @@
-//! The settings of the 1-bit compression stage, shared by the configs of
-//! 1-bit Adam and 1-bit LAMB and their ablations (flattened into them: the
-//! TOML keys stay top-level). ALGORITHMS.md "1-bit Adam", "Compressed
+//! The settings of 1-bit compression, flattened into the optimizers'
+//! configs (the TOML keys stay top-level): the compressed allreduce's
+//! (1-bit Adam, 1-bit LAMB, their ablations and 0/1 Adam) and the freeze
+//! that starts the compression stage (the first four; the config field
+//! holding it is still named `compression`). ALGORITHMS.md "1-bit Adam", "Compressed
 //! allreduce", "Zero-gradient coordinates".
 
 use serde::{Deserialize, Serialize};
@@ -78,7 +80,7 @@ impl OneBitAllreduceConfig {
 /// configs' [`crate::NoOtherFields`] would then refuse them all.)
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default)]
-pub struct CompressionConfig {
+pub struct FreezeConfig {
     /// How the freeze step is chosen.
     pub freeze: FreezeRule,
     /// The last warmup step `T_w` (with `freeze = "step"`).
@@ -87,7 +89,7 @@ pub struct CompressionConfig {
     pub freeze_threshold: f64,
 }
 
-impl Default for CompressionConfig {
+impl Default for FreezeConfig {
     fn default() -> Self {
         Self {
             freeze: FreezeRule::Step,
@@ -97,7 +99,7 @@ impl Default for CompressionConfig {
     }
 }
 
-impl CompressionConfig {
+impl FreezeConfig {
     /// Checks the ranges; errors name the field as `{optimizer}.{field}`.
     pub(crate) fn validate(&self, optimizer: &str) -> Result<(), OptimError> {
         let field = |name: &str| format!("{optimizer}.{name}");
@@ -120,11 +122,11 @@ impl CompressionConfig {
 }
 
 /// burn-style builder methods (`with_freeze_step(10)`) for the compression
-/// settings of any config that flattens a [`CompressionConfig`] and a
+/// settings of any config that flattens a [`FreezeConfig`] and a
 /// [`OneBitAllreduceConfig`].
 pub trait WithCompression: Sized {
     /// The config's compression settings.
-    fn compression_mut(&mut self) -> &mut CompressionConfig;
+    fn compression_mut(&mut self) -> &mut FreezeConfig;
 
     /// The config's compressed-allreduce settings.
     fn allreduce_mut(&mut self) -> &mut OneBitAllreduceConfig;

@@ -5,7 +5,7 @@
 
 use std::collections::VecDeque;
 
-use crate::{CompressionConfig, FreezeRule, Stage};
+use crate::{FreezeConfig, FreezeRule, Stage};
 
 /// The norm history the rule needs: `‖v‖₁` of the last `Δ + 1` steps.
 #[derive(Debug, Clone, PartialEq)]
@@ -76,7 +76,7 @@ pub(crate) struct FreezePoint {
 
 impl FreezePoint {
     /// The freeze `config` asks for; the auto rule's window follows β2.
-    pub(crate) fn new(config: &CompressionConfig, beta_2: f64) -> Self {
+    pub(crate) fn new(config: &FreezeConfig, beta_2: f64) -> Self {
         let rule = config.freeze;
         match rule {
             FreezeRule::Step => FreezePoint {

@@ -9,6 +9,7 @@
 //! compressed in place with no copy.
 
 use std::ops::Range;
+use std::time::{Duration, Instant};
 
 use burn::tensor::{Tensor, TensorData};
 use cubecl::server::Handle;
@@ -180,28 +181,31 @@ impl KeptOutAllreduce {
         }
     }
 
-    /// [`KeptOutAllreduce::mean_of`] a step's gradient `g`, whole (1-bit
-    /// Adam's naive baseline, 0/1 Adam's variance stage; 0/1 Adam's
-    /// synchronisation passes its accumulated updates in the parameters'
-    /// buffer); `like`: the parameters on `g`'s device (a clone of `g`'s
-    /// own handle serves).
-    pub(crate) fn mean_of_gradient(
+    /// [`KeptOutAllreduce::mean_of`] a whole buffer `b`, wherever it is:
+    /// 1-bit Adam's naive baseline's gradient, 0/1 Adam's gradient in its
+    /// variance stage and, at a synchronisation, its accumulated updates
+    /// held in the parameters' buffer. Returns the time it took.
+    pub(crate) fn mean_of_whole(
         &mut self,
         comm: &dyn Communicator,
-        like: Option<&DeviceFlat>,
-        g: &mut FlatMut<'_>,
+        b: &mut FlatMut<'_>,
         errors: &mut ErrorFeedback,
-    ) -> Result<(), OptimError> {
-        match (like, g) {
-            (Some(like), FlatMut::Device(g)) => {
-                let len = g.len();
-                let buf = g.swap_handle(like.client().empty(size_of::<f32>()));
-                let (mean, result) = self.allreduce_mean_device(comm, like, buf, len, errors);
-                g.swap_handle(mean);
-                result
+    ) -> Result<Duration, OptimError> {
+        let start = Instant::now();
+        match b {
+            FlatMut::Device(b) => {
+                let len = b.len();
+                let buf = b.swap_handle(b.client().empty(size_of::<f32>()));
+                // Says where the mean goes (client, device, dtype); taken
+                // after the swap, so it shares no storage with `buf`.
+                let like = b.clone();
+                let (mean, result) = self.allreduce_mean_device(comm, &like, buf, len, errors);
+                b.swap_handle(mean);
+                result?;
             }
-            (_, g) => self.allreduce_mean(comm, g.host_mut(), errors),
+            FlatMut::Host(b) => self.allreduce_mean(comm, b, errors)?,
         }
+        Ok(start.elapsed())
     }
 
     /// [`KeptOutAllreduce::allreduce_mean`] of `buf` (`len` f32 on `like`'s

@@ -47,7 +47,7 @@ mod zero_one_adam;
 
 pub use adam::{Adam, AdamConfig};
 pub use compression_config::{
-    CompressionConfig, FreezeRule, OneBitAllreduceConfig, ScaleKind, WithCompression,
+    FreezeConfig, FreezeRule, OneBitAllreduceConfig, ScaleKind, WithCompression,
 };
 pub use config_check::NoOtherFields;
 pub use device_flat::DeviceFlat;

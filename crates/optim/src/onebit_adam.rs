@@ -19,7 +19,7 @@ use crate::pass::sums::sum_of_abs;
 use crate::span::SpanCache;
 use crate::step::{FlatOptimizer, StepContext};
 use crate::{
-    AdamConfig, CompressionConfig, Flat, FlatMut, MomentConfig, OneBitAllreduceConfig, OptimError,
+    AdamConfig, Flat, FlatMut, FreezeConfig, MomentConfig, OneBitAllreduceConfig, OptimError,
     ParamLayout, Stage, WithCompression, WithMoments,
 };
 
@@ -39,7 +39,7 @@ pub struct OneBitAdamConfig {
     pub allreduce: OneBitAllreduceConfig,
     /// The freeze.
     #[serde(flatten)]
-    pub compression: CompressionConfig,
+    pub compression: FreezeConfig,
     /// Refuses keys no field claims (must stay last).
     #[serde(flatten, skip_serializing)]
     pub no_other_fields: NoOtherFields,
@@ -51,7 +51,7 @@ impl Default for OneBitAdamConfig {
             moments: MomentConfig::default(),
             bias_correction: false,
             allreduce: OneBitAllreduceConfig::default(),
-            compression: CompressionConfig::default(),
+            compression: FreezeConfig::default(),
             no_other_fields: NoOtherFields,
         }
     }
@@ -72,7 +72,7 @@ impl WithMoments for OneBitAdamConfig {
 }
 
 impl WithCompression for OneBitAdamConfig {
-    fn compression_mut(&mut self) -> &mut CompressionConfig {
+    fn compression_mut(&mut self) -> &mut FreezeConfig {
         &mut self.compression
     }
 
@@ -156,11 +156,9 @@ impl OneBitAdam {
         g: &mut FlatMut<'_>,
     ) -> Result<Duration, OptimError> {
         let adam = self.adam_config(true);
-        let start = Instant::now();
-        let like = x.device();
-        self.allreduce
-            .mean_of_gradient(ctx.comm, like, g, &mut self.errors)?;
-        let comm_time = start.elapsed();
+        let comm_time = self
+            .allreduce
+            .mean_of_whole(ctx.comm, g, &mut self.errors)?;
         let span = self.spans.span(ctx, x, adam.moments.weight_decay, false);
         adam_update(&adam, ctx, &span, x, (&mut self.m, &mut self.v), g);
         Ok(comm_time)

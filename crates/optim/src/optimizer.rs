@@ -85,9 +85,7 @@ impl Optimizer {
         self.check_len("gradient", g.len())?;
         self.check_world(comm)?;
         // State a device step left there continues here.
-        for (_, buffer) in self.rule.state() {
-            buffer.move_to_host();
-        }
+        self.state_to_host();
         self.take_step(comm, |rule, ctx| {
             rule.step(ctx, &mut FlatMut::Host(x), &mut FlatMut::Host(g))
         })
@@ -148,9 +146,7 @@ impl Optimizer {
         self.check_len("parameters", x.len())?;
         self.check_len("gradient", g.len())?;
         self.check_world(comm)?;
-        for (_, buffer) in self.rule.state() {
-            buffer.move_to_device(x);
-        }
+        self.state_beside(x);
         self.take_step(comm, |rule, ctx| {
             rule.step(ctx, &mut FlatMut::Device(x), &mut FlatMut::Device(g))
         })
@@ -167,9 +163,7 @@ impl Optimizer {
     ) -> Result<Duration, OptimError> {
         self.check_len("parameters", x.len())?;
         self.check_world(comm)?;
-        for (_, buffer) in self.rule.state() {
-            buffer.move_to_device(x);
-        }
+        self.state_beside(x);
         let ctx = context(&self.schedule, &self.layout, self.t, comm);
         self.rule.finish(&ctx, &mut FlatMut::Device(x))
     }
@@ -184,11 +178,23 @@ impl Optimizer {
     ) -> Result<Duration, OptimError> {
         self.check_len("parameters", x.len())?;
         self.check_world(comm)?;
+        self.state_to_host();
+        let ctx = context(&self.schedule, &self.layout, self.t, comm);
+        self.rule.finish(&ctx, &mut FlatMut::Host(x))
+    }
+
+    /// Moves the rule's state to the host (a no-op where it is already).
+    fn state_to_host(&mut self) {
         for (_, buffer) in self.rule.state() {
             buffer.move_to_host();
         }
-        let ctx = context(&self.schedule, &self.layout, self.t, comm);
-        self.rule.finish(&ctx, &mut FlatMut::Host(x))
+    }
+
+    /// Moves the rule's state to `x`'s device (a no-op after the first).
+    fn state_beside(&mut self, x: &DeviceFlat) {
+        for (_, buffer) in self.rule.state() {
+            buffer.move_to_device(x);
+        }
     }
 
     fn check_world(&self, comm: &dyn Communicator) -> Result<(), OptimError> {

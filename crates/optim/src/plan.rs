@@ -7,7 +7,7 @@ use std::fmt;
 use std::ops::RangeInclusive;
 
 use crate::zero_one_adam::schedule::ZeroOneSchedule;
-use crate::{CompressionConfig, FreezeRule, LrSchedule, OptimizerConfig, ZeroOneAdamConfig};
+use crate::{FreezeConfig, FreezeRule, LrSchedule, OptimizerConfig, ZeroOneAdamConfig};
 
 /// The stages of a run of `steps` steps.
 #[derive(Debug, Clone, PartialEq)]
@@ -137,7 +137,7 @@ fn zero_one(c: &ZeroOneAdamConfig, steps: u64) -> Plan {
 
 /// A warmup of fp32 allreduce, then `after` from the step after the freeze.
 fn frozen(
-    compression: &CompressionConfig,
+    compression: &FreezeConfig,
     beta_2: f64,
     steps: u64,
     schedule: &LrSchedule,

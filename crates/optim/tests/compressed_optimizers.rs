@@ -16,7 +16,7 @@ use terse_optim::{
 };
 
 mod compressed_setup;
-use compressed_setup::reference::{compressed_allreduce, mean};
+use compressed_setup::reference::{compressed_allreduce, mean, same_on_every_rank, worst};
 use compressed_setup::*;
 
 // ---------------------------------------------------------------- reference
@@ -347,24 +347,6 @@ impl Reference {
     }
 }
 
-/// Worst per-segment relative error of `got` (every rank) against `want`.
-fn worst(layout: &ParamLayout, got: &[Vec<f32>], want: &[Vec<f64>]) -> f64 {
-    let mut worst = 0.0f64;
-    for (g, w) in got.iter().zip(want) {
-        for seg in layout.segments() {
-            let size = seg
-                .range()
-                .map(|k| w[k].abs())
-                .fold(0.0, f64::max)
-                .max(1e-30);
-            for k in seg.range() {
-                worst = worst.max((f64::from(g[k]) - w[k]).abs() / size);
-            }
-        }
-    }
-    worst
-}
-
 fn check(config: OptimizerConfig, sparse: bool) {
     let name = config.name();
     for n in [1usize, 2, 4] {
@@ -393,16 +375,10 @@ fn check(config: OptimizerConfig, sparse: bool) {
                 _ => true,
             };
             if synced {
-                for (rank, x) in got.iter().enumerate() {
-                    let same = x
-                        .iter()
-                        .zip(&got[0])
-                        .all(|(a, b)| a.to_bits() == b.to_bits());
-                    assert!(
-                        same,
-                        "{name}, n {n}, step {t}: rank {rank} differs from rank 0"
-                    );
-                }
+                assert!(
+                    same_on_every_rank(got),
+                    "{name}, n {n}, step {t}: a rank differs from rank 0"
+                );
             }
         }
         let expected_stage = |t: u64| match &config {

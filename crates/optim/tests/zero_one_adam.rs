@@ -21,7 +21,7 @@ use terse_optim::{
 };
 
 mod compressed_setup;
-use compressed_setup::reference::{compressed_allreduce, mean};
+use compressed_setup::reference::{compressed_allreduce, mean, same_on_every_rank, worst};
 use compressed_setup::{gradient, initial, layout};
 
 const STEPS: u64 = 60;
@@ -266,25 +266,6 @@ fn run(
         .map(|s| results.iter().map(|(xs, _)| xs[s].clone()).collect())
         .collect();
     (per_step, stages)
-}
-
-/// Worst per-segment relative error of `got` (every rank) against `want`.
-fn worst(layout: &ParamLayout, got: &[Vec<f32>], want: &[Vec<f64>]) -> f64 {
-    let mut worst = 0.0f64;
-    for (g, w) in got.iter().zip(want) {
-        for seg in layout.segments() {
-            let size = seg.range().map(|k| w[k].abs()).fold(0.0, f64::max);
-            for k in seg.range() {
-                worst = worst.max((f64::from(g[k]) - w[k]).abs() / size);
-            }
-        }
-    }
-    worst
-}
-
-fn same_on_every_rank(x: &[Vec<f32>]) -> bool {
-    x.iter()
-        .all(|r| r.iter().zip(&x[0]).all(|(a, b)| a.to_bits() == b.to_bits()))
 }
 
 #[test]

@@ -413,7 +413,8 @@ mod tests {
             "#,
         )
         .unwrap();
-        assert_eq!(applied(json), expected);
+        let doc = applied(json);
+        assert_eq!(doc, expected);
         let ignored = translate("ds.json", json).unwrap().ignored;
         assert!(
             ignored
@@ -422,7 +423,7 @@ mod tests {
             "{ignored:?}"
         );
         // The mapped table is a valid terse optimizer config.
-        let table = applied(json)["optimizer"].clone();
+        let table = doc["optimizer"].clone();
         let config: terse_optim::OptimizerConfig = table.try_into().unwrap();
         config.validate().unwrap();
     }

@@ -158,10 +158,10 @@ pub fn run(ctx: &Context) -> Result<Outcome> {
 /// Measured bytes and rounds of a run: the total bytes sent, and the steps
 /// that sent any (every optimizer here sends something in each step that
 /// communicates).
-fn measured(log: &RunLog) -> (f64, f64) {
+fn measured(log: &RunLog) -> (f64, u64) {
     let series = log.series("bytes_sent");
     let rounds = series.iter().filter(|&&(_, bytes)| bytes > 0.0).count();
-    (series.iter().map(|&(_, b)| b).sum(), rounds as f64)
+    (series.iter().map(|&(_, b)| b).sum(), rounds as u64)
 }
 
 fn summarize(
@@ -185,7 +185,6 @@ fn summarize(
         (schedule.exact as f64 * FP32_UNITS + (schedule.compressed + schedule.syncs) as f64) * unit;
     let (onebit_bytes, onebit_rounds) = measured(onebit);
     let (zero_one_bytes, zero_one_rounds) = measured(zero_one);
-    let (onebit_rounds, zero_one_rounds) = (onebit_rounds as u64, zero_one_rounds as u64);
     let off = |measured: f64, analytic: f64| 100.0 * (measured - analytic).abs() / analytic;
     let tail = (steps / 10) as usize;
     let mut table = Table::new(&[
@@ -202,7 +201,6 @@ fn summarize(
         let loss = log.final_eval("held_out_loss")?;
         held.push(loss);
         let (bytes, rounds) = measured(log);
-        let rounds = rounds as u64;
         table.row(vec![
             log.label.clone(),
             log.show(loss, num),

@@ -16,7 +16,7 @@ use crate::lamb::{Trust, check_trust_clip};
 use crate::span::SpanCache;
 use crate::step::{FlatOptimizer, StepContext};
 use crate::{
-    CompressionConfig, Flat, FlatMut, LambConfig, MomentConfig, OneBitAllreduceConfig, OptimError,
+    Flat, FlatMut, FreezeConfig, LambConfig, MomentConfig, OneBitAllreduceConfig, OptimError,
     ParamLayout, Stage, WithCompression, WithMoments,
 };
 
@@ -61,7 +61,7 @@ pub struct OneBitLambConfig {
     pub allreduce: OneBitAllreduceConfig,
     /// The freeze.
     #[serde(flatten)]
-    pub compression: CompressionConfig,
+    pub compression: FreezeConfig,
     /// Refuses keys no field claims (must stay last).
     #[serde(flatten, skip_serializing)]
     pub no_other_fields: NoOtherFields,
@@ -83,7 +83,7 @@ impl Default for OneBitLambConfig {
             r_threshold: 0.1,
             ratio: RatioKind::Sqrt,
             allreduce: OneBitAllreduceConfig::default(),
-            compression: CompressionConfig::default(),
+            compression: FreezeConfig::default(),
             no_other_fields: NoOtherFields,
         }
     }
@@ -113,7 +113,7 @@ impl WithMoments for OneBitLambConfig {
 }
 
 impl WithCompression for OneBitLambConfig {
-    fn compression_mut(&mut self) -> &mut CompressionConfig {
+    fn compression_mut(&mut self) -> &mut FreezeConfig {
         &mut self.compression
     }
 

@@ -15,7 +15,7 @@
 mod config;
 pub(crate) mod schedule;
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 pub use config::ZeroOneAdamConfig;
 use schedule::ZeroOneSchedule;
@@ -114,10 +114,9 @@ impl ZeroOneAdam {
             self.last_stage = Stage::Warmup;
             comm_time
         } else {
-            let start = Instant::now();
-            self.allreduce
-                .mean_of_gradient(ctx.comm, x.device(), g, &mut self.errors)?;
-            let comm_time = start.elapsed();
+            let comm_time = self
+                .allreduce
+                .mean_of_whole(ctx.comm, g, &mut self.errors)?;
             accumulate_momentum(&span, &moments, &mut self.m, g);
             let rates = vec![ctx.lr as f32; ctx.layout.segments().len()];
             frozen_apply(
@@ -182,11 +181,9 @@ impl ZeroOneAdam {
             .spans
             .span(ctx, x, self.config.moments.weight_decay, false);
         sync_scale(&span, &d, x, &self.synced, &self.v);
-        let start = Instant::now();
-        let like = x.device().cloned();
-        self.allreduce
-            .mean_of_gradient(ctx.comm, like.as_ref(), x, &mut self.errors)?;
-        let comm_time = start.elapsed();
+        let comm_time = self
+            .allreduce
+            .mean_of_whole(ctx.comm, x, &mut self.errors)?;
         // ū·denom/Σlr estimates m̂; m is stored uncorrected. Rates that sum
         // to zero moved nothing: m restarts from zero there (DeepSpeed
         // divides by the zero).

@@ -1,9 +1,12 @@
 //! The float64 references the compressed-optimizer tests share: the
-//! compressed allreduce of ALGORITHMS.md and the mean over ranks.
+//! compressed allreduce of ALGORITHMS.md and the mean over ranks, and how
+//! a run's parameters are held against them.
 
 #![allow(dead_code)]
 // The reference indexes by rank and element to read like ALGORITHMS.md.
 #![allow(clippy::needless_range_loop)]
+
+use terse_optim::ParamLayout;
 
 /// The compressed allreduce of ALGORITHMS.md in f64: one l1 scale per
 /// chunk, worker errors `we` (per rank) and server errors `se` (per rank,
@@ -57,4 +60,28 @@ pub fn mean(v: &[Vec<f64>]) -> Vec<f64> {
     (0..v[0].len())
         .map(|k| v.iter().map(|x| x[k]).sum::<f64>() / v.len() as f64)
         .collect()
+}
+
+/// Worst per-segment relative error of `got` (every rank) against `want`.
+pub fn worst(layout: &ParamLayout, got: &[Vec<f32>], want: &[Vec<f64>]) -> f64 {
+    let mut worst = 0.0f64;
+    for (g, w) in got.iter().zip(want) {
+        for seg in layout.segments() {
+            let size = seg
+                .range()
+                .map(|k| w[k].abs())
+                .fold(0.0, f64::max)
+                .max(1e-30);
+            for k in seg.range() {
+                worst = worst.max((f64::from(g[k]) - w[k]).abs() / size);
+            }
+        }
+    }
+    worst
+}
+
+/// Whether every rank's parameters are rank 0's, bit for bit.
+pub fn same_on_every_rank(x: &[Vec<f32>]) -> bool {
+    x.iter()
+        .all(|r| r.iter().zip(&x[0]).all(|(a, b)| a.to_bits() == b.to_bits()))
 }
