@@ -22,7 +22,22 @@ use terse_compress::resident::filled;
 use terse_compress::server::{Compressed, average_and_recompress};
 use terse_compress::worker::{HostWorker, Worker};
 
+use crate::deepspeed_geometry::DeepSpeedGeometry;
 use crate::{CommError, Communicator};
+
+/// Where the chunks and the scales of the compressed allreduce lie.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Geometry {
+    /// terse's: chunks of whole sign words, a scale per chunk (or per
+    /// `scale_block`) on the worker and on the server.
+    #[default]
+    Chunks,
+    /// DeepSpeed's (`deepspeed_geometry`): the buffer padded to a multiple
+    /// of `n·lcm(n, 8)`, one L2 scale over the worker's whole padded
+    /// buffer, one per chunk on the server. Host buffers only; `scale` must
+    /// be L2 and `scale_block` unset.
+    DeepSpeed,
+}
 
 /// How the compressed allreduce quantises.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -32,6 +47,8 @@ pub struct CompressionOptions {
     /// One scale per this many elements (a multiple of 32); `None`: one per
     /// chunk, the papers' choice.
     pub scale_block: Option<usize>,
+    /// Where chunks and scales lie.
+    pub geometry: Geometry,
 }
 
 impl CompressionOptions {
@@ -40,6 +57,13 @@ impl CompressionOptions {
     /// rule: the compressed allreduce checks it, and so do the optimizer
     /// configs (naming their own field).
     pub fn check(&self) -> Result<(), CommError> {
+        if self.geometry == Geometry::DeepSpeed && (self.scale_block.is_some() || self.scale != Scale::L2) {
+            return Err(CommError::BadOption {
+                option: "scale_block",
+                value: format!("{:?} with scale {:?}", self.scale_block, self.scale),
+                reason: "DeepSpeed's geometry has one L2 scale per worker buffer and per server chunk",
+            });
+        }
         match self.scale_block {
             Some(block) if block == 0 || !block.is_multiple_of(32) => Err(CommError::BadOption {
                 option: "scale_block",
@@ -73,6 +97,8 @@ pub struct CompressedAllreduce {
     /// writes them.
     bits: Vec<u32>,
     scales: Vec<f32>,
+    /// DeepSpeed's geometry in place of the above, when asked for.
+    deepspeed: Option<DeepSpeedGeometry>,
 }
 
 impl CompressedAllreduce {
@@ -90,6 +116,14 @@ impl CompressedAllreduce {
         let (rank, world_size) = (comm.rank(), comm.world_size());
         if world_size == 1 {
             return Ok(CompressedAllreduce::passthrough(len, options));
+        }
+        if options.geometry == Geometry::DeepSpeed {
+            return Ok(CompressedAllreduce {
+                rank,
+                world_size,
+                deepspeed: Some(DeepSpeedGeometry::new(len, rank, world_size)),
+                ..CompressedAllreduce::passthrough(len, options)
+            });
         }
         let chunk = len.div_ceil(world_size).div_ceil(32) * 32;
         let message = words_for(chunk) + blocks_for(chunk, block_of(options, chunk));
@@ -109,6 +143,7 @@ impl CompressedAllreduce {
                 len.div_ceil(chunk.max(1)) * blocks_for(chunk, block_of(options, chunk)),
                 0.0,
             ),
+            deepspeed: None,
         })
     }
 
@@ -126,7 +161,14 @@ impl CompressedAllreduce {
             average: Vec::new(),
             bits: Vec::new(),
             scales: Vec::new(),
+            deepspeed: None,
         }
+    }
+
+    /// Whether this allreduce takes host buffers only
+    /// ([`Geometry::DeepSpeed`]): a device buffer goes through the host.
+    pub fn host_only(&self) -> bool {
+        self.deepspeed.is_some()
     }
 
     /// Whether this state compresses at all: world size above 1 and
@@ -157,6 +199,9 @@ impl CompressedAllreduce {
     pub fn error_lens(&self) -> (usize, usize) {
         if self.world_size == 1 {
             return (0, 0);
+        }
+        if let Some(deepspeed) = &self.deepspeed {
+            return deepspeed.error_lens();
         }
         (self.len, self.chunk_range(self.rank).len())
     }
@@ -213,6 +258,13 @@ impl CompressedAllreduce {
         server_error: &mut [f32],
         wanted: std::ops::Range<usize>,
     ) -> Result<(), CommError> {
+        let compresses = self.compresses();
+        if let Some(deepspeed) = &mut self.deepspeed {
+            if !compresses {
+                return Ok(());
+            }
+            return deepspeed.reduce(comm, buf, worker_error, server_error);
+        }
         self.check_error("worker error", self.error_lens().0, worker_error.len())?;
         let mut worker = HostWorker {
             x: buf,
@@ -231,6 +283,13 @@ impl CompressedAllreduce {
         worker: &mut dyn Worker,
         server_error: &mut [f32],
     ) -> Result<(), CommError> {
+        if self.host_only() {
+            return Err(CommError::BadOption {
+                option: "geometry",
+                value: "deepspeed".into(),
+                reason: "takes host buffers (copy a device buffer to the host for it)",
+            });
+        }
         let whole = 0..worker.len();
         self.reduce(comm, worker, server_error, whole)
     }

@@ -12,6 +12,7 @@
 pub mod analytic;
 mod communicator;
 mod compressed;
+mod deepspeed_geometry;
 mod error;
 mod local;
 #[cfg(feature = "mpi")]
@@ -27,7 +28,7 @@ pub mod traffic;
 pub mod watchdog;
 
 pub use communicator::{Communicator, HandedValue, ReduceOp, Width};
-pub use compressed::{CompressedAllreduce, CompressionOptions};
+pub use compressed::{CompressedAllreduce, CompressionOptions, Geometry};
 pub use error::CommError;
 pub use local::{DEFAULT_TIMEOUT, LocalComm};
 #[cfg(feature = "mpi")]

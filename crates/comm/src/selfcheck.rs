@@ -13,7 +13,8 @@ use terse_rng::SplitMix64;
 
 use crate::traffic::volume;
 use crate::{
-    Collective, CommError, Communicator, CompressedAllreduce, CompressionOptions, LocalComm, Mask,
+    Collective, CommError, Communicator, CompressedAllreduce, CompressionOptions, Geometry,
+    LocalComm, Mask,
     ReduceOp, Scale, SparseAllreduce, SparseValues,
 };
 
@@ -253,18 +254,26 @@ pub fn compressed_input(seed: u64, rank: usize, call: usize, len: usize) -> Vec<
 }
 
 /// The option sets the checks run.
-pub const OPTIONS: [CompressionOptions; 3] = [
+pub const OPTIONS: [CompressionOptions; 4] = [
     CompressionOptions {
         scale: Scale::L1,
         scale_block: None,
+        geometry: Geometry::Chunks,
     },
     CompressionOptions {
         scale: Scale::L2,
         scale_block: None,
+        geometry: Geometry::Chunks,
     },
     CompressionOptions {
         scale: Scale::L1,
         scale_block: Some(64),
+        geometry: Geometry::Chunks,
+    },
+    CompressionOptions {
+        scale: Scale::L2,
+        scale_block: None,
+        geometry: Geometry::DeepSpeed,
     },
 ];
 

@@ -10,7 +10,8 @@ use std::time::Duration;
 
 use terse_comm::selfcheck::{OPTIONS, compressed_input};
 use terse_comm::{
-    Collective, Communicator, CompressedAllreduce, CompressionOptions, LocalComm, ReduceOp, Scale,
+    Collective, Communicator, CompressedAllreduce, CompressionOptions, Geometry, LocalComm,
+    ReduceOp, Scale,
 };
 
 /// What one rank reports after a call.
@@ -81,8 +82,22 @@ fn check_call(
     after: &[Snapshot],
     what: &str,
 ) -> usize {
-    let chunk = len.div_ceil(n).div_ceil(32) * 32;
-    let range = |j: usize| (j * chunk).min(len)..((j + 1) * chunk).min(len);
+    // DeepSpeed's geometry (runtime/comm/nccl.py and its optimizers'
+    // `corrected_tensor_size`): padded to a multiple of n·lcm(n, 8), equal
+    // chunks, one worker scale over the whole padded buffer.
+    let deepspeed = options.geometry == Geometry::DeepSpeed;
+    let total = if deepspeed {
+        let lcm = (1..=8 * n).find(|m| m % n == 0 && m % 8 == 0).unwrap();
+        len.div_ceil(n * lcm) * n * lcm
+    } else {
+        len
+    };
+    let chunk = if deepspeed {
+        total / n
+    } else {
+        len.div_ceil(n).div_ceil(32) * 32
+    };
+    let range = |j: usize| (j * chunk).min(total)..((j + 1) * chunk).min(total);
     let block = |real: usize| options.scale_block.unwrap_or(real.max(1));
     let close = |got: f32, want: f64, scale: f64, name: &str| {
         let tol = 1e-5 * scale.max(1e-12);
@@ -92,13 +107,16 @@ fn check_call(
         );
     };
     // Phase 1: every worker compresses every chunk.
-    let mut dequant = vec![vec![0.0f64; len]; n];
+    let mut dequant = vec![vec![0.0f64; total]; n];
+    let worker_chunks = |j: usize| if deepspeed { 0..total } else { range(j) };
+    let workers_chunks = if deepspeed { 1 } else { n };
     for i in 0..n {
-        for j in 0..n {
-            let r = range(j);
+        for j in 0..workers_chunks {
+            let r = worker_chunks(j);
+            let input = |k: usize| inputs[i].get(k).copied().unwrap_or(0.0);
             let y: Vec<f64> = r
                 .clone()
-                .map(|k| f64::from(inputs[i][k]) + f64::from(before[i].0[k]))
+                .map(|k| f64::from(input(k)) + f64::from(before[i].0[k]))
                 .collect();
             let (q, e, scales) = compress64(&y, block(r.len()), options.scale);
             let smax = scales.iter().cloned().fold(0.0, f64::max);
@@ -115,8 +133,8 @@ fn check_call(
     }
     // Phase 3: each server averages, adds its error, recompresses.
     let mut ambiguous = 0;
-    let mut output = vec![0.0f64; len];
-    let mut output_scale = vec![0.0f64; len];
+    let mut output = vec![0.0f64; total];
+    let mut output_scale = vec![0.0f64; total];
     for j in 0..n {
         let r = range(j);
         let z: Vec<f64> = r
@@ -176,7 +194,11 @@ fn matches_a_float64_simulation_over_successive_calls() {
                 let snapshots = run_world(n, len, options, calls, input);
                 let mut before: Vec<(Vec<f32>, Vec<f32>)> = snapshots
                     .iter()
-                    .map(|rank| (vec![0.0; len], vec![0.0; rank[0].server_error.len()]))
+                    .map(|rank| {
+                        let (worker, server) =
+                            (rank[0].worker_error.len(), rank[0].server_error.len());
+                        (vec![0.0; worker], vec![0.0; server])
+                    })
                     .collect();
                 for call in 0..calls {
                     let inputs: Vec<Vec<f32>> = (0..n).map(|i| input(i, call)).collect();

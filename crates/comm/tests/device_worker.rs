@@ -12,7 +12,9 @@
 use std::time::Duration;
 
 use burn::tensor::{Device, DeviceKind, Tensor, TensorData};
-use terse_comm::{Communicator, CompressedAllreduce, CompressionOptions, LocalComm, Scale};
+use terse_comm::{
+    Communicator, CompressedAllreduce, CompressionOptions, Geometry, LocalComm, Scale,
+};
 use terse_kernels::tensor::TensorWorker;
 use terse_rng::{SplitMix64, mix64};
 
@@ -178,6 +180,7 @@ fn compare_workers(seeds: &[u64]) -> usize {
         let options = CompressionOptions {
             scale: Scale::L1,
             scale_block: block,
+            geometry: Geometry::Chunks,
         };
         let host = run(n, len, options, seed, None);
         let gpu = run(n, len, options, seed, Some(&lavapipe));
@@ -247,6 +250,7 @@ fn flex_tensors_take_the_cpu_path_bit_for_bit() {
     let options = CompressionOptions {
         scale: Scale::L2,
         scale_block: Some(96),
+        geometry: Geometry::Chunks,
     };
     let host = run(3, 5000, options, 11, None);
     let tensors = run(3, 5000, options, 11, Some(&flex));

@@ -6,7 +6,7 @@
 //! allreduce", "Zero-gradient coordinates".
 
 use serde::{Deserialize, Serialize};
-use terse_comm::{CommError, CompressionOptions};
+use terse_comm::{CommError, CompressionOptions, Geometry};
 use terse_kernels::onebit::Scale;
 
 use crate::OptimError;
@@ -19,8 +19,15 @@ pub enum ScaleKind {
     /// `mean(|y|)` (default).
     #[default]
     L1,
-    /// `‖y‖/sqrt(len)` (DeepSpeed parity).
+    /// `‖y‖/sqrt(len)`.
     L2,
+    /// DeepSpeed's compressed allreduce (its `NcclBackend`): one L2 scale
+    /// over the worker's whole buffer zero-padded to a multiple of
+    /// `n·lcm(n, 8)` (the padding kept in the error feedback), one L2 scale
+    /// per server chunk of `padded/n`. No `scale_block`. On a device the
+    /// buffer goes through the host.
+    #[serde(rename = "deepspeed")]
+    DeepSpeed,
 }
 
 /// When the warmup stage ends and v freezes.
@@ -56,6 +63,16 @@ pub struct OneBitAllreduceConfig {
 impl OneBitAllreduceConfig {
     /// Checks the scale block; errors name `{optimizer}.scale_block`.
     pub(crate) fn validate(&self, optimizer: &str) -> Result<(), OptimError> {
+        if self.scale == ScaleKind::DeepSpeed
+            && let Some(block) = self.scale_block
+        {
+            return Err(invalid(
+                format!("{optimizer}.scale_block"),
+                block.to_string(),
+                "scale = \"deepspeed\" has one scale per worker buffer and per server chunk; \
+                 remove scale_block",
+            ));
+        }
         if let Err(CommError::BadOption { value, reason, .. }) = self.options().check() {
             return Err(invalid(format!("{optimizer}.scale_block"), value, reason));
         }
@@ -67,9 +84,13 @@ impl OneBitAllreduceConfig {
         CompressionOptions {
             scale: match self.scale {
                 ScaleKind::L1 => Scale::L1,
-                ScaleKind::L2 => Scale::L2,
+                ScaleKind::L2 | ScaleKind::DeepSpeed => Scale::L2,
             },
             scale_block: self.scale_block,
+            geometry: match self.scale {
+                ScaleKind::DeepSpeed => Geometry::DeepSpeed,
+                ScaleKind::L1 | ScaleKind::L2 => Geometry::Chunks,
+            },
         }
     }
 }

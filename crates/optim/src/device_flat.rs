@@ -192,6 +192,21 @@ pub(crate) fn compressed_mean_device(
     if !allreduce.compresses() {
         return (buf, error, Ok(()));
     }
+    if allreduce.host_only() {
+        // DeepSpeed's geometry has no device kernels: the buffer and its
+        // (padded) error go through the host and come back as new buffers.
+        let client = like.client();
+        let mut host = read_f32(client, &buf, len);
+        let mut worker_error = read_f32(client, &error, allreduce.error_lens().0);
+        let result = allreduce
+            .allreduce_mean(comm, &mut host, &mut worker_error, server_error)
+            .map_err(OptimError::from);
+        return (
+            upload_f32(client, &host),
+            upload_f32(client, &worker_error),
+            result,
+        );
+    }
     let mut worker = match TensorWorker::new(like.wrap(buf, len), like.wrap(error, len)) {
         Ok(worker) => worker,
         Err(e) => unreachable!("f32 buffers of one length on one cubecl device: {e}"),
