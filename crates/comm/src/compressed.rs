@@ -57,7 +57,9 @@ impl CompressionOptions {
     /// rule: the compressed allreduce checks it, and so do the optimizer
     /// configs (naming their own field).
     pub fn check(&self) -> Result<(), CommError> {
-        if self.geometry == Geometry::DeepSpeed && (self.scale_block.is_some() || self.scale != Scale::L2) {
+        if self.geometry == Geometry::DeepSpeed
+            && (self.scale_block.is_some() || self.scale != Scale::L2)
+        {
             return Err(CommError::BadOption {
                 option: "scale_block",
                 value: format!("{:?} with scale {:?}", self.scale_block, self.scale),

@@ -185,7 +185,11 @@ fn copy_bits(src: &[u32], from: usize, dst: &mut [u32], len: usize) {
             _ => src.get(word + w + 1).copied().unwrap_or(0) << (32 - shift),
         };
         let left = len.saturating_sub(w * 32);
-        let keep = if left >= 32 { u32::MAX } else { (1 << left) - 1 };
+        let keep = if left >= 32 {
+            u32::MAX
+        } else {
+            (1 << left) - 1
+        };
         *out = (lo | hi) & keep;
     }
 }

@@ -14,8 +14,7 @@ use terse_rng::SplitMix64;
 use crate::traffic::volume;
 use crate::{
     Collective, CommError, Communicator, CompressedAllreduce, CompressionOptions, Geometry,
-    LocalComm, Mask,
-    ReduceOp, Scale, SparseAllreduce, SparseValues,
+    LocalComm, Mask, ReduceOp, Scale, SparseAllreduce, SparseValues,
 };
 
 /// Lengths every collective is checked on (0, odd, word-straddling, large).

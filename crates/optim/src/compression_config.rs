@@ -42,10 +42,11 @@ pub enum FreezeRule {
     Auto,
 }
 
-/// The 1-bit compressed allreduce's settings: how its scales are computed
-/// and which parameters it leaves to an exact fp32 allreduce (shared by
-/// every 1-bit optimizer, 0/1 Adam included).
-#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+/// The 1-bit compressed allreduce's settings: how its scales are computed,
+/// which parameters it leaves to an exact fp32 allreduce, and what happens
+/// to the coordinates it cannot send (shared by every 1-bit optimizer, 0/1
+/// Adam included).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default)]
 pub struct OneBitAllreduceConfig {
     /// How compression scales are computed.
@@ -58,6 +59,31 @@ pub struct OneBitAllreduceConfig {
     /// error listing the model's paths.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub uncompressed: Vec<String>,
+    /// Hold every coordinate whose frozen v is exactly zero still in the
+    /// compression stage: its momentum zeroed, no step, no decay (terse's
+    /// default; `pass/frozen.rs`). Off: such a coordinate steps by its
+    /// compressed momentum over ε, as in DeepSpeed, where only
+    /// `momentum_mask` masks.
+    pub hold_zero_variance: bool,
+    /// DeepSpeed's `exp_avg_mask` (1-bit Adam and 0/1 Adam): coordinates
+    /// whose synchronised momentum is set to zero after each compressed
+    /// allreduce; they still decay. Entries are parameter paths (or
+    /// prefixes ending in `*`) with an optional range of rows,
+    /// `embeddings.position.weight[128:]`.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub momentum_mask: Vec<String>,
+}
+
+impl Default for OneBitAllreduceConfig {
+    fn default() -> Self {
+        Self {
+            scale: ScaleKind::default(),
+            scale_block: None,
+            uncompressed: Vec::new(),
+            hold_zero_variance: true,
+            momentum_mask: Vec::new(),
+        }
+    }
 }
 
 impl OneBitAllreduceConfig {
@@ -159,6 +185,10 @@ pub trait WithCompression: Sized {
         with_scale_block(scale_block: Option<usize>),
         /// Sets the parameters kept out of compression.
         with_uncompressed(uncompressed: Vec<String>),
+        /// Sets whether coordinates with a frozen v of zero are held still.
+        with_hold_zero_variance(hold_zero_variance: bool),
+        /// Sets DeepSpeed's `exp_avg_mask`, as parameter paths and rows.
+        with_momentum_mask(momentum_mask: Vec<String>),
     );
 
     crate::config_check::with_setters!(compression_mut;

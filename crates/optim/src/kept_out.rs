@@ -16,6 +16,7 @@ use cubecl::server::Handle;
 use terse_comm::{Communicator, CompressedAllreduce, ReduceOp};
 
 use crate::device_flat::{compressed_mean_device, into_handle, read_f32};
+use crate::momentum_mask::MomentumMask;
 use crate::span::Span;
 use crate::{DeviceFlat, Flat, FlatMut, OneBitAllreduceConfig, OptimError, ParamLayout};
 
@@ -37,6 +38,8 @@ pub(crate) struct KeptOutAllreduce {
     packed: Vec<f32>,
     /// Scratch: the kept-out elements, packed.
     exact: Vec<f32>,
+    /// Coordinates set to zero in every mean (DeepSpeed's `exp_avg_mask`).
+    mask: MomentumMask,
 }
 
 impl KeptOutAllreduce {
@@ -83,11 +86,17 @@ impl KeptOutAllreduce {
             .collect();
         let kept: usize = kept_out.iter().map(|r| r.len()).sum();
         let compressed = CompressedAllreduce::new(layout.len() - kept, comm, config.options())?;
+        let mask = MomentumMask::new(
+            &config.momentum_mask,
+            &format!("{name}.momentum_mask"),
+            layout,
+        )?;
         Ok(Self {
             compressed,
             kept_out,
             packed: Vec::new(),
             exact: Vec::new(),
+            mask,
         })
     }
 
@@ -155,7 +164,7 @@ impl KeptOutAllreduce {
     }
 
     /// The compressed mean of `buf` (a rule's momentum) over ranks, with
-    /// `errors`, wherever it is: on the host only this rank's part of
+    /// `errors`, its masked coordinates zeroed, wherever it is: on the host only this rank's part of
     /// `span` is read afterwards (the rest may keep its own values), on a
     /// device (`like`: the parameters there) all of it.
     pub(crate) fn mean_of(
@@ -169,16 +178,18 @@ impl KeptOutAllreduce {
         match like {
             None => {
                 let wanted = span.shard().my_range();
-                self.allreduce_mean_part(comm, buf.host_mut(), errors, wanted)
+                self.allreduce_mean_part(comm, buf.host_mut(), errors, wanted)?;
             }
             Some(like) => {
                 let len = buf.len();
                 let (mean, result) =
                     self.allreduce_mean_device(comm, like, buf.take_handle(), len, errors);
                 buf.put_handle(mean);
-                result
+                result?;
             }
         }
+        self.mask.apply_to_state(buf, like);
+        Ok(())
     }
 
     /// [`KeptOutAllreduce::mean_of`] a whole buffer `b`, wherever it is:
@@ -205,6 +216,7 @@ impl KeptOutAllreduce {
             }
             FlatMut::Host(b) => self.allreduce_mean(comm, b, errors)?,
         }
+        self.mask.apply(b);
         Ok(start.elapsed())
     }
 
@@ -315,7 +327,7 @@ impl KeptOutAllreduce {
 
 /// Whether `pattern` names the parameter at `path`: equal, or a prefix
 /// ending in `*`.
-fn matches(pattern: &str, path: &str) -> bool {
+pub(crate) fn matches(pattern: &str, path: &str) -> bool {
     match pattern.strip_suffix('*') {
         Some(prefix) => path.starts_with(prefix),
         None => pattern == path,

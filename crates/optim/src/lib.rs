@@ -27,6 +27,7 @@ mod lamb;
 mod layout;
 mod moment_config;
 mod moments;
+mod momentum_mask;
 mod onebit_adam;
 mod onebit_lamb;
 mod optimizer;

@@ -124,7 +124,8 @@ impl OneBitLamb {
             eps_mode,
             weight_decay: c.moments.weight_decay as f32,
         };
-        frozen_apply(&span, &direction, &rates, x, &mut self.m, &self.v);
+        let hold = c.allreduce.hold_zero_variance;
+        frozen_apply(&span, &direction, &rates, x, &mut self.m, &self.v, hold);
         comm_time += span.share_back(ctx.comm, &mut [&mut self.m, x])?;
         Ok(comm_time)
     }

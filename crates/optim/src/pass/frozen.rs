@@ -44,8 +44,9 @@ pub(crate) fn accumulate_momentum(
 }
 
 /// `x -= rate_s·(m̂/denom(v̂) + wd·x)` with one rate per segment, over
-/// `span`, except where the frozen `v` is exactly zero: there `m` is set
-/// to zero and `x` does not move.
+/// `span`, except, with `hold` (the config's `hold_zero_variance`), where
+/// the frozen `v` is exactly zero: there `m` is set to zero and `x` does
+/// not move.
 ///
 /// A coordinate whose variance is exactly zero at the freeze has had a
 /// zero gradient on every rank at every warmup step (an embedding row no
@@ -63,6 +64,7 @@ pub(crate) fn frozen_apply(
     x: &mut FlatMut<'_>,
     m: &mut Flat,
     v: &Flat,
+    hold: bool,
 ) {
     match &span.on {
         On::Host(_) => {
@@ -79,8 +81,9 @@ pub(crate) fn frozen_apply(
                         with_avx(|| {
                             for ((x, m), &v) in x.iter_mut().zip(m).zip(v) {
                                 let step = rate * d.moments.direction::<INSIDE>(*m, v, *x, wd);
-                                *x -= if v > 0.0 { step } else { 0.0 };
-                                *m = if v > 0.0 { *m } else { 0.0 };
+                                let moves = v > 0.0 || !hold;
+                                *x -= if moves { step } else { 0.0 };
+                                *m = if moves { *m } else { 0.0 };
                             }
                         })
                     })
@@ -95,6 +98,7 @@ pub(crate) fn frozen_apply(
             &d.moments.coefficients(),
             rates,
             d.inside(),
+            hold,
         ),
     }
 }

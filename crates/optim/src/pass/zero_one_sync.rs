@@ -7,7 +7,8 @@
 //! the saved `x_sync`, the same bits on every rank: DeepSpeed instead
 //! subtracts each rank's own accumulator from its parameters, which
 //! leaves them a rounding apart. Where v is exactly zero x stays at
-//! `x_sync` and m is zeroed, as in the compression stage.
+//! `x_sync` and m is zeroed, as in the compression stage, unless the
+//! config's `hold_zero_variance` is off.
 
 use rayon::prelude::*;
 
@@ -52,13 +53,15 @@ pub(crate) fn sync_scale(
 
 /// After the allreduce of `ū` (in x's buffer): `m = −(ū/lr_sum)`,
 /// `x = x_sync + ū/denom(v)`, `x_sync = x`; `lr_sum` is the sum of the
-/// rates since the last synchronisation.
+/// rates since the last synchronisation. With `hold`, where v is zero: m
+/// is zeroed and x stays at `x_sync`.
 pub(crate) fn sync_apply(
     span: &Span<'_>,
     d: &Direction<'_>,
     lr_sum: f32,
     x: &mut FlatMut<'_>,
     (synced, m, v): (&mut Flat, &mut Flat, &Flat),
+    hold: bool,
 ) {
     match &span.on {
         On::Host(_) => with_eps_mode!(d.eps_mode, INSIDE => {
@@ -71,7 +74,7 @@ pub(crate) fn sync_apply(
                     with_avx(|| {
                         for (((x, s), m), &v) in x.iter_mut().zip(synced).zip(m).zip(v) {
                             let u = *x;
-                            if v > 0.0 {
+                            if v > 0.0 || !hold {
                                 *m = -(u / lr_sum);
                                 *s += u / d.moments.denominator::<INSIDE>(v);
                             } else {
@@ -89,6 +92,7 @@ pub(crate) fn sync_apply(
             &d.moments.coefficients(),
             lr_sum,
             d.inside(),
+            hold,
         ),
     }
 }

@@ -126,6 +126,7 @@ impl ZeroOneAdam {
                 x,
                 &mut self.m,
                 &self.v,
+                c.allreduce.hold_zero_variance,
             );
             self.last_stage = Stage::Compression;
             comm_time
@@ -153,7 +154,15 @@ impl ZeroOneAdam {
         accumulate_momentum(&span, &moments, &mut self.m, g);
         let d = direction(c, &moments);
         let rates = vec![ctx.lr as f32; ctx.layout.segments().len()];
-        frozen_apply(&span, &d, &rates, x, &mut self.m, &self.v);
+        frozen_apply(
+            &span,
+            &d,
+            &rates,
+            x,
+            &mut self.m,
+            &self.v,
+            c.allreduce.hold_zero_variance,
+        );
         self.lr_sum += ctx.lr;
         let mut comm_time = Duration::ZERO;
         self.last_stage = Stage::Local;
@@ -193,7 +202,14 @@ impl ZeroOneAdam {
             f32::INFINITY
         };
         let state = (&mut self.synced, &mut self.m, &self.v);
-        sync_apply(&span, &d, lr_sum, x, state);
+        sync_apply(
+            &span,
+            &d,
+            lr_sum,
+            x,
+            state,
+            self.config.allreduce.hold_zero_variance,
+        );
         self.lr_sum = 0.0;
         Ok(comm_time)
     }

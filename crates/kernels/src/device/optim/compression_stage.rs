@@ -163,8 +163,8 @@ pub fn accumulate_momentum(
 }
 
 /// The compression stage's update with v frozen: `x` and `m` in place, one
-/// rate per segment; where the frozen v is exactly zero, m is zeroed and x
-/// stays.
+/// rate per segment; with `hold`, where the frozen v is exactly zero, m is
+/// zeroed and x stays.
 #[allow(clippy::too_many_arguments)]
 pub fn frozen_apply(
     client: &Client,
@@ -175,6 +175,7 @@ pub fn frozen_apply(
     coefficients: &MomentCoefficients,
     segment_lr: &[f32],
     inside: bool,
+    hold: bool,
 ) {
     super::uncompressed::rate_update(
         client,
@@ -183,7 +184,7 @@ pub fn frozen_apply(
         coefficients,
         segment_lr,
         inside,
-        true,
+        hold,
     );
 }
 

@@ -5,7 +5,8 @@
 //! `frozen_apply`).
 //!
 //! Where v is exactly zero (no gradient ever reached the coordinate) x
-//! stays at `x_sync` and m is zeroed, as in the compression stage.
+//! stays at `x_sync` and m is zeroed, as in the compression stage, when
+//! the caller holds such coordinates (`hold`).
 
 use cubecl::prelude::*;
 use cubecl::server::Handle;
@@ -51,6 +52,7 @@ fn sync_apply_kernel(
     ends: &[u32],
     c: &[f32],
     #[comptime] inside: bool,
+    #[comptime] hold: bool,
 ) {
     let chunk = CUBE_POS;
     if chunk + 1 >= starts.len() {
@@ -62,7 +64,7 @@ fn sync_apply_kernel(
         let vi = v[i];
         let ui = x[i];
         let mut xi = synced[i];
-        if vi <= 0.0 {
+        if hold && vi <= 0.0 {
             m[i] = 0.0;
         } else {
             m[i] = -(ui / c[LR]);
@@ -114,6 +116,7 @@ pub fn sync_apply(
     coefficients: &MomentCoefficients,
     lr_sum: f32,
     inside: bool,
+    hold: bool,
 ) {
     if chunks.is_empty() {
         return;
@@ -135,6 +138,7 @@ pub fn sync_apply(
             ends,
             c,
             inside,
+            hold,
         );
     }
 }
