@@ -202,7 +202,7 @@ mod tests {
     fn padding_is_deepspeeds_corrected_tensor_size() {
         // DeepSpeed: size * (size * 8 / gcd(size, 8)).
         assert_eq!(padded_len(1003, 2), 1008); // unit 2·8 = 16
-        assert_eq!(padded_len(1003, 4), 1008); // unit 4·8 = 32
+        assert_eq!(padded_len(1003, 4), 1024); // unit 4·8 = 32
         assert_eq!(padded_len(1003, 3), 1008); // unit 3·24 = 72: 14·72
         assert_eq!(padded_len(1003, 16), 1024); // unit 16·16 = 256
         assert_eq!(padded_len(1024, 4), 1024);

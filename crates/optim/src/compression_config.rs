@@ -168,13 +168,10 @@ impl FreezeConfig {
     }
 }
 
-/// burn-style builder methods (`with_freeze_step(10)`) for the compression
-/// settings of any config that flattens a [`FreezeConfig`] and a
-/// [`OneBitAllreduceConfig`].
-pub trait WithCompression: Sized {
-    /// The config's compression settings.
-    fn compression_mut(&mut self) -> &mut FreezeConfig;
-
+/// burn-style builder methods (`with_scale(ScaleKind::L2)`) for the
+/// compressed-allreduce settings of any config that flattens a
+/// [`OneBitAllreduceConfig`] (1-bit Adam, 1-bit LAMB, 0/1 Adam).
+pub trait WithOneBitAllreduce: Sized {
     /// The config's compressed-allreduce settings.
     fn allreduce_mut(&mut self) -> &mut OneBitAllreduceConfig;
 
@@ -190,6 +187,13 @@ pub trait WithCompression: Sized {
         /// Sets DeepSpeed's `exp_avg_mask`, as parameter paths and rows.
         with_momentum_mask(momentum_mask: Vec<String>),
     );
+}
+
+/// burn-style builder methods (`with_freeze_step(10)`) for the freeze of
+/// any config that flattens a [`FreezeConfig`] (1-bit Adam, 1-bit LAMB).
+pub trait WithCompression: Sized {
+    /// The config's compression settings.
+    fn compression_mut(&mut self) -> &mut FreezeConfig;
 
     crate::config_check::with_setters!(compression_mut;
         /// Sets how the freeze step is chosen.

@@ -49,6 +49,7 @@ mod zero_one_adam;
 pub use adam::{Adam, AdamConfig};
 pub use compression_config::{
     FreezeConfig, FreezeRule, OneBitAllreduceConfig, ScaleKind, WithCompression,
+    WithOneBitAllreduce,
 };
 pub use config_check::NoOtherFields;
 pub use device_flat::DeviceFlat;

@@ -20,7 +20,7 @@ use crate::span::SpanCache;
 use crate::step::{FlatOptimizer, StepContext};
 use crate::{
     AdamConfig, Flat, FlatMut, FreezeConfig, MomentConfig, OneBitAllreduceConfig, OptimError,
-    ParamLayout, Stage, WithCompression, WithMoments,
+    ParamLayout, Stage, WithCompression, WithMoments, WithOneBitAllreduce,
 };
 
 /// `onebit_adam`, `onebit_adam_fp32` and `adam_onebit_naive` (the naive
@@ -75,7 +75,9 @@ impl WithCompression for OneBitAdamConfig {
     fn compression_mut(&mut self) -> &mut FreezeConfig {
         &mut self.compression
     }
+}
 
+impl WithOneBitAllreduce for OneBitAdamConfig {
     fn allreduce_mut(&mut self) -> &mut OneBitAllreduceConfig {
         &mut self.allreduce
     }

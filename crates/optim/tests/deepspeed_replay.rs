@@ -28,7 +28,7 @@ use std::time::Duration;
 use terse_comm::{Communicator, LocalComm};
 use terse_optim::{
     LrSchedule, OneBitAdamConfig, Optimizer, OptimizerConfig, ParamLayout, ScaleKind,
-    WithCompression, WithMoments,
+    WithCompression, WithMoments, WithOneBitAllreduce,
 };
 
 const FIXTURE: &str = "tests/fixtures/deepspeed/onebit_adam.safetensors";

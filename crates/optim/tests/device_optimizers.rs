@@ -22,7 +22,7 @@ use terse_comm::{Communicator, LocalComm, SingleRank, SparseValues};
 use terse_optim::{
     AdamConfig, DeviceFlat, EpsMode, FreezeRule, LambConfig, LrSchedule, MaskKind,
     OneBitAdamConfig, OneBitLambConfig, Optimizer, OptimizerConfig, ParamLayout, RatioKind,
-    ScaleKind, SgdConfig, SlambConfig, Stage, WithMoments, ZeroOneAdamConfig,
+    ScaleKind, SgdConfig, SlambConfig, Stage, WithMoments, WithOneBitAllreduce, ZeroOneAdamConfig,
 };
 use terse_rng::SplitMix64;
 
@@ -117,6 +117,7 @@ fn configs() -> Vec<OptimizerConfig> {
         OptimizerConfig::OnebitLamb(onebit_lamb()),
         OptimizerConfig::LambOnebitBasic(onebit_lamb()),
         OptimizerConfig::ZeroOneAdam(zero_one()),
+        OptimizerConfig::ZeroOneAdam(deepspeed(zero_one())),
         OptimizerConfig::Slamb(slamb()),
     ]
 }
@@ -294,6 +295,14 @@ fn zero_one() -> ZeroOneAdamConfig {
     }
 }
 
+/// DeepSpeed's compressed allreduce (through the host on a device) and
+/// its handling of coordinates with a frozen v of zero.
+fn deepspeed<C: WithOneBitAllreduce>(config: C) -> C {
+    config
+        .with_scale(ScaleKind::DeepSpeed)
+        .with_hold_zero_variance(false)
+}
+
 fn onebit() -> OneBitAdamConfig {
     let mut c = OneBitAdamConfig::default().with_weight_decay(0.01);
     c.compression.freeze_step = 2;
@@ -331,6 +340,7 @@ fn compressed_configs() -> Vec<OptimizerConfig> {
             c.allreduce.scale = ScaleKind::L2;
             c
         }),
+        OptimizerConfig::OnebitAdam(deepspeed(onebit())),
         OptimizerConfig::OnebitAdamFp32(onebit()),
         OptimizerConfig::AdamOnebitNaive(onebit()),
         OptimizerConfig::OnebitLamb(onebit_lamb()),
@@ -343,6 +353,7 @@ fn compressed_configs() -> Vec<OptimizerConfig> {
         }),
         OptimizerConfig::LambOnebitBasic(onebit_lamb()),
         OptimizerConfig::ZeroOneAdam(zero_one()),
+        OptimizerConfig::ZeroOneAdam(deepspeed(zero_one())),
         OptimizerConfig::Slamb(slamb()),
         OptimizerConfig::Slamb(SlambConfig {
             values: SparseValues::F16,
@@ -382,6 +393,15 @@ fn compressed_optimizers_step_on_the_device_as_on_the_host() {
             _ => &[],
         };
         let mut configs = configs.to_vec();
+        // DeepSpeed's `exp_avg_mask` as rows of a matrix and a whole
+        // vector.
+        if what == "several segments" {
+            let mask = vec!["w1[10:20]".to_string(), "norm".to_string()];
+            configs.extend([
+                OptimizerConfig::OnebitAdam(deepspeed(onebit()).with_momentum_mask(mask.clone())),
+                OptimizerConfig::ZeroOneAdam(deepspeed(zero_one()).with_momentum_mask(mask)),
+            ]);
+        }
         if !kept_out.is_empty() {
             let uncompressed: Vec<String> = kept_out.iter().map(|p| p.to_string()).collect();
             let mut adam = onebit();

@@ -16,6 +16,7 @@ use terse_optim::WithCompression;
 use terse_comm::{Communicator, LocalComm};
 use terse_optim::{
     LrSchedule, OneBitAdamConfig, OneBitLambConfig, Optimizer, OptimizerConfig, ParamLayout,
+    WithOneBitAllreduce,
 };
 use terse_rng::{SplitMix64, mix64};
 

@@ -155,6 +155,22 @@ impl DeepSpeedConfig {
         };
         let mut table = toml::Table::new();
         table.insert("name".into(), (*name).into());
+        // DeepSpeed's 1-bit optimizers: its arithmetic (the compressed
+        // allreduce's geometry, no bias correction), except for the
+        // coordinates no gradient reaches, which DeepSpeed leaves to an
+        // `exp_avg_mask` set in the training script (not in this file).
+        let onebit = name.contains("onebit") || *name == "zero_one_adam";
+        if onebit {
+            table.insert("scale".into(), "deepspeed".into());
+            table.insert("bias_correction".into(), false.into());
+            self.ignored.push(format!(
+                "optimizer: DeepSpeed's exp_avg_mask is set in a training script, not in \
+                 {path}: terse's {name} holds every coordinate with a frozen variance of zero \
+                 still (hold_zero_variance = true), which covers the position-embedding rows \
+                 DeepSpeedExamples masks; for DeepSpeed's exact arithmetic set \
+                 hold_zero_variance = false and momentum_mask = [\"<parameter>[<rows>]\", ...]"
+            ));
+        }
         let empty = Map::new();
         let params = match value.get("params") {
             Some(p) => p
@@ -180,9 +196,9 @@ impl DeepSpeedConfig {
                     table.insert("beta_1".into(), number(&pair[0], &here)?.into());
                     table.insert("beta_2".into(), number(&pair[1], &here)?.into());
                 }
-                "bias_correction" if *name == "zero_one_adam" => self.ignored.push(format!(
-                    "optimizer.params.{key}: DeepSpeed's ZeroOneAdam never reads it (0/1 Adam \
-                     corrects no bias)"
+                "bias_correction" if onebit => self.ignored.push(format!(
+                    "optimizer.params.{key}: DeepSpeed's {kind} reads it but applies no bias \
+                     correction either way; terse's {name} runs with bias_correction = false"
                 )),
                 key if *name == "zero_one_adam" && ZERO_ONE_SCHEDULE.contains(&key) => {
                     table.insert(key.into(), integer(v, &here)?.into());
@@ -357,6 +373,7 @@ mod tests {
             max_grad_norm = 1.0
             [optimizer]
             name = "onebit_lamb"
+            scale = "deepspeed"
             weight_decay = 0.01
             bias_correction = false
             c_max = 0.3
@@ -402,6 +419,8 @@ mod tests {
             r#"
             [optimizer]
             name = "zero_one_adam"
+            scale = "deepspeed"
+            bias_correction = false
             weight_decay = 0.01
             var_freeze_step = 12500
             var_update_scaler = 16
@@ -417,9 +436,9 @@ mod tests {
         assert_eq!(doc, expected);
         let ignored = translate("ds.json", json).unwrap().ignored;
         assert!(
-            ignored
-                .iter()
-                .any(|i| i.starts_with("optimizer.params.bias_correction: DeepSpeed's ZeroOneAdam")),
+            ignored.iter().any(|i| i
+                .starts_with("optimizer.params.bias_correction: DeepSpeed's ZeroOneAdam")
+                && i.contains("bias_correction = false")),
             "{ignored:?}"
         );
         // The mapped table is a valid terse optimizer config.

@@ -12,7 +12,7 @@
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::Duration;
-use terse_optim::{WithCompression, WithMoments};
+use terse_optim::{WithCompression, WithMoments, WithOneBitAllreduce};
 
 use clap::{Parser, ValueEnum};
 use terse_comm::{Communicator, LocalComm, SparseValues};

@@ -17,7 +17,7 @@ use crate::span::SpanCache;
 use crate::step::{FlatOptimizer, StepContext};
 use crate::{
     Flat, FlatMut, FreezeConfig, LambConfig, MomentConfig, OneBitAllreduceConfig, OptimError,
-    ParamLayout, Stage, WithCompression, WithMoments,
+    ParamLayout, Stage, WithCompression, WithMoments, WithOneBitAllreduce,
 };
 
 mod steps;
@@ -116,7 +116,9 @@ impl WithCompression for OneBitLambConfig {
     fn compression_mut(&mut self) -> &mut FreezeConfig {
         &mut self.compression
     }
+}
 
+impl WithOneBitAllreduce for OneBitLambConfig {
     fn allreduce_mut(&mut self) -> &mut OneBitAllreduceConfig {
         &mut self.allreduce
     }

@@ -89,3 +89,9 @@ impl WithMoments for ZeroOneAdamConfig {
         &mut self.moments
     }
 }
+
+impl crate::WithOneBitAllreduce for ZeroOneAdamConfig {
+    fn allreduce_mut(&mut self) -> &mut crate::OneBitAllreduceConfig {
+        &mut self.allreduce
+    }
+}
