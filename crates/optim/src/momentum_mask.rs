@@ -183,6 +183,7 @@ mod tests {
     }
 
     #[test]
+    #[allow(clippy::single_range_in_vec_init)] // lists of one range
     fn entries_name_parameters_and_their_rows() {
         assert_eq!(
             ranges(&["embeddings.position.weight[5:]"]),
