@@ -115,6 +115,10 @@ fn configs() -> Vec<OptimizerConfig> {
             c
         }),
         OptimizerConfig::OnebitLamb(onebit_lamb()),
+        OptimizerConfig::OnebitLamb(OneBitLambConfig {
+            decay_blend: true,
+            ..deepspeed(onebit_lamb())
+        }),
         OptimizerConfig::LambOnebitBasic(onebit_lamb()),
         OptimizerConfig::ZeroOneAdam(zero_one()),
         OptimizerConfig::ZeroOneAdam(deepspeed(zero_one())),
@@ -350,6 +354,10 @@ fn compressed_configs() -> Vec<OptimizerConfig> {
             c.moments.eps_mode = EpsMode::InsideCompressed;
             c.allreduce.scale_block = Some(64);
             c
+        }),
+        OptimizerConfig::OnebitLamb(OneBitLambConfig {
+            decay_blend: true,
+            ..deepspeed(onebit_lamb())
         }),
         OptimizerConfig::LambOnebitBasic(onebit_lamb()),
         OptimizerConfig::ZeroOneAdam(zero_one()),

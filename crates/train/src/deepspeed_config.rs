@@ -163,6 +163,9 @@ impl DeepSpeedConfig {
         if onebit {
             table.insert("scale".into(), "deepspeed".into());
             table.insert("bias_correction".into(), false.into());
+            if *name == "onebit_lamb" {
+                table.insert("decay_blend".into(), true.into());
+            }
             self.ignored.push(format!(
                 "optimizer: DeepSpeed's exp_avg_mask is set in a training script, not in \
                  {path}: terse's {name} holds every coordinate with a frozen variance of zero \
@@ -374,6 +377,7 @@ mod tests {
             [optimizer]
             name = "onebit_lamb"
             scale = "deepspeed"
+            decay_blend = true
             weight_decay = 0.01
             bias_correction = false
             c_max = 0.3

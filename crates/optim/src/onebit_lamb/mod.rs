@@ -56,6 +56,11 @@ pub struct OneBitLambConfig {
     pub r_threshold: f64,
     /// Which variance ratio.
     pub ratio: RatioKind,
+    /// Blend each decaying segment's variance ratio with the share of its
+    /// update that is not weight decay, `r·ρ + (1 − ρ)` with
+    /// `ρ = min(1, ‖m̂/denom‖/‖m̂/denom + wd·x‖)`, before it is clipped
+    /// (DeepSpeed's `OnebitLamb`; off: the paper's r).
+    pub decay_blend: bool,
     /// The 1-bit allreduce's scales and the parameters kept out of it.
     #[serde(flatten)]
     pub allreduce: OneBitAllreduceConfig,
@@ -82,6 +87,7 @@ impl Default for OneBitLambConfig {
             r_max: 4.0,
             r_threshold: 0.1,
             ratio: RatioKind::Sqrt,
+            decay_blend: false,
             allreduce: OneBitAllreduceConfig::default(),
             compression: FreezeConfig::default(),
             no_other_fields: NoOtherFields,
@@ -226,13 +232,12 @@ impl SegmentScalars {
     /// Each segment's largest variance ratio clipped to within
     /// `r_threshold` of the last one, then to `[r_min, r_max]`; kept as the
     /// next step's last one.
-    fn clip_ratios(&mut self, c: &OneBitLambConfig, raw: &[f32]) -> Vec<f64> {
+    fn clip_ratios(&mut self, c: &OneBitLambConfig, raw: &[f64]) -> Vec<f64> {
         let ratios: Vec<f64> = raw
             .iter()
             .zip(&self.r_prev)
             .map(|(&r, &prev)| {
-                let r =
-                    f64::from(r).clamp((1.0 - c.r_threshold) * prev, (1.0 + c.r_threshold) * prev);
+                let r = r.clamp((1.0 - c.r_threshold) * prev, (1.0 + c.r_threshold) * prev);
                 r.clamp(c.r_min, c.r_max)
             })
             .collect();

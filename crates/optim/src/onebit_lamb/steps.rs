@@ -10,7 +10,7 @@ use super::{OneBitLamb, RatioKind};
 use crate::lamb::lamb_update;
 use crate::moments::Moments;
 use crate::pass::Direction;
-use crate::pass::fresh_variance::{FreshVariance, fresh_ratios, scaled_momentum};
+use crate::pass::fresh_variance::{FreshVariance, fresh_ratios, scaled_momentum, update_norms};
 use crate::pass::frozen::{accumulate_momentum, frozen_apply};
 use crate::pass::sums::{copy, segment_squared_norms, sum_of_abs};
 use crate::step::{FlatOptimizer, StepContext};
@@ -92,6 +92,11 @@ impl OneBitLamb {
         let mut comm_time = start.elapsed();
         let moments = Moments::frozen(&c.moments, c.bias_correction, ctx.t, t_w);
         let eps_mode = c.moments.eps_mode.in_stage(true);
+        let direction = Direction {
+            moments: &moments,
+            eps_mode,
+            weight_decay: c.moments.weight_decay as f32,
+        };
         let rates: Vec<f32> = if self.basic {
             // The masking happens in the update (m = 0 where v = 0).
             let c_avg = &self.segments.c_avg;
@@ -105,12 +110,27 @@ impl OneBitLamb {
                 eps: c.moments.eps,
                 variance: c.ratio == RatioKind::Variance,
                 k: &self.segments.k,
+                hold: c.allreduce.hold_zero_variance,
             };
             let (m, v, v_fresh) = (&mut self.m, &self.v, &mut self.v_fresh);
             let partials = fresh_ratios(&span, &f, m, &self.m_last, v, v_fresh);
             let (raw, time) = span.per_segment(ctx.comm, partials, 0.0f32, f32::max)?;
             comm_time += time;
             self.partial |= span.is_split();
+            let mut raw: Vec<f64> = raw.into_iter().map(f64::from).collect();
+            if c.decay_blend && c.moments.weight_decay > 0.0 {
+                let partials = update_norms(&span, &direction, &self.m, &self.v, x);
+                let add = |a: [f64; 2], b: [f64; 2]| [a[0] + b[0], a[1] + b[1]];
+                let (norms, time) = span.per_segment(ctx.comm, partials, [0.0; 2], add)?;
+                comm_time += time;
+                let segments = ctx.layout.segments();
+                for ((r, [prelim, update]), segment) in raw.iter_mut().zip(norms).zip(segments) {
+                    if segment.decay && update > 0.0 {
+                        let share = (prelim / update).sqrt().min(1.0);
+                        *r = *r * share + (1.0 - share);
+                    }
+                }
+            }
             let ratios = self.segments.clip_ratios(c, &raw);
             let c_avg = &self.segments.c_avg;
             ratios
@@ -118,11 +138,6 @@ impl OneBitLamb {
                 .zip(c_avg)
                 .map(|(r, c_avg)| (ctx.lr * r * c_avg) as f32)
                 .collect()
-        };
-        let direction = Direction {
-            moments: &moments,
-            eps_mode,
-            weight_decay: c.moments.weight_decay as f32,
         };
         let hold = c.allreduce.hold_zero_variance;
         frozen_apply(&span, &direction, &rates, x, &mut self.m, &self.v, hold);

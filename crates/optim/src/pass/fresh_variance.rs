@@ -8,6 +8,7 @@ use std::ops::Range;
 
 use rayon::prelude::*;
 
+use super::Direction;
 use crate::moments::{Moments, with_eps_mode};
 use crate::parallel::{CHUNK, split_segments, split_segments_mut, with_avx};
 use crate::shard::{unit_slices, unit_slices_mut};
@@ -32,6 +33,8 @@ pub(crate) struct FreshVariance<'a> {
     pub(crate) variance: bool,
     /// Each segment's momentum scale.
     pub(crate) k: &'a [f64],
+    /// Zero the momentum where the frozen v is zero (`hold_zero_variance`).
+    pub(crate) hold: bool,
 }
 
 /// `m_last = m`, then `m = (β1·m + (1-β1)·g)·k_s` per segment. A host
@@ -63,8 +66,8 @@ pub(crate) fn scaled_momentum(
     }
 }
 
-/// Masks the synchronised momentum where the frozen v is zero and
-/// unscales it (`m /= k_s`), updates v_fresh from the reconstructed
+/// Masks the synchronised momentum where the frozen v is zero (with
+/// `hold`) and unscales it (`m /= k_s`), updates v_fresh from the reconstructed
 /// gradient and returns the largest ratio per chunk of this rank (host) or
 /// per segment (device). On the host one pass: mask, unscale and ratio per
 /// element in the order three separate passes had, so the bits are the
@@ -84,7 +87,7 @@ pub(crate) fn fresh_ratios(
             let (inv_one_minus_b1, one_minus_b2) =
                 (1.0 / (1.0 - f.beta_1) as f32, (1.0 - f.beta_2) as f32);
             let eps = f.eps as f32;
-            let variance = f.variance;
+            let (variance, hold) = (f.variance, f.hold);
             let moments = f.moments;
             let ms = unit_slices_mut(m.host_mut(), units);
             let lasts = unit_slices(m_last.host(), units);
@@ -101,7 +104,7 @@ pub(crate) fn fresh_ratios(
                         let k = f.k[unit.segment] as f32;
                         // One element: mask, unscale, v_fresh, its ratio.
                         let ratio_of = |m: &mut f32, last: f32, v: f32, fresh: &mut f32| {
-                            if v == 0.0 {
+                            if hold && v == 0.0 {
                                 *m = 0.0;
                             }
                             *m /= k;
@@ -150,7 +153,7 @@ pub(crate) fn fresh_ratios(
         }
         On::Device { client, chunks } => {
             let k: Vec<f32> = f.k.iter().map(|&k| k as f32).collect();
-            optim::unscale_masked(client, chunks, m.handle(), v.handle(), &k);
+            optim::unscale_masked(client, chunks, m.handle(), v.handle(), &k, f.hold);
             Partials::Segments(optim::fresh_variance(
                 client,
                 chunks,
@@ -210,4 +213,59 @@ fn host_scaled_momentum(
                     })
                 });
         });
+}
+
+/// Each segment's `[‖m̂/denom(v̂)‖², ‖m̂/denom(v̂) + wd·x‖²]` (the update
+/// without and with its weight decay), for `decay_blend`: per unit of this
+/// rank on the host (m is current there), per segment on a device, where
+/// the three buffers are read to the host (the option is DeepSpeed
+/// parity, whose compressed allreduce goes through the host anyway).
+pub(crate) fn update_norms(
+    span: &Span<'_>,
+    d: &Direction<'_>,
+    m: &Flat,
+    v: &Flat,
+    x: &FlatMut<'_>,
+) -> Partials<[f64; 2]> {
+    let sums = |m: &[f32], v: &[f32], x: &[f32], wd: f32| {
+        with_eps_mode!(d.eps_mode, INSIDE => {
+            let mut sums = [0.0f64; 2];
+            for ((&m, &v), &x) in m.iter().zip(v).zip(x) {
+                let prelim = d.moments.direction::<INSIDE>(m, v, x, 0.0);
+                let update = d.moments.direction::<INSIDE>(m, v, x, wd);
+                sums[0] += f64::from(prelim) * f64::from(prelim);
+                sums[1] += f64::from(update) * f64::from(update);
+            }
+            sums
+        })
+    };
+    match &span.on {
+        On::Host(_) => {
+            let units = span.units();
+            Partials::Units(
+                units
+                    .par_iter()
+                    .zip(unit_slices(m.host(), units))
+                    .zip(unit_slices(v.host(), units))
+                    .zip(unit_slices(x.host(), units))
+                    .map(|(((unit, m), v), x)| sums(m, v, x, d.decay_of(span, unit.segment)))
+                    .collect(),
+            )
+        }
+        On::Device { .. } => {
+            let (m, v) = (m.read(), v.read());
+            let x = x.device().expect("a device step's parameters").to_host();
+            Partials::Segments(
+                span.layout
+                    .segments()
+                    .iter()
+                    .enumerate()
+                    .map(|(s, seg)| {
+                        let r = seg.range();
+                        sums(&m[r.clone()], &v[r.clone()], &x[r], d.decay_of(span, s))
+                    })
+                    .collect(),
+            )
+        }
+    }
 }

@@ -48,8 +48,8 @@ fn scaled_momentum_kernel(
     }
 }
 
-/// The synchronised momentum masked where the frozen v is zero, then
-/// unscaled: `m = v == 0 ? 0 : m / k_s`.
+/// The synchronised momentum masked where the frozen v is zero (with
+/// `hold`), then unscaled: `m = hold && v == 0 ? 0 : m / k_s`.
 #[cube(launch_unchecked)]
 fn unscale_masked_kernel(
     m: &mut [f32],
@@ -58,6 +58,7 @@ fn unscale_masked_kernel(
     ends: &[u32],
     segment_of: &[u32],
     k: &[f32],
+    #[comptime] hold: bool,
 ) {
     let chunk = CUBE_POS;
     if chunk + 1 >= starts.len() {
@@ -67,7 +68,7 @@ fn unscale_masked_kernel(
     let end = usize::cast_from(ends[chunk]);
     let mut i = usize::cast_from(starts[chunk]) + UNIT_POS as usize;
     while i < end {
-        if v[i] == 0.0 {
+        if hold && v[i] == 0.0 {
             m[i] = 0.0;
         } else {
             m[i] /= ks;
@@ -223,7 +224,14 @@ pub fn scaled_momentum(
 }
 
 /// `m = v == 0 ? 0 : m / k_s`, one factor per segment.
-pub fn unscale_masked(client: &Client, chunks: &DeviceChunks, m: &Handle, v: &Handle, k: &[f32]) {
+pub fn unscale_masked(
+    client: &Client,
+    chunks: &DeviceChunks,
+    m: &Handle,
+    v: &Handle,
+    k: &[f32],
+    hold: bool,
+) {
     assert_eq!(k.len(), chunks.segments, "one factor per segment");
     if chunks.is_empty() {
         return;
@@ -243,6 +251,7 @@ pub fn unscale_masked(client: &Client, chunks: &DeviceChunks, m: &Handle, v: &Ha
             ends,
             segment_of,
             BufferArg::from_raw_parts(k, k_len),
+            hold,
         );
     }
 }
