@@ -1,7 +1,7 @@
 //! The distributed optimizer step on the ranks of an `mpirun` job: step
 //! time, its communication time and the bytes each rank sends, step by step
 //! through the warmup and the compressed stage. Started by `cargo xtask
-//! reproduce comm-volume | bandwidth | step-profile`, one rank per netlab
+//! reproduce comm-volume | bandwidth | step-profile | zero-one-adam`, one rank per netlab
 //! host, so the network is a shaped link rather than shared memory.
 //!
 //! Each rank steps a BERT-like flat buffer of `--elements` parameters with
@@ -14,7 +14,7 @@
 //! transmitted (headers included) over the step.
 //!
 //! ```text
-//! optim_network --elements N --optimizer adam|onebit_adam|onebit_lamb|slamb
+//! optim_network --elements N --optimizer adam|onebit_adam|onebit_lamb|slamb|zero_one_adam
 //!               --warmup W [--settle S] --steps K --out FILE [--label TEXT]
 //!               [--after-warmup PROGRAM ARG…]
 //! ```
@@ -38,7 +38,7 @@ use terse_optim::WithCompression;
 use terse_comm::{Communicator, MpiComm};
 use terse_optim::{
     AdamConfig, LrSchedule, OneBitAdamConfig, OneBitLambConfig, Optimizer, OptimizerConfig,
-    SlambConfig,
+    SlambConfig, ZeroOneAdamConfig,
 };
 use terse_rng::SplitMix64;
 
@@ -93,7 +93,8 @@ fn options() -> Options {
 }
 
 /// The optimizer under test; the 1-bit ones freeze after `warmup` steps
-/// (SLAMB has no warmup: it is sparse from the first step).
+/// (0/1 Adam: its variance stage; SLAMB has no warmup: it is sparse from
+/// the first step).
 fn config(name: &str, warmup: u64) -> OptimizerConfig {
     match name {
         "adam" => OptimizerConfig::Adam(AdamConfig::default()),
@@ -104,7 +105,19 @@ fn config(name: &str, warmup: u64) -> OptimizerConfig {
             OptimizerConfig::OnebitLamb(OneBitLambConfig::default().with_freeze_step(warmup))
         }
         "slamb" => OptimizerConfig::Slamb(SlambConfig::default()),
-        other => panic!("--optimizer {other:?}: adam, onebit_adam, onebit_lamb or slamb"),
+        // Every variance step exact (its interval never doubles), then
+        // local steps that synchronise every second step once the first
+        // (a synchronisation) is past: each kind of step in a few.
+        "zero_one_adam" => OptimizerConfig::ZeroOneAdam(ZeroOneAdamConfig {
+            var_freeze_step: warmup,
+            var_update_scaler: 1_000_000,
+            local_step_scaler: 1,
+            local_step_clipper: 2,
+            ..ZeroOneAdamConfig::default()
+        }),
+        other => {
+            panic!("--optimizer {other:?}: adam, onebit_adam, onebit_lamb, slamb or zero_one_adam")
+        }
     }
 }
 
