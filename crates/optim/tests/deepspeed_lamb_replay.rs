@@ -16,8 +16,12 @@
 //! fail it: terse's L2 chunks, the paper's variance ratio in place of the
 //! denominators', and (with weight decay) the factor left unblended.
 
+mod deepspeed_setup;
+
 use std::collections::HashMap;
 use std::time::Duration;
+
+use deepspeed_setup::{fixture, relative_l2};
 
 use terse_comm::{Communicator, LocalComm};
 use terse_optim::{
@@ -33,23 +37,6 @@ const DS_FREEZE: u64 = 16;
 const TOLERANCE: f64 = 1e-5;
 /// The fixture's runs and their weight decay.
 const RUNS: [(&str, f64); 2] = [("decay", 0.1), ("no_decay", 0.0)];
-
-fn fixture() -> HashMap<String, Vec<f32>> {
-    let bytes = std::fs::read(FIXTURE).unwrap_or_else(|e| panic!("{FIXTURE}: {e}"));
-    let file = safetensors::SafeTensors::deserialize(&bytes).unwrap();
-    file.tensors()
-        .into_iter()
-        .filter(|(_, view)| view.dtype() == safetensors::Dtype::F32)
-        .map(|(name, view)| {
-            let values = view
-                .data()
-                .chunks_exact(4)
-                .map(|b| f32::from_le_bytes(b.try_into().unwrap()))
-                .collect();
-            (name, values)
-        })
-        .collect()
-}
 
 /// The settings that reproduce DeepSpeed's `OnebitLamb` (its defaults
 /// for the coefficients and factors).
@@ -104,16 +91,6 @@ fn terse_run(
         .collect()
 }
 
-/// ‖a − b‖ / ‖b‖.
-fn relative_l2(a: &[f32], b: &[f32]) -> f64 {
-    let (mut diff, mut norm) = (0.0f64, 0.0f64);
-    for (&x, &y) in a.iter().zip(b) {
-        diff += (f64::from(x) - f64::from(y)).powi(2);
-        norm += f64::from(y).powi(2);
-    }
-    (diff / norm).sqrt()
-}
-
 /// The largest distance from DeepSpeed's parameters over every step, rank
 /// and world size, and where it is. The parameters move little against
 /// their size (lr 1e-3 times a coefficient near 0.01), so the distance is
@@ -151,7 +128,7 @@ fn worst_distance(
 
 #[test]
 fn deepspeeds_settings_give_deepspeeds_parameters_across_the_freeze() {
-    let f = fixture();
+    let f = fixture(FIXTURE);
     for (run, weight_decay) in RUNS {
         let (worst, at) = worst_distance(&f, run, &deepspeed_config(weight_decay));
         println!("{run}: at most {worst:.2e} relative L2 apart ({at})");
@@ -163,7 +140,7 @@ fn deepspeeds_settings_give_deepspeeds_parameters_across_the_freeze() {
 /// the tolerance.
 #[test]
 fn each_deepspeed_setting_is_needed() {
-    let f = fixture();
+    let f = fixture(FIXTURE);
     let mutations = [
         (
             "decay",

@@ -22,8 +22,12 @@
 //! The mutations that fail it: terse's L2 chunks (`scale = "l2"`), bias
 //! correction on, `hold_zero_variance` on, the mask left out.
 
+mod deepspeed_setup;
+
 use std::collections::HashMap;
 use std::time::Duration;
+
+use deepspeed_setup::{fixture, squared_distance, squared_norm};
 
 use terse_comm::{Communicator, LocalComm};
 use terse_optim::{
@@ -37,23 +41,6 @@ const STEPS: u64 = 40;
 /// DeepSpeed's `freeze_step`: its steps 2..=16 are the warmup.
 const DS_FREEZE: u64 = 16;
 const TOLERANCE: f64 = 1e-5;
-
-fn fixture() -> HashMap<String, Vec<f32>> {
-    let bytes = std::fs::read(FIXTURE).unwrap_or_else(|e| panic!("{FIXTURE}: {e}"));
-    let file = safetensors::SafeTensors::deserialize(&bytes).unwrap();
-    file.tensors()
-        .into_iter()
-        .filter(|(_, view)| view.dtype() == safetensors::Dtype::F32)
-        .map(|(name, view)| {
-            let values = view
-                .data()
-                .chunks_exact(4)
-                .map(|b| f32::from_le_bytes(b.try_into().unwrap()))
-                .collect();
-            (name, values)
-        })
-        .collect()
-}
 
 /// The settings that reproduce DeepSpeed's `OnebitAdam`.
 fn deepspeed_config(masked: bool) -> OneBitAdamConfig {
@@ -146,18 +133,13 @@ fn worst_distance(
 /// DeepSpeed as in terse) would read as a large error relative to where
 /// they landed.
 fn relative_l2(a: &[f32], b: &[f32], b_before: &[f32]) -> f64 {
-    let norm = |v: &[f32]| v.iter().map(|&y| f64::from(y).powi(2)).sum::<f64>();
-    let diff: f64 = a
-        .iter()
-        .zip(b)
-        .map(|(&x, &y)| (f64::from(x) - f64::from(y)).powi(2))
-        .sum();
-    (diff / norm(b).max(norm(b_before))).sqrt()
+    let norm = squared_norm(b).max(squared_norm(b_before));
+    (squared_distance(a, b) / norm).sqrt()
 }
 
 #[test]
 fn fixture_is_deepspeeds_initialisation_step() {
-    let f = fixture();
+    let f = fixture(FIXTURE);
     for world in [1, 2, 4] {
         let x0 = &f[&format!("plain/w{world}/x0")];
         assert_eq!(&f[&format!("plain/w{world}/r0/t1/params")], x0);
@@ -171,7 +153,7 @@ fn fixture_is_deepspeeds_initialisation_step() {
 
 #[test]
 fn deepspeeds_settings_give_deepspeeds_parameters_across_the_freeze() {
-    let f = fixture();
+    let f = fixture(FIXTURE);
     for (variant, masked) in [("plain", false), ("masked", true)] {
         let (worst, at) = worst_distance(&f, variant, &deepspeed_config(masked));
         println!("{variant}: at most {worst:.2e} relative L2 apart ({at})");
@@ -186,7 +168,7 @@ fn deepspeeds_settings_give_deepspeeds_parameters_across_the_freeze() {
 /// the parameters past the tolerance.
 #[test]
 fn each_deepspeed_setting_is_needed() {
-    let f = fixture();
+    let f = fixture(FIXTURE);
     let plain = deepspeed_config(false);
     let masked = deepspeed_config(true);
     let mutations = [

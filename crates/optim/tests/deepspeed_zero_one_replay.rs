@@ -25,8 +25,12 @@
 //! momentum update with it) and terse updates it from the gradient
 //! (ALGORITHMS.md "0/1 Adam").
 
+mod deepspeed_setup;
+
 use std::collections::HashMap;
 use std::time::Duration;
+
+use deepspeed_setup::{fixture, relative_l2};
 
 use terse_comm::{Communicator, LocalComm};
 use terse_optim::{
@@ -40,25 +44,6 @@ const DS_STEPS: u64 = 24;
 const TOLERANCE: f64 = 1e-6;
 /// The fixture's runs and their `var_update_scaler`.
 const RUNS: [(&str, u64); 2] = [("exact", 100), ("schedule", 2)];
-
-fn fixture() -> HashMap<String, Vec<f32>> {
-    let bytes = std::fs::read(FIXTURE).unwrap_or_else(|e| panic!("{FIXTURE}: {e}"));
-    let file = safetensors::SafeTensors::deserialize(&bytes).unwrap();
-    file.tensors()
-        .into_iter()
-        .map(|(name, view)| {
-            let values = view
-                .data()
-                .chunks_exact(4)
-                .map(|b| match view.dtype() {
-                    safetensors::Dtype::I32 => i32::from_le_bytes(b.try_into().unwrap()) as f32,
-                    _ => f32::from_le_bytes(b.try_into().unwrap()),
-                })
-                .collect();
-            (name, values)
-        })
-        .collect()
-}
 
 /// terse's parameters and stage on every rank after each of DeepSpeed's
 /// steps `2..=DS_STEPS` (index 0: DeepSpeed's step 2).
@@ -104,16 +89,6 @@ fn terse_run(
         .collect()
 }
 
-/// ‖a − b‖ / ‖b‖.
-fn relative_l2(a: &[f32], b: &[f32]) -> f64 {
-    let (mut diff, mut norm) = (0.0f64, 0.0f64);
-    for (&x, &y) in a.iter().zip(b) {
-        diff += (f64::from(x) - f64::from(y)).powi(2);
-        norm += f64::from(y).powi(2);
-    }
-    (diff / norm).sqrt()
-}
-
 /// What DeepSpeed's step `s` sent, as terse names it.
 fn deepspeed_stage(f: &HashMap<String, Vec<f32>>, run: &str, world: usize, s: u64) -> Stage {
     let exact = f[&format!("{run}/w{world}/r0/t{s}/exact_gradient")][0] == 1.0;
@@ -128,7 +103,7 @@ fn deepspeed_stage(f: &HashMap<String, Vec<f32>>, run: &str, world: usize, s: u6
 
 #[test]
 fn fixture_is_deepspeeds_initialisation_step() {
-    let f = fixture();
+    let f = fixture(FIXTURE);
     for (run, _) in RUNS {
         for world in [1, 2, 4] {
             let x0 = &f[&format!("{run}/w{world}/x0")];
@@ -139,7 +114,7 @@ fn fixture_is_deepspeeds_initialisation_step() {
 
 #[test]
 fn schedules_and_parameters_match_deepspeed() {
-    let f = fixture();
+    let f = fixture(FIXTURE);
     for (run, scaler) in RUNS {
         for world in [1usize, 2, 4] {
             let terse = terse_run(&f, run, scaler, world);

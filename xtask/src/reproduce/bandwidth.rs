@@ -11,7 +11,7 @@
 
 use anyhow::Result;
 
-use super::network::{Bench, OPTIMIZERS, RANKS, Run, StepRow, committed_rows, mean};
+use super::network::{Bench, OPTIMIZERS, RANKS, Run, StepRow, mean, rows_of};
 use super::plot::{Chart, Series, draw, human, times};
 use super::report::Table;
 use super::{Claim, Context, Outcome, num};
@@ -70,13 +70,7 @@ pub fn run(ctx: &Context) -> Result<Outcome> {
                 label: rate.to_string(),
                 measure_at: Some(rate),
             };
-            let rows = match &measuring {
-                Some((bench, lab)) => {
-                    lab.reshape(fast)?;
-                    bench.measure(lab, &run, &log)?
-                }
-                None => committed_rows(&log, &run.label, optimizer)?,
-            };
+            let rows = rows_of(measuring.as_ref(), fast, &run, &log)?;
             let stage: Vec<&StepRow> = run.measured(&rows);
             points.push(Point {
                 optimizer,

@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use anyhow::{Context as _, Result, bail};
 use serde_json::Value;
 
-use crate::netlab::lab::Lab;
+use crate::netlab::lab::{Lab, Shape};
 use crate::netlab::launch;
 use crate::netlab::rate::Rate;
 use crate::terse_binary;
@@ -167,6 +167,24 @@ impl Bench {
             .with_context(|| format!("cannot append to {}", log.display()))?;
         std::fs::remove_file(&out)?;
         Ok(rows)
+    }
+}
+
+/// `run`'s rows: measured by `bench` on `lab` after its links are reset to
+/// `fast`, or, with no lab (`--from-results`), read back from the
+/// committed `log`.
+pub fn rows_of(
+    measuring: Option<&(Bench, Lab)>,
+    fast: Shape,
+    run: &Run<'_>,
+    log: &Path,
+) -> Result<Vec<StepRow>> {
+    match measuring {
+        Some((bench, lab)) => {
+            lab.reshape(fast)?;
+            bench.measure(lab, run, log)
+        }
+        None => committed_rows(log, &run.label, run.optimizer),
     }
 }
 

@@ -15,7 +15,7 @@
 
 use anyhow::Result;
 
-use super::network::{Bench, RANKS, Run, StepRow, committed_rows, mean};
+use super::network::{Bench, RANKS, Run, StepRow, mean, rows_of};
 use super::report::Table;
 use super::zero_one_adam::Schedule;
 use super::{Claim, Context, num};
@@ -83,29 +83,19 @@ pub fn measure(ctx: &Context) -> Result<Vec<StepTimes>> {
     };
     let mut times = Vec::new();
     for &rate in &rates {
-        let rows_of =
-            |optimizer: &'static str, warmup, settle, steps| -> Result<Vec<StepRow>> {
-                let run = Run {
-                    optimizer,
-                    elements,
-                    warmup,
-                    settle,
-                    steps,
-                    label: rate.to_string(),
-                    measure_at: Some(rate),
-                };
-                let rows = match &measuring {
-                    Some((bench, lab)) => {
-                        lab.reshape(fast)?;
-                        bench.measure(lab, &run, &log)?
-                    }
-                    None => committed_rows(&log, &run.label, optimizer)?,
-                };
-                Ok(run.measured(&rows).into_iter().cloned().collect())
-            };
         let mut measured = Vec::new();
         for (optimizer, warmup, settle, steps) in RUNS {
-            measured.push(rows_of(optimizer, warmup, settle, steps)?);
+            let run = Run {
+                optimizer,
+                elements,
+                warmup,
+                settle,
+                steps,
+                label: rate.to_string(),
+                measure_at: Some(rate),
+            };
+            let rows = rows_of(measuring.as_ref(), fast, &run, &log)?;
+            measured.push(run.measured(&rows).into_iter().cloned().collect::<Vec<_>>());
         }
         let step_ms = |rows: &[StepRow], stage: &str| {
             let of: Vec<&StepRow> = rows.iter().filter(|r| r.stage == stage).collect();
