@@ -31,7 +31,7 @@ mod step_profile;
 mod zero_one_adam;
 mod zero_one_step_time;
 
-use std::cell::OnceCell;
+use std::cell::{OnceCell, RefCell};
 use std::path::{Path, PathBuf};
 
 use anyhow::{Result, bail};
@@ -208,6 +208,9 @@ pub struct Context {
     /// Where a full run of an experiment that keeps its finished variants
     /// in its results does so (`shelf`); `None` otherwise.
     pub shelf: Option<shelf::Shelf>,
+    /// Variants reused from an earlier run in `runs/`, each with the
+    /// commit it finished at (machine.txt).
+    pub reused: RefCell<Vec<String>>,
     /// `--model`, `--device`, `--steps` (`onebit-adam`).
     pub scale: Scale,
     /// `--print-commands`: print the variants' command lines, run nothing.
@@ -288,6 +291,7 @@ pub fn run(args: &Args) -> Result<()> {
         } else {
             Report::create(&out)?
         },
+        reused: RefCell::new(Vec::new()),
         shelf: (!args.quick
             && !args.from_results
             && !args.print_commands
@@ -309,7 +313,8 @@ pub fn run(args: &Args) -> Result<()> {
         ));
     } else {
         let restored = ctx.shelf.as_ref().map(|s| s.restored()).unwrap_or_default();
-        ctx.report.write_machine(&command, &restored)?;
+        ctx.report
+            .write_machine(&command, &restored, &ctx.reused.borrow())?;
         // The report now holds every variant.
         if let Some(shelf) = &ctx.shelf {
             shelf.remove()?;

@@ -107,9 +107,14 @@ impl Report {
     }
 
     /// machine.txt: CPU, cores, memory, toolchain, commit, date, command,
-    /// and the variants `restored` from an earlier session (`shelf`), each
-    /// with the commit it finished at.
-    pub fn write_machine(&self, command: &str, restored: &[String]) -> Result<()> {
+    /// the variants `restored` from an earlier session (`shelf`) and those
+    /// `reused` from `runs/`, each with the commit it finished at.
+    pub fn write_machine(
+        &self,
+        command: &str,
+        restored: &[String],
+        reused: &[String],
+    ) -> Result<()> {
         let cpu = crate::machine::cpu_model();
         let memory = std::fs::read_to_string("/proc/meminfo")
             .ok()
@@ -136,6 +141,9 @@ impl Report {
         );
         for variant in restored {
             writeln!(text, "restored from an earlier session: {variant}")?;
+        }
+        for variant in reused {
+            writeln!(text, "reused, not run again: {variant}")?;
         }
         self.write("machine.txt", &text)
     }

@@ -8,6 +8,7 @@
 //! from its last checkpoint (bit-identically), so re-running an experiment
 //! after a crash or a Ctrl-C loses no finished work.
 
+use std::cell::RefCell;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
@@ -214,7 +215,7 @@ pub fn run_all(ctx: &Context, runs_dir: &Path, variants: &[Variant]) -> Result<V
             variants.len(),
             variant.label
         );
-        logs.push(run_one(terse, runs_dir, variant, shelf)?);
+        logs.push(run_one(terse, runs_dir, variant, shelf, &ctx.reused)?);
     }
     Ok(logs)
 }
@@ -337,6 +338,7 @@ fn run_one(
     runs_dir: &Path,
     variant: &Variant,
     shelf: Option<&Shelf>,
+    reused: &RefCell<Vec<String>>,
 ) -> Result<RunLog> {
     let dir = runs_dir.join(&variant.label);
     let stamp = dir.join("variant.txt");
@@ -349,6 +351,16 @@ fn run_one(
             variant.label,
             dir.display()
         );
+        // Where it ran, for machine.txt: the marker's commit (empty in runs
+        // that finished before the runner wrote it there).
+        let origin = std::fs::read_to_string(dir.join(FINISHED)).unwrap_or_default();
+        let origin = match origin.trim() {
+            "" => "its commit not recorded (finished before runs recorded it)",
+            origin => origin,
+        };
+        reused
+            .borrow_mut()
+            .push(format!("{} ({}): {origin}", variant.label, dir.display()));
         return read_log(variant, &dir);
     }
     if let Some(shelf) = shelf.filter(|shelf| shelf.holds(&variant.label)) {
@@ -398,9 +410,9 @@ fn run_one(
             dir.display()
         );
     }
-    std::fs::write(dir.join(FINISHED), "")?;
+    let origin = format!("finished at commit {}", report::commit());
+    std::fs::write(dir.join(FINISHED), format!("{origin}\n"))?;
     if let Some(shelf) = shelf {
-        let origin = format!("finished at commit {}", report::commit());
         shelf.put(&variant.label, &dir, &origin)?;
     }
     // A finished variant is read, never resumed: its checkpoints (every
