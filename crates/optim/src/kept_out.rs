@@ -32,8 +32,11 @@ pub(crate) struct ErrorFeedback {
 /// A compressed allreduce over a flat buffer minus the kept-out ranges.
 pub(crate) struct KeptOutAllreduce {
     compressed: CompressedAllreduce,
-    /// Sorted, disjoint ranges of the flat buffer synchronised in fp32.
+    /// Sorted, disjoint ranges of the flat buffer left out of compression.
     kept_out: Vec<Range<usize>>,
+    /// Per kept-out range: averaged in fp32 (`uncompressed`), or left as
+    /// it is (skipped).
+    averaged: Vec<bool>,
     /// Scratch: the compressed elements, packed.
     packed: Vec<f32>,
     /// Scratch: the kept-out elements, packed.
@@ -57,33 +60,41 @@ impl KeptOutAllreduce {
         layout: &ParamLayout,
         comm: &dyn Communicator,
     ) -> Result<Self, OptimError> {
-        let patterns = &config.uncompressed;
+        Self::skipping(config, name, layout, &[], comm)
+    }
+
+    /// [`KeptOutAllreduce::new`] with the ranges `skipped` left out of it
+    /// altogether: neither compressed nor averaged (1-bit Adam's
+    /// `non_freeze` parameters, whose momentum is already the same on
+    /// every rank). They must not overlap the kept-out segments.
+    pub(crate) fn skipping(
+        config: &OneBitAllreduceConfig,
+        name: &str,
+        layout: &ParamLayout,
+        skipped: &[Range<usize>],
+        comm: &dyn Communicator,
+    ) -> Result<Self, OptimError> {
         let field = format!("{name}.uncompressed");
-        for pattern in patterns {
-            if !layout.segments().iter().any(|s| matches(pattern, &s.path)) {
-                let paths: Vec<&str> = layout.segments().iter().map(|s| s.path.as_str()).collect();
-                let shown = paths.iter().take(8).copied().collect::<Vec<_>>().join(", ");
-                return Err(OptimError::InvalidConfig {
-                    field,
-                    value: format!(
-                        "\"{pattern}\" (the model's parameters: {shown}{})",
-                        if paths.len() > 8 {
-                            format!(", … {} in all", paths.len())
-                        } else {
-                            String::new()
-                        }
-                    ),
-                    reason: "names no parameter of the model; end a prefix with `*`",
-                });
-            }
-        }
-        let kept_out: Vec<Range<usize>> = layout
-            .segments()
+        let averaged = segment_ranges(&config.uncompressed, &field, layout)?;
+        if let Some(r) = averaged
             .iter()
-            .filter(|s| patterns.iter().any(|p| matches(p, &s.path)))
-            .map(|s| s.range())
-            .filter(|r| !r.is_empty())
+            .find(|r| skipped.iter().any(|s| overlaps(r, s)))
+        {
+            return Err(OptimError::InvalidConfig {
+                field,
+                value: format!("the elements {r:?}"),
+                reason: "are also in non_freeze: a parameter is kept out of compression \
+                         (v frozen) or never freezes, not both",
+            });
+        }
+        let mut kept_out: Vec<(Range<usize>, bool)> = averaged
+            .into_iter()
+            .map(|r| (r, true))
+            .chain(skipped.iter().map(|r| (r.clone(), false)))
+            .filter(|(r, _)| !r.is_empty())
             .collect();
+        kept_out.sort_by_key(|(r, _)| r.start);
+        let (kept_out, averaged): (Vec<Range<usize>>, Vec<bool>) = kept_out.into_iter().unzip();
         let kept: usize = kept_out.iter().map(|r| r.len()).sum();
         let compressed = CompressedAllreduce::new(layout.len() - kept, comm, config.options())?;
         let mask = MomentumMask::new(
@@ -94,6 +105,7 @@ impl KeptOutAllreduce {
         Ok(Self {
             compressed,
             kept_out,
+            averaged,
             packed: Vec::new(),
             exact: Vec::new(),
             mask,
@@ -124,21 +136,28 @@ impl KeptOutAllreduce {
         self.packed.clear();
         self.exact.clear();
         let mut at = 0;
-        for range in &self.kept_out {
+        for (range, &averaged) in self.kept_out.iter().zip(&self.averaged) {
             self.packed.extend_from_slice(&buf[at..range.start]);
-            self.exact.extend_from_slice(&buf[range.clone()]);
+            if averaged {
+                self.exact.extend_from_slice(&buf[range.clone()]);
+            }
             at = range.end;
         }
         self.packed.extend_from_slice(&buf[at..]);
         self.compressed
             .allreduce_mean(comm, &mut self.packed, worker, server)?;
-        comm.allreduce_f32(&mut self.exact, ReduceOp::Mean)?;
+        if self.averaged.contains(&true) {
+            comm.allreduce_f32(&mut self.exact, ReduceOp::Mean)?;
+        }
         let (mut at, mut packed, mut exact) = (0, 0, 0);
-        for range in &self.kept_out {
+        for (range, &averaged) in self.kept_out.iter().zip(&self.averaged) {
             let before = range.start - at;
             buf[at..range.start].copy_from_slice(&self.packed[packed..packed + before]);
-            buf[range.clone()].copy_from_slice(&self.exact[exact..exact + range.len()]);
-            (packed, exact, at) = (packed + before, exact + range.len(), range.end);
+            if averaged {
+                buf[range.clone()].copy_from_slice(&self.exact[exact..exact + range.len()]);
+                exact += range.len();
+            }
+            (packed, at) = (packed + before, range.end);
         }
         buf[at..].copy_from_slice(&self.packed[packed..]);
         Ok(())
@@ -264,19 +283,35 @@ impl KeptOutAllreduce {
         }
         let whole = like.wrap(buf, len);
         let kept: usize = self.kept_out.iter().map(|r| r.len()).sum();
+        let averaged_len: usize = self
+            .kept_out
+            .iter()
+            .zip(&self.averaged)
+            .filter(|(_, averaged)| **averaged)
+            .map(|(r, _)| r.len())
+            .sum();
         let packed_len = len - kept;
         let (mut packed, mut exact, mut at) = (Vec::new(), Vec::new(), 0);
-        for range in &self.kept_out {
+        for (range, &averaged) in self.kept_out.iter().zip(&self.averaged) {
             if range.start > at {
                 packed.push(whole.clone().slice(at..range.start));
             }
-            exact.push(whole.clone().slice(range.clone()));
+            if averaged {
+                exact.push(whole.clone().slice(range.clone()));
+            }
             at = range.end;
         }
         if at < len {
             packed.push(whole.clone().slice(at..len));
         }
-        let exact = read_f32(like.client(), &into_handle(Tensor::cat(exact, 0)), kept);
+        let exact = match exact.is_empty() {
+            true => Vec::new(),
+            false => read_f32(
+                like.client(),
+                &into_handle(Tensor::cat(exact, 0)),
+                averaged_len,
+            ),
+        };
         let (packed, error, result) = if packed.is_empty() {
             // Everything kept out: the compressed allreduce of nothing still
             // runs, as on the host.
@@ -299,30 +334,80 @@ impl KeptOutAllreduce {
         };
         let result = result.and_then(|()| {
             let mut exact = exact;
-            comm.allreduce_f32(&mut exact, ReduceOp::Mean)?;
+            if self.averaged.contains(&true) {
+                comm.allreduce_f32(&mut exact, ReduceOp::Mean)?;
+            }
             Ok(exact)
         });
         let exact = match result {
             Ok(exact) => exact,
             Err(e) => return (into_handle(whole), error, Err(e)),
         };
-        drop(whole);
         let device = like.tensor().device();
-        let exact = Tensor::<1>::from_data(TensorData::new(exact, [kept]), &device);
+        let exact = Tensor::<1>::from_data(TensorData::new(exact, [averaged_len]), &device);
         let (mut parts, mut at, mut p, mut e) = (Vec::new(), 0, 0, 0);
-        for range in &self.kept_out {
+        for (range, &averaged) in self.kept_out.iter().zip(&self.averaged) {
             let before = range.start - at;
             if let (Some(packed), true) = (&packed, before > 0) {
                 parts.push(packed.clone().slice(p..p + before));
             }
-            parts.push(exact.clone().slice(e..e + range.len()));
-            (p, e, at) = (p + before, e + range.len(), range.end);
+            if averaged {
+                parts.push(exact.clone().slice(e..e + range.len()));
+                e += range.len();
+            } else {
+                parts.push(whole.clone().slice(range.clone()));
+            }
+            (p, at) = (p + before, range.end);
         }
+        drop(whole);
         if let (Some(packed), true) = (&packed, p < packed_len) {
             parts.push(packed.clone().slice(p..packed_len));
         }
         (into_handle(Tensor::cat(parts, 0)), error, Ok(()))
     }
+}
+
+/// The ranges of the segments of `layout` that `patterns` name (each a
+/// parameter path, or a prefix followed by `*`), in layout order; `field`
+/// names the config field in errors.
+///
+/// # Errors
+/// A pattern that names no parameter (a typo would otherwise silently
+/// leave out nothing), with the model's parameter paths.
+pub(crate) fn segment_ranges(
+    patterns: &[String],
+    field: &str,
+    layout: &ParamLayout,
+) -> Result<Vec<Range<usize>>, OptimError> {
+    for pattern in patterns {
+        if !layout.segments().iter().any(|s| matches(pattern, &s.path)) {
+            let paths: Vec<&str> = layout.segments().iter().map(|s| s.path.as_str()).collect();
+            let shown = paths.iter().take(8).copied().collect::<Vec<_>>().join(", ");
+            return Err(OptimError::InvalidConfig {
+                field: field.to_string(),
+                value: format!(
+                    "\"{pattern}\" (the model's parameters: {shown}{})",
+                    if paths.len() > 8 {
+                        format!(", … {} in all", paths.len())
+                    } else {
+                        String::new()
+                    }
+                ),
+                reason: "names no parameter of the model; end a prefix with `*`",
+            });
+        }
+    }
+    Ok(layout
+        .segments()
+        .iter()
+        .filter(|s| patterns.iter().any(|p| matches(p, &s.path)))
+        .map(|s| s.range())
+        .filter(|r| !r.is_empty())
+        .collect())
+}
+
+fn overlaps(a: &Range<usize>, b: &Range<usize>) -> bool {
+    a.start < b.end && b.start < a.end
 }
 
 /// Whether `pattern` names the parameter at `path`: equal, or a prefix

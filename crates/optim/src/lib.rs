@@ -28,6 +28,7 @@ mod layout;
 mod moment_config;
 mod moments;
 mod momentum_mask;
+mod non_freeze;
 mod onebit_adam;
 mod onebit_lamb;
 mod optimizer;

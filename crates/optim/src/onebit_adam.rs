@@ -9,10 +9,11 @@ use std::time::{Duration, Instant};
 use serde::{Deserialize, Serialize};
 
 use crate::adam::adam_update;
-use crate::config_check::NoOtherFields;
+use crate::config_check::{NoOtherFields, invalid};
 use crate::freeze::FreezePoint;
 use crate::kept_out::{ErrorFeedback, KeptOutAllreduce};
 use crate::moments::Moments;
+use crate::non_freeze::NonFreeze;
 use crate::pass::Direction;
 use crate::pass::frozen::{accumulate_momentum, frozen_apply};
 use crate::pass::sums::sum_of_abs;
@@ -40,6 +41,13 @@ pub struct OneBitAdamConfig {
     /// The freeze.
     #[serde(flatten)]
     pub compression: FreezeConfig,
+    /// Parameters that never freeze (DeepSpeed's `non_freeze` groups,
+    /// `onebit_adam` only): after the freeze their gradient is averaged
+    /// exactly and their m and v stay Adam's (v keeps updating); the
+    /// compressed allreduce leaves them out. Parameter paths, or prefixes
+    /// ending in `*`. Needs `bias_correction = false`, as DeepSpeed has it.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub non_freeze: Vec<String>,
     /// Refuses keys no field claims (must stay last).
     #[serde(flatten, skip_serializing)]
     pub no_other_fields: NoOtherFields,
@@ -52,6 +60,7 @@ impl Default for OneBitAdamConfig {
             bias_correction: false,
             allreduce: OneBitAllreduceConfig::default(),
             compression: FreezeConfig::default(),
+            non_freeze: Vec::new(),
             no_other_fields: NoOtherFields,
         }
     }
@@ -61,6 +70,22 @@ impl OneBitAdamConfig {
     pub(crate) fn validate(&self, name: &str) -> Result<(), OptimError> {
         self.moments.validate(name)?;
         self.allreduce.validate(name)?;
+        if !self.non_freeze.is_empty() && name != "onebit_adam" {
+            return Err(invalid(
+                format!("{name}.non_freeze"),
+                format!("{:?}", self.non_freeze),
+                "applies to onebit_adam only (the ablations have no compressed momentum to \
+                 leave parameters out of)",
+            ));
+        }
+        if !self.non_freeze.is_empty() && self.bias_correction {
+            return Err(invalid(
+                format!("{name}.non_freeze"),
+                format!("{:?}", self.non_freeze),
+                "needs bias_correction = false (DeepSpeed's non_freeze groups correct no bias, \
+                 and the frozen and the updating v would need two corrections)",
+            ));
+        }
         self.compression.validate(name)
     }
 }
@@ -103,6 +128,8 @@ pub struct OneBitAdam {
     v: Flat,
     allreduce: KeptOutAllreduce,
     errors: ErrorFeedback,
+    /// The parameters that never freeze.
+    non_freeze: NonFreeze,
     freeze: FreezePoint,
     spans: SpanCache,
     /// m and v are current only in this rank's part of a split warmup step.
@@ -120,13 +147,17 @@ impl OneBitAdam {
         comm: &dyn terse_comm::Communicator,
     ) -> Result<Self, OptimError> {
         let d = layout.len();
-        let allreduce = KeptOutAllreduce::new(&config.allreduce, name, layout, comm)?;
+        let field = format!("{name}.non_freeze");
+        let non_freeze = NonFreeze::new(&config.non_freeze, &field, layout)?;
+        let allreduce =
+            KeptOutAllreduce::skipping(&config.allreduce, name, layout, non_freeze.ranges(), comm)?;
         let freeze = FreezePoint::new(&config.compression, config.moments.beta_2);
         Ok(Self {
             m: Flat::zeros(d),
             v: Flat::zeros(d),
             errors: allreduce.zeroed_errors(),
             allreduce,
+            non_freeze,
             freeze,
             config,
             variant,
@@ -210,6 +241,11 @@ impl OneBitAdam {
         let c = &self.config;
         let span = self.spans.span(ctx, x, c.moments.weight_decay, true);
         let fresh = Moments::new(&c.moments, c.bias_correction, ctx.t);
+        // The parameters that never freeze: Adam's m and v from the
+        // exactly averaged gradient (the same on every rank).
+        let mut comm_time = self.non_freeze.mean_gradient(ctx.comm, g)?;
+        self.non_freeze
+            .update_variance(c.moments.beta_2, &mut self.v, g);
         accumulate_momentum(&span, &fresh, &mut self.m, g);
         let start = Instant::now();
         match self.variant {
@@ -222,7 +258,7 @@ impl OneBitAdam {
                 &mut self.errors,
             )?,
         }
-        let mut comm_time = start.elapsed();
+        comm_time += start.elapsed();
         let moments = Moments::frozen(&c.moments, c.bias_correction, ctx.t, t_w);
         let rates = vec![ctx.lr as f32; ctx.layout.segments().len()];
         let direction = Direction {
@@ -289,6 +325,31 @@ impl FlatOptimizer for OneBitAdam {
         match self.variant {
             AdamVariant::Naive => Stage::Compression,
             _ => self.freeze.stage(t),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::{OneBitAdamConfig, OptimizerConfig};
+
+    /// `non_freeze` is refused where it cannot be what DeepSpeed's is: on
+    /// the ablations, and with bias correction (two v's, two corrections).
+    #[test]
+    fn non_freeze_needs_onebit_adam_without_bias_correction() {
+        let with = |bias_correction| OneBitAdamConfig {
+            non_freeze: vec!["embeddings.*".into()],
+            bias_correction,
+            ..OneBitAdamConfig::default()
+        };
+        assert!(OptimizerConfig::OnebitAdam(with(false)).validate().is_ok());
+        for (config, says) in [
+            (OptimizerConfig::OnebitAdam(with(true)), "bias_correction = false"),
+            (OptimizerConfig::OnebitAdamFp32(with(false)), "onebit_adam only"),
+            (OptimizerConfig::AdamOnebitNaive(with(false)), "onebit_adam only"),
+        ] {
+            let e = config.validate().unwrap_err().to_string();
+            assert!(e.contains("non_freeze") && e.contains(says), "{e}");
         }
     }
 }

@@ -17,7 +17,9 @@
 //! - `plain`: no mask, where the 32 elements that never get a gradient
 //!   are moved by hundreds (their compressed momentum over ε) in both;
 //! - `masked`: DeepSpeed's `exp_avg_mask` zero on those elements, terse's
-//!   `momentum_mask` naming the parameter that holds them.
+//!   `momentum_mask` naming the parameter that holds them;
+//! - `non_freeze`: those elements given gradients and put in a DeepSpeed
+//!   `non_freeze` group, terse's `non_freeze` naming them.
 //!
 //! The mutations that fail it: terse's L2 chunks (`scale = "l2"`), bias
 //! correction on, `hold_zero_variance` on, the mask left out.
@@ -54,7 +56,7 @@ fn deepspeed_config(masked: bool) -> OneBitAdamConfig {
     .with_hold_zero_variance(false)
     .with_freeze_step(DS_FREEZE - 1);
     match masked {
-        true => config.with_momentum_mask(vec!["no_gradient".into()]),
+        true => config.with_momentum_mask(vec!["block".into()]),
         false => config,
     }
 }
@@ -70,10 +72,11 @@ fn terse_run(
     let config = OptimizerConfig::OnebitAdam(config.clone());
     // DeepSpeed's one flat parameter as three matrices (terse decays
     // matrices only; DeepSpeed decays its whole group), the middle one
-    // the 32 elements with no gradient, which the mask names.
+    // the 32 elements with no gradient, which the mask names (and which
+    // the `non_freeze` run gives gradients and never freezes).
     let layout = ParamLayout::from_shapes([
         ("before".to_string(), vec![100, 5]),
-        ("no_gradient".to_string(), vec![32, 1]),
+        ("block".to_string(), vec![32, 1]),
         ("after".to_string(), vec![471, 1]),
     ]);
     let results = LocalComm::run(world, Duration::from_secs(60), |comm| {
@@ -162,6 +165,27 @@ fn deepspeeds_settings_give_deepspeeds_parameters_across_the_freeze() {
             "{variant}: parameters {worst:e} apart at {at}"
         );
     }
+}
+
+/// DeepSpeed's `non_freeze` group: the block takes Adam steps on the
+/// averaged gradient after the freeze, its v still updating, the rest
+/// compressed without it. terse's `non_freeze` gives DeepSpeed's
+/// parameters; keeping the block out of compression with v frozen
+/// (`uncompressed`) does not.
+#[test]
+fn non_freeze_parameters_take_deepspeeds_adam_steps() {
+    let f = fixture(FIXTURE);
+    let config = OneBitAdamConfig {
+        non_freeze: vec!["block".into()],
+        ..deepspeed_config(false)
+    };
+    let (worst, at) = worst_distance(&f, "non_freeze", &config);
+    println!("non_freeze: at most {worst:.2e} relative L2 apart ({at})");
+    assert!(worst <= TOLERANCE, "non_freeze: {worst:e} apart at {at}");
+    let frozen = deepspeed_config(false).with_uncompressed(vec!["block".into()]);
+    let (worst, at) = worst_distance(&f, "non_freeze", &frozen);
+    println!("non_freeze as uncompressed (v frozen): {worst:.2e} relative L2 apart at {at}");
+    assert!(worst > TOLERANCE, "v frozen: still within ({worst:e})");
 }
 
 /// Each of DeepSpeed's settings matters: changing any one of them moves

@@ -402,12 +402,17 @@ fn compressed_optimizers_step_on_the_device_as_on_the_host() {
         };
         let mut configs = configs.to_vec();
         // DeepSpeed's `exp_avg_mask` as rows of a matrix and a whole
-        // vector.
+        // vector, and its `non_freeze` groups.
         if what == "several segments" {
             let mask = vec!["w1[10:20]".to_string(), "norm".to_string()];
             configs.extend([
                 OptimizerConfig::OnebitAdam(deepspeed(onebit()).with_momentum_mask(mask.clone())),
                 OptimizerConfig::ZeroOneAdam(deepspeed(zero_one()).with_momentum_mask(mask)),
+                // DeepSpeed's non_freeze groups: a vector and a matrix.
+                OptimizerConfig::OnebitAdam(OneBitAdamConfig {
+                    non_freeze: vec!["b0".into(), "w2".into()],
+                    ..deepspeed(onebit())
+                }),
             ]);
         }
         if !kept_out.is_empty() {
