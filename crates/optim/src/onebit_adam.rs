@@ -344,9 +344,18 @@ mod tests {
         };
         assert!(OptimizerConfig::OnebitAdam(with(false)).validate().is_ok());
         for (config, says) in [
-            (OptimizerConfig::OnebitAdam(with(true)), "bias_correction = false"),
-            (OptimizerConfig::OnebitAdamFp32(with(false)), "onebit_adam only"),
-            (OptimizerConfig::AdamOnebitNaive(with(false)), "onebit_adam only"),
+            (
+                OptimizerConfig::OnebitAdam(with(true)),
+                "bias_correction = false",
+            ),
+            (
+                OptimizerConfig::OnebitAdamFp32(with(false)),
+                "onebit_adam only",
+            ),
+            (
+                OptimizerConfig::AdamOnebitNaive(with(false)),
+                "onebit_adam only",
+            ),
         ] {
             let e = config.validate().unwrap_err().to_string();
             assert!(e.contains("non_freeze") && e.contains(says), "{e}");

@@ -19,14 +19,12 @@
 mod deepspeed_setup;
 
 use std::collections::HashMap;
-use std::time::Duration;
 
-use deepspeed_setup::{fixture, relative_l2};
+use deepspeed_setup::{fixture, relative_l2, replay};
 
-use terse_comm::{Communicator, LocalComm};
 use terse_optim::{
-    LrSchedule, OneBitLambConfig, Optimizer, OptimizerConfig, ParamLayout, RatioKind, ScaleKind,
-    WithCompression, WithMoments, WithOneBitAllreduce,
+    OneBitLambConfig, OptimizerConfig, ParamLayout, RatioKind, ScaleKind, WithCompression,
+    WithMoments, WithOneBitAllreduce,
 };
 
 const FIXTURE: &str = "tests/fixtures/deepspeed/onebit_lamb.safetensors";
@@ -73,22 +71,7 @@ fn terse_run(
         ("b".to_string(), vec![23, 13]),
         ("c".to_string(), vec![25, 13]),
     ]);
-    let results = LocalComm::run(world, Duration::from_secs(60), |comm| {
-        let schedule = LrSchedule::Constant { lr: 1e-3 };
-        let mut opt = Optimizer::new(config.clone(), schedule, layout.clone(), comm).unwrap();
-        let mut x = f[&format!("{run}/w{world}/x0")].clone();
-        (2..=STEPS)
-            .map(|t| {
-                let mut g = f[&format!("{run}/w{world}/r{}/t{t}/grad", comm.rank())].clone();
-                opt.step_flat(&mut x, &mut g, comm).unwrap();
-                x.clone()
-            })
-            .collect::<Vec<_>>()
-    });
-    let per_rank: Vec<Vec<Vec<f32>>> = results.into_iter().map(|r| r.unwrap()).collect();
-    (0..per_rank[0].len())
-        .map(|s| per_rank.iter().map(|xs| xs[s].clone()).collect())
-        .collect()
+    replay(f, run, world, &config, &layout, STEPS)
 }
 
 /// The largest distance from DeepSpeed's parameters over every step, rank

@@ -27,14 +27,12 @@
 mod deepspeed_setup;
 
 use std::collections::HashMap;
-use std::time::Duration;
 
-use deepspeed_setup::{fixture, squared_distance, squared_norm};
+use deepspeed_setup::{fixture, replay, squared_distance, squared_norm};
 
-use terse_comm::{Communicator, LocalComm};
 use terse_optim::{
-    LrSchedule, OneBitAdamConfig, Optimizer, OptimizerConfig, ParamLayout, ScaleKind,
-    WithCompression, WithMoments, WithOneBitAllreduce,
+    OneBitAdamConfig, OptimizerConfig, ParamLayout, ScaleKind, WithCompression, WithMoments,
+    WithOneBitAllreduce,
 };
 
 const FIXTURE: &str = "tests/fixtures/deepspeed/onebit_adam.safetensors";
@@ -79,22 +77,7 @@ fn terse_run(
         ("block".to_string(), vec![32, 1]),
         ("after".to_string(), vec![471, 1]),
     ]);
-    let results = LocalComm::run(world, Duration::from_secs(60), |comm| {
-        let schedule = LrSchedule::Constant { lr: 1e-3 };
-        let mut opt = Optimizer::new(config.clone(), schedule, layout.clone(), comm).unwrap();
-        let mut x = f[&format!("{variant}/w{world}/x0")].clone();
-        let mut xs = Vec::new();
-        for t in 2..=STEPS {
-            let mut g = f[&format!("{variant}/w{world}/r{}/t{t}/grad", comm.rank())].clone();
-            opt.step_flat(&mut x, &mut g, comm).unwrap();
-            xs.push(x.clone());
-        }
-        xs
-    });
-    let per_rank: Vec<Vec<Vec<f32>>> = results.into_iter().map(|r| r.unwrap()).collect();
-    (0..per_rank[0].len())
-        .map(|s| per_rank.iter().map(|xs| xs[s].clone()).collect())
-        .collect()
+    replay(f, variant, world, &config, &layout, STEPS)
 }
 
 /// The largest relative L2 distance from DeepSpeed's parameters over every

@@ -47,3 +47,36 @@ pub fn squared_distance(a: &[f32], b: &[f32]) -> f64 {
 pub fn relative_l2(a: &[f32], b: &[f32]) -> f64 {
     (squared_distance(a, b) / squared_norm(b)).sqrt()
 }
+
+/// terse's parameters on every rank of a `world` of local ranks after each
+/// of DeepSpeed's steps `2..=steps` (DeepSpeed's first step only
+/// initialises; index 0 is its step 2), stepping `config` on `layout` at
+/// DeepSpeed's constant rate from the fixture's `{run}/w{world}/x0` with
+/// each rank's `{run}/w{world}/r{rank}/t{step}/grad`: `[step][rank]`.
+pub fn replay(
+    f: &HashMap<String, Vec<f32>>,
+    run: &str,
+    world: usize,
+    config: &terse_optim::OptimizerConfig,
+    layout: &terse_optim::ParamLayout,
+    steps: u64,
+) -> Vec<Vec<Vec<f32>>> {
+    use terse_comm::{Communicator, LocalComm};
+    use terse_optim::{LrSchedule, Optimizer};
+    let results = LocalComm::run(world, std::time::Duration::from_secs(60), |comm| {
+        let schedule = LrSchedule::Constant { lr: 1e-3 };
+        let mut opt = Optimizer::new(config.clone(), schedule, layout.clone(), comm).unwrap();
+        let mut x = f[&format!("{run}/w{world}/x0")].clone();
+        (2..=steps)
+            .map(|t| {
+                let mut g = f[&format!("{run}/w{world}/r{}/t{t}/grad", comm.rank())].clone();
+                opt.step_flat(&mut x, &mut g, comm).unwrap();
+                x.clone()
+            })
+            .collect::<Vec<_>>()
+    });
+    let per_rank: Vec<Vec<Vec<f32>>> = results.into_iter().map(|r| r.unwrap()).collect();
+    (0..per_rank[0].len())
+        .map(|s| per_rank.iter().map(|xs| xs[s].clone()).collect())
+        .collect()
+}
