@@ -57,14 +57,22 @@ impl CompressionOptions {
     /// rule: the compressed allreduce checks it, and so do the optimizer
     /// configs (naming their own field).
     pub fn check(&self) -> Result<(), CommError> {
-        if self.geometry == Geometry::DeepSpeed
-            && (self.scale_block.is_some() || self.scale != Scale::L2)
-        {
-            return Err(CommError::BadOption {
-                option: "scale_block",
-                value: format!("{:?} with scale {:?}", self.scale_block, self.scale),
-                reason: "DeepSpeed's geometry has one L2 scale per worker buffer and per server chunk",
-            });
+        if self.geometry == Geometry::DeepSpeed {
+            if let Some(block) = self.scale_block {
+                return Err(CommError::BadOption {
+                    option: "scale_block",
+                    value: block.to_string(),
+                    reason: "DeepSpeed's geometry has one scale per worker buffer and per server \
+                             chunk; remove scale_block",
+                });
+            }
+            if self.scale != Scale::L2 {
+                return Err(CommError::BadOption {
+                    option: "scale",
+                    value: format!("{:?}", self.scale),
+                    reason: "DeepSpeed's geometry scales by the L2 RMS",
+                });
+            }
         }
         match self.scale_block {
             Some(block) if block == 0 || !block.is_multiple_of(32) => Err(CommError::BadOption {
@@ -216,23 +224,6 @@ impl CompressedAllreduce {
         (filled(worker, 0.0), filled(server, 0.0))
     }
 
-    fn check_error(
-        &self,
-        op: &'static str,
-        expected: usize,
-        actual: usize,
-    ) -> Result<(), CommError> {
-        if expected == actual {
-            Ok(())
-        } else {
-            Err(CommError::LengthMismatch {
-                op,
-                expected,
-                actual,
-            })
-        }
-    }
-
     /// Replaces `buf` (this rank's `x`) with the compressed mean over ranks,
     /// with this rank's errors (see [`CompressedAllreduce::error_lens`]); at
     /// world size 1 leaves it unchanged.
@@ -267,7 +258,7 @@ impl CompressedAllreduce {
             }
             return deepspeed.reduce(comm, buf, worker_error, server_error);
         }
-        self.check_error("worker error", self.error_lens().0, worker_error.len())?;
+        check_len("worker error", self.error_lens().0, worker_error.len())?;
         let mut worker = HostWorker {
             x: buf,
             error: worker_error,
@@ -304,14 +295,8 @@ impl CompressedAllreduce {
         server_error: &mut [f32],
         wanted: std::ops::Range<usize>,
     ) -> Result<(), CommError> {
-        self.check_error("server error", self.error_lens().1, server_error.len())?;
-        if worker.len() != self.len {
-            return Err(CommError::LengthMismatch {
-                op: "compressed allreduce",
-                expected: self.len,
-                actual: worker.len(),
-            });
-        }
+        check_len("server error", self.error_lens().1, server_error.len())?;
+        check_len("compressed allreduce", self.len, worker.len())?;
         assert_eq!(
             (comm.rank(), comm.world_size()),
             (self.rank, self.world_size),
@@ -392,6 +377,19 @@ impl CompressedAllreduce {
     pub fn layout(&self) -> ChunkLayout {
         let chunk = self.chunk.max(32);
         ChunkLayout::new(chunk, block_of(self.options, chunk))
+    }
+}
+
+/// A buffer of `actual` elements where `op` needs `expected`: an error
+/// naming `op` unless they agree.
+pub(crate) fn check_len(op: &'static str, expected: usize, actual: usize) -> Result<(), CommError> {
+    match expected == actual {
+        true => Ok(()),
+        false => Err(CommError::LengthMismatch {
+            op,
+            expected,
+            actual,
+        }),
     }
 }
 

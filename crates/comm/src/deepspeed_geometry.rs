@@ -20,6 +20,7 @@ use terse_compress::onebit::{self, Scale, words_for};
 use terse_compress::resident::filled;
 use terse_compress::server::{Compressed, average_and_recompress};
 
+use crate::compressed::check_len;
 use crate::{CommError, Communicator};
 
 /// One rank's state for DeepSpeed's compressed allreduce over buffers of a
@@ -103,13 +104,7 @@ impl DeepSpeedGeometry {
             ("worker error", self.padded, worker_error.len()),
             ("server error", self.chunk, server_error.len()),
         ] {
-            if expected != actual {
-                return Err(CommError::LengthMismatch {
-                    op,
-                    expected,
-                    actual,
-                });
-            }
+            check_len(op, expected, actual)?;
         }
         let (chunk, message) = (self.chunk, self.message());
         let words = words_for(chunk);

@@ -87,20 +87,16 @@ impl Default for OneBitAllreduceConfig {
 }
 
 impl OneBitAllreduceConfig {
-    /// Checks the scale block; errors name `{optimizer}.scale_block`.
+    /// Checks the scales against the compressed allreduce's rules; errors
+    /// name the field as `{optimizer}.{option}`.
     pub(crate) fn validate(&self, optimizer: &str) -> Result<(), OptimError> {
-        if self.scale == ScaleKind::DeepSpeed
-            && let Some(block) = self.scale_block
+        if let Err(CommError::BadOption {
+            option,
+            value,
+            reason,
+        }) = self.options().check()
         {
-            return Err(invalid(
-                format!("{optimizer}.scale_block"),
-                block.to_string(),
-                "scale = \"deepspeed\" has one scale per worker buffer and per server chunk; \
-                 remove scale_block",
-            ));
-        }
-        if let Err(CommError::BadOption { value, reason, .. }) = self.options().check() {
-            return Err(invalid(format!("{optimizer}.scale_block"), value, reason));
+            return Err(invalid(format!("{optimizer}.{option}"), value, reason));
         }
         Ok(())
     }

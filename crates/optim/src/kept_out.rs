@@ -16,6 +16,7 @@ use cubecl::server::Handle;
 use terse_comm::{Communicator, CompressedAllreduce, ReduceOp};
 
 use crate::device_flat::{compressed_mean_device, into_handle, read_f32};
+use crate::layout::Segment;
 use crate::momentum_mask::MomentumMask;
 use crate::span::Span;
 use crate::{DeviceFlat, Flat, FlatMut, OneBitAllreduceConfig, OptimError, ParamLayout};
@@ -367,18 +368,18 @@ impl KeptOutAllreduce {
     }
 }
 
-/// The ranges of the segments of `layout` that `patterns` name (each a
-/// parameter path, or a prefix followed by `*`), in layout order; `field`
-/// names the config field in errors.
+/// The segments of `layout` that `patterns` name (each a parameter path,
+/// or a prefix followed by `*`), in layout order; `field` names the config
+/// field in errors.
 ///
 /// # Errors
 /// A pattern that names no parameter (a typo would otherwise silently
 /// leave out nothing), with the model's parameter paths.
-pub(crate) fn segment_ranges(
-    patterns: &[String],
+pub(crate) fn matching_segments<'a>(
+    patterns: &[&str],
     field: &str,
-    layout: &ParamLayout,
-) -> Result<Vec<Range<usize>>, OptimError> {
+    layout: &'a ParamLayout,
+) -> Result<Vec<&'a Segment>, OptimError> {
     for pattern in patterns {
         if !layout.segments().iter().any(|s| matches(pattern, &s.path)) {
             let paths: Vec<&str> = layout.segments().iter().map(|s| s.path.as_str()).collect();
@@ -401,6 +402,18 @@ pub(crate) fn segment_ranges(
         .segments()
         .iter()
         .filter(|s| patterns.iter().any(|p| matches(p, &s.path)))
+        .collect())
+}
+
+/// The non-empty ranges of [`matching_segments`].
+pub(crate) fn segment_ranges(
+    patterns: &[String],
+    field: &str,
+    layout: &ParamLayout,
+) -> Result<Vec<Range<usize>>, OptimError> {
+    let patterns: Vec<&str> = patterns.iter().map(String::as_str).collect();
+    Ok(matching_segments(&patterns, field, layout)?
+        .into_iter()
         .map(|s| s.range())
         .filter(|r| !r.is_empty())
         .collect())
@@ -412,7 +425,7 @@ fn overlaps(a: &Range<usize>, b: &Range<usize>) -> bool {
 
 /// Whether `pattern` names the parameter at `path`: equal, or a prefix
 /// ending in `*`.
-pub(crate) fn matches(pattern: &str, path: &str) -> bool {
+fn matches(pattern: &str, path: &str) -> bool {
     match pattern.strip_suffix('*') {
         Some(prefix) => path.starts_with(prefix),
         None => pattern == path,

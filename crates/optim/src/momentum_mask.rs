@@ -16,7 +16,7 @@ use burn::tensor::Tensor;
 use cubecl::server::Handle;
 
 use crate::device_flat::into_handle;
-use crate::kept_out::matches;
+use crate::kept_out::matching_segments;
 use crate::{DeviceFlat, Flat, FlatMut, OptimError, ParamLayout};
 
 /// The masked ranges of the flat buffer, sorted and disjoint.
@@ -30,7 +30,7 @@ impl MomentumMask {
     /// field in errors.
     ///
     /// # Errors
-    /// An entry that names no parameter, a row range that is not
+    /// An entry that names no parameter (with the model's paths), a row range that is not
     /// `[start:end]` with either bound optional, or one past the
     /// parameter's rows.
     pub(crate) fn new(
@@ -55,13 +55,7 @@ impl MomentumMask {
                     (pattern, Some(rows))
                 }
             };
-            let mut found = false;
-            for segment in layout
-                .segments()
-                .iter()
-                .filter(|s| matches(pattern, &s.path))
-            {
-                found = true;
+            for segment in matching_segments(&[pattern], field, layout)? {
                 let n_rows = segment.shape.first().copied().unwrap_or(1).max(1);
                 let row_len = segment.len / n_rows;
                 let (start, end) = match rows {
@@ -84,9 +78,6 @@ impl MomentumMask {
                 }
                 let offset = segment.offset;
                 ranges.push(offset + start * row_len..offset + end * row_len);
-            }
-            if !found {
-                return Err(bad(entry, "names no parameter of the model"));
             }
         }
         ranges.retain(|r| !r.is_empty());

@@ -83,30 +83,12 @@ fn worst_distance(
     run: &str,
     config: &OneBitLambConfig,
 ) -> (f64, String) {
-    let mut worst = (0.0f64, String::new());
-    for world in [1, 2, 4] {
-        let x0 = &f[&format!("{run}/w{world}/x0")];
-        let moved = |x: &[f32]| -> Vec<f32> { x.iter().zip(x0).map(|(a, b)| a - b).collect() };
-        for (s, ranks) in terse_run(f, run, world, config).iter().enumerate() {
-            let t = s as u64 + 2;
-            for (rank, x) in ranks.iter().enumerate() {
-                let ds = &f[&format!("{run}/w{world}/r{rank}/t{t}/params")];
-                let apart = relative_l2(&moved(x), &moved(ds));
-                if apart > worst.0 || apart.is_nan() {
-                    let stage = if t > DS_FREEZE {
-                        "compression"
-                    } else {
-                        "warmup"
-                    };
-                    worst = (
-                        apart,
-                        format!("{world} worker(s), rank {rank}, DeepSpeed step {t} ({stage})"),
-                    );
-                }
-            }
-        }
-    }
-    worst
+    let terse = |world| terse_run(f, run, world, config);
+    let moved =
+        |x: &[f32], x0: &[f32]| -> Vec<f32> { x.iter().zip(x0).map(|(a, b)| a - b).collect() };
+    deepspeed_setup::worst_distance(f, run, DS_FREEZE, terse, |x, ds| {
+        relative_l2(&moved(x, ds.x0), &moved(ds.after, ds.x0))
+    })
 }
 
 #[test]

@@ -87,29 +87,10 @@ fn worst_distance(
     variant: &str,
     config: &OneBitAdamConfig,
 ) -> (f64, String) {
-    let mut worst = (0.0f64, String::new());
-    for world in [1, 2, 4] {
-        for (s, ranks) in terse_run(f, variant, world, config).iter().enumerate() {
-            let t = s as u64 + 2;
-            for (rank, x) in ranks.iter().enumerate() {
-                let ds = &f[&format!("{variant}/w{world}/r{rank}/t{t}/params")];
-                let before = &f[&format!("{variant}/w{world}/r{rank}/t{}/params", t - 1)];
-                let apart = relative_l2(x, ds, before);
-                if apart > worst.0 || apart.is_nan() {
-                    let stage = if t > DS_FREEZE {
-                        "compression"
-                    } else {
-                        "warmup"
-                    };
-                    worst = (
-                        apart,
-                        format!("{world} worker(s), rank {rank}, DeepSpeed step {t} ({stage})"),
-                    );
-                }
-            }
-        }
-    }
-    worst
+    let terse = |world| terse_run(f, variant, world, config);
+    deepspeed_setup::worst_distance(f, variant, DS_FREEZE, terse, |x, ds| {
+        relative_l2(x, ds.after, ds.before)
+    })
 }
 
 /// ‖a − b‖ / max(‖b‖, ‖b_before‖): relative to DeepSpeed's parameters

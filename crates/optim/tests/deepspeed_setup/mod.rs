@@ -80,3 +80,48 @@ pub fn replay(
         .map(|s| per_rank.iter().map(|xs| xs[s].clone()).collect())
         .collect()
 }
+
+/// DeepSpeed's parameters of one rank around one of its steps, and at the
+/// start: what a distance from terse's parameters is measured against.
+pub struct Around<'a> {
+    pub x0: &'a [f32],
+    pub before: &'a [f32],
+    pub after: &'a [f32],
+}
+
+/// The largest `distance` of terse's parameters from DeepSpeed's over every
+/// step and rank of `run` on 1, 2 and 4 workers (`terse(world)`: terse's
+/// parameters as [`replay`] returns them), and where it is; steps after
+/// DeepSpeed's `freeze` are named the compression stage.
+pub fn worst_distance(
+    f: &HashMap<String, Vec<f32>>,
+    run: &str,
+    freeze: u64,
+    terse: impl Fn(usize) -> Vec<Vec<Vec<f32>>>,
+    distance: impl Fn(&[f32], Around<'_>) -> f64,
+) -> (f64, String) {
+    let mut worst = (0.0f64, String::new());
+    for world in [1, 2, 4] {
+        let x0 = &f[&format!("{run}/w{world}/x0")];
+        for (s, ranks) in terse(world).iter().enumerate() {
+            let t = s as u64 + 2;
+            for (rank, x) in ranks.iter().enumerate() {
+                let params = |t: u64| &f[&format!("{run}/w{world}/r{rank}/t{t}/params")];
+                let around = Around {
+                    x0,
+                    before: params(t - 1),
+                    after: params(t),
+                };
+                let apart = distance(x, around);
+                if apart > worst.0 || apart.is_nan() {
+                    let stage = if t > freeze { "compression" } else { "warmup" };
+                    worst = (
+                        apart,
+                        format!("{world} worker(s), rank {rank}, DeepSpeed step {t} ({stage})"),
+                    );
+                }
+            }
+        }
+    }
+    worst
+}
