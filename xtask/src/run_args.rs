@@ -81,6 +81,13 @@ pub struct RunArgs {
     #[arg(long, value_name = "DEVICE")]
     pub device: Option<String>,
 
+    /// Compute the model in fp32 (the default), tf32 (CUDA), bf16 or fp16
+    /// (half-type matmuls and activations, fp32 master weights and
+    /// optimizer states; fp16 with dynamic loss scaling); passed to `terse`
+    /// as is
+    #[arg(long, value_name = "PRECISION")]
+    pub precision: Option<String>,
+
     /// A DeepSpeed ds_config.json read on top of the config (batch sizes,
     /// clipping, optimizer and params, warmup schedulers; what terse cannot
     /// follow is refused by name); passed to `terse` as is
@@ -150,6 +157,9 @@ impl RunArgs {
         }
         if let Some(device) = &self.device {
             args.extend(["--device".into(), device.clone()]);
+        }
+        if let Some(precision) = &self.precision {
+            args.extend(["--precision".into(), precision.clone()]);
         }
         if let Some(comm) = &self.comm {
             args.extend(["--comm".into(), comm.clone()]);

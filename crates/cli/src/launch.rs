@@ -24,6 +24,17 @@ pub struct RunFlags {
     #[arg(long, value_name = "DEVICE")]
     pub device: Option<terse_train::DeviceChoice>,
 
+    /// Compute the model in this precision: fp32 (the default), tf32
+    /// (CUDA's TF32 matmuls), bf16 or fp16 (matmuls and activations in the
+    /// half type, LayerNorm, softmax and losses in fp32, as PyTorch's
+    /// autocast; parameters, gradients and optimizer states stay fp32; fp16
+    /// with DeepSpeed's dynamic loss scaling, train.loss_scaling). A device
+    /// without it refuses the run (cpu: fp32, bf16, fp16; wgpu and
+    /// lavapipe: fp32; cuda: all). Sets train.precision; a resume may
+    /// change it
+    #[arg(long, value_name = "PRECISION")]
+    pub precision: Option<terse_train::Precision>,
+
     /// Train with this optimizer instead of the config's, keeping every
     /// hyper-parameter the two share (weight decay, betas, eps, bias
     /// correction, freeze step, …; the schedule is untouched) and this
@@ -177,15 +188,20 @@ impl RunFlags {
             read.append(&mut before_swap);
             before_swap = read;
         }
+        // As overrides, so that the config is checked with them in place
+        // (a precision against the device that runs it).
+        if let Some(device) = self.device {
+            before_swap.push(Override::new("train.device", device.to_string()));
+        }
+        if let Some(precision) = self.precision {
+            before_swap.push(Override::new("train.precision", precision.to_string()));
+        }
         let mut config = RunConfig::load_with(path, &before_swap)?;
         if let Some(steps) = self.steps {
             if steps == 0 {
                 bail!("--steps must be at least 1");
             }
             config.train.steps = steps;
-        }
-        if let Some(device) = self.device {
-            config.train.device = device;
         }
         if let Some(name) = &self.optimizer {
             let name = name.replace('-', "_");

@@ -13,7 +13,7 @@ use serde::{Deserialize, Serialize};
 use terse_models::ModelConfig;
 use terse_optim::{LrSchedule, OptimizerConfig};
 
-use crate::{DeviceChoice, Override, TrainError};
+use crate::{DeviceChoice, LossScaling, Override, Precision, TrainError};
 
 /// One run.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -169,6 +169,21 @@ pub struct TrainSettings {
     /// continues on any.
     #[serde(default, skip_serializing_if = "DeviceChoice::is_cpu")]
     pub device: DeviceChoice,
+    /// What the model computes in: `fp32` (the default), `tf32` (CUDA),
+    /// `bf16` or `fp16` (matmuls and activations in the half type,
+    /// LayerNorm, softmax and losses in fp32, as PyTorch's autocast; the
+    /// parameters, gradients and optimizer states stay fp32). A device that
+    /// lacks it refuses the run.
+    #[serde(default, skip_serializing_if = "is_fp32")]
+    pub precision: Precision,
+    /// fp16's dynamic loss scaling (DeepSpeed's `fp16` block); fp16 only.
+    /// Unset under fp16: DeepSpeed's defaults (2^16, window 1000, floor 1).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub loss_scaling: Option<LossScaling>,
+}
+
+fn is_fp32(precision: &Precision) -> bool {
+    *precision == Precision::Fp32
 }
 
 impl TrainSettings {
@@ -255,7 +270,29 @@ impl RunConfig {
         self.train
             .accumulation(1)
             .map_err(|e| format!("[train]: {e}"))?;
-        Ok(())
+        self.check_precision()
+    }
+
+    /// The precision against the device and the model, and the loss
+    /// scaling against the precision.
+    fn check_precision(&self) -> Result<(), String> {
+        let precision = self.train.precision;
+        precision.check_device(&self.train.device)?;
+        let bert = matches!(self.model, None | Some(ModelConfig::Bert(_)));
+        if precision.half().is_some() && !bert {
+            return Err(format!(
+                "train.precision = \"{precision}\": mixed precision is implemented for BERT \
+                 only (the image models' convolutions and BatchNorm compute in fp32); use fp32"
+            ));
+        }
+        match &self.train.loss_scaling {
+            Some(_) if !precision.scales_loss() => Err(format!(
+                "train.loss_scaling is set but train.precision is \"{precision}\": loss \
+                 scaling is for fp16 only (bf16 has fp32's range)"
+            )),
+            Some(scaling) => scaling.validate(),
+            None => Ok(()),
+        }
     }
 
     /// The config as TOML, as written next to a run's metrics.
@@ -279,6 +316,10 @@ impl RunConfig {
                     "eval_every",
                     "collective_timeout_s",
                     "device",
+                    // The master weights and optimizer states are fp32 in
+                    // every precision: a checkpoint moves between them.
+                    "precision",
+                    "loss_scaling",
                 ] {
                     train.remove(free);
                 }

@@ -25,6 +25,18 @@ pub enum TrainError {
         /// The loss value.
         loss: f32,
     },
+    /// fp16's gradient overflowed with the loss scale already at its floor.
+    #[error(
+        "step {step}: the fp16 gradient overflowed (inf or NaN) with the loss scale at its floor \
+         train.loss_scaling.min_scale = {scale}: the run diverged (a learning rate too high, a \
+         1-bit optimizer frozen too early, or a model that needs bf16's range)"
+    )]
+    LossScaleFloor {
+        /// The step (from 1).
+        step: u64,
+        /// The floor.
+        scale: f64,
+    },
     /// Examples that cannot form one batch.
     #[error("cannot batch: {0}")]
     Batch(String),
@@ -95,7 +107,7 @@ impl TrainError {
     /// any rank).
     pub fn diverged(&self) -> bool {
         match self {
-            Self::Diverged { .. } => true,
+            Self::Diverged { .. } | Self::LossScaleFloor { .. } => true,
             Self::Rank { error, .. } => error.diverged(),
             _ => false,
         }

@@ -45,8 +45,15 @@ pub struct StepRecord {
     /// Examples per second over all ranks for this step.
     pub samples_per_s: f64,
     /// The gradient's global norm before clipping (the root mean square of
-    /// the ranks' norms; see `train.max_grad_norm`).
+    /// the ranks' norms; see `train.max_grad_norm`; 0 on a skipped step).
     pub grad_norm: f64,
+    /// fp16: the loss scale the step tried (absent in other precisions).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub loss_scale: Option<f64>,
+    /// fp16: the step overflowed on some rank and every rank skipped it
+    /// (its batch consumed, nothing updated).
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub skipped: bool,
 }
 
 /// An evaluation, as logged: `{"step": 300, "eval": {"mlm_accuracy": 0.41,
@@ -307,6 +314,8 @@ mod tests {
             optimizer_ms: 0.0,
             samples_per_s: 0.0,
             grad_norm: 0.0,
+            loss_scale: None,
+            skipped: false,
         };
         let value = serde_json::to_value(&record).unwrap();
         let mut written: Vec<String> = value.as_object().unwrap().keys().cloned().collect();
@@ -352,6 +361,8 @@ mod tests {
                 optimizer_ms: phases[3],
                 samples_per_s: rates[0],
                 grad_norm: rates[1],
+                loss_scale: None,
+                skipped: false,
             })
             .unwrap()
         };

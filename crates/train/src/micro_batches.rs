@@ -16,8 +16,8 @@
 
 use std::time::Instant;
 
-use burn::tensor::{Device, Gradients};
-use terse_kernels::fused::{DropoutStream, with_dropout_stream};
+use burn::tensor::{Device, FloatDType, Gradients};
+use terse_kernels::fused::{DropoutStream, with_dropout_stream, with_half};
 use terse_optim::{FlatModel, with_fresh_leaves};
 
 use crate::TrainError;
@@ -66,12 +66,18 @@ pub(crate) struct LocalGradient {
     pub(crate) backward_ms: f64,
 }
 
-/// Where a micro-batch comes from and which dropout masks it draws.
+/// Where a micro-batch comes from, which dropout masks it draws and how
+/// it computes.
 pub(crate) struct StepPlace {
     pub(crate) seed: u64,
     pub(crate) t: u64,
     pub(crate) epoch: u64,
     pub(crate) rank: usize,
+    /// The half type of the forward's matmuls (`train.precision`).
+    pub(crate) half: Option<FloatDType>,
+    /// What the loss is multiplied by before the backward (fp16's loss
+    /// scale; 1 otherwise). The reported loss is the unscaled one.
+    pub(crate) loss_scale: f32,
 }
 
 /// One micro-batch's forward and backward: its gradients, its loss and the
@@ -86,10 +92,16 @@ fn run_micro_batch<T: Task>(
 ) -> Result<(Gradients, f64, f64, f64), TrainError> {
     let clock = Instant::now();
     let stream = DropoutStream::new(at.seed, at.t, at.rank, micro);
-    let loss = with_dropout_stream(stream, || task.loss(model, examples, at.epoch, device))?;
+    let loss = with_dropout_stream(stream, || {
+        with_half(at.half, || task.loss(model, examples, at.epoch, device))
+    })?;
     let forward_ms = ms(clock);
     let clock = Instant::now();
-    let grads = loss.backward();
+    let grads = if at.loss_scale == 1.0 {
+        loss.backward()
+    } else {
+        loss.clone().mul_scalar(at.loss_scale).backward()
+    };
     let value = f64::from(loss.into_scalar::<f32>());
     Ok((grads, value, forward_ms, ms(clock)))
 }

@@ -19,12 +19,13 @@ use burn::module::Module;
 use burn::store::{ModuleSnapshot, SafetensorsStore};
 use burn::tensor::Device;
 use terse_comm::{Communicator, ReduceOp};
-use terse_optim::{FlatModel, Optimizer};
+use terse_optim::{FlatModel, Optimizer, StepReport};
 
 use crate::checkpoint::{self, model_file, optimizer_file};
 use crate::collective_deadline::CollectiveDeadline;
 use crate::grad_clip::{clip_gradient, global_norm};
 use crate::logging;
+use crate::loss_scale::{self, LossScaler, LossScaling, Verdict};
 use crate::metrics::{DivergedRecord, EvalRecord, MetricsLog, RunSummary, StepRecord, ms};
 use crate::micro_batches::{Lanes, StepPlace, local_gradient};
 use crate::progress::{ProgressLines, step_bar};
@@ -97,7 +98,7 @@ impl Trainer<'_> {
             let every = self.config.train.checkpoint_every;
             if stop || last || (every > 0 && t.is_multiple_of(every)) {
                 rank_phase::enter(run.rank, Phase::Checkpoint(t));
-                let dir = self.save(&model, &mut run.optimizer, comm)?;
+                let dir = self.save(&model, &mut run.optimizer, t, run.scaler, comm)?;
                 if stop && !last {
                     run.bar.abandon();
                     return Err(TrainError::Interrupted {
@@ -173,21 +174,33 @@ impl Trainer<'_> {
                 );
             }
         }
+        let mut resumed = None;
         if self.resume {
             rank_phase::enter(rank, Phase::Resume);
-            model = self.restore(model, &mut optimizer, comm)?;
+            let meta;
+            (model, meta) = self.restore(model, &mut optimizer, comm)?;
+            resumed = meta;
             flat.regather(&model)?;
             rank_phase::enter(rank, Phase::SetUp);
         } else {
             checkpoint::clear_own(self.run_dir, rank)?;
         }
+        // fp16's scaler continues from the checkpoint's (a checkpoint of
+        // another precision has none: DeepSpeed's initial scale).
+        let scaling = cfg.train.loss_scaling.clone().unwrap_or_default();
+        let scaler = cfg.train.precision.scales_loss().then(|| {
+            resumed
+                .as_ref()
+                .and_then(|m: &checkpoint::CheckpointMeta| m.loss_scaler)
+                .unwrap_or_else(|| LossScaler::new(&scaling))
+        });
         if lead {
             log_plan(cfg, world);
         }
 
         let deadline = CollectiveDeadline::new(cfg.train.collective_timeout_s);
         comm.set_deadline(deadline.initial());
-        let start_step = optimizer.step_count();
+        let start_step = resumed.map_or(0, |m| m.step);
         let log = MetricsLog::open(self.run_dir, lead, start_step)?;
         let bar = step_bar(cfg.train.steps, self.progress && lead);
         bar.set_position(start_step);
@@ -223,6 +236,8 @@ impl Trainer<'_> {
             lanes,
             share_params,
             start_step,
+            scaler,
+            scaling,
         };
         Ok((run, model))
     }
@@ -251,18 +266,23 @@ impl Trainer<'_> {
         Ok(())
     }
 
+    /// The checkpoint of step `t` (the data's position: fp16's skipped
+    /// steps consumed their batch but did not step the optimizer).
     fn save<M: ModuleSnapshot>(
         &self,
         model: &M,
         optimizer: &mut Optimizer,
+        t: u64,
+        scaler: Option<LossScaler>,
         comm: &dyn Communicator,
     ) -> Result<std::path::PathBuf, TrainError> {
         let rank = comm.rank();
         optimizer.sync_state(comm)?;
         checkpoint::write(
             self.run_dir,
-            optimizer.step_count(),
+            t,
             &optimizer.stage().to_string(),
+            scaler,
             self.config,
             comm,
             |dir| {
@@ -315,7 +335,7 @@ impl Trainer<'_> {
         mut model: M,
         optimizer: &mut Optimizer,
         comm: &dyn Communicator,
-    ) -> Result<M, TrainError> {
+    ) -> Result<(M, Option<checkpoint::CheckpointMeta>), TrainError> {
         let chosen = match self.resume_from {
             Some(dir) => Some(self.chosen_checkpoint(dir)?),
             None => checkpoint::agree_on_latest(self.run_dir, comm)?,
@@ -327,7 +347,7 @@ impl Trainer<'_> {
                     checkpoint::checkpoints_dir(self.run_dir).display()
                 );
             }
-            return Ok(model);
+            return Ok((model, None));
         };
         let meta = checkpoint::verify_own(&dir, self.config, comm)?.meta;
         checkpoint::load_model(&mut model, &dir.join(model_file(comm.rank())))?;
@@ -340,7 +360,7 @@ impl Trainer<'_> {
                 meta.stage
             );
         }
-        Ok(model)
+        Ok((model, Some(meta)))
     }
 }
 
@@ -367,6 +387,10 @@ struct Run<'r, T: Task> {
     share_params: bool,
     /// The step the run starts after (a resumed run's checkpoint).
     start_step: u64,
+    /// fp16's loss scaler (`None` in the other precisions).
+    scaler: Option<LossScaler>,
+    /// Its settings.
+    scaling: LossScaling,
 }
 
 impl<T: Task> Run<'_, T> {
@@ -408,6 +432,8 @@ impl<T: Task> Run<'_, T> {
             t,
             epoch,
             rank: self.rank,
+            half: cfg.train.precision.half(),
+            loss_scale: self.scaler.map_or(1.0, |s| s.scale as f32),
         };
         let local = local_gradient(
             self.task,
@@ -422,22 +448,54 @@ impl<T: Task> Run<'_, T> {
         let (forward_ms, backward_ms) = (local.forward_ms, local.backward_ms);
 
         // Taken before the step: the optimizer works in the gradient.
-        let squares = self.flat.grad_sum_of_squares() as f32;
+        let mut squares = self.flat.grad_sum_of_squares() as f32;
+        // fp16: every rank skips a step any rank overflowed in, else the
+        // gradient is unscaled before clipping and the optimizer.
+        let skip = match &mut self.scaler {
+            Some(scaler) => match loss_scale::judge(scaler, &self.scaling, squares, t, comm)? {
+                Verdict::Skip => {
+                    squares = 0.0;
+                    true
+                }
+                Verdict::Step { unscale } => {
+                    self.flat.scale_grad(unscale);
+                    squares *= unscale * unscale;
+                    false
+                }
+            },
+            None => false,
+        };
         let clipped_norm = match cfg.train.max_grad_norm {
-            Some(max_norm) => Some(clip_gradient(
+            Some(max_norm) if !skip => Some(clip_gradient(
                 |factor| self.flat.scale_grad(factor),
                 squares,
                 max_norm,
                 comm,
             )?),
-            None => None,
+            _ => None,
         };
         let clock = Instant::now();
-        let report = self.flat.step(&mut self.optimizer, comm)?;
-        model = if self.share_params {
-            self.flat.write_into_replicated(model, comm)?
+        let report = if skip {
+            // The optimizer, its step count, freeze point and error
+            // feedback, the schedule and the parameters stay as they were.
+            StepReport {
+                t: self.optimizer.step_count(),
+                lr: self
+                    .optimizer
+                    .schedule()
+                    .lr(self.optimizer.step_count() + 1),
+                comm_time: Default::default(),
+                traffic: Default::default(),
+                stage: self.optimizer.stage(),
+            }
         } else {
-            self.flat.write_into(model)?
+            let report = self.flat.step(&mut self.optimizer, comm)?;
+            model = if self.share_params {
+                self.flat.write_into_replicated(model, comm)?
+            } else {
+                self.flat.write_into(model)?
+            };
+            report
         };
         let step_ms = ms(clock);
 
@@ -489,6 +547,8 @@ impl<T: Task> Run<'_, T> {
             samples_per_s: cfg.train.global_batch as f64
                 / step_start.elapsed().as_secs_f64().max(1e-9),
             grad_norm,
+            loss_scale: self.scaler.map(|_| f64::from(at.loss_scale)),
+            skipped: skip,
         };
         self.log.line(&record)?;
         self.comm
@@ -540,7 +600,7 @@ impl<T: Task> Run<'_, T> {
                 .task
                 .evaluate(&model.valid(), &self.device.clone().inner())?;
             self.log.line(&EvalRecord {
-                step: self.optimizer.step_count(),
+                step: self.config.train.steps,
                 eval: self.summary.eval.clone(),
             })?;
             match self.task.export(model, export_dir) {

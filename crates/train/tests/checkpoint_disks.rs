@@ -38,7 +38,7 @@ fn write_step(
 ) -> Vec<Result<PathBuf, TrainError>> {
     LocalComm::run(RANKS, Duration::from_secs(30), |comm| {
         let rank = comm.rank();
-        checkpoint::write(&dirs[rank], step, "warmup", config, comm, |dir| {
+        checkpoint::write(&dirs[rank], step, "warmup", None, config, comm, |dir| {
             if failing == Some(rank) {
                 return Err(TrainError::Batch("injected".into()));
             }

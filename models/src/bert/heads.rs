@@ -98,11 +98,12 @@ impl BertForPreTraining {
             t.layer_norm_eps,
         );
         let decoder = self.bert.embeddings.word_embeddings.weight.val();
-        let mlm_logits = fused::linear_transposed(h, decoder, p.bias.val());
+        // Logits in fp32 under mixed precision too (autocast's losses).
+        let mlm_logits = fused::widen(fused::linear_transposed(h, decoder, p.bias.val()));
         let pooled = out.pooled.expect("BertForPreTraining always has a pooler");
         PreTrainingOutput {
             mlm_logits,
-            nsp_logits: fused::linear(pooled, &self.cls.seq_relationship),
+            nsp_logits: fused::widen(fused::linear(pooled, &self.cls.seq_relationship)),
         }
     }
 
@@ -145,7 +146,7 @@ impl BertForQuestionAnswering {
     pub fn forward(&self, input: BertInput) -> (Tensor<2>, Tensor<2>) {
         let hidden = self.bert.forward(input).hidden;
         let [batch, seq, _] = hidden.dims();
-        let logits = fused::linear(hidden, &self.qa_outputs);
+        let logits = fused::widen(fused::linear(hidden, &self.qa_outputs));
         let start = logits
             .clone()
             .slice([0..batch, 0..seq, 0..1])
@@ -195,7 +196,10 @@ impl BertForSequenceClassification {
     /// Logits `[batch, labels]` (scores `[batch, 1]` for regression).
     pub fn forward(&self, input: BertInput) -> Tensor<2> {
         let pooled = self.bert.forward(input).pooled.expect("a pooler");
-        fused::linear(fused::dropout(pooled, &self.dropout), &self.classifier)
+        fused::widen(fused::linear(
+            fused::dropout(pooled, &self.dropout),
+            &self.classifier,
+        ))
     }
 
     /// Cross-entropy over class labels `[batch]`.

@@ -86,9 +86,12 @@ impl BertResidual {
         }
     }
 
-    /// Dropout of the projection of `h`.
+    /// Dropout of the projection of `h`, in fp32 for the residual sum
+    /// (under mixed precision the projection and its dropout ran in the
+    /// half type; the residual stream stays fp32, as autocast's type
+    /// promotion keeps it).
     fn project(&self, h: Tensor<3>) -> Tensor<3> {
-        fused::dropout(fused::linear(h, &self.dense), &self.dropout)
+        fused::widen(fused::dropout(fused::linear(h, &self.dense), &self.dropout))
     }
 
     fn norm(&self, x: Tensor<3>) -> Tensor<3> {

@@ -58,7 +58,7 @@ pub struct Args {
     #[arg(long, conflicts_with = "quick")]
     pub from_results: bool,
 
-    /// `--model`, `--device`, `--steps` (`onebit-adam` only).
+    /// `--model`, `--device`, `--precision`, `--steps` (`onebit-adam` only).
     #[command(flatten)]
     pub scale: Scale,
 
@@ -76,7 +76,7 @@ pub struct Args {
 pub struct Scale {
     /// `onebit-adam` only: the BERT preset to pre-train instead of BERT-Tiny
     /// (`model.preset`, e.g. mini; terse checks the name); the results go to
-    /// results/onebit-adam-<model>[-<device>][-<N>-steps]/
+    /// results/onebit-adam-<model>[-<device>][-<precision>][-<N>-steps]/
     #[arg(long, value_name = "PRESET")]
     pub model: Option<String>,
 
@@ -84,6 +84,11 @@ pub struct Scale {
     /// wgpu, wgpu:N, lavapipe)
     #[arg(long)]
     pub device: Option<String>,
+
+    /// `onebit-adam` only: what every variant computes in
+    /// (`train.precision`: fp32, tf32, bf16, fp16; the device must have it)
+    #[arg(long)]
+    pub precision: Option<String>,
 
     /// `onebit-adam` only: steps instead of 1,000 (the warmup, the freeze,
     /// the evaluations and the checkpoints keep their fractions of the run)
@@ -96,11 +101,14 @@ impl Scale {
         *self == Self::default()
     }
 
-    /// The suffix of the results directory: `-<model>`, `-<device>` and
-    /// `-<N>-steps`, each where given.
+    /// The suffix of the results directory: `-<model>`, `-<device>`,
+    /// `-<precision>` and `-<N>-steps`, each where given.
     fn suffix(&self) -> String {
         let mut suffix = String::new();
-        for part in [&self.model, &self.device].into_iter().flatten() {
+        for part in [&self.model, &self.device, &self.precision]
+            .into_iter()
+            .flatten()
+        {
             suffix.push('-');
             suffix.push_str(&part.replace(':', ""));
         }
@@ -248,7 +256,7 @@ impl Context {
 pub fn run(args: &Args) -> Result<()> {
     let scale = args.scale.clone();
     if !scale.is_default() && args.name != Experiment::OnebitAdam {
-        bail!("--model, --device and --steps apply to `reproduce onebit-adam` only");
+        bail!("--model, --device, --precision and --steps apply to `reproduce onebit-adam` only");
     }
     let name = format!("{}{}", cli_name(&args.name), scale.suffix());
     let mut command = format!(
@@ -256,7 +264,11 @@ pub fn run(args: &Args) -> Result<()> {
         cli_name(&args.name),
         if args.quick { " --quick" } else { "" }
     );
-    for (flag, value) in [("--model", &scale.model), ("--device", &scale.device)] {
+    for (flag, value) in [
+        ("--model", &scale.model),
+        ("--device", &scale.device),
+        ("--precision", &scale.precision),
+    ] {
         if let Some(value) = value {
             command.push_str(&format!(" {flag} {value}"));
         }

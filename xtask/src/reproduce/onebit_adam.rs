@@ -77,8 +77,12 @@ pub fn variant(ctx: &Context, label: &str, optimizer: String) -> Variant {
         Some(model) => variant.set("model.preset", model),
         None => variant,
     };
-    match &ctx.scale.device {
+    let variant = match &ctx.scale.device {
         Some(device) => variant.set("train.device", device),
+        None => variant,
+    };
+    match &ctx.scale.precision {
+        Some(precision) => variant.set("train.precision", precision),
         None => variant,
     }
 }

@@ -27,6 +27,7 @@
 mod add_relu;
 mod attention_core;
 mod attention_probs;
+mod autocast;
 mod autodiff;
 mod batch_norm;
 mod bias_gelu;
@@ -45,10 +46,13 @@ use burn::nn::conv::Conv2d;
 use burn::nn::loss::CrossEntropyLossConfig;
 use burn::nn::{BatchNorm, Dropout, Embedding, LayerNorm, Linear, PaddingConfig2d};
 use burn::tensor::activation::{self, gelu, softmax};
-use burn::tensor::{Device, Int, Tensor, TensorData};
+use burn::tensor::{Device, FloatDType, Int, Tensor, TensorData};
+
+use autocast::is_f32;
 
 pub use add_relu::{add_relu_backward, add_relu_forward};
 pub use attention_core::{HeadsShape, attention_backward, attention_forward};
+pub use autocast::{half, narrow, widen, with_half};
 pub use batch_norm::{BatchNormShape, BatchNormStats, batch_norm_backward, batch_norm_forward};
 pub use bias_gelu::{bias_gelu_backward, bias_gelu_forward};
 pub use conv2d::{ConvShape, conv2d_backward, conv2d_forward};
@@ -70,6 +74,8 @@ pub fn is_flex(device: &Device) -> bool {
 /// LayerNorm over the last dimension with `norm`'s γ and β and `eps`
 /// (burn's `LayerNorm` keeps its ε private; the model config has it).
 pub fn layer_norm<const D: usize>(x: Tensor<D>, norm: &LayerNorm, eps: f64) -> Tensor<D> {
+    // In fp32 under mixed precision too (autocast's rule for LayerNorm).
+    let x = widen(x);
     match &norm.beta {
         Some(beta) if is_flex(&x.device()) => {
             Tensor::from_dispatch(<Dispatch as FusedOps>::fused_layer_norm(
@@ -85,6 +91,9 @@ pub fn layer_norm<const D: usize>(x: Tensor<D>, norm: &LayerNorm, eps: f64) -> T
 
 /// `gelu(x·W + b)` of a linear layer, the bias added inside the fused GELU.
 pub fn dense_gelu<const D: usize>(x: Tensor<D>, dense: &Linear) -> Tensor<D> {
+    if half().is_some() {
+        return gelu(linear(x, dense));
+    }
     match &dense.bias {
         Some(bias) if is_flex(&x.device()) => {
             Tensor::from_dispatch(<Dispatch as FusedOps>::fused_dense_gelu(
@@ -99,6 +108,10 @@ pub fn dense_gelu<const D: usize>(x: Tensor<D>, dense: &Linear) -> Tensor<D> {
 
 /// `dense`'s `x·W + b`.
 pub fn linear<const D: usize>(x: Tensor<D>, dense: &Linear) -> Tensor<D> {
+    if half().is_some() {
+        let bias = dense.bias.as_ref().map(|b| narrow(b.val()));
+        return burn::tensor::module::linear(narrow(x), narrow(dense.weight.val()), bias);
+    }
     match &dense.bias {
         Some(bias) if is_flex(&x.device()) => {
             Tensor::from_dispatch(<Dispatch as FusedOps>::fused_linear(
@@ -116,6 +129,9 @@ pub fn linear<const D: usize>(x: Tensor<D>, dense: &Linear) -> Tensor<D> {
 /// word embeddings `[vocab, hidden]`; on flex W's gradient is produced in
 /// that layout.
 pub fn linear_transposed(x: Tensor<2>, weight: Tensor<2>, bias: Tensor<1>) -> Tensor<2> {
+    if half().is_some() {
+        return narrow(x).matmul(narrow(weight).transpose()) + narrow(bias).unsqueeze_dim(0);
+    }
     if is_flex(&x.device()) {
         return Tensor::from_dispatch(<Dispatch as FusedOps>::fused_linear(
             x.into_dispatch(),
@@ -158,7 +174,7 @@ pub fn attention(
         Some(key) => (layer.prob as f32, key),
         None => (0.0, 0),
     };
-    if is_flex(&device) {
+    if is_flex(&device) && half().is_none() {
         return Tensor::from_dispatch(<Dispatch as FusedOps>::fused_attention(
             q.into_dispatch(),
             k.into_dispatch(),
@@ -170,14 +186,18 @@ pub fn attention(
             key,
         ));
     }
-    // Other backends: burn's ops, with terse's dropout mask (the same site
-    // key the flex path took).
+    // Other backends, and mixed precision: burn's ops, with terse's dropout
+    // mask (the same site key the flex path took). Under mixed precision
+    // the two products run in the half type and the scores' scale, mask
+    // and softmax in fp32 (autocast's rule for softmax); in fp32 the casts
+    // are no-ops.
     let [batch, seq, hidden] = q.dims();
     let split = |t: Tensor<3>| {
-        t.reshape([batch, seq, heads, hidden / heads])
+        narrow(t)
+            .reshape([batch, seq, heads, hidden / heads])
             .swap_dims(1, 2)
     };
-    let z = split(q).matmul(split(k).swap_dims(2, 3)).mul_scalar(scale)
+    let z = widen(split(q).matmul(split(k).swap_dims(2, 3))).mul_scalar(scale)
         + mask_bias.reshape([batch, 1, 1, seq]);
     let probs = softmax(z, 3);
     let probs = if prob > 0.0 {
@@ -185,7 +205,7 @@ pub fn attention(
     } else {
         probs
     };
-    probs
+    narrow(probs)
         .matmul(split(v))
         .swap_dims(1, 2)
         .reshape([batch, seq, hidden])
@@ -199,7 +219,7 @@ pub fn dropout<const D: usize>(x: Tensor<D>, layer: &Dropout) -> Tensor<D> {
         return x;
     };
     let prob = layer.prob as f32;
-    if is_flex(&device) {
+    if is_flex(&device) && is_f32(&x) {
         return Tensor::from_dispatch(<Dispatch as FusedOps>::fused_dropout(
             x.into_dispatch(),
             prob,
@@ -221,7 +241,9 @@ fn apply_mask<const D: usize>(x: Tensor<D>, mask: SiteMask) -> Tensor<D> {
             Tensor::<D>::from_data(TensorData::new(factors, shape), &device)
         }
     };
-    x * factors
+    // Half activations are dropped in their own type, as autocast does.
+    let dtype: FloatDType = x.dtype().into();
+    x * factors.cast(dtype)
 }
 
 /// `relu(a + b)`, a residual block's end: one pass each way on flex
@@ -309,6 +331,8 @@ pub fn batch_norm<const D: usize>(x: Tensor<D>, norm: &BatchNorm, relu: bool) ->
 
 /// Mean cross-entropy of `logits` `[n, classes]` against `labels` `[n]`.
 pub fn cross_entropy(logits: Tensor<2>, labels: Tensor<1, Int>) -> Tensor<1> {
+    // In fp32 under mixed precision too (autocast's rule for losses).
+    let logits = widen(logits);
     let device = logits.device();
     if is_flex(&device) {
         return Tensor::from_dispatch(<Dispatch as FusedOps>::fused_cross_entropy(

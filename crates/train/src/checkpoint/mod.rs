@@ -28,7 +28,7 @@ use std::path::{Path, PathBuf};
 use burn::store::{ModuleSnapshot, SafetensorsStore};
 use serde::{Deserialize, Serialize};
 
-use crate::{RunConfig, TrainError};
+use crate::{LossScaler, RunConfig, TrainError};
 
 pub use agree::{agree_on_latest, verify_own};
 pub use write::{clear_own, write};
@@ -50,24 +50,34 @@ pub struct CheckpointMeta {
     pub format: String,
     /// Layout version.
     pub version: u32,
-    /// Optimizer steps taken.
+    /// Steps taken (the optimizer's too, except fp16's skipped ones).
     pub step: u64,
     /// The optimizer's stage at that step.
     pub stage: String,
     /// Ranks that wrote it.
     pub world_size: usize,
+    /// fp16's loss scaler at that step (absent in other precisions).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub loss_scaler: Option<LossScaler>,
     /// The resolved config of the run.
     pub config: RunConfig,
 }
 
 impl CheckpointMeta {
-    fn new(step: u64, stage: &str, world_size: usize, config: &RunConfig) -> Self {
+    fn new(
+        step: u64,
+        stage: &str,
+        loss_scaler: Option<LossScaler>,
+        world_size: usize,
+        config: &RunConfig,
+    ) -> Self {
         Self {
             format: FORMAT.into(),
             version: VERSION,
             step,
             stage: stage.into(),
             world_size,
+            loss_scaler,
             config: config.clone(),
         }
     }

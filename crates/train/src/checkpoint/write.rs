@@ -24,7 +24,7 @@ use super::{
     CheckpointMeta, KEEP, META, RankRecord, checkpoints_dir, held, io, record_file, sha256_file,
     step_dir, step_dirs,
 };
-use crate::{RunConfig, TrainError};
+use crate::{LossScaler, RunConfig, TrainError};
 
 /// Writes one checkpoint collectively: every rank calls it with its own
 /// `write_files` (which writes that rank's files into the directory it is
@@ -33,13 +33,14 @@ pub fn write(
     run_dir: &Path,
     step: u64,
     stage: &str,
+    loss_scaler: Option<LossScaler>,
     config: &RunConfig,
     comm: &dyn Communicator,
     write_files: impl FnOnce(&Path) -> Result<(), TrainError>,
 ) -> Result<PathBuf, TrainError> {
     let rank = comm.rank();
     let done = step_dir(run_dir, step);
-    let meta = CheckpointMeta::new(step, stage, comm.world_size(), config);
+    let meta = CheckpointMeta::new(step, stage, loss_scaler, comm.world_size(), config);
     let own = commit_own(run_dir, &done, rank, &meta, write_files);
     all_succeeded(comm, own, || {
         format!("could not write its files of the checkpoint of step {step}")

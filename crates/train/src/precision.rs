@@ -1,0 +1,149 @@
+//! `train.precision`: the type the model's forward and backward compute in.
+//! The parameters the optimizer steps, the flat gradient and every
+//! optimizer state stay fp32 in all four; what the compressed allreduce
+//! sends does not change with it.
+
+use std::fmt;
+
+use burn::tensor::FloatDType;
+use serde::{Deserialize, Serialize};
+
+use crate::DeviceChoice;
+
+/// The compute type of a run's model.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Precision {
+    /// fp32 throughout.
+    #[default]
+    Fp32,
+    /// fp32 with TF32 matmuls (CUDA on sm_80 and newer).
+    Tf32,
+    /// bf16 matmuls and activations, fp32 LayerNorm, softmax and losses
+    /// (PyTorch's `autocast(dtype=torch.bfloat16)`, DeepSpeed's `bf16`).
+    Bf16,
+    /// fp16 as bf16, with dynamic loss scaling (`train.loss_scaling`;
+    /// DeepSpeed's `fp16`).
+    Fp16,
+}
+
+impl Precision {
+    /// Every precision, in the order `--help` lists them.
+    pub const ALL: [Precision; 4] = [Self::Fp32, Self::Tf32, Self::Bf16, Self::Fp16];
+
+    /// The half type the forward's matmuls cast to (`None`: fp32).
+    pub fn half(self) -> Option<FloatDType> {
+        match self {
+            Self::Fp32 | Self::Tf32 => None,
+            Self::Bf16 => Some(FloatDType::BF16),
+            Self::Fp16 => Some(FloatDType::F16),
+        }
+    }
+
+    /// Whether the loss is scaled (and overflowing steps skipped).
+    pub fn scales_loss(self) -> bool {
+        self == Self::Fp16
+    }
+
+    /// The precisions `device` computes in, and why it lacks the others.
+    /// flex (this CPU) has bf16 and fp16 matmuls and arithmetic in burn
+    /// 0.22 but no TF32; wgpu's Vulkan has no bf16 arithmetic in cubecl
+    /// 0.11, and its fp16 is unchecked in terse; CUDA has all four.
+    pub fn supported_on(device: &DeviceChoice) -> (&'static [Precision], &'static str) {
+        match device {
+            DeviceChoice::Cpu => (
+                &[Self::Fp32, Self::Bf16, Self::Fp16],
+                "TF32 is a tensor-core format of NVIDIA GPUs",
+            ),
+            DeviceChoice::Wgpu | DeviceChoice::WgpuDiscrete(_) | DeviceChoice::Lavapipe => (
+                &[Self::Fp32],
+                "cubecl 0.11 has bf16 and TF32 arithmetic only on CUDA, and terse has not \
+                 checked fp16 on Vulkan",
+            ),
+            DeviceChoice::Cuda(_) => (&Self::ALL, ""),
+        }
+    }
+
+    /// `Ok` when `device` computes in this precision, else the refusal
+    /// naming the device and the precisions it has (never a silent fp32).
+    pub fn check_device(self, device: &DeviceChoice) -> Result<(), String> {
+        let (supported, why) = Self::supported_on(device);
+        if supported.contains(&self) {
+            return Ok(());
+        }
+        let names: Vec<String> = supported.iter().map(ToString::to_string).collect();
+        Err(format!(
+            "train.precision = \"{self}\" cannot run on device {device}, which computes in {} \
+             ({why})",
+            names.join(", ")
+        ))
+    }
+}
+
+impl fmt::Display for Precision {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Self::Fp32 => "fp32",
+            Self::Tf32 => "tf32",
+            Self::Bf16 => "bf16",
+            Self::Fp16 => "fp16",
+        })
+    }
+}
+
+impl std::str::FromStr for Precision {
+    type Err = String;
+
+    fn from_str(text: &str) -> Result<Self, String> {
+        Self::ALL
+            .into_iter()
+            .find(|p| p.to_string() == text)
+            .ok_or_else(|| format!("unknown precision `{text}` (fp32, tf32, bf16, fp16)"))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn lavapipe_refuses_the_half_types_naming_the_device_and_what_it_has() {
+        let err = Precision::Bf16
+            .check_device(&DeviceChoice::Lavapipe)
+            .unwrap_err();
+        assert!(err.contains("bf16") && err.contains("lavapipe"), "{err}");
+        assert!(err.contains("computes in fp32 ("), "{err}");
+        assert!(
+            Precision::Fp16
+                .check_device(&DeviceChoice::Lavapipe)
+                .is_err()
+        );
+        assert!(
+            Precision::Fp32
+                .check_device(&DeviceChoice::Lavapipe)
+                .is_ok()
+        );
+    }
+
+    #[test]
+    fn the_cpu_has_the_half_types_but_not_tf32() {
+        let err = Precision::Tf32
+            .check_device(&DeviceChoice::Cpu)
+            .unwrap_err();
+        assert!(err.contains("fp32, bf16, fp16"), "{err}");
+        for p in [Precision::Fp32, Precision::Bf16, Precision::Fp16] {
+            p.check_device(&DeviceChoice::Cpu).unwrap();
+        }
+        for p in Precision::ALL {
+            p.check_device(&DeviceChoice::Cuda(0)).unwrap();
+        }
+    }
+
+    #[test]
+    fn names_round_trip() {
+        for p in Precision::ALL {
+            assert_eq!(p.to_string().parse::<Precision>(), Ok(p));
+        }
+        assert!("half".parse::<Precision>().is_err());
+    }
+}
