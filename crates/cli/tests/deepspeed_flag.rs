@@ -1,7 +1,8 @@
 //! `--deepspeed ds_config.json` with the real `terse` binary and
 //! DeepSpeedExamples' BERT 1-bit LAMB config
-//! (`tests/fixtures/deepspeed/`). As published (fp16 on) it is refused in one
-//! line naming the key. With fp16 off, its values reach the resolved config:
+//! (`tests/fixtures/deepspeed/`). As published (fp16 on) it resolves to
+//! `train.precision = "fp16"` with its loss scaling. With fp16 off, its
+//! values reach the resolved config:
 //! `--print-config`, and the config.toml a short run writes. The keys it left
 //! out are listed once, and `--set` still wins over it.
 
@@ -34,17 +35,21 @@ fn fp32_copy(dir: &Path) -> PathBuf {
 }
 
 #[test]
-fn the_published_config_is_refused_for_its_fp16() {
+fn the_published_config_trains_in_fp16_with_its_loss_scaling() {
     let output = terse(&["--deepspeed", DS_CONFIG, "--print-config"]);
     let stderr = String::from_utf8_lossy(&output.stderr);
-    assert_eq!(output.status.code(), Some(1), "{stderr}");
-    let errors: Vec<&str> = stderr.lines().filter(|l| l.contains("error")).collect();
-    assert_eq!(errors.len(), 1, "{stderr}");
+    assert!(output.status.success(), "{stderr}");
+    let resolved: toml::Table = String::from_utf8_lossy(&output.stdout).parse().unwrap();
+    assert_eq!(resolved["train"]["precision"].as_str(), Some("fp16"));
+    assert_eq!(
+        resolved["train"]["loss_scaling"]["initial_scale_power"].as_integer(),
+        Some(16)
+    );
+    // `loss_scale: 0` is DeepSpeed's dynamic scaling: no static scale.
     assert!(
-        errors[0].contains(
-            "deepspeed_bsz64k_onebitlamb_config_seq128_nccl.json: `fp16`: terse trains in fp32 only"
-        ) && errors[0].contains("\"enabled\": false"),
-        "{stderr}"
+        resolved["train"]["loss_scaling"]
+            .get("static_scale")
+            .is_none()
     );
 }
 

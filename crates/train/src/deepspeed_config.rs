@@ -5,7 +5,8 @@
 //! The keys terse can honour are mapped: the batch sizes, gradient clipping,
 //! the optimizer and its params, the warmup schedulers. Keys that would
 //! change the training in a way terse cannot follow are refused, each by
-//! name: fp16/bf16 (terse trains in fp32), ZeRO, log warmups.
+//! name: ZeRO, Apex AMP, log warmups. `fp16` and `bf16` set
+//! `train.precision` (and fp16's loss scaling).
 //! Keys that change nothing here are accepted and listed in one note, for
 //! example the logging cadence or the transport.
 
@@ -97,14 +98,18 @@ pub fn translate(path: &str, text: &str) -> Result<DeepSpeedConfig, String> {
             // Read after the loop: it replaces the optimizer's `lr`
             // whichever comes first in the file.
             "scheduler" => {}
-            "fp16" | "bf16" | "amp" if enabled(value) => {
+            "bf16" | "bfloat16" if enabled(value) => out.bf16(path, key, value)?,
+            "fp16" if enabled(value) => out.fp16(path, value)?,
+            "amp" if enabled(value) => {
                 return Err(format!(
-                    "{}: terse trains in fp32 only (mixed precision is not implemented yet); \
-                     set \"enabled\": false to run this config in fp32",
+                    "{}: NVIDIA Apex AMP: terse has bf16 and fp16 (DeepSpeed's `bf16` and \
+                     `fp16` blocks, or --precision)",
                     at(key)
                 ));
             }
-            "fp16" | "bf16" | "amp" => out.ignored.push(format!("{key}: not enabled")),
+            "fp16" | "bf16" | "bfloat16" | "amp" => {
+                out.ignored.push(format!("{key}: not enabled"));
+            }
             "zero_optimization" => {
                 let stage = value.get("stage").and_then(Value::as_u64).unwrap_or(0);
                 if stage > 0 {
@@ -131,12 +136,84 @@ pub fn translate(path: &str, text: &str) -> Result<DeepSpeedConfig, String> {
     if let Some(scheduler) = root.get("scheduler") {
         out.scheduler(path, scheduler)?;
     }
+    let half = ["fp16", "bf16", "bfloat16"].map(|k| root.get(k).is_some_and(enabled));
+    if half.iter().filter(|&&on| on).count() > 1 {
+        return Err(format!(
+            "{path}: `fp16` and `bf16` are both enabled (DeepSpeed refuses this too): enable one"
+        ));
+    }
     Ok(out)
 }
 
 impl DeepSpeedConfig {
     fn set(&mut self, key: &str, value: impl Into<toml::Value>) {
         self.overrides.push(Override::new(key, value));
+    }
+
+    /// `bf16: { enabled: true }`: `train.precision = "bf16"` (fp32 master
+    /// weights and optimizer states, as DeepSpeed's bf16 optimizer keeps).
+    fn bf16(&mut self, path: &str, key: &str, value: &Value) -> Result<(), String> {
+        self.set("train.precision", "bf16");
+        for (field, _) in value.as_object().into_iter().flatten() {
+            match field.as_str() {
+                "enabled" => {}
+                "immediate_grad_update" | "check_grad_overflow" => self.ignored.push(format!(
+                    "{key}.{field}: terse's bf16 gradients are fp32 and checked as fp32 runs' are"
+                )),
+                _ => return Err(format!("{path}: `{key}.{field}`: not a key terse reads")),
+            }
+        }
+        Ok(())
+    }
+
+    /// `fp16: { enabled: true, … }`: `train.precision = "fp16"` and its
+    /// dynamic loss scaling (`train.loss_scaling`), as DeepSpeed's
+    /// `FP16_Optimizer` reads the block.
+    fn fp16(&mut self, path: &str, value: &Value) -> Result<(), String> {
+        let at = |field: &str| format!("{path}: `fp16.{field}`");
+        self.set("train.precision", "fp16");
+        let mut scaling = toml::Table::new();
+        for (field, v) in value.as_object().into_iter().flatten() {
+            match field.as_str() {
+                "enabled" => {}
+                "loss_scale" => {
+                    let scale = number(v, &at(field))?;
+                    if scale > 0.0 {
+                        scaling.insert("static_scale".into(), scale.into());
+                    }
+                }
+                "initial_scale_power" => {
+                    scaling.insert("initial_scale_power".into(), integer(v, &at(field))?.into());
+                }
+                "loss_scale_window" => {
+                    scaling.insert("scale_window".into(), integer(v, &at(field))?.into());
+                }
+                "min_loss_scale" => {
+                    scaling.insert("min_scale".into(), number(v, &at(field))?.into());
+                }
+                "hysteresis" | "consecutive_hysteresis" => self.ignored.push(format!(
+                    "fp16.{field}: DeepSpeed's FP16_Optimizer, which its 1-bit optimizers \
+                     train under, ignores it too (only ZeRO's scaler reads it)"
+                )),
+                "auto_cast" => self.ignored.push(
+                    "fp16.auto_cast: terse casts the model's inputs and matmuls itself, as \
+                     autocast does"
+                        .into(),
+                ),
+                "fp16_master_weights_and_grads" if v.as_bool() == Some(true) => {
+                    return Err(format!(
+                        "{}: terse keeps the master weights and gradients in fp32",
+                        at(field)
+                    ));
+                }
+                "fp16_master_weights_and_grads" => {}
+                _ => return Err(format!("{}: not a key terse reads", at(field))),
+            }
+        }
+        if !scaling.is_empty() {
+            self.set("train.loss_scaling", scaling);
+        }
+        Ok(())
     }
 
     /// `optimizer: { type, params }`: the optimizer table, and a constant
@@ -410,6 +487,39 @@ mod tests {
         }
     }
 
+    #[test]
+    fn fp16_and_bf16_blocks_set_the_precision_and_the_loss_scaling() {
+        let doc = applied(
+            r#"{"fp16": {"enabled": true, "loss_scale": 0, "initial_scale_power": 12,
+                 "loss_scale_window": 500, "hysteresis": 2, "min_loss_scale": 0.5}}"#,
+        );
+        let expected: toml::Table = toml::from_str(
+            r#"
+            [train]
+            precision = "fp16"
+            loss_scaling = { initial_scale_power = 12, scale_window = 500, min_scale = 0.5 }
+            "#,
+        )
+        .unwrap();
+        assert_eq!(doc, expected);
+        let ignored = translate("ds.json", r#"{"fp16": {"enabled": true, "hysteresis": 2}}"#)
+            .unwrap()
+            .ignored;
+        assert!(
+            ignored.iter().any(|i| i.starts_with("fp16.hysteresis")),
+            "{ignored:?}"
+        );
+        let doc = applied(r#"{"fp16": {"enabled": true, "loss_scale": 128}}"#);
+        assert_eq!(doc["train"]["loss_scaling"]["static_scale"], 128.0.into());
+        let doc = applied(r#"{"bf16": {"enabled": true}}"#);
+        assert_eq!(doc["train"]["precision"], "bf16".into());
+        assert!(doc["train"].get("loss_scaling").is_none());
+        // The mapped settings are a valid terse train section's.
+        let doc = applied(r#"{"fp16": {"enabled": true, "initial_scale_power": 12}}"#);
+        let scaling: crate::LossScaling = doc["train"]["loss_scaling"].clone().try_into().unwrap();
+        scaling.validate().unwrap();
+    }
+
     /// A 0/1 Adam config in the shape of DeepSpeed's 0/1 Adam tutorial
     /// (its BERT pre-training settings).
     #[test]
@@ -455,8 +565,16 @@ mod tests {
     fn what_terse_cannot_follow_is_refused_by_name() {
         for (json, says) in [
             (
-                r#"{"fp16": {"enabled": true}}"#,
-                "ds.json: `fp16`: terse trains in fp32 only",
+                r#"{"amp": {"enabled": true}}"#,
+                "ds.json: `amp`: NVIDIA Apex AMP",
+            ),
+            (
+                r#"{"fp16": {"enabled": true}, "bf16": {"enabled": true}}"#,
+                "`fp16` and `bf16` are both enabled",
+            ),
+            (
+                r#"{"fp16": {"enabled": true, "fp16_master_weights_and_grads": true}}"#,
+                "`fp16.fp16_master_weights_and_grads`: terse keeps the master weights",
             ),
             (
                 r#"{"zero_optimization": {"stage": 2}}"#,
