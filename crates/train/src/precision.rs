@@ -14,7 +14,9 @@ use crate::DeviceChoice;
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Precision {
-    /// fp32 throughout.
+    /// fp32 throughout (on CUDA the matmuls are TF32 all the same: cubek
+    /// feeds f32 operands to TF32 tensor cores from sm_80 on, and cubecl
+    /// 0.11 has no switch for strict fp32).
     #[default]
     Fp32,
     /// fp32 with TF32 matmuls (CUDA on sm_80 and newer).
