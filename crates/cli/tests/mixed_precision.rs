@@ -26,7 +26,7 @@ mod common;
 use std::path::Path;
 use std::process::Command;
 
-use common::{checkpoint, tensors, text, workspace};
+use common::{checkpoint, step_lines, tensors, text, workspace, worst_relative};
 
 const CONFIG: &str = "configs/pretrain-bert-tiny.toml";
 
@@ -59,28 +59,12 @@ fn run_ok(run_dir: &Path, args: &[&str], env: &[(&str, &str)]) {
 }
 
 /// The step lines of a run's metrics.
-fn steps(run_dir: &Path) -> Vec<serde_json::Value> {
-    std::fs::read_to_string(run_dir.join("metrics.jsonl"))
-        .unwrap()
-        .lines()
-        .map(|line| serde_json::from_str::<serde_json::Value>(line).unwrap())
-        .filter(|v| v.get("loss").is_some())
-        .collect()
-}
 
 fn losses(run_dir: &Path) -> Vec<f64> {
     steps(run_dir)
         .iter()
         .map(|v| v["loss"].as_f64().unwrap())
         .collect()
-}
-
-fn worst_relative(a: &[f64], b: &[f64]) -> f64 {
-    assert_eq!(a.len(), b.len());
-    a.iter()
-        .zip(b)
-        .map(|(x, y)| (x - y).abs() / y.abs())
-        .fold(0.0, f64::max)
 }
 
 #[test]
@@ -154,7 +138,7 @@ fn an_fp16_overflow_on_one_rank_skips_the_step_on_every_rank() {
     run_ok(&run, &with_steps("5"), &[OVERFLOW]);
 
     // Skipped at step 5 only, the scale halving after it.
-    let lines = steps(&run);
+    let lines = step_lines(&run);
     let skipped: Vec<bool> = lines
         .iter()
         .map(|v| v.get("skipped").is_some_and(|s| s == true))
@@ -201,7 +185,7 @@ fn an_fp16_overflow_on_one_rank_skips_the_step_on_every_rank() {
     same_files(&checkpoint(&run, 9), &checkpoint(&reference, 9), "step 9");
 
     // The scale grows again after 3 clean steps since the overflow.
-    let tried: Vec<f64> = steps(&run)
+    let tried: Vec<f64> = step_lines(&run)
         .iter()
         .map(|v| v["loss_scale"].as_f64().unwrap())
         .collect();
@@ -256,7 +240,7 @@ fn onebit_adam_sends_the_same_bytes_in_fp16_as_in_fp32() {
             ],
             &[],
         );
-        steps(&dir)
+        step_lines(&dir)
             .iter()
             .map(|v| {
                 (

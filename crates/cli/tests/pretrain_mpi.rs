@@ -19,7 +19,7 @@ use std::time::{Duration, Instant};
 
 mod common;
 
-use common::{checkpoint, text, workspace};
+use common::{checkpoint, step_lines, text, workspace};
 
 const CONFIG: &str = "configs/pretrain-bert-tiny.toml";
 const STEPS: u64 = 30;
@@ -89,15 +89,6 @@ fn final_weights(run_dir: &Path, rank: usize) -> Vec<(String, Vec<u8>)> {
     tensors(&checkpoint(run_dir, STEPS).join(format!("model-rank-{rank}.safetensors")))
 }
 
-fn steps(run_dir: &Path) -> Vec<serde_json::Value> {
-    std::fs::read_to_string(run_dir.join("metrics.jsonl"))
-        .unwrap()
-        .lines()
-        .map(|line| serde_json::from_str::<serde_json::Value>(line).unwrap())
-        .filter(|v| v.get("loss").is_some())
-        .collect()
-}
-
 /// The run's terse.log holds levelled lines of both ranks: rank 0's
 /// announcements at info, every rank's steps at debug.
 fn every_rank_logged(run_dir: &Path) {
@@ -117,7 +108,7 @@ fn two_mpi_ranks_train_agree_resume_after_kill_and_refuse_damage() {
     let whole_scratch = scratch("whole");
     let whole = whole_scratch.path().join("run");
     succeed(&mut terse(2, &whole, &[]));
-    let log = steps(&whole);
+    let log = step_lines(&whole);
     assert_eq!(log.len() as u64, STEPS);
     for v in &log {
         let t = v["step"].as_u64().unwrap();
@@ -189,7 +180,7 @@ fn two_mpi_ranks_train_agree_resume_after_kill_and_refuse_damage() {
     let resumed = succeed(&mut terse(2, &killed, &["--resume"]));
     assert!(resumed.contains("resumed from"), "{resumed}");
     // The log holds each step once, as the uninterrupted run's does.
-    let steps_logged: Vec<u64> = steps(&killed)
+    let steps_logged: Vec<u64> = step_lines(&killed)
         .iter()
         .map(|v| v["step"].as_u64().unwrap())
         .collect();

@@ -12,7 +12,7 @@ mod common;
 
 use std::process::Command;
 
-use common::workspace;
+use common::{workspace, worst_relative};
 
 const CONFIG: &str = "configs/pretrain-bert-tiny.toml";
 const STEPS: usize = 6;
@@ -50,13 +50,6 @@ fn losses(ranks: usize, threads: usize) -> Vec<f64> {
         .collect();
     assert_eq!(losses.len(), STEPS, "one loss per step");
     losses
-}
-
-fn worst_relative(a: &[f64], b: &[f64]) -> f64 {
-    a.iter()
-        .zip(b)
-        .map(|(x, y)| (x - y).abs() / y.abs())
-        .fold(0.0, f64::max)
 }
 
 #[test]

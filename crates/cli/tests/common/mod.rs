@@ -40,3 +40,22 @@ pub fn text(output: &std::process::Output) -> String {
         String::from_utf8_lossy(&output.stderr)
     )
 }
+
+/// The step lines of a run's `metrics.jsonl` (the ones with a loss).
+pub fn step_lines(run_dir: &Path) -> Vec<serde_json::Value> {
+    std::fs::read_to_string(run_dir.join("metrics.jsonl"))
+        .unwrap()
+        .lines()
+        .map(|line| serde_json::from_str::<serde_json::Value>(line).unwrap())
+        .filter(|v| v.get("loss").is_some())
+        .collect()
+}
+
+/// The largest relative difference between two runs' per-step values.
+pub fn worst_relative(a: &[f64], b: &[f64]) -> f64 {
+    assert_eq!(a.len(), b.len());
+    a.iter()
+        .zip(b)
+        .map(|(x, y)| (x - y).abs() / y.abs())
+        .fold(0.0, f64::max)
+}
