@@ -58,10 +58,8 @@ fn run_ok(run_dir: &Path, args: &[&str], env: &[(&str, &str)]) {
     assert!(output.status.success(), "{}", text(&output));
 }
 
-/// The step lines of a run's metrics.
-
 fn losses(run_dir: &Path) -> Vec<f64> {
-    steps(run_dir)
+    step_lines(run_dir)
         .iter()
         .map(|v| v["loss"].as_f64().unwrap())
         .collect()

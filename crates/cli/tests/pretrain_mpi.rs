@@ -186,7 +186,7 @@ fn two_mpi_ranks_train_agree_resume_after_kill_and_refuse_damage() {
         .collect();
     assert_eq!(steps_logged, (1..=STEPS).collect::<Vec<_>>());
     let losses = |dir: &Path| -> Vec<f64> {
-        steps(dir)
+        step_lines(dir)
             .iter()
             .map(|v| v["loss"].as_f64().unwrap())
             .collect()
