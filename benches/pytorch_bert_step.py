@@ -5,14 +5,15 @@ How to run (a venv with torch and transformers, e.g. the one make_hf_fixtures.py
 
     /tmp/hfvenv/bin/python benches/pytorch_bert_step.py --presets mini,base --batch 8 \
         [--seq 128] [--warmup 2] [--steps 5] [--threads N] [--seed 0] [--device cpu|cuda] \
-        [--precision fp32|tf32|bf16]
+        [--precision fp32|tf32|bf16|fp16]
 
 One step = zero_grad, BertForPreTraining forward in train mode (dropout 0.1 on hidden states and
 attention probabilities, as in the config), MLM + NSP loss, backward, AdamW step (lr 1e-4,
 betas (0.9, 0.999), eps 1e-6, weight decay 0.01 on every parameter, torch's default foreach
 implementation). On CUDA, `--precision`: fp32 (TF32 off for matmuls and cuDNN, the default),
-tf32 (TF32 matmuls), bf16 (forward and loss under `torch.autocast(dtype=torch.bfloat16)`, fp32
-master weights and optimizer, as mixed-precision training runs). Inputs: token ids uniform in [999, vocab) from a fixed seed, segment A = first
+tf32 (TF32 matmuls); on any device bf16 (forward and loss under
+`torch.autocast(dtype=torch.bfloat16)`, fp32 master weights and optimizer, as mixed-precision
+training runs) and fp16 (the same in float16, with `torch.amp.GradScaler`). Inputs: token ids uniform in [999, vocab) from a fixed seed, segment A = first
 half / segment B = second half of the sequence (token_type_ids 0/1), attention mask all ones; MLM
 labels at a random 15% of positions (labels -100 elsewhere; those input positions replaced by
 [MASK] = 103), NSP labels random 0/1. The batch is built once and reused every step.
@@ -85,16 +86,20 @@ def bench(preset, args):
         tf32 = args.precision == "tf32"
         torch.backends.cuda.matmul.allow_tf32 = tf32
         torch.backends.cudnn.allow_tf32 = tf32
-    autocast = (torch.autocast(device_type=device.type, dtype=torch.bfloat16)
-                if args.precision == "bf16" else contextlib.nullcontext())
+    half = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(args.precision)
+    autocast = (torch.autocast(device_type=device.type, dtype=half)
+                if half is not None else contextlib.nullcontext())
+    # fp16: dynamic loss scaling, as mixed-precision fp16 training runs.
+    scaler = torch.amp.GradScaler(device.type, enabled=args.precision == "fp16")
 
     def step():
         opt.zero_grad(set_to_none=True)
         with autocast:
             out = model(input_ids=ids, token_type_ids=tt, attention_mask=mask,
                         labels=labels, next_sentence_label=nsp)
-        out.loss.backward()
-        opt.step()
+        scaler.scale(out.loss).backward()
+        scaler.step(opt)
+        scaler.update()
         return out.loss.item()  # waits for the device: the step's time includes its kernels
 
     for _ in range(args.warmup):
@@ -146,8 +151,9 @@ def main():
     ap.add_argument("--device", default="cpu",
                     help="torch device: cpu (the baseline `bench model` compares against) or cuda "
                          "(beside `bench model --device wgpu` on an NVIDIA GPU)")
-    ap.add_argument("--precision", default="fp32", choices=["fp32", "tf32", "bf16"],
-                    help="on CUDA: fp32 (TF32 off), tf32 (TF32 matmuls), bf16 (autocast)")
+    ap.add_argument("--precision", default="fp32", choices=["fp32", "tf32", "bf16", "fp16"],
+                    help="fp32 (on CUDA TF32 off), tf32 (CUDA's TF32 matmuls), bf16 (autocast), "
+                         "fp16 (autocast and GradScaler)")
     ap.add_argument("--profile", action="store_true",
                     help="before the timed steps, profile as many steps with torch.profiler and "
                     "print the kernels by GPU time on stderr")

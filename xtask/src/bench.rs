@@ -45,6 +45,12 @@ pub struct Args {
     /// ~/.cache/terse/bench-venv (pip install torch transformers, ~6 GB)]
     #[arg(long, value_name = "PYTHON")]
     pub python: Option<std::path::PathBuf>,
+
+    /// `bench model` on the CPU: BERT mini and base in this precision
+    /// (bf16, fp16: the trainer's autocast) beside PyTorch's autocast in the
+    /// same precision (fp16 with its GradScaler); ResNet-20 is left out
+    #[arg(long, value_name = "PRECISION", value_parser = ["fp32", "bf16", "fp16"])]
+    pub precision: Option<String>,
 }
 
 /// The device `bench kernels` launches the cubecl kernels on.
@@ -81,10 +87,13 @@ pub fn run(args: &Args) -> Result<()> {
     if args.name == Suite::Kernels {
         return run_kernels(args.quick, args.device.unwrap_or(KernelDevice::Lavapipe));
     }
+    if args.precision.is_some() && (args.name != Suite::Model || args.device.is_some()) {
+        bail!("--precision applies to `bench model` on the CPU (beside PyTorch) only");
+    }
     if args.name == Suite::Model {
         return match args.device {
             Some(device) => run_model_on(args.quick, device),
-            None => run_model(args.quick, args.python.clone()),
+            None => run_model(args.quick, args.python.clone(), args.precision.as_deref()),
         };
     }
     if let (Suite::Optim, Some(device)) = (args.name, args.device) {
@@ -153,18 +162,31 @@ fn run_kernels(quick: bool, device: KernelDevice) -> Result<()> {
 /// the same run; prints terse ÷ PyTorch per model and appends every line,
 /// numbered as the next run, to `results/bench/model.jsonl`. The quick mode
 /// runs the terse side alone (CI has no PyTorch).
-fn run_model(quick: bool, python: Option<std::path::PathBuf>) -> Result<()> {
+fn run_model(
+    quick: bool,
+    python: Option<std::path::PathBuf>,
+    precision: Option<&str>,
+) -> Result<()> {
+    let precision = precision.unwrap_or("fp32");
     if quick {
-        return run_cargo_bench("model_step", &["--quick"]);
+        return run_cargo_bench("model_step", &["--quick", "--precision", precision]);
     }
+    // Mixed precision is BERT's only (the image models compute in fp32).
+    let half = precision != "fp32";
     let terse = capture_lines(
         model_step()?.args([
             "--presets",
-            "mini,base,resnet20",
+            if half {
+                "mini,base"
+            } else {
+                "mini,base,resnet20"
+            },
             "--batch",
             "8",
             "--seq",
             "128",
+            "--precision",
+            precision,
         ]),
         "the model_step benchmark",
     )?;
@@ -181,17 +203,21 @@ fn run_model(quick: bool, python: Option<std::path::PathBuf>) -> Result<()> {
             "8",
             "--seq",
             "128",
+            "--precision",
+            precision,
         ]),
         "the PyTorch BERT step (is torch installed for that python?)",
     )?;
-    pytorch.extend(capture_lines(
-        std::process::Command::new(&python).args([
-            "benches/pytorch_resnet_step.py",
-            "--batch",
-            "128",
-        ]),
-        "the PyTorch ResNet-20 step",
-    )?);
+    if !half {
+        pytorch.extend(capture_lines(
+            std::process::Command::new(&python).args([
+                "benches/pytorch_resnet_step.py",
+                "--batch",
+                "128",
+            ]),
+            "the PyTorch ResNet-20 step",
+        )?);
+    }
     let rate = |line: &serde_json::Value| line["samples_per_s"].as_f64().unwrap_or(f64::NAN);
     println!("model      terse samples/s   PyTorch samples/s   terse ÷ PyTorch");
     for t in &terse {

@@ -22,6 +22,12 @@ pub struct Args {
     /// the directory `export` writes (required there)
     #[arg(long, value_name = "FILE")]
     pub out: Option<PathBuf>,
+
+    /// `export` only: fp32 (the master weights as saved) or bf16 (rounded
+    /// to the nearest bf16, config.json's torch_dtype "bfloat16"); passed
+    /// to `terse` as is
+    #[arg(long, value_name = "DTYPE")]
+    pub dtype: Option<String>,
 }
 
 /// The run directory a checkpoint path belongs to.
@@ -52,6 +58,9 @@ pub fn run(command: &str, args: &Args) -> Result<()> {
     ];
     if let Some(out) = &args.out {
         terse.extend(["--out".into(), out.display().to_string()]);
+    }
+    if let Some(dtype) = &args.dtype {
+        terse.extend(["--dtype".into(), dtype.clone()]);
     }
     terse_binary::launch(1, &terse).map(drop)
 }

@@ -30,6 +30,12 @@ pub struct Args {
     /// `export` writes (required)
     #[arg(long, value_name = "PATH")]
     out: Option<PathBuf>,
+
+    /// `export` only: the weights' type in model.safetensors, fp32 (the
+    /// checkpoint's master weights as they are) or bf16 (each rounded to
+    /// the nearest bf16, and config.json's torch_dtype "bfloat16")
+    #[arg(long, value_name = "DTYPE", value_parser = ["fp32", "bf16"])]
+    dtype: Option<String>,
 }
 
 /// What to do with the loaded checkpoint.
@@ -74,6 +80,9 @@ impl TaskAction for Inspect<'_> {
             Action::Export => {
                 let out = args.out.as_ref().expect("checked in run");
                 export_checkpoint(&task, &args.checkpoint, out)?;
+                if args.dtype.as_deref() == Some("bf16") {
+                    terse_models::bert::export_in_bf16(out)?;
+                }
                 println!("terse: export written to {}", out.display());
             }
         }
@@ -84,6 +93,9 @@ impl TaskAction for Inspect<'_> {
 pub fn run(args: &Args, action: Action) -> Result<()> {
     if action == Action::Export && args.out.is_none() {
         anyhow::bail!("export needs --out DIR (the directory to write the model into)");
+    }
+    if action != Action::Export && args.dtype.is_some() {
+        anyhow::bail!("--dtype is for `export` only");
     }
     let config = RunConfig::load(&args.config)?;
     // SQuAD writes its predictions while it evaluates: `eval` and `export`

@@ -18,6 +18,8 @@
 //!   earlier freeze diverges in both precisions, the hazard of a freeze
 //!   while v is still small).
 //! - A device that lacks a precision refuses it by name.
+//! - A bf16 run resumed from a checkpoint matches the uninterrupted one bit
+//!   for bit.
 //! - Checkpoints keep fp32 master weights, and a run moves between
 //!   precisions on resume.
 
@@ -340,4 +342,32 @@ fn checkpoints_keep_fp32_masters_and_move_between_precisions() {
     let losses = losses(&run);
     assert_eq!(losses.len(), 8);
     assert!(losses.iter().all(|l| l.is_finite()), "{losses:?}");
+}
+
+#[test]
+fn a_bf16_run_resumes_bit_identically() {
+    let scratch = tempfile::tempdir().unwrap();
+    let bf16 = ["--precision", "bf16", "--set", "train.checkpoint_every=2"];
+    let (straight, resumed) = (
+        scratch.path().join("straight"),
+        scratch.path().join("resumed"),
+    );
+    run_ok(&straight, &[&bf16[..], &["--steps", "4"]].concat(), &[]);
+    run_ok(&resumed, &[&bf16[..], &["--steps", "2"]].concat(), &[]);
+    run_ok(
+        &resumed,
+        &[&bf16[..], &["--steps", "4", "--resume"]].concat(),
+        &[],
+    );
+    assert_eq!(losses(&resumed), losses(&straight));
+    let file = "model-rank-0.safetensors";
+    assert!(
+        tensors(&checkpoint(&resumed, 4).join(file))
+            == tensors(&checkpoint(&straight, 4).join(file))
+    );
+    let file = "optimizer-rank-0.safetensors";
+    assert!(
+        tensors(&checkpoint(&resumed, 4).join(file))
+            == tensors(&checkpoint(&straight, 4).join(file))
+    );
 }

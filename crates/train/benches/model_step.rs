@@ -22,7 +22,8 @@
 //! Args (after `--`): `--presets mini,base,resnet20`, `--batch 8`, `--seq
 //! 128`, `--resnet-batch 128`, `--warmup 2`, `--steps 5`, `--no-dropout` (to
 //! see what dropout costs), `--quick` (BERT-Tiny, 2 steps: a smoke run),
-//! `--matmul-precision` (before the models, or alone with `--presets ''`: one f32 matmul on the device
+//! `--precision fp32|bf16|fp16` (BERT under the trainer's autocast; `tf32`
+//! on CUDA), `--matmul-precision` (before the models, or alone with `--presets ''`: one f32 matmul on the device
 //! against a float64 product on the host, which tells full f32 arithmetic
 //! from TF32 tensor cores; cubek feeds f32 operands to TF32 `cmma` wherever
 //! the device has it, CUDA from sm_80).
@@ -63,6 +64,8 @@ struct Args {
     matmul_precision: bool,
     /// `--device`: where the model runs (`cpu`, `wgpu`, `lavapipe`, …).
     device: terse_train::DeviceChoice,
+    /// `--precision`: what BERT computes in (`train.precision`'s names).
+    precision: terse_train::Precision,
 }
 
 fn parse() -> Args {
@@ -80,6 +83,7 @@ fn parse() -> Args {
         dropout: true,
         matmul_precision: false,
         device: terse_train::DeviceChoice::Cpu,
+        precision: terse_train::Precision::Fp32,
     };
     let argv: Vec<String> = std::env::args().skip(1).collect();
     let mut i = 0;
@@ -120,6 +124,11 @@ fn parse() -> Args {
             }
             "--device" => {
                 args.device = value(i).parse().unwrap_or_else(|e| panic!("--device: {e}"))
+            }
+            "--precision" => {
+                args.precision = value(i)
+                    .parse()
+                    .unwrap_or_else(|e| panic!("--precision: {e}"))
             }
             "--batch" => args.batch = value(i).parse().expect("--batch N"),
             "--seq" => args.seq = value(i).parse().expect("--seq N"),
@@ -270,6 +279,17 @@ fn report(name: &str, device: &str, batch: usize, extra: &str, t: &Timings) {
 
 fn main() {
     let args = parse();
+    if let Err(e) = args.precision.check_device(&args.device) {
+        eprintln!("model_step: error: {e}");
+        std::process::exit(1)
+    }
+    if args.precision.half().is_some() && args.presets.contains(&Bench::Resnet20) {
+        eprintln!(
+            "model_step: error: --precision {}: BERT only",
+            args.precision
+        );
+        std::process::exit(1)
+    }
     terse_train::allocator::tune_for_training();
     let device = args
         .device
@@ -368,12 +388,17 @@ fn bert(args: &Args, preset: BertPreset, device: &Device) {
         args.steps,
         !args.device.is_cpu(),
         |model| {
-            let out = model.forward(input.clone(), masked.clone());
-            model.loss(&out, labels.clone(), nsp.clone())
+            // The trainer's autocast (micro_batches.rs): half matmuls under
+            // bf16/fp16, none under fp32.
+            fused::with_half(args.precision.half(), || {
+                let out = model.forward(input.clone(), masked.clone());
+                model.loss(&out, labels.clone(), nsp.clone())
+            })
         },
     );
     let on = args.device.to_string();
-    report(preset.name(), &on, b, &format!(" \"seq\": {t},"), &timings);
+    let extra = format!(" \"seq\": {t}, \"precision\": \"{}\",", args.precision);
+    report(preset.name(), &on, b, &extra, &timings);
 }
 
 fn resnet20(args: &Args, device: &Device) {

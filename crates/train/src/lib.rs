@@ -20,6 +20,7 @@ mod comm_choice;
 mod config;
 pub mod cuda_check;
 pub mod deepspeed_config;
+mod deepspeed_precision;
 mod device;
 pub mod dispatch;
 mod error;
@@ -42,6 +43,7 @@ mod task;
 pub mod tasks;
 pub mod tensorboard;
 mod trainer;
+mod trainer_checkpoints;
 
 pub use batch::{
     ClassificationBatch, PretrainBatch, SquadBatch, classification_batch, pretrain_batch,

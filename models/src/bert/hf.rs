@@ -218,9 +218,102 @@ pub fn save_hf_with_head<M: HfBert>(
         })
 }
 
+/// Rewrites the export in `dir` in bf16 (`terse export --dtype bf16`): every
+/// f32 tensor of `model.safetensors` rounded to the nearest bf16 (ties to
+/// even, as PyTorch's `.to(torch.bfloat16)`), the file's metadata kept, and
+/// `config.json` given `"torch_dtype": "bfloat16"` so that `transformers`
+/// loads it as such. The training's checkpoints stay fp32.
+pub fn export_in_bf16(dir: &Path) -> Result<(), ModelError> {
+    let path = dir.join("model.safetensors");
+    let format = |detail: String| ModelError::Format {
+        path: path.clone(),
+        detail,
+    };
+    let bytes = std::fs::read(&path).map_err(|source| ModelError::Io {
+        path: path.clone(),
+        source,
+    })?;
+    let (_, header) =
+        safetensors::SafeTensors::read_metadata(&bytes).map_err(|e| format(e.to_string()))?;
+    let file = safetensors::SafeTensors::deserialize(&bytes).map_err(|e| format(e.to_string()))?;
+    let mut tensors = Vec::new();
+    for (name, view) in file.tensors() {
+        let (dtype, data) = match view.dtype() {
+            safetensors::Dtype::F32 => (safetensors::Dtype::BF16, f32_bytes_to_bf16(view.data())),
+            other => (other, view.data().to_vec()),
+        };
+        tensors.push((name, dtype, view.shape().to_vec(), data));
+    }
+    let views = tensors
+        .iter()
+        .map(|(name, dtype, shape, data)| {
+            safetensors::tensor::TensorView::new(*dtype, shape.clone(), data)
+                .map(|view| (name.clone(), view))
+        })
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| format(e.to_string()))?;
+    // Written beside and renamed over, as the fp32 export was.
+    let partial = dir.join("model.safetensors.partial");
+    safetensors::serialize_to_file(views, header.metadata().clone(), &partial)
+        .map_err(|e| format(e.to_string()))?;
+    std::fs::rename(&partial, &path).map_err(|source| ModelError::Io {
+        path: path.clone(),
+        source,
+    })?;
+    let config_path = dir.join("config.json");
+    let io = |source| ModelError::Io {
+        path: config_path.clone(),
+        source,
+    };
+    let text = std::fs::read_to_string(&config_path).map_err(io)?;
+    let mut json: serde_json::Value =
+        serde_json::from_str(&text).map_err(|e| ModelError::Format {
+            path: config_path.clone(),
+            detail: e.to_string(),
+        })?;
+    json["torch_dtype"] = "bfloat16".into();
+    let text = serde_json::to_string_pretty(&json).expect("a JSON value serialises");
+    let partial = dir.join("config.json.partial");
+    std::fs::write(&partial, text)
+        .and_then(|()| std::fs::rename(&partial, &config_path))
+        .map_err(io)
+}
+
+/// Little-endian f32s as little-endian bf16s, each rounded to nearest,
+/// ties to even (`half`'s conversion).
+fn f32_bytes_to_bf16(data: &[u8]) -> Vec<u8> {
+    data.chunks_exact(4)
+        .flat_map(|b| {
+            let x = f32::from_le_bytes([b[0], b[1], b[2], b[3]]);
+            half::bf16::from_f32(x).to_bits().to_le_bytes()
+        })
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn f32_to_bf16_rounds_to_nearest_ties_to_even() {
+        // Hand-derived: bf16 keeps f32's top 16 bits; 1 + 2^-8 lies half
+        // way between 1 (even) and 1 + 2^-7, 1 + 3·2^-8 half way between
+        // 1 + 2^-7 (odd) and 1 + 2^-6 (even), 1 + 2^-8 + 2^-20 just above
+        // the half way point.
+        let cases: [(f32, u16); 5] = [
+            (1.0, 0x3f80),
+            (1.0 + 2f32.powi(-8), 0x3f80),
+            (1.0 + 3.0 * 2f32.powi(-8), 0x3f82),
+            (1.0 + 2f32.powi(-8) + 2f32.powi(-20), 0x3f81),
+            (-2.5, 0xc020),
+        ];
+        let bytes: Vec<u8> = cases.iter().flat_map(|(x, _)| x.to_le_bytes()).collect();
+        let out = f32_bytes_to_bf16(&bytes);
+        for (i, (x, bits)) in cases.iter().enumerate() {
+            let got = u16::from_le_bytes([out[2 * i], out[2 * i + 1]]);
+            assert_eq!(got, *bits, "{x}: {got:#06x}");
+        }
+    }
 
     #[test]
     fn a_three_class_head_names_its_labels_both_ways() {

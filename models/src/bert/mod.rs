@@ -15,6 +15,9 @@ pub use heads::{
     BertForPreTraining, BertForQuestionAnswering, BertForSequenceClassification,
     BertLmPredictionHead, BertPreTrainingHeads, BertPredictionTransform, PreTrainingOutput,
 };
-pub use hf::{HfBert, HfLoadReport, classifier_config_keys, load_hf, save_hf, save_hf_with_head};
+pub use hf::{
+    HfBert, HfLoadReport, classifier_config_keys, export_in_bf16, load_hf, save_hf,
+    save_hf_with_head,
+};
 pub use layer::{BertAttention, BertIntermediate, BertLayer, BertResidual, BertSelfAttention};
 pub use model::{BertEncoder, BertInput, BertModel, BertOutput, BertPooler};

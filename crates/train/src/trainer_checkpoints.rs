@@ -1,0 +1,111 @@
+//! The trainer's checkpoints: writing step `t`'s, and choosing and
+//! loading the one a resumed run continues from.
+
+use std::path::{Path, PathBuf};
+
+use burn::store::{ModuleSnapshot, SafetensorsStore};
+use terse_comm::Communicator;
+use terse_optim::Optimizer;
+
+use crate::checkpoint::{self, model_file, optimizer_file};
+use crate::loss_scale::LossScaler;
+use crate::{TrainError, Trainer};
+
+impl Trainer<'_> {
+    /// The checkpoint of step `t` (the data's position: fp16's skipped
+    /// steps consumed their batch but did not step the optimizer).
+    pub(crate) fn save<M: ModuleSnapshot>(
+        &self,
+        model: &M,
+        optimizer: &mut Optimizer,
+        t: u64,
+        scaler: Option<LossScaler>,
+        comm: &dyn Communicator,
+    ) -> Result<PathBuf, TrainError> {
+        let rank = comm.rank();
+        optimizer.sync_state(comm)?;
+        checkpoint::write(
+            self.run_dir,
+            t,
+            &optimizer.stage().to_string(),
+            scaler,
+            self.config,
+            comm,
+            |dir| {
+                let path = dir.join(model_file(rank));
+                let mut store = SafetensorsStore::from_file(&path);
+                model
+                    .save_into(&mut store)
+                    .map_err(|e| TrainError::Checkpoint {
+                        path: path.clone(),
+                        reason: e.to_string(),
+                    })?;
+                optimizer.save(&dir.join(optimizer_file(rank)))?;
+                Ok(())
+            },
+        )
+    }
+
+    /// `dir` as the checkpoint to continue from: it must exist, and when it
+    /// is one of this run directory's own, no newer one may follow it (the
+    /// continued run would write its checkpoints over them, and a later
+    /// plain `--resume` would pick the stale newest).
+    fn chosen_checkpoint(&self, dir: &Path) -> Result<PathBuf, TrainError> {
+        let bad = |reason: String| TrainError::Checkpoint {
+            path: dir.to_path_buf(),
+            reason,
+        };
+        if !dir.is_dir() {
+            return Err(bad("no such checkpoint directory".into()));
+        }
+        let canonical = |p: &Path| p.canonicalize().unwrap_or_else(|_| p.to_path_buf());
+        let own = checkpoint::list(self.run_dir)?;
+        if let Some(at) = own.iter().position(|(_, p)| canonical(p) == canonical(dir)) {
+            let newer: Vec<String> = own[at + 1..]
+                .iter()
+                .map(|(_, p)| p.display().to_string())
+                .collect();
+            if !newer.is_empty() {
+                return Err(bad(format!(
+                    "newer checkpoints of this run follow it ({}): remove them to continue \
+                     from here, or continue into another --run-dir",
+                    newer.join(", ")
+                )));
+            }
+        }
+        Ok(dir.to_path_buf())
+    }
+
+    pub(crate) fn restore<M: ModuleSnapshot>(
+        &self,
+        mut model: M,
+        optimizer: &mut Optimizer,
+        comm: &dyn Communicator,
+    ) -> Result<(M, Option<checkpoint::CheckpointMeta>), TrainError> {
+        let chosen = match self.resume_from {
+            Some(dir) => Some(self.chosen_checkpoint(dir)?),
+            None => checkpoint::agree_on_latest(self.run_dir, comm)?,
+        };
+        let Some(dir) = chosen else {
+            if comm.rank() == 0 {
+                tracing::info!(
+                    "no checkpoint in {} yet: starting from step 0",
+                    checkpoint::checkpoints_dir(self.run_dir).display()
+                );
+            }
+            return Ok((model, None));
+        };
+        let meta = checkpoint::verify_own(&dir, self.config, comm)?.meta;
+        checkpoint::load_model(&mut model, &dir.join(model_file(comm.rank())))?;
+        optimizer.load(&dir.join(optimizer_file(comm.rank())))?;
+        if comm.rank() == 0 {
+            tracing::info!(
+                "resumed from {} (step {}, {})",
+                dir.display(),
+                meta.step,
+                meta.stage
+            );
+        }
+        Ok((model, Some(meta)))
+    }
+}
