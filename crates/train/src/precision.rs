@@ -50,7 +50,9 @@ impl Precision {
     /// The precisions `device` computes in, and why it lacks the others.
     /// flex (this CPU) has bf16 and fp16 matmuls and arithmetic in burn
     /// 0.22 but no TF32; wgpu's Vulkan has no bf16 arithmetic in cubecl
-    /// 0.11, and its fp16 is unchecked in terse; CUDA has all four.
+    /// 0.11, and its fp16 (an adapter feature) is checked for one linear
+    /// layer on lavapipe (`crates/kernels/tests/autocast.rs`), not for the
+    /// model; CUDA has all four.
     pub fn supported_on(device: &DeviceChoice) -> (&'static [Precision], &'static str) {
         match device {
             DeviceChoice::Cpu => (
@@ -59,8 +61,9 @@ impl Precision {
             ),
             DeviceChoice::Wgpu | DeviceChoice::WgpuDiscrete(_) | DeviceChoice::Lavapipe => (
                 &[Self::Fp32],
-                "cubecl 0.11 has bf16 and TF32 arithmetic only on CUDA, and terse has not \
-                 checked fp16 on Vulkan",
+                "cubecl 0.11 has bf16 and TF32 arithmetic only on CUDA; fp16 needs the \
+                 adapter's shader-f16 and terse has checked it on lavapipe for a linear layer \
+                 only, not for the whole model",
             ),
             DeviceChoice::Cuda(_) => (&Self::ALL, ""),
         }
