@@ -19,6 +19,25 @@ fn terse(args: &[&str]) -> Output {
         .expect("terse starts")
 }
 
+/// BERT-Tiny pre-trained for 2 steps into `run`.
+fn train_two_steps(run: &std::path::Path) {
+    let trained = terse(&[
+        "pretrain",
+        "--no-progress",
+        "--config",
+        "configs/pretrain-bert-tiny.toml",
+        "--set",
+        "train.steps=2",
+        "--run-dir",
+        run.to_str().unwrap(),
+    ]);
+    assert!(
+        trained.status.success(),
+        "{}",
+        String::from_utf8_lossy(&trained.stderr)
+    );
+}
+
 #[test]
 fn a_checkpoint_exports_as_the_run_did() {
     let scratch = tempfile::Builder::new()
@@ -28,21 +47,7 @@ fn a_checkpoint_exports_as_the_run_did() {
     let base = scratch.path();
     let (run, out) = (base.join("run"), base.join("out"));
     let (run_s, out_s) = (run.to_str().unwrap(), out.to_str().unwrap());
-    let trained = terse(&[
-        "pretrain",
-        "--no-progress",
-        "--config",
-        "configs/pretrain-bert-tiny.toml",
-        "--set",
-        "train.steps=2",
-        "--run-dir",
-        run_s,
-    ]);
-    assert!(
-        trained.status.success(),
-        "{}",
-        String::from_utf8_lossy(&trained.stderr)
-    );
+    train_two_steps(&run);
     let config = run.join("config.toml");
     let config_s = config.to_str().unwrap();
 
@@ -83,21 +88,7 @@ fn a_bf16_export_rounds_every_weight_to_the_nearest_bf16() {
     let base = scratch.path();
     let (run, out) = (base.join("run"), base.join("bf16"));
     let (run_s, out_s) = (run.to_str().unwrap(), out.to_str().unwrap());
-    let trained = terse(&[
-        "pretrain",
-        "--no-progress",
-        "--config",
-        "configs/pretrain-bert-tiny.toml",
-        "--set",
-        "train.steps=2",
-        "--run-dir",
-        run_s,
-    ]);
-    assert!(
-        trained.status.success(),
-        "{}",
-        String::from_utf8_lossy(&trained.stderr)
-    );
+    train_two_steps(&run);
     let config = run.join("config.toml");
     let exported = terse(&[
         "export",
