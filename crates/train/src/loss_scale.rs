@@ -103,7 +103,6 @@ pub struct LossScaler {
     pub last_overflow: i64,
     /// Steps skipped so far.
     pub skipped: u64,
-    dynamic: bool,
 }
 
 /// What an overflow did to the scale.
@@ -126,16 +125,13 @@ pub enum Overflow {
 impl LossScaler {
     /// The scaler at the start of a run.
     pub fn new(config: &LossScaling) -> Self {
-        let (scale, dynamic) = match config.static_scale {
-            Some(scale) => (scale, false),
-            None => (2f64.powi(config.initial_scale_power as i32), true),
-        };
         Self {
-            scale,
+            scale: config
+                .static_scale
+                .unwrap_or_else(|| 2f64.powi(config.initial_scale_power as i32)),
             iteration: 0,
             last_overflow: -1,
             skipped: 0,
-            dynamic,
         }
     }
 
@@ -143,18 +139,17 @@ impl LossScaler {
     /// NaN (the step is then skipped). Returns what happened on an
     /// overflow, `None` on a clean step.
     pub fn update(&mut self, overflow: bool, config: &LossScaling) -> Option<Overflow> {
+        let dynamic = config.static_scale.is_none();
         let iteration = self.iteration as i64;
         self.iteration += 1;
         if overflow {
             self.skipped += 1;
-            if self.dynamic {
-                self.last_overflow = iteration;
-            }
             let from = self.scale;
-            if self.dynamic && from <= config.min_scale {
-                return Some(Overflow::AtFloor { scale: from });
-            }
-            if self.dynamic {
+            if dynamic {
+                self.last_overflow = iteration;
+                if from <= config.min_scale {
+                    return Some(Overflow::AtFloor { scale: from });
+                }
                 self.scale = (from / 2.0).max(config.min_scale);
             }
             return Some(Overflow::Skipped {
@@ -163,7 +158,7 @@ impl LossScaler {
             });
         }
         let stable = iteration - self.last_overflow - 1;
-        if self.dynamic && stable > 0 && (stable as u64).is_multiple_of(config.scale_window) {
+        if dynamic && stable > 0 && (stable as u64).is_multiple_of(config.scale_window) {
             self.scale *= 2.0;
         }
         None

@@ -71,6 +71,12 @@ pub fn is_flex(device: &Device) -> bool {
     device.clone().without_autodiff() == Device::flex()
 }
 
+/// Whether the fused fp32 kernels apply to a matmul op: flex tensors
+/// outside mixed precision (under it, burn's ops on half operands).
+fn fp32_on_flex(device: &Device) -> bool {
+    is_flex(device) && half().is_none()
+}
+
 /// LayerNorm over the last dimension with `norm`'s γ and β and `eps`
 /// (burn's `LayerNorm` keeps its ε private; the model config has it).
 pub fn layer_norm<const D: usize>(x: Tensor<D>, norm: &LayerNorm, eps: f64) -> Tensor<D> {
@@ -91,29 +97,24 @@ pub fn layer_norm<const D: usize>(x: Tensor<D>, norm: &LayerNorm, eps: f64) -> T
 
 /// `gelu(x·W + b)` of a linear layer, the bias added inside the fused GELU.
 pub fn dense_gelu<const D: usize>(x: Tensor<D>, dense: &Linear) -> Tensor<D> {
-    if half().is_some() {
-        return gelu(linear(x, dense));
-    }
     match &dense.bias {
-        Some(bias) if is_flex(&x.device()) => {
+        Some(bias) if fp32_on_flex(&x.device()) => {
             Tensor::from_dispatch(<Dispatch as FusedOps>::fused_dense_gelu(
                 x.into_dispatch(),
                 dense.weight.val().into_dispatch(),
                 bias.val().into_dispatch(),
             ))
         }
-        _ => gelu(dense.forward(x)),
+        _ => gelu(linear(x, dense)),
     }
 }
 
-/// `dense`'s `x·W + b`.
+/// `dense`'s `x·W + b`: on flex in fp32 one fused gemm; elsewhere, and
+/// under mixed precision, burn's `linear` (what `Linear::forward` calls) on
+/// the operands narrowed to the half type (a no-op in fp32).
 pub fn linear<const D: usize>(x: Tensor<D>, dense: &Linear) -> Tensor<D> {
-    if half().is_some() {
-        let bias = dense.bias.as_ref().map(|b| narrow(b.val()));
-        return burn::tensor::module::linear(narrow(x), narrow(dense.weight.val()), bias);
-    }
     match &dense.bias {
-        Some(bias) if is_flex(&x.device()) => {
+        Some(bias) if fp32_on_flex(&x.device()) => {
             Tensor::from_dispatch(<Dispatch as FusedOps>::fused_linear(
                 x.into_dispatch(),
                 dense.weight.val().into_dispatch(),
@@ -121,7 +122,10 @@ pub fn linear<const D: usize>(x: Tensor<D>, dense: &Linear) -> Tensor<D> {
                 false,
             ))
         }
-        _ => dense.forward(x),
+        _ => {
+            let bias = dense.bias.as_ref().map(|b| narrow(b.val()));
+            burn::tensor::module::linear(narrow(x), narrow(dense.weight.val()), bias)
+        }
     }
 }
 
@@ -129,10 +133,7 @@ pub fn linear<const D: usize>(x: Tensor<D>, dense: &Linear) -> Tensor<D> {
 /// word embeddings `[vocab, hidden]`; on flex W's gradient is produced in
 /// that layout.
 pub fn linear_transposed(x: Tensor<2>, weight: Tensor<2>, bias: Tensor<1>) -> Tensor<2> {
-    if half().is_some() {
-        return narrow(x).matmul(narrow(weight).transpose()) + narrow(bias).unsqueeze_dim(0);
-    }
-    if is_flex(&x.device()) {
+    if fp32_on_flex(&x.device()) {
         return Tensor::from_dispatch(<Dispatch as FusedOps>::fused_linear(
             x.into_dispatch(),
             weight.into_dispatch(),
@@ -140,7 +141,7 @@ pub fn linear_transposed(x: Tensor<2>, weight: Tensor<2>, bias: Tensor<1>) -> Te
             true,
         ));
     }
-    x.matmul(weight.transpose()) + bias.unsqueeze_dim(0)
+    narrow(x).matmul(narrow(weight).transpose()) + narrow(bias).unsqueeze_dim(0)
 }
 
 /// `table`'s rows at `ids` `[batch, seq]`.
@@ -174,7 +175,7 @@ pub fn attention(
         Some(key) => (layer.prob as f32, key),
         None => (0.0, 0),
     };
-    if is_flex(&device) && half().is_none() {
+    if fp32_on_flex(&device) {
         return Tensor::from_dispatch(<Dispatch as FusedOps>::fused_attention(
             q.into_dispatch(),
             k.into_dispatch(),
