@@ -1,8 +1,6 @@
 //! Adam with decoupled weight decay (AdamW), ALGORITHMS.md "Adam / AdamW";
 //! Kingma & Ba, Algorithm 1, with Loshchilov & Hutter's decoupled decay.
 
-use std::time::Duration;
-
 use serde::{Deserialize, Serialize};
 
 use crate::config_check::NoOtherFields;
@@ -10,6 +8,7 @@ use crate::eps_mode::check_has_compression_stage;
 use crate::moments::Moments;
 use crate::pass::{self, Direction};
 use crate::span::{Span, SpanCache};
+use crate::step::CommTime;
 use crate::step::{FlatOptimizer, StepContext};
 use crate::{Flat, FlatMut, MomentConfig, OptimError, WithMoments};
 use terse_comm::Communicator;
@@ -75,12 +74,7 @@ impl Adam {
 }
 
 impl FlatOptimizer for Adam {
-    fn step(
-        &mut self,
-        ctx: &StepContext<'_>,
-        x: &mut FlatMut<'_>,
-        g: &mut FlatMut<'_>,
-    ) -> Result<Duration, OptimError> {
+    fn step(&mut self, ctx: &StepContext, x: &mut FlatMut, g: &mut FlatMut) -> CommTime {
         let c = &self.config;
         let span = self.spans.span(ctx, x, c.moments.weight_decay, true);
         let mut comm_time = span.mean_gradient(ctx.comm, g)?;
@@ -116,9 +110,9 @@ impl FlatOptimizer for Adam {
 /// `span` (also 1-bit Adam's warmup and its naive baseline).
 pub(crate) fn adam_update(
     c: &AdamConfig,
-    ctx: &StepContext<'_>,
+    ctx: &StepContext,
     span: &Span<'_>,
-    x: &mut FlatMut<'_>,
+    x: &mut FlatMut,
     state: (&mut Flat, &mut Flat),
     g: &FlatMut<'_>,
 ) {

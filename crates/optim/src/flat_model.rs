@@ -14,7 +14,6 @@
 //! parameter buffer, so no full-parameter vector crosses to the host.
 
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
 
 use burn::module::{Module, ModuleVisitor, Param};
 use burn::tensor::{Gradients, Tensor, TensorData};
@@ -26,6 +25,7 @@ use crate::gather::{
     write_back_host, write_back_slices,
 };
 use crate::layout::is_trainable;
+use crate::step::CommTime;
 use terse_kernels::device::optim::{self as kernels, DeviceChunks};
 
 use crate::{DeviceFlat, OptimError, Optimizer, ParamLayout, StepReport};
@@ -221,11 +221,7 @@ impl FlatModel {
 
     /// Ends a run ([`Optimizer::finish_flat`]); returns the time spent
     /// communicating.
-    pub fn finish(
-        &mut self,
-        optimizer: &mut Optimizer,
-        comm: &dyn Communicator,
-    ) -> Result<Duration, OptimError> {
+    pub fn finish(&mut self, optimizer: &mut Optimizer, comm: &dyn Communicator) -> CommTime {
         match &mut self.storage {
             Storage::Host { params, .. } => optimizer.finish_flat(params, comm),
             Storage::Device { params, .. } => optimizer.finish_device(params, comm),

@@ -9,7 +9,7 @@
 //! compressed in place with no copy.
 
 use std::ops::Range;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use burn::tensor::{Tensor, TensorData};
 use cubecl::server::Handle;
@@ -19,6 +19,7 @@ use crate::device_flat::{compressed_mean_device, into_handle, read_f32};
 use crate::layout::Segment;
 use crate::momentum_mask::MomentumMask;
 use crate::span::Span;
+use crate::step::CommTime;
 use crate::{DeviceFlat, Flat, FlatMut, OneBitAllreduceConfig, OptimError, ParamLayout};
 
 /// The compressed allreduce's error feedback on one rank, part of a 1-bit
@@ -219,9 +220,9 @@ impl KeptOutAllreduce {
     pub(crate) fn mean_of_whole(
         &mut self,
         comm: &dyn Communicator,
-        b: &mut FlatMut<'_>,
+        b: &mut FlatMut,
         errors: &mut ErrorFeedback,
-    ) -> Result<Duration, OptimError> {
+    ) -> CommTime {
         let start = Instant::now();
         match b {
             FlatMut::Device(b) => {

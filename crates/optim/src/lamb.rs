@@ -15,6 +15,7 @@ use crate::eps_mode::check_has_compression_stage;
 use crate::moments::Moments;
 use crate::pass::{self, Direction, sums::squared_norm};
 use crate::span::{Span, SpanCache};
+use crate::step::CommTime;
 use crate::step::{FlatOptimizer, StepContext};
 use crate::{Flat, FlatMut, MomentConfig, OptimError, Segment, WithMoments};
 use terse_comm::Communicator;
@@ -118,12 +119,7 @@ pub(crate) fn trust_coefficient(x_norm: f64, u_norm: f64, c_min: f64, c_max: f64
 }
 
 impl FlatOptimizer for Lamb {
-    fn step(
-        &mut self,
-        ctx: &StepContext<'_>,
-        x: &mut FlatMut<'_>,
-        g: &mut FlatMut<'_>,
-    ) -> Result<Duration, OptimError> {
+    fn step(&mut self, ctx: &StepContext, x: &mut FlatMut, g: &mut FlatMut) -> CommTime {
         let c = &self.config;
         // The gradient's pre-normalisation reads all of it.
         let span = self
@@ -166,9 +162,9 @@ impl FlatOptimizer for Lamb {
 /// the coefficients and the time spent gathering.
 pub(crate) fn lamb_update(
     c: &LambConfig,
-    ctx: &StepContext<'_>,
+    ctx: &StepContext,
     span: &Span<'_>,
-    x: &mut FlatMut<'_>,
+    x: &mut FlatMut,
     (m, v): (&mut Flat, &mut Flat),
     g: &FlatMut<'_>,
 ) -> Result<(Vec<Trust>, Duration), OptimError> {

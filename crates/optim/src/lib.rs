@@ -71,7 +71,7 @@ pub use registry::{OPTIMIZER_NAMES, OptimizerConfig};
 pub use schedule::LrSchedule;
 pub use sgd::{Sgd, SgdConfig};
 pub use slamb::{MaskKind, SlambConfig};
-pub use step::{FlatOptimizer, Stage, StepContext, StepReport};
+pub use step::{CommTime, FlatOptimizer, Stage, StepContext, StepReport};
 pub use storage::{Flat, FlatMut};
 pub use swap::Swapped;
 pub use zero_one_adam::ZeroOneAdamConfig;

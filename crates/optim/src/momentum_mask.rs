@@ -105,7 +105,7 @@ impl MomentumMask {
 
     /// Sets the masked coordinates of `buf` (a step's buffer) to zero,
     /// wherever it is.
-    pub(crate) fn apply(&self, buf: &mut FlatMut<'_>) {
+    pub(crate) fn apply(&self, buf: &mut FlatMut) {
         if self.is_empty() {
             return;
         }

@@ -14,6 +14,7 @@ use terse_comm::{Communicator, ReduceOp};
 
 use crate::device_flat::into_handle;
 use crate::kept_out::segment_ranges;
+use crate::step::CommTime;
 use crate::{Flat, FlatMut, OptimError, ParamLayout};
 
 /// The elements of the parameters that never freeze.
@@ -45,11 +46,7 @@ impl NonFreeze {
 
     /// Replaces `g` over the ranges with its mean over ranks (exact fp32),
     /// wherever it is; returns the time it took.
-    pub(crate) fn mean_gradient(
-        &mut self,
-        comm: &dyn Communicator,
-        g: &mut FlatMut<'_>,
-    ) -> Result<Duration, OptimError> {
+    pub(crate) fn mean_gradient(&mut self, comm: &dyn Communicator, g: &mut FlatMut) -> CommTime {
         if self.ranges.is_empty() || comm.world_size() == 1 {
             return Ok(Duration::ZERO);
         }

@@ -4,7 +4,7 @@
 //! compressed with two-level error feedback (one fused buffer for all
 //! segments).
 
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use serde::{Deserialize, Serialize};
 
@@ -18,6 +18,7 @@ use crate::pass::Direction;
 use crate::pass::frozen::{accumulate_momentum, frozen_apply};
 use crate::pass::sums::sum_of_abs;
 use crate::span::SpanCache;
+use crate::step::CommTime;
 use crate::step::{FlatOptimizer, StepContext};
 use crate::{
     AdamConfig, Flat, FlatMut, FreezeConfig, MomentConfig, OneBitAllreduceConfig, OptimError,
@@ -182,12 +183,7 @@ impl OneBitAdam {
     }
 
     /// The naive baseline: Adam on the 1-bit compressed gradient.
-    fn naive_step(
-        &mut self,
-        ctx: &StepContext<'_>,
-        x: &mut FlatMut<'_>,
-        g: &mut FlatMut<'_>,
-    ) -> Result<Duration, OptimError> {
+    fn naive_step(&mut self, ctx: &StepContext, x: &mut FlatMut, g: &mut FlatMut) -> CommTime {
         let adam = self.adam_config(true);
         let comm_time = self
             .allreduce
@@ -200,12 +196,7 @@ impl OneBitAdam {
     /// Adam on the averaged gradient, and the freeze when it comes. Split
     /// between ranks that share cores, unless the freeze step is found from
     /// the whole v after each step.
-    fn warmup_step(
-        &mut self,
-        ctx: &StepContext<'_>,
-        x: &mut FlatMut<'_>,
-        g: &mut FlatMut<'_>,
-    ) -> Result<Duration, OptimError> {
+    fn warmup_step(&mut self, ctx: &StepContext, x: &mut FlatMut, g: &mut FlatMut) -> CommTime {
         let adam = self.adam_config(false);
         let splittable = !self.freeze.is_auto();
         let span = self
@@ -233,11 +224,11 @@ impl OneBitAdam {
     /// of them dequantises only in its own part), then share m and x back.
     fn compression_step(
         &mut self,
-        ctx: &StepContext<'_>,
-        x: &mut FlatMut<'_>,
-        g: &mut FlatMut<'_>,
+        ctx: &StepContext,
+        x: &mut FlatMut,
+        g: &mut FlatMut,
         t_w: u64,
-    ) -> Result<Duration, OptimError> {
+    ) -> CommTime {
         let c = &self.config;
         let span = self.spans.span(ctx, x, c.moments.weight_decay, true);
         let fresh = Moments::new(&c.moments, c.bias_correction, ctx.t);
@@ -274,12 +265,7 @@ impl OneBitAdam {
 }
 
 impl FlatOptimizer for OneBitAdam {
-    fn step(
-        &mut self,
-        ctx: &StepContext<'_>,
-        x: &mut FlatMut<'_>,
-        g: &mut FlatMut<'_>,
-    ) -> Result<Duration, OptimError> {
+    fn step(&mut self, ctx: &StepContext, x: &mut FlatMut, g: &mut FlatMut) -> CommTime {
         match (self.variant, self.freeze.step()) {
             (AdamVariant::Naive, _) => self.naive_step(ctx, x, g),
             (_, Some(t_w)) if ctx.t > t_w => self.compression_step(ctx, x, g, t_w),

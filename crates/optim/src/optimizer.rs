@@ -3,11 +3,9 @@
 //! the update of the flat buffers to the rule the registry built (callers
 //! gather and write back modules with [`crate::gather`]).
 
-use std::time::Duration;
-
 use terse_comm::Communicator;
 
-use crate::step::{FlatOptimizer, StepContext};
+use crate::step::{CommTime, FlatOptimizer, StepContext};
 use crate::{
     DeviceFlat, FlatMut, LrSchedule, OptimError, OptimizerConfig, ParamLayout, Stage, StepReport,
 };
@@ -96,7 +94,7 @@ impl Optimizer {
     fn take_step(
         &mut self,
         comm: &dyn Communicator,
-        step: impl FnOnce(&mut dyn FlatOptimizer, &StepContext<'_>) -> Result<Duration, OptimError>,
+        step: impl FnOnce(&mut dyn FlatOptimizer, &StepContext<'_>) -> CommTime,
     ) -> Result<StepReport, OptimError> {
         let t = self.t + 1;
         let ctx = context(&self.schedule, &self.layout, t, comm);
@@ -156,11 +154,7 @@ impl Optimizer {
     ///
     /// # Errors
     /// A length or world mismatch; a failed collective.
-    pub fn finish_device(
-        &mut self,
-        x: &mut DeviceFlat,
-        comm: &dyn Communicator,
-    ) -> Result<Duration, OptimError> {
+    pub fn finish_device(&mut self, x: &mut DeviceFlat, comm: &dyn Communicator) -> CommTime {
         self.check_len("parameters", x.len())?;
         self.check_world(comm)?;
         self.state_beside(x);
@@ -171,11 +165,7 @@ impl Optimizer {
     /// Ends a run: SLAMB averages the parameters over ranks, 0/1 Adam
     /// synchronises the local steps taken since its last synchronisation
     /// (the others do nothing). Returns the time spent communicating.
-    pub fn finish_flat(
-        &mut self,
-        x: &mut [f32],
-        comm: &dyn Communicator,
-    ) -> Result<Duration, OptimError> {
+    pub fn finish_flat(&mut self, x: &mut [f32], comm: &dyn Communicator) -> CommTime {
         self.check_len("parameters", x.len())?;
         self.check_world(comm)?;
         self.state_to_host();

@@ -2,13 +2,12 @@
 //! `m = μ·m + (ḡ + wd·x)`, step along `m`, or along `ḡ + wd·x + μ·m` with
 //! Nesterov momentum.
 
-use std::time::Duration;
-
 use serde::{Deserialize, Serialize};
 
 use crate::config_check::{check_decay, invalid};
 use crate::pass::sgd::{SgdStep, sgd};
 use crate::span::SpanCache;
+use crate::step::CommTime;
 use crate::step::{FlatOptimizer, StepContext};
 use crate::{Flat, FlatMut, OptimError};
 
@@ -74,12 +73,7 @@ impl Sgd {
 }
 
 impl FlatOptimizer for Sgd {
-    fn step(
-        &mut self,
-        ctx: &StepContext<'_>,
-        x: &mut FlatMut<'_>,
-        g: &mut FlatMut<'_>,
-    ) -> Result<Duration, OptimError> {
+    fn step(&mut self, ctx: &StepContext, x: &mut FlatMut, g: &mut FlatMut) -> CommTime {
         let c = &self.config;
         let span = self.spans.span(ctx, x, c.weight_decay, false);
         let comm_time = span.mean_gradient(ctx.comm, g)?;

@@ -26,6 +26,7 @@ use std::time::{Duration, Instant};
 use terse_comm::Communicator;
 
 use crate::parallel::CHUNK;
+use crate::step::CommTime;
 use crate::step::StepContext;
 use crate::{OptimError, ParamLayout};
 
@@ -83,7 +84,7 @@ impl Shard {
     /// step on this rank (see [`Shard::is_split`]).
     pub(crate) fn for_step(
         cache: &mut Option<Arc<Shard>>,
-        ctx: &StepContext<'_>,
+        ctx: &StepContext,
         splittable: bool,
     ) -> Arc<Shard> {
         let shared = ctx.comm.world_size() > 1 && ctx.comm.shares_cores();
@@ -144,7 +145,7 @@ impl Shard {
         &self,
         comm: &dyn Communicator,
         buffers: &mut [&mut [f32]],
-    ) -> Result<Duration, OptimError> {
+    ) -> CommTime {
         if !self.is_split() {
             return Ok(Duration::ZERO);
         }

@@ -22,6 +22,7 @@ use crate::eps_mode::check_has_compression_stage;
 use crate::lamb::trust_coefficient;
 use crate::moments::{Moments, with_eps_mode};
 use crate::parallel::{CHUNK, split_segments, split_segments_mut, with_avx};
+use crate::step::CommTime;
 use crate::step::{FlatOptimizer, StepContext, allreduce_mean};
 use crate::{
     DeviceFlat, EpsMode, Flat, FlatMut, MomentConfig, OptimError, ParamLayout, Stage, WithMoments,
@@ -247,12 +248,7 @@ impl FlatOptimizer for Slamb {
     /// device (a host selection list against a device bitmap), so the two
     /// steps are written apart until the sparse allreduce runs on device
     /// buffers itself.
-    fn step(
-        &mut self,
-        ctx: &StepContext<'_>,
-        x: &mut FlatMut<'_>,
-        g: &mut FlatMut<'_>,
-    ) -> Result<Duration, OptimError> {
+    fn step(&mut self, ctx: &StepContext, x: &mut FlatMut, g: &mut FlatMut) -> CommTime {
         let mut comm_time = match (&mut *x, g) {
             (FlatMut::Host(x), FlatMut::Host(g)) => self.host_step(ctx, x, g)?,
             (FlatMut::Device(x), FlatMut::Device(g)) => self.device_step(ctx, x, g)?,
@@ -265,11 +261,7 @@ impl FlatOptimizer for Slamb {
         Ok(comm_time)
     }
 
-    fn finish(
-        &mut self,
-        ctx: &StepContext<'_>,
-        x: &mut FlatMut<'_>,
-    ) -> Result<Duration, OptimError> {
+    fn finish(&mut self, ctx: &StepContext, x: &mut FlatMut) -> CommTime {
         if ctx.t.is_multiple_of(self.config.sync_every) {
             return Ok(Duration::ZERO);
         }
@@ -291,12 +283,7 @@ impl FlatOptimizer for Slamb {
 
 impl Slamb {
     /// The step on host buffers, before the model sync.
-    fn host_step(
-        &mut self,
-        ctx: &StepContext<'_>,
-        x: &mut [f32],
-        g: &mut [f32],
-    ) -> Result<Duration, OptimError> {
+    fn host_step(&mut self, ctx: &StepContext, x: &mut [f32], g: &mut [f32]) -> CommTime {
         let c = self.config.clone();
         let moments = Moments::new(&c.moments, c.bias_correction, ctx.t);
         self.m
@@ -393,10 +380,10 @@ impl Slamb {
     /// The step on device buffers, before the model sync.
     fn device_step(
         &mut self,
-        ctx: &StepContext<'_>,
+        ctx: &StepContext,
         x: &mut DeviceFlat,
         g: &mut DeviceFlat,
-    ) -> Result<Duration, OptimError> {
+    ) -> CommTime {
         use terse_kernels::device::{self as kernels, slamb};
         let c = self.config.clone();
         let len = ctx.layout.len();

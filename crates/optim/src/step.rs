@@ -8,6 +8,10 @@ use terse_comm::{Communicator, ReduceOp};
 use crate::device_flat::allreduce_mean_device;
 use crate::{Flat, FlatMut, OptimError, ParamLayout};
 
+/// What a step (or a collective inside one) returns: the wall time spent
+/// communicating, or why it failed.
+pub type CommTime = Result<Duration, OptimError>;
+
 /// What an optimizer step may look at besides the buffers.
 pub struct StepContext<'a> {
     /// The step being taken, counted from 1.
@@ -58,12 +62,7 @@ pub trait FlatOptimizer: Send {
     /// allreduced gradient), both on the host or both on a cubecl device,
     /// where the driver moved [`FlatOptimizer::state`]. Returns the wall
     /// time spent communicating.
-    fn step(
-        &mut self,
-        ctx: &StepContext<'_>,
-        x: &mut FlatMut<'_>,
-        g: &mut FlatMut<'_>,
-    ) -> Result<Duration, OptimError>;
+    fn step(&mut self, ctx: &StepContext, x: &mut FlatMut, g: &mut FlatMut) -> CommTime;
 
     /// The flat state buffers, each under the name a checkpoint saves it
     /// with (`m`, `v`, `worker_error`, ...): the one list of them. The
@@ -118,11 +117,7 @@ pub trait FlatOptimizer: Send {
 
     /// Called once after the last step (SLAMB averages the parameters, 0/1
     /// Adam synchronises its pending local steps).
-    fn finish(
-        &mut self,
-        ctx: &StepContext<'_>,
-        x: &mut FlatMut<'_>,
-    ) -> Result<Duration, OptimError> {
+    fn finish(&mut self, ctx: &StepContext, x: &mut FlatMut) -> CommTime {
         let _ = (ctx, x);
         Ok(Duration::ZERO)
     }
@@ -130,10 +125,7 @@ pub trait FlatOptimizer: Send {
 
 /// Replaces `x` with its mean over ranks (through the host from a device:
 /// terse-comm's backends take host buffers), timing the call.
-pub(crate) fn allreduce_mean(
-    comm: &dyn Communicator,
-    x: &mut FlatMut<'_>,
-) -> Result<Duration, OptimError> {
+pub(crate) fn allreduce_mean(comm: &dyn Communicator, x: &mut FlatMut) -> CommTime {
     match x {
         FlatMut::Host(x) => {
             let start = Instant::now();

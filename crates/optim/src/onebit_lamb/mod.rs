@@ -5,8 +5,6 @@
 //! synchronised 1-bit with error feedback, and a fresh variance rebuilt from
 //! the momentum difference adapts the frozen coefficient through `r`.
 
-use std::time::Duration;
-
 use serde::{Deserialize, Serialize};
 
 use crate::config_check::{NoOtherFields, check_clip, check_unit};
@@ -14,6 +12,7 @@ use crate::freeze::FreezePoint;
 use crate::kept_out::{ErrorFeedback, KeptOutAllreduce};
 use crate::lamb::{Trust, check_trust_clip};
 use crate::span::SpanCache;
+use crate::step::CommTime;
 use crate::step::{FlatOptimizer, StepContext};
 use crate::{
     Flat, FlatMut, FreezeConfig, LambConfig, MomentConfig, OneBitAllreduceConfig, OptimError,
@@ -257,12 +256,7 @@ impl SegmentScalars {
 }
 
 impl FlatOptimizer for OneBitLamb {
-    fn step(
-        &mut self,
-        ctx: &StepContext<'_>,
-        x: &mut FlatMut<'_>,
-        g: &mut FlatMut<'_>,
-    ) -> Result<Duration, OptimError> {
+    fn step(&mut self, ctx: &StepContext, x: &mut FlatMut, g: &mut FlatMut) -> CommTime {
         // Scratch follows the parameters too.
         match x.device() {
             Some(x) => self.m_last.move_to_device(x),

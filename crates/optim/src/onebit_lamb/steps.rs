@@ -4,17 +4,18 @@
 //! the momentum per segment, compresses it, and adapts the frozen
 //! coefficient through the fresh variance's ratio.
 
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use super::{OneBitLamb, RatioKind};
+use crate::FlatMut;
 use crate::lamb::lamb_update;
 use crate::moments::Moments;
 use crate::pass::Direction;
 use crate::pass::fresh_variance::{FreshVariance, fresh_ratios, scaled_momentum, update_norms};
 use crate::pass::frozen::{accumulate_momentum, frozen_apply};
 use crate::pass::sums::{copy, segment_squared_norms, sum_of_abs};
+use crate::step::CommTime;
 use crate::step::{FlatOptimizer, StepContext};
-use crate::{FlatMut, OptimError};
 
 impl OneBitLamb {
     /// LAMB on the averaged gradient, the running trust average, and the
@@ -24,10 +25,10 @@ impl OneBitLamb {
     /// step is found from the whole v after each step.
     pub(super) fn warmup_step(
         &mut self,
-        ctx: &StepContext<'_>,
-        x: &mut FlatMut<'_>,
-        g: &mut FlatMut<'_>,
-    ) -> Result<Duration, OptimError> {
+        ctx: &StepContext,
+        x: &mut FlatMut,
+        g: &mut FlatMut,
+    ) -> CommTime {
         let lamb = self.lamb_config();
         let (wd, splittable) = (lamb.moments.weight_decay, !self.freeze.is_auto());
         let span = self.spans.span(ctx, x, wd, splittable);
@@ -64,11 +65,11 @@ impl OneBitLamb {
     /// and m and x are shared back for the next step.
     pub(super) fn compression_step(
         &mut self,
-        ctx: &StepContext<'_>,
-        x: &mut FlatMut<'_>,
-        g: &mut FlatMut<'_>,
+        ctx: &StepContext,
+        x: &mut FlatMut,
+        g: &mut FlatMut,
         t_w: u64,
-    ) -> Result<Duration, OptimError> {
+    ) -> CommTime {
         let c = &self.config;
         let span = self.spans.span(ctx, x, c.moments.weight_decay, true);
         let fresh = Moments::new(&c.moments, c.bias_correction, ctx.t);

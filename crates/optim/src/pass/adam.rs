@@ -16,7 +16,7 @@ pub(crate) fn adam(
     span: &Span<'_>,
     d: &Direction<'_>,
     lr: f32,
-    x: &mut FlatMut<'_>,
+    x: &mut FlatMut,
     (m, v): (&mut Flat, &mut Flat),
     g: &FlatMut<'_>,
 ) {

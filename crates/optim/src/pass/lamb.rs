@@ -61,7 +61,7 @@ pub(crate) fn lamb_apply(
     span: &Span<'_>,
     d: &Direction<'_>,
     rates: &[f32],
-    x: &mut FlatMut<'_>,
+    x: &mut FlatMut,
     (m, v): (&Flat, &Flat),
 ) {
     match &span.on {

@@ -17,13 +17,7 @@ pub(crate) struct SgdStep {
 }
 
 /// `d = g + wd·x; m = μm + d; x -= lr·(d + μm | m)` over `span`.
-pub(crate) fn sgd(
-    span: &Span<'_>,
-    c: &SgdStep,
-    x: &mut FlatMut<'_>,
-    m: &mut Flat,
-    g: &FlatMut<'_>,
-) {
+pub(crate) fn sgd(span: &Span<'_>, c: &SgdStep, x: &mut FlatMut, m: &mut Flat, g: &FlatMut<'_>) {
     match &span.on {
         On::Host(_) => {
             let units = span.units();

@@ -23,7 +23,7 @@ use terse_kernels::device::optim;
 pub(crate) fn sync_scale(
     span: &Span<'_>,
     d: &Direction<'_>,
-    x: &mut FlatMut<'_>,
+    x: &mut FlatMut,
     synced: &Flat,
     v: &Flat,
 ) {
@@ -59,7 +59,7 @@ pub(crate) fn sync_apply(
     span: &Span<'_>,
     d: &Direction<'_>,
     lr_sum: f32,
-    x: &mut FlatMut<'_>,
+    x: &mut FlatMut,
     (synced, m, v): (&mut Flat, &mut Flat, &Flat),
     hold: bool,
 ) {

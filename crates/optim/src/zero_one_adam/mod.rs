@@ -28,6 +28,7 @@ use crate::pass::frozen::{accumulate_momentum, frozen_apply};
 use crate::pass::sums::copy;
 use crate::pass::zero_one_sync::{sync_apply, sync_scale};
 use crate::span::SpanCache;
+use crate::step::CommTime;
 use crate::step::{FlatOptimizer, StepContext};
 use crate::{Flat, FlatMut, OptimError, ParamLayout, Stage};
 
@@ -96,12 +97,7 @@ impl ZeroOneAdam {
     /// update with the current v. After the last one the errors are zeroed
     /// (they switch from the gradient to the accumulated updates) and the
     /// parameters are the first synchronisation point.
-    fn variance_step(
-        &mut self,
-        ctx: &StepContext<'_>,
-        x: &mut FlatMut<'_>,
-        g: &mut FlatMut<'_>,
-    ) -> Result<Duration, OptimError> {
+    fn variance_step(&mut self, ctx: &StepContext, x: &mut FlatMut, g: &mut FlatMut) -> CommTime {
         let due = self.schedule.variance_due(ctx.t);
         let updates = self.schedule.variance_updates() + u64::from(due);
         let moments = self.moments(ctx.t, updates);
@@ -142,12 +138,7 @@ impl ZeroOneAdam {
     /// A local step: m from this rank's own gradient and the update with v
     /// frozen applied to this rank's parameters (the compression stage's
     /// passes), and a synchronisation when one is due.
-    fn local_step(
-        &mut self,
-        ctx: &StepContext<'_>,
-        x: &mut FlatMut<'_>,
-        g: &mut FlatMut<'_>,
-    ) -> Result<Duration, OptimError> {
+    fn local_step(&mut self, ctx: &StepContext, x: &mut FlatMut, g: &mut FlatMut) -> CommTime {
         let moments = self.moments(ctx.t, self.schedule.variance_updates());
         let c = &self.config;
         let span = self.spans.span(ctx, x, c.moments.weight_decay, false);
@@ -179,11 +170,7 @@ impl ZeroOneAdam {
     /// and 1-bit averaged over ranks (in x's buffer), m re-estimated from
     /// the mean and x moved by it from `x_sync` (the same bits on every
     /// rank afterwards).
-    fn synchronise(
-        &mut self,
-        ctx: &StepContext<'_>,
-        x: &mut FlatMut<'_>,
-    ) -> Result<Duration, OptimError> {
+    fn synchronise(&mut self, ctx: &StepContext, x: &mut FlatMut) -> CommTime {
         let moments = self.moments(ctx.t, self.schedule.variance_updates());
         let d = direction(&self.config, &moments);
         let span = self
@@ -225,12 +212,7 @@ fn direction<'a>(c: &ZeroOneAdamConfig, moments: &'a Moments) -> Direction<'a> {
 }
 
 impl FlatOptimizer for ZeroOneAdam {
-    fn step(
-        &mut self,
-        ctx: &StepContext<'_>,
-        x: &mut FlatMut<'_>,
-        g: &mut FlatMut<'_>,
-    ) -> Result<Duration, OptimError> {
+    fn step(&mut self, ctx: &StepContext, x: &mut FlatMut, g: &mut FlatMut) -> CommTime {
         if ctx.t <= self.config.var_freeze_step {
             self.variance_step(ctx, x, g)
         } else {
@@ -281,11 +263,7 @@ impl FlatOptimizer for ZeroOneAdam {
 
     /// Synchronises the local steps taken since the last synchronisation,
     /// so that a run ends with the same parameters on every rank.
-    fn finish(
-        &mut self,
-        ctx: &StepContext<'_>,
-        x: &mut FlatMut<'_>,
-    ) -> Result<Duration, OptimError> {
+    fn finish(&mut self, ctx: &StepContext, x: &mut FlatMut) -> CommTime {
         let t = ctx.t;
         if t <= self.config.var_freeze_step || self.lr_sum == 0.0 {
             return Ok(Duration::ZERO);
