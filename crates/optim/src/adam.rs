@@ -1,17 +1,18 @@
 //! Adam with decoupled weight decay (AdamW), ALGORITHMS.md "Adam / AdamW";
 //! Kingma & Ba, Algorithm 1, with Loshchilov & Hutter's decoupled decay.
 
+use std::time::Duration;
+
 use serde::{Deserialize, Serialize};
 
 use crate::config_check::NoOtherFields;
 use crate::eps_mode::check_has_compression_stage;
 use crate::moments::Moments;
 use crate::pass::{self, Direction};
-use crate::span::{Span, SpanCache};
-use crate::step::CommTime;
-use crate::step::{FlatOptimizer, StepContext};
+use crate::span::Span;
+use crate::step::{CommTime, StepContext};
+use crate::two_moments::{MomentRule, TwoMoments};
 use crate::{Flat, FlatMut, MomentConfig, OptimError, WithMoments};
-use terse_comm::Communicator;
 
 /// `adam` (ALGORITHMS.md "Adam / AdamW").
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -51,58 +52,27 @@ impl WithMoments for AdamConfig {
 }
 
 /// Adam's state: first and second moments of the averaged gradient.
-pub struct Adam {
-    config: AdamConfig,
-    m: Flat,
-    v: Flat,
-    spans: SpanCache,
-    /// m and v are current only in this rank's part of a split step.
-    partial: bool,
-}
+pub type Adam = TwoMoments<AdamConfig>;
 
-impl Adam {
-    /// Zeroed state for `d` parameters.
-    pub fn new(config: AdamConfig, d: usize) -> Self {
-        Self {
-            config,
-            m: Flat::zeros(d),
-            v: Flat::zeros(d),
-            spans: SpanCache::default(),
-            partial: false,
-        }
-    }
-}
-
-impl FlatOptimizer for Adam {
-    fn step(&mut self, ctx: &StepContext, x: &mut FlatMut, g: &mut FlatMut) -> CommTime {
-        let c = &self.config;
-        let span = self.spans.span(ctx, x, c.moments.weight_decay, true);
-        let mut comm_time = span.mean_gradient(ctx.comm, g)?;
-        adam_update(c, ctx, &span, x, (&mut self.m, &mut self.v), g);
-        comm_time += span.share_back(ctx.comm, &mut [x])?;
-        self.partial |= span.is_split();
-        Ok(comm_time)
+impl MomentRule for AdamConfig {
+    fn weight_decay(&self) -> f64 {
+        self.moments.weight_decay
     }
 
-    fn state(&mut self) -> Vec<(&'static str, &mut Flat)> {
-        vec![("m", &mut self.m), ("v", &mut self.v)]
-    }
-
-    fn state_loaded(&mut self) {
-        self.partial = false;
-    }
-
-    fn state_is_partial(&self) -> bool {
-        self.partial
-    }
-
-    fn sync_state(&mut self, comm: &dyn Communicator) -> Result<(), OptimError> {
-        let buffers = &mut [&mut self.m, &mut self.v];
-        self.spans.gather_partial(comm, &mut self.partial, buffers)
-    }
-
-    fn params_replicated(&self) -> bool {
+    fn splits(&self) -> bool {
         true
+    }
+
+    fn update(
+        &self,
+        ctx: &StepContext,
+        span: &Span<'_>,
+        x: &mut FlatMut,
+        m_v: (&mut Flat, &mut Flat),
+        g: &FlatMut,
+    ) -> CommTime {
+        adam_update(self, ctx, span, x, m_v, g);
+        Ok(Duration::ZERO)
     }
 }
 

@@ -14,11 +14,10 @@ use crate::config_check::{NoOtherFields, check_clip};
 use crate::eps_mode::check_has_compression_stage;
 use crate::moments::Moments;
 use crate::pass::{self, Direction, sums::squared_norm};
-use crate::span::{Span, SpanCache};
-use crate::step::CommTime;
-use crate::step::{FlatOptimizer, StepContext};
+use crate::span::Span;
+use crate::step::{CommTime, StepContext};
+use crate::two_moments::{MomentRule, TwoMoments};
 use crate::{Flat, FlatMut, MomentConfig, OptimError, Segment, WithMoments};
-use terse_comm::Communicator;
 
 /// `lamb` (ALGORITHMS.md "LAMB").
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -71,25 +70,27 @@ impl WithMoments for LambConfig {
 }
 
 /// LAMB's state: first and second moments of the averaged gradient.
-pub struct Lamb {
-    config: LambConfig,
-    m: Flat,
-    v: Flat,
-    spans: SpanCache,
-    /// m and v are current only in this rank's part of a split step.
-    partial: bool,
-}
+pub type Lamb = TwoMoments<LambConfig>;
 
-impl Lamb {
-    /// Zeroed state for `d` parameters.
-    pub fn new(config: LambConfig, d: usize) -> Self {
-        Self {
-            config,
-            m: Flat::zeros(d),
-            v: Flat::zeros(d),
-            spans: SpanCache::default(),
-            partial: false,
-        }
+impl MomentRule for LambConfig {
+    fn weight_decay(&self) -> f64 {
+        self.moments.weight_decay
+    }
+
+    /// The gradient's pre-normalisation reads all of it.
+    fn splits(&self) -> bool {
+        !self.grad_prenorm
+    }
+
+    fn update(
+        &self,
+        ctx: &StepContext,
+        span: &Span<'_>,
+        x: &mut FlatMut,
+        m_v: (&mut Flat, &mut Flat),
+        g: &FlatMut,
+    ) -> CommTime {
+        Ok(lamb_update(self, ctx, span, x, m_v, g)?.1)
     }
 }
 
@@ -115,43 +116,6 @@ pub(crate) fn trust_coefficient(x_norm: f64, u_norm: f64, c_min: f64, c_max: f64
         1.0
     } else {
         (x_norm / u_norm).clamp(c_min, c_max)
-    }
-}
-
-impl FlatOptimizer for Lamb {
-    fn step(&mut self, ctx: &StepContext, x: &mut FlatMut, g: &mut FlatMut) -> CommTime {
-        let c = &self.config;
-        // The gradient's pre-normalisation reads all of it.
-        let span = self
-            .spans
-            .span(ctx, x, c.moments.weight_decay, !c.grad_prenorm);
-        let mut comm_time = span.mean_gradient(ctx.comm, g)?;
-        let (_, time) = lamb_update(c, ctx, &span, x, (&mut self.m, &mut self.v), g)?;
-        comm_time += time;
-        comm_time += span.share_back(ctx.comm, &mut [x])?;
-        self.partial |= span.is_split();
-        Ok(comm_time)
-    }
-
-    fn state(&mut self) -> Vec<(&'static str, &mut Flat)> {
-        vec![("m", &mut self.m), ("v", &mut self.v)]
-    }
-
-    fn state_loaded(&mut self) {
-        self.partial = false;
-    }
-
-    fn state_is_partial(&self) -> bool {
-        self.partial
-    }
-
-    fn sync_state(&mut self, comm: &dyn Communicator) -> Result<(), OptimError> {
-        let buffers = &mut [&mut self.m, &mut self.v];
-        self.spans.gather_partial(comm, &mut self.partial, buffers)
-    }
-
-    fn params_replicated(&self) -> bool {
-        true
     }
 }
 

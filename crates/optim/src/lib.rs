@@ -45,6 +45,7 @@ mod state;
 mod step;
 mod storage;
 mod swap;
+mod two_moments;
 mod zero_one_adam;
 
 pub use adam::{Adam, AdamConfig};
