@@ -9,6 +9,8 @@
 
 mod common;
 
+use common::losses;
+
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
@@ -29,13 +31,18 @@ fn run(cache: &Path, run_dir: &Path) -> String {
     stderr
 }
 
-fn losses(run_dir: &Path) -> Vec<f64> {
-    std::fs::read_to_string(run_dir.join("metrics.jsonl"))
-        .unwrap()
-        .lines()
-        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
-        .filter_map(|v| v.get("loss").and_then(|l| l.as_f64()))
-        .collect()
+/// A run into `run_dir` after `shard` was damaged (`what`, for the
+/// printout): it names the shard, makes the examples again and trains on
+/// the same ones as the undamaged run (`reference`'s losses).
+fn remade(cache: &Path, shard: &Path, run_dir: &Path, what: &str, reference: &[f64]) {
+    let message = run(cache, run_dir);
+    println!("{what}: {}", warning(&message));
+    assert!(
+        message.contains(&shard.display().to_string())
+            && message.contains("making the examples again"),
+        "{message}"
+    );
+    assert_eq!(losses(run_dir), reference, "trained on other examples");
 }
 
 /// The one cached shard file of the private cache.
@@ -55,10 +62,7 @@ fn shard(cache: &Path) -> PathBuf {
 
 #[test]
 fn a_damaged_or_truncated_shard_is_named_and_made_again() {
-    let scratch = tempfile::Builder::new()
-        .prefix("terse-shards-")
-        .tempdir()
-        .unwrap();
+    let scratch = tempfile::tempdir().unwrap();
     let cache = scratch.path().join("cache");
     std::fs::create_dir_all(&cache).unwrap();
     // The datasets come from the real cache (fetched there once, checked by
@@ -82,27 +86,13 @@ fn a_damaged_or_truncated_shard_is_named_and_made_again() {
     bytes[middle] ^= 0x01;
     std::fs::write(&shard, &bytes).unwrap();
     let altered = scratch.path().join("altered");
-    let message = run(&cache, &altered);
-    println!("an altered byte: {}", warning(&message));
-    assert!(
-        message.contains(&shard.display().to_string())
-            && message.contains("making the examples again"),
-        "{message}"
-    );
-    assert_eq!(losses(&altered), reference, "trained on other examples");
+    remade(&cache, &shard, &altered, "an altered byte", &reference);
 
     // Cut short.
     let bytes = std::fs::read(&shard).unwrap();
     std::fs::write(&shard, &bytes[..bytes.len() / 3]).unwrap();
     let truncated = scratch.path().join("truncated");
-    let message = run(&cache, &truncated);
-    println!("cut to a third: {}", warning(&message));
-    assert!(
-        message.contains(&shard.display().to_string())
-            && message.contains("making the examples again"),
-        "{message}"
-    );
-    assert_eq!(losses(&truncated), reference, "trained on other examples");
+    remade(&cache, &shard, &truncated, "cut to a third", &reference);
     assert_eq!(std::fs::read(&shard).unwrap().len(), bytes.len());
 }
 

@@ -7,6 +7,7 @@
 
 mod common;
 
+use std::path::PathBuf;
 use std::process::{Command, Output};
 
 use common::{tensors, workspace};
@@ -19,8 +20,11 @@ fn terse(args: &[&str]) -> Output {
         .expect("terse starts")
 }
 
-/// BERT-Tiny pre-trained for 2 steps into `run`.
-fn train_two_steps(run: &std::path::Path) {
+/// A scratch directory holding BERT-Tiny pre-trained for 2 steps (`run`),
+/// and where an export into `out_name` goes.
+fn trained(out_name: &str) -> (tempfile::TempDir, PathBuf, PathBuf) {
+    let scratch = tempfile::tempdir().unwrap();
+    let (run, out) = (scratch.path().join("run"), scratch.path().join(out_name));
     let trained = terse(&[
         "pretrain",
         "--no-progress",
@@ -36,18 +40,13 @@ fn train_two_steps(run: &std::path::Path) {
         "{}",
         String::from_utf8_lossy(&trained.stderr)
     );
+    (scratch, run, out)
 }
 
 #[test]
 fn a_checkpoint_exports_as_the_run_did() {
-    let scratch = tempfile::Builder::new()
-        .prefix("terse-export-cmd-")
-        .tempdir()
-        .unwrap();
-    let base = scratch.path();
-    let (run, out) = (base.join("run"), base.join("out"));
+    let (_scratch, run, out) = trained("out");
     let (run_s, out_s) = (run.to_str().unwrap(), out.to_str().unwrap());
-    train_two_steps(&run);
     let config = run.join("config.toml");
     let config_s = config.to_str().unwrap();
 
@@ -81,14 +80,8 @@ fn a_checkpoint_exports_as_the_run_did() {
 
 #[test]
 fn a_bf16_export_rounds_every_weight_to_the_nearest_bf16() {
-    let scratch = tempfile::Builder::new()
-        .prefix("terse-export-bf16-")
-        .tempdir()
-        .unwrap();
-    let base = scratch.path();
-    let (run, out) = (base.join("run"), base.join("bf16"));
+    let (_scratch, run, out) = trained("bf16");
     let (run_s, out_s) = (run.to_str().unwrap(), out.to_str().unwrap());
-    train_two_steps(&run);
     let config = run.join("config.toml");
     let exported = terse(&[
         "export",

@@ -12,31 +12,23 @@ mod common;
 
 use std::process::Command;
 
-use common::workspace;
+use common::{succeeded, workspace};
 
 #[test]
 fn a_three_class_export_names_its_labels_and_carries_its_tokenizer() {
     let workspace = workspace();
-    let scratch = tempfile::Builder::new()
-        .prefix("terse-export-")
-        .tempdir()
-        .unwrap();
+    let scratch = tempfile::tempdir().unwrap();
     let run_dir = scratch.path().join("run");
-    let output = Command::new(env!("CARGO_BIN_EXE_terse"))
-        .args(["finetune", "glue", "--no-progress", "--config"])
-        .arg("configs/finetune-snli.toml")
-        .args(["--set", "train.steps=2", "--set", "train.eval_every=0"])
-        // Short sequences: the end-of-run evaluation reads all 10,000 test pairs.
-        .args(["--set", "task.max_seq=16"])
-        .arg("--run-dir")
-        .arg(&run_dir)
-        .current_dir(&workspace)
-        .output()
-        .expect("terse starts");
-    assert!(
-        output.status.success(),
-        "{}",
-        String::from_utf8_lossy(&output.stderr)
+    succeeded(
+        Command::new(env!("CARGO_BIN_EXE_terse"))
+            .args(["finetune", "glue", "--no-progress", "--config"])
+            .arg("configs/finetune-snli.toml")
+            .args(["--set", "train.steps=2", "--set", "train.eval_every=0"])
+            // Short sequences: the end-of-run evaluation reads all 10,000 test pairs.
+            .args(["--set", "task.max_seq=16"])
+            .arg("--run-dir")
+            .arg(&run_dir)
+            .current_dir(&workspace),
     );
     let export = run_dir.join("export");
     let config: serde_json::Value =

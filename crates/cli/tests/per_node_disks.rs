@@ -82,13 +82,9 @@ fn weights(nodes: &Path, node: usize, step: u64) -> Vec<(String, Vec<u8>)> {
     )
 }
 
+/// The per-step losses rank 0's node logged.
 fn losses(nodes: &Path) -> Vec<f64> {
-    std::fs::read_to_string(nodes.join("node0/metrics.jsonl"))
-        .unwrap()
-        .lines()
-        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
-        .filter_map(|v| v.get("loss").and_then(|l| l.as_f64()))
-        .collect()
+    common::losses(&nodes.join("node0"))
 }
 
 /// Whether this process may mount (root, and mount(8) works here).
@@ -105,10 +101,7 @@ fn can_mount(scratch: &Path) -> bool {
 
 #[test]
 fn each_node_keeps_its_own_checkpoints_and_a_resume_agrees_on_a_step_both_hold() {
-    let scratch = tempfile::Builder::new()
-        .prefix("terse-e2e-nodes-")
-        .tempdir()
-        .unwrap();
+    let scratch = tempfile::tempdir().unwrap();
     if !can_mount(scratch.path()) {
         println!("skipped: cannot bind-mount in a mount namespace here (not root, or no unshare)");
         return;

@@ -13,7 +13,7 @@
 //!   resume again ends bit-identical.
 
 use std::os::unix::process::CommandExt;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
@@ -69,13 +69,12 @@ fn threads(run_dir: &Path, extra: &[&str]) -> Command {
     command
 }
 
-/// A scratch directory, removed when dropped: the test keeps it until the
-/// runs inside it have ended.
-fn scratch(name: &str) -> tempfile::TempDir {
-    tempfile::Builder::new()
-        .prefix(&format!("terse-e2e-{name}-"))
-        .tempdir()
-        .unwrap()
+/// A scratch directory, removed when dropped, and the run directory inside
+/// it: the caller keeps the directory until the runs inside it have ended.
+fn scratch() -> (tempfile::TempDir, PathBuf) {
+    let scratch = tempfile::tempdir().unwrap();
+    let run = scratch.path().join("run");
+    (scratch, run)
 }
 
 /// Every tensor of a saved module (BERT-Tiny has more than 20).
@@ -87,6 +86,14 @@ fn tensors(path: &Path) -> Vec<(String, Vec<u8>)> {
 
 fn final_weights(run_dir: &Path, rank: usize) -> Vec<(String, Vec<u8>)> {
     tensors(&checkpoint(run_dir, STEPS).join(format!("model-rank-{rank}.safetensors")))
+}
+
+/// The per-step losses of a run's `metrics.jsonl`.
+fn losses(run_dir: &Path) -> Vec<f64> {
+    step_lines(run_dir)
+        .iter()
+        .map(|v| v["loss"].as_f64().unwrap())
+        .collect()
 }
 
 /// The run's terse.log holds levelled lines of both ranks: rank 0's
@@ -102,13 +109,20 @@ fn every_rank_logged(run_dir: &Path) {
     }
 }
 
-#[test]
-fn two_mpi_ranks_train_agree_resume_after_kill_and_refuse_damage() {
-    // 1. Uninterrupted.
-    let whole_scratch = scratch("whole");
-    let whole = whole_scratch.path().join("run");
-    succeed(&mut terse(2, &whole, &[]));
-    let log = step_lines(&whole);
+/// A run that `command` starts and that fails: its output.
+fn refused(command: &mut Command) -> String {
+    let output = command.output().unwrap();
+    let message = text(&output);
+    assert!(!output.status.success(), "{message}");
+    message
+}
+
+/// 1. The uninterrupted run into `whole`: warmup then compression, the
+/// loss falls, compression sends far fewer bytes, the ranks agree. Rank
+/// 0's final weights.
+fn uninterrupted(whole: &Path) -> Vec<(String, Vec<u8>)> {
+    succeed(&mut terse(2, whole, &[]));
+    let log = step_lines(whole);
     assert_eq!(log.len() as u64, STEPS);
     for v in &log {
         let t = v["step"].as_u64().unwrap();
@@ -131,13 +145,15 @@ fn two_mpi_ranks_train_agree_resume_after_kill_and_refuse_damage() {
         bytes(5),
         bytes(20)
     );
-    let weights = final_weights(&whole, 0);
-    assert!(final_weights(&whole, 1) == weights, "ranks disagree");
-    every_rank_logged(&whole);
+    let weights = final_weights(whole, 0);
+    assert!(final_weights(whole, 1) == weights, "ranks disagree");
+    every_rank_logged(whole);
+    weights
+}
 
-    // The same run as 2 threads of one process.
-    let threads_scratch = scratch("threads");
-    let threads_dir = threads_scratch.path().join("run");
+/// The same run as 2 threads of one process ends with the same weights.
+fn threads_agree(weights: &[(String, Vec<u8>)]) {
+    let (_scratch, threads_dir) = scratch();
     let output = threads(&threads_dir, &[]).output().unwrap();
     assert!(output.status.success(), "{}", text(&output));
     assert!(
@@ -145,11 +161,13 @@ fn two_mpi_ranks_train_agree_resume_after_kill_and_refuse_damage() {
         "local backend differs"
     );
     every_rank_logged(&threads_dir);
+}
 
-    // 2. kill -9 of the whole job once a compression-stage checkpoint exists.
-    let killed_scratch = scratch("killed");
-    let killed = killed_scratch.path().join("run");
-    let mut job = terse(2, &killed, &[])
+/// 2. kill -9 of the whole job in `killed` once a compression-stage
+/// checkpoint exists, then `--resume`: the same steps, losses and weights
+/// as the uninterrupted run in `whole`.
+fn killed_and_resumed(killed: &Path, whole: &Path, weights: &[(String, Vec<u8>)]) {
+    let mut job = terse(2, killed, &[])
         .process_group(0)
         .stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::null())
@@ -158,7 +176,7 @@ fn two_mpi_ranks_train_agree_resume_after_kill_and_refuse_damage() {
     let start = Instant::now();
     let resume_from = FREEZE + 3;
     loop {
-        let ready = (resume_from..STEPS).any(|s| checkpoint(&killed, s).exists());
+        let ready = (resume_from..STEPS).any(|s| checkpoint(killed, s).exists());
         if ready {
             break;
         }
@@ -174,86 +192,75 @@ fn two_mpi_ranks_train_agree_resume_after_kill_and_refuse_damage() {
     assert_eq!(unsafe { libc::kill(-group, libc::SIGKILL) }, 0);
     job.wait().unwrap();
     assert!(
-        !checkpoint(&killed, STEPS).exists(),
+        !checkpoint(killed, STEPS).exists(),
         "the job finished before the kill"
     );
-    let resumed = succeed(&mut terse(2, &killed, &["--resume"]));
+    let resumed = succeed(&mut terse(2, killed, &["--resume"]));
     assert!(resumed.contains("resumed from"), "{resumed}");
     // The log holds each step once, as the uninterrupted run's does.
-    let steps_logged: Vec<u64> = step_lines(&killed)
+    let steps_logged: Vec<u64> = step_lines(killed)
         .iter()
         .map(|v| v["step"].as_u64().unwrap())
         .collect();
     assert_eq!(steps_logged, (1..=STEPS).collect::<Vec<_>>());
-    let losses = |dir: &Path| -> Vec<f64> {
-        step_lines(dir)
-            .iter()
-            .map(|v| v["loss"].as_f64().unwrap())
-            .collect()
-    };
-    assert_eq!(losses(&killed), losses(&whole), "per-step losses differ");
+    assert_eq!(losses(killed), losses(whole), "per-step losses differ");
     for rank in 0..2 {
         assert!(
-            final_weights(&killed, rank) == weights,
+            final_weights(killed, rank) == weights,
             "rank {rank}: resumed run differs from the uninterrupted one"
         );
     }
+}
 
-    // 3. Damage: one flipped byte in a rank's optimizer state.
-    let damaged = checkpoint(&whole, STEPS).join("optimizer-rank-1.safetensors");
+/// 3. Damage: one flipped byte in a rank's optimizer state of `whole`.
+fn damage_is_refused(whole: &Path) {
+    let damaged = checkpoint(whole, STEPS).join("optimizer-rank-1.safetensors");
     let mut bytes = std::fs::read(&damaged).unwrap();
     let middle = bytes.len() / 2;
     bytes[middle] ^= 0x01;
     std::fs::write(&damaged, bytes).unwrap();
-    let output = terse(2, &whole, &["--resume", "--steps", "35"])
-        .output()
-        .unwrap();
-    let message = text(&output);
-    assert!(!output.status.success(), "{message}");
+    let message = refused(&mut terse(2, whole, &["--resume", "--steps", "35"]));
     assert!(
         message.contains("optimizer-rank-1.safetensors") && message.contains("corrupted"),
         "{message}"
     );
+}
 
-    // 4. Another optimizer cannot continue this run's state.
-    let output = terse(
+/// 4. Another optimizer cannot continue the state in `killed`, nor
+/// another world size (the error buffers are per rank).
+fn another_optimizer_or_world_is_refused(killed: &Path) {
+    let message = refused(&mut terse(
         2,
-        &killed,
+        killed,
         &["--resume", "--optimizer", "onebit_adam", "--steps", "35"],
-    )
-    .output()
-    .unwrap();
-    let message = text(&output);
-    assert!(!output.status.success(), "{message}");
+    ));
     assert!(message.contains("optimizer.name"), "{message}");
-    // Nor another world size (the error buffers are per rank).
-    let output = Command::new(env!("CARGO_BIN_EXE_terse"))
-        .args([
-            "pretrain",
-            "--no-progress",
-            "--config",
-            CONFIG,
-            "--resume",
-            "--steps",
-            "35",
-        ])
-        .arg("--run-dir")
-        .arg(&killed)
-        .current_dir(workspace())
-        .output()
-        .unwrap();
-    let message = text(&output);
-    assert!(!output.status.success(), "{message}");
+    let message = refused(
+        Command::new(env!("CARGO_BIN_EXE_terse"))
+            .args([
+                "pretrain",
+                "--no-progress",
+                "--config",
+                CONFIG,
+                "--resume",
+                "--steps",
+                "35",
+            ])
+            .arg("--run-dir")
+            .arg(killed)
+            .current_dir(workspace()),
+    );
     assert!(
         message.contains("written by 2 rank(s), this run has 1"),
         "{message}"
     );
+}
 
-    // 5. SIGTERM: the run checkpoints the step it is at and stops; the
-    // resume (here on the threads backend) still ends where the
-    // uninterrupted run did.
-    let stopped_scratch = scratch("stopped");
-    let stopped = stopped_scratch.path().join("run");
+/// 5. SIGTERM: the run checkpoints the step it is at and stops; the
+/// resume (here on the threads backend) still ends where the
+/// uninterrupted run did.
+fn sigterm_then_resume(weights: &[(String, Vec<u8>)]) {
+    let (_scratch, stopped) = scratch();
     let mut job = threads(&stopped, &[])
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped())
@@ -292,4 +299,16 @@ fn two_mpi_ranks_train_agree_resume_after_kill_and_refuse_damage() {
         final_weights(&stopped, 0) == weights,
         "resume after SIGTERM differs"
     );
+}
+
+#[test]
+fn two_mpi_ranks_train_agree_resume_after_kill_and_refuse_damage() {
+    let (_whole_scratch, whole) = scratch();
+    let weights = uninterrupted(&whole);
+    threads_agree(&weights);
+    let (_killed_scratch, killed) = scratch();
+    killed_and_resumed(&killed, &whole, &weights);
+    damage_is_refused(&whole);
+    another_optimizer_or_world_is_refused(&killed);
+    sigterm_then_resume(&weights);
 }

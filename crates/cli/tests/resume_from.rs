@@ -47,10 +47,7 @@ fn weights(run_dir: &Path) -> Vec<(String, Vec<u8>)> {
 
 #[test]
 fn a_chosen_checkpoint_continues_bit_identically_and_an_overtaken_one_is_refused() {
-    let scratch = tempfile::Builder::new()
-        .prefix("terse-resume-from-")
-        .tempdir()
-        .unwrap();
+    let scratch = tempfile::tempdir().unwrap();
     let base = scratch.path();
     let (whole, branch) = (base.join("whole"), base.join("branch"));
     let output = terse(&whole, &[]);
@@ -90,10 +87,7 @@ fn a_chosen_checkpoint_continues_bit_identically_and_an_overtaken_one_is_refused
 
 #[test]
 fn a_checkpoint_of_another_layout_version_is_refused_naming_the_file_and_versions() {
-    let scratch = tempfile::Builder::new()
-        .prefix("terse-resume-version-")
-        .tempdir()
-        .unwrap();
+    let scratch = tempfile::tempdir().unwrap();
     let run = scratch.path().join("run");
     let output = terse(&run, &["--set", "train.checkpoint_every=0"]);
     assert!(output.status.success(), "{}", stderr(&output));

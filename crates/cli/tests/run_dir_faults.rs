@@ -36,12 +36,25 @@ fn error_line(text: &str) -> &str {
         .unwrap_or("")
 }
 
+/// Runs `command`, which must exit 1, printing `what` with its exit status,
+/// seconds and error line: its standard error.
+fn exits_1(what: &str, command: &mut Command) -> String {
+    let start = Instant::now();
+    let output = command.output().unwrap();
+    let seconds = start.elapsed().as_secs_f64();
+    let message = stderr(&output);
+    println!(
+        "{what}: exit {:?} after {seconds:.1} s: {}",
+        output.status.code(),
+        error_line(&message)
+    );
+    assert_eq!(output.status.code(), Some(1), "{message}");
+    message
+}
+
 #[test]
 fn a_run_directory_belongs_to_one_run() {
-    let scratch = tempfile::Builder::new()
-        .prefix("terse-run-dir-")
-        .tempdir()
-        .unwrap();
+    let scratch = tempfile::tempdir().unwrap();
     let run_dir = scratch.path().join("run");
 
     // A long first run; once it has logged a step, a second one on the same
@@ -58,16 +71,10 @@ fn a_run_directory_belongs_to_one_run() {
         assert!(start.elapsed() < Duration::from_secs(300), "no step logged");
         std::thread::sleep(Duration::from_millis(50));
     }
-    let start = Instant::now();
-    let second = terse(&run_dir, 400, &["--resume"]).output().unwrap();
-    let seconds = start.elapsed().as_secs_f64();
-    let message = stderr(&second);
-    println!(
-        "second run on a used directory: exit {:?} after {seconds:.1} s: {}",
-        second.status.code(),
-        error_line(&message)
+    let message = exits_1(
+        "second run on a used directory",
+        &mut terse(&run_dir, 400, &["--resume"]),
     );
-    assert_eq!(second.status.code(), Some(1), "{message}");
     assert!(
         message.contains(&format!("another run is using it (pid {} on ", first.id())),
         "{message}"
@@ -105,16 +112,10 @@ fn a_run_directory_belongs_to_one_run() {
     );
 
     // A fresh run there is refused until told what to do with the old one.
-    let start = Instant::now();
-    let fresh = terse(&run_dir, 6, &[]).output().unwrap();
-    let message = stderr(&fresh);
-    println!(
-        "fresh run over an earlier run: exit {:?} after {:.1} s: {}",
-        fresh.status.code(),
-        start.elapsed().as_secs_f64(),
-        error_line(&message)
+    let message = exits_1(
+        "fresh run over an earlier run",
+        &mut terse(&run_dir, 6, &[]),
     );
-    assert_eq!(fresh.status.code(), Some(1), "{message}");
     assert!(
         message.contains("it holds an earlier run (") && message.contains("--overwrite"),
         "{message}"
@@ -143,10 +144,7 @@ fn a_run_directory_belongs_to_one_run() {
 /// otherwise it says why and checks nothing.
 #[test]
 fn a_full_disk_during_a_checkpoint_fails_cleanly() {
-    let scratch = tempfile::Builder::new()
-        .prefix("terse-enospc-")
-        .tempdir()
-        .unwrap();
+    let scratch = tempfile::tempdir().unwrap();
     let mount = scratch.path().join("disk");
     std::fs::create_dir_all(&mount).unwrap();
     // BERT-Tiny's checkpoint: 17.7 MB of weights and 35.5 MB of optimizer
@@ -167,16 +165,10 @@ fn a_full_disk_during_a_checkpoint_fails_cleanly() {
     }
     let _unmount = Unmount(&mount);
     let run_dir = mount.join("run");
-    let start = Instant::now();
-    let full = terse(&run_dir, 2, &[]).output().unwrap();
-    let message = stderr(&full);
-    println!(
-        "disk full during a checkpoint: exit {:?} after {:.1} s: {}",
-        full.status.code(),
-        start.elapsed().as_secs_f64(),
-        error_line(&message)
+    let message = exits_1(
+        "disk full during a checkpoint",
+        &mut terse(&run_dir, 2, &[]),
     );
-    assert_eq!(full.status.code(), Some(1), "{message}");
     assert!(
         message.contains("No space left on device") && message.contains(".safetensors"),
         "{message}"

@@ -16,9 +16,17 @@
 mod common;
 
 use std::os::unix::process::CommandExt as _;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command};
 use std::time::{Duration, Instant};
+
+/// A scratch directory, removed when dropped, with the paths of a job's
+/// run directory and log inside it.
+fn scratch() -> (tempfile::TempDir, PathBuf, PathBuf) {
+    let scratch = tempfile::tempdir().unwrap();
+    let (run_dir, log) = (scratch.path().join("run"), scratch.path().join("job.log"));
+    (scratch, run_dir, log)
+}
 
 /// `mpirun -np 2 terse pretrain …` of `steps` steps with `timeout_s` as the
 /// collective deadline, its output into `log`.
@@ -78,6 +86,15 @@ fn find_rank_pid(run_dir: &Path, rank: usize) -> Option<i32> {
     None
 }
 
+/// The first line of `output` that holds `what`; the test fails saying
+/// `missing` (and the output) where none does.
+fn line_with<'a>(output: &'a str, what: &str, missing: &str) -> &'a str {
+    output
+        .lines()
+        .find(|l| l.contains(what))
+        .unwrap_or_else(|| panic!("{missing}:\n{output}"))
+}
+
 fn signal(pid: i32, signal: i32) {
     // SAFETY: kill(2) on a process this test started.
     unsafe {
@@ -102,12 +119,7 @@ fn ends_within(job: &mut Child, limit: Duration) -> (std::process::ExitStatus, f
 
 #[test]
 fn a_stopped_rank_ends_the_job_at_the_deadline_naming_it() {
-    let scratch = tempfile::Builder::new()
-        .prefix("terse-stuck-")
-        .tempdir()
-        .unwrap();
-    let run_dir = scratch.path().join("run");
-    let log = scratch.path().join("job.log");
+    let (_scratch, run_dir, log) = scratch();
     let mut job = job(&run_dir, 400, 5, &log, &[]);
     let stuck = rank_pid(&run_dir, 1, 3, &mut job);
     signal(stuck, libc::SIGSTOP);
@@ -115,10 +127,7 @@ fn a_stopped_rank_ends_the_job_at_the_deadline_naming_it() {
     signal(stuck, libc::SIGCONT);
     signal(stuck, libc::SIGKILL);
     let output = std::fs::read_to_string(&log).unwrap();
-    let line = output
-        .lines()
-        .find(|l| l.contains("did not arrive"))
-        .unwrap_or_else(|| panic!("no rank named:\n{output}"));
+    let line = line_with(&output, "did not arrive", "no rank named");
     println!("SIGSTOP of rank 1, deadline 5 s: job ended {status} after {seconds:.1} s: {line}");
     assert!(!status.success());
     assert!(
@@ -129,12 +138,7 @@ fn a_stopped_rank_ends_the_job_at_the_deadline_naming_it() {
 
 #[test]
 fn sigterm_while_waiting_for_a_stopped_rank_ends_the_job_without_a_checkpoint() {
-    let scratch = tempfile::Builder::new()
-        .prefix("terse-stuck-term-")
-        .tempdir()
-        .unwrap();
-    let run_dir = scratch.path().join("run");
-    let log = scratch.path().join("job.log");
+    let (_scratch, run_dir, log) = scratch();
     let mut job = job(&run_dir, 400, 600, &log, &[]);
     let stuck = rank_pid(&run_dir, 1, 3, &mut job);
     let waiting = rank_pid(&run_dir, 0, 3, &mut job);
@@ -148,10 +152,7 @@ fn sigterm_while_waiting_for_a_stopped_rank_ends_the_job_without_a_checkpoint() 
     signal(stuck, libc::SIGCONT);
     signal(stuck, libc::SIGKILL);
     let output = std::fs::read_to_string(&log).unwrap();
-    let line = output
-        .lines()
-        .find(|l| l.contains("stopped by signal"))
-        .unwrap_or_else(|| panic!("no stop reported:\n{output}"));
+    let line = line_with(&output, "stopped by signal", "no stop reported");
     println!(
         "SIGTERM to rank 0 waiting for a stopped rank 1: job ended {status} after {seconds:.1} s: {line}"
     );
@@ -172,10 +173,7 @@ fn sigterm_while_waiting_for_a_stopped_rank_ends_the_job_without_a_checkpoint() 
 #[test]
 fn kill_9_of_one_rank_ends_the_job_and_the_resume_ends_bit_identical() {
     const STEPS: u64 = 12;
-    let scratch = tempfile::Builder::new()
-        .prefix("terse-kill-rank-")
-        .tempdir()
-        .unwrap();
+    let scratch = tempfile::tempdir().unwrap();
     let final_weights = |run_dir: &Path, rank: usize| {
         common::tensors(
             &common::checkpoint(run_dir, STEPS).join(format!("model-rank-{rank}.safetensors")),
@@ -285,19 +283,11 @@ fn wait_for_line(log: &Path, what: &str, job: &mut Child) {
 
 fn a_rank_stuck_before_the_first_step_ends_the_job(ranks: Ranks) {
     const DEADLINE: u64 = 20;
-    let scratch = tempfile::Builder::new()
-        .prefix("terse-stuck-fifo-")
-        .tempdir()
-        .unwrap();
-    let run_dir = scratch.path().join("run");
-    let log = scratch.path().join("job.log");
+    let (_scratch, run_dir, log) = scratch();
     let mut job = fifo_job(&run_dir, ranks, DEADLINE, &log);
     let (status, seconds) = ends_within(&mut job, Duration::from_secs(DEADLINE + 10 + 120));
     let output = std::fs::read_to_string(&log).unwrap();
-    let line = output
-        .lines()
-        .find(|l| l.contains("did not arrive"))
-        .unwrap_or_else(|| panic!("no rank named:\n{output}"));
+    let line = line_with(&output, "did not arrive", "no rank named");
     println!(
         "{ranks:?}: rank 0 stuck opening metrics.jsonl, deadline {DEADLINE} s: ended {status} after {seconds:.1} s: {line}"
     );
@@ -339,12 +329,7 @@ fn an_mpi_rank_stuck_before_the_first_step_ends_the_job_at_the_deadline() {
 /// no checkpoint may have been written, and the signal is acknowledged on
 /// the terminal exactly once.
 fn a_first_sigterm_during_the_hang(ranks: Ranks) -> (std::process::ExitStatus, f64, String) {
-    let scratch = tempfile::Builder::new()
-        .prefix("terse-stuck-fifo-term-")
-        .tempdir()
-        .unwrap();
-    let run_dir = scratch.path().join("run");
-    let log = scratch.path().join("job.log");
+    let (_scratch, run_dir, log) = scratch();
     let mut job = fifo_job(&run_dir, ranks, 600, &log);
     // Rank 1 is in the barrier before step 1 once rank 0 is announced and
     // the set-up's lines are written; give it a moment to get there.
@@ -367,10 +352,7 @@ fn a_first_sigterm_during_the_hang(ranks: Ranks) -> (std::process::ExitStatus, f
     }
     let (status, seconds) = ends_within(&mut job, Duration::from_secs(120));
     let output = std::fs::read_to_string(&log).unwrap();
-    let line = output
-        .lines()
-        .find(|l| l.contains("stopped by signal 15"))
-        .unwrap_or_else(|| panic!("no stop reported:\n{output}"));
+    let line = line_with(&output, "stopped by signal 15", "no stop reported");
     println!("{ranks:?}, rank 0 stuck, SIGTERM: ended {status} after {seconds:.1} s: {line}");
     assert_eq!(
         output.matches("stop requested").count(),
@@ -406,12 +388,7 @@ fn a_first_sigterm_to_the_ranks_while_an_mpi_rank_is_stuck_ends_the_job_without_
 #[test]
 fn a_second_sigterm_while_a_local_rank_is_stuck_ends_the_job_at_once() {
     use std::os::unix::process::ExitStatusExt as _;
-    let scratch = tempfile::Builder::new()
-        .prefix("terse-stuck-fifo-term2-")
-        .tempdir()
-        .unwrap();
-    let run_dir = scratch.path().join("run");
-    let log = scratch.path().join("job.log");
+    let (_scratch, run_dir, log) = scratch();
     let mut job = fifo_job(&run_dir, Ranks::Local, 600, &log);
     wait_for_line(&log, "rank(s) (local)", &mut job);
     signal(job.id() as i32, libc::SIGTERM);

@@ -12,7 +12,7 @@ mod common;
 
 use std::process::Command;
 
-use common::{workspace, worst_relative};
+use common::{succeeded, workspace, worst_relative};
 
 const CONFIG: &str = "configs/pretrain-bert-tiny.toml";
 const STEPS: usize = 6;
@@ -22,25 +22,17 @@ const BOUND: f64 = 1e-6;
 /// Per-step losses of a run on `ranks` local ranks with `threads` rayon
 /// threads in all (cores ÷ ranks each).
 fn losses(ranks: usize, threads: usize) -> Vec<f64> {
-    let scratch = tempfile::Builder::new()
-        .prefix(&format!("terse-thread-count-{ranks}-{threads}-"))
-        .tempdir()
-        .unwrap();
+    let scratch = tempfile::tempdir().unwrap();
     let run_dir = scratch.path().join("run");
-    let output = Command::new(env!("CARGO_BIN_EXE_terse"))
-        .env("RAYON_NUM_THREADS", threads.to_string())
-        .args(["pretrain", "--no-progress", "--config", CONFIG])
-        .args(["--local-ranks", &ranks.to_string()])
-        .args(["--set", &format!("train.steps={STEPS}")])
-        .arg("--run-dir")
-        .arg(&run_dir)
-        .current_dir(workspace())
-        .output()
-        .expect("terse starts");
-    assert!(
-        output.status.success(),
-        "{}",
-        String::from_utf8_lossy(&output.stderr)
+    succeeded(
+        Command::new(env!("CARGO_BIN_EXE_terse"))
+            .env("RAYON_NUM_THREADS", threads.to_string())
+            .args(["pretrain", "--no-progress", "--config", CONFIG])
+            .args(["--local-ranks", &ranks.to_string()])
+            .args(["--set", &format!("train.steps={STEPS}")])
+            .arg("--run-dir")
+            .arg(&run_dir)
+            .current_dir(workspace()),
     );
     let losses: Vec<f64> = std::fs::read_to_string(run_dir.join("metrics.jsonl"))
         .unwrap()

@@ -1,6 +1,7 @@
 //! What the end-to-end tests of the `terse` binary share: where the
 //! workspace is (the binary runs from there, so `configs/…` resolve), where
-//! a run keeps a step's checkpoint, and a saved module's tensors.
+//! a run keeps a step's checkpoint, a saved module's tensors, a run's
+//! logged steps and losses, and a run that must succeed.
 
 // Each test binary compiles this module and uses part of it.
 #![allow(dead_code)]
@@ -49,6 +50,28 @@ pub fn step_lines(run_dir: &Path) -> Vec<serde_json::Value> {
         .map(|line| serde_json::from_str::<serde_json::Value>(line).unwrap())
         .filter(|v| v.get("loss").is_some())
         .collect()
+}
+
+/// The per-step losses of a run's `metrics.jsonl`, passing over any line
+/// that is not JSON.
+pub fn losses(run_dir: &Path) -> Vec<f64> {
+    std::fs::read_to_string(run_dir.join("metrics.jsonl"))
+        .unwrap()
+        .lines()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .filter_map(|v| v.get("loss").and_then(|l| l.as_f64()))
+        .collect()
+}
+
+/// Runs `command` (a `terse` binary), which must succeed: its output.
+pub fn succeeded(command: &mut std::process::Command) -> std::process::Output {
+    let output = command.output().expect("terse starts");
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    output
 }
 
 /// The largest relative difference between two runs' per-step values.
