@@ -11,7 +11,7 @@ use crate::moments::Moments;
 use crate::pass::{self, Direction};
 use crate::span::Span;
 use crate::step::{CommTime, StepContext};
-use crate::two_moments::{MomentRule, TwoMoments};
+use crate::two_moments::{MomentRule, MomentUpdate, TwoMoments};
 use crate::{Flat, FlatMut, MomentConfig, OptimError, WithMoments};
 
 /// `adam` (ALGORITHMS.md "Adam / AdamW").
@@ -55,24 +55,10 @@ impl WithMoments for AdamConfig {
 pub type Adam = TwoMoments<AdamConfig>;
 
 impl MomentRule for AdamConfig {
+    const UPDATE: MomentUpdate<Self> = adam_update;
+
     fn weight_decay(&self) -> f64 {
         self.moments.weight_decay
-    }
-
-    fn splits(&self) -> bool {
-        true
-    }
-
-    fn update(
-        &self,
-        ctx: &StepContext,
-        span: &Span<'_>,
-        x: &mut FlatMut,
-        m_v: (&mut Flat, &mut Flat),
-        g: &FlatMut,
-    ) -> CommTime {
-        adam_update(self, ctx, span, x, m_v, g);
-        Ok(Duration::ZERO)
     }
 }
 
@@ -85,7 +71,7 @@ pub(crate) fn adam_update(
     x: &mut FlatMut,
     state: (&mut Flat, &mut Flat),
     g: &FlatMut<'_>,
-) {
+) -> CommTime {
     let moments = Moments::new(&c.moments, c.bias_correction, ctx.t);
     let direction = Direction {
         moments: &moments,
@@ -93,4 +79,6 @@ pub(crate) fn adam_update(
         weight_decay: c.moments.weight_decay as f32,
     };
     pass::adam::adam(span, &direction, ctx.lr as f32, x, state, g);
+    // Adam gathers nothing.
+    Ok(Duration::ZERO)
 }

@@ -15,8 +15,8 @@ use crate::eps_mode::check_has_compression_stage;
 use crate::moments::Moments;
 use crate::pass::{self, Direction, sums::squared_norm};
 use crate::span::Span;
-use crate::step::{CommTime, StepContext};
-use crate::two_moments::{MomentRule, TwoMoments};
+use crate::step::StepContext;
+use crate::two_moments::{MomentRule, MomentUpdate, TwoMoments};
 use crate::{Flat, FlatMut, MomentConfig, OptimError, Segment, WithMoments};
 
 /// `lamb` (ALGORITHMS.md "LAMB").
@@ -73,6 +73,11 @@ impl WithMoments for LambConfig {
 pub type Lamb = TwoMoments<LambConfig>;
 
 impl MomentRule for LambConfig {
+    const UPDATE: MomentUpdate<Self> = |c, ctx, span, x, m_v, g| {
+        let (_, gather_time) = lamb_update(c, ctx, span, x, m_v, g)?;
+        Ok(gather_time)
+    };
+
     fn weight_decay(&self) -> f64 {
         self.moments.weight_decay
     }
@@ -80,17 +85,6 @@ impl MomentRule for LambConfig {
     /// The gradient's pre-normalisation reads all of it.
     fn splits(&self) -> bool {
         !self.grad_prenorm
-    }
-
-    fn update(
-        &self,
-        ctx: &StepContext,
-        span: &Span<'_>,
-        x: &mut FlatMut,
-        m_v: (&mut Flat, &mut Flat),
-        g: &FlatMut,
-    ) -> CommTime {
-        Ok(lamb_update(self, ctx, span, x, m_v, g)?.1)
     }
 }
 

@@ -189,7 +189,7 @@ impl OneBitAdam {
             .allreduce
             .mean_of_whole(ctx.comm, g, &mut self.errors)?;
         let span = self.spans.span(ctx, x, adam.moments.weight_decay, false);
-        adam_update(&adam, ctx, &span, x, (&mut self.m, &mut self.v), g);
+        adam_update(&adam, ctx, &span, x, (&mut self.m, &mut self.v), g)?;
         Ok(comm_time)
     }
 
@@ -203,7 +203,7 @@ impl OneBitAdam {
             .spans
             .span(ctx, x, adam.moments.weight_decay, splittable);
         let mut comm_time = span.mean_gradient(ctx.comm, g)?;
-        adam_update(&adam, ctx, &span, x, (&mut self.m, &mut self.v), g);
+        adam_update(&adam, ctx, &span, x, (&mut self.m, &mut self.v), g)?;
         comm_time += span.share_back(ctx.comm, &mut [x])?;
         self.partial |= span.is_split();
         let v = &self.v;

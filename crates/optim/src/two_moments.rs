@@ -9,25 +9,24 @@ use crate::span::{Span, SpanCache};
 use crate::step::{CommTime, FlatOptimizer, StepContext};
 use crate::{Flat, FlatMut, OptimError};
 
+/// A rule's update of `x`, `m` and `v` from the averaged gradient `g` over
+/// `span`; returns the time spent gathering partial sums.
+pub(crate) type MomentUpdate<C> =
+    fn(&C, &StepContext, &Span<'_>, &mut FlatMut, (&mut Flat, &mut Flat), &FlatMut) -> CommTime;
+
 /// What one uncompressed moment rule says about its step.
 pub(crate) trait MomentRule: Send {
+    /// Its update between the gradient's mean and the parameters' share-back.
+    const UPDATE: MomentUpdate<Self>;
+
     /// The weight decay the span's chunk table carries.
     fn weight_decay(&self) -> f64;
 
     /// Whether a step may be split between ranks that share cores (not
     /// when the update reads the whole gradient first).
-    fn splits(&self) -> bool;
-
-    /// The update of `x`, `m` and `v` from the averaged gradient `g` over
-    /// `span`; returns the time spent gathering partial sums.
-    fn update(
-        &self,
-        ctx: &StepContext,
-        span: &Span<'_>,
-        x: &mut FlatMut,
-        m_v: (&mut Flat, &mut Flat),
-        g: &FlatMut,
-    ) -> CommTime;
+    fn splits(&self) -> bool {
+        true
+    }
 }
 
 /// A moment rule's state: first and second moments of the averaged gradient.
@@ -58,7 +57,7 @@ impl<C: MomentRule> FlatOptimizer for TwoMoments<C> {
         let c = &self.config;
         let span = self.spans.span(ctx, x, c.weight_decay(), c.splits());
         let mut comm_time = span.mean_gradient(ctx.comm, g)?;
-        comm_time += c.update(ctx, &span, x, (&mut self.m, &mut self.v), g)?;
+        comm_time += C::UPDATE(c, ctx, &span, x, (&mut self.m, &mut self.v), g)?;
         comm_time += span.share_back(ctx.comm, &mut [x])?;
         self.partial |= span.is_split();
         Ok(comm_time)

@@ -348,57 +348,9 @@ impl<T: Task> Run<'_, T> {
             self.lanes.as_ref(),
         )?;
         let (forward_ms, backward_ms) = (local.forward_ms, local.backward_ms);
-
-        // Taken before the step: the optimizer works in the gradient.
-        let mut squares = self.flat.grad_sum_of_squares() as f32;
-        // fp16: every rank skips a step any rank overflowed in, else the
-        // gradient is unscaled before clipping and the optimizer.
-        let skip = match &mut self.scaler {
-            Some(scaler) => match loss_scale::judge(scaler, &self.scaling, squares, t, comm)? {
-                Verdict::Skip => {
-                    squares = 0.0;
-                    true
-                }
-                Verdict::Step { unscale } => {
-                    self.flat.scale_grad(unscale);
-                    squares *= unscale * unscale;
-                    false
-                }
-            },
-            None => false,
-        };
-        let clipped_norm = match cfg.train.max_grad_norm {
-            Some(max_norm) if !skip => Some(clip_gradient(
-                |factor| self.flat.scale_grad(factor),
-                squares,
-                max_norm,
-                comm,
-            )?),
-            _ => None,
-        };
+        let (skip, squares, clipped_norm) = self.ready_gradient(t)?;
         let clock = Instant::now();
-        let report = if skip {
-            // The optimizer, its step count, freeze point and error
-            // feedback, the schedule and the parameters stay as they were.
-            StepReport {
-                t: self.optimizer.step_count(),
-                lr: self
-                    .optimizer
-                    .schedule()
-                    .lr(self.optimizer.step_count() + 1),
-                comm_time: Default::default(),
-                traffic: Default::default(),
-                stage: self.optimizer.stage(),
-            }
-        } else {
-            let report = self.flat.step(&mut self.optimizer, comm)?;
-            model = if self.share_params {
-                self.flat.write_into_replicated(model, comm)?
-            } else {
-                self.flat.write_into(model)?
-            };
-            report
-        };
+        let (model, report) = self.update(model, skip)?;
         let step_ms = ms(clock);
 
         // The loss every rank saw, whether any rank was signalled and the
@@ -456,6 +408,69 @@ impl<T: Task> Run<'_, T> {
         self.comm
             .set_deadline(self.deadline.after_step(step_start.elapsed()));
         Ok((model, record, shared[1] > 0.0))
+    }
+
+    /// The gradient made ready for the optimizer, after it was taken and
+    /// before the optimizer works in it: in fp16 every rank skips a step
+    /// any rank overflowed in, else the gradient is unscaled; then clipped.
+    /// Returns whether the step is skipped, the gradient's squared norm
+    /// (0 when skipped) and its norm before clipping when clipped.
+    fn ready_gradient(&mut self, t: u64) -> Result<(bool, f32, Option<f64>), TrainError> {
+        let comm = self.comm;
+        let mut squares = self.flat.grad_sum_of_squares() as f32;
+        let skip = match &mut self.scaler {
+            Some(scaler) => match loss_scale::judge(scaler, &self.scaling, squares, t, comm)? {
+                Verdict::Skip => {
+                    squares = 0.0;
+                    true
+                }
+                Verdict::Step { unscale } => {
+                    self.flat.scale_grad(unscale);
+                    squares *= unscale * unscale;
+                    false
+                }
+            },
+            None => false,
+        };
+        let clipped_norm = match self.config.train.max_grad_norm {
+            Some(max_norm) if !skip => Some(clip_gradient(
+                |factor| self.flat.scale_grad(factor),
+                squares,
+                max_norm,
+                comm,
+            )?),
+            _ => None,
+        };
+        Ok((skip, squares, clipped_norm))
+    }
+
+    /// The optimizer's step and the stepped parameters written into the
+    /// model; a skipped step leaves the optimizer, its step count, freeze
+    /// point and error feedback, the schedule and the parameters as they
+    /// were.
+    fn update(
+        &mut self,
+        model: T::Model,
+        skip: bool,
+    ) -> Result<(T::Model, StepReport), TrainError> {
+        if skip {
+            let t = self.optimizer.step_count();
+            let report = StepReport {
+                t,
+                lr: self.optimizer.schedule().lr(t + 1),
+                comm_time: Default::default(),
+                traffic: Default::default(),
+                stage: self.optimizer.stage(),
+            };
+            return Ok((model, report));
+        }
+        let report = self.flat.step(&mut self.optimizer, self.comm)?;
+        let model = if self.share_params {
+            self.flat.write_into_replicated(model, self.comm)?
+        } else {
+            self.flat.write_into(model)?
+        };
+        Ok((model, report))
     }
 
     /// What a step shows: its totals in the summary, the progress bar (or

@@ -213,6 +213,140 @@ struct Scratch {
     dcols: Vec<f32>,
 }
 
+impl Scratch {
+    /// Sized for `job`'s blocks (empty where the job does not use one).
+    fn new(job: &BackwardJob<'_>, want_x: bool) -> Self {
+        let s = job.s;
+        let (k, p) = (s.k(), s.positions());
+        let block_positions = IMAGES_PER_TASK.min(s.batch) * p;
+        let by_rows = |len: usize| vec![0.0f32; if job.by_rows { len } else { 0 }];
+        Self {
+            hwc: by_rows(s.image_len()),
+            rows: by_rows(block_positions * k),
+            g_block: by_rows(s.c_out * block_positions),
+            dcols: vec![0.0f32; if s.pointwise() || !want_x { 0 } else { k * p }],
+        }
+    }
+}
+
+/// What every block task of [`conv2d_backward`] reads.
+struct BackwardJob<'a> {
+    x: &'a [f32],
+    weight: &'a [f32],
+    grad: &'a [f32],
+    s: &'a ConvShape,
+    want_weight: bool,
+    /// ∂W from the block's rows at once (any but a pointwise convolution).
+    by_rows: bool,
+}
+
+impl BackwardJob<'_> {
+    /// One block of images: their ∂x into `dx_block` (when asked for) and
+    /// the block's ∂W partial, returned (empty when not asked for).
+    fn block(
+        &self,
+        scratch: &mut Scratch,
+        block: usize,
+        mut dx_block: Option<&mut [f32]>,
+    ) -> Vec<f32> {
+        let BackwardJob {
+            x,
+            weight,
+            grad,
+            s,
+            want_weight,
+            by_rows,
+        } = *self;
+        let (k, p, image) = (s.k(), s.positions(), s.image_len());
+        let Scratch {
+            hwc,
+            rows,
+            g_block,
+            dcols,
+        } = scratch;
+        let first = block * IMAGES_PER_TASK;
+        let images = first..(first + IMAGES_PER_TASK).min(s.batch);
+        let n = images.len() * p;
+        let (rows, g_block) = if by_rows {
+            (&mut rows[..n * k], &mut g_block[..s.c_out * n])
+        } else {
+            (&mut rows[..0], &mut g_block[..0])
+        };
+        let mut dw = vec![0.0f32; if want_weight { s.c_out * k } else { 0 }];
+        for (local, b) in images.clone().enumerate() {
+            let g = &grad[b * s.c_out * p..][..s.c_out * p];
+            let x_b = &x[b * image..][..image];
+            if by_rows {
+                crate::with_avx(|| im2row(x_b, s, hwc, &mut rows[local * p * k..][..p * k]));
+                for (from, to) in g.chunks_exact(p).zip(g_block.chunks_exact_mut(n)) {
+                    to[local * p..][..p].copy_from_slice(from);
+                }
+            } else if want_weight && p > 0 {
+                // ∂W[c_out, c_in] += g[c_out, p]·xᵀ[p, c_in]
+                // SAFETY: g is [c_out, p], x_b [c_in, p], dw [c_out, c_in].
+                unsafe {
+                    gemm_one_thread(
+                        (s.c_out, k, p),
+                        dw.as_mut_ptr(),
+                        (k as isize, 1),
+                        true,
+                        g.as_ptr(),
+                        (p as isize, 1),
+                        x_b.as_ptr(),
+                        (1, p as isize),
+                    );
+                }
+            }
+            if let Some(dx_block) = dx_block.as_deref_mut() {
+                let dx_b = &mut dx_block[(b - first) * image..][..image];
+                if p == 0 || s.c_out == 0 {
+                    continue;
+                }
+                // ∂colsᵀ[p, k] = gᵀ[p, c_out]·W[c_out, k]; a pointwise
+                // convolution's columns are the image gradient itself.
+                let target: &mut [f32] = if s.pointwise() { dx_b } else { dcols };
+                // SAFETY: g is [c_out, p], weight [c_out, k], target [k, p].
+                unsafe {
+                    gemm_one_thread(
+                        (p, k, s.c_out),
+                        target.as_mut_ptr(),
+                        (1, p as isize),
+                        false,
+                        g.as_ptr(),
+                        (1, p as isize),
+                        weight.as_ptr(),
+                        (k as isize, 1),
+                    );
+                }
+                if !s.pointwise() {
+                    crate::with_avx(|| col2im(dcols, s, dx_b));
+                }
+            }
+        }
+        if by_rows {
+            // ∂Wᵀ[k, c_out] = rowsᵀ[k, n]·g_blockᵀ[n, c_out] over the
+            // block's positions: the rows are gemm's left operand as
+            // stored (k contiguous), where im2col's columns had to be
+            // transposed into its packing for every image, which cost
+            // more than the products at ResNet's 16 channels.
+            // SAFETY: rows is [n, k], g_block [c_out, n], dw [c_out, k].
+            unsafe {
+                gemm_one_thread(
+                    (k, s.c_out, n),
+                    dw.as_mut_ptr(),
+                    (1, k as isize),
+                    false,
+                    rows.as_ptr(),
+                    (1, k as isize),
+                    g_block.as_ptr(),
+                    (1, n as isize),
+                );
+            }
+        }
+        dw
+    }
+}
+
 /// The gradients of [`conv2d_forward`] for the output gradient `grad`:
 /// `∂x` (when `want_x`) and `∂weight` (when `want_weight`).
 pub fn conv2d_backward(
@@ -248,126 +382,35 @@ pub fn conv2d_backward(
             .collect(),
     };
     dx_blocks.resize_with(s.batch.div_ceil(IMAGES_PER_TASK), || None);
-    // A pointwise convolution's ∂W is one gemm per image on the image
-    // itself; any other takes a block's rows at once.
-    let by_rows = want_weight && !s.pointwise() && p > 0;
-    let block_positions = IMAGES_PER_TASK.min(s.batch) * p;
+    let job = BackwardJob {
+        x,
+        weight,
+        grad,
+        s,
+        want_weight,
+        // A pointwise convolution's ∂W is one gemm per image on the image
+        // itself; any other takes a block's rows at once.
+        by_rows: want_weight && !s.pointwise() && p > 0,
+    };
     let partials: Vec<Vec<f32>> = dx_blocks
         .into_par_iter()
         .enumerate()
         .map_init(
             // Written whole before every read (the gemm overwrites dcols),
             // so one set per thread serves all its tasks unzeroed.
-            || Scratch {
-                hwc: vec![0.0f32; if by_rows { image } else { 0 }],
-                rows: vec![0.0f32; if by_rows { block_positions * k } else { 0 }],
-                g_block: vec![
-                    0.0f32;
-                    if by_rows {
-                        s.c_out * block_positions
-                    } else {
-                        0
-                    }
-                ],
-                dcols: vec![0.0f32; if s.pointwise() || !want_x { 0 } else { k * p }],
-            },
-            |scratch, (block, mut dx_block)| {
-                let Scratch {
-                    hwc,
-                    rows,
-                    g_block,
-                    dcols,
-                } = scratch;
-                let first = block * IMAGES_PER_TASK;
-                let images = first..(first + IMAGES_PER_TASK).min(s.batch);
-                let n = images.len() * p;
-                let (rows, g_block) = if by_rows {
-                    (&mut rows[..n * k], &mut g_block[..s.c_out * n])
-                } else {
-                    (&mut rows[..0], &mut g_block[..0])
-                };
-                let mut dw = vec![0.0f32; if want_weight { s.c_out * k } else { 0 }];
-                for (local, b) in images.clone().enumerate() {
-                    let g = &grad[b * s.c_out * p..][..s.c_out * p];
-                    let x_b = &x[b * image..][..image];
-                    if by_rows {
-                        crate::with_avx(|| {
-                            im2row(x_b, s, hwc, &mut rows[local * p * k..][..p * k])
-                        });
-                        for (from, to) in g.chunks_exact(p).zip(g_block.chunks_exact_mut(n)) {
-                            to[local * p..][..p].copy_from_slice(from);
-                        }
-                    } else if want_weight && p > 0 {
-                        // ∂W[c_out, c_in] += g[c_out, p]·xᵀ[p, c_in]
-                        // SAFETY: g is [c_out, p], x_b [c_in, p], dw [c_out, c_in].
-                        unsafe {
-                            gemm_one_thread(
-                                (s.c_out, k, p),
-                                dw.as_mut_ptr(),
-                                (k as isize, 1),
-                                true,
-                                g.as_ptr(),
-                                (p as isize, 1),
-                                x_b.as_ptr(),
-                                (1, p as isize),
-                            );
-                        }
-                    }
-                    if let Some(dx_block) = dx_block.as_deref_mut() {
-                        let dx_b = &mut dx_block[(b - first) * image..][..image];
-                        if p == 0 || s.c_out == 0 {
-                            continue;
-                        }
-                        // ∂colsᵀ[p, k] = gᵀ[p, c_out]·W[c_out, k]; a pointwise
-                        // convolution's columns are the image gradient itself.
-                        let target: &mut [f32] = if s.pointwise() { dx_b } else { dcols };
-                        // SAFETY: g is [c_out, p], weight [c_out, k], target [k, p].
-                        unsafe {
-                            gemm_one_thread(
-                                (p, k, s.c_out),
-                                target.as_mut_ptr(),
-                                (1, p as isize),
-                                false,
-                                g.as_ptr(),
-                                (1, p as isize),
-                                weight.as_ptr(),
-                                (k as isize, 1),
-                            );
-                        }
-                        if !s.pointwise() {
-                            crate::with_avx(|| col2im(dcols, s, dx_b));
-                        }
-                    }
-                }
-                if by_rows {
-                    // ∂Wᵀ[k, c_out] = rowsᵀ[k, n]·g_blockᵀ[n, c_out] over the
-                    // block's positions: the rows are gemm's left operand as
-                    // stored (k contiguous), where im2col's columns had to be
-                    // transposed into its packing for every image, which cost
-                    // more than the products at ResNet's 16 channels.
-                    // SAFETY: rows is [n, k], g_block [c_out, n], dw [c_out, k].
-                    unsafe {
-                        gemm_one_thread(
-                            (k, s.c_out, n),
-                            dw.as_mut_ptr(),
-                            (1, k as isize),
-                            false,
-                            rows.as_ptr(),
-                            (1, k as isize),
-                            g_block.as_ptr(),
-                            (1, n as isize),
-                        );
-                    }
-                }
-                dw
-            },
+            || Scratch::new(&job, want_x),
+            |scratch, (block, dx_block)| job.block(scratch, block, dx_block),
         )
         .collect();
     let dw = want_weight.then(|| {
         let dw = add_in_block_order(&partials, s.c_out * k);
         // The rows' order of k, once for the sum (a permutation: the same
         // bits as permuting every partial).
-        if by_rows { weight_order(&dw, s) } else { dw }
+        if job.by_rows {
+            weight_order(&dw, s)
+        } else {
+            dw
+        }
     });
     (dx, dw)
 }
