@@ -40,22 +40,26 @@ impl Arrays {
         (view.shape().to_vec(), view.data().to_vec())
     }
 
-    fn i64s(&self, name: &str) -> (Vec<usize>, Vec<i64>) {
+    /// Array `name` read as little-endian values of `N` bytes each.
+    fn decoded<T, const N: usize>(
+        &self,
+        name: &str,
+        from_le_bytes: fn([u8; N]) -> T,
+    ) -> (Vec<usize>, Vec<T>) {
         let (shape, data) = self.get(name);
         let values = data
-            .chunks_exact(8)
-            .map(|b| i64::from_le_bytes(b.try_into().unwrap()))
+            .chunks_exact(N)
+            .map(|b| from_le_bytes(b.try_into().unwrap()))
             .collect();
         (shape, values)
     }
 
+    fn i64s(&self, name: &str) -> (Vec<usize>, Vec<i64>) {
+        self.decoded(name, i64::from_le_bytes)
+    }
+
     fn f32s(&self, name: &str) -> (Vec<usize>, Vec<f32>) {
-        let (shape, data) = self.get(name);
-        let values = data
-            .chunks_exact(4)
-            .map(|b| f32::from_le_bytes(b.try_into().unwrap()))
-            .collect();
-        (shape, values)
+        self.decoded(name, f32::from_le_bytes)
     }
 
     fn input(&self, device: &Device) -> BertInput {
@@ -195,10 +199,7 @@ fn an_exported_bert_loads_in_transformers_with_the_same_outputs() {
     // Saving the loaded model again writes the same tensors under the same
     // names, replacing what an earlier export left in the directory (a run
     // repeated in its run directory).
-    let scratch = tempfile::Builder::new()
-        .prefix("terse-export-")
-        .tempdir()
-        .unwrap();
+    let scratch = tempfile::tempdir().unwrap();
     let out_dir = scratch.path();
     std::fs::write(out_dir.join("model.safetensors"), b"an earlier export").unwrap();
     save_hf(&model, &config, out_dir).unwrap();
@@ -240,10 +241,7 @@ fn a_three_class_export_loads_in_transformers_with_the_same_logits() {
 
     // Exporting again as a fine-tuning run does writes what transformers
     // loaded: the same tensors and the same config.json.
-    let scratch = tempfile::Builder::new()
-        .prefix("terse-export-classifier-")
-        .tempdir()
-        .unwrap();
+    let scratch = tempfile::tempdir().unwrap();
     save_hf_with_head(
         &model,
         &config,

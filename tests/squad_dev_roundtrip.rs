@@ -16,34 +16,16 @@
 
 use std::collections::HashMap;
 
-use terse_data::{
-    SquadFeature, SquadFeatureConfig, SquadFeaturizer, WordPiece, dataset, minilm, read_squad,
-};
+use terse_data::{SquadFeatureConfig, SquadFeaturizer, WordPiece, dataset, minilm, read_squad};
 use terse_eval::{
     AnswerConfig, FeatureLogits, QuestionContext, predict_answers, write_predictions,
 };
 
-/// The first and last positions whose characters overlap `start..end`,
-/// when the window covers both ends of the answer.
-fn span_in(feature: &SquadFeature, start: usize, end: usize) -> Option<(usize, usize)> {
-    let context: Vec<(usize, (usize, usize))> = feature
-        .offsets
-        .iter()
-        .enumerate()
-        .filter_map(|(p, o)| o.map(|o| (p, o)))
-        .collect();
-    let (_, (window_start, _)) = *context.first()?;
-    let (_, (_, window_end)) = *context.last()?;
-    if window_start > start || window_end < end {
-        return None;
-    }
-    let overlapping: Vec<usize> = context
-        .iter()
-        .filter(|(_, (s, e))| *e > start && *s < end)
-        .map(|(p, _)| *p)
-        .collect();
-    Some((*overlapping.first()?, *overlapping.last()?))
-}
+// The answer-span rule of `terse-data`'s `squad_dev` test, written there once.
+#[path = "../crates/data/tests/squad_span/mod.rs"]
+mod squad_span;
+
+use squad_span::span_in;
 
 #[test]
 fn logits_on_the_gold_span_predict_the_gold_text() {
@@ -135,10 +117,7 @@ fn logits_on_the_gold_span_predict_the_gold_text() {
     }
 
     // predictions.json holds the same answers under the question ids.
-    let scratch = tempfile::Builder::new()
-        .prefix("terse-squad-dev-")
-        .tempdir()
-        .unwrap();
+    let scratch = tempfile::tempdir().unwrap();
     let path = scratch.path().join("predictions.json");
     write_predictions(&path, &questions, &predictions).unwrap();
     let read: HashMap<String, String> =

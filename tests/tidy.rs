@@ -51,6 +51,15 @@ fn sources() -> Vec<(String, String)> {
         .collect()
 }
 
+/// The paths of the workspace's Rust files whose path and text `offends`.
+fn paths_where(offends: impl Fn(&str, &str) -> bool) -> Vec<String> {
+    sources()
+        .into_iter()
+        .filter(|(path, text)| offends(path, text))
+        .map(|(path, _)| path)
+        .collect()
+}
+
 /// The part of a file before its `#[cfg(test)]` module, if any.
 fn non_test_part(text: &str) -> &str {
     text.find("#[cfg(test)]").map_or(text, |i| &text[..i])
@@ -58,11 +67,7 @@ fn non_test_part(text: &str) -> &str {
 
 #[test]
 fn every_file_opens_with_a_module_doc() {
-    let missing: Vec<String> = sources()
-        .into_iter()
-        .filter(|(_, text)| !text.trim_start().starts_with("//!"))
-        .map(|(path, _)| path)
-        .collect();
+    let missing = paths_where(|_, text| !text.trim_start().starts_with("//!"));
     assert!(
         missing.is_empty(),
         "files without a `//!` module doc: {missing:?}"
@@ -72,12 +77,11 @@ fn every_file_opens_with_a_module_doc() {
 #[test]
 fn no_stubs_in_non_test_code() {
     let stub_macros = [concat!("todo", "!("), concat!("unimplemented", "!(")];
-    let offenders: Vec<String> = sources()
-        .into_iter()
-        .filter(|(path, _)| !path.contains("/tests/") && !path.starts_with("tests/"))
-        .filter(|(_, text)| stub_macros.iter().any(|m| non_test_part(text).contains(m)))
-        .map(|(path, _)| path)
-        .collect();
+    let offenders = paths_where(|path, text| {
+        !path.contains("/tests/")
+            && !path.starts_with("tests/")
+            && stub_macros.iter().any(|m| non_test_part(text).contains(m))
+    });
     assert!(
         offenders.is_empty(),
         "stub macros in non-test code: {offenders:?}"
@@ -87,11 +91,7 @@ fn no_stubs_in_non_test_code() {
 #[test]
 fn ignored_tests_give_a_reason() {
     let bare = concat!("#[", "ignore]");
-    let offenders: Vec<String> = sources()
-        .into_iter()
-        .filter(|(_, text)| text.contains(bare))
-        .map(|(path, _)| path)
-        .collect();
+    let offenders = paths_where(|_, text| text.contains(bare));
     assert!(
         offenders.is_empty(),
         "ignored tests without `= \"reason\"` in {offenders:?}"

@@ -16,11 +16,17 @@ fn stderr(output: &Output) -> String {
     String::from_utf8(output.stderr.clone()).expect("stderr is UTF-8")
 }
 
+/// Runs xtask with `args`, which must exit 1: its standard error.
+fn fails(args: &[&str]) -> String {
+    let output = xtask(args);
+    let message = stderr(&output);
+    assert_eq!(output.status.code(), Some(1), "{message}");
+    message
+}
+
 #[test]
 fn an_unknown_dataset_fails_listing_the_known_ones() {
-    let output = xtask(&["data", "fetch", "squad-v2"]);
-    let stderr = stderr(&output);
-    assert_eq!(output.status.code(), Some(1), "{stderr}");
+    let stderr = fails(&["data", "fetch", "squad-v2"]);
     assert!(
         stderr.contains("no dataset named \"squad-v2\"; known: squad-v1.1, minilm, sotu"),
         "{stderr}"
@@ -32,23 +38,17 @@ fn an_unknown_dataset_fails_listing_the_known_ones() {
 /// at once with one line saying what to do.
 #[test]
 fn training_commands_fail_early_on_what_they_cannot_run() {
-    let output = xtask(&["pretrain", "--config", "configs/no-such.toml"]);
-    let message = stderr(&output);
-    assert_eq!(output.status.code(), Some(1), "{message}");
+    let message = fails(&["pretrain", "--config", "configs/no-such.toml"]);
     assert_eq!(
         message,
         "terse: configs/no-such.toml: no such config (configs/ lists the ones that exist)\n"
     );
-    let output = xtask(&["finetune", "glue", "--task", "sst2"]);
-    let message = stderr(&output);
-    assert_eq!(output.status.code(), Some(1), "{message}");
+    let message = fails(&["finetune", "glue", "--task", "sst2"]);
     assert!(
         message.contains("configs/paper-glue-sst2.toml"),
         "{message}"
     );
-    let output = xtask(&["train", "resnet110", "--dataset", "mnist"]);
-    let message = stderr(&output);
-    assert_eq!(output.status.code(), Some(1), "{message}");
+    let message = fails(&["train", "resnet110", "--dataset", "mnist"]);
     assert!(
         message.contains("configs/train-resnet110-mnist.toml: no such config"),
         "{message}"
@@ -78,9 +78,7 @@ fn help_succeeds_and_lists_every_command() {
 
 #[test]
 fn a_model_or_dataset_without_a_config_lists_the_shipped_ones() {
-    let output = xtask(&["train", "resnet20", "--dataset", "svhn"]);
-    let message = stderr(&output);
-    assert_eq!(output.status.code(), Some(1), "{message}");
+    let message = fails(&["train", "resnet20", "--dataset", "svhn"]);
     assert_eq!(
         message,
         "terse: configs/train-resnet20-svhn.toml: no such config; models shipped for svhn: \

@@ -41,12 +41,18 @@ fn every_collective_passes_the_self_check_under_mpirun() {
     }
 }
 
-#[test]
-fn a_killed_rank_ends_the_job_within_60_seconds() {
-    let (output, took) = mpirun(3, &["--kill-rank", "1"]);
+/// A 3-rank job with `args` that must fail within 60 s: its output.
+fn fails_within_60_s(args: &[&str]) -> String {
+    let (output, took) = mpirun(3, args);
     let text = text(&output);
     assert!(!output.status.success(), "{text}");
     assert!(took < Duration::from_secs(60), "took {took:?}");
+    text
+}
+
+#[test]
+fn a_killed_rank_ends_the_job_within_60_seconds() {
+    let text = fails_within_60_s(&["--kill-rank", "1"]);
     assert!(text.contains("rank 1 kills itself"), "{text}");
     assert!(
         text.contains("signal 9"),
@@ -56,10 +62,7 @@ fn a_killed_rank_ends_the_job_within_60_seconds() {
 
 #[test]
 fn a_failing_rank_aborts_the_job_with_its_reason() {
-    let (output, took) = mpirun(3, &["--fail-rank", "2"]);
-    let text = text(&output);
-    assert!(!output.status.success(), "{text}");
-    assert!(took < Duration::from_secs(60), "took {took:?}");
+    let text = fails_within_60_s(&["--fail-rank", "2"]);
     assert!(
         text.contains("rank 2 failed: rank 2 fails on purpose"),
         "the reason reaches the log:\n{text}"

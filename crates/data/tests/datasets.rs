@@ -6,7 +6,7 @@
 //! package installs it), so these tests need no network.
 
 use std::io::Write;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use flate2::Compression;
 use flate2::write::GzEncoder;
@@ -15,18 +15,33 @@ use terse_data::{
     DataError, Manifest, Presence, Source, ensure, ensure_files, manifest, manifests, presence,
 };
 
-/// A fresh scratch directory, removed when the returned guard drops.
-fn scratch(name: &str) -> tempfile::TempDir {
-    tempfile::Builder::new()
-        .prefix(&format!("terse-datasets-{name}-"))
-        .tempdir()
-        .unwrap()
+/// A fresh scratch directory, removed when the returned guard drops, with
+/// an empty `installed` directory (a local source) and where the cache goes.
+fn scratch() -> (tempfile::TempDir, PathBuf, PathBuf) {
+    let root = tempfile::tempdir().unwrap();
+    let installed = root.path().join("installed");
+    std::fs::create_dir_all(&installed).unwrap();
+    let cache = root.path().join("cache");
+    (root, installed, cache)
 }
 
 fn gzip(data: &[u8]) -> Vec<u8> {
     let mut gz = GzEncoder::new(Vec::new(), Compression::default());
     gz.write_all(data).unwrap();
     gz.finish().unwrap()
+}
+
+/// `data` gzipped as `<name>.gz` in `installed`.
+fn install(installed: &Path, name: &str, data: &[u8]) {
+    std::fs::write(installed.join(format!("{name}.gz")), gzip(data)).unwrap();
+}
+
+/// Each file installed in `installed`, and a manifest of them.
+fn installed_toy(installed: &Path, files: &[(&str, &[u8])]) -> Manifest {
+    for (name, data) in files {
+        install(installed, name, data);
+    }
+    local_manifest(installed, files)
 }
 
 /// A manifest of two files whose source is `installed` (`<name>.gz` there).
@@ -119,18 +134,12 @@ fn unknown_names_and_bad_manifests_are_named() {
 
 #[test]
 fn files_are_verified_and_refetched_when_partial_or_corrupted() {
-    let root_tmp = scratch("refetch");
-    let root = root_tmp.path();
-    let installed = root.join("installed");
-    std::fs::create_dir_all(&installed).unwrap();
+    let (_root, installed, cache) = scratch();
     let a: &[u8] = b"first file\n";
     let b = (0..10_000u32)
         .flat_map(|i| i.to_le_bytes())
         .collect::<Vec<u8>>();
-    std::fs::write(installed.join("a.bin.gz"), gzip(a)).unwrap();
-    std::fs::write(installed.join("b.bin.gz"), gzip(&b)).unwrap();
-    let toy = local_manifest(&installed, &[("a.bin", a), ("b.bin", &b)]);
-    let cache = root.join("cache");
+    let toy = installed_toy(&installed, &[("a.bin", a), ("b.bin", &b)]);
 
     assert_eq!(
         presence(&toy, &cache).unwrap(),
@@ -167,15 +176,9 @@ fn files_are_verified_and_refetched_when_partial_or_corrupted() {
 /// the manifest lacks is refused with the dataset and the name.
 #[test]
 fn some_files_of_a_dataset_are_fetched_alone() {
-    let root_tmp = scratch("some");
-    let root = root_tmp.path();
-    let installed = root.join("installed");
-    std::fs::create_dir_all(&installed).unwrap();
+    let (_root, installed, cache) = scratch();
     let (a, b): (&[u8], &[u8]) = (b"weights, large\n", b"tokenizer\n");
-    std::fs::write(installed.join("a.bin.gz"), gzip(a)).unwrap();
-    std::fs::write(installed.join("b.bin.gz"), gzip(b)).unwrap();
-    let toy = local_manifest(&installed, &[("a.bin", a), ("b.bin", b)]);
-    let cache = root.join("cache");
+    let toy = installed_toy(&installed, &[("a.bin", a), ("b.bin", b)]);
 
     ensure_files(&toy, &cache, &["b.bin"]).unwrap();
     assert_eq!(std::fs::read(cache.join("b.bin")).unwrap(), b);
@@ -197,14 +200,10 @@ fn some_files_of_a_dataset_are_fetched_alone() {
 
 #[test]
 fn a_source_with_wrong_content_is_refused() {
-    let root_tmp = scratch("wrong");
-    let root = root_tmp.path();
-    let installed = root.join("installed");
-    std::fs::create_dir_all(&installed).unwrap();
+    let (_root, installed, cache) = scratch();
     let expected: &[u8] = b"the real content";
-    std::fs::write(installed.join("a.bin.gz"), gzip(b"something else")).unwrap();
+    install(&installed, "a.bin", b"something else");
     let toy = local_manifest(&installed, &[("a.bin", expected)]);
-    let cache = root.join("cache");
     let error = ensure(&toy, &cache).unwrap_err();
     let DataError::Unavailable {
         name,
@@ -230,19 +229,20 @@ fn a_source_with_wrong_content_is_refused() {
 /// missing with the first and the last, not every one (sotu has 233).
 #[test]
 fn many_missing_files_are_counted_not_listed() {
-    let root_tmp = scratch("many");
-    let root = root_tmp.path();
-    let installed = root.join("installed");
-    std::fs::create_dir_all(&installed).unwrap();
+    let (root, installed, cache) = scratch();
     let names: Vec<String> = (0..7).map(|i| format!("f{i}.txt")).collect();
     let files: Vec<(&str, &[u8])> = names.iter().map(|n| (n.as_str(), &b"x"[..])).collect();
-    let error = ensure(&local_manifest(&installed, &files), &root.join("cache")).unwrap_err();
+    let error = ensure(&local_manifest(&installed, &files), &cache).unwrap_err();
     let DataError::Unavailable { missing, .. } = &error else {
         panic!("{error}");
     };
     assert_eq!(missing, "7 files (f0.txt, …, f6.txt)");
     // Few are all named.
-    let error = ensure(&local_manifest(&installed, &files[..3]), &root.join("c3")).unwrap_err();
+    let error = ensure(
+        &local_manifest(&installed, &files[..3]),
+        &root.path().join("c3"),
+    )
+    .unwrap_err();
     let DataError::Unavailable { missing, .. } = &error else {
         panic!("{error}");
     };

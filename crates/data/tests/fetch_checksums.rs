@@ -20,10 +20,7 @@ fn zip_with(path: &std::path::Path, member: &str, content: &[u8]) {
 
 #[test]
 fn extraction_checks_and_repairs() {
-    let scratch = tempfile::Builder::new()
-        .prefix("terse-fetch-")
-        .tempdir()
-        .unwrap();
+    let scratch = tempfile::tempdir().unwrap();
     let dir = scratch.path();
     let archive = dir.join("pkg.whl");
     let content = b"[PAD]\n[UNK]\n[CLS]\n".repeat(100);

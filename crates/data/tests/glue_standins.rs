@@ -171,20 +171,18 @@ fn classification_inputs_truncate_longest_first() {
 
 #[test]
 fn malformed_stand_in_files_name_line_and_field() {
-    let scratch = tempfile::Builder::new()
-        .prefix("terse-standins-")
-        .tempdir()
-        .unwrap();
+    let scratch = tempfile::tempdir().unwrap();
     let dir = scratch.path();
     let csv = dir.join("reviews.csv");
-    std::fs::write(
-        &csv,
-        "text,label,source\n\"fine, \"\"ok\"\"\nreally\",1,imdb\nbad,2,imdb\n",
-    )
-    .unwrap();
-    let error = read_movie_reviews(&csv, ReviewSource::Imdb)
-        .unwrap_err()
-        .to_string();
+    // The error reading `text` as the reviews file.
+    let reviews_error = |text: &str| {
+        std::fs::write(&csv, text).unwrap();
+        read_movie_reviews(&csv, ReviewSource::Imdb)
+            .unwrap_err()
+            .to_string()
+    };
+    let error =
+        reviews_error("text,label,source\n\"fine, \"\"ok\"\"\nreally\",1,imdb\nbad,2,imdb\n");
     assert!(
         error.contains("reviews.csv: line 4: column \"label\": unknown label \"2\""),
         "{error}"
@@ -196,47 +194,33 @@ fn malformed_stand_in_files_name_line_and_field() {
     .unwrap();
     let ok = read_movie_reviews(&csv, ReviewSource::Imdb).unwrap();
     assert_eq!(ok[0].text_a, "fine, \"ok\"\nreally");
-    std::fs::write(&csv, "text,label\nx,1\n").unwrap();
-    let error = read_movie_reviews(&csv, ReviewSource::Imdb)
-        .unwrap_err()
-        .to_string();
+    let error = reviews_error("text,label\nx,1\n");
     assert!(error.contains("line 1: no column \"source\""), "{error}");
-    std::fs::write(&csv, "text,label,source\n\"never closed,1,imdb\n").unwrap();
-    let error = read_movie_reviews(&csv, ReviewSource::Imdb)
-        .unwrap_err()
-        .to_string();
+    let error = reviews_error("text,label,source\n\"never closed,1,imdb\n");
     assert!(
         error.contains("line 2: a quoted field is never closed"),
         "{error}"
     );
 
     let jsonl = dir.join("snli.jsonl");
-    std::fs::write(
-        &jsonl,
+    // The error reading `text` as the SNLI file.
+    let snli_error = |text: &str| {
+        std::fs::write(&jsonl, text).unwrap();
+        read_snli(&jsonl).unwrap_err().to_string()
+    };
+    let error = snli_error(
         "{\"sentence1\": \"a\", \"sentence2\": \"b\", \"gold_label\": \"-\"}\n{\"sentence1\": \"a\", \"gold_label\": \"neutral\"}\n",
-    )
-    .unwrap();
-    let error = read_snli(&jsonl).unwrap_err().to_string();
+    );
     assert!(
         error.contains("snli.jsonl: line 2: field \"sentence2\" missing"),
         "{error}"
     );
-    std::fs::write(
-        &jsonl,
-        "{\"sentence1\": \"a\", \"sentence2\": \"b\", \"gold_label\": \"maybe\"}\n",
-    )
-    .unwrap();
-    let error = read_snli(&jsonl).unwrap_err().to_string();
+    let error =
+        snli_error("{\"sentence1\": \"a\", \"sentence2\": \"b\", \"gold_label\": \"maybe\"}\n");
     assert!(
         error.contains("line 1: field \"gold_label\": unknown label \"maybe\""),
         "{error}"
     );
-    std::fs::write(&jsonl, "{not json\n").unwrap();
-    assert!(
-        read_snli(&jsonl)
-            .unwrap_err()
-            .to_string()
-            .contains("line 1:")
-    );
+    assert!(snli_error("{not json\n").contains("line 1:"));
     assert!(read_snli(Path::new("/nonexistent.jsonl")).is_err());
 }

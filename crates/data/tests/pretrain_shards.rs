@@ -12,12 +12,13 @@ use terse_data::pretrain::{
 };
 use terse_data::{DataError, WordPiece, dataset, minilm};
 
+mod tiny_shard;
+
+use tiny_shard::tiny_examples;
+
 /// A fresh scratch directory, removed when the returned guard drops.
-fn scratch(name: &str) -> tempfile::TempDir {
-    tempfile::Builder::new()
-        .prefix(&format!("terse-pretrain-{name}-"))
-        .tempdir()
-        .unwrap()
+fn scratch() -> tempfile::TempDir {
+    tempfile::tempdir().unwrap()
 }
 
 fn tokenizer() -> WordPiece {
@@ -123,7 +124,7 @@ fn same_seed_same_bytes_and_the_reader_returns_what_was_written() {
         seed: 7,
         ..PretrainConfig::default()
     };
-    let (a_tmp, b_tmp, c_tmp) = (scratch("a"), scratch("b"), scratch("c"));
+    let (a_tmp, b_tmp, c_tmp) = (scratch(), scratch(), scratch());
     let (a, b, c) = (a_tmp.path(), b_tmp.path(), c_tmp.path());
     let summary = build_shards(documents, &tokenizer, &config, a, 3).unwrap();
     build_shards(documents, &tokenizer, &config, b, 3).unwrap();
@@ -166,35 +167,11 @@ fn same_seed_same_bytes_and_the_reader_returns_what_was_written() {
     }
 }
 
-fn tiny_examples() -> Vec<PretrainExample> {
-    // The two examples make_tiny_shard.py writes.
-    vec![
-        PretrainExample {
-            input_ids: vec![101, 7592, 103, 102, 2003, 102],
-            segment_a_len: 4,
-            masked: MaskedLm {
-                positions: vec![2],
-                labels: vec![2088],
-            },
-            is_random_next: false,
-        },
-        PretrainExample {
-            input_ids: vec![101, 1037, 102, 1038, 1039, 103, 102],
-            segment_a_len: 3,
-            masked: MaskedLm {
-                positions: vec![1, 5],
-                labels: vec![1037, 1040],
-            },
-            is_random_next: true,
-        },
-    ]
-}
-
 #[test]
 fn the_layout_matches_an_independent_writer_byte_for_byte() {
     let fixture = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/pretrain");
     let expected = std::fs::read(fixture.join("tiny.shard")).unwrap();
-    let dir_tmp = scratch("tiny");
+    let dir_tmp = scratch();
     let dir = dir_tmp.path();
     let written = dir.join("tiny.shard");
     write_shard(&written, &tiny_examples(), 8, 2, 30_522).unwrap();
@@ -210,7 +187,7 @@ fn the_layout_matches_an_independent_writer_byte_for_byte() {
 fn corrupted_shards_are_refused_naming_the_file_and_record() {
     let fixture = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/pretrain/tiny.shard");
     let good = std::fs::read(fixture).unwrap();
-    let dir_tmp = scratch("bad");
+    let dir_tmp = scratch();
     let dir = dir_tmp.path();
     let path = dir.join("bad.shard");
     let message = |bytes: &[u8]| -> String {
@@ -223,27 +200,27 @@ fn corrupted_shards_are_refused_naming_the_file_and_record() {
                 .unwrap_or_else(|e| e.to_string()),
         }
     };
+    // The good shard with byte `at` set to `byte`.
+    let altered = |at: usize, byte: u8| {
+        let mut bytes = good.clone();
+        bytes[at] = byte;
+        bytes
+    };
     let truncated = message(&good[..100]);
     assert!(
         truncated.contains("bad.shard") && truncated.contains("truncated"),
         "{truncated}"
     );
-    let mut magic = good.clone();
-    magic[0] = b'X';
-    assert!(message(&magic).contains("bad magic"));
+    assert!(message(&altered(0, b'X')).contains("bad magic"));
     // Version 1 (no checksum) at bytes 8..12.
-    let mut version = good.clone();
-    version[8] = 1;
-    let error = message(&version);
+    let error = message(&altered(8, 1));
     assert!(
         error.ends_with("bad.shard: format version 1, expected 2"),
         "{error}"
     );
     // An alteration that stays within every valid range (record 0's second
     // token, 7592 at 64 + 8 + 2, becomes 7593) is caught by the checksum.
-    let mut token = good.clone();
-    token[74] = token[74].wrapping_add(1);
-    let error = message(&token);
+    let error = message(&altered(74, good[74].wrapping_add(1)));
     assert!(
         error.contains("bad.shard: checksum") && error.contains("the file changed"),
         "{error}"
@@ -257,30 +234,22 @@ fn corrupted_shards_are_refused_naming_the_file_and_record() {
     };
     // The header claims 3 examples (bytes 32..40) but holds 2 records of
     // 8 + 8·2 + 2·(2 + 2) = 32 bytes: 128 bytes, not 64 + 96 = 160.
-    let mut count = good.clone();
-    count[32] = 3;
-    let error = message(&count);
+    let error = message(&altered(32, 3));
     assert!(
         error.contains("128 bytes, but the header promises 3 records of 32 bytes after 64"),
         "{error}"
     );
     // An NSP byte other than 0 or 1 (record 1's byte 6, at 96 + 6).
-    let mut nsp = good.clone();
-    nsp[102] = 2;
-    let error = message(&with_crc(nsp));
+    let error = message(&with_crc(altered(102, 2)));
     assert!(
         error.contains("record 1: length 7, segment A 3, 2 masked, NSP byte 2"),
         "{error}"
     );
     // Record 1 starts at 64 + 32: claim 9 tokens in an 8-token record.
-    let mut long = good.clone();
-    long[96] = 9;
-    let error = message(&with_crc(long));
+    let error = message(&with_crc(altered(96, 9)));
     assert!(error.contains("bad.shard: record 1: length 9"), "{error}");
     // A masked position beyond the sequence (position slot at 96 + 8 + 16).
-    let mut position = good.clone();
-    position[120] = 7;
-    let error = message(&with_crc(position));
+    let error = message(&with_crc(altered(120, 7)));
     assert!(error.contains("record 1: masked position 7"), "{error}");
     assert!(matches!(
         ShardSet::open(&dir.join("nowhere")),
@@ -304,7 +273,11 @@ fn numbered(k: u32) -> PretrainExample {
 #[test]
 fn rank_shares_cover_every_example_once_and_shuffle_per_epoch() {
     // Shards of 4, 0 and 6 examples (an empty one in the middle): 10 in all.
-    let dir_tmp = scratch("ranks");
+    // The directory's prefix is how the error below is seen to name it.
+    let dir_tmp = tempfile::Builder::new()
+        .prefix("terse-pretrain-ranks-")
+        .tempdir()
+        .unwrap();
     let dir = dir_tmp.path();
     let all: Vec<PretrainExample> = (0..10).map(numbered).collect();
     write_shard(&dir.join("a.shard"), &all[..4], 8, 2, 30_522).unwrap();
@@ -358,7 +331,7 @@ fn rank_shares_cover_every_example_once_and_shuffle_per_epoch() {
 
 #[test]
 fn large_vocabularies_take_four_byte_ids() {
-    let dir_tmp = scratch("wide");
+    let dir_tmp = scratch();
     let dir = dir_tmp.path();
     let mut wide = numbered(0);
     wide.input_ids[1] = 99_999;
@@ -381,7 +354,7 @@ fn large_vocabularies_take_four_byte_ids() {
 
 #[test]
 fn the_writer_refuses_what_the_reader_would() {
-    let dir_tmp = scratch("refuse");
+    let dir_tmp = scratch();
     let dir = dir_tmp.path();
     let path = dir.join("r.shard");
     let refused = |e: PretrainExample| -> String {

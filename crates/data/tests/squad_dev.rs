@@ -17,31 +17,11 @@
 
 use std::time::Instant;
 
-use terse_data::{
-    SquadFeature, SquadFeatureConfig, SquadFeaturizer, WordPiece, dataset, minilm, read_squad,
-};
+use terse_data::{SquadFeatureConfig, SquadFeaturizer, WordPiece, dataset, minilm, read_squad};
 
-/// The first and last positions of `feature` whose characters overlap
-/// `start..end`, when the window covers both ends of the answer.
-fn span_in(feature: &SquadFeature, start: usize, end: usize) -> Option<(usize, usize)> {
-    let context: Vec<(usize, (usize, usize))> = feature
-        .offsets
-        .iter()
-        .enumerate()
-        .filter_map(|(p, o)| o.map(|o| (p, o)))
-        .collect();
-    let (_, (window_start, _)) = *context.first()?;
-    let (_, (_, window_end)) = *context.last()?;
-    if window_start > start || window_end < end {
-        return None;
-    }
-    let overlapping: Vec<usize> = context
-        .iter()
-        .filter(|(_, (s, e))| *e > start && *s < end)
-        .map(|(p, _)| *p)
-        .collect();
-    Some((*overlapping.first()?, *overlapping.last()?))
-}
+mod squad_span;
+
+use squad_span::span_in;
 
 fn normalize(text: &str) -> String {
     text.trim_matches(|c: char| !c.is_alphanumeric())

@@ -6,7 +6,9 @@
 //!
 //! Needs the MiniLM files (fetched into the cache on first use).
 
-use terse_data::{SquadFeatureConfig, SquadFeaturizer, WordPiece, minilm, parse_squad};
+use terse_data::{
+    SquadExample, SquadFeatureConfig, SquadFeaturizer, WordPiece, minilm, parse_squad,
+};
 
 fn tokenizer() -> WordPiece {
     WordPiece::from_tokenizer_json(&minilm().unwrap().tokenizer).unwrap()
@@ -59,19 +61,29 @@ const QUESTION_IDS: [u32; 6] = [2073, 2106, 1996, 4937, 4133, 1029];
 const CLS: u32 = 101;
 const SEP: u32 = 102;
 
+/// The fixture's examples.
+fn examples() -> Vec<SquadExample> {
+    parse_squad(SQUAD, "fixture".as_ref()).unwrap()
+}
+
+/// Windows of 15 tokens at stride 3, questions cut to `max_query` tokens.
+fn config(max_query: usize) -> SquadFeatureConfig {
+    SquadFeatureConfig {
+        max_seq: 15,
+        doc_stride: 3,
+        max_query,
+    }
+}
+
 #[test]
 fn windows_offsets_max_context_and_labels_by_hand() {
     let tokenizer = tokenizer();
-    let examples = parse_squad(SQUAD, "fixture".as_ref()).unwrap();
+    let examples = examples();
     // max_seq 15 with a 6-token question leaves 15 − 6 − 3 = 6 context
     // tokens per window; stride 3. Windows (context token ranges):
     // A 0..=5, B 3..=8, C 6..=11, then 9 + 6 > 13 so D 9..=12 (length 4)
     // reaches the end.
-    let config = SquadFeatureConfig {
-        max_seq: 15,
-        doc_stride: 3,
-        max_query: 6,
-    };
+    let config = config(6);
     let featurizer = SquadFeaturizer::new(&tokenizer, config).unwrap();
     let features = featurizer.featurize(&examples).unwrap();
     assert_eq!(features.len(), 8, "4 windows for each of the 2 questions");
@@ -145,14 +157,10 @@ fn windows_offsets_max_context_and_labels_by_hand() {
 #[test]
 fn long_questions_are_cut_to_max_query() {
     let tokenizer = tokenizer();
-    let examples = parse_squad(SQUAD, "fixture".as_ref()).unwrap();
+    let examples = examples();
     // The question keeps where, did, the; windows of 15 − 3 − 3 = 9 tokens:
     // 0..=8, 3..=11, then 6..=12 (7 tokens) reaches the end.
-    let config = SquadFeatureConfig {
-        max_seq: 15,
-        doc_stride: 3,
-        max_query: 3,
-    };
+    let config = config(3);
     let featurizer = SquadFeaturizer::new(&tokenizer, config).unwrap();
     let features = featurizer.featurize_example(0, &examples[0]).unwrap();
     assert_eq!(features.len(), 3);
@@ -174,9 +182,8 @@ fn long_questions_are_cut_to_max_query() {
 fn an_invalid_config_is_refused_before_featurizing() {
     let tokenizer = tokenizer();
     let config = SquadFeatureConfig {
-        max_seq: 15,
         doc_stride: 7,
-        max_query: 6,
+        ..config(6)
     };
     let e = SquadFeaturizer::new(&tokenizer, config).unwrap_err();
     assert!(

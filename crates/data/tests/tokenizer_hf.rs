@@ -84,10 +84,7 @@ fn wordpiece_matches_huggingface_ids_and_offsets() {
 
 #[test]
 fn a_corrupted_tokenizer_file_names_itself() {
-    let scratch = tempfile::Builder::new()
-        .prefix("terse-tok-")
-        .tempdir()
-        .unwrap();
+    let scratch = tempfile::tempdir().unwrap();
     let dir = scratch.path();
     let path = dir.join("tokenizer.json");
     std::fs::write(&path, "{\"model\": ").unwrap();

@@ -83,25 +83,23 @@ fn evaluate_takes_the_best_ground_truth_and_counts_unanswered_as_zero() {
 
 #[test]
 fn malformed_files_name_the_field() {
-    let scratch = tempfile::Builder::new()
-        .prefix("terse-eval-")
-        .tempdir()
-        .unwrap();
+    let scratch = tempfile::tempdir().unwrap();
     let dir = scratch.path();
     let gold = dir.join("dev.json");
-    std::fs::write(
-        &gold,
+    // The error reading `text` as the gold file.
+    let gold_error = |text: &str| {
+        std::fs::write(&gold, text).unwrap();
+        read_gold(&gold).unwrap_err().to_string()
+    };
+    let error = gold_error(
         r#"{"data": [{"paragraphs": [{"qas": [{"id": "x", "answers": [{"text": "a"}]}, {"answers": []}]}]}]}"#,
-    )
-    .unwrap();
-    let error = read_gold(&gold).unwrap_err().to_string();
+    );
     assert!(
         error.contains("dev.json: data[0].paragraphs[0].qas[1].id: missing"),
         "{error}"
     );
 
-    std::fs::write(&gold, "{\"data\": [\n{\"paragraphs\": ]}").unwrap();
-    let error = read_gold(&gold).unwrap_err().to_string();
+    let error = gold_error("{\"data\": [\n{\"paragraphs\": ]}");
     assert!(error.contains("dev.json: line 2, column"), "{error}");
 
     let predictions = dir.join("predictions.json");

@@ -5,8 +5,8 @@
 //! `predictions.json` and `nbest_predictions.json`.
 
 use terse_eval::{
-    AnswerConfig, FeatureLogits, QuestionContext, predict_answers, write_nbest_predictions,
-    write_predictions,
+    AnswerConfig, FeatureLogits, Prediction, QuestionContext, predict_answers,
+    write_nbest_predictions, write_predictions,
 };
 
 /// `Paris  CAFÉ, in 1887.`: two spaces, upper case and an accent that an
@@ -63,6 +63,20 @@ fn close(a: f64, b: f64) -> bool {
     (a - b).abs() < 1e-12
 }
 
+/// The texts of `p`'s n-best list, best first.
+fn texts(p: &Prediction) -> Vec<&str> {
+    p.n_best.iter().map(|c| c.text.as_str()).collect()
+}
+
+/// Asserts the first n-best probabilities of `p` are `want`, each within
+/// `close`'s 1e-12.
+fn probabilities_are(p: &Prediction, want: &[f64]) {
+    let probs: Vec<_> = p.n_best.iter().map(|c| c.probability).collect();
+    for (k, w) in want.iter().enumerate() {
+        assert!(close(probs[k], *w), "{probs:?}");
+    }
+}
+
 #[test]
 fn only_valid_spans_among_the_top_logits_count() {
     // n_best 3: the top starts are [CLS], padding and a start that is not
@@ -75,13 +89,12 @@ fn only_valid_spans_among_the_top_logits_count() {
     // before it starts). Original characters: "CAFÉ", two spaces kept out.
     let p = predict_answers(&[question("q")], &[feature_a()], &config(5, 30)).unwrap();
     assert_eq!(p[0].text, "CAFÉ");
-    let texts: Vec<_> = p[0].n_best.iter().map(|c| c.text.as_str()).collect();
-    assert_eq!(texts, ["CAFÉ", "CAFÉ, in 1887", "1887"]);
+    assert_eq!(texts(&p[0]), ["CAFÉ", "CAFÉ, in 1887", "1887"]);
     // softmax([6, 5, 4]) = [0.6652409557748218, 0.24472847105479764, 0.09003057317038046]
-    let probs: Vec<_> = p[0].n_best.iter().map(|c| c.probability).collect();
-    assert!(close(probs[0], 0.6652409557748218), "{probs:?}");
-    assert!(close(probs[1], 0.24472847105479764), "{probs:?}");
-    assert!(close(probs[2], 0.09003057317038046), "{probs:?}");
+    probabilities_are(
+        &p[0],
+        &[0.6652409557748218, 0.24472847105479764, 0.09003057317038046],
+    );
     assert_eq!(
         (p[0].n_best[1].start_logit, p[0].n_best[1].end_logit),
         (4.0, 1.0)
@@ -89,10 +102,8 @@ fn only_valid_spans_among_the_top_logits_count() {
     // max_answer 3 drops cafe–1887 (positions 5..=8, 4 tokens);
     // softmax([6, 4]) = [0.8807970779778823, 0.11920292202211755].
     let p = predict_answers(&[question("q")], &[feature_a()], &config(5, 3)).unwrap();
-    let texts: Vec<_> = p[0].n_best.iter().map(|c| c.text.as_str()).collect();
-    assert_eq!(texts, ["CAFÉ", "1887"]);
-    assert!(close(p[0].n_best[0].probability, 0.8807970779778823));
-    assert!(close(p[0].n_best[1].probability, 0.11920292202211755));
+    assert_eq!(texts(&p[0]), ["CAFÉ", "1887"]);
+    probabilities_are(&p[0], &[0.8807970779778823, 0.11920292202211755]);
 }
 
 #[test]
@@ -126,13 +137,12 @@ fn the_best_span_over_all_windows_wins_and_texts_count_once() {
     let p = predict_answers(&questions, &[b, feature_a()], &config(5, 3)).unwrap();
     // B: 1887 7.5, "1887." 6.5; A: CAFÉ 6, 1887 4 (already listed).
     assert_eq!(p[0].text, "1887");
-    let texts: Vec<_> = p[0].n_best.iter().map(|c| c.text.as_str()).collect();
-    assert_eq!(texts, ["1887", "1887.", "CAFÉ"]);
+    assert_eq!(texts(&p[0]), ["1887", "1887.", "CAFÉ"]);
     // softmax([7.5, 6.5, 6]) = [0.6285317192117624, 0.23122389762214907, 0.14024438316608848]
-    let probs: Vec<_> = p[0].n_best.iter().map(|c| c.probability).collect();
-    assert!(close(probs[0], 0.6285317192117624), "{probs:?}");
-    assert!(close(probs[1], 0.23122389762214907), "{probs:?}");
-    assert!(close(probs[2], 0.14024438316608848), "{probs:?}");
+    probabilities_are(
+        &p[0],
+        &[0.6285317192117624, 0.23122389762214907, 0.14024438316608848],
+    );
     assert_eq!(p[1].text, "");
     // n_best also caps the list: 2 entries.
     let p = predict_answers(&questions, &[b, feature_a()], &config(2, 3)).unwrap();
@@ -196,17 +206,9 @@ fn inconsistent_inputs_are_refused_naming_the_feature() {
     assert!(serde_json::from_str::<AnswerConfig>(r#"{"nbest": 5}"#).is_err());
 }
 
-/// A fresh scratch directory, removed when the returned guard drops.
-fn scratch(name: &str) -> tempfile::TempDir {
-    tempfile::Builder::new()
-        .prefix(&format!("terse-squad-{name}-"))
-        .tempdir()
-        .unwrap()
-}
-
 #[test]
 fn predictions_files_in_the_official_format_byte_for_byte() {
-    let scratch = scratch("predictions");
+    let scratch = tempfile::tempdir().unwrap();
     let dir = scratch.path();
     let questions = [question("q2"), question("q1")];
     let p = predict_answers(&questions, &[feature_a()], &config(5, 3)).unwrap();

@@ -11,8 +11,8 @@
 
 use terse_kernels::mask::{Mask, Selection};
 use terse_optim::{
-    EpsMode, OneBitAdamConfig, OneBitLambConfig, OptimizerConfig, ParamLayout, RatioKind,
-    SlambConfig, Stage, WithMoments,
+    EpsMode, MomentConfig, OneBitAdamConfig, OneBitLambConfig, OptimizerConfig, ParamLayout,
+    RatioKind, SlambConfig, Stage, WithMoments,
 };
 
 mod compressed_setup;
@@ -29,6 +29,12 @@ fn denominator(mode: EpsMode, compressing: bool, v: f64, eps: f64) -> f64 {
         EpsMode::InsideCompressed if compressing => (v + eps).sqrt(),
         EpsMode::Outside | EpsMode::InsideCompressed => v.sqrt() + eps,
     }
+}
+
+/// The decoupled weight decay of a segment: the configured rate where it
+/// decays, none where it does not.
+fn weight_decay(decays: bool, moments: &MomentConfig) -> f64 {
+    if decays { moments.weight_decay } else { 0.0 }
 }
 
 fn norm(v: impl Iterator<Item = f64>) -> f64 {
@@ -96,11 +102,7 @@ impl Reference {
     fn adam(&mut self, c: &OneBitAdamConfig, g: &[f64], compressing: bool) {
         for i in 0..self.n {
             for seg in self.layout.segments() {
-                let wd = if seg.decay {
-                    c.moments.weight_decay
-                } else {
-                    0.0
-                };
+                let wd = weight_decay(seg.decay, &c.moments);
                 for k in seg.range() {
                     self.m[i][k] =
                         c.moments.beta_1 * self.m[i][k] + (1.0 - c.moments.beta_1) * g[k];
@@ -139,11 +141,7 @@ impl Reference {
         for i in 0..self.n {
             self.m[i] = m.clone();
             for seg in self.layout.segments() {
-                let wd = if seg.decay {
-                    c.moments.weight_decay
-                } else {
-                    0.0
-                };
+                let wd = weight_decay(seg.decay, &c.moments);
                 for k in seg.range() {
                     let denom = denominator(c.moments.eps_mode, true, self.v[i][k], c.moments.eps);
                     let u = m[k] / denom + wd * self.x[i][k];
@@ -160,11 +158,7 @@ impl Reference {
             let gbar = mean(&g);
             let (m, v, x) = (&mut self.m[0], &mut self.v[0], &mut self.x[0]);
             for (p, seg) in segments.iter().enumerate() {
-                let wd = if seg.decay {
-                    c.moments.weight_decay
-                } else {
-                    0.0
-                };
+                let wd = weight_decay(seg.decay, &c.moments);
                 let mut u = Vec::new();
                 for k in seg.range() {
                     m[k] = c.moments.beta_1 * m[k] + (1.0 - c.moments.beta_1) * gbar[k];
@@ -217,11 +211,7 @@ impl Reference {
         let v = self.v[0].clone();
         let x = &mut self.x[0];
         for (p, seg) in segments.iter().enumerate() {
-            let wd = if seg.decay {
-                c.moments.weight_decay
-            } else {
-                0.0
-            };
+            let wd = weight_decay(seg.decay, &c.moments);
             let mut scale = self.c_avg[p];
             if !basic {
                 let mut r: f64 = 0.0;
@@ -299,11 +289,7 @@ impl Reference {
                 };
             }
             for seg in self.layout.segments() {
-                let wd = if seg.decay {
-                    c.moments.weight_decay
-                } else {
-                    0.0
-                };
+                let wd = weight_decay(seg.decay, &c.moments);
                 let u: Vec<f64> = seg
                     .range()
                     .map(|k| {

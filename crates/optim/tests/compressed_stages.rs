@@ -35,13 +35,9 @@ fn run_with_stop(
             let mut g = gradient(&layout, comm.rank(), t);
             opt.step_flat(&mut x, &mut g, comm).unwrap();
             if Some(t) == stop {
-                let path = dir.join(format!("rank{}.safetensors", comm.rank()));
                 // Local ranks split the warmup's update: the state is
                 // gathered whole before it is saved.
-                opt.sync_state(comm).unwrap();
-                opt.save(&path).unwrap();
-                opt = fresh();
-                opt.load(&path).unwrap();
+                reload_through(dir, &mut opt, comm, &fresh);
                 assert_eq!(opt.step_count(), t);
             }
         }
@@ -54,10 +50,7 @@ fn run_with_stop(
 
 #[test]
 fn resuming_in_any_stage_is_bit_identical() {
-    let scratch = tempfile::Builder::new()
-        .prefix("terse-compressed-resume-")
-        .tempdir()
-        .unwrap();
+    let scratch = tempfile::tempdir().unwrap();
     let dir = scratch.path();
     let auto = adam_config()
         .with_beta_2(0.9)
@@ -90,10 +83,7 @@ fn resuming_in_any_stage_is_bit_identical() {
 
 #[test]
 fn resuming_with_another_world_size_or_optimizer_is_refused() {
-    let scratch = tempfile::Builder::new()
-        .prefix("terse-compressed-refuse-")
-        .tempdir()
-        .unwrap();
+    let scratch = tempfile::tempdir().unwrap();
     let dir = scratch.path();
     let config = OptimizerConfig::OnebitAdam(adam_config());
     run_with_stop(&config, 2, Some(12), dir);
@@ -175,10 +165,7 @@ fn compression_cuts_the_bytes_per_step() {
 /// the fp32 run's.
 #[test]
 fn slamb_with_fp16_values_tracks_fp32() {
-    let scratch = tempfile::Builder::new()
-        .prefix("terse-compressed-slamb-")
-        .tempdir()
-        .unwrap();
+    let scratch = tempfile::tempdir().unwrap();
     let dir = scratch.path();
     let config = |values| {
         OptimizerConfig::Slamb(SlambConfig {

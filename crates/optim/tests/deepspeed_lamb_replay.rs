@@ -57,21 +57,13 @@ fn deepspeed_config(weight_decay: f64) -> OneBitLambConfig {
     .with_freeze_step(DS_FREEZE - 1)
 }
 
-/// terse's parameters on every rank after each of DeepSpeed's steps
-/// `2..=STEPS` (index 0: DeepSpeed's step 2).
-fn terse_run(
-    f: &HashMap<String, Vec<f32>>,
-    run: &str,
-    world: usize,
-    config: &OneBitLambConfig,
-) -> Vec<Vec<Vec<f32>>> {
-    let config = OptimizerConfig::OnebitLamb(config.clone());
-    let layout = ParamLayout::from_shapes([
+/// The fixture's parameters as terse lays them out.
+fn layout() -> ParamLayout {
+    ParamLayout::from_shapes([
         ("a".to_string(), vec![40, 10]),
         ("b".to_string(), vec![23, 13]),
         ("c".to_string(), vec![25, 13]),
-    ]);
-    replay(f, run, world, &config, &layout, STEPS)
+    ])
 }
 
 /// The largest distance from DeepSpeed's parameters over every step, rank
@@ -83,7 +75,9 @@ fn worst_distance(
     run: &str,
     config: &OneBitLambConfig,
 ) -> (f64, String) {
-    let terse = |world| terse_run(f, run, world, config);
+    let (config, layout) = (OptimizerConfig::OnebitLamb(config.clone()), layout());
+    // terse's parameters on every rank after each of DeepSpeed's steps.
+    let terse = |world| replay(f, run, world, &config, &layout, STEPS);
     let moved =
         |x: &[f32], x0: &[f32]| -> Vec<f32> { x.iter().zip(x0).map(|(a, b)| a - b).collect() };
     deepspeed_setup::worst_distance(f, run, DS_FREEZE, terse, |x, ds| {

@@ -59,25 +59,16 @@ fn deepspeed_config(masked: bool) -> OneBitAdamConfig {
     }
 }
 
-/// terse's parameters on every rank after each of DeepSpeed's steps
-/// `2..=STEPS` (index 0: DeepSpeed's step 2).
-fn terse_run(
-    f: &HashMap<String, Vec<f32>>,
-    variant: &str,
-    world: usize,
-    config: &OneBitAdamConfig,
-) -> Vec<Vec<Vec<f32>>> {
-    let config = OptimizerConfig::OnebitAdam(config.clone());
-    // DeepSpeed's one flat parameter as three matrices (terse decays
-    // matrices only; DeepSpeed decays its whole group), the middle one
-    // the 32 elements with no gradient, which the mask names (and which
-    // the `non_freeze` run gives gradients and never freezes).
-    let layout = ParamLayout::from_shapes([
+/// DeepSpeed's one flat parameter as three matrices (terse decays
+/// matrices only; DeepSpeed decays its whole group), the middle one the 32
+/// elements with no gradient, which the mask names (and which the
+/// `non_freeze` run gives gradients and never freezes).
+fn layout() -> ParamLayout {
+    ParamLayout::from_shapes([
         ("before".to_string(), vec![100, 5]),
         ("block".to_string(), vec![32, 1]),
         ("after".to_string(), vec![471, 1]),
-    ]);
-    replay(f, variant, world, &config, &layout, STEPS)
+    ])
 }
 
 /// The largest relative L2 distance from DeepSpeed's parameters over every
@@ -87,7 +78,9 @@ fn worst_distance(
     variant: &str,
     config: &OneBitAdamConfig,
 ) -> (f64, String) {
-    let terse = |world| terse_run(f, variant, world, config);
+    let (config, layout) = (OptimizerConfig::OnebitAdam(config.clone()), layout());
+    // terse's parameters on every rank after each of DeepSpeed's steps.
+    let terse = |world| replay(f, variant, world, &config, &layout, STEPS);
     deepspeed_setup::worst_distance(f, variant, DS_FREEZE, terse, |x, ds| {
         relative_l2(x, ds.after, ds.before)
     })

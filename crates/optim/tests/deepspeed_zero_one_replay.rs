@@ -28,14 +28,12 @@
 mod deepspeed_setup;
 
 use std::collections::HashMap;
-use std::time::Duration;
 
-use deepspeed_setup::{fixture, relative_l2};
+use deepspeed_setup::{fixture, relative_l2, replay_with};
 
-use terse_comm::{Communicator, LocalComm};
 use terse_optim::{
-    LrSchedule, OneBitAllreduceConfig, Optimizer, OptimizerConfig, ParamLayout, ScaleKind, Stage,
-    WithMoments, ZeroOneAdamConfig,
+    OneBitAllreduceConfig, OptimizerConfig, ParamLayout, ScaleKind, Stage, WithMoments,
+    ZeroOneAdamConfig,
 };
 
 const FIXTURE: &str = "tests/fixtures/deepspeed/zero_one_adam.safetensors";
@@ -68,25 +66,9 @@ fn terse_run(
     });
     // A matrix: terse leaves vectors undecayed, DeepSpeed decays its group.
     let layout = ParamLayout::from_shapes([("p".to_string(), vec![17, 59])]);
-    let per_rank: Vec<Vec<(Vec<f32>, Stage)>> =
-        LocalComm::run(world, Duration::from_secs(60), |comm| {
-            let schedule = LrSchedule::Constant { lr: 1e-3 };
-            let mut opt = Optimizer::new(config.clone(), schedule, layout.clone(), comm).unwrap();
-            let mut x = f[&format!("{run}/w{world}/x0")].clone();
-            (2..=DS_STEPS)
-                .map(|s| {
-                    let mut g = f[&format!("{run}/w{world}/r{}/t{s}/grad", comm.rank())].clone();
-                    let report = opt.step_flat(&mut x, &mut g, comm).unwrap();
-                    (x.clone(), report.stage)
-                })
-                .collect()
-        })
-        .into_iter()
-        .map(|r| r.unwrap())
-        .collect();
-    (0..per_rank[0].len())
-        .map(|s| per_rank.iter().map(|steps| steps[s].clone()).collect())
-        .collect()
+    replay_with(f, run, world, &config, &layout, DS_STEPS, |x, report| {
+        (x.to_vec(), report.stage)
+    })
 }
 
 /// What DeepSpeed's step `s` sent, as terse names it.

@@ -72,7 +72,7 @@ fn layouts() -> Vec<(&'static str, ParamLayout)> {
 }
 
 fn configs() -> Vec<OptimizerConfig> {
-    vec![
+    let mut all = vec![
         OptimizerConfig::Adam(AdamConfig::default().with_weight_decay(0.01)),
         OptimizerConfig::Adam({
             let mut c = AdamConfig {
@@ -115,6 +115,16 @@ fn configs() -> Vec<OptimizerConfig> {
             c
         }),
         OptimizerConfig::OnebitLamb(onebit_lamb()),
+    ];
+    all.extend(in_both_lists());
+    all
+}
+
+/// The configs both lists hold: 1-bit LAMB as DeepSpeed's with the decay
+/// blend, the basic 1-bit LAMB, 0/1 Adam (terse's and DeepSpeed's
+/// settings) and SLAMB.
+fn in_both_lists() -> [OptimizerConfig; 5] {
+    [
         OptimizerConfig::OnebitLamb(OneBitLambConfig {
             decay_blend: true,
             ..deepspeed(onebit_lamb())
@@ -336,7 +346,7 @@ fn every_registered_optimizer_is_checked_on_the_device() {
 /// The compressed-step test's optimizers: every compressed rule, its
 /// options that change what travels, the ablation baselines.
 fn compressed_configs() -> Vec<OptimizerConfig> {
-    vec![
+    let mut all = vec![
         OptimizerConfig::OnebitAdam(onebit()),
         OptimizerConfig::OnebitAdam({
             let mut c = onebit();
@@ -355,14 +365,9 @@ fn compressed_configs() -> Vec<OptimizerConfig> {
             c.allreduce.scale_block = Some(64);
             c
         }),
-        OptimizerConfig::OnebitLamb(OneBitLambConfig {
-            decay_blend: true,
-            ..deepspeed(onebit_lamb())
-        }),
-        OptimizerConfig::LambOnebitBasic(onebit_lamb()),
-        OptimizerConfig::ZeroOneAdam(zero_one()),
-        OptimizerConfig::ZeroOneAdam(deepspeed(zero_one())),
-        OptimizerConfig::Slamb(slamb()),
+    ];
+    all.extend(in_both_lists());
+    all.extend([
         OptimizerConfig::Slamb(SlambConfig {
             values: SparseValues::F16,
             k: 0.3,
@@ -372,7 +377,8 @@ fn compressed_configs() -> Vec<OptimizerConfig> {
             mask: MaskKind::Cyclic,
             ..slamb()
         }),
-    ]
+    ]);
+    all
 }
 
 /// The 1-bit Adam and 1-bit LAMB families, 0/1 Adam and SLAMB on 2 thread ranks, each rank

@@ -57,10 +57,7 @@ fn params(dir: &Path, label: &str, rank: usize) -> Vec<u8> {
 
 #[test]
 fn mpi_and_local_give_bit_identical_parameters() {
-    let scratch = tempfile::Builder::new()
-        .prefix("terse-optim-parity-")
-        .tempdir()
-        .unwrap();
+    let scratch = tempfile::tempdir().unwrap();
     let root = scratch.path();
     let (mpi, local) = (root.join("mpi"), root.join("local"));
     let exe = env!("CARGO_BIN_EXE_terse-optim-check");

@@ -12,7 +12,8 @@ use common::{SplitMix, gradient, initial_params, layout};
 use terse_comm::SingleRank;
 use terse_optim::WithMoments;
 use terse_optim::{
-    AdamConfig, EpsMode, LambConfig, LrSchedule, Optimizer, OptimizerConfig, ParamLayout, SgdConfig,
+    AdamConfig, EpsMode, LambConfig, LrSchedule, MomentConfig, Optimizer, OptimizerConfig,
+    ParamLayout, SgdConfig,
 };
 
 const STEPS: u64 = 24;
@@ -33,18 +34,24 @@ impl Reference {
         }
     }
 
-    /// Adam's m, v update and direction u (with decoupled decay) for all elements.
-    #[allow(clippy::too_many_arguments)]
+    /// Adam's m, v update and direction u (with decoupled decay) for all
+    /// elements, with the coefficients of `moments`.
     fn adam_direction(
         &mut self,
         layout: &ParamLayout,
         x: &[f64],
         g: &[f64],
         t: u64,
-        (beta_1, beta_2, eps, wd): (f64, f64, f64, f64),
+        moments: &MomentConfig,
         bias_correction: bool,
-        eps_mode: EpsMode,
     ) -> Vec<f64> {
+        let MomentConfig {
+            beta_1,
+            beta_2,
+            eps,
+            weight_decay: wd,
+            eps_mode,
+        } = *moments;
         let mut u = vec![0.0; x.len()];
         for seg in layout.segments() {
             for i in seg.range() {
@@ -82,20 +89,7 @@ impl Reference {
     ) {
         match config {
             OptimizerConfig::Adam(c) => {
-                let u = self.adam_direction(
-                    layout,
-                    x,
-                    g,
-                    t,
-                    (
-                        c.moments.beta_1,
-                        c.moments.beta_2,
-                        c.moments.eps,
-                        c.moments.weight_decay,
-                    ),
-                    c.bias_correction,
-                    c.moments.eps_mode,
-                );
+                let u = self.adam_direction(layout, x, g, t, &c.moments, c.bias_correction);
                 for (x, u) in x.iter_mut().zip(u) {
                     *x -= lr * u;
                 }
@@ -107,20 +101,7 @@ impl Reference {
                 } else {
                     g.to_vec()
                 };
-                let u = self.adam_direction(
-                    layout,
-                    x,
-                    &g,
-                    t,
-                    (
-                        c.moments.beta_1,
-                        c.moments.beta_2,
-                        c.moments.eps,
-                        c.moments.weight_decay,
-                    ),
-                    c.bias_correction,
-                    c.moments.eps_mode,
-                );
+                let u = self.adam_direction(layout, x, &g, t, &c.moments, c.bias_correction);
                 for seg in layout.segments() {
                     let r = seg.range();
                     let x_norm = x[r.clone()].iter().map(|x| x * x).sum::<f64>().sqrt();

@@ -22,7 +22,7 @@ use terse_optim::{
 
 mod compressed_setup;
 use compressed_setup::reference::{compressed_allreduce, mean, same_on_every_rank, worst};
-use compressed_setup::{gradient, initial, layout};
+use compressed_setup::{gradient, initial, layout, reload_through};
 
 const STEPS: u64 = 60;
 const VAR_FREEZE: u64 = 20;
@@ -249,11 +249,7 @@ fn run(
             xs.push(x.clone());
             stages.push(report.stage);
             if Some(t) == stop {
-                let path = dir.join(format!("rank{}.safetensors", comm.rank()));
-                opt.sync_state(comm).unwrap();
-                opt.save(&path).unwrap();
-                opt = fresh();
-                opt.load(&path).unwrap();
+                reload_through(dir, &mut opt, comm, &fresh);
             }
         }
         opt.finish_flat(&mut x, comm).unwrap();

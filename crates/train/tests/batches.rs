@@ -6,39 +6,21 @@
 use burn::tensor::{Device, Int, Tensor};
 use terse_data::SquadFeature;
 use terse_data::glue::{ClassificationFeature, Label};
-use terse_data::pretrain::{MaskedLm, PretrainExample};
 use terse_models::bert::{BertConfig, BertForPreTraining, BertForQuestionAnswering, BertPreset};
 use terse_train::{classification_batch, pretrain_batch, squad_batch};
 
-fn ints(t: Tensor<1, Int>) -> Vec<i64> {
+// The two examples of the data crate's tiny shard, written out there once.
+#[path = "../../data/tests/tiny_shard/mod.rs"]
+mod tiny_shard;
+
+use tiny_shard::tiny_examples as examples;
+
+fn ints<const D: usize>(t: Tensor<D, Int>) -> Vec<i64> {
     t.into_data().iter::<i64>().collect()
 }
 
 fn floats<const D: usize>(t: Tensor<D>) -> Vec<f32> {
     t.into_data().iter::<f32>().collect()
-}
-
-fn examples() -> Vec<PretrainExample> {
-    vec![
-        PretrainExample {
-            input_ids: vec![101, 7592, 103, 102, 2003, 102],
-            segment_a_len: 4,
-            masked: MaskedLm {
-                positions: vec![2],
-                labels: vec![2088],
-            },
-            is_random_next: false,
-        },
-        PretrainExample {
-            input_ids: vec![101, 1037, 102, 1038, 1039, 103, 102],
-            segment_a_len: 3,
-            masked: MaskedLm {
-                positions: vec![1, 5],
-                labels: vec![1037, 1040],
-            },
-            is_random_next: true,
-        },
-    ]
 }
 
 fn tiny() -> BertConfig {
@@ -55,34 +37,16 @@ fn pretraining_batch_by_hand() {
     let batch = pretrain_batch(&examples(), 0, &device).unwrap();
     // Longest row: 7 tokens; row 0 gets one [PAD] (id 0) and mask 0 there.
     assert_eq!(batch.input.input_ids.dims(), [2, 7]);
-    let ids: Vec<i64> = batch
-        .input
-        .input_ids
-        .clone()
-        .into_data()
-        .iter::<i64>()
-        .collect();
+    let ids: Vec<i64> = ints(batch.input.input_ids.clone());
     assert_eq!(
         ids,
         [
             101, 7592, 103, 102, 2003, 102, 0, 101, 1037, 102, 1038, 1039, 103, 102
         ]
     );
-    let mask: Vec<i64> = batch
-        .input
-        .attention_mask
-        .clone()
-        .into_data()
-        .iter::<i64>()
-        .collect();
+    let mask: Vec<i64> = ints(batch.input.attention_mask.clone());
     assert_eq!(mask, [1, 1, 1, 1, 1, 1, 0, 1, 1, 1, 1, 1, 1, 1]);
-    let types: Vec<i64> = batch
-        .input
-        .token_type_ids
-        .clone()
-        .into_data()
-        .iter::<i64>()
-        .collect();
+    let types: Vec<i64> = ints(batch.input.token_type_ids.clone());
     assert_eq!(types, [0, 0, 0, 0, 1, 1, 0, 0, 0, 0, 1, 1, 1, 1]);
     // Flat positions b·7 + t: (0, 2) → 2; (1, 1) → 8; (1, 5) → 12.
     assert_eq!(ints(batch.masked_positions), [2, 8, 12]);

@@ -22,6 +22,15 @@ fn configs() -> Vec<std::path::PathBuf> {
     files
 }
 
+/// Section `key` of config `name`'s `table`, taken out of it and parsed.
+fn section<T: serde::de::DeserializeOwned>(table: &mut toml::Table, name: &str, key: &str) -> T {
+    table
+        .remove(key)
+        .unwrap_or_else(|| panic!("{name}: no [{key}]"))
+        .try_into()
+        .unwrap_or_else(|e| panic!("{name}: {e}"))
+}
+
 fn load(name: &str) -> RunConfig {
     let path = Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("../../configs")
@@ -41,17 +50,9 @@ fn every_config_loads() {
             let text = std::fs::read_to_string(&path).unwrap();
             let mut table: toml::Table =
                 toml::from_str(&text).unwrap_or_else(|e| panic!("{name}: {e}"));
-            let optimizer: OptimizerConfig = table
-                .remove("optimizer")
-                .unwrap_or_else(|| panic!("{name}: no [optimizer]"))
-                .try_into()
-                .unwrap_or_else(|e| panic!("{name}: {e}"));
+            let optimizer: OptimizerConfig = section(&mut table, &name, "optimizer");
             optimizer.validate().unwrap();
-            let schedule: LrSchedule = table
-                .remove("schedule")
-                .unwrap_or_else(|| panic!("{name}: no [schedule]"))
-                .try_into()
-                .unwrap_or_else(|e| panic!("{name}: {e}"));
+            let schedule: LrSchedule = section(&mut table, &name, "schedule");
             schedule.validate().unwrap();
             let start = table
                 .remove("start")

@@ -36,32 +36,41 @@ pub fn scales() -> [f32; 4] {
     [1.0, 1.0, 1e-2, 1e-2]
 }
 
-pub fn initial(layout: &ParamLayout) -> Vec<f32> {
-    let mut rng = SplitMix64::new(42);
+/// One value for each element of `layout`, in order: `draw()` times its
+/// layer's scale.
+fn scaled(layout: &ParamLayout, mut draw: impl FnMut() -> f32) -> Vec<f32> {
     layout
         .segments()
         .iter()
         .zip(scales())
-        .flat_map(|(s, scale)| {
-            (0..s.len)
-                .map(|_| scale * rng.symmetric())
-                .collect::<Vec<_>>()
-        })
+        .flat_map(|(s, scale)| (0..s.len).map(|_| scale * draw()).collect::<Vec<_>>())
         .collect()
+}
+
+pub fn initial(layout: &ParamLayout) -> Vec<f32> {
+    let mut rng = SplitMix64::new(42);
+    scaled(layout, || rng.symmetric())
 }
 
 pub fn gradient(layout: &ParamLayout, rank: usize, t: u64) -> Vec<f32> {
     let mut rng = SplitMix64::new(mix64(t * 1000 + rank as u64));
-    layout
-        .segments()
-        .iter()
-        .zip(scales())
-        .flat_map(|(s, scale)| {
-            (0..s.len)
-                .map(|_| scale * (0.3 + rng.normal()))
-                .collect::<Vec<_>>()
-        })
-        .collect()
+    scaled(layout, || 0.3 + rng.normal())
+}
+
+/// Saves rank `comm`'s state of `opt` into `dir` (gathered whole first:
+/// local ranks may split it) and replaces `opt` with a `fresh` optimizer
+/// that loads it.
+pub fn reload_through(
+    dir: &std::path::Path,
+    opt: &mut Optimizer,
+    comm: &LocalComm,
+    fresh: impl Fn() -> Optimizer,
+) {
+    let path = dir.join(format!("rank{}.safetensors", comm.rank()));
+    opt.sync_state(comm).unwrap();
+    opt.save(&path).unwrap();
+    *opt = fresh();
+    opt.load(&path).unwrap();
 }
 
 pub fn adam_config() -> OneBitAdamConfig {

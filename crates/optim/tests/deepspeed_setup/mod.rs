@@ -61,6 +61,20 @@ pub fn replay(
     layout: &terse_optim::ParamLayout,
     steps: u64,
 ) -> Vec<Vec<Vec<f32>>> {
+    replay_with(f, run, world, config, layout, steps, |x, _| x.to_vec())
+}
+
+/// [`replay`], keeping of each step what `keep` takes from the parameters
+/// after it and the step's report: `[step][rank]`.
+pub fn replay_with<T: Clone + Send>(
+    f: &HashMap<String, Vec<f32>>,
+    run: &str,
+    world: usize,
+    config: &terse_optim::OptimizerConfig,
+    layout: &terse_optim::ParamLayout,
+    steps: u64,
+    keep: impl Fn(&[f32], &terse_optim::StepReport) -> T + Sync,
+) -> Vec<Vec<T>> {
     use terse_comm::{Communicator, LocalComm};
     use terse_optim::{LrSchedule, Optimizer};
     let results = LocalComm::run(world, std::time::Duration::from_secs(60), |comm| {
@@ -70,12 +84,12 @@ pub fn replay(
         (2..=steps)
             .map(|t| {
                 let mut g = f[&format!("{run}/w{world}/r{}/t{t}/grad", comm.rank())].clone();
-                opt.step_flat(&mut x, &mut g, comm).unwrap();
-                x.clone()
+                let report = opt.step_flat(&mut x, &mut g, comm).unwrap();
+                keep(&x, &report)
             })
             .collect::<Vec<_>>()
     });
-    let per_rank: Vec<Vec<Vec<f32>>> = results.into_iter().map(|r| r.unwrap()).collect();
+    let per_rank: Vec<Vec<T>> = results.into_iter().map(|r| r.unwrap()).collect();
     (0..per_rank[0].len())
         .map(|s| per_rank.iter().map(|xs| xs[s].clone()).collect())
         .collect()
