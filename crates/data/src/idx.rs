@@ -134,10 +134,7 @@ mod tests {
     #[test]
     fn reads_gzip_and_plain_files_alike() {
         use std::io::Write;
-        let scratch = tempfile::Builder::new()
-            .prefix("terse-idx-")
-            .tempdir()
-            .unwrap();
+        let scratch = tempfile::tempdir().unwrap();
         let dir = scratch.path();
         let plain = dir.join("images-idx3-ubyte");
         std::fs::write(&plain, TWO_IMAGES).unwrap();
