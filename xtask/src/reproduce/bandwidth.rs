@@ -41,16 +41,51 @@ pub fn run(ctx: &Context) -> Result<Outcome> {
         &["10gbit", "1gbit", "100mbit"][..],
     ))?;
     let elements = ctx.pick(ELEMENTS, 4_000_000);
-    let log = ctx.report.path("metrics.jsonl");
     let fast = Shape::at(rates[0]);
-    // `--from-results`: the committed steps, drawn and checked again without
-    // measuring (no build, no lab).
+    let points = Points(measure(ctx, &rates, elements, fast)?);
+    let table = points.table(&rates);
+    draw_speedups(ctx, &rates, &points)?;
+    let claims = claims(ctx, &rates, &points)?;
+    let body = format!(
+        "## Step time against link rate\n\n{elements} elements{}, {RANKS} ranks on {RANKS} \
+         netlab hosts, every link shaped to the rate in both directions; means over each \
+         optimizer's measured steps (2 at 500 Mbit/s and above, 1 below), which \
+         follow the 1-bit optimizers' fp32 warmup step and one settling step on {} \
+         links. \
+         \"In collectives\" is the time inside MPI calls (the network and the waiting); \
+         \"communication\" adds the compression around them, which on this 2-core machine \
+         runs 4 ranks on 2 cores and is far slower than a GPU's. \
+         \"Bytes at line rate\" is the busiest rank's metered bytes divided by the link rate: \
+         the time the collective would take at full link speed with free endpoints. The \
+         endpoints are not free here: the 4 ranks' TCP stacks and reductions share 2 cores \
+         (unshaped, an fp32 allreduce of BERT-base runs at about 1 Gbit/s per rank), so at \
+         10 and 2.5 Gbit/s the measured times are the CPU's rather than the link's. The \
+         collectives are OpenMPI's bandwidth-optimal ones (ring allreduce as NCCL's, pairwise \
+         all-to-all, ring allgather; netlab's mpirun selects them). The claim below is checked against both.\n\n{}\n![speed-up against \
+         link rate](plot.png)\n",
+        ctx.pick(" (a BERT-base-sized gradient)", ""),
+        fast.rate,
+        table.markdown()
+    );
+    Ok(Outcome {
+        title: "Optimizer step time against network bandwidth (1-bit Adam Fig. 9, SLAMB Fig. 4)"
+            .into(),
+        body,
+        claims,
+    })
+}
+
+/// Every optimizer's step at every rate, in that order: measured on a lab
+/// of `fast` links, or with `--from-results` the committed steps, drawn
+/// and checked again without measuring (no build, no lab).
+fn measure(ctx: &Context, rates: &[Rate], elements: u64, fast: Shape) -> Result<Vec<Point>> {
+    let log = ctx.report.path("metrics.jsonl");
     let measuring = match &ctx.replay {
         None => Some((Bench::build()?, Lab::up(RANKS, fast)?)),
         Some(_) => None,
     };
     let mut points = Vec::new();
-    for &rate in &rates {
+    for &rate in rates {
         // Below 500 Mbit/s an fp32 step of BERT-base takes minutes and
         // varies little: one step is enough there.
         let steps = if rate.bps() < 5e8 { 1 } else { 2 };
@@ -82,38 +117,58 @@ pub fn run(ctx: &Context) -> Result<Outcome> {
             });
         }
     }
-    drop(measuring);
+    Ok(points)
+}
 
-    let at = |optimizer: &str, rate: Rate| {
-        points
+/// Every optimizer's point at every rate.
+struct Points(Vec<Point>);
+
+impl Points {
+    fn at(&self, optimizer: &str, rate: Rate) -> &Point {
+        self.0
             .iter()
             .find(|p| p.optimizer == optimizer && p.rate == rate)
             .expect("every optimizer at every rate")
-    };
-    let mut table = Table::new(&[
-        "link rate",
-        "optimizer",
-        "step ms",
-        "communication ms (incl. compression)",
-        "in collectives ms",
-        "bytes at line rate ms",
-        "speed-up over Adam",
-    ]);
-    for &rate in &rates {
-        let adam = at("adam", rate).step_ms;
-        for optimizer in OPTIMIZERS {
-            let p = at(optimizer, rate);
-            table.row(vec![
-                rate.to_string(),
-                optimizer.into(),
-                num(p.step_ms),
-                num(p.comm_ms),
-                num(p.collective_ms),
-                num(p.line_rate_ms),
-                format!("{}×", num(adam / p.step_ms)),
-            ]);
-        }
     }
+
+    /// Adam's step time over `optimizer`'s at `rate`.
+    fn speedup(&self, optimizer: &str, rate: Rate) -> f64 {
+        self.at("adam", rate).step_ms / self.at(optimizer, rate).step_ms
+    }
+
+    /// One row per rate and optimizer.
+    fn table(&self, rates: &[Rate]) -> Table {
+        let mut table = Table::new(&[
+            "link rate",
+            "optimizer",
+            "step ms",
+            "communication ms (incl. compression)",
+            "in collectives ms",
+            "bytes at line rate ms",
+            "speed-up over Adam",
+        ]);
+        for &rate in rates {
+            let adam = self.at("adam", rate).step_ms;
+            for optimizer in OPTIMIZERS {
+                let p = self.at(optimizer, rate);
+                table.row(vec![
+                    rate.to_string(),
+                    optimizer.into(),
+                    num(p.step_ms),
+                    num(p.comm_ms),
+                    num(p.collective_ms),
+                    num(p.line_rate_ms),
+                    format!("{}×", num(adam / p.step_ms)),
+                ]);
+            }
+        }
+        table
+    }
+}
+
+/// plot.png: each compressing optimizer's speed-up over Adam against the
+/// link rate.
+fn draw_speedups(ctx: &Context, rates: &[Rate], points: &Points) -> Result<()> {
     let series: Vec<Series> = OPTIMIZERS[1..]
         .iter()
         .map(|&optimizer| Series {
@@ -121,41 +176,39 @@ pub fn run(ctx: &Context) -> Result<Outcome> {
             points: rates
                 .iter()
                 .rev()
-                .map(|&rate| {
-                    (
-                        rate.bps() / 1e6,
-                        at("adam", rate).step_ms / at(optimizer, rate).step_ms,
-                    )
-                })
+                .map(|&rate| (rate.bps() / 1e6, points.speedup(optimizer, rate)))
                 .collect(),
         })
         .collect();
     draw(
         &ctx.report.path("plot.png"),
         &Chart {
-            log_y: true,
-            x_ticks: Some(link_rate),
             y_ticks: Some(times),
             // A tick at every rate measured.
             x_key_points: Some(rates.iter().map(|r| r.bps() / 1e6).collect()),
-            ..Chart::new(
+            ..Chart::logarithmic(
                 "Optimizer step on 4 hosts: speed-up over Adam against link rate",
                 "link rate (log scale)",
                 "speed-up over Adam (step time)",
+                link_rate,
             )
         },
         &series,
-    )?;
+    )
+}
 
+/// 1-bit Adam's collectives against Adam's at the claim's rate, and its
+/// speed-up growing as bandwidth shrinks.
+fn claims(ctx: &Context, rates: &[Rate], points: &Points) -> Result<Vec<Claim>> {
     // The issue's bar is set for a BERT-base gradient at 1 Gbit/s; the quick
     // run's small buffer only clears a lower one, at its slowest rate.
     let (claim_rate, factor): (Rate, f64) =
         ctx.pick(("1gbit".parse()?, 10.0), ("100mbit".parse()?, 5.0));
     let (slowest, fastest) = (rates[rates.len() - 1], rates[0]);
-    let fp32 = at("adam", claim_rate);
-    let onebit = at("onebit_adam", claim_rate);
-    let speedup = |rate| at("adam", rate).step_ms / at("onebit_adam", rate).step_ms;
-    let claims = vec![
+    let fp32 = points.at("adam", claim_rate);
+    let onebit = points.at("onebit_adam", claim_rate);
+    let speedup = |rate| points.speedup("onebit_adam", rate);
+    Ok(vec![
         Claim::new(
             fp32.collective_ms.min(fp32.line_rate_ms) >= factor * onebit.collective_ms,
             format!(
@@ -182,34 +235,7 @@ pub fn run(ctx: &Context) -> Result<Outcome> {
                 num(speedup(fastest))
             ),
         ),
-    ];
-    let body = format!(
-        "## Step time against link rate\n\n{elements} elements{}, {RANKS} ranks on {RANKS} \
-         netlab hosts, every link shaped to the rate in both directions; means over each \
-         optimizer's measured steps (2 at 500 Mbit/s and above, 1 below), which \
-         follow the 1-bit optimizers' fp32 warmup step and one settling step on {} \
-         links. \
-         \"In collectives\" is the time inside MPI calls (the network and the waiting); \
-         \"communication\" adds the compression around them, which on this 2-core machine \
-         runs 4 ranks on 2 cores and is far slower than a GPU's. \
-         \"Bytes at line rate\" is the busiest rank's metered bytes divided by the link rate: \
-         the time the collective would take at full link speed with free endpoints. The \
-         endpoints are not free here: the 4 ranks' TCP stacks and reductions share 2 cores \
-         (unshaped, an fp32 allreduce of BERT-base runs at about 1 Gbit/s per rank), so at \
-         10 and 2.5 Gbit/s the measured times are the CPU's rather than the link's. The \
-         collectives are OpenMPI's bandwidth-optimal ones (ring allreduce as NCCL's, pairwise \
-         all-to-all, ring allgather; netlab's mpirun selects them). The claim below is checked against both.\n\n{}\n![speed-up against \
-         link rate](plot.png)\n",
-        ctx.pick(" (a BERT-base-sized gradient)", ""),
-        fast.rate,
-        table.markdown()
-    );
-    Ok(Outcome {
-        title: "Optimizer step time against network bandwidth (1-bit Adam Fig. 9, SLAMB Fig. 4)"
-            .into(),
-        body,
-        claims,
-    })
+    ])
 }
 
 /// A tick at Mbit/s as a link rate: 100 Mbit/s, 1 Gbit/s, 2.5 Gbit/s.

@@ -7,7 +7,8 @@
 use anyhow::Result;
 
 use super::gates::{self, PARITY_PERCENT, percent_or_diverged};
-use super::plot::{Chart, draw, loss_curves};
+use super::plot::draw_pretraining_loss;
+use super::report::Table;
 use super::runner::{RunLog, Variant, run_all};
 use super::{Claim, Context, Outcome, num};
 
@@ -63,16 +64,10 @@ pub fn optimizer(ctx: &Context, name: &str, freezes: bool, extra: &str) -> Strin
 
 /// A pre-training run of the experiment with `optimizer`.
 pub fn variant(ctx: &Context, label: &str, optimizer: String) -> Variant {
-    let (steps, batch, micro) = shape(ctx);
+    let steps = shape(ctx).0;
     let variant = Variant::new(label, &["pretrain"], CONFIG, WORKERS)
         .set("optimizer", optimizer)
-        .set("train.steps", steps)
-        .set("train.global_batch", batch)
-        .set("train.micro_batch", micro)
-        .set("train.checkpoint_every", steps / 4)
-        .set("train.eval_every", steps / 4)
-        .set("schedule.warmup_steps", steps / 10)
-        .set("schedule.total_steps", steps);
+        .pretraining(shape(ctx), steps / 10);
     let variant = match &ctx.scale.model {
         Some(model) => variant.set("model.preset", model),
         None => variant,
@@ -119,21 +114,16 @@ pub fn run(ctx: &Context) -> Result<Outcome> {
     }
     let logs = run_all(ctx, &ctx.runs, &variants)?;
     ctx.report.write_runs(&logs)?;
-    let series = loss_curves(&logs, batch as f64, ctx.pick(20, 5));
-    draw(
-        &ctx.report.path("plot.png"),
-        &Chart {
-            clip_above_start: true,
-            ..Chart::new(
-                &format!(
-                    "{} pre-training, {WORKERS} workers: training loss (moving average)",
-                    model_name(ctx)
-                ),
-                "samples",
-                "MLM + NSP loss",
-            )
-        },
-        &series,
+    draw_pretraining_loss(
+        ctx,
+        "plot.png",
+        &logs,
+        batch,
+        &format!(
+            "{} pre-training, {WORKERS} workers: training loss (moving average)",
+            model_name(ctx)
+        ),
+        "MLM + NSP loss",
     )?;
     summarize(ctx, &logs, steps, batch, freeze)
 }
@@ -145,126 +135,24 @@ fn summarize(
     batch: usize,
     freeze: u64,
 ) -> Result<Outcome> {
-    let quick = ctx.quick;
     let tail = (steps / 10) as usize;
-    let mut table = super::report::Table::new(&[
-        "optimizer",
-        "final held-out loss",
-        &format!("train loss, last {tail} steps"),
-        "MLM accuracy",
-        "unigram baseline",
-        "MB sent per rank",
-    ]);
+    let mut table = loss_table(tail, &["unigram baseline", "MB sent per rank"]);
     let mut held = Vec::new();
     for log in logs {
-        let loss = log.final_eval("held_out_loss")?;
+        let (loss, mut cells) = loss_cells(log, tail)?;
         held.push(loss);
-        table.row(vec![
-            log.label.clone(),
-            log.show(loss, num),
-            log.show(log.tail_mean("loss", tail), num),
-            log.show(log.final_eval("mlm_accuracy")?, num),
+        cells.extend([
             log.final_eval("mlm_majority_accuracy")
                 .map_or("not logged".into(), num),
             num(log.total("bytes_sent") / 1e6),
         ]);
+        table.row(cells);
     }
-    let held_of = |label: &str| {
-        logs.iter()
-            .zip(&held)
-            .find(|(log, _)| log.label == label)
-            .map(|(_, &loss)| loss)
-    };
-    let (adam, onebit, naive) = match (
-        held_of("adam"),
-        held_of("onebit_adam"),
-        held_of("adam_onebit_naive"),
-    ) {
-        (Some(a), Some(o), Some(n)) => (a, o, n),
-        _ => unreachable!("the variants above"),
-    };
-    let gap = |x: f64| 100.0 * (x - adam) / adam;
-    let claims = if quick {
-        // At 80 steps the warmup is 16 steps and naive compression has not
-        // yet failed (it does after ~300: the full run); the quick run
-        // checks that 1-bit Adam compresses and stays near Adam.
-        let sent = |label: &str| {
-            logs.iter()
-                .find(|log| log.label == label)
-                .map_or(0.0, |log| log.total("bytes_sent"))
-        };
-        let reduction = sent("adam") / sent("onebit_adam").max(1.0);
-        vec![Claim::new(
-            gap(onebit).abs() < 20.0 && reduction > 3.0,
-            format!(
-                "quick scale: 1-bit Adam ends within 20% of Adam ({:+.2}%) while sending {}× \
-                 less",
-                gap(onebit),
-                num(reduction)
-            ),
-        )]
+    let losses = Losses::of(logs, &held);
+    let claims = if ctx.quick {
+        vec![quick_claim(logs, &losses)]
     } else {
-        let fp32 = held_of("onebit_adam_fp32").unwrap_or(f64::NAN);
-        let long = held_of(LONG_WARMUP).unwrap_or(f64::NAN);
-        let log_of = |label: &str| logs.iter().find(|log| log.label == label);
-        let reference = log_of("adam").expect("a variant above");
-        let (learned, learned_text) = gates::mlm_learned(reference);
-        let onebit_log = log_of("onebit_adam").expect("a variant above");
-        let (steady, steady_text) =
-            gates::gap_not_growing(reference, onebit_log, steps, steps / 10);
-        vec![
-            Claim::new(learned, format!("the reference learned: {learned_text}")),
-            gates::claim(
-                learned,
-                naive > onebit,
-                format!(
-                    "naive 1-bit Adam ends worse than 1-bit Adam: held-out loss {} vs {}",
-                    num(naive),
-                    num(onebit)
-                ),
-            ),
-            gates::claim(
-                learned,
-                (onebit - adam).abs() < (naive - adam).abs(),
-                format!(
-                    "1-bit Adam stays closer to Adam than naive compression: {:+.2}% vs \
-                     {:+.2}% from Adam's {}",
-                    gap(onebit),
-                    gap(naive),
-                    num(adam)
-                ),
-            ),
-            gates::claim(
-                learned,
-                steady && gap(onebit).abs() < PARITY_PERCENT,
-                format!(
-                    "1-bit Adam tracks Adam: ends within {PARITY_PERCENT}% ({:+.2}%) and \
-                     {steady_text}",
-                    gap(onebit)
-                ),
-            ),
-            gates::claim(
-                learned,
-                gap(fp32).abs() < PARITY_PERCENT,
-                format!(
-                    "the fp32-momentum ablation (zero-gradient coordinates masked) ends within \
-                     {PARITY_PERCENT}% of Adam: {}",
-                    percent_or_diverged(gap(fp32))
-                ),
-            ),
-            gates::claim(
-                learned,
-                long.is_finite() && gap(long).abs() < gap(onebit).abs(),
-                format!(
-                    "why 1-bit Adam differs from Adam here: its variance is frozen after \
-                     {freeze} steps; frozen after {} instead, 1-bit Adam ends closer to Adam: \
-                     {} vs {:+.2}%",
-                    2 * freeze,
-                    percent_or_diverged(gap(long)),
-                    gap(onebit)
-                ),
-            ),
-        ]
+        full_claims(logs, &losses, steps, freeze)
     };
     Ok(Outcome {
         title: "1-bit Adam vs Adam: BERT pre-training (1-bit Adam Fig. 1, 4a, 6)".into(),
@@ -291,4 +179,167 @@ fn summarize(
         ),
         claims,
     })
+}
+
+/// A results table whose first columns are the optimizer, its final
+/// held-out loss, its training loss over the last `tail` steps and its MLM
+/// accuracy, followed by the columns `more`.
+pub fn loss_table(tail: usize, more: &[&str]) -> Table {
+    let tail_header = format!("train loss, last {tail} steps");
+    let mut header = vec![
+        "optimizer",
+        "final held-out loss",
+        &tail_header,
+        "MLM accuracy",
+    ];
+    header.extend_from_slice(more);
+    Table::new(&header)
+}
+
+/// A run's final held-out loss and the first cells of its row in a
+/// [`loss_table`].
+pub fn loss_cells(log: &RunLog, tail: usize) -> Result<(f64, Vec<String>)> {
+    let loss = log.final_eval("held_out_loss")?;
+    let cells = vec![
+        log.label.clone(),
+        log.show(loss, num),
+        log.show(log.tail_mean("loss", tail), num),
+        log.show(log.final_eval("mlm_accuracy")?, num),
+    ];
+    Ok((loss, cells))
+}
+
+/// The final held-out losses the claims compare (NaN for a variant the
+/// run lacks: the full run's fp32 ablation and long warmup).
+struct Losses {
+    adam: f64,
+    onebit: f64,
+    naive: f64,
+    fp32: f64,
+    long: f64,
+}
+
+impl Losses {
+    fn of(logs: &[RunLog], held: &[f64]) -> Self {
+        let held_of = |label: &str| {
+            logs.iter()
+                .zip(held)
+                .find(|(log, _)| log.label == label)
+                .map(|(_, &loss)| loss)
+        };
+        let (adam, onebit, naive) = match (
+            held_of("adam"),
+            held_of("onebit_adam"),
+            held_of("adam_onebit_naive"),
+        ) {
+            (Some(a), Some(o), Some(n)) => (a, o, n),
+            _ => unreachable!("the variants above"),
+        };
+        Self {
+            adam,
+            onebit,
+            naive,
+            fp32: held_of("onebit_adam_fp32").unwrap_or(f64::NAN),
+            long: held_of(LONG_WARMUP).unwrap_or(f64::NAN),
+        }
+    }
+
+    /// A loss's gap to Adam's, in percent.
+    fn gap(&self, x: f64) -> f64 {
+        100.0 * (x - self.adam) / self.adam
+    }
+}
+
+/// At 80 steps the warmup is 16 steps and naive compression has not yet
+/// failed (it does after ~300: the full run); the quick run checks that
+/// 1-bit Adam compresses and stays near Adam.
+fn quick_claim(logs: &[RunLog], losses: &Losses) -> Claim {
+    let sent = |label: &str| {
+        logs.iter()
+            .find(|log| log.label == label)
+            .map_or(0.0, |log| log.total("bytes_sent"))
+    };
+    let reduction = sent("adam") / sent("onebit_adam").max(1.0);
+    let gap_onebit = losses.gap(losses.onebit);
+    Claim::new(
+        gap_onebit.abs() < 20.0 && reduction > 3.0,
+        format!(
+            "quick scale: 1-bit Adam ends within 20% of Adam ({:+.2}%) while sending {}× \
+             less",
+            gap_onebit,
+            num(reduction)
+        ),
+    )
+}
+
+/// The full run's claims: the reference learned, naive compression ends
+/// worse and farther from Adam, 1-bit Adam and its fp32 ablation track
+/// Adam, and the long warmup's answer.
+fn full_claims(logs: &[RunLog], losses: &Losses, steps: u64, freeze: u64) -> Vec<Claim> {
+    let Losses {
+        adam,
+        onebit,
+        naive,
+        fp32,
+        long,
+    } = *losses;
+    let gap = |x: f64| losses.gap(x);
+    let log_of = |label: &str| logs.iter().find(|log| log.label == label);
+    let reference = log_of("adam").expect("a variant above");
+    let (learned, learned_text) = gates::mlm_learned(reference);
+    let onebit_log = log_of("onebit_adam").expect("a variant above");
+    let (steady, steady_text) = gates::gap_not_growing(reference, onebit_log, steps, steps / 10);
+    vec![
+        Claim::new(learned, format!("the reference learned: {learned_text}")),
+        gates::claim(
+            learned,
+            naive > onebit,
+            format!(
+                "naive 1-bit Adam ends worse than 1-bit Adam: held-out loss {} vs {}",
+                num(naive),
+                num(onebit)
+            ),
+        ),
+        gates::claim(
+            learned,
+            (onebit - adam).abs() < (naive - adam).abs(),
+            format!(
+                "1-bit Adam stays closer to Adam than naive compression: {:+.2}% vs \
+                 {:+.2}% from Adam's {}",
+                gap(onebit),
+                gap(naive),
+                num(adam)
+            ),
+        ),
+        gates::claim(
+            learned,
+            steady && gap(onebit).abs() < PARITY_PERCENT,
+            format!(
+                "1-bit Adam tracks Adam: ends within {PARITY_PERCENT}% ({:+.2}%) and \
+                 {steady_text}",
+                gap(onebit)
+            ),
+        ),
+        gates::claim(
+            learned,
+            gap(fp32).abs() < PARITY_PERCENT,
+            format!(
+                "the fp32-momentum ablation (zero-gradient coordinates masked) ends within \
+                 {PARITY_PERCENT}% of Adam: {}",
+                percent_or_diverged(gap(fp32))
+            ),
+        ),
+        gates::claim(
+            learned,
+            long.is_finite() && gap(long).abs() < gap(onebit).abs(),
+            format!(
+                "why 1-bit Adam differs from Adam here: its variance is frozen after \
+                 {freeze} steps; frozen after {} instead, 1-bit Adam ends closer to Adam: \
+                 {} vs {:+.2}%",
+                2 * freeze,
+                percent_or_diverged(gap(long)),
+                gap(onebit)
+            ),
+        ),
+    ]
 }

@@ -9,7 +9,7 @@ use std::path::Path;
 use anyhow::Result;
 
 use super::gates::{self, PARITY_PERCENT, percent_or_diverged};
-use super::plot::{Chart, draw, loss_curves};
+use super::plot::draw_pretraining_loss;
 use super::report::Table;
 use super::runner::{RunLog, Variant, is_committed, run_all};
 use super::{Claim, Context, Outcome, num};
@@ -46,19 +46,13 @@ pub fn variant(ctx: &Context, label: &str, optimizer: &str) -> Variant {
 /// [`variant`] with bias correction as given: on everywhere except the
 /// uncorrected pair of `onebit-lamb`'s second test.
 fn variant_with(ctx: &Context, label: &str, optimizer: &str, bias_correction: bool) -> Variant {
-    let (steps, batch, micro) = shape(ctx);
+    let steps = shape(ctx).0;
     Variant::new(label, &["pretrain"], CONFIG, WORKERS)
         .set(
             "optimizer",
             format!("{{ {optimizer}, weight_decay = 0.01, bias_correction = {bias_correction} }}"),
         )
-        .set("train.steps", steps)
-        .set("train.global_batch", batch)
-        .set("train.micro_batch", micro)
-        .set("train.checkpoint_every", steps / 4)
-        .set("train.eval_every", steps / 4)
-        .set("schedule.warmup_steps", steps / 5)
-        .set("schedule.total_steps", steps)
+        .pretraining(shape(ctx), steps / 5)
 }
 
 /// LAMB and 1-bit LAMB, the runs both experiments compare against; they
@@ -75,8 +69,98 @@ pub fn shared_variants(ctx: &Context) -> [Variant; 2] {
     ]
 }
 
+/// The steps of each rt-polarity fine-tune of a pre-trained model.
+const FINETUNE_STEPS: u64 = 240;
+
 pub fn run(ctx: &Context) -> Result<Outcome> {
     let (steps, batch, _) = shape(ctx);
+    let freeze = freeze_step(ctx);
+    let runs = pretrain(ctx)?;
+    let finetuned = finetune(ctx, &runs.pretrained)?;
+    let all: Vec<_> = runs
+        .pretrained
+        .iter()
+        .chain(&runs.diagnostic)
+        .chain(&runs.uncorrected)
+        .chain(finetuned.iter().flatten())
+        .cloned()
+        .collect();
+    ctx.report.write_runs(&all)?;
+
+    let scores = score(&runs, &finetuned)?;
+    let mut claims = if ctx.quick {
+        quick_claims(&scores)
+    } else {
+        full_claims(&runs, &finetuned, &scores, steps)
+    };
+    let uncorrected_text = match &runs.uncorrected[..] {
+        [reference, onebit_uncorrected] => {
+            let (claim, text) = uncorrected_pair(
+                reference,
+                onebit_uncorrected,
+                scores.gap(scores.onebit),
+                steps,
+            )?;
+            claims.push(claim);
+            text
+        }
+        _ if runs.uncorrected_missing => "The second test (bias correction off for LAMB and \
+                                          1-bit LAMB) is not in these results: they predate \
+                                          it.\n"
+            .to_string(),
+        _ => String::new(),
+    };
+
+    let curves: Vec<RunLog> = runs
+        .pretrained
+        .iter()
+        .chain(&runs.diagnostic)
+        .chain(&runs.uncorrected)
+        .cloned()
+        .collect();
+    draw_pretraining_loss(
+        ctx,
+        "plot.png",
+        &curves,
+        batch,
+        &format!("BERT-Tiny pre-training at batch {batch}, {WORKERS} workers"),
+        "MLM + NSP loss (moving average)",
+    )?;
+    Ok(Outcome {
+        title: "1-bit LAMB vs LAMB: large-batch BERT pre-training (1-bit LAMB Table 2, Fig. 2, \
+                Table 3)"
+            .into(),
+        body: format!(
+            "BERT-Tiny, State of the Union addresses and SQuAD training articles, seq 128, \
+             {steps} steps of batch {batch}, {WORKERS} workers (local ranks), learning rate \
+             warmed up over the first 20% and decayed as (1 − t/T)^0.5; the 1-bit variants \
+             freeze at step {freeze} (20%). Held-out loss: masked LM + next sentence on 512 \
+             held-out sequences after the last step. Each \
+             pre-trained model is then fine-tuned on rt-polarity ({FINETUNE_STEPS} steps of \
+             Adam, batch 32, peak 1e-3, one rank; not in the quick run) and scored on its \
+             held-out split.\n\n{}\n{uncorrected_text}\
+             ![training loss](plot.png)\n",
+            scores.table.markdown()
+        ),
+        claims,
+    })
+}
+
+/// The pre-training runs of the experiment.
+struct Pretrained {
+    /// LAMB, basic 1-bit LAMB and 1-bit LAMB: the paper's variants.
+    pretrained: Vec<RunLog>,
+    /// 1-bit LAMB with the embeddings in fp32 (full run only).
+    diagnostic: Option<RunLog>,
+    /// LAMB and 1-bit LAMB without bias correction (full run only), or none.
+    uncorrected: Vec<RunLog>,
+    /// Re-checked results that predate the uncorrected pair.
+    uncorrected_missing: bool,
+}
+
+/// Runs (or reads back) every pre-training run: the paper's three
+/// variants with the diagnostic, then the uncorrected pair.
+fn pretrain(ctx: &Context) -> Result<Pretrained> {
     let freeze = freeze_step(ctx);
     let [lamb, onebit] = shared_variants(ctx);
     let variants = [
@@ -142,40 +226,27 @@ pub fn run(ctx: &Context) -> Result<Outcome> {
     } else {
         run_all(ctx, &ctx.runs, &uncorrected_variants)?
     };
+    Ok(Pretrained {
+        pretrained,
+        diagnostic,
+        uncorrected,
+        uncorrected_missing,
+    })
+}
 
-    // Fine-tune each pre-trained model the same way (Adam, one rank): the
-    // paper's Table 3 question is whether the checkpoints differ.
-    let finetune_steps = 240;
+/// Fine-tunes each pre-trained model the same way (Adam, one rank): the
+/// paper's Table 3 question is whether the checkpoints differ. One entry
+/// per pre-trained run: `None` where pre-training diverged and there is
+/// nothing to fine-tune, and in the quick run (60 steps of pre-training
+/// fine-tune to chance).
+fn finetune(ctx: &Context, pretrained: &[RunLog]) -> Result<Vec<Option<RunLog>>> {
     let finetunes: Vec<Variant> = pretrained
         .iter()
         .filter(|log| !ctx.quick && !log.diverged)
-        .map(|log| {
-            let export = Path::new(&log.dir).join("export");
-            Variant::new(
-                &format!("{}_rt-polarity", log.label),
-                &["finetune", "glue"],
-                FINETUNE,
-                1,
-            )
-            .set(
-                "task.init",
-                format!("{{ path = \"{}\" }}", export.display()),
-            )
-            // BERT-Tiny: at MiniLM's 2e-4 the classifier stays at ln 2 (chance).
-            .set("schedule.peak", 1e-3)
-            .set("schedule.warmup_steps", finetune_steps / 10)
-            .set("schedule.total_steps", finetune_steps)
-            .set("train.steps", finetune_steps)
-            .set("train.checkpoint_every", finetune_steps)
-            .set("train.eval_every", 0)
-            // The pre-trained model is what the fine-tunes compare.
-            .varies("task.init.path")
-        })
+        .map(finetune_variant)
         .collect();
     let mut runs = run_all(ctx, &ctx.runs, &finetunes)?.into_iter();
-    // None where pre-training diverged and there is nothing to fine-tune,
-    // and in the quick run (60 steps of pre-training fine-tune to chance).
-    let finetuned: Vec<Option<RunLog>> = pretrained
+    Ok(pretrained
         .iter()
         .map(|log| {
             if ctx.quick || log.diverged {
@@ -184,16 +255,57 @@ pub fn run(ctx: &Context) -> Result<Outcome> {
                 runs.next()
             }
         })
-        .collect();
-    let all: Vec<_> = pretrained
-        .iter()
-        .chain(&diagnostic)
-        .chain(&uncorrected)
-        .chain(finetuned.iter().flatten())
-        .cloned()
-        .collect();
-    ctx.report.write_runs(&all)?;
+        .collect())
+}
 
+/// The rt-polarity fine-tune of the model `log` pre-trained.
+fn finetune_variant(log: &RunLog) -> Variant {
+    let export = Path::new(&log.dir).join("export");
+    Variant::new(
+        &format!("{}_rt-polarity", log.label),
+        &["finetune", "glue"],
+        FINETUNE,
+        1,
+    )
+    .set(
+        "task.init",
+        format!("{{ path = \"{}\" }}", export.display()),
+    )
+    // BERT-Tiny: at MiniLM's 2e-4 the classifier stays at ln 2 (chance).
+    .set("schedule.peak", 1e-3)
+    .set("schedule.warmup_steps", FINETUNE_STEPS / 10)
+    .set("schedule.total_steps", FINETUNE_STEPS)
+    .set("train.steps", FINETUNE_STEPS)
+    .set("train.checkpoint_every", FINETUNE_STEPS)
+    .set("train.eval_every", 0)
+    // The pre-trained model is what the fine-tunes compare.
+    .varies("task.init.path")
+}
+
+/// The results table and the numbers the claims are decided on.
+struct Scores {
+    table: Table,
+    /// LAMB's final held-out loss.
+    lamb: f64,
+    /// Basic 1-bit LAMB's and 1-bit LAMB's.
+    basic: f64,
+    onebit: f64,
+    /// The fine-tuned accuracy of each pre-trained run (0 where none).
+    accuracy: Vec<f64>,
+    /// The diagnostic's final held-out loss, where it ran.
+    diagnostic: Option<f64>,
+}
+
+impl Scores {
+    /// A held-out loss's gap to LAMB's, in percent.
+    fn gap(&self, loss: f64) -> f64 {
+        100.0 * (loss - self.lamb) / self.lamb
+    }
+}
+
+/// One table row per pre-training run (the diagnostic's last) and the
+/// losses and accuracies the claims compare.
+fn score(runs: &Pretrained, finetuned: &[Option<RunLog>]) -> Result<Scores> {
     let mut table = Table::new(&[
         "pre-training optimizer",
         "final held-out loss",
@@ -203,7 +315,7 @@ pub fn run(ctx: &Context) -> Result<Outcome> {
         "rt-polarity accuracy after fine-tuning",
         "MB sent per rank",
     ]);
-    let lamb = pretrained[0].final_eval("held_out_loss")?;
+    let lamb = runs.pretrained[0].final_eval("held_out_loss")?;
     let gap = |loss: f64| 100.0 * (loss - lamb) / lamb;
     let mut held = Vec::new();
     let mut accuracy = Vec::new();
@@ -220,7 +332,7 @@ pub fn run(ctx: &Context) -> Result<Outcome> {
             num(log.total("bytes_sent") / 1e6),
         ])
     };
-    for (pre, fine) in pretrained.iter().zip(&finetuned) {
+    for (pre, fine) in runs.pretrained.iter().zip(finetuned) {
         let loss = pre.final_eval("held_out_loss")?;
         let acc = fine
             .as_ref()
@@ -235,7 +347,7 @@ pub fn run(ctx: &Context) -> Result<Outcome> {
     let [_, basic, onebit] = held[..] else {
         unreachable!("three variants")
     };
-    let diagnostic_loss = match &diagnostic {
+    let diagnostic = match &runs.diagnostic {
         Some(log) => {
             let loss = log.final_eval("held_out_loss")?;
             table.row(row(log, loss, "–".into())?);
@@ -243,129 +355,102 @@ pub fn run(ctx: &Context) -> Result<Outcome> {
         }
         None => None,
     };
+    Ok(Scores {
+        table,
+        lamb,
+        basic,
+        onebit,
+        accuracy,
+        diagnostic,
+    })
+}
+
+/// The quick run's claim: parity needs the full run (10 quick warmup steps
+/// leave 1-bit LAMB's frozen variance far from converged), so it checks
+/// the order.
+fn quick_claims(scores: &Scores) -> Vec<Claim> {
+    vec![Claim::new(
+        scores.basic > scores.onebit,
+        format!(
+            "quick scale: basic 1-bit LAMB ends worse than 1-bit LAMB: held-out loss {} vs {}",
+            num(scores.basic),
+            num(scores.onebit)
+        ),
+    )]
+}
+
+/// The full run's claims: the reference learned, the basic ablation ends
+/// worse, 1-bit LAMB tracks LAMB, the fine-tunes agree, and the
+/// diagnostic's answer.
+fn full_claims(
+    runs: &Pretrained,
+    finetuned: &[Option<RunLog>],
+    scores: &Scores,
+    steps: u64,
+) -> Vec<Claim> {
+    let (lamb, basic, onebit) = (scores.lamb, scores.basic, scores.onebit);
+    let gap = |loss: f64| scores.gap(loss);
+    let accuracy = &scores.accuracy;
     let mut claims = Vec::new();
-    // Parity needs the full run: 10 quick warmup steps leave 1-bit LAMB's
-    // frozen variance far from converged; the quick run checks the order.
-    if ctx.quick {
-        claims.push(Claim::new(
-            basic > onebit,
-            format!(
-                "quick scale: basic 1-bit LAMB ends worse than 1-bit LAMB: held-out loss {} vs {}",
-                num(basic),
-                num(onebit)
-            ),
-        ));
-    } else {
-        let (learned, learned_text) = gates::mlm_learned(&pretrained[0]);
-        claims.push(Claim::new(
-            learned,
-            format!("the reference learned: {learned_text}"),
-        ));
+    let (learned, learned_text) = gates::mlm_learned(&runs.pretrained[0]);
+    claims.push(Claim::new(
+        learned,
+        format!("the reference learned: {learned_text}"),
+    ));
+    claims.push(gates::claim(
+        learned,
+        basic > onebit,
+        format!(
+            "basic 1-bit LAMB ends worse than 1-bit LAMB: held-out loss {} vs {}",
+            num(basic),
+            num(onebit)
+        ),
+    ));
+    let (steady, steady_text) =
+        gates::gap_not_growing(&runs.pretrained[0], &runs.pretrained[2], steps, steps / 10);
+    claims.push(gates::claim(
+        learned,
+        steady && gap(onebit).abs() < PARITY_PERCENT,
+        format!(
+            "1-bit LAMB tracks LAMB: ends within {PARITY_PERCENT}% ({} vs {}, {:+.2}%) and \
+             {steady_text}",
+            num(onebit),
+            num(lamb),
+            gap(onebit)
+        ),
+    ));
+    // rt-polarity is balanced: chance is 50%; a fine-tune that learned
+    // clears it by 10 points.
+    let lamb_finetune = finetuned[0].as_ref().map_or("lamb", |f| f.label.as_str());
+    let (tuned, tuned_text) = gates::score_learned(
+        lamb_finetune,
+        100.0 * accuracy[0],
+        50.0,
+        10.0,
+        "accuracy (%)",
+    );
+    claims.push(Claim::new(
+        tuned && (accuracy[2] - accuracy[0]).abs() < 0.02,
+        format!(
+            "fine-tuned from 1-bit LAMB's and LAMB's checkpoints, rt-polarity accuracy \
+             agrees within 2 points: {:.2}% vs {:.2}% ({tuned_text})",
+            100.0 * accuracy[2],
+            100.0 * accuracy[0]
+        ),
+    ));
+    if let Some(loss) = scores.diagnostic {
         claims.push(gates::claim(
             learned,
-            basic > onebit,
+            loss.is_finite() && gap(loss).abs() < gap(onebit).abs(),
             format!(
-                "basic 1-bit LAMB ends worse than 1-bit LAMB: held-out loss {} vs {}",
-                num(basic),
-                num(onebit)
-            ),
-        ));
-        let (steady, steady_text) =
-            gates::gap_not_growing(&pretrained[0], &pretrained[2], steps, steps / 10);
-        claims.push(gates::claim(
-            learned,
-            steady && gap(onebit).abs() < PARITY_PERCENT,
-            format!(
-                "1-bit LAMB tracks LAMB: ends within {PARITY_PERCENT}% ({} vs {}, {:+.2}%) and \
-                 {steady_text}",
-                num(onebit),
-                num(lamb),
+                "why 1-bit LAMB differs from LAMB here: with the embeddings averaged in fp32 \
+                 instead of compressed, 1-bit LAMB ends closer to LAMB: {} vs {:+.2}%",
+                percent_or_diverged(gap(loss)),
                 gap(onebit)
             ),
         ));
-        // rt-polarity is balanced: chance is 50%; a fine-tune that learned
-        // clears it by 10 points.
-        let lamb_finetune = finetuned[0].as_ref().map_or("lamb", |f| f.label.as_str());
-        let (tuned, tuned_text) = gates::score_learned(
-            lamb_finetune,
-            100.0 * accuracy[0],
-            50.0,
-            10.0,
-            "accuracy (%)",
-        );
-        claims.push(Claim::new(
-            tuned && (accuracy[2] - accuracy[0]).abs() < 0.02,
-            format!(
-                "fine-tuned from 1-bit LAMB's and LAMB's checkpoints, rt-polarity accuracy \
-                 agrees within 2 points: {:.2}% vs {:.2}% ({tuned_text})",
-                100.0 * accuracy[2],
-                100.0 * accuracy[0]
-            ),
-        ));
-        if let Some(loss) = diagnostic_loss {
-            claims.push(gates::claim(
-                learned,
-                loss.is_finite() && gap(loss).abs() < gap(onebit).abs(),
-                format!(
-                    "why 1-bit LAMB differs from LAMB here: with the embeddings averaged in fp32 \
-                     instead of compressed, 1-bit LAMB ends closer to LAMB: {} vs {:+.2}%",
-                    percent_or_diverged(gap(loss)),
-                    gap(onebit)
-                ),
-            ));
-        }
     }
-
-    let uncorrected_text = match &uncorrected[..] {
-        [reference, onebit_uncorrected] => {
-            let (claim, text) =
-                uncorrected_pair(reference, onebit_uncorrected, gap(onebit), steps)?;
-            claims.push(claim);
-            text
-        }
-        _ if uncorrected_missing => "The second test (bias correction off for LAMB and 1-bit \
-                                     LAMB) is not in these results: they predate it.\n"
-            .to_string(),
-        _ => String::new(),
-    };
-
-    let curves: Vec<RunLog> = pretrained
-        .iter()
-        .chain(&diagnostic)
-        .chain(&uncorrected)
-        .cloned()
-        .collect();
-    let series = loss_curves(&curves, batch as f64, ctx.pick(20, 5));
-    draw(
-        &ctx.report.path("plot.png"),
-        &Chart {
-            clip_above_start: true,
-            ..Chart::new(
-                &format!("BERT-Tiny pre-training at batch {batch}, {WORKERS} workers"),
-                "samples",
-                "MLM + NSP loss (moving average)",
-            )
-        },
-        &series,
-    )?;
-    Ok(Outcome {
-        title: "1-bit LAMB vs LAMB: large-batch BERT pre-training (1-bit LAMB Table 2, Fig. 2, \
-                Table 3)"
-            .into(),
-        body: format!(
-            "BERT-Tiny, State of the Union addresses and SQuAD training articles, seq 128, \
-             {steps} steps of batch {batch}, {WORKERS} workers (local ranks), learning rate \
-             warmed up over the first 20% and decayed as (1 − t/T)^0.5; the 1-bit variants \
-             freeze at step {freeze} (20%). Held-out loss: masked LM + next sentence on 512 \
-             held-out sequences after the last step. Each \
-             pre-trained model is then fine-tuned on rt-polarity ({finetune_steps} steps of \
-             Adam, batch 32, peak 1e-3, one rank; not in the quick run) and scored on its \
-             held-out split.\n\n{}\n{uncorrected_text}\
-             ![training loss](plot.png)\n",
-            table.markdown()
-        ),
-        claims,
-    })
+    claims
 }
 
 /// The uncorrected pair's table and claim: without bias correction for

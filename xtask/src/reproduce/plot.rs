@@ -7,11 +7,12 @@
 use std::path::Path;
 use std::sync::OnceLock;
 
-use anyhow::{Context, Result, anyhow};
+use anyhow::{Context as _, Result, anyhow};
 use plotters::coord::ranged1d::{AsRangedCoord, ValueFormatter};
 use plotters::prelude::*;
 use plotters::style::text_anchor::{HPos, Pos, VPos};
 
+use super::Context;
 use super::runner::RunLog;
 
 /// Where Debian puts the font.
@@ -62,6 +63,21 @@ impl<'a> Chart<'a> {
             x_ticks: None,
             y_ticks: None,
             x_key_points: None,
+        }
+    }
+
+    /// A chart of values spanning orders of magnitude (step times,
+    /// speed-ups): a logarithmic y axis, and x ticks labelled by `x_ticks`.
+    pub fn logarithmic(
+        title: &'a str,
+        x_label: &'a str,
+        y_label: &'a str,
+        x_ticks: fn(f64) -> String,
+    ) -> Self {
+        Self {
+            log_y: true,
+            x_ticks: Some(x_ticks),
+            ..Self::new(title, x_label, y_label)
         }
     }
 }
@@ -129,38 +145,8 @@ pub fn times(v: f64) -> String {
 pub fn draw(path: &Path, chart: &Chart<'_>, series: &[Series]) -> Result<()> {
     register_font()?;
     let finite = |v: f64| v.is_finite() && (!chart.log_y || v > 0.0);
-    // On a linear axis a diverging run would flatten every other curve:
-    // the axis stops at 1.5× the highest starting value, and a curve that
-    // leaves it runs along the top edge.
-    let ceiling = if chart.log_y || !chart.clip_above_start {
-        f64::INFINITY
-    } else {
-        1.5 * series
-            .iter()
-            .filter_map(|s| s.points.first().map(|p| p.1))
-            .filter(|&y| finite(y))
-            .fold(f64::MIN, f64::max)
-    };
-    // A curve that leaves the axis stops there, at the ceiling, marked.
-    let mut diverged = Vec::new();
-    let clamped: Vec<Series> = series
-        .iter()
-        .map(|s| {
-            let mut points = Vec::new();
-            for &(x, y) in &s.points {
-                if y > ceiling || (chart.clip_above_start && y.is_nan()) {
-                    points.push((x, ceiling));
-                    diverged.push((x, ceiling));
-                    break;
-                }
-                points.push((x, y));
-            }
-            Series {
-                label: s.label.clone(),
-                points,
-            }
-        })
-        .collect();
+    let ceiling = ceiling(chart, series, &finite);
+    let (clamped, diverged) = clamp_to(chart, series, ceiling);
     let series = &clamped[..];
     let points = || {
         series
@@ -168,8 +154,6 @@ pub fn draw(path: &Path, chart: &Chart<'_>, series: &[Series]) -> Result<()> {
             .flat_map(|s| s.points.iter())
             .filter(|&&(_, y)| finite(y))
     };
-    let x_ticks = chart.x_ticks.unwrap_or(human);
-    let y_ticks = chart.y_ticks.unwrap_or(human);
     let (x_min, x_max) = bounds(points().map(|&(x, _)| x)).context("nothing to plot")?;
     let (y_min, y_max) = bounds(points().map(|&(_, y)| y)).context("nothing to plot")?;
     let root = BitMapBackend::new(path, (960, 600)).into_drawing_area();
@@ -183,64 +167,26 @@ pub fn draw(path: &Path, chart: &Chart<'_>, series: &[Series]) -> Result<()> {
         .x_label_area_size(46)
         .y_label_area_size(72);
     let x_range = x_min..x_max.max(x_min + 1e-12);
-    let (y_lo, y_hi) = if chart.log_y {
-        (y_min * 0.8, y_max * 1.25)
-    } else {
-        let pad = (y_max - y_min).max(1e-12) * 0.05;
-        (y_min - pad, y_max + pad)
-    };
+    let (y_lo, y_hi) = y_range(chart, y_min, y_max);
     let y_log = || {
         (y_lo..y_hi)
             .log_scale()
             .with_key_points(one_two_five(y_lo, y_hi))
     };
-    // Axis positions as fractions of the plot, for placing the legend.
-    let fraction = |v: f64, lo: f64, hi: f64, log: bool| {
-        if log {
-            (v.ln() - lo.ln()) / (hi.ln() - lo.ln())
-        } else {
-            (v - lo) / (hi - lo)
-        }
+    let frame = Frame {
+        x: (x_range.start, x_range.end),
+        y: (y_lo, y_hi),
+        log_x: chart.x_key_points.is_some(),
+        log_y: chart.log_y,
     };
-    let at = |&(x, y): &(f64, f64)| {
-        let y = if y.is_finite() { y } else { y_hi };
-        (
-            fraction(x, x_range.start, x_range.end, chart.x_key_points.is_some()),
-            fraction(y, y_lo, y_hi, chart.log_y),
-        )
-    };
-    // Each curve as points along its segments (a 3-point curve crosses
-    // as much of the plot as a 3,000-point one).
-    let points_at: Vec<(f64, f64)> = series
-        .iter()
-        .flat_map(|s| {
-            let curve: Vec<(f64, f64)> = s
-                .points
-                .iter()
-                .filter(|&&(_, y)| finite(y))
-                .map(at)
-                .collect();
-            let along: Vec<(f64, f64)> = curve
-                .windows(2)
-                .flat_map(|pair| {
-                    let ((x0, y0), (x1, y1)) = (pair[0], pair[1]);
-                    let steps = (((x1 - x0).hypot(y1 - y0)) * 100.0).ceil().max(1.0) as usize;
-                    (0..steps).map(move |i| {
-                        let t = i as f64 / steps as f64;
-                        (x0 + t * (x1 - x0), y0 + t * (y1 - y0))
-                    })
-                })
-                .collect();
-            if along.is_empty() { curve } else { along }
-        })
-        .collect();
-    let marks_at: Vec<(f64, f64)> = diverged.iter().map(at).collect();
+    let points_at = points_along(series, &frame, &finite);
+    let marks_at: Vec<(f64, f64)> = diverged.iter().map(|p| frame.at(p)).collect();
     let plot = Plot {
         chart,
         series,
         diverged: &diverged,
-        x_ticks,
-        y_ticks,
+        x_ticks: chart.x_ticks.unwrap_or(human),
+        y_ticks: chart.y_ticks.unwrap_or(human),
         finite: &finite,
         legend_at: quietest_place(&points_at, &marks_at, series.len()),
     };
@@ -262,6 +208,133 @@ pub fn draw(path: &Path, chart: &Chart<'_>, series: &[Series]) -> Result<()> {
     root.present()
         .map_err(|e| anyhow!("cannot write {}: {e}", path.display()))?;
     Ok(())
+}
+
+/// Draws the training loss of pre-training runs against the samples seen
+/// (`batch` per step, smoothed over 20 steps, 5 in the quick run) into the
+/// report's `file`, on a linear axis clipped above the start: the chart of
+/// every BERT pre-training comparison.
+pub fn draw_pretraining_loss(
+    ctx: &Context,
+    file: &str,
+    logs: &[RunLog],
+    batch: usize,
+    title: &str,
+    y_label: &str,
+) -> Result<()> {
+    draw(
+        &ctx.report.path(file),
+        &Chart {
+            clip_above_start: true,
+            ..Chart::new(title, "samples", y_label)
+        },
+        &loss_curves(logs, batch as f64, ctx.pick(20, 5)),
+    )
+}
+
+/// Where the y axis stops. On a linear axis a diverging run would flatten
+/// every other curve: the axis stops at 1.5× the highest starting value,
+/// and a curve that leaves it runs along the top edge.
+fn ceiling(chart: &Chart<'_>, series: &[Series], finite: &dyn Fn(f64) -> bool) -> f64 {
+    if chart.log_y || !chart.clip_above_start {
+        f64::INFINITY
+    } else {
+        1.5 * series
+            .iter()
+            .filter_map(|s| s.points.first().map(|p| p.1))
+            .filter(|&y| finite(y))
+            .fold(f64::MIN, f64::max)
+    }
+}
+
+/// The series cut at `ceiling`: a curve that leaves the axis stops there,
+/// at the ceiling, and the place is returned to be marked.
+fn clamp_to(chart: &Chart<'_>, series: &[Series], ceiling: f64) -> (Vec<Series>, Vec<(f64, f64)>) {
+    let mut diverged = Vec::new();
+    let clamped = series
+        .iter()
+        .map(|s| {
+            let mut points = Vec::new();
+            for &(x, y) in &s.points {
+                if y > ceiling || (chart.clip_above_start && y.is_nan()) {
+                    points.push((x, ceiling));
+                    diverged.push((x, ceiling));
+                    break;
+                }
+                points.push((x, y));
+            }
+            Series {
+                label: s.label.clone(),
+                points,
+            }
+        })
+        .collect();
+    (clamped, diverged)
+}
+
+/// The y axis's ends around the data's `y_min..y_max`, with a margin.
+fn y_range(chart: &Chart<'_>, y_min: f64, y_max: f64) -> (f64, f64) {
+    if chart.log_y {
+        (y_min * 0.8, y_max * 1.25)
+    } else {
+        let pad = (y_max - y_min).max(1e-12) * 0.05;
+        (y_min - pad, y_max + pad)
+    }
+}
+
+/// The plot's axes, for placing the legend.
+struct Frame {
+    x: (f64, f64),
+    y: (f64, f64),
+    log_x: bool,
+    log_y: bool,
+}
+
+impl Frame {
+    /// A point's position as fractions of the plot, from the lower left
+    /// (a value that is not finite at the top).
+    fn at(&self, &(x, y): &(f64, f64)) -> (f64, f64) {
+        let fraction = |v: f64, (lo, hi): (f64, f64), log: bool| {
+            if log {
+                (v.ln() - lo.ln()) / (hi.ln() - lo.ln())
+            } else {
+                (v - lo) / (hi - lo)
+            }
+        };
+        let y = if y.is_finite() { y } else { self.y.1 };
+        (
+            fraction(x, self.x, self.log_x),
+            fraction(y, self.y, self.log_y),
+        )
+    }
+}
+
+/// Each curve as points along its segments, as fractions of the plot (a
+/// 3-point curve crosses as much of the plot as a 3,000-point one).
+fn points_along(series: &[Series], frame: &Frame, finite: &dyn Fn(f64) -> bool) -> Vec<(f64, f64)> {
+    series
+        .iter()
+        .flat_map(|s| {
+            let curve: Vec<(f64, f64)> = s
+                .points
+                .iter()
+                .filter(|&&(_, y)| finite(y))
+                .map(|p| frame.at(p))
+                .collect();
+            let along: Vec<(f64, f64)> = curve
+                .windows(2)
+                .flat_map(|pair| {
+                    let ((x0, y0), (x1, y1)) = (pair[0], pair[1]);
+                    let steps = (((x1 - x0).hypot(y1 - y0)) * 100.0).ceil().max(1.0) as usize;
+                    (0..steps).map(move |i| {
+                        let t = i as f64 / steps as f64;
+                        (x0 + t * (x1 - x0), y0 + t * (y1 - y0))
+                    })
+                })
+                .collect();
+            if along.is_empty() { curve } else { along }
+        })
+        .collect()
 }
 
 /// The place (a corner, or the middle of a side) for a legend of `entries`

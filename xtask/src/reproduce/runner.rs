@@ -63,6 +63,20 @@ impl Variant {
         self.overrides.push(format!("{key}={value}"));
         self
     }
+
+    /// The overrides of a pre-training run of `steps` steps of `batch`
+    /// samples in micro-batches of `micro`: a checkpoint and an evaluation
+    /// every quarter of the run, the learning rate warmed up over `warmup`
+    /// steps and scheduled over the whole run.
+    pub fn pretraining(self, (steps, batch, micro): (u64, usize, usize), warmup: u64) -> Self {
+        self.set("train.steps", steps)
+            .set("train.global_batch", batch)
+            .set("train.micro_batch", micro)
+            .set("train.checkpoint_every", steps / 4)
+            .set("train.eval_every", steps / 4)
+            .set("schedule.warmup_steps", warmup)
+            .set("schedule.total_steps", steps)
+    }
 }
 
 /// What one variant logged: its step and evaluation lines, in order.

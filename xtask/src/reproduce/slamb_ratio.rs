@@ -8,7 +8,7 @@ use anyhow::Result;
 
 use super::gates::{self, PARITY_PERCENT};
 use super::onebit_lamb::{self, WORKERS};
-use super::plot::{Chart, draw, loss_curves};
+use super::plot::draw_pretraining_loss;
 use super::report::Table;
 use super::runner::{RunLog, Variant, check_comparable, run_all};
 use super::{Claim, Context, Outcome, num};
@@ -18,6 +18,41 @@ pub fn run(ctx: &Context) -> Result<Outcome> {
     let freeze = onebit_lamb::freeze_step(ctx);
     let sync_every = ctx.pick(100, 20);
     let ratios: &[f64] = ctx.pick(&[0.5, 0.2, 0.1, 0.05, 0.01], &[0.1, 0.01]);
+    let (logs, variants) = run_variants(ctx, ratios, sync_every)?;
+    ctx.report.write_runs(&logs)?;
+
+    let (table, sweep) = sweep_table(&logs, &variants, sync_every)?;
+    let claims = claims(ctx, &logs, &sweep, sync_every, steps);
+    draw_pretraining_loss(
+        ctx,
+        "plot.png",
+        &logs,
+        batch,
+        &format!("BERT-Tiny pre-training, {WORKERS} workers: LAMB, 1-bit LAMB, SLAMB"),
+        "MLM + NSP loss (moving average)",
+    )?;
+    Ok(Outcome {
+        title: "SLAMB: loss and volume across compression ratios (SLAMB Tables 3, 10, 14)".into(),
+        body: format!(
+            "BERT-Tiny, State of the Union addresses and SQuAD training articles, seq 128, \
+             {steps} steps of batch {batch}, {WORKERS} workers (local ranks), H = {sync_every}; \
+             1-bit LAMB freezes at step {freeze}. The config and the LAMB and 1-bit LAMB runs \
+             are `reproduce onebit-lamb`'s. Bytes are the traffic meter's count for rank 0 over \
+             the whole run.\n\n{}\n\
+             ![training loss](plot.png)\n",
+            table.markdown()
+        ),
+        claims,
+    })
+}
+
+/// Runs (or reuses) LAMB, 1-bit LAMB and SLAMB at each of `ratios`; their
+/// logs and variants, in that order.
+fn run_variants(
+    ctx: &Context,
+    ratios: &[f64],
+    sync_every: u64,
+) -> Result<(Vec<RunLog>, Vec<Variant>)> {
     // LAMB and 1-bit LAMB are onebit-lamb's runs (same config, same
     // optimizer fields): run once, compared in both experiments.
     let shared = onebit_lamb::shared_variants(ctx);
@@ -43,9 +78,20 @@ pub fn run(ctx: &Context) -> Result<Outcome> {
         .into_iter()
         .chain(run_all(ctx, &ctx.runs, &slamb)?)
         .collect();
-    let variants: Vec<&Variant> = shared.iter().chain(&slamb).collect();
-    ctx.report.write_runs(&logs)?;
+    Ok((logs, shared.into_iter().chain(slamb).collect()))
+}
 
+/// What the sweep's claims compare: LAMB's bytes and loss, 1-bit LAMB's
+/// volume reduction and, for each k, SLAMB's reduction and loss.
+struct Sweep {
+    lamb_loss: f64,
+    onebit_reduction: f64,
+    /// `(k, volume reduction vs LAMB, final held-out loss)` per ratio.
+    reductions: Vec<(f64, f64, f64)>,
+}
+
+/// One table row per run, and the sweep's numbers.
+fn sweep_table(logs: &[RunLog], variants: &[Variant], sync_every: u64) -> Result<(Table, Sweep)> {
     let lamb_bytes = logs[0].total("bytes_sent");
     let lamb_loss = logs[0].final_eval("held_out_loss")?;
     let mut table = Table::new(&[
@@ -58,7 +104,6 @@ pub fn run(ctx: &Context) -> Result<Outcome> {
         "volume reduction vs LAMB",
         "paper's 1/(k + 1/H)",
     ]);
-    let mut claims = Vec::new();
     let mut reductions = Vec::new();
     for (log, variant) in logs.iter().zip(variants) {
         let loss = log.final_eval("held_out_loss")?;
@@ -88,7 +133,27 @@ pub fn run(ctx: &Context) -> Result<Outcome> {
         }
     }
     let onebit_reduction = lamb_bytes / logs[1].total("bytes_sent").max(1.0);
-    claims.push(Claim::new(
+    Ok((
+        table,
+        Sweep {
+            lamb_loss,
+            onebit_reduction,
+            reductions,
+        },
+    ))
+}
+
+/// The volume reduction grows as k shrinks, and, where k = 0.1 ran, that
+/// ratio's claims ([`k01_claims`]).
+fn claims(
+    ctx: &Context,
+    logs: &[RunLog],
+    sweep: &Sweep,
+    sync_every: u64,
+    steps: u64,
+) -> Vec<Claim> {
+    let reductions = &sweep.reductions;
+    let mut claims = vec![Claim::new(
         reductions.windows(2).all(|w| w[1].1 > w[0].1),
         format!(
             "the volume reduction grows as k shrinks: {}",
@@ -98,114 +163,109 @@ pub fn run(ctx: &Context) -> Result<Outcome> {
                 .collect::<Vec<_>>()
                 .join(", ")
         ),
-    ));
+    )];
     if let Some(&(_, reduction, loss)) = reductions.iter().find(|(k, _, _)| *k == 0.1) {
-        let paper = 1.0 / (0.1 + 1.0 / sync_every as f64);
-        let off = (reduction - paper).abs() / paper;
-        claims.push(Claim::new(
-            off <= 0.02,
-            format!(
-                "SLAMB at k = 0.1 sends {}× less than LAMB, within 2% of the formula 1/(k + 1/H) \
-                 = {}× ({:.2}% off: small always-synchronised segments; paper's Table 1: 9.1× at \
-                 H = 100)",
-                num(reduction),
-                num(paper),
-                100.0 * off
-            ),
+        claims.extend(k01_claims(
+            ctx, logs, sweep, reduction, loss, sync_every, steps,
         ));
-        // Convergence claims need a reference that learned (full run only).
-        let (learned, learned_text) = if ctx.quick {
-            (true, String::new())
-        } else {
-            gates::mlm_learned(&logs[0])
-        };
-        if !ctx.quick {
-            claims.push(Claim::new(
-                learned,
-                format!("the reference learned: {learned_text}"),
-            ));
-        }
-        if let Some(&(_, _, loss_001)) = reductions.iter().find(|(k, _, _)| *k == 0.01) {
-            claims.push(gates::claim(
-                learned,
-                loss <= loss_001,
-                format!(
-                    "quality falls as k shrinks (Table 3: max F1 90.79 at k = 0.1, 87.85 at \
-                     0.01): held-out loss {} at k = 0.1, {} at k = 0.01",
-                    num(loss),
-                    num(loss_001)
-                ),
-            ));
-        }
-        // The whole order needs the full run's five ratios and length.
-        if !ctx.quick {
-            let losses: Vec<String> = reductions
-                .iter()
-                .map(|(k, _, loss)| format!("k={k}: {}", num(*loss)))
-                .collect();
-            claims.push(gates::claim(
-                learned,
-                reductions.windows(2).all(|w| w[1].2 >= w[0].2),
-                format!(
-                    "quality orders with k (SLAMB Table 3): the held-out loss rises as k shrinks: \
-                     {}",
-                    losses.join(", ")
-                ),
-            ));
-        }
-        // Parity with LAMB needs the full run's length: after 60 quick steps
-        // the sparse momenta are still far from the dense one's.
-        if !ctx.quick {
-            let k01 = logs.iter().find(|l| l.label == "slamb_k0.1");
-            let (steady, steady_text) = k01.map_or((false, "no k = 0.1 run".into()), |log| {
-                gates::gap_not_growing(&logs[0], log, steps, steps / 10)
-            });
-            claims.push(gates::claim(
-                learned,
-                steady && 100.0 * (loss - lamb_loss).abs() / lamb_loss < PARITY_PERCENT,
-                format!(
-                    "SLAMB at k = 0.1 tracks LAMB: ends within {PARITY_PERCENT}% of its held-out \
-                     loss ({} vs {}) and {steady_text}",
-                    num(loss),
-                    num(lamb_loss)
-                ),
-            ));
-        }
+    }
+    claims
+}
+
+/// The claims about SLAMB at k = 0.1 (its `reduction` and `loss`): its
+/// volume against the formula, the reference learned (full run), quality
+/// against k, parity with LAMB (full run), and its saving against 1-bit
+/// LAMB's.
+fn k01_claims(
+    ctx: &Context,
+    logs: &[RunLog],
+    sweep: &Sweep,
+    reduction: f64,
+    loss: f64,
+    sync_every: u64,
+    steps: u64,
+) -> Vec<Claim> {
+    let (reductions, lamb_loss) = (&sweep.reductions, sweep.lamb_loss);
+    let mut claims = Vec::new();
+    let paper = 1.0 / (0.1 + 1.0 / sync_every as f64);
+    let off = (reduction - paper).abs() / paper;
+    claims.push(Claim::new(
+        off <= 0.02,
+        format!(
+            "SLAMB at k = 0.1 sends {}× less than LAMB, within 2% of the formula 1/(k + 1/H) \
+             = {}× ({:.2}% off: small always-synchronised segments; paper's Table 1: 9.1× at \
+             H = 100)",
+            num(reduction),
+            num(paper),
+            100.0 * off
+        ),
+    ));
+    // Convergence claims need a reference that learned (full run only).
+    let (learned, learned_text) = if ctx.quick {
+        (true, String::new())
+    } else {
+        gates::mlm_learned(&logs[0])
+    };
+    if !ctx.quick {
         claims.push(Claim::new(
-            reduction > onebit_reduction,
+            learned,
+            format!("the reference learned: {learned_text}"),
+        ));
+    }
+    if let Some(&(_, _, loss_001)) = reductions.iter().find(|(k, _, _)| *k == 0.01) {
+        claims.push(gates::claim(
+            learned,
+            loss <= loss_001,
             format!(
-                "end to end, SLAMB at k = 0.1 saves more than 1-bit LAMB with its warmup: {}× \
-                 vs {}×",
-                num(reduction),
-                num(onebit_reduction)
+                "quality falls as k shrinks (Table 3: max F1 90.79 at k = 0.1, 87.85 at \
+                 0.01): held-out loss {} at k = 0.1, {} at k = 0.01",
+                num(loss),
+                num(loss_001)
             ),
         ));
     }
-
-    let series = loss_curves(&logs, batch as f64, ctx.pick(20, 5));
-    draw(
-        &ctx.report.path("plot.png"),
-        &Chart {
-            clip_above_start: true,
-            ..Chart::new(
-                &format!("BERT-Tiny pre-training, {WORKERS} workers: LAMB, 1-bit LAMB, SLAMB"),
-                "samples",
-                "MLM + NSP loss (moving average)",
-            )
-        },
-        &series,
-    )?;
-    Ok(Outcome {
-        title: "SLAMB: loss and volume across compression ratios (SLAMB Tables 3, 10, 14)".into(),
-        body: format!(
-            "BERT-Tiny, State of the Union addresses and SQuAD training articles, seq 128, \
-             {steps} steps of batch {batch}, {WORKERS} workers (local ranks), H = {sync_every}; \
-             1-bit LAMB freezes at step {freeze}. The config and the LAMB and 1-bit LAMB runs \
-             are `reproduce onebit-lamb`'s. Bytes are the traffic meter's count for rank 0 over \
-             the whole run.\n\n{}\n\
-             ![training loss](plot.png)\n",
-            table.markdown()
+    // The whole order needs the full run's five ratios and length.
+    if !ctx.quick {
+        let losses: Vec<String> = reductions
+            .iter()
+            .map(|(k, _, loss)| format!("k={k}: {}", num(*loss)))
+            .collect();
+        claims.push(gates::claim(
+            learned,
+            reductions.windows(2).all(|w| w[1].2 >= w[0].2),
+            format!(
+                "quality orders with k (SLAMB Table 3): the held-out loss rises as k shrinks: \
+                 {}",
+                losses.join(", ")
+            ),
+        ));
+    }
+    // Parity with LAMB needs the full run's length: after 60 quick steps
+    // the sparse momenta are still far from the dense one's.
+    if !ctx.quick {
+        let k01 = logs.iter().find(|l| l.label == "slamb_k0.1");
+        let (steady, steady_text) = k01.map_or((false, "no k = 0.1 run".into()), |log| {
+            gates::gap_not_growing(&logs[0], log, steps, steps / 10)
+        });
+        claims.push(gates::claim(
+            learned,
+            steady && 100.0 * (loss - lamb_loss).abs() / lamb_loss < PARITY_PERCENT,
+            format!(
+                "SLAMB at k = 0.1 tracks LAMB: ends within {PARITY_PERCENT}% of its held-out \
+                 loss ({} vs {}) and {steady_text}",
+                num(loss),
+                num(lamb_loss)
+            ),
+        ));
+    }
+    claims.push(Claim::new(
+        reduction > sweep.onebit_reduction,
+        format!(
+            "end to end, SLAMB at k = 0.1 saves more than 1-bit LAMB with its warmup: {}× \
+             vs {}×",
+            num(reduction),
+            num(sweep.onebit_reduction)
         ),
-        claims,
-    })
+    ));
+    claims
 }

@@ -184,15 +184,12 @@ fn report(
         .collect();
     draw(
         &ctx.report.path("plot.png"),
-        &Chart {
-            log_y: true,
-            x_ticks: Some(whole),
-            ..Chart::new(
-                "Step time per step: forward + backward + communication + optimizer",
-                "step",
-                "ms",
-            )
-        },
+        &Chart::logarithmic(
+            "Step time per step: forward + backward + communication + optimizer",
+            "step",
+            "ms",
+            whole,
+        ),
         &series,
     )?;
 

@@ -14,8 +14,7 @@
 use anyhow::Result;
 
 use super::gates::{self, PARITY_PERCENT, percent_or_diverged};
-use super::plot::{Chart, draw, loss_curves};
-use super::report::Table;
+use super::plot::draw_pretraining_loss;
 use super::runner::{RunLog, Variant, check_comparable, run_all};
 use super::{Claim, Context, Outcome, num, onebit_adam, zero_one_step_time};
 
@@ -135,17 +134,13 @@ pub fn run(ctx: &Context) -> Result<Outcome> {
     let mut logs = run_all(ctx, &shared_dir, &shared)?;
     logs.extend(run_all(ctx, &ctx.runs, &own)?);
     ctx.report.write_runs(&logs)?;
-    draw(
-        &ctx.report.path("plot.png"),
-        &Chart {
-            clip_above_start: true,
-            ..Chart::new(
-                "BERT-Tiny pre-training, 4 workers: training loss (moving average)",
-                "samples",
-                "MLM + NSP loss",
-            )
-        },
-        &loss_curves(&logs, batch as f64, ctx.pick(20, 5)),
+    draw_pretraining_loss(
+        ctx,
+        "plot.png",
+        &logs,
+        batch,
+        "BERT-Tiny pre-training, 4 workers: training loss (moving average)",
+        "MLM + NSP loss",
     )?;
     let schedule = Schedule::of(
         steps,
@@ -184,35 +179,22 @@ fn summarize(
             .expect("a variant above")
     };
     let (adam, onebit, zero_one) = (of("adam"), of("onebit_adam"), of("zero_one_adam"));
-    // One fp32 allreduce of the model, in bytes: Adam's step.
-    let fp32_step = adam.series("bytes_sent").first().map_or(0.0, |&(_, b)| b);
-    let unit = fp32_step / FP32_UNITS;
-    let analytic_onebit = (freeze as f64 * FP32_UNITS + (steps - freeze) as f64) * unit;
-    let analytic_zero_one =
-        (schedule.exact as f64 * FP32_UNITS + (schedule.compressed + schedule.syncs) as f64) * unit;
-    let (onebit_bytes, onebit_rounds) = measured(onebit);
-    let (zero_one_bytes, zero_one_rounds) = measured(zero_one);
-    let off = |measured: f64, analytic: f64| 100.0 * (measured - analytic).abs() / analytic;
+    let volumes = Volumes::of(adam, onebit, zero_one, steps, freeze, &schedule);
     let tail = (steps / 10) as usize;
-    let mut table = Table::new(&[
-        "optimizer",
-        "final held-out loss",
-        &format!("train loss, last {tail} steps"),
-        "MLM accuracy",
-        "MB sent per rank",
-        "rounds (steps that communicate)",
-        "collective calls",
-    ]);
+    let mut table = onebit_adam::loss_table(
+        tail,
+        &[
+            "MB sent per rank",
+            "rounds (steps that communicate)",
+            "collective calls",
+        ],
+    );
     let mut held = Vec::new();
     for log in logs {
-        let loss = log.final_eval("held_out_loss")?;
+        let (loss, mut cells) = onebit_adam::loss_cells(log, tail)?;
         held.push(loss);
         let (bytes, rounds) = measured(log);
-        table.row(vec![
-            log.label.clone(),
-            log.show(loss, num),
-            log.show(log.tail_mean("loss", tail), num),
-            log.show(log.final_eval("mlm_accuracy")?, num),
+        cells.extend([
             num(bytes / 1e6),
             rounds.to_string(),
             match log.series("collectives").is_empty() {
@@ -220,37 +202,14 @@ fn summarize(
                 false => format!("{}", log.total("collectives") as u64),
             },
         ]);
+        table.row(cells);
     }
     let [adam_loss, onebit_loss, zero_one_loss] = held[..] else {
         unreachable!("three variants")
     };
     let gap = |x: f64| 100.0 * (x - adam_loss) / adam_loss;
-    let volume_cut = 100.0 * (1.0 - zero_one_bytes / onebit_bytes);
-    let round_cut = 100.0 * (1.0 - zero_one_rounds as f64 / onebit_rounds as f64);
-    let counts_agree = off(onebit_bytes, analytic_onebit) <= COUNT_TOLERANCE_PERCENT
-        && off(zero_one_bytes, analytic_zero_one) <= COUNT_TOLERANCE_PERCENT
-        && zero_one_rounds == schedule.rounds()
-        && onebit_rounds == steps;
-    let counts = Claim::new(
-        counts_agree,
-        format!(
-            "bytes and rounds as the schedules give them: 1-bit Adam {} MB ({:.2}% from \
-             {} analytic), {onebit_rounds} rounds (analytic {steps}); 0/1 Adam {} MB ({:.2}% \
-             from {}), {zero_one_rounds} rounds (analytic {}: {} exact variance steps, {} \
-             compressed, {} synchronisations, {} silent local steps)",
-            num(onebit_bytes / 1e6),
-            off(onebit_bytes, analytic_onebit),
-            num(analytic_onebit / 1e6),
-            num(zero_one_bytes / 1e6),
-            off(zero_one_bytes, analytic_zero_one),
-            num(analytic_zero_one / 1e6),
-            schedule.rounds(),
-            schedule.exact,
-            schedule.compressed,
-            schedule.syncs,
-            schedule.silent
-        ),
-    );
+    let counts = volumes.counts_claim(steps, &schedule);
+    let (volume_cut, round_cut) = volumes.cuts();
     let claims = if ctx.quick {
         vec![
             counts,
@@ -316,6 +275,90 @@ fn summarize(
         ),
         claims,
     })
+}
+
+/// 1-bit Adam's and 0/1 Adam's measured bytes and rounds beside the
+/// volumes their schedules give.
+struct Volumes {
+    analytic_onebit: f64,
+    analytic_zero_one: f64,
+    onebit_bytes: f64,
+    onebit_rounds: u64,
+    zero_one_bytes: f64,
+    zero_one_rounds: u64,
+}
+
+impl Volumes {
+    fn of(
+        adam: &RunLog,
+        onebit: &RunLog,
+        zero_one: &RunLog,
+        steps: u64,
+        freeze: u64,
+        schedule: &Schedule,
+    ) -> Self {
+        // One fp32 allreduce of the model, in bytes: Adam's step.
+        let fp32_step = adam.series("bytes_sent").first().map_or(0.0, |&(_, b)| b);
+        let unit = fp32_step / FP32_UNITS;
+        let (onebit_bytes, onebit_rounds) = measured(onebit);
+        let (zero_one_bytes, zero_one_rounds) = measured(zero_one);
+        Self {
+            analytic_onebit: (freeze as f64 * FP32_UNITS + (steps - freeze) as f64) * unit,
+            analytic_zero_one: (schedule.exact as f64 * FP32_UNITS
+                + (schedule.compressed + schedule.syncs) as f64)
+                * unit,
+            onebit_bytes,
+            onebit_rounds,
+            zero_one_bytes,
+            zero_one_rounds,
+        }
+    }
+
+    /// 0/1 Adam's volume and rounds below 1-bit Adam's, in percent.
+    fn cuts(&self) -> (f64, f64) {
+        (
+            100.0 * (1.0 - self.zero_one_bytes / self.onebit_bytes),
+            100.0 * (1.0 - self.zero_one_rounds as f64 / self.onebit_rounds as f64),
+        )
+    }
+
+    /// Bytes within [`COUNT_TOLERANCE_PERCENT`] of the analytic volumes
+    /// and rounds exactly as the schedules give them.
+    fn counts_claim(&self, steps: u64, schedule: &Schedule) -> Claim {
+        let off = |measured: f64, analytic: f64| 100.0 * (measured - analytic).abs() / analytic;
+        let Self {
+            analytic_onebit,
+            analytic_zero_one,
+            onebit_bytes,
+            onebit_rounds,
+            zero_one_bytes,
+            zero_one_rounds,
+        } = *self;
+        let counts_agree = off(onebit_bytes, analytic_onebit) <= COUNT_TOLERANCE_PERCENT
+            && off(zero_one_bytes, analytic_zero_one) <= COUNT_TOLERANCE_PERCENT
+            && zero_one_rounds == schedule.rounds()
+            && onebit_rounds == steps;
+        Claim::new(
+            counts_agree,
+            format!(
+                "bytes and rounds as the schedules give them: 1-bit Adam {} MB ({:.2}% from \
+                 {} analytic), {onebit_rounds} rounds (analytic {steps}); 0/1 Adam {} MB \
+                 ({:.2}% from {}), {zero_one_rounds} rounds (analytic {}: {} exact variance \
+                 steps, {} compressed, {} synchronisations, {} silent local steps)",
+                num(onebit_bytes / 1e6),
+                off(onebit_bytes, analytic_onebit),
+                num(analytic_onebit / 1e6),
+                num(zero_one_bytes / 1e6),
+                off(zero_one_bytes, analytic_zero_one),
+                num(analytic_zero_one / 1e6),
+                schedule.rounds(),
+                schedule.exact,
+                schedule.compressed,
+                schedule.syncs,
+                schedule.silent
+            ),
+        )
+    }
 }
 
 #[cfg(test)]
