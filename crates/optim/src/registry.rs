@@ -16,6 +16,7 @@ use crate::{
     Adam, AdamConfig, Lamb, LambConfig, OneBitAdamConfig, OneBitLambConfig, OptimError,
     ParamLayout, Sgd, SgdConfig, SlambConfig, ZeroOneAdamConfig,
 };
+use crate::{WithCompression, WithMoments};
 
 /// One optimizer, chosen by `name` in a config file.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -127,10 +128,53 @@ impl OptimizerConfig {
     }
 }
 
+impl OptimizerConfig {
+    /// Every registered optimizer, in the registry's order, set to reach
+    /// each of its stages in a short run: weight decay 0.01, a freeze (or
+    /// 0/1 Adam's variance freeze, SLAMB's first model average) after
+    /// `warmup` steps, and SLAMB's mask sparse on segments of 1000 elements
+    /// and more. The parity checks (device against host, `mpirun` against
+    /// local ranks, `terse-optim-check`) run every rule in this form, so a
+    /// variant added here is covered by all of them; a test keeps this
+    /// list equal to the names.
+    pub fn short_runs(warmup: u64) -> Vec<Self> {
+        let onebit_adam = OneBitAdamConfig::default()
+            .with_weight_decay(0.01)
+            .with_freeze_step(warmup);
+        let onebit_lamb = OneBitLambConfig::default()
+            .with_weight_decay(0.01)
+            .with_freeze_step(warmup);
+        vec![
+            Self::Adam(AdamConfig::default().with_weight_decay(0.01)),
+            Self::Lamb(LambConfig::default().with_weight_decay(0.01)),
+            Self::Sgd(SgdConfig::default()),
+            Self::OnebitAdam(onebit_adam.clone()),
+            Self::OnebitAdamFp32(onebit_adam.clone()),
+            Self::AdamOnebitNaive(onebit_adam),
+            Self::OnebitLamb(onebit_lamb.clone()),
+            Self::LambOnebitBasic(onebit_lamb),
+            Self::Slamb(SlambConfig {
+                k: 0.25,
+                sync_every: warmup.max(1),
+                always_sync_below: 1000,
+                mask_seed: 5,
+                ..SlambConfig::default().with_weight_decay(0.01)
+            }),
+            Self::ZeroOneAdam(ZeroOneAdamConfig {
+                var_freeze_step: warmup,
+                var_update_scaler: 2,
+                local_step_scaler: 2,
+                local_step_clipper: 4,
+                ..ZeroOneAdamConfig::default().with_weight_decay(0.01)
+            }),
+        ]
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::{EpsMode, WithMoments};
+    use crate::EpsMode;
 
     #[test]
     fn the_names_file_lists_every_variant_in_order() {
@@ -155,6 +199,16 @@ mod tests {
         for name in listed {
             let config: OptimizerConfig = toml::from_str(&format!("name = \"{name}\"")).unwrap();
             assert_eq!(config.name(), name);
+        }
+    }
+
+    #[test]
+    fn short_runs_cover_every_name_once_and_validate() {
+        let runs = OptimizerConfig::short_runs(3);
+        let names: Vec<&str> = runs.iter().map(OptimizerConfig::name).collect();
+        assert_eq!(names, OPTIMIZER_NAMES.lines().collect::<Vec<_>>());
+        for run in &runs {
+            run.validate().unwrap();
         }
     }
 

@@ -12,13 +12,12 @@
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::Duration;
-use terse_optim::{WithCompression, WithMoments, WithOneBitAllreduce};
 
 use clap::{Parser, ValueEnum};
 use terse_comm::{Communicator, LocalComm, SparseValues};
 use terse_optim::{
-    AdamConfig, LambConfig, LrSchedule, MaskKind, OneBitAdamConfig, OneBitLambConfig, Optimizer,
-    OptimizerConfig, ParamLayout, RatioKind, ScaleKind, SgdConfig, SlambConfig, ZeroOneAdamConfig,
+    LrSchedule, MaskKind, OneBitLambConfig, Optimizer, OptimizerConfig, ParamLayout, RatioKind,
+    ScaleKind, SlambConfig, WithOneBitAllreduce,
 };
 use terse_rng::{SplitMix64, mix64};
 
@@ -61,68 +60,50 @@ fn layout() -> ParamLayout {
     ])
 }
 
-/// Every optimizer, with the options that change its communication.
-fn optimizers() -> Vec<(&'static str, OptimizerConfig)> {
-    let adam = OneBitAdamConfig::default()
-        .with_weight_decay(0.01)
-        .with_freeze_step(FREEZE);
-    let lamb = OneBitLambConfig::default()
-        .with_weight_decay(0.01)
-        .with_freeze_step(FREEZE);
-    let slamb = SlambConfig {
-        k: 0.25,
-        sync_every: 7,
-        always_sync_below: 1000,
-        mask_seed: 5,
-        ..SlambConfig::default().with_weight_decay(0.01)
+/// Every registered optimizer (labelled by its name, the registry's short
+/// run with its freeze after step 8), then the options that change what
+/// travels under labels of their own.
+fn optimizers() -> Vec<(String, OptimizerConfig)> {
+    let mut all: Vec<(String, OptimizerConfig)> = OptimizerConfig::short_runs(FREEZE)
+        .into_iter()
+        .map(|config| (config.name().to_string(), config))
+        .collect();
+    let variant = |name: &str| {
+        all.iter()
+            .find(|(label, _)| label == name)
+            .map(|(_, config)| config.clone())
+            .expect("registered")
     };
-    vec![
-        ("adam", OptimizerConfig::Adam(AdamConfig::default())),
-        ("lamb", OptimizerConfig::Lamb(LambConfig::default())),
-        ("sgd", OptimizerConfig::Sgd(SgdConfig::default())),
-        ("onebit_adam", OptimizerConfig::OnebitAdam(adam.clone())),
+    let (OptimizerConfig::OnebitAdam(adam), OptimizerConfig::OnebitLamb(lamb)) =
+        (variant("onebit_adam"), variant("onebit_lamb"))
+    else {
+        unreachable!("the registry's variants for these names")
+    };
+    let OptimizerConfig::Slamb(slamb) = variant("slamb") else {
+        unreachable!("the registry's variant for slamb")
+    };
+    all.extend([
         (
-            "onebit_adam_l2_block64",
-            OptimizerConfig::OnebitAdam(
-                adam.clone()
-                    .with_scale(ScaleKind::L2)
-                    .with_scale_block(Some(64)),
-            ),
+            "onebit_adam_l2_block64".to_string(),
+            OptimizerConfig::OnebitAdam(adam.with_scale(ScaleKind::L2).with_scale_block(Some(64))),
         ),
         (
-            "onebit_adam_fp32",
-            OptimizerConfig::OnebitAdamFp32(adam.clone()),
-        ),
-        ("adam_onebit_naive", OptimizerConfig::AdamOnebitNaive(adam)),
-        ("onebit_lamb", OptimizerConfig::OnebitLamb(lamb.clone())),
-        (
-            "onebit_lamb_variance",
+            "onebit_lamb_variance".to_string(),
             OptimizerConfig::OnebitLamb(OneBitLambConfig {
                 ratio: RatioKind::Variance,
-                ..lamb.clone()
+                ..lamb
             }),
         ),
-        ("lamb_onebit_basic", OptimizerConfig::LambOnebitBasic(lamb)),
         (
-            "zero_one_adam",
-            OptimizerConfig::ZeroOneAdam(ZeroOneAdamConfig {
-                var_freeze_step: FREEZE,
-                var_update_scaler: 2,
-                local_step_scaler: 4,
-                local_step_clipper: 8,
-                ..ZeroOneAdamConfig::default().with_weight_decay(0.01)
-            }),
-        ),
-        ("slamb", OptimizerConfig::Slamb(slamb.clone())),
-        (
-            "slamb_cyclic_f16",
+            "slamb_cyclic_f16".to_string(),
             OptimizerConfig::Slamb(SlambConfig {
                 mask: MaskKind::Cyclic,
                 values: SparseValues::F16,
                 ..slamb
             }),
         ),
-    ]
+    ]);
+    all
 }
 
 fn seeded(seed: u64, len: usize, f: impl Fn(&mut SplitMix64) -> f32) -> Vec<f32> {
@@ -200,7 +181,7 @@ fn run_one(
 fn run(comm: &dyn Communicator, args: &Args) -> Result<(), String> {
     std::fs::create_dir_all(&args.out).map_err(|e| format!("{}: {e}", args.out.display()))?;
     for (label, config) in optimizers() {
-        run_one(comm, label, config, args.steps, &args.out)?;
+        run_one(comm, &label, config, args.steps, &args.out)?;
     }
     Ok(())
 }
