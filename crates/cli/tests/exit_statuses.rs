@@ -60,10 +60,7 @@ fn marks_the_divergence(line: &str, stderr: &str) -> bool {
 
 #[test]
 fn a_diverged_run_exits_3_alone_and_under_mpirun() {
-    let scratch = tempfile::Builder::new()
-        .prefix("terse-diverge-")
-        .tempdir()
-        .unwrap();
+    let scratch = tempfile::tempdir().unwrap();
     let run_dir = scratch.path().join("run");
     let mut alone = Command::new(env!("CARGO_BIN_EXE_terse"));
     alone.args(diverging(&run_dir));

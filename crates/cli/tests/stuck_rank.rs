@@ -31,8 +31,8 @@ fn scratch() -> (tempfile::TempDir, PathBuf, PathBuf) {
 /// `mpirun -np 2 terse pretrain …` of `steps` steps with `timeout_s` as the
 /// collective deadline, its output into `log`.
 fn job(run_dir: &Path, steps: u64, timeout_s: u64, log: &Path, extra: &[&str]) -> Child {
-    let log = std::fs::File::create(log).unwrap();
-    Command::new("mpirun")
+    let mut command = Command::new("mpirun");
+    command
         .args(["--oversubscribe", "-np", "2", "-x", "RAYON_NUM_THREADS=1"])
         .arg(env!("CARGO_BIN_EXE_terse"))
         .args(["pretrain", "--no-progress", "--config"])
@@ -42,13 +42,22 @@ fn job(run_dir: &Path, steps: u64, timeout_s: u64, log: &Path, extra: &[&str]) -
         .args(["--set", &format!("train.collective_timeout_s={timeout_s}")])
         .arg("--run-dir")
         .arg(run_dir)
-        .args(extra)
+        .args(extra);
+    start(command, log, "mpirun starts (apt-get install openmpi-bin)")
+}
+
+/// Starts `command` from the workspace in a process group of its own (so
+/// the whole job can be signalled), its output into `log`; `starts` says
+/// what a failure to start means.
+fn start(mut command: Command, log: &Path, starts: &str) -> Child {
+    let log = std::fs::File::create(log).unwrap();
+    command
         .current_dir(common::workspace())
         .stdout(log.try_clone().unwrap())
         .stderr(log)
         .process_group(0)
         .spawn()
-        .expect("mpirun starts (apt-get install openmpi-bin)")
+        .expect(starts)
 }
 
 /// The pid of MPI rank `rank` of the job writing `run_dir`, once it has
@@ -238,7 +247,6 @@ fn fifo_job(run_dir: &Path, ranks: Ranks, timeout_s: u64, log: &Path) -> Child {
     let fifo = run_dir.join("metrics.jsonl");
     let status = Command::new("mkfifo").arg(&fifo).status().unwrap();
     assert!(status.success(), "mkfifo {}", fifo.display());
-    let log = std::fs::File::create(log).unwrap();
     let mut command = match ranks {
         Ranks::Local => {
             let mut c = Command::new(env!("CARGO_BIN_EXE_terse"));
@@ -262,13 +270,7 @@ fn fifo_job(run_dir: &Path, ranks: Ranks, timeout_s: u64, log: &Path) -> Child {
     if let Ranks::Local = ranks {
         command.args(["--local-ranks", "2"]);
     }
-    command
-        .current_dir(common::workspace())
-        .stdout(log.try_clone().unwrap())
-        .stderr(log)
-        .process_group(0)
-        .spawn()
-        .expect("terse starts")
+    start(command, log, "terse starts")
 }
 
 /// Waits until `log` holds `what` (the job still running).

@@ -274,10 +274,7 @@ fn numbered(k: u32) -> PretrainExample {
 fn rank_shares_cover_every_example_once_and_shuffle_per_epoch() {
     // Shards of 4, 0 and 6 examples (an empty one in the middle): 10 in all.
     // The directory's prefix is how the error below is seen to name it.
-    let dir_tmp = tempfile::Builder::new()
-        .prefix("terse-pretrain-ranks-")
-        .tempdir()
-        .unwrap();
+    let dir_tmp = tempfile::TempDir::with_prefix("terse-pretrain-ranks-").unwrap();
     let dir = dir_tmp.path();
     let all: Vec<PretrainExample> = (0..10).map(numbered).collect();
     write_shard(&dir.join("a.shard"), &all[..4], 8, 2, 30_522).unwrap();

@@ -20,7 +20,7 @@ mod deepspeed_setup;
 
 use std::collections::HashMap;
 
-use deepspeed_setup::{fixture, relative_l2, replay};
+use deepspeed_setup::{fixture, parameters, relative_l2, replay};
 
 use terse_optim::{
     OneBitLambConfig, OptimizerConfig, ParamLayout, RatioKind, ScaleKind, WithCompression,
@@ -77,7 +77,7 @@ fn worst_distance(
 ) -> (f64, String) {
     let (config, layout) = (OptimizerConfig::OnebitLamb(config.clone()), layout());
     // terse's parameters on every rank after each of DeepSpeed's steps.
-    let terse = |world| replay(f, run, world, &config, &layout, STEPS);
+    let terse = |world| replay(f, run, world, &config, &layout, STEPS, parameters);
     let moved =
         |x: &[f32], x0: &[f32]| -> Vec<f32> { x.iter().zip(x0).map(|(a, b)| a - b).collect() };
     deepspeed_setup::worst_distance(f, run, DS_FREEZE, terse, |x, ds| {

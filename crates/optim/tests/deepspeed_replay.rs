@@ -28,7 +28,7 @@ mod deepspeed_setup;
 
 use std::collections::HashMap;
 
-use deepspeed_setup::{fixture, replay, squared_distance, squared_norm};
+use deepspeed_setup::{fixture, parameters, replay, squared_distance, squared_norm};
 
 use terse_optim::{
     OneBitAdamConfig, OptimizerConfig, ParamLayout, ScaleKind, WithCompression, WithMoments,
@@ -80,7 +80,7 @@ fn worst_distance(
 ) -> (f64, String) {
     let (config, layout) = (OptimizerConfig::OnebitAdam(config.clone()), layout());
     // terse's parameters on every rank after each of DeepSpeed's steps.
-    let terse = |world| replay(f, variant, world, &config, &layout, STEPS);
+    let terse = |world| replay(f, variant, world, &config, &layout, STEPS, parameters);
     deepspeed_setup::worst_distance(f, variant, DS_FREEZE, terse, |x, ds| {
         relative_l2(x, ds.after, ds.before)
     })

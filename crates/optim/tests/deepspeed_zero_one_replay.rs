@@ -29,7 +29,7 @@ mod deepspeed_setup;
 
 use std::collections::HashMap;
 
-use deepspeed_setup::{fixture, relative_l2, replay_with};
+use deepspeed_setup::{fixture, relative_l2, replay};
 
 use terse_optim::{
     OneBitAllreduceConfig, OptimizerConfig, ParamLayout, ScaleKind, Stage, WithMoments,
@@ -66,7 +66,7 @@ fn terse_run(
     });
     // A matrix: terse leaves vectors undecayed, DeepSpeed decays its group.
     let layout = ParamLayout::from_shapes([("p".to_string(), vec![17, 59])]);
-    replay_with(f, run, world, &config, &layout, DS_STEPS, |x, report| {
+    replay(f, run, world, &config, &layout, DS_STEPS, |x, report| {
         (x.to_vec(), report.stage)
     })
 }

@@ -349,7 +349,7 @@ mod tests {
     /// `name` holding `content` in a scratch directory, which is removed
     /// when the returned guard drops.
     fn scratch_file(name: &str, content: &str) -> (tempfile::TempDir, std::path::PathBuf) {
-        let scratch = tempfile::Builder::new().prefix("terse-").tempdir().unwrap();
+        let scratch = tempfile::tempdir().unwrap();
         let path = scratch.path().join(name);
         std::fs::write(&path, content).unwrap();
         (scratch, path)
@@ -407,16 +407,10 @@ mod tests {
 
     #[test]
     fn plain_corpus_keeps_documents() {
-        let scratch = tempfile::Builder::new()
-            .prefix("terse-plain-")
-            .tempdir()
-            .unwrap();
-        let path = scratch.path().join("plain.txt");
-        std::fs::write(
-            &path,
+        let (_scratch, path) = scratch_file(
+            "plain.txt",
             "A one.\nA two.\n\n\n B one. \n\nC one.\nC two.\nC three.",
-        )
-        .unwrap();
+        );
         let docs = read_plain_corpus(&path).unwrap();
         let sentences: Vec<Vec<&str>> = docs
             .iter()

@@ -53,20 +53,9 @@ pub fn relative_l2(a: &[f32], b: &[f32]) -> f64 {
 /// initialises; index 0 is its step 2), stepping `config` on `layout` at
 /// DeepSpeed's constant rate from the fixture's `{run}/w{world}/x0` with
 /// each rank's `{run}/w{world}/r{rank}/t{step}/grad`: `[step][rank]`.
-pub fn replay(
-    f: &HashMap<String, Vec<f32>>,
-    run: &str,
-    world: usize,
-    config: &terse_optim::OptimizerConfig,
-    layout: &terse_optim::ParamLayout,
-    steps: u64,
-) -> Vec<Vec<Vec<f32>>> {
-    replay_with(f, run, world, config, layout, steps, |x, _| x.to_vec())
-}
-
-/// [`replay`], keeping of each step what `keep` takes from the parameters
-/// after it and the step's report: `[step][rank]`.
-pub fn replay_with<T: Clone + Send>(
+/// Of each step, `keep` takes what it needs from the parameters after it
+/// and the step's report (the parameters alone: [`parameters`]).
+pub fn replay<T: Clone + Send>(
     f: &HashMap<String, Vec<f32>>,
     run: &str,
     world: usize,
@@ -93,6 +82,11 @@ pub fn replay_with<T: Clone + Send>(
     (0..per_rank[0].len())
         .map(|s| per_rank.iter().map(|xs| xs[s].clone()).collect())
         .collect()
+}
+
+/// What [`replay`] keeps where only the parameters are compared.
+pub fn parameters(x: &[f32], _: &terse_optim::StepReport) -> Vec<f32> {
+    x.to_vec()
 }
 
 /// DeepSpeed's parameters of one rank around one of its steps, and at the
