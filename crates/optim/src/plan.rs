@@ -7,9 +7,10 @@ use std::fmt;
 use std::ops::RangeInclusive;
 
 use crate::zero_one_adam::schedule::ZeroOneSchedule;
-use crate::{FreezeConfig, FreezeRule, LrSchedule, OptimizerConfig, ZeroOneAdamConfig};
+use crate::{FreezeConfig, FreezeRule, LrSchedule, ZeroOneAdamConfig};
 
-/// The stages of a run of `steps` steps.
+/// The stages of a run of `steps` steps (each rule's arm of
+/// `OptimizerConfig::plan` is in the registry).
 #[derive(Debug, Clone, PartialEq)]
 pub struct Plan {
     /// Step ranges and what each sends.
@@ -17,6 +18,16 @@ pub struct Plan {
     /// A freeze-based optimizer whose warmup outlasts the run: it never
     /// leaves its uncompressed stage.
     pub freeze_unreachable: bool,
+}
+
+impl Plan {
+    /// One stage over the whole run of `steps` steps.
+    pub(crate) fn whole(steps: u64, what: impl Into<String>) -> Self {
+        Self {
+            stages: vec![(1..=steps, what.into())],
+            freeze_unreachable: false,
+        }
+    }
 }
 
 impl fmt::Display for Plan {
@@ -35,51 +46,10 @@ impl fmt::Display for Plan {
     }
 }
 
-impl OptimizerConfig {
-    /// The plan of a run of `steps` steps under `schedule`.
-    pub fn plan(&self, steps: u64, schedule: &LrSchedule) -> Plan {
-        let whole = |what: String| Plan {
-            stages: vec![(1..=steps, what)],
-            freeze_unreachable: false,
-        };
-        let fp32 = "fp32 gradient allreduce".to_string();
-        match self {
-            Self::Adam(_) | Self::Lamb(_) | Self::Sgd(_) => whole(fp32),
-            Self::AdamOnebitNaive(_) => whole("1-bit compressed gradient (ablation)".into()),
-            Self::Slamb(c) => whole(format!(
-                "sparse momentum (k = {}), parameters averaged every {} steps",
-                c.k, c.sync_every
-            )),
-            Self::OnebitAdam(c) => frozen(
-                &c.compression,
-                c.moments.beta_2,
-                steps,
-                schedule,
-                "1-bit compressed momentum",
-            ),
-            Self::OnebitAdamFp32(c) => frozen(
-                &c.compression,
-                c.moments.beta_2,
-                steps,
-                schedule,
-                "fp32 momentum allreduce, variance frozen (ablation)",
-            ),
-            Self::OnebitLamb(c) | Self::LambOnebitBasic(c) => frozen(
-                &c.compression,
-                c.moments.beta_2,
-                steps,
-                schedule,
-                "1-bit compressed momentum",
-            ),
-            Self::ZeroOneAdam(c) => zero_one(c, steps),
-        }
-    }
-}
-
 /// 0/1 Adam's two stages, with the steps of each kind counted by running
 /// its schedules: which steps allreduce the gradient in fp32, which send
 /// it 1-bit compressed, which are local and which synchronise.
-fn zero_one(c: &ZeroOneAdamConfig, steps: u64) -> Plan {
+pub(crate) fn zero_one(c: &ZeroOneAdamConfig, steps: u64) -> Plan {
     let mut schedule = ZeroOneSchedule::new(
         c.var_update_scaler,
         c.local_step_scaler,
@@ -136,7 +106,7 @@ fn zero_one(c: &ZeroOneAdamConfig, steps: u64) -> Plan {
 }
 
 /// A warmup of fp32 allreduce, then `after` from the step after the freeze.
-fn frozen(
+pub(crate) fn frozen(
     compression: &FreezeConfig,
     beta_2: f64,
     steps: u64,
@@ -188,6 +158,7 @@ fn frozen(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::OptimizerConfig;
 
     fn config(text: &str) -> OptimizerConfig {
         toml::from_str(text).unwrap()

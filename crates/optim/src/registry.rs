@@ -1,19 +1,23 @@
 //! The registry of optimizers: the `name` a config file gives, its config
-//! type, and the rule built from it. Adding an optimizer is its own file and
-//! one variant (with its `name` and `build` arms) here, and its name in
+//! type, the rule built from it, the plan it prints and the short run every
+//! parity check steps it in. Adding an optimizer touches four files: its
+//! own (config and rule, from the element-wise passes of `pass/`, which
+//! give it a host loop and a device kernel), one variant here with its
+//! arms, its `mod`/`pub use` in `lib.rs`, and its name in
 //! `optimizer-names.txt` (the list tools outside the workspace's crates
-//! read; a test here keeps the two equal).
+//! read; a test here keeps the two equal). docs/ARCHITECTURE.md says how.
 
 use serde::{Deserialize, Serialize};
 use terse_comm::Communicator;
 
 use crate::onebit_adam::{AdamVariant, OneBitAdam};
 use crate::onebit_lamb::OneBitLamb;
+use crate::plan::{self, Plan};
 use crate::slamb::Slamb;
 use crate::step::FlatOptimizer;
 use crate::zero_one_adam::ZeroOneAdam;
 use crate::{
-    Adam, AdamConfig, Lamb, LambConfig, OneBitAdamConfig, OneBitLambConfig, OptimError,
+    Adam, AdamConfig, Lamb, LambConfig, LrSchedule, OneBitAdamConfig, OneBitLambConfig, OptimError,
     ParamLayout, Sgd, SgdConfig, SlambConfig, ZeroOneAdamConfig,
 };
 use crate::{WithCompression, WithMoments};
@@ -125,6 +129,45 @@ impl OptimizerConfig {
             Self::Slamb(c) => Box::new(Slamb::new(c.clone(), layout, comm)),
             Self::ZeroOneAdam(c) => Box::new(ZeroOneAdam::new(c.clone(), name, layout, comm)?),
         })
+    }
+}
+
+impl OptimizerConfig {
+    /// The plan of a run of `steps` steps under `schedule` (what each part
+    /// of the run sends, printed before step 1).
+    pub fn plan(&self, steps: u64, schedule: &LrSchedule) -> Plan {
+        let whole = |what: String| Plan::whole(steps, what);
+        let fp32 = "fp32 gradient allreduce".to_string();
+        match self {
+            Self::Adam(_) | Self::Lamb(_) | Self::Sgd(_) => whole(fp32),
+            Self::AdamOnebitNaive(_) => whole("1-bit compressed gradient (ablation)".into()),
+            Self::Slamb(c) => whole(format!(
+                "sparse momentum (k = {}), parameters averaged every {} steps",
+                c.k, c.sync_every
+            )),
+            Self::OnebitAdam(c) => plan::frozen(
+                &c.compression,
+                c.moments.beta_2,
+                steps,
+                schedule,
+                "1-bit compressed momentum",
+            ),
+            Self::OnebitAdamFp32(c) => plan::frozen(
+                &c.compression,
+                c.moments.beta_2,
+                steps,
+                schedule,
+                "fp32 momentum allreduce, variance frozen (ablation)",
+            ),
+            Self::OnebitLamb(c) | Self::LambOnebitBasic(c) => plan::frozen(
+                &c.compression,
+                c.moments.beta_2,
+                steps,
+                schedule,
+                "1-bit compressed momentum",
+            ),
+            Self::ZeroOneAdam(c) => plan::zero_one(c, steps),
+        }
     }
 }
 
