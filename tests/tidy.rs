@@ -6,6 +6,9 @@
 use std::path::{Path, PathBuf};
 
 const MAX_LINES: usize = 600;
+/// The most lines a function in crates/ may span, from `fn` to its closing
+/// brace: past it, a reader no longer follows one thing (issue 51).
+const MAX_FN_LINES: usize = 120;
 /// Files allowed past MAX_LINES, each with its reason.
 const LONG_FILES: &[(&str, &str)] = &[];
 
@@ -108,4 +111,56 @@ fn files_stay_small() {
         .map(|(path, text)| format!("{path} ({} lines)", text.lines().count()))
         .collect();
     assert!(long.is_empty(), "files over {MAX_LINES} lines: {long:?}");
+}
+
+/// Every function body in a parsed file longer than [`MAX_FN_LINES`], as
+/// `name (N lines, line L)`.
+struct LongFunctions(Vec<String>);
+
+impl LongFunctions {
+    fn check(&mut self, name: &syn::Ident, fn_token: &syn::token::Fn, body: &syn::Block) {
+        let first = fn_token.span.start().line;
+        let last = body.brace_token.span.close().end().line;
+        let lines = last + 1 - first;
+        if lines > MAX_FN_LINES {
+            self.0.push(format!("{name} ({lines} lines, line {first})"));
+        }
+    }
+}
+
+impl<'ast> syn::visit::Visit<'ast> for LongFunctions {
+    fn visit_item_fn(&mut self, f: &'ast syn::ItemFn) {
+        self.check(&f.sig.ident, &f.sig.fn_token, &f.block);
+        syn::visit::visit_item_fn(self, f);
+    }
+
+    fn visit_impl_item_fn(&mut self, f: &'ast syn::ImplItemFn) {
+        self.check(&f.sig.ident, &f.sig.fn_token, &f.block);
+        syn::visit::visit_impl_item_fn(self, f);
+    }
+
+    fn visit_trait_item_fn(&mut self, f: &'ast syn::TraitItemFn) {
+        if let Some(body) = &f.default {
+            self.check(&f.sig.ident, &f.sig.fn_token, body);
+        }
+        syn::visit::visit_trait_item_fn(self, f);
+    }
+}
+
+#[test]
+fn functions_in_crates_stay_short() {
+    let mut long = Vec::new();
+    for (path, text) in sources() {
+        if !path.starts_with("crates/") {
+            continue;
+        }
+        let file = syn::parse_file(&text).unwrap_or_else(|e| panic!("{path}: {e}"));
+        let mut found = LongFunctions(Vec::new());
+        syn::visit::Visit::visit_file(&mut found, &file);
+        long.extend(found.0.into_iter().map(|f| format!("{path}: {f}")));
+    }
+    assert!(
+        long.is_empty(),
+        "functions over {MAX_FN_LINES} lines: {long:#?}"
+    );
 }
