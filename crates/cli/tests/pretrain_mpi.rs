@@ -117,7 +117,7 @@ fn refused(command: &mut Command) -> String {
     message
 }
 
-/// 1. The uninterrupted run into `whole`: warmup then compression, the
+/// Step 1: The uninterrupted run into `whole`: warmup then compression, the
 /// loss falls, compression sends far fewer bytes, the ranks agree. Rank
 /// 0's final weights.
 fn uninterrupted(whole: &Path) -> Vec<(String, Vec<u8>)> {
@@ -163,7 +163,7 @@ fn threads_agree(weights: &[(String, Vec<u8>)]) {
     every_rank_logged(&threads_dir);
 }
 
-/// 2. kill -9 of the whole job in `killed` once a compression-stage
+/// Step 2: kill -9 of the whole job in `killed` once a compression-stage
 /// checkpoint exists, then `--resume`: the same steps, losses and weights
 /// as the uninterrupted run in `whole`.
 fn killed_and_resumed(killed: &Path, whole: &Path, weights: &[(String, Vec<u8>)]) {
@@ -212,7 +212,7 @@ fn killed_and_resumed(killed: &Path, whole: &Path, weights: &[(String, Vec<u8>)]
     }
 }
 
-/// 3. Damage: one flipped byte in a rank's optimizer state of `whole`.
+/// Step 3: Damage: one flipped byte in a rank's optimizer state of `whole`.
 fn damage_is_refused(whole: &Path) {
     let damaged = checkpoint(whole, STEPS).join("optimizer-rank-1.safetensors");
     let mut bytes = std::fs::read(&damaged).unwrap();
@@ -226,7 +226,7 @@ fn damage_is_refused(whole: &Path) {
     );
 }
 
-/// 4. Another optimizer cannot continue the state in `killed`, nor
+/// Step 4: Another optimizer cannot continue the state in `killed`, nor
 /// another world size (the error buffers are per rank).
 fn another_optimizer_or_world_is_refused(killed: &Path) {
     let message = refused(&mut terse(
@@ -256,7 +256,7 @@ fn another_optimizer_or_world_is_refused(killed: &Path) {
     );
 }
 
-/// 5. SIGTERM: the run checkpoints the step it is at and stops; the
+/// Step 5: SIGTERM: the run checkpoints the step it is at and stops; the
 /// resume (here on the threads backend) still ends where the
 /// uninterrupted run did.
 fn sigterm_then_resume(weights: &[(String, Vec<u8>)]) {

@@ -83,8 +83,7 @@ fn windows_offsets_max_context_and_labels_by_hand() {
     // tokens per window; stride 3. Windows (context token ranges):
     // A 0..=5, B 3..=8, C 6..=11, then 9 + 6 > 13 so D 9..=12 (length 4)
     // reaches the end.
-    let config = config(6);
-    let featurizer = SquadFeaturizer::new(&tokenizer, config).unwrap();
+    let featurizer = SquadFeaturizer::new(&tokenizer, config(6)).unwrap();
     let features = featurizer.featurize(&examples).unwrap();
     assert_eq!(features.len(), 8, "4 windows for each of the 2 questions");
     let windows = [(0usize, 6usize), (3, 6), (6, 6), (9, 4)];
@@ -160,8 +159,7 @@ fn long_questions_are_cut_to_max_query() {
     let examples = examples();
     // The question keeps where, did, the; windows of 15 − 3 − 3 = 9 tokens:
     // 0..=8, 3..=11, then 6..=12 (7 tokens) reaches the end.
-    let config = config(3);
-    let featurizer = SquadFeaturizer::new(&tokenizer, config).unwrap();
+    let featurizer = SquadFeaturizer::new(&tokenizer, config(3)).unwrap();
     let features = featurizer.featurize_example(0, &examples[0]).unwrap();
     assert_eq!(features.len(), 3);
     let mut first = vec![CLS, 2073, 2106, 1996, SEP];

@@ -37,7 +37,7 @@ fn run_with_stop(
             if Some(t) == stop {
                 // Local ranks split the warmup's update: the state is
                 // gathered whole before it is saved.
-                reload_through(dir, &mut opt, comm, &fresh);
+                reload_through(dir, &mut opt, comm, fresh);
                 assert_eq!(opt.step_count(), t);
             }
         }

@@ -249,7 +249,7 @@ fn run(
             xs.push(x.clone());
             stages.push(report.stage);
             if Some(t) == stop {
-                reload_through(dir, &mut opt, comm, &fresh);
+                reload_through(dir, &mut opt, comm, fresh);
             }
         }
         opt.finish_flat(&mut x, comm).unwrap();
