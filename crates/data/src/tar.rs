@@ -109,10 +109,7 @@ mod tests {
 
     #[test]
     fn reads_what_gnu_tar_writes() {
-        let scratch = tempfile::Builder::new()
-            .prefix("terse-tar-")
-            .tempdir()
-            .unwrap();
+        let scratch = tempfile::tempdir().unwrap();
         let dir = scratch.path();
         let long = "package/".to_string() + &"d".repeat(90) + "/data";
         std::fs::create_dir_all(dir.join(&long)).unwrap();
@@ -189,10 +186,7 @@ mod tests {
     fn refuses_escaping_names_and_links() {
         use ::tar::EntryType::{Link, Regular, Symlink};
 
-        let scratch = tempfile::Builder::new()
-            .prefix("terse-tar-refuse-")
-            .tempdir()
-            .unwrap();
+        let scratch = tempfile::tempdir().unwrap();
         let dir = scratch.path();
         let cases: [(&str, &[u8], _, &str); 5] = [
             ("dotdot.tar", b"../evil", Regular, "`..` component"),

@@ -46,51 +46,40 @@ pub fn glue_scores(
     kind: GlueMetricKind,
     outputs: &GlueOutputs<'_>,
 ) -> Result<Vec<(&'static str, f64)>, EvalError> {
-    match (kind, outputs) {
-        (
-            GlueMetricKind::Matthews,
-            GlueOutputs::Classes {
-                predictions,
-                labels,
-            },
-        ) => Ok(vec![("mcc", matthews_corrcoef(predictions, labels)?)]),
-        (
-            GlueMetricKind::F1AndAccuracy,
-            GlueOutputs::Classes {
-                predictions,
-                labels,
-            },
-        ) => Ok(vec![
-            ("f1", binary_f1(predictions, labels)?),
-            ("accuracy", accuracy_of(predictions, labels)?),
-        ]),
-        (
-            GlueMetricKind::Accuracy,
-            GlueOutputs::Classes {
-                predictions,
-                labels,
-            },
-        ) => Ok(vec![("accuracy", accuracy_of(predictions, labels)?)]),
-        (
-            GlueMetricKind::Correlation,
-            GlueOutputs::Scores {
-                predictions,
-                labels,
-            },
-        ) => Ok(vec![
-            ("pearson", pearson(predictions, labels)?),
-            ("spearman", spearman(predictions, labels)?),
-        ]),
-        (kind, _) => Err(EvalError::Undefined {
-            metric: "glue",
-            detail: format!(
-                "{kind:?} needs {} outputs",
-                if kind == GlueMetricKind::Correlation {
-                    "score"
-                } else {
-                    "class"
-                }
-            ),
-        }),
+    // The kind asks for outputs of the other sort.
+    let unfit = || EvalError::Undefined {
+        metric: "glue",
+        detail: format!(
+            "{kind:?} needs {} outputs",
+            if kind == GlueMetricKind::Correlation {
+                "score"
+            } else {
+                "class"
+            }
+        ),
+    };
+    match *outputs {
+        GlueOutputs::Scores {
+            predictions: p,
+            labels: l,
+        } => match kind {
+            GlueMetricKind::Correlation => Ok(vec![
+                ("pearson", pearson(p, l)?),
+                ("spearman", spearman(p, l)?),
+            ]),
+            _ => Err(unfit()),
+        },
+        GlueOutputs::Classes {
+            predictions: p,
+            labels: l,
+        } => match kind {
+            GlueMetricKind::Matthews => Ok(vec![("mcc", matthews_corrcoef(p, l)?)]),
+            GlueMetricKind::F1AndAccuracy => Ok(vec![
+                ("f1", binary_f1(p, l)?),
+                ("accuracy", accuracy_of(p, l)?),
+            ]),
+            GlueMetricKind::Accuracy => Ok(vec![("accuracy", accuracy_of(p, l)?)]),
+            GlueMetricKind::Correlation => Err(unfit()),
+        },
     }
 }

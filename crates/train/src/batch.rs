@@ -5,6 +5,8 @@
 //! to `b·seq + t` for the pre-training head, which evaluates the decoder only
 //! there.
 
+use std::borrow::Cow;
+
 use burn::tensor::{Device, Int, Tensor, TensorData};
 use terse_data::SquadFeature;
 use terse_data::glue::{ClassificationFeature, Label};
@@ -13,12 +15,37 @@ use terse_models::bert::BertInput;
 
 use crate::TrainError;
 
+/// What padding needs of an example: its token ids and their types
+/// (borrowed where the example stores them, built where it derives them).
+trait TokenRow {
+    fn tokens(&self) -> (&[u32], Cow<'_, [u32]>);
+}
+
+impl TokenRow for PretrainExample {
+    fn tokens(&self) -> (&[u32], Cow<'_, [u32]>) {
+        (&self.input_ids, Cow::Owned(self.token_type_ids()))
+    }
+}
+
+impl TokenRow for ClassificationFeature {
+    fn tokens(&self) -> (&[u32], Cow<'_, [u32]>) {
+        (&self.input_ids, Cow::Borrowed(&self.token_type_ids))
+    }
+}
+
+impl TokenRow for SquadFeature {
+    fn tokens(&self) -> (&[u32], Cow<'_, [u32]>) {
+        (&self.input_ids, Cow::Borrowed(&self.token_type_ids))
+    }
+}
+
 /// Padded ids, types and mask, row-major `[batch, seq]`.
 fn pad_rows(
-    rows: &[(&[u32], Vec<u32>)],
+    examples: &[impl TokenRow],
     pad_id: u32,
     device: &Device,
 ) -> Result<(BertInput, usize), TrainError> {
+    let rows: Vec<(&[u32], Cow<'_, [u32]>)> = examples.iter().map(TokenRow::tokens).collect();
     let seq = rows.iter().map(|(ids, _)| ids.len()).max().unwrap_or(0);
     if rows.is_empty() || seq == 0 {
         return Err(TrainError::Batch(
@@ -31,7 +58,7 @@ fn pad_rows(
         Vec::with_capacity(batch * seq),
         Vec::with_capacity(batch * seq),
     );
-    for (row, row_types) in rows {
+    for (row, row_types) in &rows {
         if row_types.len() != row.len() {
             return Err(TrainError::Batch(format!(
                 "{} token types for {} tokens",
@@ -75,11 +102,7 @@ pub fn pretrain_batch(
     pad_id: u32,
     device: &Device,
 ) -> Result<PretrainBatch, TrainError> {
-    let rows: Vec<(&[u32], Vec<u32>)> = examples
-        .iter()
-        .map(|e| (e.input_ids.as_slice(), e.token_type_ids()))
-        .collect();
-    let (input, seq) = pad_rows(&rows, pad_id, device)?;
+    let (input, seq) = pad_rows(examples, pad_id, device)?;
     let (mut positions, mut labels) = (Vec::new(), Vec::new());
     for (b, e) in examples.iter().enumerate() {
         for (&p, &label) in e.masked.positions.iter().zip(&e.masked.labels) {
@@ -117,11 +140,7 @@ pub fn classification_batch(
     pad_id: u32,
     device: &Device,
 ) -> Result<ClassificationBatch, TrainError> {
-    let rows: Vec<(&[u32], Vec<u32>)> = features
-        .iter()
-        .map(|f| (f.input_ids.as_slice(), f.token_type_ids.clone()))
-        .collect();
-    let (input, _) = pad_rows(&rows, pad_id, device)?;
+    let (input, _) = pad_rows(features, pad_id, device)?;
     let labels: Vec<Option<Label>> = features.iter().map(|f| f.label).collect();
     let (mut classes, mut scores) = (Vec::new(), Vec::new());
     for label in &labels {
@@ -168,11 +187,7 @@ pub fn squad_batch(
     pad_id: u32,
     device: &Device,
 ) -> Result<SquadBatch, TrainError> {
-    let rows: Vec<(&[u32], Vec<u32>)> = features
-        .iter()
-        .map(|f| (f.input_ids.as_slice(), f.token_type_ids.clone()))
-        .collect();
-    let (input, _) = pad_rows(&rows, pad_id, device)?;
+    let (input, _) = pad_rows(features, pad_id, device)?;
     Ok(SquadBatch {
         input,
         start_positions: ints(

@@ -152,14 +152,13 @@ mod tests {
         std::fs::create_dir(root.path().join("include")).unwrap();
         assert_eq!(check(&complete(root.path()), 1), Ok(()));
 
-        let error = |machine: Answers, index| check(&machine, index).unwrap_err();
-        let no_driver = error(
-            Answers {
-                driver: false,
-                ..complete(root.path())
-            },
-            0,
-        );
+        // The error of the complete machine with one answer changed.
+        let error = |change: fn(&mut Answers), index| {
+            let mut machine = complete(root.path());
+            change(&mut machine);
+            check(&machine, index).unwrap_err()
+        };
+        let no_driver = error(|m| m.driver = false, 0);
         assert!(
             no_driver.starts_with("no NVIDIA driver: libcuda.so"),
             "{no_driver}"
@@ -168,46 +167,28 @@ mod tests {
             !no_driver.contains(';'),
             "only the driver is missing: {no_driver}"
         );
-        let not_started = error(
-            Answers {
-                devices: Err("CUDA_ERROR_NO_DEVICE".into()),
-                ..complete(root.path())
-            },
-            0,
-        );
+        let not_started = error(|m| m.devices = Err("CUDA_ERROR_NO_DEVICE".into()), 0);
         assert!(
             not_started.contains("CUDA_ERROR_NO_DEVICE"),
             "{not_started}"
         );
-        let beyond = error(complete(root.path()), 2);
+        let beyond = error(|_| {}, 2);
         assert!(
             beyond.starts_with("no CUDA device 2: the driver sees 2"),
             "{beyond}"
         );
-        let no_nvrtc = error(
-            Answers {
-                nvrtc: false,
-                ..complete(root.path())
-            },
-            0,
-        );
+        let no_nvrtc = error(|m| m.nvrtc = false, 0);
         assert!(
             no_nvrtc.contains("pip install nvidia-cuda-nvrtc-cu12"),
             "{no_nvrtc}"
         );
-        let no_headers = error(
-            Answers {
-                cuda_path: None,
-                ..complete(root.path())
-            },
-            0,
-        );
+        let no_headers = error(|m| m.cuda_path = None, 0);
         assert!(
             no_headers.starts_with("no CUDA headers") && no_headers.contains("cuda_bf16.h"),
             "{no_headers}"
         );
         let empty = tempfile::tempdir().unwrap();
-        let no_include = error(complete(empty.path()), 0);
+        let no_include = check(&complete(empty.path()), 0).unwrap_err();
         assert!(
             no_include.contains("include does not exist"),
             "{no_include}"

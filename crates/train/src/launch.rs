@@ -126,31 +126,28 @@ fn on_process_world(
 }
 
 /// NCCL between the GPUs of an MPI job: each process takes the GPU of its
-/// rank on its node (`OMPI_COMM_WORLD_LOCAL_RANK`).
-#[cfg(feature = "nccl")]
+/// rank on its node (`OMPI_COMM_WORLD_LOCAL_RANK`). A build without NCCL
+/// refuses `--comm nccl` earlier ([`CommChoice::backend`]).
 fn on_nccl(
     config: &RunConfig,
     launch: &Launch,
     trainer: &Trainer<'_>,
     predictions: &Path,
 ) -> Result<Option<RunSummary>, TrainError> {
-    let local_rank = std::env::var("OMPI_COMM_WORLD_LOCAL_RANK")
-        .ok()
-        .and_then(|r| r.parse().ok())
-        .unwrap_or(0);
-    let comm = terse_comm::NcclComm::init(MpiComm::init()?, local_rank)?;
-    on_process_world(&comm, config, launch, trainer, predictions)
-}
-
-/// Refused earlier ([`CommChoice::backend`]): a build without NCCL.
-#[cfg(not(feature = "nccl"))]
-fn on_nccl(
-    _: &RunConfig,
-    _: &Launch,
-    _: &Trainer<'_>,
-    _: &Path,
-) -> Result<Option<RunSummary>, TrainError> {
-    unreachable!("--comm nccl is refused in a build without the nccl feature")
+    #[cfg(feature = "nccl")]
+    {
+        let local_rank = std::env::var("OMPI_COMM_WORLD_LOCAL_RANK")
+            .ok()
+            .and_then(|r| r.parse().ok())
+            .unwrap_or(0);
+        let comm = terse_comm::NcclComm::init(MpiComm::init()?, local_rank)?;
+        on_process_world(&comm, config, launch, trainer, predictions)
+    }
+    #[cfg(not(feature = "nccl"))]
+    {
+        let _ = (config, launch, trainer, predictions);
+        unreachable!("--comm nccl is refused in a build without the nccl feature")
+    }
 }
 
 /// Claims the run directory for this run (see [`run_dir`]).

@@ -178,18 +178,11 @@ fn remove_stale_temporaries(dir: &Path) -> Result<(), TrainError> {
 }
 
 fn tensorboard_files(dir: &Path) -> Result<Vec<PathBuf>, TrainError> {
-    let mut found = Vec::new();
-    for entry in fs::read_dir(dir).map_err(io(dir))? {
-        let path = entry.map_err(io(dir))?.path();
-        if path
-            .file_name()
-            .and_then(|n| n.to_str())
-            .is_some_and(|n| n.starts_with("events.out.tfevents."))
-        {
-            found.push(path);
-        }
-    }
-    Ok(found)
+    Ok(checkpoint::entries(dir)?
+        .into_iter()
+        .filter(|(name, _)| name.starts_with("events.out.tfevents."))
+        .map(|(_, path)| path)
+        .collect())
 }
 
 fn remove(path: &Path) -> Result<(), TrainError> {

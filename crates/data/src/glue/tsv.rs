@@ -40,6 +40,10 @@ fn layout(task: GlueTask, labelled: bool) -> Layout {
             b: b.map(Named),
             label: labelled.then_some(Named(label)),
         };
+    // An `index` column in the test file only.
+    let test_index = (!labelled).then_some(Named("index"));
+    // The sentence-pair tasks with `index`, `sentence1` and `sentence2`.
+    let pair = |label| named(Some(Named("index")), "sentence1", Some("sentence2"), label);
     match task {
         // source, label, original annotation, sentence.
         GlueTask::Cola if labelled => Layout {
@@ -51,45 +55,20 @@ fn layout(task: GlueTask, labelled: bool) -> Layout {
             label: Some(At(1)),
         },
         GlueTask::Cola => named(Some(Named("index")), "sentence", None, ""),
-        GlueTask::Sst2 => named(
-            (!labelled).then_some(Named("index")),
-            "sentence",
-            None,
-            "label",
-        ),
+        GlueTask::Sst2 => named(test_index, "sentence", None, "label"),
         // Train and dev have no id column (guids are `<split>-<line>`); test
         // has `index`.
-        GlueTask::Mrpc => named(
-            (!labelled).then_some(Named("index")),
-            "#1 String",
-            Some("#2 String"),
-            "Quality",
-        ),
-        GlueTask::Stsb => named(
-            Some(Named("index")),
-            "sentence1",
-            Some("sentence2"),
-            "score",
-        ),
+        GlueTask::Mrpc => named(test_index, "#1 String", Some("#2 String"), "Quality"),
+        GlueTask::Stsb => pair("score"),
         GlueTask::Qqp => named(
             Some(Named("id")),
             "question1",
             Some("question2"),
             "is_duplicate",
         ),
-        GlueTask::Mnli => named(
-            Some(Named("index")),
-            "sentence1",
-            Some("sentence2"),
-            "gold_label",
-        ),
+        GlueTask::Mnli => pair("gold_label"),
         GlueTask::Qnli => named(Some(Named("index")), "question", Some("sentence"), "label"),
-        GlueTask::Rte | GlueTask::Wnli => named(
-            Some(Named("index")),
-            "sentence1",
-            Some("sentence2"),
-            "label",
-        ),
+        GlueTask::Rte | GlueTask::Wnli => pair("label"),
     }
 }
 

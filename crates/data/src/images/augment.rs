@@ -98,29 +98,23 @@ impl Augment {
 
     /// Checks the settings against images of `channels` channels.
     pub fn validate(&self, channels: usize) -> Result<(), DataError> {
-        let bad = |detail: String| {
-            Err(DataError::Config {
-                config: "augment",
-                detail,
-            })
-        };
         if self.mean.len() != channels || self.std.len() != channels {
-            return bad(format!(
+            return refused(format!(
                 "{} means and {} standard deviations for {channels}-channel images",
                 self.mean.len(),
                 self.std.len()
             ));
         }
         if let Some(s) = self.std.iter().find(|s| !(**s > 0.0 && s.is_finite())) {
-            return bad(format!(
+            return refused(format!(
                 "standard deviation {s} must be positive and finite"
             ));
         }
         if let Some(m) = self.mean.iter().find(|m| !m.is_finite()) {
-            return bad(format!("mean {m} must be finite"));
+            return refused(format!("mean {m} must be finite"));
         }
         if self.pad > MAX_PAD {
-            return bad(format!("pad {} is above {MAX_PAD}", self.pad));
+            return refused(format!("pad {} is above {MAX_PAD}", self.pad));
         }
         Ok(())
     }
@@ -153,24 +147,18 @@ impl Augment {
         self.validate(channels)?;
         let n = channels * height * width;
         if image.len() != n || out.len() != n {
-            return Err(DataError::Config {
-                config: "augment",
-                detail: format!(
-                    "{} pixels in and {} values out for a {channels}×{height}×{width} image",
-                    image.len(),
-                    out.len()
-                ),
-            });
+            return refused(format!(
+                "{} pixels in and {} values out for a {channels}×{height}×{width} image",
+                image.len(),
+                out.len()
+            ));
         }
         if dx > 2 * self.pad || dy > 2 * self.pad {
-            return Err(DataError::Config {
-                config: "augment",
-                detail: format!(
-                    "offset ({dx}, {dy}) is outside 0..={} for pad {}",
-                    2 * self.pad,
-                    self.pad
-                ),
-            });
+            return refused(format!(
+                "offset ({dx}, {dy}) is outside 0..={} for pad {}",
+                2 * self.pad,
+                self.pad
+            ));
         }
         // Source coordinate in the unpadded image: padded minus pad.
         let source = |i: usize, shift: usize, len: usize| {
@@ -212,23 +200,17 @@ impl Augment {
         self.validate(set.channels)?;
         let n = set.image_bytes();
         if out.len() != indices.len() * n {
-            return Err(DataError::Config {
-                config: "augment",
-                detail: format!(
-                    "a buffer of {} values for {} images of {n}",
-                    out.len(),
-                    indices.len()
-                ),
-            });
+            return refused(format!(
+                "a buffer of {} values for {} images of {n}",
+                out.len(),
+                indices.len()
+            ));
         }
         if let Some((k, i)) = indices.iter().enumerate().find(|(_, i)| **i >= set.len()) {
-            return Err(DataError::Config {
-                config: "augment",
-                detail: format!(
-                    "batch position {k} asks for image {i} of a {}-image set",
-                    set.len()
-                ),
-            });
+            return refused(format!(
+                "batch position {k} asks for image {i} of a {}-image set",
+                set.len()
+            ));
         }
         let shape = (set.channels, set.height, set.width);
         for (slot, &i) in out.chunks_exact_mut(n).zip(indices) {
@@ -255,4 +237,12 @@ impl Augment {
         self.batch_into(set, indices, seed, epoch, train, &mut out)?;
         Ok(out)
     }
+}
+
+/// Settings or a buffer that [`Augment`] refuses, and why.
+fn refused<T>(detail: String) -> Result<T, DataError> {
+    Err(DataError::Config {
+        config: "augment",
+        detail,
+    })
 }

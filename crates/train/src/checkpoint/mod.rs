@@ -133,20 +133,25 @@ fn step_dirs(run_dir: &Path) -> Result<Vec<(u64, PathBuf)>, TrainError> {
     if !dir.exists() {
         return Ok(Vec::new());
     }
-    let mut found = Vec::new();
-    for entry in fs::read_dir(&dir).map_err(io(&dir))? {
-        let path = entry.map_err(io(&dir))?.path();
-        let step = path
-            .file_name()
-            .and_then(|n| n.to_str())
-            .and_then(|n| n.strip_prefix("step-"))
-            .and_then(|n| n.parse::<u64>().ok());
-        if let Some(step) = step {
-            found.push((step, path));
-        }
-    }
+    let mut found: Vec<(u64, PathBuf)> = entries(&dir)?
+        .into_iter()
+        .filter_map(|(name, path)| Some((name.strip_prefix("step-")?.parse().ok()?, path)))
+        .collect();
     found.sort();
     Ok(found)
+}
+
+/// The entries of `dir` with their file names (empty where not UTF-8), in
+/// the order the directory lists them.
+pub(crate) fn entries(dir: &Path) -> Result<Vec<(String, PathBuf)>, TrainError> {
+    fs::read_dir(dir)
+        .map_err(io(dir))?
+        .map(|entry| {
+            let path = entry.map_err(io(dir))?.path();
+            let name = path.file_name().and_then(|n| n.to_str()).unwrap_or("");
+            Ok((name.to_string(), path))
+        })
+        .collect()
 }
 
 /// The committed checkpoints (those with rank 0's `trainer.json`) this

@@ -21,8 +21,8 @@ use std::path::{Path, PathBuf};
 use terse_comm::{CommError, Communicator};
 
 use super::{
-    CheckpointMeta, KEEP, META, RankRecord, checkpoints_dir, held, io, record_file, sha256_file,
-    step_dir, step_dirs,
+    CheckpointMeta, KEEP, META, RankRecord, checkpoints_dir, entries, held, io, record_file,
+    sha256_file, step_dir, step_dirs,
 };
 use crate::{LossScaler, RunConfig, TrainError};
 
@@ -105,13 +105,7 @@ fn commit_own(
     fs::create_dir_all(&tmp).map_err(io(&tmp))?;
     write_files(&tmp)?;
     let mut files = BTreeMap::new();
-    for entry in fs::read_dir(&tmp).map_err(io(&tmp))? {
-        let path = entry.map_err(io(&tmp))?.path();
-        let name = path
-            .file_name()
-            .and_then(|n| n.to_str())
-            .unwrap_or_default()
-            .to_string();
+    for (name, path) in entries(&tmp)? {
         sync(&path)?;
         files.insert(name, sha256_file(&path)?);
     }

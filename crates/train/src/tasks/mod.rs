@@ -14,3 +14,9 @@ pub use image::{IMAGE_DATASETS, ImageTask};
 pub use pretrain::PretrainTask;
 pub use sentence::{STAND_IN_TASKS, SentenceTask};
 pub use squad::SquadTask;
+
+/// Clones of `rows` at `indices`, in that order: a training batch's
+/// examples for the batch functions, which take them contiguous.
+fn pick<T: Clone>(rows: &[T], indices: &[usize]) -> Vec<T> {
+    indices.iter().map(|&i| rows[i].clone()).collect()
+}

@@ -21,6 +21,7 @@ use terse_models::bert::{
 };
 
 use super::export::copy_tokenizer;
+use super::pick;
 use super::weights::Weights;
 use crate::batch::classification_batch;
 use crate::task::Task;
@@ -168,9 +169,11 @@ impl Task for SentenceTask {
     }
 
     fn init(&self, device: &Device) -> Result<Self::Model, TrainError> {
-        let mut model = BertForSequenceClassification::new(self.bert(), self.labels, device);
-        self.weights.load_into(&mut model)?;
-        Ok(model)
+        self.weights.loaded(BertForSequenceClassification::new(
+            self.bert(),
+            self.labels,
+            device,
+        ))
     }
 
     fn loss(
@@ -180,9 +183,7 @@ impl Task for SentenceTask {
         _epoch: u64,
         device: &Device,
     ) -> Result<Tensor<1>, TrainError> {
-        let rows: Vec<ClassificationFeature> =
-            examples.iter().map(|&i| self.train[i].clone()).collect();
-        let batch = classification_batch(&rows, self.pad_id, device)?;
+        let batch = classification_batch(&pick(&self.train, examples), self.pad_id, device)?;
         let out = model.forward(batch.input);
         match (batch.classes, batch.scores) {
             (Some(classes), _) => Ok(model.classification_loss(out, classes)),

@@ -18,6 +18,7 @@ use terse_eval::{
 use terse_models::bert::{BertForQuestionAnswering, save_hf};
 
 use super::export::copy_tokenizer;
+use super::pick;
 use super::weights::Weights;
 use crate::batch::squad_batch;
 use crate::task::Task;
@@ -107,9 +108,8 @@ impl Task for SquadTask {
     }
 
     fn init(&self, device: &Device) -> Result<Self::Model, TrainError> {
-        let mut model = BertForQuestionAnswering::new(&self.weights.config, device);
-        self.weights.load_into(&mut model)?;
-        Ok(model)
+        self.weights
+            .loaded(BertForQuestionAnswering::new(&self.weights.config, device))
     }
 
     fn loss(
@@ -119,8 +119,7 @@ impl Task for SquadTask {
         _epoch: u64,
         device: &Device,
     ) -> Result<Tensor<1>, TrainError> {
-        let rows: Vec<SquadFeature> = examples.iter().map(|&i| self.train[i].clone()).collect();
-        let batch = squad_batch(&rows, self.pad_id, device)?;
+        let batch = squad_batch(&pick(&self.train, examples), self.pad_id, device)?;
         let (start, end) = model.forward(batch.input);
         Ok(model.loss(start, end, batch.start_positions, batch.end_positions))
     }

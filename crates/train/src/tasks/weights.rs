@@ -72,13 +72,14 @@ impl Weights {
         }
     }
 
-    /// Loads the encoder (and any matching head) into `model`; an encoder
-    /// tensor the file lacks is an error, a head it lacks starts fresh.
-    pub fn load_into<M: HfBert>(&self, model: &mut M) -> Result<(), TrainError> {
+    /// `model` with the encoder (and any matching head) loaded into it; an
+    /// encoder tensor the file lacks is an error, a head it lacks starts
+    /// fresh.
+    pub fn loaded<M: HfBert>(&self, mut model: M) -> Result<M, TrainError> {
         let Some(file) = &self.file else {
-            return Ok(());
+            return Ok(model);
         };
-        let report = load_hf(model, file)?;
+        let report = load_hf(&mut model, file)?;
         let missing: Vec<&str> = report
             .missing_encoder(M::ENCODER_PREFIX)
             .into_iter()
@@ -90,6 +91,6 @@ impl Weights {
                 reason: format!("{} lacks encoder tensors {missing:?}", file.display()),
             });
         }
-        Ok(())
+        Ok(model)
     }
 }
