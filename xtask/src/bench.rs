@@ -174,20 +174,16 @@ fn run_model(
     // Mixed precision is BERT's only (the image models compute in fp32).
     let half = precision != "fp32";
     let terse = capture_lines(
-        model_step()?.args([
-            "--presets",
-            if half {
-                "mini,base"
-            } else {
-                "mini,base,resnet20"
-            },
-            "--batch",
-            "8",
-            "--seq",
-            "128",
-            "--precision",
-            precision,
-        ]),
+        model_step()?
+            .args([
+                "--presets",
+                if half {
+                    "mini,base"
+                } else {
+                    "mini,base,resnet20"
+                },
+            ])
+            .args(bert_shape(precision)),
         "the model_step benchmark",
     )?;
     let python = match python.or_else(|| std::env::var_os("TERSE_BENCH_PYTHON").map(Into::into)) {
@@ -195,17 +191,9 @@ fn run_model(
         None => bench_venv()?,
     };
     let mut pytorch = capture_lines(
-        std::process::Command::new(&python).args([
-            "benches/pytorch_bert_step.py",
-            "--presets",
-            "mini,base",
-            "--batch",
-            "8",
-            "--seq",
-            "128",
-            "--precision",
-            precision,
-        ]),
+        std::process::Command::new(&python)
+            .args(["benches/pytorch_bert_step.py", "--presets", "mini,base"])
+            .args(bert_shape(precision)),
         "the PyTorch BERT step (is torch installed for that python?)",
     )?;
     if !half {
@@ -235,6 +223,12 @@ fn run_model(
         }
     }
     append_run("results/bench/model.jsonl", &terse, &pytorch)
+}
+
+/// The step both sides of `bench model` time: a batch of 8 sequences of
+/// 128 tokens, in `precision`.
+fn bert_shape(precision: &str) -> [&str; 6] {
+    ["--batch", "8", "--seq", "128", "--precision", precision]
 }
 
 /// `cargo test --bench model_step --`, for the benchmark's own arguments.

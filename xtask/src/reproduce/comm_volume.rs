@@ -17,6 +17,7 @@ use super::network::{Bench, OPTIMIZERS, RANKS, Run, StepRow, mean};
 use super::report::Table;
 use super::{Claim, Context, Outcome, num};
 use crate::netlab::lab::{Lab, Shape};
+use crate::netlab::rate::Rate;
 
 /// BERT-base's parameter count.
 const BERT_BASE: u64 = 110_000_000;
@@ -112,102 +113,28 @@ const FIGURES: [PaperFigure; 4] = [
 ];
 
 pub fn run(ctx: &Context) -> Result<Outcome> {
-    let bench = Bench::build()?;
     let d = ctx.pick(BERT_BASE, 4_000_000);
     let (warmup, steps) = ctx.pick((2, 3), (1, 2));
     let rate = "10gbit".parse()?;
-    let lab = Lab::up(RANKS, Shape::at(rate))?;
-    let log = ctx.report.path("metrics.jsonl");
-    let mut measured = Vec::new();
-    for optimizer in OPTIMIZERS {
-        let run = Run {
-            optimizer,
-            elements: d,
-            warmup,
-            settle: 0,
-            steps,
-            label: rate.to_string(),
-            measure_at: None,
-        };
-        measured.push((optimizer, bench.measure(&lab, &run, &log)?));
-    }
-    drop(lab);
-
-    let mut table = Table::new(&[
-        "optimizer",
-        "stage",
-        "metered MB/step",
-        "on the wire MB/step",
-        "analytic MB/step",
-        "wire / analytic",
-        "less than fp32",
-    ]);
+    let measured = measure(ctx, d, warmup, steps, rate)?;
     let fp32 = analytic("adam", false, d as f64, 0.0);
-    let small = always_synced(d);
-    let mut worst_meter: f64 = 0.0;
-    let mut worst_wire: f64 = 0.0;
-    let mut per_step = Vec::new();
-    for (optimizer, rows) in &measured {
-        for compressed in [false, true] {
-            let stage: Vec<&StepRow> = rows
-                .iter()
-                .filter(|r| r.compressed() == compressed)
-                .collect();
-            if stage.is_empty() {
-                continue;
-            }
-            let metered = mean(&stage, |r| r.bytes_sent as f64);
-            let wire = mean(&stage, |r| r.wire_bytes_sent.unwrap_or(0) as f64);
-            let expected = analytic(optimizer, compressed, d as f64, small);
-            worst_meter = worst_meter.max((metered / expected - 1.0).abs());
-            worst_wire = worst_wire.max((wire / expected - 1.0).abs());
-            per_step.push((*optimizer, compressed, metered));
-            table.row(vec![
-                optimizer.to_string(),
-                stage[0].stage.clone(),
-                num(metered / 1e6),
-                num(wire / 1e6),
-                num(expected / 1e6),
-                format!("{:.4}", wire / expected),
-                format!("{}×", num(fp32 / metered)),
-            ]);
-        }
-    }
-
-    let bytes = |optimizer: &str, compressed: bool| {
-        per_step
-            .iter()
-            .find(|(o, c, _)| *o == optimizer && *c == compressed)
-            .map_or(f64::NAN, |p| p.2)
-    };
-    let mut figures = Table::new(&["paper's setting", "paper", "ours (measured bytes)", "ratio"]);
-    let mut worst_figure: f64 = 0.0;
-    for f in &FIGURES {
-        let ours = f.end_to_end(fp32, bytes(f.optimizer, false), bytes(f.optimizer, true));
-        worst_figure = worst_figure.max((ours / f.stated - 1.0).abs());
-        figures.row(vec![
-            f.what.into(),
-            format!("{}×", f.stated),
-            format!("{}×", num(ours)),
-            format!("{:.3}", ours / f.stated),
-        ]);
-    }
-
+    let per_step = per_step(&measured, d, fp32);
+    let (figures, worst_figure) = figures(&per_step.bytes, fp32);
     let claims = vec![
         Claim::new(
-            worst_meter < 0.02,
+            per_step.worst_meter < 0.02,
             format!(
                 "the traffic meter's bytes per step are within 2% of the analytic volumes \
                  (largest difference {:.2}%)",
-                100.0 * worst_meter
+                100.0 * per_step.worst_meter
             ),
         ),
         Claim::new(
-            worst_wire < 0.02,
+            per_step.worst_wire < 0.02,
             format!(
                 "the bytes the links carried (headers included) are within 2% of the analytic \
                  volumes (largest difference {:.2}%)",
-                100.0 * worst_wire
+                100.0 * per_step.worst_wire
             ),
         ),
         Claim::new(
@@ -231,7 +158,7 @@ pub fn run(ctx: &Context) -> Result<Outcome> {
          buffer's size).\n\n{}",
         d,
         ctx.pick(" (BERT-base-sized)", ""),
-        table.markdown(),
+        per_step.table.markdown(),
         figures.markdown()
     );
     Ok(Outcome {
@@ -240,6 +167,121 @@ pub fn run(ctx: &Context) -> Result<Outcome> {
         body,
         claims,
     })
+}
+
+/// Steps each optimizer over `d` elements on a lab of links at `rate`:
+/// `warmup` steps, then `steps` compressed ones.
+fn measure(
+    ctx: &Context,
+    d: u64,
+    warmup: u64,
+    steps: u64,
+    rate: Rate,
+) -> Result<Vec<(&'static str, Vec<StepRow>)>> {
+    let bench = Bench::build()?;
+    let lab = Lab::up(RANKS, Shape::at(rate))?;
+    let log = ctx.report.path("metrics.jsonl");
+    let mut measured = Vec::new();
+    for optimizer in OPTIMIZERS {
+        let run = Run {
+            optimizer,
+            elements: d,
+            warmup,
+            settle: 0,
+            steps,
+            label: rate.to_string(),
+            measure_at: None,
+        };
+        measured.push((optimizer, bench.measure(&lab, &run, &log)?));
+    }
+    Ok(measured)
+}
+
+/// The bytes per step of each optimizer's stages against their analytic
+/// volumes.
+struct PerStep {
+    table: Table,
+    /// The largest relative difference of the metered bytes and of the
+    /// wire's from the analytic volumes.
+    worst_meter: f64,
+    worst_wire: f64,
+    /// `(optimizer, compressed stage, metered bytes per step)`.
+    bytes: Vec<(&'static str, bool, f64)>,
+}
+
+/// The mean bytes per step of each optimizer's uncompressed and
+/// compressed stage (where it has one), metered and on the wire, beside
+/// the analytic volumes and the fp32 allreduce's `fp32` bytes.
+fn per_step(measured: &[(&'static str, Vec<StepRow>)], d: u64, fp32: f64) -> PerStep {
+    let mut table = Table::new(&[
+        "optimizer",
+        "stage",
+        "metered MB/step",
+        "on the wire MB/step",
+        "analytic MB/step",
+        "wire / analytic",
+        "less than fp32",
+    ]);
+    let small = always_synced(d);
+    let mut worst_meter: f64 = 0.0;
+    let mut worst_wire: f64 = 0.0;
+    let mut bytes = Vec::new();
+    for (optimizer, rows) in measured {
+        for compressed in [false, true] {
+            let stage: Vec<&StepRow> = rows
+                .iter()
+                .filter(|r| r.compressed() == compressed)
+                .collect();
+            if stage.is_empty() {
+                continue;
+            }
+            let metered = mean(&stage, |r| r.bytes_sent as f64);
+            let wire = mean(&stage, |r| r.wire_bytes_sent.unwrap_or(0) as f64);
+            let expected = analytic(optimizer, compressed, d as f64, small);
+            worst_meter = worst_meter.max((metered / expected - 1.0).abs());
+            worst_wire = worst_wire.max((wire / expected - 1.0).abs());
+            bytes.push((*optimizer, compressed, metered));
+            table.row(vec![
+                optimizer.to_string(),
+                stage[0].stage.clone(),
+                num(metered / 1e6),
+                num(wire / 1e6),
+                num(expected / 1e6),
+                format!("{:.4}", wire / expected),
+                format!("{}×", num(fp32 / metered)),
+            ]);
+        }
+    }
+    PerStep {
+        table,
+        worst_meter,
+        worst_wire,
+        bytes,
+    }
+}
+
+/// Each paper's end-to-end figure from the measured bytes per step, and
+/// the largest relative difference from the stated ones.
+fn figures(per_step: &[(&str, bool, f64)], fp32: f64) -> (Table, f64) {
+    let bytes = |optimizer: &str, compressed: bool| {
+        per_step
+            .iter()
+            .find(|(o, c, _)| *o == optimizer && *c == compressed)
+            .map_or(f64::NAN, |p| p.2)
+    };
+    let mut figures = Table::new(&["paper's setting", "paper", "ours (measured bytes)", "ratio"]);
+    let mut worst_figure: f64 = 0.0;
+    for f in &FIGURES {
+        let ours = f.end_to_end(fp32, bytes(f.optimizer, false), bytes(f.optimizer, true));
+        worst_figure = worst_figure.max((ours / f.stated - 1.0).abs());
+        figures.row(vec![
+            f.what.into(),
+            format!("{}×", f.stated),
+            format!("{}×", num(ours)),
+            format!("{:.3}", ours / f.stated),
+        ]);
+    }
+    (figures, worst_figure)
 }
 
 #[cfg(test)]

@@ -77,28 +77,23 @@ fn sum_of_squares(ctx: &Context) -> Result<(String, Vec<Claim>)> {
         None,
         "x² + y² from (1, 1e-6): 1-bit Adam freezes at step 100",
     )?;
-    let mut table = Table::new(&[
-        "optimizer",
-        "f after the freeze (step 100)",
-        "final f",
-        "max f after the freeze",
-    ]);
-    let mut finals = Vec::new();
-    for ((label, _), points) in runs.iter().zip(&curves) {
-        let (at_freeze, after_max, last) = around_freeze(points, 100);
-        table.row(vec![
-            label.to_string(),
-            num(at_freeze),
-            num(last),
-            num(after_max),
-        ]);
-        finals.push((at_freeze, last, after_max));
-    }
+    let (table, around) = freeze_table(
+        [
+            "optimizer",
+            "f after the freeze (step 100)",
+            "final f",
+            "max f after the freeze",
+        ],
+        &runs,
+        &curves,
+        100,
+        |(at_freeze, after_max, last)| [at_freeze, last, after_max],
+    );
     let [
-        (_, adam, _),
-        (freeze_out, outside, max_out),
-        (freeze_in, inside, max_in),
-    ] = finals[..]
+        (_, _, adam),
+        (freeze_out, max_out, outside),
+        (freeze_in, max_in, inside),
+    ] = around[..]
     else {
         unreachable!("three optimizers")
     };
@@ -184,6 +179,28 @@ pub fn toy_runs(
         &series,
     )?;
     Ok(curves)
+}
+
+/// A table of the toy runs around the freeze: one row per run, its label
+/// and three values that `columns` orders from [`around_freeze`]'s `(f at
+/// the freeze, max f after it, final f)`; and each run's triple.
+pub fn freeze_table(
+    header: [&str; 4],
+    runs: &[(&str, String)],
+    curves: &[Vec<(u64, f64)>],
+    freeze: u64,
+    columns: fn((f64, f64, f64)) -> [f64; 3],
+) -> (Table, Vec<(f64, f64, f64)>) {
+    let mut table = Table::new(&header);
+    let mut around = Vec::new();
+    for ((label, _), points) in runs.iter().zip(curves) {
+        let values = around_freeze(points, freeze);
+        let mut row = vec![label.to_string()];
+        row.extend(columns(values).map(num));
+        table.row(row);
+        around.push(values);
+    }
+    (table, around)
 }
 
 /// Whether two runs' values agree bit for bit over steps 1..=`steps` (and

@@ -147,107 +147,168 @@ fn run_task(ctx: &Context, task: Task) -> Result<Outcome> {
     // Quick: two seeds of the reference give a spread, one seed of the
     // 1-bit optimizer is judged against it (the CI budget).
     let seeds: &[u64] = ctx.pick(&[1, 2, 3], &[1, 2]);
-    let compressed_seeds: &[u64] = ctx.pick(&[1, 2, 3], &[1]);
-    let freeze = task.steps / 5;
     let mut body = String::new();
     let mut claims = Vec::new();
     let mut all_logs = Vec::new();
     let mut scores_per_seed = Vec::new();
     for pair in &PAIRS {
-        let peak = task.peak * pair.peak_scale;
-        let mut variants = Vec::new();
-        // (optimizer, label, its own fields, seeds)
-        let mut groups = vec![
-            (
-                pair.reference.0,
-                pair.reference.0.to_string(),
-                String::new(),
-                seeds,
-            ),
-            (
-                pair.compressed.0,
-                pair.compressed.0.to_string(),
-                format!(", freeze_step = {freeze}"),
-                compressed_seeds,
-            ),
-        ];
-        let late_step = task.steps / 2;
-        let late_label = format!("{}_freeze{late_step}", pair.compressed.0);
-        let late_test = task.late_freeze_test && !ctx.quick && pair.compressed.0 == "onebit_adam";
-        if late_test {
-            groups.push((
-                pair.compressed.0,
-                late_label.clone(),
-                format!(", freeze_step = {late_step}"),
-                &seeds[..1],
-            ));
-        }
-        for (name, label, fields, seeds) in groups {
-            let optimizer = format!(
-                "{{ name = \"{name}\", weight_decay = 0.01, bias_correction = true{fields} }}"
-            );
-            for &seed in seeds {
-                let mut v = Variant::new(
-                    &format!("{}_{label}_seed{seed}", task.name),
-                    task.command,
-                    task.config,
-                    WORKERS,
-                )
-                .set("optimizer", &optimizer)
-                .set("train.seed", seed)
-                .varies("train.seed")
-                .set("train.steps", task.steps)
-                .set("train.checkpoint_every", task.steps / 4)
-                .set("train.eval_every", 0)
-                .set("schedule.peak", peak)
-                .set("schedule.warmup_steps", task.steps / 10)
-                .set("schedule.total_steps", task.steps);
-                for (key, value) in &task.extra {
-                    v = v.set(key, value);
-                }
-                if label == late_label {
-                    // The late-freeze test's subject.
-                    v = v.varies("optimizer.freeze_step");
-                }
-                variants.push(v);
-            }
-        }
-        let logs = run_all(ctx, &ctx.runs, &variants)?;
-        let scores = |label: &str| -> Result<Vec<(u64, f64)>> {
-            let prefix = format!("{}_{label}_seed", task.name);
-            logs.iter()
-                .filter_map(|l| Some((l, l.label.strip_prefix(&prefix)?.parse().ok()?)))
-                .map(|(l, seed)| Ok((seed, percent(task.metric, l.final_eval(task.metric)?))))
-                .collect()
-        };
-        let reference = scores(pair.reference.0)?;
-        let compressed = scores(pair.compressed.0)?;
-        let (table, claim) = compare(&task, pair, ctx.quick, seeds, &reference, &compressed);
-        body.push_str(&format!(
-            "\n## {} against {}\n\n{} steps, peak {peak:e}, {} freezes at step {freeze}; score: \
-             {}.\n\n{table}",
-            pair.compressed.1, pair.reference.1, task.steps, pair.compressed.1, task.metric_label,
-        ));
-        claims.push(claim);
-        if late_test {
-            let late = scores(&late_label)?;
-            let (text, claim) =
-                late_freeze(&task, &reference, &compressed, &late, late_step, freeze);
-            body.push_str(&text);
-            claims.push(claim);
-        }
-        for (name, scores) in [
-            (pair.reference.1, &reference),
-            (pair.compressed.1, &compressed),
-        ] {
-            scores_per_seed.push(Series {
-                label: name.to_string(),
-                points: scores.iter().map(|&(s, v)| (s as f64, v)).collect(),
-            });
-        }
-        all_logs.extend(logs);
+        let compared = run_pair(ctx, &task, pair, seeds)?;
+        body.push_str(&compared.text);
+        claims.extend(compared.claims);
+        scores_per_seed.extend(compared.series);
+        all_logs.extend(compared.logs);
     }
     ctx.report.write_runs(&all_logs)?;
+    draw_plots(ctx, &task, seeds, &all_logs, &scores_per_seed)?;
+    Ok(Outcome {
+        title: format!(
+            "Fine-tuning {} with 1-bit Adam and 1-bit LAMB scores like Adam and LAMB (1-bit Adam \
+             §7.1, Table 3)",
+            task.name
+        ),
+        body: format!(
+            "MiniLM (all-MiniLM-L6-v2) fine-tuned on {WORKERS} workers (local ranks) from the \
+             same pretrained weights, `{}` with overrides, every optimizer with bias correction \
+             and its 1-bit version freezing at 20% of the steps, seeds {seeds:?}; the seed sets \
+             the head's initialisation, the data order and dropout.\n{body}\n\
+             ![score per seed](plot.png)\n\n![training loss, first seed](loss.png)\n",
+            task.config
+        ),
+        claims,
+    })
+}
+
+/// What one pair's comparison produced.
+struct Compared {
+    /// Its section of table.md.
+    text: String,
+    claims: Vec<Claim>,
+    /// The reference's and the compressed optimizer's score per seed.
+    series: Vec<Series>,
+    logs: Vec<RunLog>,
+}
+
+/// Runs one pair's variants (and, where the task asks for it, 1-bit Adam's
+/// late-freeze test) and compares their scores.
+fn run_pair(ctx: &Context, task: &Task, pair: &Pair, seeds: &[u64]) -> Result<Compared> {
+    let compressed_seeds: &[u64] = ctx.pick(&[1, 2, 3], &[1]);
+    let freeze = task.steps / 5;
+    let peak = task.peak * pair.peak_scale;
+    // (optimizer, label, its own fields, seeds)
+    let mut groups = vec![
+        (
+            pair.reference.0,
+            pair.reference.0.to_string(),
+            String::new(),
+            seeds,
+        ),
+        (
+            pair.compressed.0,
+            pair.compressed.0.to_string(),
+            format!(", freeze_step = {freeze}"),
+            compressed_seeds,
+        ),
+    ];
+    let late_step = task.steps / 2;
+    let late_label = format!("{}_freeze{late_step}", pair.compressed.0);
+    let late_test = task.late_freeze_test && !ctx.quick && pair.compressed.0 == "onebit_adam";
+    if late_test {
+        groups.push((
+            pair.compressed.0,
+            late_label.clone(),
+            format!(", freeze_step = {late_step}"),
+            &seeds[..1],
+        ));
+    }
+    let mut variants = Vec::new();
+    for (name, label, fields, seeds) in groups {
+        let optimizer =
+            format!("{{ name = \"{name}\", weight_decay = 0.01, bias_correction = true{fields} }}");
+        for &seed in seeds {
+            let v = seed_variant(task, &label, &optimizer, seed, peak);
+            // The late-freeze test's subject.
+            variants.push(if label == late_label {
+                v.varies("optimizer.freeze_step")
+            } else {
+                v
+            });
+        }
+    }
+    let logs = run_all(ctx, &ctx.runs, &variants)?;
+    let scores = |label: &str| -> Result<Vec<(u64, f64)>> {
+        let prefix = format!("{}_{label}_seed", task.name);
+        logs.iter()
+            .filter_map(|l| Some((l, l.label.strip_prefix(&prefix)?.parse().ok()?)))
+            .map(|(l, seed)| Ok((seed, percent(task.metric, l.final_eval(task.metric)?))))
+            .collect()
+    };
+    let reference = scores(pair.reference.0)?;
+    let compressed = scores(pair.compressed.0)?;
+    let (table, claim) = compare(task, pair, ctx.quick, seeds, &reference, &compressed);
+    let mut text = format!(
+        "\n## {} against {}\n\n{} steps, peak {peak:e}, {} freezes at step {freeze}; score: \
+         {}.\n\n{table}",
+        pair.compressed.1, pair.reference.1, task.steps, pair.compressed.1, task.metric_label,
+    );
+    let mut claims = vec![claim];
+    if late_test {
+        let late = scores(&late_label)?;
+        let (late_text, claim) =
+            late_freeze(task, &reference, &compressed, &late, late_step, freeze);
+        text.push_str(&late_text);
+        claims.push(claim);
+    }
+    let series = [
+        (pair.reference.1, &reference),
+        (pair.compressed.1, &compressed),
+    ]
+    .into_iter()
+    .map(|(name, scores)| Series {
+        label: name.to_string(),
+        points: scores.iter().map(|&(s, v)| (s as f64, v)).collect(),
+    })
+    .collect();
+    Ok(Compared {
+        text,
+        claims,
+        series,
+        logs,
+    })
+}
+
+/// One seed of `optimizer` (labelled `label`) fine-tuning the task at
+/// learning-rate peak `peak`.
+fn seed_variant(task: &Task, label: &str, optimizer: &str, seed: u64, peak: f64) -> Variant {
+    let mut v = Variant::new(
+        &format!("{}_{label}_seed{seed}", task.name),
+        task.command,
+        task.config,
+        WORKERS,
+    )
+    .set("optimizer", optimizer)
+    .set("train.seed", seed)
+    .varies("train.seed")
+    .set("train.steps", task.steps)
+    .set("train.checkpoint_every", task.steps / 4)
+    .set("train.eval_every", 0)
+    .set("schedule.peak", peak)
+    .set("schedule.warmup_steps", task.steps / 10)
+    .set("schedule.total_steps", task.steps);
+    for (key, value) in &task.extra {
+        v = v.set(key, value);
+    }
+    v
+}
+
+/// plot.png, every seed's score per optimizer; loss.png, the first seed's
+/// training loss.
+fn draw_plots(
+    ctx: &Context,
+    task: &Task,
+    seeds: &[u64],
+    all_logs: &[RunLog],
+    scores_per_seed: &[Series],
+) -> Result<()> {
     draw(
         &ctx.report.path("plot.png"),
         &Chart {
@@ -258,7 +319,7 @@ fn run_task(ctx: &Context, task: Task) -> Result<Outcome> {
                 task.metric_label,
             )
         },
-        &scores_per_seed,
+        scores_per_seed,
     )?;
     let first_seed: Vec<RunLog> = all_logs
         .iter()
@@ -279,23 +340,7 @@ fn run_task(ctx: &Context, task: Task) -> Result<Outcome> {
             )
         },
         &loss_curves(&first_seed, 1.0, ctx.pick(20, 2)),
-    )?;
-    Ok(Outcome {
-        title: format!(
-            "Fine-tuning {} with 1-bit Adam and 1-bit LAMB scores like Adam and LAMB (1-bit Adam \
-             §7.1, Table 3)",
-            task.name
-        ),
-        body: format!(
-            "MiniLM (all-MiniLM-L6-v2) fine-tuned on {WORKERS} workers (local ranks) from the \
-             same pretrained weights, `{}` with overrides, every optimizer with bias correction \
-             and its 1-bit version freezing at 20% of the steps, seeds {seeds:?}; the seed sets \
-             the head's initialisation, the data order and dropout.\n{body}\n\
-             ![score per seed](plot.png)\n\n![training loss, first seed](loss.png)\n",
-            task.config
-        ),
-        claims,
-    })
+    )
 }
 
 /// The late-freeze test: 1-bit Adam's first seed frozen at `late` instead

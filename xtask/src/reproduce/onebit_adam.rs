@@ -113,19 +113,26 @@ pub fn run(ctx: &Context) -> Result<Outcome> {
         );
     }
     let logs = run_all(ctx, &ctx.runs, &variants)?;
-    ctx.report.write_runs(&logs)?;
+    write_runs_and_plot(ctx, &logs)?;
+    summarize(ctx, &logs, steps, batch, freeze)
+}
+
+/// Writes the runs' metrics and configs to the report and their training
+/// loss to its plot.png: this experiment's and `zero-one-adam`'s, which
+/// adds 0/1 Adam to its runs.
+pub fn write_runs_and_plot(ctx: &Context, logs: &[RunLog]) -> Result<()> {
+    ctx.report.write_runs(logs)?;
     draw_pretraining_loss(
         ctx,
         "plot.png",
-        &logs,
-        batch,
+        logs,
+        shape(ctx).1,
         &format!(
             "{} pre-training, {WORKERS} workers: training loss (moving average)",
             model_name(ctx)
         ),
         "MLM + NSP loss",
-    )?;
-    summarize(ctx, &logs, steps, batch, freeze)
+    )
 }
 
 fn summarize(

@@ -109,6 +109,11 @@ mod tests {
         Resolved::parse(label, &config, &varies).unwrap()
     }
 
+    /// What `check` refuses `variants` with.
+    fn refusal(variants: &[Resolved]) -> String {
+        check(variants).unwrap_err().to_string()
+    }
+
     #[test]
     fn the_optimizers_own_fields_may_differ() {
         let lamb = resolved(
@@ -132,7 +137,7 @@ mod tests {
             "name = \"slamb\"\nbias_correction = true",
             &[],
         );
-        let message = check(&[lamb, slamb]).unwrap_err().to_string();
+        let message = refusal(&[lamb, slamb]);
         assert!(message.contains("`optimizer.bias_correction`"), "{message}");
         assert!(
             message.contains("`lamb`") && message.contains("`slamb_k0.1`"),
@@ -146,7 +151,7 @@ mod tests {
         let a = resolved("adam", "name = \"adam\"", &[]);
         let mut b = resolved("onebit_adam", "name = \"onebit_adam\"", &[]);
         b.keys.insert("train.seed".into(), toml::Value::Integer(2));
-        let message = check(&[a, b]).unwrap_err().to_string();
+        let message = refusal(&[a, b]);
         assert!(message.contains("`train.seed`"), "{message}");
         let a = resolved("adam", "name = \"adam\"", &[]);
         let mut b = resolved("onebit_adam", "name = \"onebit_adam\"", &["train.seed"]);
@@ -157,28 +162,26 @@ mod tests {
     #[test]
     fn variants_are_checked_in_pairs_not_only_against_the_first() {
         // Each 1-bit Adam run matches Adam (freeze_step is its own field
-        // there), but the two differ from each other in it.
-        let adam = resolved("adam", "name = \"adam\"", &[]);
-        let early = resolved(
-            "onebit_adam",
-            "name = \"onebit_adam\"\nfreeze_step = 200",
-            &[],
-        );
-        let late = resolved("late", "name = \"onebit_adam\"\nfreeze_step = 400", &[]);
-        let message = check(&[adam, early, late]).unwrap_err().to_string();
+        // there), but the two differ from each other in it unless the late
+        // one declares it varied.
+        let runs = |late_varies: &[&str]| {
+            [
+                resolved("adam", "name = \"adam\"", &[]),
+                resolved(
+                    "onebit_adam",
+                    "name = \"onebit_adam\"\nfreeze_step = 200",
+                    &[],
+                ),
+                resolved(
+                    "late",
+                    "name = \"onebit_adam\"\nfreeze_step = 400",
+                    late_varies,
+                ),
+            ]
+        };
+        let message = refusal(&runs(&[]));
         assert!(message.contains("`optimizer.freeze_step`"), "{message}");
         assert!(message.contains("`onebit_adam` and `late`"), "{message}");
-        let adam = resolved("adam", "name = \"adam\"", &[]);
-        let early = resolved(
-            "onebit_adam",
-            "name = \"onebit_adam\"\nfreeze_step = 200",
-            &[],
-        );
-        let late = resolved(
-            "late",
-            "name = \"onebit_adam\"\nfreeze_step = 400",
-            &["optimizer.freeze_step"],
-        );
-        check(&[adam, early, late]).unwrap();
+        check(&runs(&["optimizer.freeze_step"])).unwrap();
     }
 }

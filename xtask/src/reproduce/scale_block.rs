@@ -11,7 +11,7 @@
 
 use anyhow::Result;
 
-use super::plot::{Chart, draw, loss_curves};
+use super::plot::{Chart, draw, draw_pretraining_loss, loss_curves};
 use super::report::Table;
 use super::runner::{RunLog, check_comparable, run_all};
 use super::{Claim, Context, Outcome, eps_fix, num, onebit_adam};
@@ -61,23 +61,22 @@ fn sum_of_squares(ctx: &Context) -> Result<(String, Vec<Claim>)> {
         Some(BLOCK),
         "x² + y² over blocks of 2048 (x = 1, y = 1e-6): 1-bit Adam, ε outside",
     )?;
-    let mut table = Table::new(&[
-        "1-bit Adam, ε outside",
-        "f at the freeze (step 100)",
-        "max f after the freeze",
-        "final f",
-    ]);
-    let mut peaks = Vec::new();
-    for ((label, _), points) in runs.iter().zip(&curves) {
-        let (at_freeze, peak, last) = eps_fix::around_freeze(points, freeze);
-        table.row(vec![
-            label.to_string(),
-            num(at_freeze),
-            num(peak),
-            num(last),
-        ]);
-        peaks.push(peak / at_freeze);
-    }
+    let (table, around) = eps_fix::freeze_table(
+        [
+            "1-bit Adam, ε outside",
+            "f at the freeze (step 100)",
+            "max f after the freeze",
+            "final f",
+        ],
+        &runs,
+        &curves,
+        freeze,
+        |(at_freeze, peak, last)| [at_freeze, peak, last],
+    );
+    let peaks: Vec<f64> = around
+        .iter()
+        .map(|&(at_freeze, peak, _)| peak / at_freeze)
+        .collect();
     let claims = vec![Claim::new(
         peaks[0] > 10.0 && peaks[1] < 1.1,
         format!(
@@ -166,17 +165,13 @@ fn bert(ctx: &Context) -> Result<(String, Vec<Claim>, Vec<RunLog>)> {
             num(adam)
         ),
     )];
-    draw(
-        &ctx.report.path("bert.png"),
-        &Chart {
-            clip_above_start: true,
-            ..Chart::new(
-                "BERT-Tiny pre-training, 4 workers: per-chunk vs per-2048 scales",
-                "samples",
-                "MLM + NSP loss (moving average)",
-            )
-        },
-        &loss_curves(&logs, batch as f64, ctx.pick(20, 5)),
+    draw_pretraining_loss(
+        ctx,
+        "bert.png",
+        &logs,
+        batch,
+        "BERT-Tiny pre-training, 4 workers: per-chunk vs per-2048 scales",
+        "MLM + NSP loss (moving average)",
     )?;
     Ok((
         format!(

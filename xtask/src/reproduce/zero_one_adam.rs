@@ -14,7 +14,6 @@
 use anyhow::Result;
 
 use super::gates::{self, PARITY_PERCENT, percent_or_diverged};
-use super::plot::draw_pretraining_loss;
 use super::runner::{RunLog, Variant, check_comparable, run_all};
 use super::{Claim, Context, Outcome, num, onebit_adam, zero_one_step_time};
 
@@ -115,7 +114,7 @@ impl Schedule {
 const FP32_UNITS: f64 = 32.0;
 
 pub fn run(ctx: &Context) -> Result<Outcome> {
-    let (steps, batch, _) = onebit_adam::shape(ctx);
+    let steps = onebit_adam::shape(ctx).0;
     let freeze = steps / 5;
     let shared: Vec<Variant> = ["adam", "onebit_adam"]
         .iter()
@@ -133,15 +132,7 @@ pub fn run(ctx: &Context) -> Result<Outcome> {
     check_comparable(ctx, &[(&shared_dir, &shared), (&ctx.runs, &own)])?;
     let mut logs = run_all(ctx, &shared_dir, &shared)?;
     logs.extend(run_all(ctx, &ctx.runs, &own)?);
-    ctx.report.write_runs(&logs)?;
-    draw_pretraining_loss(
-        ctx,
-        "plot.png",
-        &logs,
-        batch,
-        "BERT-Tiny pre-training, 4 workers: training loss (moving average)",
-        "MLM + NSP loss",
-    )?;
+    onebit_adam::write_runs_and_plot(ctx, &logs)?;
     let schedule = Schedule::of(
         steps,
         freeze,
@@ -207,10 +198,53 @@ fn summarize(
     let [adam_loss, onebit_loss, zero_one_loss] = held[..] else {
         unreachable!("three variants")
     };
+    let claims = claims(
+        ctx,
+        (adam, zero_one),
+        (adam_loss, onebit_loss, zero_one_loss),
+        &volumes,
+        steps,
+        &schedule,
+    );
+    Ok(Outcome {
+        title: "0/1 Adam vs Adam and 1-bit Adam: BERT pre-training (0/1 Adam, ICLR 2023)".into(),
+        body: format!(
+            "`reproduce onebit-adam`'s runs (BERT-Tiny, {steps} steps of {}, 4 workers as local \
+             ranks, bias correction on in every variant) beside 0/1 Adam: variance stage of \
+             {freeze} steps (κ = {VAR_UPDATE_SCALER}), then local steps whose interval doubles \
+             every {} local steps up to H = {LOCAL_STEP_CLIPPER}. Rounds are the steps whose \
+             optimizer communicates (a 1-bit allreduce is one round, made of several \
+             collective calls). The analytic volume counts an fp32 allreduce of the model as \
+             32 1-bit ones (Adam's measured step as the unit), leaving out the compression \
+             scales.\n\n{}\n![training loss](plot.png)\n\n\
+             The paper's reductions come from runs of 150,000+ steps with the variance stage \
+             ending at the learning rate's warmup; at {steps} steps the variance stage is 20% \
+             of the run and the longest interval, {LOCAL_STEP_CLIPPER}, holds for the last \
+             60%.\n",
+            onebit_adam::shape(ctx).1,
+            local_step_scaler(steps),
+            table.markdown()
+        ),
+        claims,
+    })
+}
+
+/// The claims: the byte and round counts as the schedules give them and,
+/// in the quick run, 0/1 Adam near Adam while sending less; in the full
+/// run, the reference learned, 0/1 Adam tracks Adam and the paper's
+/// reductions are reached.
+fn claims(
+    ctx: &Context,
+    (adam, zero_one): (&RunLog, &RunLog),
+    (adam_loss, onebit_loss, zero_one_loss): (f64, f64, f64),
+    volumes: &Volumes,
+    steps: u64,
+    schedule: &Schedule,
+) -> Vec<Claim> {
     let gap = |x: f64| 100.0 * (x - adam_loss) / adam_loss;
-    let counts = volumes.counts_claim(steps, &schedule);
+    let counts = volumes.counts_claim(steps, schedule);
     let (volume_cut, round_cut) = volumes.cuts();
-    let claims = if ctx.quick {
+    if ctx.quick {
         vec![
             counts,
             Claim::new(
@@ -253,28 +287,7 @@ fn summarize(
                 ),
             ),
         ]
-    };
-    Ok(Outcome {
-        title: "0/1 Adam vs Adam and 1-bit Adam: BERT pre-training (0/1 Adam, ICLR 2023)".into(),
-        body: format!(
-            "`reproduce onebit-adam`'s runs (BERT-Tiny, {steps} steps of {}, 4 workers as local \
-             ranks, bias correction on in every variant) beside 0/1 Adam: variance stage of \
-             {freeze} steps (κ = {VAR_UPDATE_SCALER}), then local steps whose interval doubles \
-             every {} local steps up to H = {LOCAL_STEP_CLIPPER}. Rounds are the steps whose \
-             optimizer communicates (a 1-bit allreduce is one round, made of several \
-             collective calls). The analytic volume counts an fp32 allreduce of the model as \
-             32 1-bit ones (Adam's measured step as the unit), leaving out the compression \
-             scales.\n\n{}\n![training loss](plot.png)\n\n\
-             The paper's reductions come from runs of 150,000+ steps with the variance stage \
-             ending at the learning rate's warmup; at {steps} steps the variance stage is 20% \
-             of the run and the longest interval, {LOCAL_STEP_CLIPPER}, holds for the last \
-             60%.\n",
-            onebit_adam::shape(ctx).1,
-            local_step_scaler(steps),
-            table.markdown()
-        ),
-        claims,
-    })
+    }
 }
 
 /// 1-bit Adam's and 0/1 Adam's measured bytes and rounds beside the
