@@ -8,18 +8,15 @@
 use cubecl::prelude::*;
 use cubecl::server::Handle;
 
+use super::cube::{launch_dims, unit_item};
 use super::mask::mix32;
-use super::onebit::launch_dims;
 use terse_compress::dropout::SiteMask;
 
 /// `out[j]` = the factor of element `j`; `keys` is `[key0, key1,
 /// threshold]`, `scale` `[1/(1 − p)]`.
 #[cube(launch_unchecked)]
 fn factors_kernel(keys: &[u32], scale: &[f32], out: &mut [f32]) {
-    let j = ABSOLUTE_POS;
-    if j >= out.len() {
-        terminate!();
-    }
+    let j = unit_item(out.len());
     let h = mix32(mix32(u32::cast_from(j) + keys[0]) ^ keys[1]);
     if h >= keys[2] {
         out[j] = scale[0];

@@ -11,7 +11,7 @@
 use cubecl::prelude::*;
 use cubecl::server::Handle;
 
-use super::onebit::launch_dims;
+use super::cube::{bit, launch_dims, unit_item};
 use crate::mask::{Mask, Selection, StepMask};
 use crate::onebit::words_for;
 
@@ -29,10 +29,7 @@ pub(crate) fn mix32(x: u32) -> u32 {
 /// `[key0, key1, threshold, all]` (threshold as u32; `all` = 1 when k = 1).
 #[cube(launch_unchecked)]
 fn select_kernel(keys: &[u32], always: &[u32], selection: &mut [u32], #[comptime] len: usize) {
-    let w = ABSOLUTE_POS;
-    if w >= selection.len() {
-        terminate!();
-    }
+    let w = unit_item(selection.len());
     let (key0, key1, threshold, all) = (keys[0], keys[1], keys[2], keys[3]);
     let mut packed = always[w];
     #[unroll]
@@ -58,15 +55,12 @@ fn move_selected_kernel(
     to: &mut [f32],
     #[comptime] gather: bool,
 ) {
-    let w = ABSOLUTE_POS;
-    if w >= selection.len() {
-        terminate!();
-    }
+    let w = unit_item(selection.len());
     let word = selection[w];
     let mut at = offsets[w] as usize;
     #[unroll]
     for b in 0..32usize {
-        if (word >> u32::cast_from(b)) & 1u32 == 1u32 {
+        if bit(word, b) {
             if gather {
                 to[at] = from[w * 32 + b];
             } else {

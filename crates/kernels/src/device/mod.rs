@@ -3,6 +3,7 @@
 //! [`crate::onebit`] is their reference: packed words are bit-identical,
 //! scales and errors agree to f32 rounding.
 
+mod cube;
 mod dropout;
 mod mask;
 mod onebit;

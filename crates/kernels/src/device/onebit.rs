@@ -5,10 +5,8 @@
 use cubecl::prelude::*;
 use cubecl::server::Handle;
 
+use super::cube::{CUBE, bit, cube_reduce, launch_dims, unit_item};
 use crate::onebit::{ChunkLayout, Scale, words_for};
-
-/// Units per cube of the element-wise launches and of the scale reduction.
-const CUBE: usize = 256;
 
 /// `e += x`, the signs of `y = e` into `bits`, and `Σ|y|` (or `Σy²`) of the
 /// word into `word_sums`. One unit per word.
@@ -20,10 +18,7 @@ fn sign_pack_kernel(
     word_sums: &mut [f32],
     #[comptime] squares: bool,
 ) {
-    let w = ABSOLUTE_POS;
-    if w >= bits.len() {
-        terminate!();
-    }
+    let w = unit_item(bits.len());
     let len = x.len();
     let mut packed = 0u32;
     let mut acc = 0.0f32;
@@ -87,21 +82,10 @@ fn block_scale_kernel(
         acc += word_sums[w];
         w += CUBE;
     }
-    let mut shared = Shared::<[f32]>::new_slice(CUBE);
-    shared[unit] = acc;
-    sync_cube();
-    #[unroll]
-    for k in 1..9usize {
-        let stride = comptime!(CUBE >> k);
-        if unit < stride {
-            let sum = shared[unit] + shared[unit + stride];
-            shared[unit] = sum;
-        }
-        sync_cube();
-    }
+    let sum = cube_reduce(acc, false);
     if unit == 0 {
         if end > start {
-            let mean = shared[0] / f32::cast_from(end - start);
+            let mean = sum / f32::cast_from(end - start);
             if squares {
                 scales[slot] = f32::sqrt(mean);
             } else {
@@ -130,10 +114,7 @@ fn quantise_kernel(
     #[comptime] chunk: usize,
     #[comptime] block: usize,
 ) {
-    let w = ABSOLUTE_POS;
-    if w >= bits.len() {
-        terminate!();
-    }
+    let w = unit_item(bits.len());
     let word = bits[w];
     let len = e.len();
     #[unroll]
@@ -142,7 +123,7 @@ fn quantise_kernel(
         if i < len {
             let s = scales[slot_of(i, chunk, block)];
             let y = e[i];
-            if (word >> u32::cast_from(b)) & 1u32 == 1u32 {
+            if bit(word, b) {
                 e[i] = y - s;
             } else {
                 e[i] = y + s;
@@ -160,10 +141,7 @@ fn decompress_kernel(
     #[comptime] chunk: usize,
     #[comptime] block: usize,
 ) {
-    let w = ABSOLUTE_POS;
-    if w >= bits.len() {
-        terminate!();
-    }
+    let w = unit_item(bits.len());
     let word = bits[w];
     let len = out.len();
     #[unroll]
@@ -171,7 +149,7 @@ fn decompress_kernel(
         let i = w * 32 + b;
         if i < len {
             let s = scales[slot_of(i, chunk, block)];
-            if (word >> u32::cast_from(b)) & 1u32 == 1u32 {
+            if bit(word, b) {
                 out[i] = s;
             } else {
                 out[i] = -s;
@@ -186,14 +164,6 @@ pub struct DeviceCompressed {
     pub bits: Handle,
     /// `blocks_for(len, block)` f32 scales.
     pub scales: Handle,
-}
-
-pub(super) fn launch_dims(client: &Client, units: usize) -> (CubeCount, CubeDim) {
-    let dim = CubeDim::new_1d(CUBE as u32);
-    (
-        cubecl::calculate_cube_count_elemwise(client, units.max(1), dim),
-        dim,
-    )
 }
 
 /// Compresses `len` elements of `x` with error feedback in place of `error`

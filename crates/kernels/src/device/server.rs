@@ -7,7 +7,8 @@
 use cubecl::prelude::*;
 use cubecl::server::Handle;
 
-use super::onebit::{DeviceCompressed, compress, launch_dims};
+use super::cube::{bit, launch_dims, unit_item};
+use super::onebit::{DeviceCompressed, compress};
 use crate::onebit::{Scale, blocks_for, effective_block, words_for};
 
 /// `avg[i] = (Σ_c ±scales[c][i / block]) · inv_n[0]`; one unit per word.
@@ -22,10 +23,7 @@ fn average_kernel(
     #[comptime] scales_stride: usize,
     #[comptime] block: usize,
 ) {
-    let w = ABSOLUTE_POS;
-    if w >= words_stride {
-        terminate!();
-    }
+    let w = unit_item(words_stride);
     let len = avg.len();
     #[unroll]
     for b in 0..32usize {
@@ -36,7 +34,7 @@ fn average_kernel(
             for c in 0..copies {
                 let word = bits[c * words_stride + w];
                 let s = scales[c * scales_stride + i / block];
-                if (word >> u32::cast_from(b)) & 1u32 == 1u32 {
+                if bit(word, b) {
                     acc += s;
                 } else {
                     acc -= s;

@@ -7,36 +7,22 @@
 use cubecl::prelude::*;
 use cubecl::server::Handle;
 
+use super::cube::{CUBE, bit, launch_dims, reduce_rows, unit_item};
 use super::optim::{
-    BETA_1, BETA_2, CUBE, DeviceChunks, MomentCoefficients, ONE_MINUS_BETA_1, ONE_MINUS_BETA_2,
-    direction,
+    ChunkTable, DeviceChunks, MomentCoefficients, direction, f32_arg, launch_chunks, update_moments,
 };
 
 #[cube]
 fn selected(selection: &[u32], i: usize) -> bool {
-    (selection[i / 32] >> u32::cast_from(i % 32)) & 1u32 == 1u32
+    bit(selection[i / 32], i % 32)
 }
 
 /// `m = β1·m + (1-β1)·g`, `v = β2·v + (1-β2)·g²`.
 #[cube(launch_unchecked)]
-fn moments_kernel(
-    m: &mut [f32],
-    v: &mut [f32],
-    g: &[f32],
-    starts: &[u32],
-    ends: &[u32],
-    c: &[f32],
-) {
-    let chunk = CUBE_POS;
-    if chunk + 1 >= starts.len() {
-        terminate!();
-    }
-    let end = usize::cast_from(ends[chunk]);
-    let mut i = usize::cast_from(starts[chunk]) + UNIT_POS as usize;
+fn moments_kernel(m: &mut [f32], v: &mut [f32], g: &[f32], table: &ChunkTable, c: &[f32]) {
+    let (mut i, end) = table.range();
     while i < end {
-        let gi = g[i];
-        m[i] = c[BETA_1] * m[i] + c[ONE_MINUS_BETA_1] * gi;
-        v[i] = c[BETA_2] * v[i] + c[ONE_MINUS_BETA_2] * gi * gi;
+        update_moments(m, v, i, g[i], c);
         i += CUBE;
     }
 }
@@ -44,10 +30,7 @@ fn moments_kernel(
 /// `f = 1` where selected, `β3·f` elsewhere; one unit per element.
 #[cube(launch_unchecked)]
 fn freshness_kernel(f: &mut [f32], selection: &[u32], beta_3: &[f32]) {
-    let i = ABSOLUTE_POS;
-    if i >= f.len() {
-        terminate!();
-    }
+    let i = unit_item(f.len());
     if selected(selection, i) {
         f[i] = 1.0;
     } else {
@@ -63,23 +46,14 @@ fn norms_kernel(
     x: &[f32],
     m: &[f32],
     v: &[f32],
+    table: &ChunkTable,
     selection: &[u32],
-    starts: &[u32],
-    ends: &[u32],
-    segment_of: &[u32],
-    weight_decay: &[f32],
     c: &[f32],
     partials: &mut [f32],
     #[comptime] inside: bool,
 ) {
-    let chunk = CUBE_POS;
-    if chunk + 1 >= starts.len() {
-        terminate!();
-    }
-    let unit = UNIT_POS as usize;
-    let wd = weight_decay[usize::cast_from(segment_of[chunk])];
-    let end = usize::cast_from(ends[chunk]);
-    let mut i = usize::cast_from(starts[chunk]) + unit;
+    let (mut i, end) = table.range();
+    let wd = table.weight_decay();
     let mut sums = Array::<f32>::new(6usize);
     #[unroll]
     for k in 0..6usize {
@@ -99,26 +73,16 @@ fn norms_kernel(
         }
         i += CUBE;
     }
+    // The six sums reduced together, as six rows.
+    let unit = UNIT_POS as usize;
     let mut shared = Shared::<[f32]>::new_slice(6 * CUBE);
     #[unroll]
     for k in 0..6usize {
         shared[k * CUBE + unit] = sums[k];
     }
-    sync_cube();
-    #[unroll]
-    for s in 1..9usize {
-        let stride = comptime!(CUBE >> s);
-        if unit < stride {
-            #[unroll]
-            for k in 0..6usize {
-                let a = shared[k * CUBE + unit] + shared[k * CUBE + unit + stride];
-                shared[k * CUBE + unit] = a;
-            }
-        }
-        sync_cube();
-    }
+    reduce_rows(&mut shared, 6usize, false);
     if unit < 6 {
-        partials[6 * chunk + unit] = shared[unit * CUBE];
+        partials[6 * CUBE_POS + unit] = shared[unit * CUBE];
     }
 }
 
@@ -131,25 +95,17 @@ fn apply_kernel(
     m: &[f32],
     v: &[f32],
     f: &[f32],
-    starts: &[u32],
-    ends: &[u32],
-    segment_of: &[u32],
-    weight_decay: &[f32],
+    table: &ChunkTable,
     c: &[f32],
     phi: &[f32],
     rates: &[f32],
     #[comptime] inside: bool,
 ) {
-    let chunk = CUBE_POS;
-    if chunk + 1 >= starts.len() {
-        terminate!();
-    }
-    let s = usize::cast_from(segment_of[chunk]);
-    let wd = weight_decay[s];
+    let (mut i, end) = table.range();
+    let s = table.segment();
+    let wd = table.weight_decay();
     let (phi_max, phi_min) = (phi[2 * s], phi[2 * s + 1]);
     let (lr, stale_lr) = (rates[0], rates[1]);
-    let end = usize::cast_from(ends[chunk]);
-    let mut i = usize::cast_from(starts[chunk]) + UNIT_POS as usize;
     while i < end {
         let xi = x[i];
         let fi = f[i];
@@ -191,22 +147,10 @@ pub fn moments(
         return;
     }
     let c = chunks.coefficients(client, coefficients, 0.0);
-    let (count, dim) = chunks.launch(client);
-    let [starts, ends, _, _] = chunks.args();
     // SAFETY: the flat buffers hold `chunks.len()` f32 (`DeviceChunks::flat`);
     // the chunk table addresses only elements below that.
     unsafe {
-        moments_kernel::launch_unchecked(
-            client,
-            count,
-            dim,
-            chunks.flat(m),
-            chunks.flat(v),
-            chunks.flat(g),
-            starts,
-            ends,
-            c,
-        );
+        launch_chunks!(client, chunks, moments_kernel([m, v, g], c));
     }
 }
 
@@ -216,7 +160,7 @@ pub fn freshness(client: &Client, f: &Handle, selection: &Handle, len: usize, be
         return;
     }
     let b = client.create_from_slice(f32::as_bytes(&[beta_3]));
-    let (count, dim) = super::onebit::launch_dims(client, len);
+    let (count, dim) = launch_dims(client, len);
     // SAFETY: `f` holds `len` f32, `selection` one word per 32 of them.
     unsafe {
         freshness_kernel::launch_unchecked(
@@ -247,26 +191,15 @@ pub fn split_norms(
         return norms;
     }
     let c = chunks.coefficients(client, coefficients, 0.0);
-    let partials = client.empty(6 * chunks.count() * size_of::<f32>());
-    let (count, dim) = chunks.launch(client);
-    let [starts, ends, segment_of, weight_decay] = chunks.args();
-    // SAFETY: as in `moments`; `partials` holds six f32 per chunk.
+    let (partials, partials_arg) = chunks.partials(client, 6);
+    // SAFETY: as in `moments`; `partials` holds six f32 per chunk, the
+    // selection one word per 32 elements.
     unsafe {
-        norms_kernel::launch_unchecked(
+        let selection = BufferArg::from_raw_parts(selection.clone(), chunks.len().div_ceil(32));
+        launch_chunks!(
             client,
-            count,
-            dim,
-            chunks.flat(x),
-            chunks.flat(m),
-            chunks.flat(v),
-            BufferArg::from_raw_parts(selection.clone(), chunks.len().div_ceil(32)),
-            starts,
-            ends,
-            segment_of,
-            weight_decay,
-            c,
-            BufferArg::from_raw_parts(partials.clone(), 6 * chunks.count()),
-            inside,
+            chunks,
+            norms_kernel([x, m, v], selection, c, partials_arg, inside)
         );
     }
     let read = client.read_one_unchecked(partials);
@@ -309,28 +242,14 @@ pub fn apply(
         return;
     }
     let c = chunks.coefficients(client, coefficients, 0.0);
-    let phi = client.create_from_slice(f32::as_bytes(phi));
-    let rates = client.create_from_slice(f32::as_bytes(&[lr, stale_lr]));
-    let (count, dim) = chunks.launch(client);
-    let [starts, ends, segment_of, weight_decay] = chunks.args();
+    let phi = f32_arg(client, phi);
+    let rates = f32_arg(client, &[lr, stale_lr]);
     // SAFETY: as in `moments`; two ratios per segment, two rates.
     unsafe {
-        apply_kernel::launch_unchecked(
+        launch_chunks!(
             client,
-            count,
-            dim,
-            chunks.flat(x),
-            chunks.flat(m),
-            chunks.flat(v),
-            chunks.flat(f),
-            starts,
-            ends,
-            segment_of,
-            weight_decay,
-            c,
-            BufferArg::from_raw_parts(phi, 2 * chunks.segment_count()),
-            BufferArg::from_raw_parts(rates, 2),
-            inside,
+            chunks,
+            apply_kernel([x, m, v, f], c, phi, rates, inside)
         );
     }
 }

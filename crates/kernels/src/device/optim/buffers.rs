@@ -6,14 +6,12 @@ use cubecl::prelude::*;
 use cubecl::server::Handle;
 
 use super::chunks::*;
+use crate::device::cube::{cube_reduce, launch_dims, unit_item};
 
 /// `y = x`.
 #[cube(launch_unchecked)]
 fn copy_kernel(x: &[f32], y: &mut [f32]) {
-    let i = ABSOLUTE_POS;
-    if i >= y.len() {
-        terminate!();
-    }
+    let i = unit_item(y.len());
     y[i] = x[i];
 }
 
@@ -21,18 +19,11 @@ fn copy_kernel(x: &[f32], y: &mut [f32]) {
 #[cube(launch_unchecked)]
 fn chunk_sum_kernel(
     x: &[f32],
-    starts: &[u32],
-    ends: &[u32],
+    table: &ChunkTable,
     partials: &mut [f32],
     #[comptime] absolute: bool,
 ) {
-    let chunk = CUBE_POS;
-    if chunk + 1 >= starts.len() {
-        terminate!();
-    }
-    let unit = UNIT_POS as usize;
-    let end = usize::cast_from(ends[chunk]);
-    let mut i = usize::cast_from(starts[chunk]) + unit;
+    let (mut i, end) = table.range();
     let mut acc = 0.0f32;
     while i < end {
         let xi = x[i];
@@ -43,30 +34,16 @@ fn chunk_sum_kernel(
         }
         i += CUBE;
     }
-    let mut shared = Shared::<[f32]>::new_slice(CUBE);
-    shared[unit] = acc;
-    sync_cube();
-    #[unroll]
-    for k in 1..9usize {
-        let stride = comptime!(CUBE >> k);
-        if unit < stride {
-            let a = shared[unit] + shared[unit + stride];
-            shared[unit] = a;
-        }
-        sync_cube();
-    }
-    if unit == 0 {
-        partials[chunk] = shared[0];
+    let sum = cube_reduce(acc, false);
+    if UNIT_POS == 0 {
+        partials[CUBE_POS] = sum;
     }
 }
 
 /// `x *= factor[0]`, one unit per element.
 #[cube(launch_unchecked)]
 fn scale_kernel(x: &mut [f32], factor: &[f32]) {
-    let i = ABSOLUTE_POS;
-    if i >= x.len() {
-        terminate!();
-    }
+    let i = unit_item(x.len());
     x[i] *= factor[0];
 }
 
@@ -85,7 +62,7 @@ pub fn copy(client: &Client, x: &Handle, y: &Handle, len: usize) {
     if len == 0 {
         return;
     }
-    let (count, dim) = crate::device::onebit::launch_dims(client, len);
+    let (count, dim) = launch_dims(client, len);
     // SAFETY: both hold `len` f32 (the caller's contract).
     unsafe {
         copy_kernel::launch_unchecked(
@@ -102,20 +79,13 @@ fn chunk_sums(client: &Client, chunks: &DeviceChunks, x: &Handle, absolute: bool
     if chunks.is_empty() {
         return vec![0.0; chunks.segments];
     }
-    let partials = client.empty(chunks.count() * size_of::<f32>());
-    let (count, dim) = chunks.launch(client);
-    let [starts, ends, _, _] = chunks.args();
+    let (partials, partials_arg) = chunks.partials(client, 1);
     // SAFETY: as in `adam_step`; `partials` holds one f32 per chunk.
     unsafe {
-        chunk_sum_kernel::launch_unchecked(
+        launch_chunks!(
             client,
-            count,
-            dim,
-            chunks.flat(x),
-            starts,
-            ends,
-            BufferArg::from_raw_parts(partials.clone(), chunks.count()),
-            absolute,
+            chunks,
+            chunk_sum_kernel([x], partials_arg, absolute)
         );
     }
     let read = client.read_one_unchecked(partials);
@@ -127,8 +97,8 @@ pub fn scale(client: &Client, x: &Handle, len: usize, factor: f32) {
     if len == 0 {
         return;
     }
-    let (f, f_len) = f32_buffer(client, &[factor]);
-    let (count, dim) = crate::device::onebit::launch_dims(client, len);
+    let factor = f32_arg(client, &[factor]);
+    let (count, dim) = launch_dims(client, len);
     // SAFETY: `x` holds `len` f32 (the caller's contract).
     unsafe {
         scale_kernel::launch_unchecked(
@@ -136,7 +106,7 @@ pub fn scale(client: &Client, x: &Handle, len: usize, factor: f32) {
             count,
             dim,
             BufferArg::from_raw_parts(x.clone(), len),
-            BufferArg::from_raw_parts(f, f_len),
+            factor,
         );
     }
 }

@@ -5,11 +5,11 @@
 use cubecl::prelude::*;
 use cubecl::server::Handle;
 
-/// Elements per chunk: 256 units × 16 elements.
-pub const DEVICE_CHUNK: usize = 4096;
+pub(crate) use crate::device::cube::CUBE;
+use crate::device::cube::launch_dims;
 
-/// Units per cube.
-pub(crate) const CUBE: usize = 256;
+/// Elements per chunk: a cube's 256 units × 16 elements.
+pub const DEVICE_CHUNK: usize = 16 * CUBE;
 
 // Indices into the coefficient buffer of the moment kernels.
 pub(crate) const BETA_1: usize = 0;
@@ -163,17 +163,22 @@ impl DeviceChunks {
         coefficients: &MomentCoefficients,
         lr: f32,
     ) -> BufferArg {
-        let (c, len) = f32_buffer(client, &coefficients.buffer(lr));
-        // SAFETY: the buffer was created with `len` f32.
-        unsafe { BufferArg::from_raw_parts(c, len) }
+        f32_arg(client, &coefficients.buffer(lr))
     }
 
+    /// A new buffer of `per_chunk` f32 per chunk for a kernel's partials:
+    /// the handle to read them back from, and the kernel argument.
+    pub(crate) fn partials(&self, client: &Client, per_chunk: usize) -> (Handle, BufferArg) {
+        let len = per_chunk * self.count();
+        let handle = client.empty(len * size_of::<f32>());
+        // SAFETY: the buffer was created with `len` f32.
+        let arg = unsafe { BufferArg::from_raw_parts(handle.clone(), len) };
+        (handle, arg)
+    }
+
+    /// One cube per chunk.
     pub(crate) fn launch(&self, client: &Client) -> (CubeCount, CubeDim) {
-        let dim = CubeDim::new_1d(CUBE as u32);
-        (
-            cubecl::calculate_cube_count_elemwise(client, self.count() * CUBE, dim),
-            dim,
-        )
+        launch_dims(client, self.count() * CUBE)
     }
 
     /// A flat buffer of [`DeviceChunks::len`] f32 as a kernel argument.
@@ -187,18 +192,19 @@ impl DeviceChunks {
         unsafe { BufferArg::from_raw_parts(handle.clone(), self.len) }
     }
 
-    pub(crate) fn args(&self) -> [BufferArg; 4] {
+    /// The table as the kernels' [`ChunkTable`] argument.
+    pub(crate) fn table(&self) -> ChunkTableLaunch {
         let n = self.count() + 1;
         // SAFETY (of the launches using them): each table buffer was
         // created with `count() + 1` entries, the decays with one per
         // segment plus one.
         unsafe {
-            [
+            ChunkTableLaunch::new(
                 BufferArg::from_raw_parts(self.starts.clone(), n),
                 BufferArg::from_raw_parts(self.ends.clone(), n),
                 BufferArg::from_raw_parts(self.segment_of.clone(), n),
                 BufferArg::from_raw_parts(self.weight_decay.clone(), self.segments + 1),
-            ]
+            )
         }
     }
 }
@@ -213,6 +219,96 @@ impl std::fmt::Debug for DeviceChunks {
             self.count()
         )
     }
+}
+
+/// `launch_chunks!(client, chunks, kernel([flat, …], args…))` launches the
+/// chunk kernel `kernel` over `chunks`, one cube per chunk, with the flat
+/// buffers (each [`DeviceChunks::flat`]), then the chunk table, then `args`:
+/// the order of every chunk kernel's parameters. It expands to the unsafe
+/// launch, so the caller's `unsafe` block says why its buffers fit.
+macro_rules! launch_chunks {
+    ($client:expr, $chunks:expr, $kernel:ident([$($flat:expr),*] $(, $arg:expr)* $(,)?)) => {{
+        let (count, dim) = $chunks.launch($client);
+        $kernel::launch_unchecked(
+            $client,
+            count,
+            dim,
+            $($chunks.flat($flat),)*
+            $chunks.table(),
+            $($arg),*
+        )
+    }};
+}
+pub(crate) use launch_chunks;
+
+/// [`DeviceChunks`] on the device: the one argument through which every
+/// kernel launched over the chunks (one cube per chunk) finds its chunk,
+/// its segment and the segment's weight decay. Each column has one padding
+/// entry past the last chunk (a zero-sized buffer cannot be bound).
+#[derive(CubeLaunch, CubeType)]
+pub(crate) struct ChunkTable {
+    starts: Box<[u32]>,
+    ends: Box<[u32]>,
+    segment_of: Box<[u32]>,
+    weight_decay: Box<[f32]>,
+}
+
+#[cube]
+impl ChunkTable {
+    /// This unit's first element of its cube's chunk, and the chunk's end:
+    /// the unit walks `first, first + CUBE, …` below `end`. A cube past the
+    /// last chunk (the padding entry, or past it where the launch rounds
+    /// the cube count up) terminates here.
+    pub(crate) fn range(&self) -> (usize, usize) {
+        let chunk = CUBE_POS;
+        if chunk + 1 >= self.starts.len() {
+            terminate!();
+        }
+        let end = usize::cast_from(self.ends[chunk]);
+        (
+            usize::cast_from(self.starts[chunk]) + UNIT_POS as usize,
+            end,
+        )
+    }
+
+    /// The segment of this cube's chunk.
+    pub(crate) fn segment(&self) -> usize {
+        usize::cast_from(self.segment_of[CUBE_POS])
+    }
+
+    /// The weight decay of this cube's segment.
+    pub(crate) fn weight_decay(&self) -> f32 {
+        self.weight_decay[self.segment()]
+    }
+}
+
+/// Adam's first moment `β1·m + (1-β1)·g`.
+#[cube]
+pub(crate) fn first_moment(m: f32, g: f32, c: &[f32]) -> f32 {
+    c[BETA_1] * m + c[ONE_MINUS_BETA_1] * g
+}
+
+/// Adam's second moment `β2·v + (1-β2)·g²`.
+#[cube]
+pub(crate) fn second_moment(v: f32, g: f32, c: &[f32]) -> f32 {
+    c[BETA_2] * v + c[ONE_MINUS_BETA_2] * g * g
+}
+
+/// Both moments of element `i` updated in place from the gradient `g`;
+/// returns the new `(m, v)`.
+#[cube]
+pub(crate) fn update_moments(
+    m: &mut [f32],
+    v: &mut [f32],
+    i: usize,
+    g: f32,
+    c: &[f32],
+) -> (f32, f32) {
+    let mi = first_moment(m[i], g, c);
+    let vi = second_moment(v[i], g, c);
+    m[i] = mi;
+    v[i] = vi;
+    (mi, vi)
 }
 
 /// Adam's direction `m̂/(sqrt(v̂)+ε) + wd·x` (or `m̂/sqrt(v̂+ε)` inside).
@@ -245,10 +341,9 @@ pub(crate) fn denominator(v: f32, c: &[f32], #[comptime] inside: bool) -> f32 {
     d
 }
 
-/// `values` in a new device buffer, with its length.
-pub(crate) fn f32_buffer(client: &Client, values: &[f32]) -> (Handle, usize) {
-    (
-        client.create_from_slice(f32::as_bytes(values)),
-        values.len(),
-    )
+/// `values` in a new device buffer, as a kernel argument.
+pub(crate) fn f32_arg(client: &Client, values: &[f32]) -> BufferArg {
+    let handle = client.create_from_slice(f32::as_bytes(values));
+    // SAFETY: the buffer was created with `values.len()` f32.
+    unsafe { BufferArg::from_raw_parts(handle, values.len()) }
 }

@@ -7,43 +7,25 @@ use cubecl::prelude::*;
 use cubecl::server::Handle;
 
 use super::chunks::*;
+use crate::device::cube::cube_reduce;
 
 /// `m = β1·m + (1-β1)·g` (the compression stage's local momentum).
 #[cube(launch_unchecked)]
-fn momentum_kernel(m: &mut [f32], g: &[f32], starts: &[u32], ends: &[u32], c: &[f32]) {
-    let chunk = CUBE_POS;
-    if chunk + 1 >= starts.len() {
-        terminate!();
-    }
-    let end = usize::cast_from(ends[chunk]);
-    let mut i = usize::cast_from(starts[chunk]) + UNIT_POS as usize;
+fn momentum_kernel(m: &mut [f32], g: &[f32], table: &ChunkTable, c: &[f32]) {
+    let (mut i, end) = table.range();
     while i < end {
-        m[i] = c[BETA_1] * m[i] + c[ONE_MINUS_BETA_1] * g[i];
+        m[i] = first_moment(m[i], g[i], c);
         i += CUBE;
     }
 }
 
 /// 1-bit LAMB's scaled momentum: `m = (β1·m + (1-β1)·g)·k_s`.
 #[cube(launch_unchecked)]
-#[allow(clippy::too_many_arguments)]
-fn scaled_momentum_kernel(
-    m: &mut [f32],
-    g: &[f32],
-    starts: &[u32],
-    ends: &[u32],
-    segment_of: &[u32],
-    c: &[f32],
-    k: &[f32],
-) {
-    let chunk = CUBE_POS;
-    if chunk + 1 >= starts.len() {
-        terminate!();
-    }
-    let ks = k[usize::cast_from(segment_of[chunk])];
-    let end = usize::cast_from(ends[chunk]);
-    let mut i = usize::cast_from(starts[chunk]) + UNIT_POS as usize;
+fn scaled_momentum_kernel(m: &mut [f32], g: &[f32], table: &ChunkTable, c: &[f32], k: &[f32]) {
+    let (mut i, end) = table.range();
+    let ks = k[table.segment()];
     while i < end {
-        m[i] = (c[BETA_1] * m[i] + c[ONE_MINUS_BETA_1] * g[i]) * ks;
+        m[i] = first_moment(m[i], g[i], c) * ks;
         i += CUBE;
     }
 }
@@ -54,19 +36,12 @@ fn scaled_momentum_kernel(
 fn unscale_masked_kernel(
     m: &mut [f32],
     v: &[f32],
-    starts: &[u32],
-    ends: &[u32],
-    segment_of: &[u32],
+    table: &ChunkTable,
     k: &[f32],
     #[comptime] hold: bool,
 ) {
-    let chunk = CUBE_POS;
-    if chunk + 1 >= starts.len() {
-        terminate!();
-    }
-    let ks = k[usize::cast_from(segment_of[chunk])];
-    let end = usize::cast_from(ends[chunk]);
-    let mut i = usize::cast_from(starts[chunk]) + UNIT_POS as usize;
+    let (mut i, end) = table.range();
+    let ks = k[table.segment()];
     while i < end {
         if hold && v[i] == 0.0 {
             m[i] = 0.0;
@@ -89,25 +64,18 @@ fn fresh_variance_kernel(
     m_last: &[f32],
     v: &[f32],
     fresh: &mut [f32],
-    starts: &[u32],
-    ends: &[u32],
+    table: &ChunkTable,
     c: &[f32],
     inv_one_minus_beta_1: &[f32],
     partials: &mut [f32],
     #[comptime] inside: bool,
     #[comptime] variance: bool,
 ) {
-    let chunk = CUBE_POS;
-    if chunk + 1 >= starts.len() {
-        terminate!();
-    }
-    let unit = UNIT_POS as usize;
-    let end = usize::cast_from(ends[chunk]);
-    let mut i = usize::cast_from(starts[chunk]) + unit;
+    let (mut i, end) = table.range();
     let mut r = 0.0f32;
     while i < end {
         let g = (m[i] - c[BETA_1] * m_last[i]) * inv_one_minus_beta_1[0];
-        let f = c[BETA_2] * fresh[i] + c[ONE_MINUS_BETA_2] * g * g;
+        let f = second_moment(fresh[i], g, c);
         fresh[i] = f;
         let vi = v[i];
         let mut ratio = (vi + c[EPS]) / (f + c[EPS]);
@@ -117,20 +85,9 @@ fn fresh_variance_kernel(
         r = f32::max(r, ratio);
         i += CUBE;
     }
-    let mut shared = Shared::<[f32]>::new_slice(CUBE);
-    shared[unit] = r;
-    sync_cube();
-    #[unroll]
-    for k in 1..9usize {
-        let stride = comptime!(CUBE >> k);
-        if unit < stride {
-            let a = f32::max(shared[unit], shared[unit + stride]);
-            shared[unit] = a;
-        }
-        sync_cube();
-    }
-    if unit == 0 {
-        partials[chunk] = shared[0];
+    let largest = cube_reduce(r, true);
+    if UNIT_POS == 0 {
+        partials[CUBE_POS] = largest;
     }
 }
 
@@ -146,20 +103,9 @@ pub fn accumulate_momentum(
         return;
     }
     let c = chunks.coefficients(client, coefficients, 0.0);
-    let (count, dim) = chunks.launch(client);
-    let [starts, ends, _, _] = chunks.args();
     // SAFETY: as in `adam_step`.
     unsafe {
-        momentum_kernel::launch_unchecked(
-            client,
-            count,
-            dim,
-            chunks.flat(m),
-            chunks.flat(g),
-            starts,
-            ends,
-            c,
-        );
+        launch_chunks!(client, chunks, momentum_kernel([m, g], c));
     }
 }
 
@@ -203,23 +149,10 @@ pub fn scaled_momentum(
         return;
     }
     let c = chunks.coefficients(client, coefficients, 0.0);
-    let (k, k_len) = f32_buffer(client, k);
-    let (count, dim) = chunks.launch(client);
-    let [starts, ends, segment_of, _] = chunks.args();
+    let k = f32_arg(client, k);
     // SAFETY: as in `adam_step`; one factor per segment.
     unsafe {
-        scaled_momentum_kernel::launch_unchecked(
-            client,
-            count,
-            dim,
-            chunks.flat(m),
-            chunks.flat(g),
-            starts,
-            ends,
-            segment_of,
-            c,
-            BufferArg::from_raw_parts(k, k_len),
-        );
+        launch_chunks!(client, chunks, scaled_momentum_kernel([m, g], c, k));
     }
 }
 
@@ -236,23 +169,10 @@ pub fn unscale_masked(
     if chunks.is_empty() {
         return;
     }
-    let (k, k_len) = f32_buffer(client, k);
-    let (count, dim) = chunks.launch(client);
-    let [starts, ends, segment_of, _] = chunks.args();
+    let k = f32_arg(client, k);
     // SAFETY: as in `adam_step`; one factor per segment.
     unsafe {
-        unscale_masked_kernel::launch_unchecked(
-            client,
-            count,
-            dim,
-            chunks.flat(m),
-            chunks.flat(v),
-            starts,
-            ends,
-            segment_of,
-            BufferArg::from_raw_parts(k, k_len),
-            hold,
-        );
+        launch_chunks!(client, chunks, unscale_masked_kernel([m, v], k, hold));
     }
 }
 
@@ -276,27 +196,21 @@ pub fn fresh_variance(
         return ratios;
     }
     let c = chunks.coefficients(client, coefficients, 0.0);
-    let (inv, inv_len) = f32_buffer(client, &[inv_one_minus_beta_1]);
-    let partials = client.empty(chunks.count() * size_of::<f32>());
-    let (count, dim) = chunks.launch(client);
-    let [starts, ends, _, _] = chunks.args();
+    let inv = f32_arg(client, &[inv_one_minus_beta_1]);
+    let (partials, partials_arg) = chunks.partials(client, 1);
     // SAFETY: as in `adam_step`; `partials` holds one f32 per chunk.
     unsafe {
-        fresh_variance_kernel::launch_unchecked(
+        launch_chunks!(
             client,
-            count,
-            dim,
-            chunks.flat(m),
-            chunks.flat(m_last),
-            chunks.flat(v),
-            chunks.flat(fresh),
-            starts,
-            ends,
-            c,
-            BufferArg::from_raw_parts(inv, inv_len),
-            BufferArg::from_raw_parts(partials.clone(), chunks.count()),
-            inside,
-            variance,
+            chunks,
+            fresh_variance_kernel(
+                [m, m_last, v, fresh],
+                c,
+                inv,
+                partials_arg,
+                inside,
+                variance
+            )
         );
     }
     let read = client.read_one_unchecked(partials);

@@ -24,7 +24,7 @@ mod uncompressed;
 mod zero_one_sync;
 
 pub use buffers::{copy, scale, sum_of_abs, sum_of_squares};
-pub(crate) use chunks::{BETA_1, BETA_2, CUBE, ONE_MINUS_BETA_1, ONE_MINUS_BETA_2, direction};
+pub(crate) use chunks::{ChunkTable, direction, f32_arg, launch_chunks, update_moments};
 pub use chunks::{DEVICE_CHUNK, DeviceChunks, MomentCoefficients};
 pub use compression_stage::{
     accumulate_momentum, fresh_variance, frozen_apply, scaled_momentum, unscale_masked,

@@ -6,35 +6,23 @@ use cubecl::prelude::*;
 use cubecl::server::Handle;
 
 use super::chunks::*;
+use crate::device::cube::reduce_rows;
 
 /// One cube per chunk: moments, direction and parameter in one pass.
 #[cube(launch_unchecked)]
-#[allow(clippy::too_many_arguments)]
 fn adam_kernel(
     x: &mut [f32],
     m: &mut [f32],
     v: &mut [f32],
     g: &[f32],
-    starts: &[u32],
-    ends: &[u32],
-    segment_of: &[u32],
-    weight_decay: &[f32],
+    table: &ChunkTable,
     c: &[f32],
     #[comptime] inside: bool,
 ) {
-    let chunk = CUBE_POS;
-    if chunk + 1 >= starts.len() {
-        terminate!();
-    }
-    let wd = weight_decay[usize::cast_from(segment_of[chunk])];
-    let end = usize::cast_from(ends[chunk]);
-    let mut i = usize::cast_from(starts[chunk]) + UNIT_POS as usize;
+    let (mut i, end) = table.range();
+    let wd = table.weight_decay();
     while i < end {
-        let gi = g[i] * c[GRAD_SCALE];
-        let mi = c[BETA_1] * m[i] + c[ONE_MINUS_BETA_1] * gi;
-        let vi = c[BETA_2] * v[i] + c[ONE_MINUS_BETA_2] * gi * gi;
-        m[i] = mi;
-        v[i] = vi;
+        let (mi, vi) = update_moments(m, v, i, g[i] * c[GRAD_SCALE], c);
         let xi = x[i];
         x[i] = xi - c[LR] * direction(mi, vi, xi, wd, c, inside);
         i += CUBE;
@@ -51,55 +39,33 @@ fn lamb_norms_kernel(
     m: &mut [f32],
     v: &mut [f32],
     g: &[f32],
-    starts: &[u32],
-    ends: &[u32],
-    segment_of: &[u32],
-    weight_decay: &[f32],
+    table: &ChunkTable,
     c: &[f32],
     partials: &mut [f32],
     #[comptime] inside: bool,
 ) {
-    let chunk = CUBE_POS;
-    if chunk + 1 >= starts.len() {
-        terminate!();
-    }
-    let unit = UNIT_POS as usize;
-    let wd = weight_decay[usize::cast_from(segment_of[chunk])];
-    let end = usize::cast_from(ends[chunk]);
-    let mut i = usize::cast_from(starts[chunk]) + unit;
+    let (mut i, end) = table.range();
+    let wd = table.weight_decay();
     let mut xx = 0.0f32;
     let mut uu = 0.0f32;
     while i < end {
-        let gi = g[i] * c[GRAD_SCALE];
-        let mi = c[BETA_1] * m[i] + c[ONE_MINUS_BETA_1] * gi;
-        let vi = c[BETA_2] * v[i] + c[ONE_MINUS_BETA_2] * gi * gi;
-        m[i] = mi;
-        v[i] = vi;
+        let (mi, vi) = update_moments(m, v, i, g[i] * c[GRAD_SCALE], c);
         let xi = x[i];
         let u = direction(mi, vi, xi, wd, c, inside);
         xx += xi * xi;
         uu += u * u;
         i += CUBE;
     }
-    let mut shared_x = Shared::<[f32]>::new_slice(CUBE);
-    let mut shared_u = Shared::<[f32]>::new_slice(CUBE);
-    shared_x[unit] = xx;
-    shared_u[unit] = uu;
-    sync_cube();
-    #[unroll]
-    for k in 1..9usize {
-        let stride = comptime!(CUBE >> k);
-        if unit < stride {
-            let a = shared_x[unit] + shared_x[unit + stride];
-            shared_x[unit] = a;
-            let b = shared_u[unit] + shared_u[unit + stride];
-            shared_u[unit] = b;
-        }
-        sync_cube();
-    }
+    // Both sums reduced together, as two rows.
+    let unit = UNIT_POS as usize;
+    let mut shared = Shared::<[f32]>::new_slice(2 * CUBE);
+    shared[unit] = xx;
+    shared[CUBE + unit] = uu;
+    reduce_rows(&mut shared, 2usize, false);
     if unit == 0 {
-        partials[2 * chunk] = shared_x[0];
-        partials[2 * chunk + 1] = shared_u[0];
+        let chunk = CUBE_POS;
+        partials[2 * chunk] = shared[0];
+        partials[2 * chunk + 1] = shared[CUBE];
     }
 }
 
@@ -114,24 +80,15 @@ fn rate_update_kernel(
     x: &mut [f32],
     m: &mut [f32],
     v: &[f32],
-    starts: &[u32],
-    ends: &[u32],
-    segment_of: &[u32],
-    weight_decay: &[f32],
+    table: &ChunkTable,
     c: &[f32],
     segment_lr: &[f32],
     #[comptime] inside: bool,
     #[comptime] masked: bool,
 ) {
-    let chunk = CUBE_POS;
-    if chunk + 1 >= starts.len() {
-        terminate!();
-    }
-    let s = usize::cast_from(segment_of[chunk]);
-    let wd = weight_decay[s];
-    let lr = segment_lr[s];
-    let end = usize::cast_from(ends[chunk]);
-    let mut i = usize::cast_from(starts[chunk]) + UNIT_POS as usize;
+    let (mut i, end) = table.range();
+    let wd = table.weight_decay();
+    let lr = segment_lr[table.segment()];
     while i < end {
         let vi = v[i];
         if masked && vi <= 0.0 {
@@ -146,26 +103,17 @@ fn rate_update_kernel(
 
 /// SGD with momentum: `d = g + wd·x; m = μm + d; x -= lr·(d + μm | m)`.
 #[cube(launch_unchecked)]
-#[allow(clippy::too_many_arguments)]
 fn sgd_kernel(
     x: &mut [f32],
     m: &mut [f32],
     g: &[f32],
-    starts: &[u32],
-    ends: &[u32],
-    segment_of: &[u32],
-    weight_decay: &[f32],
+    table: &ChunkTable,
     c: &[f32],
     #[comptime] nesterov: bool,
 ) {
-    let chunk = CUBE_POS;
-    if chunk + 1 >= starts.len() {
-        terminate!();
-    }
-    let wd = weight_decay[usize::cast_from(segment_of[chunk])];
+    let (mut i, end) = table.range();
+    let wd = table.weight_decay();
     let (mu, lr) = (c[0], c[1]);
-    let end = usize::cast_from(ends[chunk]);
-    let mut i = usize::cast_from(starts[chunk]) + UNIT_POS as usize;
     while i < end {
         let xi = x[i];
         let d = g[i] + wd * xi;
@@ -198,27 +146,11 @@ pub fn adam_step(
         return;
     }
     let c = chunks.coefficients(client, coefficients, lr);
-    let (count, dim) = chunks.launch(client);
-    let [starts, ends, segment_of, weight_decay] = chunks.args();
     // SAFETY: the flat buffers hold `chunks.len()` f32 (`DeviceChunks::flat`),
-    // the table and coefficient buffers are sized by `args` and
+    // the table and coefficient buffers are sized by `table` and
     // `coefficients`; the chunks address only elements below `chunks.len()`.
     unsafe {
-        adam_kernel::launch_unchecked(
-            client,
-            count,
-            dim,
-            chunks.flat(x),
-            chunks.flat(m),
-            chunks.flat(v),
-            chunks.flat(g),
-            starts,
-            ends,
-            segment_of,
-            weight_decay,
-            c,
-            inside,
-        );
+        launch_chunks!(client, chunks, adam_kernel([x, m, v, g], c, inside));
     }
 }
 
@@ -239,26 +171,13 @@ pub fn lamb_norms(
         return vec![(0.0, 0.0); chunks.segments];
     }
     let c = chunks.coefficients(client, coefficients, 0.0);
-    let partials = client.empty(2 * chunks.count() * size_of::<f32>());
-    let (count, dim) = chunks.launch(client);
-    let [starts, ends, segment_of, weight_decay] = chunks.args();
+    let (partials, partials_arg) = chunks.partials(client, 2);
     // SAFETY: as in `adam_step`; `partials` holds two f32 per chunk.
     unsafe {
-        lamb_norms_kernel::launch_unchecked(
+        launch_chunks!(
             client,
-            count,
-            dim,
-            chunks.flat(x),
-            chunks.flat(m),
-            chunks.flat(v),
-            chunks.flat(g),
-            starts,
-            ends,
-            segment_of,
-            weight_decay,
-            c,
-            BufferArg::from_raw_parts(partials.clone(), 2 * chunks.count()),
-            inside,
+            chunks,
+            lamb_norms_kernel([x, m, v, g], c, partials_arg, inside)
         );
     }
     let read = client.read_one_unchecked(partials);
@@ -311,26 +230,13 @@ pub(crate) fn rate_update(
         return;
     }
     let c = chunks.coefficients(client, coefficients, 0.0);
-    let (rates, rates_len) = f32_buffer(client, segment_lr);
-    let (count, dim) = chunks.launch(client);
-    let [starts, ends, segment_of, weight_decay] = chunks.args();
+    let rates = f32_arg(client, segment_lr);
     // SAFETY: as in `adam_step`; one rate per segment.
     unsafe {
-        rate_update_kernel::launch_unchecked(
+        launch_chunks!(
             client,
-            count,
-            dim,
-            chunks.flat(x),
-            chunks.flat(m),
-            chunks.flat(v),
-            starts,
-            ends,
-            segment_of,
-            weight_decay,
-            c,
-            BufferArg::from_raw_parts(rates, rates_len),
-            inside,
-            masked,
+            chunks,
+            rate_update_kernel([x, m, v], c, rates, inside, masked)
         );
     }
 }
@@ -350,24 +256,9 @@ pub fn sgd_step(
     if chunks.is_empty() {
         return;
     }
-    let (c, c_len) = f32_buffer(client, &[mu, lr]);
-    let (count, dim) = chunks.launch(client);
-    let [starts, ends, segment_of, weight_decay] = chunks.args();
+    let c = f32_arg(client, &[mu, lr]);
     // SAFETY: as in `adam_step`.
     unsafe {
-        sgd_kernel::launch_unchecked(
-            client,
-            count,
-            dim,
-            chunks.flat(x),
-            chunks.flat(m),
-            chunks.flat(g),
-            starts,
-            ends,
-            segment_of,
-            weight_decay,
-            BufferArg::from_raw_parts(c, c_len),
-            nesterov,
-        );
+        launch_chunks!(client, chunks, sgd_kernel([x, m, g], c, nesterov));
     }
 }

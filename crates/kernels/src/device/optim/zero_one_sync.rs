@@ -21,17 +21,11 @@ fn sync_scale_kernel(
     x: &mut [f32],
     synced: &[f32],
     v: &[f32],
-    starts: &[u32],
-    ends: &[u32],
+    table: &ChunkTable,
     c: &[f32],
     #[comptime] inside: bool,
 ) {
-    let chunk = CUBE_POS;
-    if chunk + 1 >= starts.len() {
-        terminate!();
-    }
-    let end = usize::cast_from(ends[chunk]);
-    let mut i = usize::cast_from(starts[chunk]) + UNIT_POS as usize;
+    let (mut i, end) = table.range();
     while i < end {
         x[i] = (x[i] - synced[i]) * denominator(v[i], c, inside);
         i += CUBE;
@@ -48,18 +42,12 @@ fn sync_apply_kernel(
     synced: &mut [f32],
     m: &mut [f32],
     v: &[f32],
-    starts: &[u32],
-    ends: &[u32],
+    table: &ChunkTable,
     c: &[f32],
     #[comptime] inside: bool,
     #[comptime] hold: bool,
 ) {
-    let chunk = CUBE_POS;
-    if chunk + 1 >= starts.len() {
-        terminate!();
-    }
-    let end = usize::cast_from(ends[chunk]);
-    let mut i = usize::cast_from(starts[chunk]) + UNIT_POS as usize;
+    let (mut i, end) = table.range();
     while i < end {
         let vi = v[i];
         let ui = x[i];
@@ -88,22 +76,9 @@ pub fn sync_scale(
         return;
     }
     let c = chunks.coefficients(client, coefficients, 0.0);
-    let (count, dim) = chunks.launch(client);
-    let [starts, ends, _, _] = chunks.args();
     // SAFETY: every handle holds `chunks.len()` f32 (`DeviceChunks::flat`).
     unsafe {
-        sync_scale_kernel::launch_unchecked(
-            client,
-            count,
-            dim,
-            chunks.flat(x),
-            chunks.flat(synced),
-            chunks.flat(v),
-            starts,
-            ends,
-            c,
-            inside,
-        );
+        launch_chunks!(client, chunks, sync_scale_kernel([x, synced, v], c, inside));
     }
 }
 
@@ -122,23 +97,12 @@ pub fn sync_apply(
         return;
     }
     let c = chunks.coefficients(client, coefficients, lr_sum);
-    let (count, dim) = chunks.launch(client);
-    let [starts, ends, _, _] = chunks.args();
     // SAFETY: as in `sync_scale`.
     unsafe {
-        sync_apply_kernel::launch_unchecked(
+        launch_chunks!(
             client,
-            count,
-            dim,
-            chunks.flat(x),
-            chunks.flat(synced),
-            chunks.flat(m),
-            chunks.flat(v),
-            starts,
-            ends,
-            c,
-            inside,
-            hold,
+            chunks,
+            sync_apply_kernel([x, synced, m, v], c, inside, hold)
         );
     }
 }

@@ -1,0 +1,85 @@
+//! What the kernels share at the level of one cube: its number of units,
+//! the launch and first step of the one-unit-per-item kernels, the bits of
+//! a packed word, and the shared-memory tree reduction that turns one
+//! value per unit into a cube's sum or maximum.
+
+use cubecl::prelude::*;
+
+/// Units per cube, in every kernel here.
+pub(crate) const CUBE: usize = 256;
+
+/// Levels of [`reduce_rows`]'s tree: `CUBE` is `2^LEVELS`.
+const LEVELS: usize = 8;
+const _: () = assert!(CUBE == 1 << LEVELS);
+
+/// Cubes of [`CUBE`] units for `units` units (at least one, so an empty
+/// launch still has a valid count).
+pub(crate) fn launch_dims(client: &Client, units: usize) -> (CubeCount, CubeDim) {
+    let dim = CubeDim::new_1d(CUBE as u32);
+    (
+        cubecl::calculate_cube_count_elemwise(client, units.max(1), dim),
+        dim,
+    )
+}
+
+/// This unit's item in a launch of one unit per item ([`launch_dims`]):
+/// the units past the last of `len` items terminate here.
+#[cube]
+pub(crate) fn unit_item(len: usize) -> usize {
+    let i = ABSOLUTE_POS;
+    if i >= len {
+        terminate!();
+    }
+    i
+}
+
+/// Whether bit `b` of the packed `word` is set.
+#[cube]
+pub(crate) fn bit(word: u32, b: usize) -> bool {
+    (word >> u32::cast_from(b)) & 1u32 == 1u32
+}
+
+/// Reduces `rows` rows of [`CUBE`] values in `shared` (row `k` at
+/// `k·CUBE`, each unit's value at its own index within the row) to their
+/// sums, or with `max` their maxima, left at `shared[k·CUBE]`. Every unit
+/// of the cube must call it, after writing its values.
+///
+/// The order is fixed, and every kernel's partials depend on it: at each
+/// level the first `stride` units (128, 64, …, 1) fold `shared[u + stride]`
+/// into `shared[u]`, with a barrier between levels. Rows reduced together
+/// are folded exactly as each would be alone.
+#[cube]
+pub(crate) fn reduce_rows(
+    shared: &mut Shared<[f32]>,
+    #[comptime] rows: usize,
+    #[comptime] max: bool,
+) {
+    let unit = UNIT_POS as usize;
+    sync_cube();
+    #[unroll]
+    for level in 1..comptime!(LEVELS + 1) {
+        let stride = comptime!(CUBE >> level);
+        if unit < stride {
+            #[unroll]
+            for k in 0..rows {
+                let (a, b) = (shared[k * CUBE + unit], shared[k * CUBE + unit + stride]);
+                if max {
+                    shared[k * CUBE + unit] = f32::max(a, b);
+                } else {
+                    shared[k * CUBE + unit] = a + b;
+                }
+            }
+        }
+        sync_cube();
+    }
+}
+
+/// The cube's sum (or with `max`, maximum) of each unit's `value`, in
+/// [`reduce_rows`]'s order; every unit gets it, and every unit must call.
+#[cube]
+pub(crate) fn cube_reduce(value: f32, #[comptime] max: bool) -> f32 {
+    let mut shared = Shared::<[f32]>::new_slice(CUBE);
+    shared[UNIT_POS as usize] = value;
+    reduce_rows(&mut shared, 1usize, max);
+    shared[0]
+}
