@@ -1,6 +1,8 @@
-//! The chunk table every optimizer kernel walks, the per-step moment
-//! coefficients, and Adam's direction and denominator as cube functions
-//! the kernels share.
+//! The chunk table every optimizer kernel walks: on the host, on the
+//! device as the kernels' one [`ChunkTable`] argument, and the
+//! [`launch_chunks!`] that passes it. Also the per-step moment
+//! coefficients, and Adam's moments, direction and denominator as cube
+//! functions the kernels share, so each formula is written once.
 
 use cubecl::prelude::*;
 use cubecl::server::Handle;
