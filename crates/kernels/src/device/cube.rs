@@ -4,6 +4,7 @@
 //! value per unit into a cube's sum or maximum.
 
 use cubecl::prelude::*;
+use cubecl::server::Handle;
 
 /// Units per cube, in every kernel here.
 pub(crate) const CUBE: usize = 256;
@@ -20,6 +21,26 @@ pub(crate) fn launch_dims(client: &Client, units: usize) -> (CubeCount, CubeDim)
         cubecl::calculate_cube_count_elemwise(client, units.max(1), dim),
         dim,
     )
+}
+
+/// `launch_units!(client, units, kernel(args…))` launches `kernel` with one
+/// unit per item for `units` items ([`launch_dims`]). It expands to the
+/// unsafe launch, so the caller's `unsafe` block says why its buffers fit.
+macro_rules! launch_units {
+    ($client:expr, $units:expr, $kernel:ident($($arg:expr),* $(,)?)) => {{
+        let (count, dim) = $crate::device::cube::launch_dims($client, $units);
+        $kernel::launch_unchecked($client, count, dim, $($arg),*)
+    }};
+}
+pub(crate) use launch_units;
+
+/// The first `len` elements of `handle` as a kernel argument.
+///
+/// # Safety
+/// `handle` holds at least `len` elements of the kernel parameter's type.
+pub(crate) unsafe fn buffer(handle: &Handle, len: usize) -> BufferArg {
+    // SAFETY: the caller's contract above.
+    unsafe { BufferArg::from_raw_parts(handle.clone(), len) }
 }
 
 /// This unit's item in a launch of one unit per item ([`launch_dims`]):

@@ -8,7 +8,7 @@
 use cubecl::prelude::*;
 use cubecl::server::Handle;
 
-use super::cube::{launch_dims, unit_item};
+use super::cube::{buffer, launch_units, unit_item};
 use super::mask::mix32;
 use terse_compress::dropout::SiteMask;
 
@@ -41,17 +41,13 @@ pub fn dropout_factors(client: &Client, mask: &SiteMask, out: &Handle, len: usiz
     let (key0, key1, threshold, scale) = mask.parts();
     let keys = client.create_from_slice(u32::as_bytes(&[key0, key1, threshold]));
     let scale = client.create_from_slice(f32::as_bytes(&[scale]));
-    let (count, dim) = launch_dims(client, len);
     // SAFETY: `out` holds `len` f32 (the caller's contract), `keys` three
     // words and `scale` one float; the kernel bounds its writes by `len`.
     unsafe {
-        factors_kernel::launch_unchecked(
+        launch_units!(
             client,
-            count,
-            dim,
-            BufferArg::from_raw_parts(keys, 3),
-            BufferArg::from_raw_parts(scale, 1),
-            BufferArg::from_raw_parts(out.clone(), len),
+            len,
+            factors_kernel(buffer(&keys, 3), buffer(&scale, 1), buffer(out, len))
         );
     }
 }

@@ -11,7 +11,7 @@
 use cubecl::prelude::*;
 use cubecl::server::Handle;
 
-use super::cube::{bit, launch_dims, unit_item};
+use super::cube::{bit, buffer, launch_units, unit_item};
 use crate::mask::{Mask, Selection, StepMask};
 use crate::onebit::words_for;
 
@@ -150,18 +150,18 @@ pub fn select(
     let keys = client.create_from_slice(u32::as_bytes(&keys));
     let words = words_for(len);
     let selection = client.empty(words.max(1) * 4);
-    let (count, dim) = launch_dims(client, words);
     // SAFETY: `always` and `selection` hold `words` words, `keys` four; the
     // kernel bounds its accesses by those counts and by `len`.
     unsafe {
-        select_kernel::launch_unchecked(
+        launch_units!(
             client,
-            count,
-            dim,
-            BufferArg::from_raw_parts(keys, 4),
-            BufferArg::from_raw_parts(always.clone(), words),
-            BufferArg::from_raw_parts(selection.clone(), words),
-            len,
+            words,
+            select_kernel(
+                buffer(&keys, 4),
+                buffer(always, words),
+                buffer(&selection, words),
+                len
+            )
         );
     }
     let packed = u32::from_bytes(&client.read_one_unchecked(selection.clone())).to_vec();
@@ -184,7 +184,6 @@ impl DeviceSelection {
         if words == 0 {
             return;
         }
-        let (count, dim) = launch_dims(client, words);
         let (x_len, v_len) = (self.len, self.count.max(1));
         let (from_len, to_len) = if gather {
             (x_len, v_len)
@@ -195,15 +194,16 @@ impl DeviceSelection {
         // exclusive prefix sums of the words' populations, so every access
         // lands below `count`), selection and offsets one word each per 32.
         unsafe {
-            move_selected_kernel::launch_unchecked(
+            launch_units!(
                 client,
-                count,
-                dim,
-                BufferArg::from_raw_parts(from.clone(), from_len),
-                BufferArg::from_raw_parts(self.words.clone(), words),
-                BufferArg::from_raw_parts(self.offsets.clone(), words),
-                BufferArg::from_raw_parts(to.clone(), to_len),
-                gather,
+                words,
+                move_selected_kernel(
+                    buffer(from, from_len),
+                    buffer(&self.words, words),
+                    buffer(&self.offsets, words),
+                    buffer(to, to_len),
+                    gather
+                )
             );
         }
     }

@@ -5,7 +5,7 @@
 use cubecl::prelude::*;
 use cubecl::server::Handle;
 
-use super::cube::{CUBE, bit, cube_reduce, launch_dims, unit_item};
+use super::cube::{CUBE, bit, buffer, cube_reduce, launch_units, unit_item};
 use crate::onebit::{ChunkLayout, Scale, words_for};
 
 /// `e += x`, the signs of `y = e` into `bits`, and `Σ|y|` (or `Σy²`) of the
@@ -212,41 +212,43 @@ pub fn compress_chunks(
     let slots = layout.slots(len);
     let squares = scale == Scale::L2;
     let word_sums = client.empty(words * size_of::<f32>());
-    let (count, dim) = launch_dims(client, words);
     // SAFETY: every buffer holds the element counts given with it (the
     // caller's sizes are those of the CPU function, checked there), and the
     // kernels bound every access by those counts.
     unsafe {
-        sign_pack_kernel::launch_unchecked(
+        launch_units!(
             client,
-            count.clone(),
-            dim,
-            BufferArg::from_raw_parts(x.clone(), len),
-            BufferArg::from_raw_parts(error.clone(), len),
-            BufferArg::from_raw_parts(out.bits.clone(), words),
-            BufferArg::from_raw_parts(word_sums.clone(), words),
-            squares,
+            words,
+            sign_pack_kernel(
+                buffer(x, len),
+                buffer(error, len),
+                buffer(&out.bits, words),
+                buffer(&word_sums, words),
+                squares
+            )
         );
+        // One cube per scale slot.
         block_scale_kernel::launch_unchecked(
             client,
             CubeCount::Static(slots as u32, 1, 1),
             CubeDim::new_1d(CUBE as u32),
-            BufferArg::from_raw_parts(x.clone(), len),
-            BufferArg::from_raw_parts(word_sums, words),
-            BufferArg::from_raw_parts(out.scales.clone(), slots),
+            buffer(x, len),
+            buffer(&word_sums, words),
+            buffer(&out.scales, slots),
             chunk,
             block,
             squares,
         );
-        quantise_kernel::launch_unchecked(
+        launch_units!(
             client,
-            count,
-            dim,
-            BufferArg::from_raw_parts(error.clone(), len),
-            BufferArg::from_raw_parts(out.bits.clone(), words),
-            BufferArg::from_raw_parts(out.scales.clone(), slots),
-            chunk,
-            block,
+            words,
+            quantise_kernel(
+                buffer(error, len),
+                buffer(&out.bits, words),
+                buffer(&out.scales, slots),
+                chunk,
+                block
+            )
         );
     }
 }
@@ -278,18 +280,18 @@ pub fn decompress_chunks(
     }
     let words = words_for(len);
     let slots = layout.slots(len);
-    let (count, dim) = launch_dims(client, words);
     // SAFETY: as in `compress_chunks`.
     unsafe {
-        decompress_kernel::launch_unchecked(
+        launch_units!(
             client,
-            count,
-            dim,
-            BufferArg::from_raw_parts(compressed.bits.clone(), words),
-            BufferArg::from_raw_parts(compressed.scales.clone(), slots),
-            BufferArg::from_raw_parts(out.clone(), len),
-            layout.chunk,
-            layout.block,
+            words,
+            decompress_kernel(
+                buffer(&compressed.bits, words),
+                buffer(&compressed.scales, slots),
+                buffer(out, len),
+                layout.chunk,
+                layout.block
+            )
         );
     }
 }

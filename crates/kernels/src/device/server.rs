@@ -7,7 +7,7 @@
 use cubecl::prelude::*;
 use cubecl::server::Handle;
 
-use super::cube::{bit, launch_dims, unit_item};
+use super::cube::{bit, buffer, launch_units, unit_item};
 use super::onebit::{DeviceCompressed, compress};
 use crate::onebit::{Scale, blocks_for, effective_block, words_for};
 
@@ -91,29 +91,23 @@ pub fn average_and_recompress(
         "scales_stride too small"
     );
     let inv_n = client.create_from_slice(f32::as_bytes(&[1.0 / received.copies as f32]));
-    let (count, dim) = launch_dims(client, received.words_stride);
     // SAFETY: the buffers hold `copies` strides of bits and scales (the
     // caller's layout, bounds asserted above), `average` holds `len` floats,
     // and the kernel bounds every access by those counts.
     unsafe {
-        average_kernel::launch_unchecked(
+        launch_units!(
             client,
-            count,
-            dim,
-            BufferArg::from_raw_parts(
-                received.bits.clone(),
-                received.copies * received.words_stride,
-            ),
-            BufferArg::from_raw_parts(
-                received.scales.clone(),
-                received.copies * received.scales_stride,
-            ),
-            BufferArg::from_raw_parts(inv_n, 1),
-            BufferArg::from_raw_parts(average.clone(), len),
-            received.copies,
             received.words_stride,
-            received.scales_stride,
-            block,
+            average_kernel(
+                buffer(received.bits, received.copies * received.words_stride),
+                buffer(received.scales, received.copies * received.scales_stride),
+                buffer(&inv_n, 1),
+                buffer(average, len),
+                received.copies,
+                received.words_stride,
+                received.scales_stride,
+                block
+            )
         );
     }
     compress(client, average, server_error, len, block, scale, out);

@@ -7,7 +7,7 @@
 use cubecl::prelude::*;
 use cubecl::server::Handle;
 
-use super::cube::{CUBE, bit, launch_dims, reduce_rows, unit_item};
+use super::cube::{CUBE, bit, buffer, launch_units, reduce_rows, unit_item};
 use super::optim::{
     ChunkTable, DeviceChunks, MomentCoefficients, direction, f32_arg, launch_chunks, update_moments,
 };
@@ -159,17 +159,13 @@ pub fn freshness(client: &Client, f: &Handle, selection: &Handle, len: usize, be
     if len == 0 {
         return;
     }
-    let b = client.create_from_slice(f32::as_bytes(&[beta_3]));
-    let (count, dim) = launch_dims(client, len);
+    let beta_3 = f32_arg(client, &[beta_3]);
     // SAFETY: `f` holds `len` f32, `selection` one word per 32 of them.
     unsafe {
-        freshness_kernel::launch_unchecked(
+        launch_units!(
             client,
-            count,
-            dim,
-            BufferArg::from_raw_parts(f.clone(), len),
-            BufferArg::from_raw_parts(selection.clone(), len.div_ceil(32)),
-            BufferArg::from_raw_parts(b, 1),
+            len,
+            freshness_kernel(buffer(f, len), buffer(selection, len.div_ceil(32)), beta_3)
         );
     }
 }
@@ -195,7 +191,7 @@ pub fn split_norms(
     // SAFETY: as in `moments`; `partials` holds six f32 per chunk, the
     // selection one word per 32 elements.
     unsafe {
-        let selection = BufferArg::from_raw_parts(selection.clone(), chunks.len().div_ceil(32));
+        let selection = buffer(selection, chunks.len().div_ceil(32));
         launch_chunks!(
             client,
             chunks,

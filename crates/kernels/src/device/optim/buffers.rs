@@ -6,7 +6,7 @@ use cubecl::prelude::*;
 use cubecl::server::Handle;
 
 use super::chunks::*;
-use crate::device::cube::{cube_reduce, launch_dims, unit_item};
+use crate::device::cube::{buffer, cube_reduce, launch_units, unit_item};
 
 /// `y = x`.
 #[cube(launch_unchecked)]
@@ -62,16 +62,9 @@ pub fn copy(client: &Client, x: &Handle, y: &Handle, len: usize) {
     if len == 0 {
         return;
     }
-    let (count, dim) = launch_dims(client, len);
     // SAFETY: both hold `len` f32 (the caller's contract).
     unsafe {
-        copy_kernel::launch_unchecked(
-            client,
-            count,
-            dim,
-            BufferArg::from_raw_parts(x.clone(), len),
-            BufferArg::from_raw_parts(y.clone(), len),
-        );
+        launch_units!(client, len, copy_kernel(buffer(x, len), buffer(y, len)));
     }
 }
 
@@ -98,15 +91,8 @@ pub fn scale(client: &Client, x: &Handle, len: usize, factor: f32) {
         return;
     }
     let factor = f32_arg(client, &[factor]);
-    let (count, dim) = launch_dims(client, len);
     // SAFETY: `x` holds `len` f32 (the caller's contract).
     unsafe {
-        scale_kernel::launch_unchecked(
-            client,
-            count,
-            dim,
-            BufferArg::from_raw_parts(x.clone(), len),
-            factor,
-        );
+        launch_units!(client, len, scale_kernel(buffer(x, len), factor));
     }
 }
