@@ -16,9 +16,7 @@ use crate::simd::LANES;
 pub(super) fn sign_pack<const SQUARES: bool>(x: &[f32], e: &mut [f32], bits: &mut [u32]) -> f64 {
     let full = x.len() / 32;
     let zero = _mm256_setzero_ps();
-    let abs_mask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fff_ffff));
-    let mut lanes_lo = _mm256_setzero_pd();
-    let mut lanes_hi = _mm256_setzero_pd();
+    let mut sum = Sum::new();
     for (w, word) in bits[..full].iter_mut().enumerate() {
         let mut part = zero;
         let mut packed = 0u32;
@@ -36,23 +34,12 @@ pub(super) fn sign_pack<const SQUARES: bool>(x: &[f32], e: &mut [f32], bits: &mu
             unsafe { _mm256_storeu_ps(e.as_mut_ptr().add(i), y) };
             let ge = _mm256_cmp_ps::<_CMP_GE_OQ>(y, zero);
             packed |= (_mm256_movemask_ps(ge) as u32) << (8 * k);
-            let term = if SQUARES {
-                _mm256_mul_ps(y, y)
-            } else {
-                _mm256_and_ps(y, abs_mask)
-            };
-            part = _mm256_add_ps(part, term);
+            part = add_term::<SQUARES>(part, y);
         }
         *word = packed;
-        lanes_lo = _mm256_add_pd(lanes_lo, _mm256_cvtps_pd(_mm256_castps256_ps128(part)));
-        lanes_hi = _mm256_add_pd(lanes_hi, _mm256_cvtps_pd(_mm256_extractf128_ps::<1>(part)));
+        sum.add_word(part);
     }
-    let mut lanes = [0.0f64; LANES];
-    // SAFETY: `lanes` holds 8 f64, two stores of 4.
-    unsafe {
-        _mm256_storeu_pd(lanes.as_mut_ptr(), lanes_lo);
-        _mm256_storeu_pd(lanes.as_mut_ptr().add(4), lanes_hi);
-    }
+    let mut lanes = sum.lanes();
     if x.len() > 32 * full {
         // The tail continues these lanes exactly as the portable loop does.
         sign_pack_tail::<SQUARES>(
@@ -70,9 +57,7 @@ pub(super) fn sign_pack<const SQUARES: bool>(x: &[f32], e: &mut [f32], bits: &mu
 #[target_feature(enable = "avx")]
 pub(super) fn scale_sum<const SQUARES: bool>(x: &[f32], e: &[f32]) -> f64 {
     let full = x.len() / 32;
-    let abs_mask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fff_ffff));
-    let mut lanes_lo = _mm256_setzero_pd();
-    let mut lanes_hi = _mm256_setzero_pd();
+    let mut sum = Sum::new();
     for w in 0..full {
         let mut part = _mm256_setzero_ps();
         for k in 0..4 {
@@ -84,28 +69,70 @@ pub(super) fn scale_sum<const SQUARES: bool>(x: &[f32], e: &[f32]) -> f64 {
                     _mm256_loadu_ps(x.as_ptr().add(i)),
                 )
             };
-            let term = if SQUARES {
-                _mm256_mul_ps(y, y)
-            } else {
-                _mm256_and_ps(y, abs_mask)
-            };
-            part = _mm256_add_ps(part, term);
+            part = add_term::<SQUARES>(part, y);
         }
-        lanes_lo = _mm256_add_pd(lanes_lo, _mm256_cvtps_pd(_mm256_castps256_ps128(part)));
-        lanes_hi = _mm256_add_pd(lanes_hi, _mm256_cvtps_pd(_mm256_extractf128_ps::<1>(part)));
+        sum.add_word(part);
     }
-    let mut lanes = [0.0f64; LANES];
-    // SAFETY: `lanes` holds 8 f64, two stores of 4.
-    unsafe {
-        _mm256_storeu_pd(lanes.as_mut_ptr(), lanes_lo);
-        _mm256_storeu_pd(lanes.as_mut_ptr().add(4), lanes_hi);
-    }
+    let mut lanes = sum.lanes();
     if x.len() > 32 * full {
         let mut tail = e[32 * full..].to_vec();
         let mut word = 0;
         sign_pack_tail::<SQUARES>(&x[32 * full..], &mut tail, &mut word, &mut lanes);
     }
     lanes.iter().sum()
+}
+
+/// `part + |y|` (L1) or `part + y·y` (L2), per lane: the portable loop's
+/// term and add. `#[inline]` with the callers' target feature, so it is
+/// inlined into their loops (the const parameter leaves no branch there).
+#[target_feature(enable = "avx")]
+#[inline]
+fn add_term<const SQUARES: bool>(part: __m256, y: __m256) -> __m256 {
+    let term = if SQUARES {
+        _mm256_mul_ps(y, y)
+    } else {
+        _mm256_and_ps(y, _mm256_castsi256_ps(_mm256_set1_epi32(0x7fff_ffff)))
+    };
+    _mm256_add_ps(part, term)
+}
+
+/// The 8 f64 lanes a word's 8 f32 partial sums are added into, as the
+/// portable loop's `[f64; LANES]`.
+struct Sum {
+    lo: __m256d,
+    hi: __m256d,
+}
+
+impl Sum {
+    #[target_feature(enable = "avx")]
+    #[inline]
+    fn new() -> Sum {
+        Sum {
+            lo: _mm256_setzero_pd(),
+            hi: _mm256_setzero_pd(),
+        }
+    }
+
+    /// Widens one word's partial sums to f64 and adds them lane by lane.
+    #[target_feature(enable = "avx")]
+    #[inline]
+    fn add_word(&mut self, part: __m256) {
+        self.lo = _mm256_add_pd(self.lo, _mm256_cvtps_pd(_mm256_castps256_ps128(part)));
+        self.hi = _mm256_add_pd(self.hi, _mm256_cvtps_pd(_mm256_extractf128_ps::<1>(part)));
+    }
+
+    /// The lanes for the portable tail to continue.
+    #[target_feature(enable = "avx")]
+    #[inline]
+    fn lanes(&self) -> [f64; LANES] {
+        let mut lanes = [0.0f64; LANES];
+        // SAFETY: `lanes` holds 8 f64, two stores of 4.
+        unsafe {
+            _mm256_storeu_pd(lanes.as_mut_ptr(), self.lo);
+            _mm256_storeu_pd(lanes.as_mut_ptr().add(4), self.hi);
+        }
+        lanes
+    }
 }
 
 /// `sign_pack` and `apply_quantisation` fused for a known scale: `e` is
