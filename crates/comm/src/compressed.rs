@@ -17,6 +17,8 @@
 //! sign words followed by its scales (as f32 bits), padded to the same size
 //! for every chunk; padding is zero, carries no scale and is never read back.
 
+use std::ops::Range;
+
 use terse_compress::onebit::{ChunkLayout, Scale, blocks_for, words_for};
 use terse_compress::resident::filled;
 use terse_compress::server::{Compressed, average_and_recompress};
@@ -308,20 +310,20 @@ impl CompressedAllreduce {
         let block = block_of(self.options, self.chunk);
         let scale = self.options.scale;
         let layout = self.layout();
-        let slots = layout.slots_per_chunk();
+        let messages = Messages {
+            message: self.message,
+            len: self.len,
+            chunk: self.chunk,
+            block,
+            slots: layout.slots_per_chunk(),
+        };
 
         // 1. Worker compress, one message per destination.
         worker.compress(layout, scale, &mut self.bits, &mut self.scales);
         self.send.fill(0);
-        for (j, message) in self.send.chunks_mut(self.message).enumerate() {
-            let real = chunk_range(self.len, self.chunk, j).len();
-            if real == 0 {
-                continue;
-            }
-            let (bits, scales) = split_message(message, self.chunk, real, block);
-            let first_word = j * self.chunk / 32;
-            bits.copy_from_slice(&self.bits[first_word..first_word + bits.len()]);
-            scales.copy_from_slice(&self.scales[j * slots..j * slots + scales.len()]);
+        for (bits, scales, words, chunk_slots) in messages.split(&mut self.send) {
+            bits.copy_from_slice(&self.bits[words]);
+            scales.copy_from_slice(&self.scales[chunk_slots]);
         }
 
         // 2. Chunk j to rank j.
@@ -355,15 +357,9 @@ impl CompressedAllreduce {
         // 4. Every server chunk to every rank, then dequantise all of them.
         comm.all_gather_u32(&self.send[..self.message], &mut self.recv)?;
         self.scales.fill(0.0);
-        for (j, message) in self.recv.chunks_mut(self.message).enumerate() {
-            let real = chunk_range(self.len, self.chunk, j).len();
-            if real == 0 {
-                continue;
-            }
-            let (bits, scales) = split_message(message, self.chunk, real, block);
-            let first_word = j * self.chunk / 32;
-            self.bits[first_word..first_word + bits.len()].copy_from_slice(bits);
-            self.scales[j * slots..j * slots + scales.len()].copy_from_slice(scales);
+        for (bits, scales, words, chunk_slots) in messages.split(&mut self.recv) {
+            self.bits[words].copy_from_slice(bits);
+            self.scales[chunk_slots].copy_from_slice(scales);
         }
         if wanted == (0..self.len) {
             worker.decompress(layout, &self.bits, &self.scales);
@@ -400,6 +396,41 @@ fn block_of(options: CompressionOptions, chunk: usize) -> usize {
 
 fn chunk_range(len: usize, chunk: usize, rank: usize) -> std::ops::Range<usize> {
     (rank * chunk).min(len)..((rank + 1) * chunk).min(len)
+}
+
+/// How the compressed allreduce's buffer of messages (`message` words a
+/// rank) maps onto the worker's sign words and scale slots (`slots` a
+/// chunk of `chunk` elements, `len` in all).
+#[derive(Clone, Copy)]
+struct Messages {
+    message: usize,
+    len: usize,
+    chunk: usize,
+    block: usize,
+    slots: usize,
+}
+
+/// A chunk's sign words and scales inside its message, and the worker's
+/// sign words and scale slots they stand for.
+type MessagePart<'a> = (&'a mut [u32], &'a mut [f32], Range<usize>, Range<usize>);
+
+impl Messages {
+    /// Every non-empty chunk's message in `buf`, split by
+    /// [`split_message`].
+    fn split(self, buf: &mut [u32]) -> impl Iterator<Item = MessagePart<'_>> {
+        let enumerated = buf.chunks_mut(self.message).enumerate();
+        enumerated.filter_map(move |(j, message)| {
+            let real = chunk_range(self.len, self.chunk, j).len();
+            if real == 0 {
+                return None;
+            }
+            let (bits, scales) = split_message(message, self.chunk, real, self.block);
+            let (first_word, first_slot) = (j * self.chunk / 32, j * self.slots);
+            let words = first_word..first_word + bits.len();
+            let slots = first_slot..first_slot + scales.len();
+            Some((bits, scales, words, slots))
+        })
+    }
 }
 
 /// The sign words and scales of a chunk of `real` elements inside a message

@@ -14,6 +14,7 @@ mod communicator;
 mod compressed;
 mod deepspeed_geometry;
 mod error;
+pub mod launch;
 mod local;
 #[cfg(feature = "mpi")]
 mod mpi;

@@ -302,6 +302,54 @@ fn check_count(op: &'static str, elements: usize) -> Result<(), CommError> {
     Ok(())
 }
 
+impl MpiComm {
+    /// The all-gather or all-to-all `kind` of `send` into `recv`: agreed,
+    /// count-checked and typed the same way, they differ only in the MPI
+    /// call and in the buffer whose count MPI takes (all-gather's `recv`
+    /// holds every rank's `send`).
+    fn exchange(
+        &self,
+        kind: Collective,
+        send: &[u8],
+        recv: &mut [u8],
+        width: Width,
+    ) -> Result<(), CommError> {
+        let _calls = self.lock();
+        self.agree(kind, 0, send.len() / width.bytes())?;
+        let (op, counted) = match kind {
+            Collective::AllGather => ("all_gather", recv.len()),
+            _ => ("all_to_all", send.len()),
+        };
+        check_count(op, counted / width.bytes())?;
+        if send.is_empty() {
+            return Ok(());
+        }
+        match width {
+            Width::Byte => self.exchange_as(kind, send, recv),
+            Width::Word => self.exchange_as(
+                kind,
+                bytemuck::cast_slice::<u8, u32>(send),
+                bytemuck::cast_slice_mut::<u8, u32>(recv),
+            ),
+        }
+        Ok(())
+    }
+
+    /// The MPI call of [`MpiComm::exchange`] on `T` elements.
+    fn exchange_as<T: mpi::datatype::Equivalence>(
+        &self,
+        kind: Collective,
+        send: &[T],
+        recv: &mut [T],
+    ) {
+        if kind == Collective::AllGather {
+            self.world.all_gather_into(send, recv);
+        } else {
+            self.world.all_to_all_into(send, recv);
+        }
+    }
+}
+
 impl Drop for MpiComm {
     fn drop(&mut self) {
         if std::thread::panicking() {
@@ -385,37 +433,11 @@ impl Communicator for MpiComm {
     }
 
     fn all_gather_raw(&self, send: &[u8], recv: &mut [u8], width: Width) -> Result<(), CommError> {
-        let _calls = self.lock();
-        self.agree(Collective::AllGather, 0, send.len() / width.bytes())?;
-        check_count("all_gather", recv.len() / width.bytes())?;
-        if send.is_empty() {
-            return Ok(());
-        }
-        match width {
-            Width::Byte => self.world.all_gather_into(send, recv),
-            Width::Word => self.world.all_gather_into(
-                bytemuck::cast_slice::<u8, u32>(send),
-                bytemuck::cast_slice_mut::<u8, u32>(recv),
-            ),
-        }
-        Ok(())
+        self.exchange(Collective::AllGather, send, recv, width)
     }
 
     fn all_to_all_raw(&self, send: &[u8], recv: &mut [u8], width: Width) -> Result<(), CommError> {
-        let _calls = self.lock();
-        self.agree(Collective::AllToAll, 0, send.len() / width.bytes())?;
-        check_count("all_to_all", send.len() / width.bytes())?;
-        if send.is_empty() {
-            return Ok(());
-        }
-        match width {
-            Width::Byte => self.world.all_to_all_into(send, recv),
-            Width::Word => self.world.all_to_all_into(
-                bytemuck::cast_slice::<u8, u32>(send),
-                bytemuck::cast_slice_mut::<u8, u32>(recv),
-            ),
-        }
-        Ok(())
+        self.exchange(Collective::AllToAll, send, recv, width)
     }
 
     /// Processes on one node share its cores and memory: the update every

@@ -107,20 +107,20 @@ impl NcclComm {
             .map_err(|e| backend(format!("{e:?}")))
     }
 
-    /// Runs `op` from `send` into a new `recv_len` device buffer, and copies
-    /// that into `out`.
-    fn on_device<T: DeviceRepr + ValidAsZeroBits + NcclType + Copy>(
+    /// Runs the NCCL call `op` (named `call` in its error) from `send` into
+    /// a new device buffer as long as `out`, and copies that into `out`.
+    fn on_device<T: DeviceRepr + ValidAsZeroBits + NcclType + Copy, R, E: std::fmt::Debug>(
         &self,
         send: CudaSlice<T>,
-        recv_len: usize,
-        op: impl FnOnce(&Comm, &CudaSlice<T>, &mut CudaSlice<T>) -> Result<(), CommError>,
         out: &mut [T],
+        call: &str,
+        op: impl FnOnce(&Comm, &CudaSlice<T>, &mut CudaSlice<T>) -> Result<R, E>,
     ) -> Result<(), CommError> {
         let mut recv = self
             .stream
-            .alloc_zeros::<T>(recv_len)
+            .alloc_zeros::<T>(out.len())
             .map_err(|e| backend(format!("{e:?}")))?;
-        op(&self.nccl, &send, &mut recv)?;
+        op(&self.nccl, &send, &mut recv).map_err(|e| backend(format!("{call}: {e:?}")))?;
         self.stream
             .memcpy_dtoh(&recv, out)
             .map_err(|e| backend(format!("{e:?}")))?;
@@ -159,16 +159,9 @@ impl Communicator for NcclComm {
         let _calls = self.lock();
         self.agree(Collective::Allreduce, 0, buf.len())?;
         let send = self.upload(buf)?;
-        self.on_device(
-            send,
-            buf.len(),
-            |nccl, send, recv| {
-                nccl.all_reduce(send, recv, &cudarc::nccl::ReduceOp::Sum)
-                    .map(|_| ())
-                    .map_err(|e| backend(format!("ncclAllReduce: {e:?}")))
-            },
-            buf,
-        )?;
+        self.on_device(send, buf, "ncclAllReduce", |nccl, send, recv| {
+            nccl.all_reduce(send, recv, &cudarc::nccl::ReduceOp::Sum)
+        })?;
         if op == ReduceOp::Mean {
             let inv = 1.0 / self.world_size() as f32;
             buf.iter_mut().for_each(|x| *x *= inv);
@@ -180,33 +173,18 @@ impl Communicator for NcclComm {
         let _calls = self.lock();
         self.agree(Collective::Broadcast, root, buf.len() / width.bytes())?;
         let send = self.upload(buf)?;
-        self.on_device(
-            send,
-            buf.len(),
-            |nccl, send, recv| {
-                nccl.broadcast(Some(send), recv, root as i32)
-                    .map(|_| ())
-                    .map_err(|e| backend(format!("ncclBroadcast: {e:?}")))
-            },
-            buf,
-        )
+        self.on_device(send, buf, "ncclBroadcast", |nccl, send, recv| {
+            nccl.broadcast(Some(send), recv, root as i32)
+        })
     }
 
     fn all_gather_raw(&self, send: &[u8], recv: &mut [u8], width: Width) -> Result<(), CommError> {
         let _calls = self.lock();
         self.agree(Collective::AllGather, 0, send.len() / width.bytes())?;
         let send = self.upload(send)?;
-        let n = recv.len();
-        self.on_device(
-            send,
-            n,
-            |nccl, send, recv| {
-                nccl.all_gather(send, recv)
-                    .map(|_| ())
-                    .map_err(|e| backend(format!("ncclAllGather: {e:?}")))
-            },
-            recv,
-        )
+        self.on_device(send, recv, "ncclAllGather", |nccl, send, recv| {
+            nccl.all_gather(send, recv)
+        })
     }
 
     fn all_to_all_raw(&self, send: &[u8], recv: &mut [u8], width: Width) -> Result<(), CommError> {

@@ -136,19 +136,13 @@ fn collectives(comm: &dyn Communicator) -> Result<(), String> {
         let want: Vec<u32> = (0..n)
             .flat_map(|k| (0..len).map(move |i| f(k, i)))
             .collect();
-        let mut got = vec![u32::MAX; n * len];
-        comm.all_gather_u32(&send, &mut got).map_err(e)?;
-        expect_eq(&format!("all_gather_u32 of {len}"), &got, &want)?;
-        let sendf: Vec<f32> = send.iter().map(|&x| x as f32).collect();
-        let mut gotf = vec![f32::NAN; n * len];
-        comm.all_gather_f32(&sendf, &mut gotf).map_err(e)?;
-        let wantf: Vec<f32> = want.iter().map(|&x| x as f32).collect();
-        expect_eq(&format!("all_gather_f32 of {len}"), &gotf, &wantf)?;
-        let sendb: Vec<u8> = send.iter().map(|&x| x as u8).collect();
-        let mut gotb = vec![0xaa; n * len];
-        comm.all_gather_u8(&sendb, &mut gotb).map_err(e)?;
-        let wantb: Vec<u8> = want.iter().map(|&x| x as u8).collect();
-        expect_eq(&format!("all_gather_u8 of {len}"), &gotb, &wantb)?;
+        widths(
+            ("all_gather", &format!("of {len}")),
+            (&send, &want, |x| x as u8),
+            |s, g| comm.all_gather_u32(s, g),
+            |s, g| comm.all_gather_f32(s, g),
+            |s, g| comm.all_gather_u8(s, g),
+        )?;
         // All-to-all: rank k's chunk j holds g(k, j, i).
         let g = |k: usize, j: usize, i: usize| (k * 1_000_000 + j * 10_000 + i) as u32;
         let send: Vec<u32> = (0..n)
@@ -157,22 +151,47 @@ fn collectives(comm: &dyn Communicator) -> Result<(), String> {
         let want: Vec<u32> = (0..n)
             .flat_map(|k| (0..len).map(move |i| g(k, r, i)))
             .collect();
-        let mut got = vec![u32::MAX; n * len];
-        comm.all_to_all_u32(&send, &mut got).map_err(e)?;
-        expect_eq(&format!("all_to_all_u32 of {len} per rank"), &got, &want)?;
-        let sendf: Vec<f32> = send.iter().map(|&x| x as f32).collect();
-        let mut gotf = vec![f32::NAN; n * len];
-        comm.all_to_all_f32(&sendf, &mut gotf).map_err(e)?;
-        let wantf: Vec<f32> = want.iter().map(|&x| x as f32).collect();
-        expect_eq(&format!("all_to_all_f32 of {len} per rank"), &gotf, &wantf)?;
-        let sendb: Vec<u8> = send.iter().map(|&x| (x ^ (x >> 8)) as u8).collect();
-        let mut gotb = vec![0xaa; n * len];
-        comm.all_to_all_u8(&sendb, &mut gotb).map_err(e)?;
-        let wantb: Vec<u8> = want.iter().map(|&x| (x ^ (x >> 8)) as u8).collect();
-        expect_eq(&format!("all_to_all_u8 of {len} per rank"), &gotb, &wantb)?;
+        widths(
+            ("all_to_all", &format!("of {len} per rank")),
+            (&send, &want, |x| (x ^ (x >> 8)) as u8),
+            |s, g| comm.all_to_all_u32(s, g),
+            |s, g| comm.all_to_all_f32(s, g),
+            |s, g| comm.all_to_all_u8(s, g),
+        )?;
         comm.barrier().map_err(e)?;
     }
     Ok(())
+}
+
+/// The u32 values an exchange sends (`send`) and must receive (`want`),
+/// and the byte of each that its u8 call is checked with.
+type Sent<'a> = (&'a [u32], &'a [u32], fn(u32) -> u8);
+
+/// Checks the u32, f32 and u8 calls of the exchange `what` (its name, and
+/// the size for messages): the f32 call on the same values, the u8 call on
+/// their bytes.
+fn widths(
+    what: (&str, &str),
+    (send, want, byte): Sent<'_>,
+    u32s: impl FnOnce(&[u32], &mut [u32]) -> Result<(), CommError>,
+    f32s: impl FnOnce(&[f32], &mut [f32]) -> Result<(), CommError>,
+    u8s: impl FnOnce(&[u8], &mut [u8]) -> Result<(), CommError>,
+) -> Result<(), String> {
+    let (name, size) = what;
+    let e = |e: CommError| e.to_string();
+    let mut got = vec![u32::MAX; want.len()];
+    u32s(send, &mut got).map_err(e)?;
+    expect_eq(&format!("{name}_u32 {size}"), &got, want)?;
+    let sendf: Vec<f32> = send.iter().map(|&x| x as f32).collect();
+    let mut gotf = vec![f32::NAN; want.len()];
+    f32s(&sendf, &mut gotf).map_err(e)?;
+    let wantf: Vec<f32> = want.iter().map(|&x| x as f32).collect();
+    expect_eq(&format!("{name}_f32 {size}"), &gotf, &wantf)?;
+    let sendb: Vec<u8> = send.iter().map(|&x| byte(x)).collect();
+    let mut gotb = vec![0xaa; want.len()];
+    u8s(&sendb, &mut gotb).map_err(e)?;
+    let wantb: Vec<u8> = want.iter().map(|&x| byte(x)).collect();
+    expect_eq(&format!("{name}_u8 {size}"), &gotb, &wantb)
 }
 
 fn traffic(comm: &dyn Communicator) -> Result<(), String> {

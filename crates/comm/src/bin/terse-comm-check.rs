@@ -8,29 +8,17 @@
 use std::process::ExitCode;
 use std::time::Duration;
 
-use clap::{Parser, ValueEnum};
+use clap::Parser;
+use terse_comm::launch::{Backend, Launch};
 use terse_comm::{Communicator, LocalComm, selfcheck};
-
-#[derive(Clone, Copy, Debug, ValueEnum)]
-enum Backend {
-    /// One rank per process, launched by `mpirun`.
-    Mpi,
-    /// `--local-ranks` threads in this process.
-    Local,
-}
 
 /// Check every collective, the traffic meter, mismatch detection and the
 /// compressed and sparse allreduce on a real communicator.
 #[derive(Parser, Debug)]
 #[command(version)]
 struct Args {
-    /// Backend to check [default: mpi under mpirun, else local].
-    #[arg(long, value_enum)]
-    backend: Option<Backend>,
-    /// Ranks as threads of this process, for the local backend (mpirun's
-    /// `-n` sets the number of processes).
-    #[arg(long, default_value_t = 4)]
-    local_ranks: usize,
+    #[command(flatten)]
+    launch: Launch<4>,
     /// After the checks, this rank kills itself with SIGKILL while the others
     /// wait for it in collectives (the others must exit non-zero).
     #[arg(long)]
@@ -43,21 +31,13 @@ struct Args {
 
 fn main() -> ExitCode {
     let args = Args::parse();
-    #[cfg(feature = "mpi")]
-    let under_mpirun = terse_comm::MpiComm::launched_by_mpirun();
-    #[cfg(not(feature = "mpi"))]
-    let under_mpirun = false;
-    let backend = args.backend.unwrap_or(if under_mpirun {
-        Backend::Mpi
-    } else {
-        Backend::Local
-    });
-    match backend {
+    match args.launch.backend() {
         Backend::Mpi => run_mpi(&args),
         Backend::Local => {
-            let outcomes = LocalComm::run(args.local_ranks, Duration::from_secs(60), |comm| {
-                check(comm, &args)
-            });
+            let outcomes =
+                LocalComm::run(args.launch.local_ranks, Duration::from_secs(60), |comm| {
+                    check(comm, &args)
+                });
             let mut code = ExitCode::SUCCESS;
             for (rank, outcome) in outcomes.into_iter().enumerate() {
                 match outcome {
