@@ -9,10 +9,10 @@ use std::time::{Duration, Instant};
 
 use cubecl::prelude::*;
 use cubecl::server::Handle;
-use rayon::prelude::*;
 use serde::{Deserialize, Serialize};
 use terse_comm::{ReduceOp, SparseAllreduce, SparseValues};
-use terse_kernels::device::slamb::SplitNorms;
+use terse_kernels::device::optim::DeviceChunks;
+use terse_kernels::device::{self, DeviceSelection};
 use terse_kernels::mask::{Mask, Selection};
 use terse_kernels::resident::filled;
 
@@ -20,14 +20,13 @@ use crate::config_check::{NoOtherFields, check_clip, check_unit, invalid};
 use crate::device_flat::{chunk_table, read_f32, upload_f32};
 use crate::eps_mode::check_has_compression_stage;
 use crate::lamb::trust_coefficient;
-use crate::moments::{Moments, with_eps_mode};
-use crate::parallel::{CHUNK, split_segments, split_segments_mut, with_avx};
-use crate::step::CommTime;
-use crate::step::{FlatOptimizer, StepContext, allreduce_mean};
-use crate::{
-    DeviceFlat, EpsMode, Flat, FlatMut, MomentConfig, OptimError, ParamLayout, Stage, WithMoments,
+use crate::moments::Moments;
+use crate::pass::{
+    self,
+    slamb::{Norms, Selected, SlambOn, SlambStep},
 };
-use terse_kernels::device::optim::DeviceChunks;
+use crate::step::{CommTime, FlatOptimizer, StepContext, allreduce_mean};
+use crate::{Flat, FlatMut, MomentConfig, OptimError, ParamLayout, Stage, WithMoments};
 
 /// SLAMB's mask.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
@@ -191,70 +190,101 @@ impl Slamb {
     }
 }
 
-/// Per-chunk sums of squares split by selection: (x·M, u·M, x·¬M, u·¬M),
-/// and the number of unselected elements.
-#[derive(Debug, Clone, Copy, Default)]
-struct Norms {
-    x_sel: f64,
-    u_sel: f64,
-    x_rest: f64,
-    u_rest: f64,
-    selected: usize,
-    rest: usize,
-}
-
-impl From<&SplitNorms> for Norms {
-    fn from(n: &SplitNorms) -> Norms {
-        Norms {
-            x_sel: n.x_selected,
-            u_sel: n.u_selected,
-            x_rest: n.x_rest,
-            u_rest: n.u_rest,
-            selected: n.selected,
-            rest: n.rest,
-        }
-    }
-}
-
-impl Norms {
-    /// The segment's trust ratios `(φ_max, φ_min)`: the selected elements'
-    /// and the others', each clipped to `[phi_min, phi_max]`; a segment
-    /// with only one kind uses that kind's for both.
-    fn ratios(&self, c: &SlambConfig) -> (f64, f64) {
-        let ratio = |x: f64, u: f64| trust_coefficient(x.sqrt(), u.sqrt(), c.phi_min, c.phi_max);
-        let phi_sel = ratio(self.x_sel, self.u_sel);
-        let phi_rest = ratio(self.x_rest, self.u_rest);
-        match (self.selected, self.rest) {
-            (_, 0) => (phi_sel, phi_sel),
-            (0, _) => (phi_rest, phi_rest),
-            _ => (phi_sel, phi_rest),
-        }
-    }
-
-    fn add(self, o: Norms) -> Norms {
-        Norms {
-            x_sel: self.x_sel + o.x_sel,
-            u_sel: self.u_sel + o.u_sel,
-            x_rest: self.x_rest + o.x_rest,
-            u_rest: self.u_rest + o.u_rest,
-            selected: self.selected + o.selected,
-            rest: self.rest + o.rest,
-        }
+/// A segment's trust ratios `(φ_max, φ_min)`: the selected elements' and
+/// the others', each clipped to `[phi_min, phi_max]`; a segment with only
+/// one kind uses that kind's for both.
+fn trust_ratios(n: &Norms, c: &SlambConfig) -> (f64, f64) {
+    let ratio = |x: f64, u: f64| trust_coefficient(x.sqrt(), u.sqrt(), c.phi_min, c.phi_max);
+    let phi_sel = ratio(n.x_sel, n.u_sel);
+    let phi_rest = ratio(n.x_rest, n.u_rest);
+    match (n.selected, n.rest) {
+        (_, 0) => (phi_sel, phi_sel),
+        (0, _) => (phi_rest, phi_rest),
+        _ => (phi_sel, phi_rest),
     }
 }
 
 impl FlatOptimizer for Slamb {
-    /// The selection and the sparse allreduce differ between host and
-    /// device (a host selection list against a device bitmap), so the two
-    /// steps are written apart until the sparse allreduce runs on device
-    /// buffers itself.
     fn step(&mut self, ctx: &StepContext, x: &mut FlatMut, g: &mut FlatMut) -> CommTime {
-        let mut comm_time = match (&mut *x, g) {
-            (FlatMut::Host(x), FlatMut::Host(g)) => self.host_step(ctx, x, g)?,
-            (FlatMut::Device(x), FlatMut::Device(g)) => self.device_step(ctx, x, g)?,
-            _ => unreachable!("the driver passes both buffers from one place"),
+        let Slamb {
+            config: c,
+            m,
+            v,
+            freshness,
+            selected,
+            sparse,
+            world_size,
+            chunks,
+            device_always,
+            always,
+        } = self;
+        let client = x.device().map(|x| x.client().clone());
+        let on = match (x.device(), &client) {
+            (Some(dx), Some(client)) => SlambOn::Device {
+                client,
+                chunks: chunk_table(chunks, dx, ctx.layout, c.moments.weight_decay),
+            },
+            _ => SlambOn::Host,
         };
-        if ctx.t.is_multiple_of(self.config.sync_every) {
+        let moments = Moments::new(&c.moments, c.bias_correction, ctx.t);
+        pass::slamb::moments(&on, &moments, (m, v), g);
+
+        // The step's selection, and the selected momentum averaged.
+        let start = Instant::now();
+        let on_device = match &on {
+            SlambOn::Host => {
+                let selection = sparse.allreduce_mean(ctx.comm, ctx.t, m.host_mut())?;
+                selected.fill(0);
+                for j in selection.indices() {
+                    selected[j] = 1;
+                }
+                None
+            }
+            SlambOn::Device { client, .. } => {
+                let words = device_always.get_or_insert_with(|| {
+                    let bits = device::always_bitmap(m.len(), always);
+                    client.create_from_slice(u32::as_bytes(if bits.is_empty() {
+                        &[0]
+                    } else {
+                        &bits
+                    }))
+                });
+                Some(select_on_device(
+                    c,
+                    ctx,
+                    client,
+                    words,
+                    always,
+                    m,
+                    *world_size,
+                )?)
+            }
+        };
+        let mut comm_time = start.elapsed();
+        let selection = match &on_device {
+            None => Selected::Host(selected),
+            Some(selection) => Selected::Device(&selection.words),
+        };
+        pass::slamb::freshness(&on, freshness, &selection, c.beta_3 as f32);
+
+        let step = SlambStep {
+            layout: ctx.layout,
+            moments: &moments,
+            eps_mode: c.moments.eps_mode,
+            weight_decay: c.moments.weight_decay as f32,
+        };
+        let phi: Vec<(f32, f32)> = step
+            .split_norms(&on, x, (m, v), &selection)
+            .iter()
+            .map(|n| {
+                let (phi_max, phi_min) = trust_ratios(n, c);
+                (phi_max as f32, phi_min as f32)
+            })
+            .collect();
+        let stale_lr = ctx.lr / (*world_size as f64).sqrt();
+        let rates = (ctx.lr as f32, stale_lr as f32);
+        step.apply(&on, x, (m, v, freshness), &phi, rates);
+        if ctx.t.is_multiple_of(c.sync_every) {
             // The model sync: the parameters averaged.
             comm_time += allreduce_mean(ctx.comm, x)?;
         }
@@ -281,182 +311,36 @@ impl FlatOptimizer for Slamb {
     }
 }
 
-impl Slamb {
-    /// The step on host buffers, before the model sync.
-    fn host_step(&mut self, ctx: &StepContext, x: &mut [f32], g: &mut [f32]) -> CommTime {
-        let c = self.config.clone();
-        let moments = Moments::new(&c.moments, c.bias_correction, ctx.t);
-        self.m
-            .host_mut()
-            .par_chunks_mut(CHUNK)
-            .zip(self.v.host_mut().par_chunks_mut(CHUNK))
-            .zip(g.par_chunks(CHUNK))
-            .for_each(|((m, v), g)| {
-                with_avx(|| {
-                    for ((m, v), &g) in m.iter_mut().zip(v).zip(g) {
-                        moments.accumulate(m, v, g);
-                    }
-                })
-            });
-        let start = Instant::now();
-        let selection = self
-            .sparse
-            .allreduce_mean(ctx.comm, ctx.t, self.m.host_mut())?;
-        let comm_time = start.elapsed();
-        self.selected.fill(0);
-        for j in selection.indices() {
-            self.selected[j] = 1;
+/// The step's selection on the device and, over several ranks, the
+/// selected momentum averaged: only the selected values reach the host.
+fn select_on_device(
+    c: &SlambConfig,
+    ctx: &StepContext,
+    client: &Client,
+    always_words: &Handle,
+    always: &[Range<usize>],
+    m: &Flat,
+    world_size: usize,
+) -> Result<DeviceSelection, OptimError> {
+    let len = m.len();
+    let mask = c.mask(len);
+    let selection = match mask {
+        Mask::Hash { .. } => device::select(client, &mask, ctx.t, len, always_words),
+        // A permutation: selected on the host, moved on the device.
+        Mask::Cyclic { .. } => {
+            device::select_from_host(client, &Selection::new(&mask, ctx.t, len, always), len)
         }
-        let beta_3 = c.beta_3 as f32;
-        self.freshness
-            .host_mut()
-            .par_chunks_mut(CHUNK)
-            .zip(self.selected.par_chunks(CHUNK))
-            .for_each(|(f, s)| {
-                for (f, &s) in f.iter_mut().zip(s) {
-                    *f = if s == 1 { 1.0 } else { beta_3 * *f };
-                }
-            });
-
-        let lr = ctx.lr;
-        let stale_lr = lr / (self.world_size as f64).sqrt();
-        let weight_decay = c.moments.weight_decay as f32;
-        let layout = ctx.layout;
-        let xs = split_segments_mut(layout, x);
-        let ms = split_segments(layout, self.m.host());
-        let vs = split_segments(layout, self.v.host());
-        let fs = split_segments(layout, self.freshness.host());
-        let ss = split_segments(layout, &self.selected);
-        with_eps_mode!(c.moments.eps_mode, INSIDE => {
-            layout.segments().par_iter().zip(xs).zip(ms).zip(vs).zip(fs).zip(ss).for_each(
-                |(((((segment, x), m), v), f), s)| {
-                    let wd = if segment.decay { weight_decay } else { 0.0 };
-                    let norms = x
-                        .par_chunks(CHUNK)
-                        .zip(m.par_chunks(CHUNK))
-                        .zip(v.par_chunks(CHUNK))
-                        .zip(s.par_chunks(CHUNK))
-                        .map(|(((x, m), v), s)| {
-                            let mut n = Norms::default();
-                            for (((&x, &m), &v), &s) in x.iter().zip(m).zip(v).zip(s) {
-                                let u = f64::from(moments.direction::<INSIDE>(m, v, x, wd));
-                                let x = f64::from(x);
-                                if s == 1 {
-                                    n.x_sel += x * x;
-                                    n.u_sel += u * u;
-                                    n.selected += 1;
-                                } else {
-                                    n.x_rest += x * x;
-                                    n.u_rest += u * u;
-                                    n.rest += 1;
-                                }
-                            }
-                            n
-                        })
-                        .collect::<Vec<_>>()
-                        .into_iter()
-                        .fold(Norms::default(), Norms::add);
-                    let (phi_max, phi_min) = norms.ratios(&c);
-                    let (phi_max, phi_min) = (phi_max as f32, phi_min as f32);
-                    let (lr, stale_lr) = (lr as f32, stale_lr as f32);
-                    x.par_chunks_mut(CHUNK)
-                        .zip(m.par_chunks(CHUNK))
-                        .zip(v.par_chunks(CHUNK))
-                        .zip(f.par_chunks(CHUNK))
-                        .for_each(|(((x, m), v), f)| {
-                            for (((x, &m), &v), &f) in x.iter_mut().zip(m).zip(v).zip(f) {
-                                let u = moments.direction::<INSIDE>(m, v, *x, wd);
-                                let phi = phi_max * f + phi_min * (1.0 - f);
-                                let eta = lr * f + stale_lr * (1.0 - f);
-                                *x -= eta * phi * u;
-                            }
-                        });
-                },
-            )
-        });
-        Ok(comm_time)
-    }
-
-    /// The step on device buffers, before the model sync.
-    fn device_step(
-        &mut self,
-        ctx: &StepContext,
-        x: &mut DeviceFlat,
-        g: &mut DeviceFlat,
-    ) -> CommTime {
-        use terse_kernels::device::{self as kernels, slamb};
-        let c = self.config.clone();
-        let len = ctx.layout.len();
-        let chunks = chunk_table(&mut self.chunks, x, ctx.layout, c.moments.weight_decay);
-        let client = x.client().clone();
-        let always = self.device_always.get_or_insert_with(|| {
-            let words = kernels::always_bitmap(len, &self.always);
-            client.create_from_slice(u32::as_bytes(if words.is_empty() { &[0] } else { &words }))
-        });
-        let moments = Moments::new(&c.moments, c.bias_correction, ctx.t);
-        let coefficients = moments.coefficients();
-        let [m, v, f] = [&self.m, &self.v, &self.freshness].map(Flat::handle);
-        slamb::moments(&client, chunks, m, v, g.handle(), &coefficients);
-
-        // The step's selection, and the selected momentum averaged: only the
-        // selected values reach the host.
-        let start = Instant::now();
-        let mask = c.mask(len);
-        let selection = match mask {
-            Mask::Hash { .. } => kernels::select(&client, &mask, ctx.t, len, always),
-            // A permutation: selected on the host, moved on the device.
-            Mask::Cyclic { .. } => kernels::select_from_host(
-                &client,
-                &Selection::new(&mask, ctx.t, len, &self.always),
-                len,
-            ),
-        };
-        if self.world_size > 1 {
-            let values = client.empty(selection.count.max(1) * size_of::<f32>());
-            selection.gather(&client, m, &values);
-            let mut host = read_f32(&client, &values, selection.count);
-            match c.values {
-                SparseValues::F32 => ctx.comm.allreduce_f32(&mut host, ReduceOp::Mean)?,
-                SparseValues::F16 => terse_comm::allreduce_mean_f16(ctx.comm, &mut host)?,
-            }
-            let values = upload_f32(&client, &host);
-            selection.scatter(&client, &values, m);
+    };
+    if world_size > 1 {
+        let values = client.empty(selection.count.max(1) * size_of::<f32>());
+        selection.gather(client, m.handle(), &values);
+        let mut host = read_f32(client, &values, selection.count);
+        match c.values {
+            SparseValues::F32 => ctx.comm.allreduce_f32(&mut host, ReduceOp::Mean)?,
+            SparseValues::F16 => terse_comm::allreduce_mean_f16(ctx.comm, &mut host)?,
         }
-        let comm_time = start.elapsed();
-        slamb::freshness(&client, f, &selection.words, len, c.beta_3 as f32);
-
-        let inside = c.moments.eps_mode == EpsMode::Inside;
-        let norms = slamb::split_norms(
-            &client,
-            chunks,
-            x.handle(),
-            m,
-            v,
-            &selection.words,
-            &coefficients,
-            inside,
-        );
-        let phi: Vec<f32> = norms
-            .iter()
-            .flat_map(|n| {
-                let (phi_max, phi_min) = Norms::from(n).ratios(&c);
-                [phi_max as f32, phi_min as f32]
-            })
-            .collect();
-        let stale_lr = ctx.lr / (self.world_size as f64).sqrt();
-        slamb::apply(
-            &client,
-            chunks,
-            x.handle(),
-            m,
-            v,
-            f,
-            &coefficients,
-            &phi,
-            ctx.lr as f32,
-            stale_lr as f32,
-            inside,
-        );
-        Ok(comm_time)
+        let values = upload_f32(client, &host);
+        selection.scatter(client, &values, m.handle());
     }
+    Ok(selection)
 }

@@ -10,6 +10,7 @@ pub(crate) mod fresh_variance;
 pub(crate) mod frozen;
 pub(crate) mod lamb;
 pub(crate) mod sgd;
+pub(crate) mod slamb;
 pub(crate) mod sums;
 pub(crate) mod zero_one_sync;
 

@@ -1,0 +1,267 @@
+//! SLAMB's element-wise passes (ALGORITHMS.md "SLAMB"), each with its host
+//! loop and its cubecl kernel side by side: the moments, the freshness from
+//! the step's selection, the per-segment norms split by selection, and the
+//! update with each element's blend of the two trust ratios and rates.
+//! The selection is a flag per element on the host and a bitmap on the
+//! device ([`Selected`]); everything else is the same step on either.
+
+use cubecl::prelude::*;
+use cubecl::server::Handle;
+use rayon::prelude::*;
+use terse_kernels::device::optim::DeviceChunks;
+use terse_kernels::device::slamb::{self as kernels, SplitNorms};
+
+use crate::moments::{Moments, with_eps_mode};
+use crate::parallel::{CHUNK, split_segments, split_segments_mut, with_avx};
+use crate::{EpsMode, Flat, FlatMut, ParamLayout};
+
+/// Where SLAMB's passes run: the host's fixed chunks, or the device's
+/// chunk table.
+pub(crate) enum SlambOn<'a> {
+    Host,
+    Device {
+        client: &'a Client,
+        chunks: &'a DeviceChunks,
+    },
+}
+
+/// The elements this step synchronised.
+pub(crate) enum Selected<'a> {
+    /// 1 where selected, one byte per element.
+    Host(&'a [u8]),
+    /// One bit per element, 32 to a word.
+    Device(&'a Handle),
+}
+
+/// Per-segment sums of squares split by selection: (x·M, u·M, x·¬M, u·¬M)
+/// and how many elements each side has.
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct Norms {
+    pub(crate) x_sel: f64,
+    pub(crate) u_sel: f64,
+    pub(crate) x_rest: f64,
+    pub(crate) u_rest: f64,
+    pub(crate) selected: usize,
+    pub(crate) rest: usize,
+}
+
+impl From<&SplitNorms> for Norms {
+    fn from(n: &SplitNorms) -> Norms {
+        Norms {
+            x_sel: n.x_selected,
+            u_sel: n.u_selected,
+            x_rest: n.x_rest,
+            u_rest: n.u_rest,
+            selected: n.selected,
+            rest: n.rest,
+        }
+    }
+}
+
+impl Norms {
+    fn add(self, o: Norms) -> Norms {
+        Norms {
+            x_sel: self.x_sel + o.x_sel,
+            u_sel: self.u_sel + o.u_sel,
+            x_rest: self.x_rest + o.x_rest,
+            u_rest: self.u_rest + o.u_rest,
+            selected: self.selected + o.selected,
+            rest: self.rest + o.rest,
+        }
+    }
+}
+
+/// m and v take the local gradient `g`.
+pub(crate) fn moments(
+    on: &SlambOn<'_>,
+    moments: &Moments,
+    (m, v): (&mut Flat, &mut Flat),
+    g: &FlatMut,
+) {
+    match on {
+        SlambOn::Host => m
+            .host_mut()
+            .par_chunks_mut(CHUNK)
+            .zip(v.host_mut().par_chunks_mut(CHUNK))
+            .zip(g.host().par_chunks(CHUNK))
+            .for_each(|((m, v), g)| {
+                with_avx(|| {
+                    for ((m, v), &g) in m.iter_mut().zip(v).zip(g) {
+                        moments.accumulate(m, v, g);
+                    }
+                })
+            }),
+        SlambOn::Device { client, chunks } => {
+            let coefficients = moments.coefficients();
+            kernels::moments(
+                client,
+                chunks,
+                m.handle(),
+                v.handle(),
+                g.handle(),
+                &coefficients,
+            )
+        }
+    }
+}
+
+/// The freshness: 1 where selected, decaying by β3 elsewhere.
+pub(crate) fn freshness(on: &SlambOn<'_>, f: &mut Flat, selected: &Selected<'_>, beta_3: f32) {
+    match (on, selected) {
+        (SlambOn::Host, Selected::Host(selected)) => f
+            .host_mut()
+            .par_chunks_mut(CHUNK)
+            .zip(selected.par_chunks(CHUNK))
+            .for_each(|(f, s)| {
+                for (f, &s) in f.iter_mut().zip(s) {
+                    *f = if s == 1 { 1.0 } else { beta_3 * *f };
+                }
+            }),
+        (SlambOn::Device { client, .. }, Selected::Device(words)) => {
+            let len = f.len();
+            kernels::freshness(client, f.handle(), words, len, beta_3)
+        }
+        _ => unreachable!("the selection lives where the step runs"),
+    }
+}
+
+/// What the trust ratios and the update need besides the buffers.
+pub(crate) struct SlambStep<'a> {
+    pub(crate) layout: &'a ParamLayout,
+    pub(crate) moments: &'a Moments,
+    pub(crate) eps_mode: EpsMode,
+    /// The weight decay of decaying segments.
+    pub(crate) weight_decay: f32,
+}
+
+impl SlambStep<'_> {
+    fn decay(&self, decays: bool) -> f32 {
+        if decays { self.weight_decay } else { 0.0 }
+    }
+
+    /// Each segment's norms of x and of Adam's direction u, split by the
+    /// selection (f32 per chunk, summed in f64 in chunk order).
+    pub(crate) fn split_norms(
+        &self,
+        on: &SlambOn<'_>,
+        x: &FlatMut,
+        (m, v): (&Flat, &Flat),
+        selected: &Selected<'_>,
+    ) -> Vec<Norms> {
+        let moments = self.moments;
+        match (on, selected) {
+            (SlambOn::Host, Selected::Host(selected)) => {
+                let layout = self.layout;
+                let xs = split_segments(layout, x.host());
+                let ms = split_segments(layout, m.host());
+                let vs = split_segments(layout, v.host());
+                let ss = split_segments(layout, selected);
+                with_eps_mode!(self.eps_mode, INSIDE => {
+                    layout.segments().par_iter().zip(xs).zip(ms).zip(vs).zip(ss).map(
+                        |((((segment, x), m), v), s)| {
+                            let wd = self.decay(segment.decay);
+                            x.par_chunks(CHUNK)
+                                .zip(m.par_chunks(CHUNK))
+                                .zip(v.par_chunks(CHUNK))
+                                .zip(s.par_chunks(CHUNK))
+                                .map(|(((x, m), v), s)| {
+                                    let mut n = Norms::default();
+                                    for (((&x, &m), &v), &s) in x.iter().zip(m).zip(v).zip(s) {
+                                        let u = f64::from(moments.direction::<INSIDE>(m, v, x, wd));
+                                        let x = f64::from(x);
+                                        if s == 1 {
+                                            n.x_sel += x * x;
+                                            n.u_sel += u * u;
+                                            n.selected += 1;
+                                        } else {
+                                            n.x_rest += x * x;
+                                            n.u_rest += u * u;
+                                            n.rest += 1;
+                                        }
+                                    }
+                                    n
+                                })
+                                .collect::<Vec<_>>()
+                                .into_iter()
+                                .fold(Norms::default(), Norms::add)
+                        },
+                    )
+                    .collect()
+                })
+            }
+            (SlambOn::Device { client, chunks }, Selected::Device(words)) => kernels::split_norms(
+                client,
+                chunks,
+                x.handle(),
+                m.handle(),
+                v.handle(),
+                words,
+                &moments.coefficients(),
+                self.eps_mode == EpsMode::Inside,
+            )
+            .iter()
+            .map(Norms::from)
+            .collect(),
+            _ => unreachable!("the selection lives where the step runs"),
+        }
+    }
+
+    /// `x -= η·φ·u`, with each element's rate and ratio blended by its
+    /// freshness f between the fresh ones (`lr`, the segment's φ_max) and
+    /// the stale ones (`stale_lr`, its φ_min); `phi` holds each segment's
+    /// `(φ_max, φ_min)`.
+    pub(crate) fn apply(
+        &self,
+        on: &SlambOn<'_>,
+        x: &mut FlatMut,
+        (m, v, f): (&Flat, &Flat, &Flat),
+        phi: &[(f32, f32)],
+        (lr, stale_lr): (f32, f32),
+    ) {
+        let moments = self.moments;
+        match on {
+            SlambOn::Host => {
+                let layout = self.layout;
+                let xs = split_segments_mut(layout, x.host_mut());
+                let ms = split_segments(layout, m.host());
+                let vs = split_segments(layout, v.host());
+                let fs = split_segments(layout, f.host());
+                with_eps_mode!(self.eps_mode, INSIDE => {
+                    layout.segments().par_iter().zip(phi).zip(xs).zip(ms).zip(vs).zip(fs).for_each(
+                        |(((((segment, &(phi_max, phi_min)), x), m), v), f)| {
+                            let wd = self.decay(segment.decay);
+                            x.par_chunks_mut(CHUNK)
+                                .zip(m.par_chunks(CHUNK))
+                                .zip(v.par_chunks(CHUNK))
+                                .zip(f.par_chunks(CHUNK))
+                                .for_each(|(((x, m), v), f)| {
+                                    for (((x, &m), &v), &f) in x.iter_mut().zip(m).zip(v).zip(f) {
+                                        let u = moments.direction::<INSIDE>(m, v, *x, wd);
+                                        let phi = phi_max * f + phi_min * (1.0 - f);
+                                        let eta = lr * f + stale_lr * (1.0 - f);
+                                        *x -= eta * phi * u;
+                                    }
+                                });
+                        },
+                    )
+                });
+            }
+            SlambOn::Device { client, chunks } => {
+                let phi: Vec<f32> = phi.iter().flat_map(|&(max, min)| [max, min]).collect();
+                kernels::apply(
+                    client,
+                    chunks,
+                    x.handle(),
+                    m.handle(),
+                    v.handle(),
+                    f.handle(),
+                    &moments.coefficients(),
+                    &phi,
+                    lr,
+                    stale_lr,
+                    self.eps_mode == EpsMode::Inside,
+                )
+            }
+        }
+    }
+}
