@@ -13,7 +13,8 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::Duration;
 
-use clap::{Parser, ValueEnum};
+use clap::Parser;
+use terse_comm::launch::{Backend, Launch};
 use terse_comm::{Communicator, LocalComm, SparseValues};
 use terse_optim::{
     LrSchedule, MaskKind, OneBitLambConfig, Optimizer, OptimizerConfig, ParamLayout, RatioKind,
@@ -21,26 +22,13 @@ use terse_optim::{
 };
 use terse_rng::{SplitMix64, mix64};
 
-#[derive(Clone, Copy, Debug, ValueEnum)]
-enum Backend {
-    /// One rank per process, launched by `mpirun`.
-    Mpi,
-    /// `--local-ranks` threads in this process.
-    Local,
-}
-
 /// Step every optimizer on a seeded problem and write each rank's final
 /// parameters as `<out>/<label>.rank<r>.f32` (raw little-endian f32).
 #[derive(Parser, Debug)]
 #[command(version)]
 struct Args {
-    /// Backend [default: mpi under mpirun, else local].
-    #[arg(long, value_enum)]
-    backend: Option<Backend>,
-    /// Ranks as threads of this process, for the local backend (mpirun's
-    /// `-n` sets the number of processes).
-    #[arg(long, default_value_t = 2)]
-    local_ranks: usize,
+    #[command(flatten)]
+    launch: Launch<2>,
     /// Steps per optimizer (the 1-bit optimizers freeze after step 8).
     #[arg(long, default_value_t = 30)]
     steps: u64,
@@ -197,23 +185,16 @@ fn check(comm: &dyn Communicator, args: &Args) -> Result<(), String> {
 
 fn main() -> ExitCode {
     let args = Args::parse();
-    #[cfg(feature = "mpi")]
-    let under_mpirun = terse_comm::MpiComm::launched_by_mpirun();
-    #[cfg(not(feature = "mpi"))]
-    let under_mpirun = false;
-    let backend = args.backend.unwrap_or(if under_mpirun {
-        Backend::Mpi
-    } else {
-        Backend::Local
-    });
-    let outcomes: Vec<Result<(), String>> = match backend {
+    let outcomes: Vec<Result<(), String>> = match args.launch.backend() {
         Backend::Mpi => vec![run_mpi(&args)],
-        Backend::Local => LocalComm::run(args.local_ranks, Duration::from_secs(300), |comm| {
-            check(comm, &args)
-        })
-        .into_iter()
-        .map(|o| o.unwrap_or_else(|_| Err("panicked".to_string())))
-        .collect(),
+        Backend::Local => {
+            LocalComm::run(args.launch.local_ranks, Duration::from_secs(300), |comm| {
+                check(comm, &args)
+            })
+            .into_iter()
+            .map(|o| o.unwrap_or_else(|_| Err("panicked".to_string())))
+            .collect()
+        }
     };
     let mut code = ExitCode::SUCCESS;
     for outcome in outcomes {
