@@ -11,7 +11,7 @@ use burn::nn::pool::{AdaptiveAvgPool2d, AdaptiveAvgPool2dConfig, MaxPool2d, MaxP
 use burn::nn::{BatchNorm, BatchNormConfig, Initializer, Linear, LinearConfig, PaddingConfig2d};
 use burn::tensor::{Device, Tensor, s};
 use serde::{Deserialize, Serialize};
-use terse_kernels::fused;
+use terse_fused as fused;
 
 use crate::ImageClassifier;
 use crate::image_classifier::serde_name;

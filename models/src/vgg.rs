@@ -13,7 +13,7 @@ use burn::nn::{
 use burn::tensor::activation::relu;
 use burn::tensor::{Device, Tensor};
 use serde::{Deserialize, Serialize};
-use terse_kernels::fused;
+use terse_fused as fused;
 
 use crate::ImageClassifier;
 use crate::image_classifier::serde_name;

@@ -13,15 +13,11 @@
 //!   gather and scatter;
 //! - [`worker`] and [`tensor`]: the worker side of the compressed allreduce
 //!   over host slices or burn tensors on any device (one API);
-//! - [`fused`]: BERT's training ops (LayerNorm, attention softmax, bias +
-//!   GELU, counter-based dropout, cross-entropy) fused on flex, forward and
-//!   backward, as a burn backend extension.
 #![warn(missing_docs)]
 
 pub mod cube;
 pub mod device;
 pub mod dispatches;
-pub mod fused;
 pub mod tensor;
 
 // The host loops live in terse-compress (no burn, no cubecl, so terse-comm

@@ -34,11 +34,11 @@ use std::time::Instant;
 use burn::module::Module;
 use burn::tensor::{Device, Int, Tensor, TensorData};
 use terse_comm::SingleRank;
-use terse_kernels::dispatches::{DispatchCounter, DispatchKind};
-use terse_kernels::fused::{
-    self,
+use terse_fused::{
+    self as fused,
     op_profile::{self, OpClass},
 };
+use terse_kernels::dispatches::{DispatchCounter, DispatchKind};
 use terse_models::bert::{BertForPreTraining, BertInput, BertPreset};
 use terse_models::{ResnetConfig, ResnetDepth};
 use terse_optim::WithMoments;

@@ -17,7 +17,7 @@
 use std::time::Instant;
 
 use burn::tensor::{Device, FloatDType, Gradients};
-use terse_kernels::fused::{DropoutStream, with_dropout_stream, with_half};
+use terse_fused::{DropoutStream, with_dropout_stream, with_half};
 use terse_optim::{FlatModel, with_fresh_leaves};
 
 use crate::TrainError;

@@ -51,7 +51,7 @@ impl Precision {
     /// flex (this CPU) has bf16 and fp16 matmuls and arithmetic in burn
     /// 0.22 but no TF32; wgpu's Vulkan has no bf16 arithmetic in cubecl
     /// 0.11, and its fp16 (an adapter feature) is checked for one linear
-    /// layer on lavapipe (`crates/kernels/tests/autocast.rs`), not for the
+    /// layer on lavapipe (`crates/fused/tests/autocast.rs`), not for the
     /// model; CUDA has all four.
     pub fn supported_on(device: &DeviceChoice) -> (&'static [Precision], &'static str) {
         match device {

@@ -5,7 +5,7 @@ use burn::nn::{
     Dropout, DropoutConfig, Embedding, EmbeddingConfig, Initializer, LayerNorm, LayerNormConfig,
 };
 use burn::tensor::{Device, Int, Tensor};
-use terse_kernels::fused;
+use terse_fused as fused;
 
 use super::BertConfig;
 

@@ -7,7 +7,7 @@ use burn::module::{Module, Param};
 use burn::nn::loss::{MseLoss, Reduction};
 use burn::nn::{Dropout, DropoutConfig, LayerNorm, Linear};
 use burn::tensor::{Device, Int, Tensor};
-use terse_kernels::fused;
+use terse_fused as fused;
 
 use super::layer::{dense, layer_norm};
 use super::{BertConfig, BertInput, BertModel};

@@ -7,7 +7,7 @@ use burn::nn::{
     Dropout, DropoutConfig, Initializer, LayerNorm, LayerNormConfig, Linear, LinearConfig,
 };
 use burn::tensor::{Device, Tensor};
-use terse_kernels::fused;
+use terse_fused as fused;
 
 use super::{BertConfig, LayerNormPlacement};
 

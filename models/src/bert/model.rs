@@ -4,7 +4,7 @@
 use burn::module::Module;
 use burn::nn::{LayerNorm, Linear};
 use burn::tensor::{Device, Int, Tensor};
-use terse_kernels::fused;
+use terse_fused as fused;
 
 use super::layer::{dense, layer_norm};
 use super::{BertConfig, BertEmbeddings, BertLayer, LayerNormPlacement};

@@ -9,7 +9,7 @@
 
 use burn::nn::{Linear, LinearConfig};
 use burn::tensor::{DType, Device, DeviceKind, FloatDType, Tensor, TensorData};
-use terse_kernels::fused;
+use terse_fused as fused;
 
 const ROWS: usize = 24;
 const D_IN: usize = 40;

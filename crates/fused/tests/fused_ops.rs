@@ -12,7 +12,7 @@ use burn::nn::loss::CrossEntropyLossConfig;
 use burn::nn::{BatchNormConfig, DropoutConfig, LayerNormConfig, LinearConfig, PaddingConfig2d};
 use burn::tensor::activation::{gelu, relu, softmax};
 use burn::tensor::{Device, Int, Tensor, TensorData};
-use terse_kernels::fused::{self, DropoutStream, SiteMask, with_dropout_stream};
+use terse_fused::{self as fused, DropoutStream, SiteMask, with_dropout_stream};
 use terse_rng::SplitMix64;
 
 fn device() -> Device {

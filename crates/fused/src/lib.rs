@@ -49,6 +49,9 @@ use burn::tensor::activation::{self, gelu, softmax};
 use burn::tensor::{Device, FloatDType, Int, Tensor, TensorData};
 
 use autocast::is_f32;
+// `crate::with_avx` in the ops: the SIMD tier the
+// compression loops use too.
+use terse_compress::with_avx;
 
 pub use add_relu::{add_relu_backward, add_relu_forward};
 pub use attention_core::{HeadsShape, attention_backward, attention_forward};
@@ -235,7 +238,8 @@ pub fn dropout<const D: usize>(x: Tensor<D>, layer: &Dropout) -> Tensor<D> {
 fn apply_mask<const D: usize>(x: Tensor<D>, mask: SiteMask) -> Tensor<D> {
     let device = x.device();
     let shape = x.shape();
-    let factors = match crate::tensor::device_dropout_factors(&mask, shape.clone(), &device) {
+    let factors = match terse_kernels::tensor::device_dropout_factors(&mask, shape.clone(), &device)
+    {
         Some(factors) => factors,
         None => {
             let factors: Vec<f32> = (0..shape.num_elements()).map(|j| mask.factor(j)).collect();

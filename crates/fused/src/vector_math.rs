@@ -163,7 +163,7 @@ mod tests {
     /// the same bits in every tier the CPU has as in portable code.
     #[test]
     fn every_tier_gives_the_same_bits() {
-        use crate::simd::{SimdTier, with_tier};
+        use terse_compress::simd::{SimdTier, with_tier};
         let mut xs: Vec<f32> = (-(1 << 17)..(1 << 17))
             .map(|i| i as f32 * (12.0 / (1 << 17) as f32))
             .collect();
