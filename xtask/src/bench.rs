@@ -115,15 +115,12 @@ fn quick_flag(quick: bool) -> &'static [&'static str] {
 /// Runs bench target `bench` through `cargo test` with `args` after `--`.
 /// `--workspace` resolves features as the tests do, so nothing is rebuilt.
 fn run_cargo_bench(bench: &str, args: &[&str]) -> Result<()> {
-    let status = terse_binary::cargo()?
-        .args(["test", "--quiet", "--workspace", "--bench", bench, "--"])
-        .args(args)
-        .status()
-        .with_context(|| format!("cannot start cargo for the `{bench}` benchmark"))?;
-    if !status.success() {
-        bail!("the `{bench}` benchmark failed ({status})");
-    }
-    Ok(())
+    crate::finish::finish(
+        terse_binary::cargo()?
+            .args(["test", "--quiet", "--workspace", "--bench", bench, "--"])
+            .args(args),
+        &format!("the `{bench}` benchmark"),
+    )
 }
 
 /// Each optimizer's step on `device` beside the same step on the CPU
@@ -397,7 +394,6 @@ fn run_comm(quick: bool) -> Result<()> {
 
 #[cfg(test)]
 mod tests {
-    use crate::Command;
     use crate::testing;
 
     #[test]
@@ -406,10 +402,8 @@ mod tests {
             (&["bench", "kernels"][..], false),
             (&["bench", "comm", "--quick"][..], true),
         ] {
-            match testing::command(argv) {
-                Command::Bench(args) => assert_eq!(args.quick, quick, "{argv:?}"),
-                other => panic!("parsed as {other:?}"),
-            }
+            let args = testing::parsed_as!(Bench, argv);
+            assert_eq!(args.quick, quick, "{argv:?}");
         }
     }
 

@@ -98,20 +98,18 @@ pub fn run(args: &Args) -> Result<()> {
     let tarball = out.with_extension("tar.xz");
     let parent = out.parent().unwrap_or(Path::new("."));
     let name = out.file_name().context("a bundle directory name")?;
-    let status = Command::new("tar")
-        // Fast and multi-threaded: the binaries are most of it.
-        .env("XZ_OPT", "-T0 -3")
-        .arg("-C")
-        .arg(parent)
-        .arg("-cJf")
-        // Opened before `-C` applies: a path from here, not from `parent`.
-        .arg(&tarball)
-        .arg(name)
-        .status()
-        .context("cannot start tar")?;
-    if !status.success() {
-        bail!("tar failed ({status})");
-    }
+    crate::finish::finish(
+        Command::new("tar")
+            // Fast and multi-threaded: the binaries are most of it.
+            .env("XZ_OPT", "-T0 -3")
+            .arg("-C")
+            .arg(parent)
+            .arg("-cJf")
+            // Opened before `-C` applies: a path from here, not from `parent`.
+            .arg(&tarball)
+            .arg(name),
+        "tar",
+    )?;
     println!(
         "bundle: {} ({} libraries), {} ({:.1} MB); on the GPU machine: tar xJf {} && {}/run.sh --help",
         out.display(),

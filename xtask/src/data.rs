@@ -67,19 +67,14 @@ pub fn run(args: &Args) -> Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::Command;
     use crate::testing;
 
     #[test]
     fn fetch_takes_a_name_or_all() {
         for name in ["squad-v1.1", "all"] {
-            match testing::command(&["data", "fetch", name]) {
-                Command::Data(Args { command }) => {
-                    assert_eq!(command, DataCommand::Fetch { name: name.into() });
-                    assert_eq!(command.terse_data_args(), ["fetch", name]);
-                }
-                other => panic!("parsed as {other:?}"),
-            }
+            let Args { command } = testing::parsed_as!(Data, &["data", "fetch", name]);
+            assert_eq!(command, DataCommand::Fetch { name: name.into() });
+            assert_eq!(command.terse_data_args(), ["fetch", name]);
         }
         testing::rejection(&["data", "fetch"]);
         testing::rejection(&["data", "list", "extra"]);
@@ -87,20 +82,14 @@ mod tests {
 
     #[test]
     fn shards_forwards_every_option_including_help() {
-        match testing::command(&["data", "shards", "--max-seq", "512", "--help"]) {
-            Command::Data(Args { command }) => assert_eq!(
-                command.terse_data_args(),
-                ["shards", "--max-seq", "512", "--help"]
-            ),
-            other => panic!("parsed as {other:?}"),
-        }
+        let argv = ["data", "shards", "--max-seq", "512", "--help"];
+        let Args { command } = testing::parsed_as!(Data, &argv);
+        assert_eq!(command.terse_data_args(), argv[1..]);
     }
 
     #[test]
     fn list_forwards_to_terse_data() {
-        match testing::command(&["data", "list"]) {
-            Command::Data(Args { command }) => assert_eq!(command.terse_data_args(), ["list"]),
-            other => panic!("parsed as {other:?}"),
-        }
+        let Args { command } = testing::parsed_as!(Data, &["data", "list"]);
+        assert_eq!(command.terse_data_args(), ["list"]);
     }
 }

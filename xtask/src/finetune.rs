@@ -81,14 +81,10 @@ pub fn run(args: &Args) -> Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::Command;
     use crate::testing;
 
     fn benchmark(argv: &[&str]) -> Benchmark {
-        match testing::command(argv) {
-            Command::Finetune(args) => args.benchmark,
-            other => panic!("parsed as {other:?}"),
-        }
+        testing::parsed_as!(Finetune, argv).benchmark
     }
 
     #[test]
@@ -107,9 +103,9 @@ mod tests {
             panic!("parsed as {parsed:?}");
         };
         assert_eq!(common.from, Some(PathBuf::from("runs/bert/step-1000")));
-        assert_eq!(common.run.optimizer, Some("adam".to_string()));
+        assert_eq!(common.run.terse.optimizer, Some("adam".to_string()));
         assert_eq!(common.run.ranks, 2);
-        assert_eq!(common.run.config, None);
+        assert_eq!(common.run.terse.config, None);
     }
 
     #[test]

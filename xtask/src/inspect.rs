@@ -5,9 +5,10 @@ use std::path::PathBuf;
 
 use anyhow::Result;
 
+use crate::forward::forwarded;
 use crate::terse_binary;
 
-/// Arguments of `cargo xtask eval` / `predict`.
+/// Arguments of `cargo xtask eval` / `predict` / `export`.
 #[derive(Debug, Clone, PartialEq, Eq, clap::Args)]
 pub struct Args {
     /// A run directory (its newest checkpoint) or a checkpoint directory
@@ -18,16 +19,18 @@ pub struct Args {
     #[arg(long, value_name = "PATH")]
     pub config: Option<PathBuf>,
 
-    /// Where `predict` writes (SQuAD: predictions.json, GLUE: a TSV), or
-    /// the directory `export` writes (required there)
-    #[arg(long, value_name = "FILE")]
-    pub out: Option<PathBuf>,
+    #[command(flatten)]
+    pub terse: OutputFlags,
+}
 
-    /// `export` only: fp32 (the master weights as saved) or bf16 (rounded
-    /// to the nearest bf16, config.json's torch_dtype "bfloat16"); passed
-    /// to `terse` as is
-    #[arg(long, value_name = "DTYPE")]
-    pub dtype: Option<String>,
+forwarded! {
+    /// Where the output goes, passed to `terse` as is.
+    pub struct OutputFlags {
+        /// Where `predict` writes (SQuAD: predictions.json, GLUE: a TSV), or `export` (required there)
+        #[arg(long = "out", value_name = "FILE")] out: Option<String>,
+        /// `export` only: fp32 (the master weights as saved) or bf16 (rounded to the nearest bf16)
+        #[arg(long = "dtype", value_name = "DTYPE")] dtype: Option<String>,
+    }
 }
 
 /// The run directory a checkpoint path belongs to.
@@ -56,11 +59,6 @@ pub fn run(command: &str, args: &Args) -> Result<()> {
         "--checkpoint".into(),
         args.checkpoint.display().to_string(),
     ];
-    if let Some(out) = &args.out {
-        terse.extend(["--out".into(), out.display().to_string()]);
-    }
-    if let Some(dtype) = &args.dtype {
-        terse.extend(["--dtype".into(), dtype.clone()]);
-    }
+    args.terse.forward(&mut terse);
     terse_binary::launch(1, &terse).map(drop)
 }

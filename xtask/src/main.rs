@@ -14,6 +14,8 @@ mod child_signals;
 mod cli_name;
 mod data;
 mod finetune;
+mod finish;
+mod forward;
 mod inspect;
 mod machine;
 mod mpi;
@@ -23,6 +25,9 @@ mod reproduce;
 mod run_args;
 mod run_plot;
 mod setup;
+/// The shipped configs' names, from the file terse lists them with
+/// (xtask links no workspace crate).
+#[path = "../../crates/cli/src/shipped_names.rs"]
 mod shipped_configs;
 mod system_packages;
 mod terse_binary;

@@ -2,11 +2,17 @@
 //!
 //! `pretrain`, `finetune` and `train` all pick an optimizer, a number of ranks
 //! and a config the same way; keeping those flags in one place keeps their
-//! names, defaults and validation identical across commands.
+//! names, defaults and validation identical across commands. Only `--ranks`
+//! and `--hostfile` are xtask's own; the rest are terse's, declared once
+//! each with a one-line help ([`forwarded!`]) and passed on as given, so
+//! that terse's `--help` alone explains them (issue 51: the two command
+//! lines had drifted).
 
 use std::path::PathBuf;
 
 use clap::value_parser;
+
+use crate::forward::forwarded;
 
 /// Every optimizer's config name, one per line: terse-optim's registry list
 /// (xtask links no workspace crate; terse-optim's tests keep the file equal
@@ -30,14 +36,10 @@ fn optimizer_name(text: &str) -> Result<String, String> {
     ))
 }
 
-/// How a training run is launched: optimizer, ranks, config.
+/// How a training run is launched: on how many processes, where, and with
+/// which of terse's flags.
 #[derive(Debug, Clone, PartialEq, Eq, clap::Args)]
 pub struct RunArgs {
-    /// Optimizer to train with, replacing the one the config names (e.g.
-    /// onebit-adam; crates/optim/optimizer-names.txt lists them all)
-    #[arg(long, value_name = "NAME", value_parser = optimizer_name)]
-    pub optimizer: Option<String>,
-
     /// Number of ranks (worker processes); more than 1 launches through mpirun
     #[arg(
         long,
@@ -52,84 +54,48 @@ pub struct RunArgs {
     #[arg(long, value_name = "FILE")]
     pub hostfile: Option<PathBuf>,
 
-    /// TOML experiment config (see configs/); the flags above override its fields
-    #[arg(long, value_name = "PATH")]
-    pub config: Option<PathBuf>,
+    #[command(flatten)]
+    pub terse: TerseFlags,
+}
 
-    /// Directory for metrics.jsonl, checkpoints/ and export/ (default
-    /// runs/<config>-<optimizer>)
-    #[arg(long, value_name = "DIR")]
-    pub run_dir: Option<PathBuf>,
-
-    /// Continue from the newest checkpoint in the run directory, or from
-    /// the checkpoint directory given (bit-identically, in any optimizer
-    /// stage)
-    #[arg(long, value_name = "CHECKPOINT", num_args = 0..=1)]
-    pub resume: Option<Option<PathBuf>>,
-
-    /// Start over in a run directory that holds an earlier run, deleting
-    /// its metrics, checkpoints and export (without this or --resume, such
-    /// a directory is refused)
-    #[arg(long, conflicts_with = "resume")]
-    pub overwrite: bool,
-
-    /// Train on this device: cpu (the default), wgpu (the best Vulkan
-    /// adapter: a GPU, else lavapipe), wgpu:N (the N-th discrete GPU),
-    /// lavapipe, cuda or cuda:N (an NVIDIA GPU through burn's CUDA backend:
-    /// the driver, NVRTC and CUDA's headers at run time; f32 matmuls run as
-    /// TF32 on sm_80 and newer); passed to `terse` as is
-    #[arg(long, value_name = "DEVICE")]
-    pub device: Option<String>,
-
-    /// Compute the model in fp32 (the default), tf32 (CUDA), bf16 or fp16
-    /// (half-type matmuls and activations, fp32 master weights and
-    /// optimizer states; fp16 with dynamic loss scaling); passed to `terse`
-    /// as is
-    #[arg(long, value_name = "PRECISION")]
-    pub precision: Option<String>,
-
-    /// A DeepSpeed ds_config.json read on top of the config (batch sizes,
-    /// clipping, optimizer and params, warmup schedulers; what terse cannot
-    /// follow is refused by name); passed to `terse` as is
-    #[arg(long, value_name = "DS_CONFIG")]
-    pub deepspeed: Option<PathBuf>,
-
-    /// The communicator: auto (mpi with --ranks N > 1, local threads with
-    /// --local-ranks N > 1, else one rank), local, mpi, nccl (NCCL between
-    /// GPUs; needs a build with the terse-train/nccl feature); passed to
-    /// `terse` as is
-    #[arg(long, value_name = "BACKEND")]
-    pub comm: Option<String>,
-
-    /// Ranks as threads of one process (the `local` communicator), with
-    /// --ranks 1: under mpirun each process is one rank and terse ignores
-    /// it; passed to `terse` as is
-    #[arg(long, value_name = "N", value_parser = value_parser!(u32).range(1..))]
-    pub local_ranks: Option<u32>,
-
-    /// Optimizer steps to run (a resume may extend a run this way);
-    /// defaults to the config's train.steps
-    #[arg(long, value_name = "N", value_parser = value_parser!(u64).range(1..))]
-    pub steps: Option<u64>,
-
-    /// No progress bar (logs and CI); passed to `terse` as is
-    #[arg(long)]
-    pub no_progress: bool,
-
-    /// Set a config field, passed to `terse` as is (e.g. `--set
-    /// train.steps=100`, `--set optimizer.freeze_step=20`; repeatable)
-    #[arg(long = "set", value_name = "KEY=VALUE")]
-    pub overrides: Vec<String>,
-
-    /// With --optimizer, run a 1-bit optimizer whose freeze the run never
-    /// reaches (refused otherwise)
-    #[arg(long)]
-    pub allow_no_compression: bool,
-
-    /// Print the resolved config (every flag and --set applied, every
-    /// default filled in) and exit without loading data or training
-    #[arg(long)]
-    pub print_config: bool,
+forwarded! {
+    /// The flags `terse <command>` takes, passed on in this order; the
+    /// config, the optimizer, the local ranks and the steps are checked here
+    /// first (before a build and before mpirun), the rest are passed as
+    /// they are. `terse <command> --help` explains each in full.
+    #[command(next_help_heading = "Passed on to terse (`terse <COMMAND> --help` explains each)")]
+    pub struct TerseFlags {
+        /// TOML experiment config (see configs/); the other flags override its fields
+        #[arg(long = "config", value_name = "PATH")] config: Option<PathBuf>,
+        /// Optimizer replacing the config's (e.g. onebit-adam; crates/optim/optimizer-names.txt)
+        #[arg(long = "optimizer", value_name = "NAME", value_parser = optimizer_name)] optimizer: Option<String>,
+        /// Directory for metrics.jsonl, checkpoints/ and export/ [default: runs/<config>-<optimizer>]
+        #[arg(long = "run-dir", value_name = "DIR")] run_dir: Option<String>,
+        /// Continue from the run directory's newest checkpoint, or from the one given
+        #[arg(long = "resume", value_name = "CHECKPOINT", num_args = 0..=1)] resume: Option<Option<String>>,
+        /// Start over in a run directory that holds an earlier run, deleting it
+        #[arg(long = "overwrite", conflicts_with = "resume")] overwrite: bool,
+        /// Train on cpu (the default), wgpu, wgpu:N, lavapipe, cuda or cuda:N
+        #[arg(long = "device", value_name = "DEVICE")] device: Option<String>,
+        /// Compute in fp32 (the default), tf32 (CUDA), bf16 or fp16
+        #[arg(long = "precision", value_name = "PRECISION")] precision: Option<String>,
+        /// The communicator: auto (the default), local, mpi or nccl
+        #[arg(long = "comm", value_name = "BACKEND")] comm: Option<String>,
+        /// Ranks as threads of one process (the `local` communicator), with --ranks 1
+        #[arg(long = "local-ranks", value_name = "N", value_parser = value_parser!(u32).range(1..))] local_ranks: Option<u32>,
+        /// Optimizer steps to run (a resume may extend a run) [default: the config's train.steps]
+        #[arg(long = "steps", value_name = "N", value_parser = value_parser!(u64).range(1..))] steps: Option<u64>,
+        /// No progress bar (logs and CI)
+        #[arg(long = "no-progress")] no_progress: bool,
+        /// A DeepSpeed ds_config.json read on top of the config
+        #[arg(long = "deepspeed", value_name = "DS_CONFIG")] deepspeed: Option<String>,
+        /// Set a config field (e.g. `--set train.steps=100`; repeatable)
+        #[arg(long = "set", value_name = "KEY=VALUE")] overrides: Vec<String>,
+        /// With --optimizer, run a 1-bit optimizer whose freeze the run never reaches
+        #[arg(long = "allow-no-compression")] allow_no_compression: bool,
+        /// Print the resolved config and exit without loading data or training
+        #[arg(long = "print-config")] print_config: bool,
+    }
 }
 
 impl RunArgs {
@@ -137,54 +103,7 @@ impl RunArgs {
     /// (`--ranks` is the launcher's business, not the binary's).
     pub fn terse_args(&self) -> Vec<String> {
         let mut args = Vec::new();
-        if let Some(config) = &self.config {
-            args.extend(["--config".to_string(), config.display().to_string()]);
-        }
-        if let Some(optimizer) = &self.optimizer {
-            args.extend(["--optimizer".into(), optimizer.clone()]);
-        }
-        if let Some(dir) = &self.run_dir {
-            args.extend(["--run-dir".into(), dir.display().to_string()]);
-        }
-        if let Some(from) = &self.resume {
-            args.push("--resume".into());
-            if let Some(checkpoint) = from {
-                args.push(checkpoint.display().to_string());
-            }
-        }
-        if self.overwrite {
-            args.push("--overwrite".into());
-        }
-        if let Some(device) = &self.device {
-            args.extend(["--device".into(), device.clone()]);
-        }
-        if let Some(precision) = &self.precision {
-            args.extend(["--precision".into(), precision.clone()]);
-        }
-        if let Some(comm) = &self.comm {
-            args.extend(["--comm".into(), comm.clone()]);
-        }
-        if let Some(n) = self.local_ranks {
-            args.extend(["--local-ranks".into(), n.to_string()]);
-        }
-        if let Some(steps) = self.steps {
-            args.extend(["--steps".into(), steps.to_string()]);
-        }
-        if self.no_progress {
-            args.push("--no-progress".into());
-        }
-        if let Some(ds) = &self.deepspeed {
-            args.extend(["--deepspeed".into(), ds.display().to_string()]);
-        }
-        for o in &self.overrides {
-            args.extend(["--set".into(), o.clone()]);
-        }
-        if self.allow_no_compression {
-            args.push("--allow-no-compression".into());
-        }
-        if self.print_config {
-            args.push("--print-config".into());
-        }
+        self.terse.forward(&mut args);
         args
     }
 
@@ -192,7 +111,7 @@ impl RunArgs {
     /// nodes), or once when it only prints the config.
     pub fn launch(&self, terse: &[String]) -> anyhow::Result<()> {
         self.check_config()?;
-        if self.print_config {
+        if self.terse.print_config {
             return crate::terse_binary::run_binary("terse", terse);
         }
         train(self.ranks as usize, self.hostfile.as_deref(), terse)
@@ -201,7 +120,7 @@ impl RunArgs {
     /// Refuses a `--config` that does not exist before any process starts
     /// (terse reads it; without `--config` terse picks its shipped one).
     fn check_config(&self) -> anyhow::Result<()> {
-        if let Some(path) = &self.config
+        if let Some(path) = &self.terse.config
             && !path.exists()
         {
             anyhow::bail!(

@@ -132,15 +132,12 @@ pub fn is_root() -> bool {
 /// Runs `apt-get <args…>` non-interactively, failing on a non-zero status.
 fn apt_get(args: &[String]) -> Result<()> {
     eprintln!("terse: apt-get {}", args.join(" "));
-    let status = Command::new("apt-get")
-        .args(args)
-        .env("DEBIAN_FRONTEND", "noninteractive")
-        .status()
-        .context("cannot run apt-get")?;
-    if !status.success() {
-        bail!("`apt-get {}` failed ({status})", args.join(" "));
-    }
-    Ok(())
+    crate::finish::finish(
+        Command::new("apt-get")
+            .args(args)
+            .env("DEBIAN_FRONTEND", "noninteractive"),
+        &format!("`apt-get {}`", args.join(" ")),
+    )
 }
 
 #[cfg(test)]

@@ -75,24 +75,48 @@ pub fn xtask_exe() -> Result<PathBuf> {
 /// stdin, stdout and stderr.
 pub fn run_binary(name: &str, args: &[String]) -> Result<()> {
     let exe = binary(name)?;
-    let mut command = Command::new(&exe);
-    let mut child = child_signals::own_group(command.args(args))
-        .spawn()
-        .with_context(|| format!("cannot start {}", exe.display()))?;
-    let forwarder = child_signals::Forwarder::start(&child, false);
-    let status = child
-        .wait()
-        .with_context(|| format!("cannot wait for {}", exe.display()));
-    drop(forwarder);
-    let status = status?;
-    if !status.success() {
-        return Err(ChildFailed {
-            what: format!("`{name} {}`", args.join(" ")),
-            status,
-        }
-        .into());
+    Running::start(Command::new(&exe).args(args), &exe, false)?
+        .finish(&exe, || format!("`{name} {}`", args.join(" ")))
+}
+
+/// A started child in its own process group, the signals this process
+/// receives forwarded to it until it ends: every run of a workspace binary,
+/// so that Ctrl-C stops it (and mpirun's ranks) the one way.
+struct Running {
+    child: std::process::Child,
+    forwarder: child_signals::Forwarder,
+}
+
+impl Running {
+    /// Starts `command` (running `exe`; `via_mpirun`: an mpirun job).
+    fn start(command: &mut Command, exe: &std::path::Path, via_mpirun: bool) -> Result<Self> {
+        let child = child_signals::own_group(command)
+            .spawn()
+            .with_context(|| format!("cannot start {}", exe.display()))?;
+        let forwarder = child_signals::Forwarder::start(&child, via_mpirun);
+        Ok(Self { child, forwarder })
     }
-    Ok(())
+
+    /// Waits for the child; a failure is a [`ChildFailed`] naming `what`.
+    fn finish(self, exe: &std::path::Path, what: impl FnOnce() -> String) -> Result<()> {
+        let Self {
+            mut child,
+            forwarder,
+        } = self;
+        let status = child
+            .wait()
+            .with_context(|| format!("cannot wait for {}", exe.display()));
+        drop(forwarder);
+        let status = status?;
+        if !status.success() {
+            return Err(ChildFailed {
+                what: what(),
+                status,
+            }
+            .into());
+        }
+        Ok(())
+    }
 }
 
 /// Builds the `terse` binary in the one profile and returns its path.
@@ -148,12 +172,9 @@ pub fn launch_on(
         .chain(std::env::args().skip(1))
         .collect();
     command.env("TERSE_LAUNCHED_AS", typed.join("\u{1f}"));
-    let mut child = child_signals::own_group(command.stdout(Stdio::piped()))
-        .spawn()
-        .with_context(|| format!("cannot start {}", exe.display()))?;
-    let forwarder = child_signals::Forwarder::start(&child, via_mpirun);
+    let mut running = Running::start(command.stdout(Stdio::piped()), &exe, via_mpirun)?;
     let mut run_dir = None;
-    let stdout = child.stdout.take().expect("piped above");
+    let stdout = running.child.stdout.take().expect("piped above");
     for line in BufReader::new(stdout).lines() {
         let line = line.context("cannot read the output of `terse`")?;
         println!("{line}");
@@ -161,16 +182,9 @@ pub fn launch_on(
             run_dir = Some(PathBuf::from(dir.trim()));
         }
     }
-    let status = child.wait().context("cannot wait for `terse`");
-    drop(forwarder);
-    let status = status?;
-    if !status.success() {
-        return Err(ChildFailed {
-            what: format!("`terse {}` on {ranks} rank(s)", args.join(" ")),
-            status,
-        }
-        .into());
-    }
+    running.finish(&exe, || {
+        format!("`terse {}` on {ranks} rank(s)", args.join(" "))
+    })?;
     Ok(run_dir)
 }
 

@@ -8,7 +8,7 @@
 //! `terse` is built with (terse_binary.rs), so after a training command only
 //! the workspace's own crates and test targets compile.
 
-use anyhow::{Context, Result, bail};
+use anyhow::Result;
 
 use crate::terse_binary;
 
@@ -44,35 +44,29 @@ pub fn run(args: &Args) -> Result<()> {
         cargo.env("OMPI_ALLOW_RUN_AS_ROOT", "1");
         cargo.env("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1");
     }
-    let status = cargo.status().context("cannot start cargo for the tests")?;
-    if !status.success() {
-        bail!("`cargo {}` failed ({status})", cargo_args.join(" "));
-    }
-    Ok(())
+    crate::finish::finish(&mut cargo, &format!("`cargo {}`", cargo_args.join(" ")))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::Command;
     use crate::testing;
-
-    fn args(argv: &[&str]) -> Args {
-        match testing::command(argv) {
-            Command::Test(args) => args,
-            other => panic!("parsed as {other:?}"),
-        }
-    }
 
     #[test]
     fn runs_the_whole_workspace_by_default() {
-        assert_eq!(cargo_args(&args(&["test"])), ["test", "--workspace"]);
+        assert_eq!(
+            cargo_args(&testing::parsed_as!(Test, &["test"])),
+            ["test", "--workspace"]
+        );
     }
 
     #[test]
     fn passes_every_argument_through() {
         assert_eq!(
-            cargo_args(&args(&["test", "--test", "tidy", "--", "--nocapture"])),
+            cargo_args(&testing::parsed_as!(
+                Test,
+                &["test", "--test", "tidy", "--", "--nocapture"]
+            )),
             ["test", "--workspace", "--test", "tidy", "--", "--nocapture"]
         );
     }

@@ -24,3 +24,16 @@ pub fn rejection(args: &[&str]) -> String {
         Err(err) => err.render().to_string(),
     }
 }
+
+/// The arguments of `cargo xtask <argv…>`, which must parse as the command
+/// `Command::$variant` (a panic naming what it parsed as otherwise).
+macro_rules! parsed_as {
+    ($variant:ident, $argv:expr) => {
+        match $crate::testing::command($argv) {
+            $crate::Command::$variant(args) => args,
+            other => panic!("parsed as {other:?}"),
+        }
+    };
+}
+
+pub(crate) use parsed_as;

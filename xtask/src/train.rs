@@ -7,7 +7,7 @@
 //! processes). Which models exist is terse's business (terse-models'
 //! registry): this command checks only that the config is there.
 
-use anyhow::{Result, bail};
+use anyhow::{Result, anyhow};
 
 use crate::run_args::RunArgs;
 
@@ -35,19 +35,15 @@ pub struct Args {
 /// Runs `train`.
 pub fn run(args: &Args) -> Result<()> {
     let dataset = args.dataset.as_deref().unwrap_or(DEFAULT_DATASET);
-    let default = format!("configs/train-{}-{dataset}.toml", args.model);
-    if args.run.config.is_none() && !std::path::Path::new(&default).exists() {
-        let suffix = format!("-{dataset}.toml");
-        let shipped =
-            crate::shipped_configs::names(std::path::Path::new("configs"), "train-", &suffix);
-        bail!(
-            "{default}: no such config; models shipped for {dataset}: {} (or pass --config)",
-            if shipped.is_empty() {
-                "none".to_string()
-            } else {
-                shipped.join(", ")
-            }
+    if args.run.terse.config.is_none() {
+        crate::shipped_configs::config(
+            std::path::Path::new("configs"),
+            "train-",
+            &args.model,
+            &format!("-{dataset}.toml"),
+            &format!("models shipped for {dataset}"),
         )
+        .map_err(|e| anyhow!("{e} (or pass --config)"))?;
     }
     let mut terse = vec!["train".to_string(), args.model.clone()];
     if let Some(dataset) = &args.dataset {
@@ -61,20 +57,11 @@ pub fn run(args: &Args) -> Result<()> {
 mod tests {
     use std::path::PathBuf;
 
-    use super::*;
-    use crate::Command;
     use crate::testing;
-
-    fn args(argv: &[&str]) -> Args {
-        match testing::command(argv) {
-            Command::Train(args) => args,
-            other => panic!("parsed as {other:?}"),
-        }
-    }
 
     #[test]
     fn parses_model_dataset_and_run_options() {
-        let args = args(&[
+        let argv = &[
             "train",
             "resnet20",
             "--dataset",
@@ -85,12 +72,16 @@ mod tests {
             "8",
             "--config",
             "configs/resnet.toml",
-        ]);
+        ];
+        let args = testing::parsed_as!(Train, argv);
         assert_eq!(args.model, "resnet20");
         assert_eq!(args.dataset.as_deref(), Some("fashion-mnist"));
-        assert_eq!(args.run.optimizer, Some("slamb".to_string()));
+        assert_eq!(args.run.terse.optimizer, Some("slamb".to_string()));
         assert_eq!(args.run.ranks, 8);
-        assert_eq!(args.run.config, Some(PathBuf::from("configs/resnet.toml")));
+        assert_eq!(
+            args.run.terse.config,
+            Some(PathBuf::from("configs/resnet.toml"))
+        );
     }
 
     #[test]

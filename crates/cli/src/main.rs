@@ -10,6 +10,7 @@ mod launch;
 mod pretrain;
 mod resume_line;
 mod shipped;
+mod shipped_names;
 mod train;
 
 use std::process::ExitCode;

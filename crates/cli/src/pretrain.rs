@@ -47,16 +47,12 @@ pub fn run(args: &Args) -> Result<()> {
 /// The shipped config of `model` in `dir`, or an error listing the shipped
 /// ones.
 fn shipped_config(dir: &Path, model: &str) -> Result<PathBuf> {
-    let path = dir.join(format!("pretrain-{model}.toml"));
-    if !path.exists() {
-        bail!(
-            "{}: no such config; models shipped: {} (or pass --config, e.g. a copy of \
-             configs/pretrain-bert-tiny.toml with [model] preset = \"small\")",
-            path.display(),
-            shipped::names(dir, "pretrain-", ".toml").join(", ")
-        );
-    }
-    Ok(path)
+    shipped::config(dir, "pretrain-", model, ".toml", "models shipped").map_err(|e| {
+        anyhow::anyhow!(
+            "{e} (or pass --config, e.g. a copy of configs/pretrain-bert-tiny.toml with \
+             [model] preset = \"small\")"
+        )
+    })
 }
 
 /// The shape that names a BERT: layers, width, heads, feed-forward width

@@ -2,7 +2,11 @@
 //! the command line (a model, a task) finds its config, and what an error
 //! lists when a name has none.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
+
+/// The shipped configs and their names, in the file xtask shares (see its
+/// module doc).
+pub use crate::shipped_names::{config, names};
 
 /// Where the shipped configs are, relative to the workspace root (where
 /// terse runs).
@@ -10,21 +14,9 @@ pub fn dir() -> PathBuf {
     PathBuf::from("configs")
 }
 
-/// The names with a config `<prefix><name><suffix>` in `dir`, sorted.
-pub fn names(dir: &Path, prefix: &str, suffix: &str) -> Vec<String> {
-    let mut names: Vec<String> = std::fs::read_dir(dir)
-        .into_iter()
-        .flatten()
-        .filter_map(|e| e.ok()?.file_name().into_string().ok())
-        .filter_map(|file| Some(file.strip_prefix(prefix)?.strip_suffix(suffix)?.to_owned()))
-        .collect();
-    names.sort();
-    names
-}
-
 /// The shipped configs from a unit test (which runs in the crate's
 /// directory).
 #[cfg(test)]
 pub fn for_tests() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../configs")
+    std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../configs")
 }
