@@ -25,6 +25,7 @@ use terse_compress::server::{Compressed, average_and_recompress};
 use terse_compress::worker::{HostWorker, Worker};
 
 use crate::deepspeed_geometry::DeepSpeedGeometry;
+use crate::error::check_len;
 use crate::{CommError, Communicator};
 
 /// Where the chunks and the scales of the compressed allreduce lie.
@@ -373,19 +374,6 @@ impl CompressedAllreduce {
     pub fn layout(&self) -> ChunkLayout {
         let chunk = self.chunk.max(32);
         ChunkLayout::new(chunk, block_of(self.options, chunk))
-    }
-}
-
-/// A buffer of `actual` elements where `op` needs `expected`: an error
-/// naming `op` unless they agree.
-pub(crate) fn check_len(op: &'static str, expected: usize, actual: usize) -> Result<(), CommError> {
-    match expected == actual {
-        true => Ok(()),
-        false => Err(CommError::LengthMismatch {
-            op,
-            expected,
-            actual,
-        }),
     }
 }
 

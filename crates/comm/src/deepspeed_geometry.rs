@@ -20,7 +20,7 @@ use terse_compress::onebit::{self, Scale, words_for};
 use terse_compress::resident::filled;
 use terse_compress::server::{Compressed, average_and_recompress};
 
-use crate::compressed::check_len;
+use crate::error::check_len;
 use crate::{CommError, Communicator};
 
 /// One rank's state for DeepSpeed's compressed allreduce over buffers of a

@@ -122,3 +122,16 @@ fn ranks(missing: &[usize]) -> String {
         ),
     }
 }
+
+/// A buffer of `actual` elements where `op` needs `expected`: an error
+/// naming `op` unless they agree.
+pub(crate) fn check_len(op: &'static str, expected: usize, actual: usize) -> Result<(), CommError> {
+    match expected == actual {
+        true => Ok(()),
+        false => Err(CommError::LengthMismatch {
+            op,
+            expected,
+            actual,
+        }),
+    }
+}

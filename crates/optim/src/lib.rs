@@ -33,6 +33,7 @@ mod onebit_adam;
 mod onebit_lamb;
 mod optimizer;
 mod parallel;
+mod param_patterns;
 mod pass;
 mod plan;
 mod registry;

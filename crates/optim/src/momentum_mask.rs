@@ -16,7 +16,7 @@ use burn::tensor::Tensor;
 use cubecl::server::Handle;
 
 use crate::device_flat::into_handle;
-use crate::kept_out::matching_segments;
+use crate::param_patterns::matching_segments;
 use crate::{DeviceFlat, Flat, FlatMut, OptimError, ParamLayout};
 
 /// The masked ranges of the flat buffer, sorted and disjoint.

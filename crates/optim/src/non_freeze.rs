@@ -13,7 +13,7 @@ use burn::tensor::{Tensor, TensorData};
 use terse_comm::{Communicator, ReduceOp};
 
 use crate::device_flat::into_handle;
-use crate::kept_out::segment_ranges;
+use crate::param_patterns::segment_ranges;
 use crate::step::CommTime;
 use crate::{Flat, FlatMut, OptimError, ParamLayout};
 

@@ -14,6 +14,7 @@
 
 mod bandwidth;
 mod comm_volume;
+mod commit;
 mod eps_fix;
 mod finetune_parity;
 mod gates;
@@ -321,7 +322,7 @@ pub fn run(args: &Args) -> Result<()> {
         table.push_str(&format!(
             "Claims re-checked from the committed metrics by `cargo xtask {command} \
              --from-results` at commit {}; the runs themselves: machine.txt.\n\n",
-            report::commit()
+            commit::commit()
         ));
     } else {
         let restored = ctx.shelf.as_ref().map(|s| s.restored()).unwrap_or_default();

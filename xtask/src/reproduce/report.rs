@@ -3,10 +3,10 @@
 
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
-use std::process::Command;
 
 use anyhow::{Context, Result};
 
+use super::commit;
 use super::runner::RunLog;
 
 /// The directory an experiment writes (results/<name>/, or a scratch
@@ -134,10 +134,10 @@ impl Report {
              memory: {memory}\n\
              rustc: {}\n\
              os: {}\n",
-            output("date", &["-u", "+%Y-%m-%dT%H:%M:%SZ"]),
-            commit(),
-            output("rustc", &["--version"]),
-            output("uname", &["-srm"]),
+            commit::output("date", &["-u", "+%Y-%m-%dT%H:%M:%SZ"]),
+            commit::commit(),
+            commit::output("rustc", &["--version"]),
+            commit::output("uname", &["-srm"]),
         );
         for variant in restored {
             writeln!(text, "restored from an earlier session: {variant}")?;
@@ -186,42 +186,4 @@ impl Table {
         }
         out
     }
-}
-
-/// `HEAD`'s hash, marked when tracked files outside `results/` have
-/// uncommitted changes. `results/` is left out because a reproduction
-/// rewrites its own tracked results before it writes machine.txt: counting
-/// them marked every run as dirty, whatever the code's state.
-pub fn commit() -> String {
-    let dirty = !output(
-        "git",
-        &[
-            "status",
-            "--porcelain",
-            "--untracked-files=no",
-            "--",
-            ".",
-            ":(exclude)results",
-        ],
-    )
-    .is_empty();
-    format!(
-        "{}{}",
-        output("git", &["rev-parse", "HEAD"]),
-        if dirty {
-            " (with uncommitted changes)"
-        } else {
-            ""
-        }
-    )
-}
-
-fn output(program: &str, args: &[&str]) -> String {
-    Command::new(program)
-        .args(args)
-        .output()
-        .ok()
-        .filter(|o| o.status.success())
-        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
-        .unwrap_or_default()
 }

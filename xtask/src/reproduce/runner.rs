@@ -16,9 +16,9 @@ use anyhow::{Context as _, Result, bail};
 use serde_json::Value;
 
 use super::Context;
-use super::report;
+use super::commit;
 use super::same_settings::{self, Resolved};
-use super::shelf::Shelf;
+use super::shelf::{FINISHED, Shelf};
 
 /// One run of an experiment.
 #[derive(Debug, Clone)]
@@ -424,7 +424,7 @@ fn run_one(
             dir.display()
         );
     }
-    let origin = format!("finished at commit {}", report::commit());
+    let origin = format!("finished at commit {}", commit::commit());
     std::fs::write(dir.join(FINISHED), format!("{origin}\n"))?;
     if let Some(shelf) = shelf {
         shelf.put(&variant.label, &dir, &origin)?;
@@ -477,9 +477,6 @@ fn shell_words(args: &[String]) -> String {
         .collect::<Vec<_>>()
         .join(" ")
 }
-
-/// Written after `terse` exits successfully: the run is complete.
-pub(super) const FINISHED: &str = "finished";
 
 /// Written beside [`FINISHED`] when the run ended by diverging.
 const DIVERGED: &str = "diverged";

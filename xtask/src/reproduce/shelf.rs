@@ -19,7 +19,9 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{Context as _, Result};
 
-use super::runner::FINISHED;
+/// Written in a run directory after `terse` exits successfully (or the run
+/// is restored from the shelf): the run is complete.
+pub(super) const FINISHED: &str = "finished";
 
 /// The shelf's directory inside an experiment's results.
 pub const DIR: &str = "finished";
