@@ -164,3 +164,194 @@ fn functions_in_crates_stay_short() {
         "functions over {MAX_FN_LINES} lines: {long:#?}"
     );
 }
+
+/// The modules one file's non-test code names through `crate::` and
+/// `super::` paths (in `use` items and in expressions), as module paths
+/// from its crate's root; a name that is an item, not a module, is cut
+/// back to the module that holds it by the caller.
+struct ModuleRefs {
+    /// This file's module path (`super::` is resolved against it).
+    here: Vec<String>,
+    /// Whether this file is a module's own directory file (`mod.rs`,
+    /// `lib.rs`, `main.rs`): its `super` is its parent's parent.
+    is_dir_module: bool,
+    found: Vec<Vec<String>>,
+}
+
+impl ModuleRefs {
+    fn record(&mut self, segments: Vec<String>) {
+        let Some(first) = segments.first() else {
+            return;
+        };
+        let base = match first.as_str() {
+            "crate" => Vec::new(),
+            "super" => {
+                let mut base = self.here.clone();
+                if !self.is_dir_module || !base.is_empty() {
+                    base.pop();
+                }
+                base
+            }
+            _ => return,
+        };
+        let rest = segments[1..].iter().filter(|s| *s != "super").cloned();
+        self.found.push(base.into_iter().chain(rest).collect());
+    }
+
+    fn use_tree(&mut self, prefix: Vec<String>, tree: &syn::UseTree) {
+        match tree {
+            syn::UseTree::Path(p) => {
+                let mut next = prefix;
+                next.push(p.ident.to_string());
+                self.use_tree(next, &p.tree);
+            }
+            syn::UseTree::Name(n) => {
+                let mut path = prefix;
+                path.push(n.ident.to_string());
+                self.record(path);
+            }
+            syn::UseTree::Rename(r) => {
+                let mut path = prefix;
+                path.push(r.ident.to_string());
+                self.record(path);
+            }
+            syn::UseTree::Glob(_) => self.record(prefix),
+            syn::UseTree::Group(g) => {
+                for tree in &g.items {
+                    self.use_tree(prefix.clone(), tree);
+                }
+            }
+        }
+    }
+}
+
+impl<'ast> syn::visit::Visit<'ast> for ModuleRefs {
+    fn visit_item_mod(&mut self, m: &'ast syn::ItemMod) {
+        let test_only = m.attrs.iter().any(|a| {
+            a.path().is_ident("cfg") && a.meta.to_token_stream().to_string().contains("test")
+        });
+        if !test_only {
+            syn::visit::visit_item_mod(self, m);
+        }
+    }
+
+    fn visit_item_use(&mut self, u: &'ast syn::ItemUse) {
+        self.use_tree(Vec::new(), &u.tree);
+    }
+
+    fn visit_path(&mut self, p: &'ast syn::Path) {
+        self.record(p.segments.iter().map(|s| s.ident.to_string()).collect());
+        syn::visit::visit_path(self, p);
+    }
+}
+
+use quote::ToTokens;
+
+/// The module graph of the crate whose sources are under `src` (relative
+/// paths and texts), and its cycles: each a list of modules that import
+/// each other round (a module naming its own descendants is not counted).
+fn module_cycles(files: &[(String, String)]) -> Vec<Vec<String>> {
+    let module_of = |rel: &str| -> (Vec<String>, bool) {
+        let mut parts: Vec<String> = rel
+            .trim_end_matches(".rs")
+            .split('/')
+            .map(String::from)
+            .collect();
+        let dir_module = matches!(
+            parts.last().map(String::as_str),
+            Some("mod" | "lib" | "main")
+        );
+        if dir_module {
+            parts.pop();
+        }
+        (parts, dir_module)
+    };
+    let modules: Vec<Vec<String>> = files.iter().map(|(rel, _)| module_of(rel).0).collect();
+    let mut edges: Vec<Vec<usize>> = vec![Vec::new(); files.len()];
+    for (i, (rel, text)) in files.iter().enumerate() {
+        let (here, is_dir_module) = module_of(rel);
+        let file = syn::parse_file(text).unwrap_or_else(|e| panic!("{rel}: {e}"));
+        let mut refs = ModuleRefs {
+            here: here.clone(),
+            is_dir_module,
+            found: Vec::new(),
+        };
+        syn::visit::Visit::visit_file(&mut refs, &file);
+        for path in refs.found {
+            // The longest prefix that is a module file.
+            let target = (1..=path.len())
+                .rev()
+                .find_map(|k| modules.iter().position(|m| m[..] == path[..k]));
+            if let Some(j) = target {
+                // A module's own descendants and ancestors are not
+                // imports round: `mod.rs` re-exports its children.
+                let (a, b) = (&modules[i], &modules[j]);
+                if !a.starts_with(b) && !b.starts_with(a) {
+                    edges[i].push(j);
+                }
+            }
+        }
+    }
+    // Modules that reach each other: a pair on a cycle.
+    let reach = |from: usize| -> Vec<bool> {
+        let mut seen = vec![false; files.len()];
+        let mut stack = vec![from];
+        while let Some(v) = stack.pop() {
+            for &w in &edges[v] {
+                if !seen[w] {
+                    seen[w] = true;
+                    stack.push(w);
+                }
+            }
+        }
+        seen
+    };
+    let reached: Vec<Vec<bool>> = (0..files.len()).map(reach).collect();
+    let mut cycles: Vec<Vec<String>> = Vec::new();
+    for i in 0..files.len() {
+        if !reached[i][i] {
+            continue;
+        }
+        let mut members: Vec<String> = (0..files.len())
+            .filter(|&j| reached[i][j] && reached[j][i])
+            .map(|j| files[j].0.clone())
+            .collect();
+        members.sort();
+        if !cycles.contains(&members) {
+            cycles.push(members);
+        }
+    }
+    cycles
+}
+
+#[test]
+fn no_import_circles_between_modules() {
+    let root = workspace_root();
+    let mut dirs: Vec<PathBuf> = std::fs::read_dir(root.join("crates"))
+        .unwrap()
+        .map(|e| e.unwrap().path().join("src"))
+        .collect();
+    dirs.extend([root.join("models/src"), root.join("xtask/src")]);
+    let mut circles = Vec::new();
+    for src in dirs.into_iter().filter(|d| d.is_dir()) {
+        let mut paths = Vec::new();
+        rust_files(&src, &mut paths);
+        let files: Vec<(String, String)> = paths
+            .iter()
+            .map(|p| {
+                let rel = p.strip_prefix(&src).unwrap().display().to_string();
+                (rel, std::fs::read_to_string(p).unwrap())
+            })
+            .collect();
+        for cycle in module_cycles(&files) {
+            circles.push(format!(
+                "{}: {cycle:?}",
+                src.strip_prefix(&root).unwrap().display()
+            ));
+        }
+    }
+    assert!(
+        circles.is_empty(),
+        "modules that import each other round: {circles:#?}"
+    );
+}

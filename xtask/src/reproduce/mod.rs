@@ -30,6 +30,7 @@ mod shelf;
 mod slamb_ratio;
 mod step_profile;
 mod zero_one_adam;
+mod zero_one_schedule;
 mod zero_one_step_time;
 
 use std::cell::{OnceCell, RefCell};

@@ -17,7 +17,7 @@ use anyhow::Result;
 
 use super::network::{Bench, RANKS, Run, StepRow, mean, rows_of};
 use super::report::Table;
-use super::zero_one_adam::Schedule;
+use super::zero_one_schedule::Schedule;
 use super::{Claim, Context, num};
 use crate::netlab::lab::{Lab, Shape};
 use crate::netlab::rate::{self, Rate};
