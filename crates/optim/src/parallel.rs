@@ -40,6 +40,36 @@ pub(crate) fn split_segments<'a, T>(layout: &ParamLayout, buf: &'a [T]) -> Vec<&
     layout.segments().iter().map(|s| &buf[s.range()]).collect()
 }
 
+/// One [`CHUNK`] of a pass over whole buffers: its slices of the buffers
+/// the pass writes and of those it reads.
+pub(crate) type ChunkSlices<'b, const W: usize, const R: usize> =
+    ([&'b mut [f32]; W], [&'b [f32]; R]);
+
+/// The whole buffers `writes` and `reads` cut into [`CHUNK`]s from their
+/// start (not by segment), in parallel, each chunk with its slices of
+/// every buffer: the loop of the element-wise passes over whole buffers.
+/// As many chunks as the shortest buffer has, as a zip of their chunks.
+pub(crate) fn chunk_slices<'b, const W: usize, const R: usize>(
+    writes: [&'b mut [f32]; W],
+    reads: [&'b [f32]; R],
+) -> impl IndexedParallelIterator<Item = ChunkSlices<'b, W, R>> {
+    let lens = writes
+        .iter()
+        .map(|b| b.len())
+        .chain(reads.iter().map(|b| b.len()));
+    let count = lens.min().unwrap_or(0).div_ceil(CHUNK);
+    let mut writes = writes.map(|b| b.chunks_mut(CHUNK));
+    let mut reads = reads.map(|b| b.chunks(CHUNK));
+    let each = "a chunk of every buffer";
+    let slices: Vec<ChunkSlices<'b, W, R>> = (0..count)
+        .map(|_| {
+            let w = writes.each_mut().map(|c| c.next().expect(each));
+            (w, reads.each_mut().map(|c| c.next().expect(each)))
+        })
+        .collect();
+    slices.into_par_iter()
+}
+
 /// Sum of squares of `values` in f64, reduced in chunk order (the same
 /// result on any number of threads).
 pub fn sum_of_squares(values: &[f32]) -> f64 {

@@ -14,11 +14,14 @@ use std::time::{Duration, Instant};
 
 use bytemuck::Pod;
 use cubecl::prelude::*;
+use rayon::iter::{IndexedParallelIterator, IntoParallelIterator};
 use terse_comm::{Communicator, ReduceOp};
 use terse_kernels::device::optim::DeviceChunks;
 
 use crate::device_flat::{allreduce_mean_device, chunk_table, mean_over_ranks};
-use crate::shard::{Shard, Unit, gather_partial_state, share_unit_words};
+use crate::shard::{
+    Shard, Unit, gather_partial_state, share_unit_words, unit_slices, unit_slices_mut,
+};
 use crate::step::CommTime;
 use crate::step::StepContext;
 use crate::storage::Buffer;
@@ -94,6 +97,11 @@ impl SpanCache {
     }
 }
 
+/// One of this rank's host units in a pass: its segment, and its slices of
+/// the buffers the pass writes and of those it reads.
+pub(crate) type UnitSlices<'b, const W: usize, const R: usize> =
+    (usize, [&'b mut [f32]; W], [&'b [f32]; R]);
+
 /// A pass's per-chunk partial results: this rank's units' on the host, or
 /// already one per segment (the device kernels combine them).
 pub(crate) enum Partials<T> {
@@ -116,6 +124,36 @@ impl Span<'_> {
             On::Host(shard) => shard.mine(),
             On::Device { .. } => panic!("a device step has no host units"),
         }
+    }
+
+    /// This rank's host units, in parallel, each with its slices of the
+    /// whole buffers `writes` and `reads`: the loop of every host pass that
+    /// goes unit by unit, whatever buffers it takes. An indexed iterator, so
+    /// what a pass collects from it comes back in unit order.
+    ///
+    /// # Panics
+    /// On a device span.
+    pub(crate) fn unit_slices<'b, const W: usize, const R: usize>(
+        &self,
+        writes: [&'b mut [f32]; W],
+        reads: [&'b [f32]; R],
+    ) -> impl IndexedParallelIterator<Item = UnitSlices<'b, W, R>> {
+        let units = self.units();
+        let mut writes = writes.map(|b| unit_slices_mut(b, units).into_iter());
+        let mut reads = reads.map(|b| unit_slices(b, units).into_iter());
+        let each = "a slice per unit";
+        let slices: Vec<UnitSlices<'b, W, R>> = units
+            .iter()
+            .map(|unit| {
+                let w = writes.each_mut().map(|s| s.next().expect(each));
+                (
+                    unit.segment,
+                    w,
+                    reads.each_mut().map(|s| s.next().expect(each)),
+                )
+            })
+            .collect();
+        slices.into_par_iter()
     }
 
     /// The host split.

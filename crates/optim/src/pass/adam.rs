@@ -7,9 +7,9 @@ use rayon::prelude::*;
 use super::Direction;
 use crate::moments::{Moments, with_eps_mode};
 use crate::parallel::with_avx;
-use crate::shard::{unit_slices, unit_slices_mut};
 use crate::span::{On, Span};
 use crate::{Flat, FlatMut};
+use terse_kernels::device::optim;
 
 /// `x -= lr·u` after `m, v` took `g`, over `span`.
 pub(crate) fn adam(
@@ -21,32 +21,18 @@ pub(crate) fn adam(
     g: &FlatMut<'_>,
 ) {
     match &span.on {
-        On::Host(_) => {
-            let units = span.units();
-            with_eps_mode!(d.eps_mode, INSIDE => {
-                units
-                    .par_iter()
-                    .zip(unit_slices_mut(x.host_mut(), units))
-                    .zip(unit_slices_mut(m.host_mut(), units))
-                    .zip(unit_slices_mut(v.host_mut(), units))
-                    .zip(unit_slices(g.host(), units))
-                    .for_each(|((((unit, x), m), v), g)| {
-                        let wd = d.decay_of(span, unit.segment);
-                        with_avx(|| adam_update::<INSIDE>(d.moments, lr, wd, x, m, v, g))
-                    })
-            });
+        On::Host(_) => with_eps_mode!(d.eps_mode, INSIDE => {
+            span.unit_slices([x.host_mut(), m.host_mut(), v.host_mut()], [g.host()])
+                .for_each(|(segment, [x, m, v], [g])| {
+                    let wd = d.decay_of(span, segment);
+                    with_avx(|| adam_update::<INSIDE>(d.moments, lr, wd, x, m, v, g))
+                })
+        }),
+        On::Device { client, chunks } => {
+            let (c, inside) = d.kernel_constants();
+            let [x, m, v, g] = [x.handle(), m.handle(), v.handle(), g.handle()];
+            optim::adam_step(client, chunks, x, m, v, g, &c, lr, inside)
         }
-        On::Device { client, chunks } => terse_kernels::device::optim::adam_step(
-            client,
-            chunks,
-            x.handle(),
-            m.handle(),
-            v.handle(),
-            g.handle(),
-            &d.moments.coefficients(),
-            lr,
-            d.inside(),
-        ),
     }
 }
 

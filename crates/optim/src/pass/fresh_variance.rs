@@ -11,7 +11,6 @@ use rayon::prelude::*;
 use super::Direction;
 use crate::moments::{Moments, with_eps_mode};
 use crate::parallel::{CHUNK, split_segments, split_segments_mut, with_avx};
-use crate::shard::{unit_slices, unit_slices_mut};
 use crate::span::{On, Partials, Span};
 use crate::{EpsMode, Flat, FlatMut, ParamLayout};
 use terse_kernels::device::optim;
@@ -82,26 +81,17 @@ pub(crate) fn fresh_ratios(
 ) -> Partials<f32> {
     match &span.on {
         On::Host(_) => {
-            let units = span.units();
             let (b1, b2) = (f.beta_1 as f32, f.beta_2 as f32);
             let (inv_one_minus_b1, one_minus_b2) =
                 (1.0 / (1.0 - f.beta_1) as f32, (1.0 - f.beta_2) as f32);
             let eps = f.eps as f32;
             let (variance, hold) = (f.variance, f.hold);
             let moments = f.moments;
-            let ms = unit_slices_mut(m.host_mut(), units);
-            let lasts = unit_slices(m_last.host(), units);
-            let vs = unit_slices(v.host(), units);
-            let fresh = unit_slices_mut(v_fresh.host_mut(), units);
+            let writes = [m.host_mut(), v_fresh.host_mut()];
             Partials::Units(with_eps_mode!(f.eps_mode, INSIDE => {
-                units
-                    .par_iter()
-                    .zip(ms)
-                    .zip(lasts)
-                    .zip(vs)
-                    .zip(fresh)
-                    .map(|((((unit, m), last), v), fresh)| {
-                        let k = f.k[unit.segment] as f32;
+                span.unit_slices(writes, [m_last.host(), v.host()])
+                    .map(|(segment, [m, fresh], [last, v])| {
+                        let k = f.k[segment] as f32;
                         // One element: mask, unscale, v_fresh, its ratio.
                         let ratio_of = |m: &mut f32, last: f32, v: f32, fresh: &mut f32| {
                             if hold && v == 0.0 {
@@ -240,18 +230,11 @@ pub(crate) fn update_norms(
         })
     };
     match &span.on {
-        On::Host(_) => {
-            let units = span.units();
-            Partials::Units(
-                units
-                    .par_iter()
-                    .zip(unit_slices(m.host(), units))
-                    .zip(unit_slices(v.host(), units))
-                    .zip(unit_slices(x.host(), units))
-                    .map(|(((unit, m), v), x)| sums(m, v, x, d.decay_of(span, unit.segment)))
-                    .collect(),
-            )
-        }
+        On::Host(_) => Partials::Units(
+            span.unit_slices([], [m.host(), v.host(), x.host()])
+                .map(|(segment, [], [m, v, x])| sums(m, v, x, d.decay_of(span, segment)))
+                .collect(),
+        ),
         On::Device { .. } => {
             let (m, v) = (m.read(), v.read());
             let x = x.device().expect("a device step's parameters").to_host();

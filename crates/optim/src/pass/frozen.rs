@@ -7,8 +7,7 @@ use rayon::prelude::*;
 
 use super::Direction;
 use crate::moments::{Moments, with_eps_mode};
-use crate::parallel::{CHUNK, with_avx};
-use crate::shard::{unit_slices, unit_slices_mut};
+use crate::parallel::{chunk_slices, with_avx};
 use crate::span::{On, Span};
 use crate::{Flat, FlatMut};
 use terse_kernels::device::optim;
@@ -22,17 +21,13 @@ pub(crate) fn accumulate_momentum(
     g: &FlatMut<'_>,
 ) {
     match &span.on {
-        On::Host(_) => m
-            .host_mut()
-            .par_chunks_mut(CHUNK)
-            .zip(g.host().par_chunks(CHUNK))
-            .for_each(|(m, g)| {
-                with_avx(|| {
-                    for (m, &g) in m.iter_mut().zip(g) {
-                        moments.momentum(m, g);
-                    }
-                })
-            }),
+        On::Host(_) => chunk_slices([m.host_mut()], [g.host()]).for_each(|([m], [g])| {
+            with_avx(|| {
+                for (m, &g) in m.iter_mut().zip(g) {
+                    moments.momentum(m, g);
+                }
+            })
+        }),
         On::Device { client, chunks } => optim::accumulate_momentum(
             client,
             chunks,
@@ -67,38 +62,24 @@ pub(crate) fn frozen_apply(
     hold: bool,
 ) {
     match &span.on {
-        On::Host(_) => {
-            let units = span.units();
-            with_eps_mode!(d.eps_mode, INSIDE => {
-                units
-                    .par_iter()
-                    .zip(unit_slices_mut(x.host_mut(), units))
-                    .zip(unit_slices_mut(m.host_mut(), units))
-                    .zip(unit_slices(v.host(), units))
-                    .for_each(|(((unit, x), m), v)| {
-                        let rate = rates[unit.segment];
-                        let wd = d.decay_of(span, unit.segment);
-                        with_avx(|| {
-                            for ((x, m), &v) in x.iter_mut().zip(m).zip(v) {
-                                let step = rate * d.moments.direction::<INSIDE>(*m, v, *x, wd);
-                                let moves = v > 0.0 || !hold;
-                                *x -= if moves { step } else { 0.0 };
-                                *m = if moves { *m } else { 0.0 };
-                            }
-                        })
+        On::Host(_) => with_eps_mode!(d.eps_mode, INSIDE => {
+            span.unit_slices([x.host_mut(), m.host_mut()], [v.host()])
+                .for_each(|(segment, [x, m], [v])| {
+                    let (rate, wd) = (rates[segment], d.decay_of(span, segment));
+                    with_avx(|| {
+                        for ((x, m), &v) in x.iter_mut().zip(m).zip(v) {
+                            let step = rate * d.moments.direction::<INSIDE>(*m, v, *x, wd);
+                            let moves = v > 0.0 || !hold;
+                            *x -= if moves { step } else { 0.0 };
+                            *m = if moves { *m } else { 0.0 };
+                        }
                     })
-            });
+                })
+        }),
+        On::Device { client, chunks } => {
+            let (c, inside) = d.kernel_constants();
+            let [x, m, v] = [x.handle(), m.handle(), v.handle()];
+            optim::frozen_apply(client, chunks, x, m, v, &c, rates, inside, hold)
         }
-        On::Device { client, chunks } => optim::frozen_apply(
-            client,
-            chunks,
-            x.handle(),
-            m.handle(),
-            v.handle(),
-            &d.moments.coefficients(),
-            rates,
-            d.inside(),
-            hold,
-        ),
     }
 }

@@ -8,9 +8,9 @@ use rayon::prelude::*;
 use super::Direction;
 use crate::moments::{Moments, with_eps_mode};
 use crate::parallel::{chunk_sum_of_squares, with_avx};
-use crate::shard::{unit_slices, unit_slices_mut};
 use crate::span::{On, Partials, Span};
 use crate::{Flat, FlatMut};
+use terse_kernels::device::optim;
 
 /// `m, v` take `g`; returns `[‖x‖², ‖u‖²]` per chunk of this rank (host)
 /// or per segment (device), `u` the direction with decaying segments'
@@ -23,34 +23,18 @@ pub(crate) fn lamb_norms(
     g: &FlatMut<'_>,
 ) -> Partials<[f64; 2]> {
     match &span.on {
-        On::Host(_) => {
-            let units = span.units();
-            let partials = with_eps_mode!(d.eps_mode, INSIDE => {
-                units
-                    .par_iter()
-                    .zip(unit_slices(x.host(), units))
-                    .zip(unit_slices_mut(m.host_mut(), units))
-                    .zip(unit_slices_mut(v.host_mut(), units))
-                    .zip(unit_slices(g.host(), units))
-                    .map(|((((unit, x), m), v), g)| {
-                        let wd = d.decay_of(span, unit.segment);
-                        with_avx(|| accumulate::<INSIDE>(d.moments, wd, x, m, v, g))
-                    })
-                    .collect()
-            });
-            Partials::Units(partials)
-        }
+        On::Host(_) => Partials::Units(with_eps_mode!(d.eps_mode, INSIDE => {
+            span.unit_slices([m.host_mut(), v.host_mut()], [x.host(), g.host()])
+                .map(|(segment, [m, v], [x, g])| {
+                    let wd = d.decay_of(span, segment);
+                    with_avx(|| accumulate::<INSIDE>(d.moments, wd, x, m, v, g))
+                })
+                .collect()
+        })),
         On::Device { client, chunks } => {
-            let norms = terse_kernels::device::optim::lamb_norms(
-                client,
-                chunks,
-                x.handle(),
-                m.handle(),
-                v.handle(),
-                g.handle(),
-                &d.moments.coefficients(),
-                d.inside(),
-            );
+            let (c, inside) = d.kernel_constants();
+            let [x, m, v, g] = [x.handle(), m.handle(), v.handle(), g.handle()];
+            let norms = optim::lamb_norms(client, chunks, x, m, v, g, &c, inside);
             Partials::Segments(norms.into_iter().map(|(x, u)| [x, u]).collect())
         }
     }
@@ -65,31 +49,18 @@ pub(crate) fn lamb_apply(
     (m, v): (&Flat, &Flat),
 ) {
     match &span.on {
-        On::Host(_) => {
-            let units = span.units();
-            with_eps_mode!(d.eps_mode, INSIDE => {
-                units
-                    .par_iter()
-                    .zip(unit_slices_mut(x.host_mut(), units))
-                    .zip(unit_slices(m.host(), units))
-                    .zip(unit_slices(v.host(), units))
-                    .for_each(|(((unit, x), m), v)| {
-                        let wd = d.decay_of(span, unit.segment);
-                        let rate = rates[unit.segment];
-                        with_avx(|| apply::<INSIDE>(d.moments, rate, wd, x, m, v))
-                    })
-            });
+        On::Host(_) => with_eps_mode!(d.eps_mode, INSIDE => {
+            span.unit_slices([x.host_mut()], [m.host(), v.host()])
+                .for_each(|(segment, [x], [m, v])| {
+                    let (rate, wd) = (rates[segment], d.decay_of(span, segment));
+                    with_avx(|| apply::<INSIDE>(d.moments, rate, wd, x, m, v))
+                })
+        }),
+        On::Device { client, chunks } => {
+            let (c, inside) = d.kernel_constants();
+            let [x, m, v] = [x.handle(), m.handle(), v.handle()];
+            optim::lamb_apply(client, chunks, x, m, v, &c, rates, inside)
         }
-        On::Device { client, chunks } => terse_kernels::device::optim::lamb_apply(
-            client,
-            chunks,
-            x.handle(),
-            m.handle(),
-            v.handle(),
-            &d.moments.coefficients(),
-            rates,
-            d.inside(),
-        ),
     }
 }
 

@@ -17,6 +17,7 @@ pub(crate) mod zero_one_sync;
 use crate::EpsMode;
 use crate::moments::Moments;
 use crate::span::Span;
+use terse_kernels::device::optim::MomentCoefficients;
 
 /// What Adam's direction `u = m̂/denom(v̂) + wd·x` needs besides the
 /// buffers: this step's moment constants, ε's placement (resolved for the
@@ -40,5 +41,11 @@ impl Direction<'_> {
     /// Whether ε goes inside the square root (the kernels' flag).
     pub(crate) fn inside(&self) -> bool {
         self.eps_mode == EpsMode::Inside
+    }
+
+    /// What the device kernels take of it: the moment constants and
+    /// [`Direction::inside`].
+    pub(crate) fn kernel_constants(&self) -> (MomentCoefficients, bool) {
+        (self.moments.coefficients(), self.inside())
     }
 }

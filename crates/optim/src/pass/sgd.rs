@@ -3,7 +3,6 @@
 use rayon::prelude::*;
 
 use crate::parallel::with_avx;
-use crate::shard::{unit_slices, unit_slices_mut};
 use crate::span::{On, Span};
 use crate::{Flat, FlatMut};
 
@@ -19,25 +18,19 @@ pub(crate) struct SgdStep {
 /// `d = g + wd·x; m = μm + d; x -= lr·(d + μm | m)` over `span`.
 pub(crate) fn sgd(span: &Span<'_>, c: &SgdStep, x: &mut FlatMut, m: &mut Flat, g: &FlatMut<'_>) {
     match &span.on {
-        On::Host(_) => {
-            let units = span.units();
-            units
-                .par_iter()
-                .zip(unit_slices_mut(x.host_mut(), units))
-                .zip(unit_slices_mut(m.host_mut(), units))
-                .zip(unit_slices(g.host(), units))
-                .for_each(|(((unit, x), m), g)| {
-                    let decay = span.layout.segments()[unit.segment].decay;
-                    let wd = if decay { c.weight_decay } else { 0.0 };
-                    with_avx(|| {
-                        if c.nesterov {
-                            sgd_update::<true>(c.mu, c.lr, wd, x, m, g)
-                        } else {
-                            sgd_update::<false>(c.mu, c.lr, wd, x, m, g)
-                        }
-                    })
-                });
-        }
+        On::Host(_) => span
+            .unit_slices([x.host_mut(), m.host_mut()], [g.host()])
+            .for_each(|(segment, [x, m], [g])| {
+                let decay = span.layout.segments()[segment].decay;
+                let wd = if decay { c.weight_decay } else { 0.0 };
+                with_avx(|| {
+                    if c.nesterov {
+                        sgd_update::<true>(c.mu, c.lr, wd, x, m, g)
+                    } else {
+                        sgd_update::<false>(c.mu, c.lr, wd, x, m, g)
+                    }
+                })
+            }),
         On::Device { client, chunks } => terse_kernels::device::optim::sgd_step(
             client,
             chunks,

@@ -12,7 +12,7 @@ use terse_kernels::device::optim::DeviceChunks;
 use terse_kernels::device::slamb::{self as kernels, SplitNorms};
 
 use crate::moments::{Moments, with_eps_mode};
-use crate::parallel::{CHUNK, split_segments, split_segments_mut, with_avx};
+use crate::parallel::{CHUNK, chunk_slices, split_segments, split_segments_mut, with_avx};
 use crate::{EpsMode, Flat, FlatMut, ParamLayout};
 
 /// Where SLAMB's passes run: the host's fixed chunks, or the device's
@@ -79,18 +79,15 @@ pub(crate) fn moments(
     g: &FlatMut,
 ) {
     match on {
-        SlambOn::Host => m
-            .host_mut()
-            .par_chunks_mut(CHUNK)
-            .zip(v.host_mut().par_chunks_mut(CHUNK))
-            .zip(g.host().par_chunks(CHUNK))
-            .for_each(|((m, v), g)| {
+        SlambOn::Host => {
+            chunk_slices([m.host_mut(), v.host_mut()], [g.host()]).for_each(|([m, v], [g])| {
                 with_avx(|| {
                     for ((m, v), &g) in m.iter_mut().zip(v).zip(g) {
                         moments.accumulate(m, v, g);
                     }
                 })
-            }),
+            })
+        }
         SlambOn::Device { client, chunks } => {
             let coefficients = moments.coefficients();
             kernels::moments(
@@ -160,11 +157,9 @@ impl SlambStep<'_> {
                     layout.segments().par_iter().zip(xs).zip(ms).zip(vs).zip(ss).map(
                         |((((segment, x), m), v), s)| {
                             let wd = self.decay(segment.decay);
-                            x.par_chunks(CHUNK)
-                                .zip(m.par_chunks(CHUNK))
-                                .zip(v.par_chunks(CHUNK))
+                            chunk_slices([], [x, m, v])
                                 .zip(s.par_chunks(CHUNK))
-                                .map(|(((x, m), v), s)| {
+                                .map(|(([], [x, m, v]), s)| {
                                     let mut n = Norms::default();
                                     for (((&x, &m), &v), &s) in x.iter().zip(m).zip(v).zip(s) {
                                         let u = f64::from(moments.direction::<INSIDE>(m, v, x, wd));
@@ -230,11 +225,8 @@ impl SlambStep<'_> {
                     layout.segments().par_iter().zip(phi).zip(xs).zip(ms).zip(vs).zip(fs).for_each(
                         |(((((segment, &(phi_max, phi_min)), x), m), v), f)| {
                             let wd = self.decay(segment.decay);
-                            x.par_chunks_mut(CHUNK)
-                                .zip(m.par_chunks(CHUNK))
-                                .zip(v.par_chunks(CHUNK))
-                                .zip(f.par_chunks(CHUNK))
-                                .for_each(|(((x, m), v), f)| {
+                            chunk_slices([x], [m, v, f])
+                                .for_each(|([x], [m, v, f])| {
                                     for (((x, &m), &v), &f) in x.iter_mut().zip(m).zip(v).zip(f) {
                                         let u = moments.direction::<INSIDE>(m, v, *x, wd);
                                         let phi = phi_max * f + phi_min * (1.0 - f);

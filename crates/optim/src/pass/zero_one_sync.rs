@@ -10,11 +10,11 @@
 //! `x_sync` and m is zeroed, as in the compression stage, unless the
 //! config's `hold_zero_variance` is off.
 
-use rayon::prelude::*;
+use rayon::iter::ParallelIterator;
 
 use super::Direction;
 use crate::moments::with_eps_mode;
-use crate::parallel::{CHUNK, with_avx};
+use crate::parallel::{chunk_slices, with_avx};
 use crate::span::{On, Span};
 use crate::{Flat, FlatMut};
 use terse_kernels::device::optim;
@@ -24,22 +24,17 @@ pub(crate) fn sync_scale(
     span: &Span<'_>,
     d: &Direction<'_>,
     x: &mut FlatMut,
-    synced: &Flat,
-    v: &Flat,
+    (synced, v): (&Flat, &Flat),
 ) {
     match &span.on {
         On::Host(_) => with_eps_mode!(d.eps_mode, INSIDE => {
-            x.host_mut()
-                .par_chunks_mut(CHUNK)
-                .zip(synced.host().par_chunks(CHUNK))
-                .zip(v.host().par_chunks(CHUNK))
-                .for_each(|((x, synced), v)| {
-                    with_avx(|| {
-                        for ((x, &s), &v) in x.iter_mut().zip(synced).zip(v) {
-                            *x = (*x - s) * d.moments.denominator::<INSIDE>(v);
-                        }
-                    })
+            chunk_slices([x.host_mut()], [synced.host(), v.host()]).for_each(|([x], [synced, v])| {
+                with_avx(|| {
+                    for ((x, &s), &v) in x.iter_mut().zip(synced).zip(v) {
+                        *x = (*x - s) * d.moments.denominator::<INSIDE>(v);
+                    }
                 })
+            })
         }),
         On::Device { client, chunks } => optim::sync_scale(
             client,
@@ -65,25 +60,21 @@ pub(crate) fn sync_apply(
 ) {
     match &span.on {
         On::Host(_) => with_eps_mode!(d.eps_mode, INSIDE => {
-            x.host_mut()
-                .par_chunks_mut(CHUNK)
-                .zip(synced.host_mut().par_chunks_mut(CHUNK))
-                .zip(m.host_mut().par_chunks_mut(CHUNK))
-                .zip(v.host().par_chunks(CHUNK))
-                .for_each(|(((x, synced), m), v)| {
-                    with_avx(|| {
-                        for (((x, s), m), &v) in x.iter_mut().zip(synced).zip(m).zip(v) {
-                            let u = *x;
-                            if v > 0.0 || !hold {
-                                *m = -(u / lr_sum);
-                                *s += u / d.moments.denominator::<INSIDE>(v);
-                            } else {
-                                *m = 0.0;
-                            }
-                            *x = *s;
+            let writes = [x.host_mut(), synced.host_mut(), m.host_mut()];
+            chunk_slices(writes, [v.host()]).for_each(|([x, synced, m], [v])| {
+                with_avx(|| {
+                    for (((x, s), m), &v) in x.iter_mut().zip(synced).zip(m).zip(v) {
+                        let u = *x;
+                        if v > 0.0 || !hold {
+                            *m = -(u / lr_sum);
+                            *s += u / d.moments.denominator::<INSIDE>(v);
+                        } else {
+                            *m = 0.0;
                         }
-                    })
+                        *x = *s;
+                    }
                 })
+            })
         }),
         On::Device { client, chunks } => optim::sync_apply(
             client,

@@ -176,7 +176,7 @@ impl ZeroOneAdam {
         let span = self
             .spans
             .span(ctx, x, self.config.moments.weight_decay, false);
-        sync_scale(&span, &d, x, &self.synced, &self.v);
+        sync_scale(&span, &d, x, (&self.synced, &self.v));
         let comm_time = self
             .allreduce
             .mean_of_whole(ctx.comm, x, &mut self.errors)?;
