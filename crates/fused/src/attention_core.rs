@@ -17,7 +17,7 @@
 use rayon::prelude::*;
 
 use super::attention_probs::{softmax_row, softmax_row_backward};
-use super::gemm_linear::gemm_one_thread;
+use super::gemm_linear::{ONE_THREAD, strided_gemm};
 use terse_compress::dropout::SiteMask;
 
 /// `[batch, seq, heads·head_dim]` inputs, `bias` `[batch, seq]`.
@@ -89,15 +89,13 @@ unsafe fn head_times_head_t(
     assert_eq!(dst.len(), t * t);
     // SAFETY: the caller's contract.
     unsafe {
-        gemm_one_thread(
+        strided_gemm(
             (t, t, d),
-            dst.as_mut_ptr(),
-            (t as isize, 1),
+            (dst.as_mut_ptr(), (t as isize, 1)),
             false,
-            a,
-            (hd, 1),
-            b,
-            (1, hd),
+            (a, (hd, 1)),
+            (b, (1, hd)),
+            ONE_THREAD,
         );
     }
 }
@@ -124,15 +122,13 @@ unsafe fn square_times_head(
     };
     // SAFETY: the caller's contract.
     unsafe {
-        gemm_one_thread(
+        strided_gemm(
             (t, d, t),
-            dst,
-            (hd, 1),
+            (dst, (hd, 1)),
             false,
-            square.as_ptr(),
-            square_strides,
-            head,
-            (hd, 1),
+            (square.as_ptr(), square_strides),
+            (head, (hd, 1)),
+            ONE_THREAD,
         );
     }
 }
@@ -294,14 +290,18 @@ mod tests {
                     let m = |i: usize, j: usize| {
                         mask.map_or(1.0, |m| f64::from(m.factor(((b * nh + h) * t + i) * t + j)))
                     };
+                    // Row i of one operand's head dotted with row j of another's.
+                    let head_dot = |a: &[f32], i: usize, c: &[f32], j: usize| -> f64 {
+                        (0..d)
+                            .map(|x| f(a, at(b, i, h, x)) * f(c, at(b, j, h, x)))
+                            .sum()
+                    };
                     let mut p = vec![vec![0.0f64; t]; t];
                     for i in 0..t {
                         let z: Vec<f64> = (0..t)
                             .map(|j| {
-                                let dot: f64 = (0..d)
-                                    .map(|x| f(&q, at(b, i, h, x)) * f(&k, at(b, j, h, x)))
-                                    .sum();
-                                dot * f64::from(scale) + f64::from(bias[b * t + j])
+                                head_dot(&q, i, &k, j) * f64::from(scale)
+                                    + f64::from(bias[b * t + j])
                             })
                             .collect();
                         let max = z.iter().cloned().fold(f64::MIN, f64::max);
@@ -314,14 +314,8 @@ mod tests {
                     }
                     let mut ds = vec![vec![0.0f64; t]; t];
                     for i in 0..t {
-                        let hrow: Vec<f64> = (0..t)
-                            .map(|j| {
-                                let dot: f64 = (0..d)
-                                    .map(|x| f(&g, at(b, i, h, x)) * f(&v, at(b, j, h, x)))
-                                    .sum();
-                                dot * m(i, j)
-                            })
-                            .collect();
+                        let hrow: Vec<f64> =
+                            (0..t).map(|j| head_dot(&g, i, &v, j) * m(i, j)).collect();
                         let dot: f64 = (0..t).map(|j| hrow[j] * p[i][j]).sum();
                         for j in 0..t {
                             ds[i][j] = f64::from(scale) * p[i][j] * (hrow[j] - dot);

@@ -10,7 +10,7 @@ use burn::backend::autodiff::Autodiff;
 use burn::backend::autodiff::checkpoint::base::Checkpointer;
 use burn::backend::autodiff::checkpoint::strategy::CheckpointStrategy;
 use burn::backend::autodiff::grads::Gradients;
-use burn::backend::autodiff::ops::{Backward, Ops, OpsKind, unary};
+use burn::backend::autodiff::ops::{Backward, NodeGuard, Ops, OpsKind, unary};
 use burn::backend::flex::FlexTensor;
 use burn::backend::ops::{FloatTensorOps, ModuleOps};
 use burn::backend::tensor::FloatTensor;
@@ -287,6 +287,34 @@ impl Backward<Flex, 3> for BatchNormBackward {
     }
 }
 
+/// `op`'s graph step, prepared before its forward pass runs (the inputs'
+/// guards keep their nodes alive until the step is registered).
+fn prepare<C, O, const N: usize>(op: O, nodes: [NodeGuard; N]) -> OpsKind<O, Flex, O::State, C, N>
+where
+    O: Backward<Flex, N>,
+    C: CheckpointStrategy,
+{
+    op.prepare::<C>(nodes).compute_bound().stateful()
+}
+
+/// The forward output `out` registered as `prep`'s step: `state` makes
+/// what the backward pass keeps (from `out` where that is kept), only when
+/// some input is tracked.
+fn finish<O, C, const N: usize>(
+    prep: OpsKind<O, Flex, O::State, C, N>,
+    out: FlexTensor,
+    state: impl FnOnce(&FlexTensor) -> O::State,
+) -> FloatTensor<Autodiff<Flex, C>>
+where
+    O: Backward<Flex, N>,
+    C: CheckpointStrategy,
+{
+    match prep {
+        OpsKind::Tracked(prep) => prep.finish(state(&out), out),
+        OpsKind::UnTracked(prep) => prep.finish(out),
+    }
+}
+
 impl<C: CheckpointStrategy> FusedOps for Autodiff<Flex, C> {
     fn fused_layer_norm(
         x: FloatTensor<Self>,
@@ -294,24 +322,14 @@ impl<C: CheckpointStrategy> FusedOps for Autodiff<Flex, C> {
         beta: FloatTensor<Self>,
         eps: f32,
     ) -> FloatTensor<Self> {
-        let prep = LayerNormBackward
-            .prepare::<C>([x.node(), gamma.node(), beta.node()])
-            .compute_bound()
-            .stateful();
+        let prep = prepare::<C, _, _>(LayerNormBackward, [x.node(), gamma.node(), beta.node()]);
         let (y, stats) = timed(OpClass::Norm, || {
             layer_norm(x.primitive(), gamma.primitive(), beta.primitive(), eps)
         });
-        match prep {
-            OpsKind::Tracked(prep) => prep.finish(
-                (
-                    x.primitive().clone(),
-                    gamma.primitive().clone(),
-                    Arc::new(stats),
-                ),
-                y,
-            ),
-            OpsKind::UnTracked(prep) => prep.finish(y),
-        }
+        finish(prep, y, |_| {
+            let (x, gamma) = (x.primitive().clone(), gamma.primitive().clone());
+            (x, gamma, Arc::new(stats))
+        })
     }
 
     fn fused_dense_gelu(
@@ -319,54 +337,30 @@ impl<C: CheckpointStrategy> FusedOps for Autodiff<Flex, C> {
         weight: FloatTensor<Self>,
         bias: FloatTensor<Self>,
     ) -> FloatTensor<Self> {
-        let prep = DenseGeluBackward
-            .prepare::<C>([x.node(), weight.node(), bias.node()])
-            .compute_bound()
-            .stateful();
+        let prep = prepare::<C, _, _>(DenseGeluBackward, [x.node(), weight.node(), bias.node()]);
         let (out, h) = dense_gelu(x.primitive(), weight.primitive(), bias.primitive());
-        match prep {
-            OpsKind::Tracked(prep) => prep.finish(
-                (
-                    x.primitive().clone(),
-                    weight.primitive().clone(),
-                    h,
-                    bias.primitive().clone(),
-                ),
-                out,
-            ),
-            OpsKind::UnTracked(prep) => prep.finish(out),
-        }
+        finish(prep, out, |_| {
+            let (x, weight) = (x.primitive().clone(), weight.primitive().clone());
+            (x, weight, h, bias.primitive().clone())
+        })
     }
 
     fn fused_dropout(x: FloatTensor<Self>, prob: f32, key: u64) -> FloatTensor<Self> {
         let Some(mask) = mask(prob, key) else {
             return x;
         };
-        let prep = DropoutBackward
-            .prepare::<C>([x.node()])
-            .compute_bound()
-            .stateful();
+        let prep = prepare::<C, _, _>(DropoutBackward, [x.node()]);
         let out = timed(OpClass::Dropout, || dropout(x.primitive().clone(), &mask));
-        match prep {
-            OpsKind::Tracked(prep) => prep.finish(mask, out),
-            OpsKind::UnTracked(prep) => prep.finish(out),
-        }
+        finish(prep, out, |_| mask)
     }
 
     fn fused_cross_entropy(logits: FloatTensor<Self>, labels: FlexTensor) -> FloatTensor<Self> {
-        let prep = CrossEntropyBackward
-            .prepare::<C>([logits.node()])
-            .compute_bound()
-            .stateful();
+        let prep = prepare::<C, _, _>(CrossEntropyBackward, [logits.node()]);
         let labels = labels_of(&labels);
         let (loss, lse) = timed(OpClass::Loss, || cross_entropy(logits.primitive(), &labels));
-        match prep {
-            OpsKind::Tracked(prep) => prep.finish(
-                (logits.primitive().clone(), Arc::new(labels), Arc::new(lse)),
-                loss,
-            ),
-            OpsKind::UnTracked(prep) => prep.finish(loss),
-        }
+        finish(prep, loss, |_| {
+            (logits.primitive().clone(), Arc::new(labels), Arc::new(lse))
+        })
     }
 
     fn fused_linear(
@@ -375,41 +369,20 @@ impl<C: CheckpointStrategy> FusedOps for Autodiff<Flex, C> {
         bias: FloatTensor<Self>,
         transposed: bool,
     ) -> FloatTensor<Self> {
-        let prep = LinearBackward
-            .prepare::<C>([x.node(), weight.node(), bias.node()])
-            .compute_bound()
-            .stateful();
-        let out = linear(
-            x.primitive(),
-            weight.primitive(),
-            Some(bias.primitive()),
-            transposed,
-        );
-        match prep {
-            OpsKind::Tracked(prep) => prep.finish(
-                (
-                    x.primitive().clone(),
-                    weight.primitive().clone(),
-                    transposed,
-                ),
-                out,
-            ),
-            OpsKind::UnTracked(prep) => prep.finish(out),
-        }
+        let prep = prepare::<C, _, _>(LinearBackward, [x.node(), weight.node(), bias.node()]);
+        let (x_values, w_values) = (x.primitive(), weight.primitive());
+        let out = linear(x_values, w_values, Some(bias.primitive()), transposed);
+        finish(prep, out, |_| {
+            (x_values.clone(), w_values.clone(), transposed)
+        })
     }
 
     fn fused_embedding(weights: FloatTensor<Self>, ids: FlexTensor) -> FloatTensor<Self> {
-        let prep = EmbeddingBackward
-            .prepare::<C>([weights.node()])
-            .compute_bound()
-            .stateful();
+        let prep = prepare::<C, _, _>(EmbeddingBackward, [weights.node()]);
         let out = timed(OpClass::Embedding, || {
             Flex::embedding(weights.primitive().clone(), ids.clone())
         });
-        match prep {
-            OpsKind::Tracked(prep) => prep.finish((weights.primitive().clone(), ids), out),
-            OpsKind::UnTracked(prep) => prep.finish(out),
-        }
+        finish(prep, out, |_| (weights.primitive().clone(), ids))
     }
 
     fn fused_attention(
@@ -423,33 +396,21 @@ impl<C: CheckpointStrategy> FusedOps for Autodiff<Flex, C> {
         key: u64,
     ) -> FloatTensor<Self> {
         // The additive mask is a constant: q, k and v get gradients.
-        let prep = AttentionBackward
-            .prepare::<C>([q.node(), k.node(), v.node()])
-            .compute_bound()
-            .stateful();
+        let prep = prepare::<C, _, _>(AttentionBackward, [q.node(), k.node(), v.node()]);
         let mask = mask(prob, key);
         let s = heads_shape(q.primitive(), heads);
         let qkv = [q.primitive(), k.primitive(), v.primitive()];
         let (context, probs) = attention(qkv, bias.primitive(), &s, scale, mask.as_ref());
-        match prep {
-            OpsKind::Tracked(prep) => {
-                prep.finish((qkv.map(|t| t.clone()), probs, s, scale, mask), context)
-            }
-            OpsKind::UnTracked(prep) => prep.finish(context),
-        }
+        finish(prep, context, |_| {
+            (qkv.map(|t| t.clone()), probs, s, scale, mask)
+        })
     }
 
     fn fused_add_relu(a: FloatTensor<Self>, b: FloatTensor<Self>) -> FloatTensor<Self> {
-        let prep = AddReluBackward
-            .prepare::<C>([a.node(), b.node()])
-            .compute_bound()
-            .stateful();
+        let prep = prepare::<C, _, _>(AddReluBackward, [a.node(), b.node()]);
         // a's storage becomes the output (no copy when nothing else holds it).
         let out = add_relu(a.into_primitive(), b.primitive());
-        match prep {
-            OpsKind::Tracked(prep) => prep.finish(out.clone(), out),
-            OpsKind::UnTracked(prep) => prep.finish(out),
-        }
+        finish(prep, out, |out| out.clone())
     }
 
     fn fused_conv2d(
@@ -458,18 +419,12 @@ impl<C: CheckpointStrategy> FusedOps for Autodiff<Flex, C> {
         stride: usize,
         padding: usize,
     ) -> FloatTensor<Self> {
-        let prep = Conv2dBackward
-            .prepare::<C>([x.node(), weight.node()])
-            .compute_bound()
-            .stateful();
+        let prep = prepare::<C, _, _>(Conv2dBackward, [x.node(), weight.node()]);
         let s = conv_shape(x.primitive(), weight.primitive(), stride, padding);
         let out = conv2d(x.primitive(), weight.primitive(), &s);
-        match prep {
-            OpsKind::Tracked(prep) => {
-                prep.finish((x.primitive().clone(), weight.primitive().clone(), s), out)
-            }
-            OpsKind::UnTracked(prep) => prep.finish(out),
-        }
+        finish(prep, out, |_| {
+            (x.primitive().clone(), weight.primitive().clone(), s)
+        })
     }
 
     fn fused_batch_norm(
@@ -479,35 +434,18 @@ impl<C: CheckpointStrategy> FusedOps for Autodiff<Flex, C> {
         eps: f32,
         relu: bool,
     ) -> (FloatTensor<Self>, FloatTensor<Self>, FloatTensor<Self>) {
-        let prep = BatchNormBackward
-            .prepare::<C>([x.node(), gamma.node(), beta.node()])
-            .compute_bound()
-            .stateful();
-        let (out, stats) = batch_norm(
-            x.primitive(),
-            gamma.primitive(),
-            beta.primitive(),
-            eps,
-            relu,
-        );
+        let prep = prepare::<C, _, _>(BatchNormBackward, [x.node(), gamma.node(), beta.node()]);
+        let (gamma_values, beta_values) = (gamma.primitive(), beta.primitive());
+        let (out, stats) = batch_norm(x.primitive(), gamma_values, beta_values, eps, relu);
         // The statistics leave the graph: they only feed running averages.
         let untracked = |v: &[f32]| {
             Self::float_from_data(TensorData::new(v.to_vec(), [v.len()]), &Default::default())
         };
         let (mean, var) = (untracked(&stats.mean), untracked(&stats.var));
-        let out = match prep {
-            OpsKind::Tracked(prep) => prep.finish(
-                (
-                    x.primitive().clone(),
-                    gamma.primitive().clone(),
-                    beta.primitive().clone(),
-                    Arc::new(stats),
-                    relu,
-                ),
-                out,
-            ),
-            OpsKind::UnTracked(prep) => prep.finish(out),
-        };
+        let out = finish(prep, out, |_| {
+            let (gamma, beta) = (gamma_values.clone(), beta_values.clone());
+            (x.primitive().clone(), gamma, beta, Arc::new(stats), relu)
+        });
         (out, mean, var)
     }
 }

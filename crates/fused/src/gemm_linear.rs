@@ -54,72 +54,19 @@ fn parallelism(m: usize, n: usize, k: usize) -> gemm::Parallelism {
     }
 }
 
-/// `dst[m, n] = (read_dst ? dst : 0) + A[m, k]·B[k, n]`, each operand given
-/// by its base pointer and (row, column) strides; `dst` row-major; on the
-/// rank's pool above [`PARALLEL_THRESHOLD`].
+/// The parallelism of the products inside loops whose tasks (images,
+/// heads) are the parallel level: one thread each.
+pub(super) const ONE_THREAD: gemm::Parallelism = gemm::Parallelism::None;
+
+/// `dst[m, n] (+)= A[m, k]·B[k, n]` (adding to `dst` when `read_dst`):
+/// gemm's call with each operand given by its base pointer and (row,
+/// column) strides in that order (gemm itself takes column stride first),
+/// unit scaling.
 ///
 /// # Safety
 /// The pointers must cover the operands at those strides, and `dst` must
 /// not overlap them.
-unsafe fn product(
-    (m, n, k): (usize, usize, usize),
-    dst: *mut f32,
-    read_dst: bool,
-    a: *const f32,
-    a_strides: (isize, isize),
-    b: *const f32,
-    b_strides: (isize, isize),
-) {
-    // SAFETY: the caller's contract.
-    unsafe {
-        strided_gemm(
-            (m, n, k),
-            (dst, (n as isize, 1)),
-            read_dst,
-            (a, a_strides),
-            (b, b_strides),
-            parallelism(m, n, k),
-        );
-    }
-}
-
-/// `dst[m, n] (+)= A[m, k]·B[k, n]` on one thread, every operand given by
-/// (row stride, column stride): for loops whose tasks (images, heads) are
-/// the parallel level.
-///
-/// # Safety
-/// The pointers must cover the operands at those strides and `dst` must
-/// not overlap them.
-#[allow(clippy::too_many_arguments)]
-pub(super) unsafe fn gemm_one_thread(
-    dims: (usize, usize, usize),
-    dst: *mut f32,
-    dst_strides: (isize, isize),
-    accumulate: bool,
-    a: *const f32,
-    a_strides: (isize, isize),
-    b: *const f32,
-    b_strides: (isize, isize),
-) {
-    // SAFETY: the caller's contract.
-    unsafe {
-        strided_gemm(
-            dims,
-            (dst, dst_strides),
-            accumulate,
-            (a, a_strides),
-            (b, b_strides),
-            gemm::Parallelism::None,
-        );
-    }
-}
-
-/// gemm's call with (row, column) strides in that order (gemm itself takes
-/// column stride first) and unit scaling.
-///
-/// # Safety
-/// As [`product`].
-unsafe fn strided_gemm(
+pub(super) unsafe fn strided_gemm(
     (m, n, k): (usize, usize, usize),
     (dst, (d_rs, d_cs)): (*mut f32, (isize, isize)),
     read_dst: bool,
@@ -153,25 +100,37 @@ unsafe fn strided_gemm(
     }
 }
 
-/// `A[m, k]·B[k, n]` into a fresh row-major buffer, which gemm writes
-/// without reading it: no zeroing pass first.
+/// `out + A[m, k]·B[k, n]`, row-major `[m, n]`, each operand given by its
+/// base pointer and (row, column) strides, on the rank's pool above
+/// [`PARALLEL_THRESHOLD`]. `out` holds the `m·n` values the product is
+/// added to (a bias's rows), or none: then gemm writes the fresh buffer
+/// without reading it (no zeroing pass first).
 ///
 /// # Safety
-/// As [`product`]: the pointers must cover the operands at those strides.
-unsafe fn fresh_product(
+/// The pointers must cover the operands at those strides.
+unsafe fn product(
     (m, n, k): (usize, usize, usize),
+    mut out: Vec<f32>,
     a: *const f32,
     a_strides: (isize, isize),
     b: *const f32,
     b_strides: (isize, isize),
 ) -> Vec<f32> {
     let len = m * n;
-    let mut out = Vec::<f32>::with_capacity(len);
-    let dst = out.spare_capacity_mut().as_mut_ptr().cast();
-    // SAFETY: the caller's contract for a and b; dst holds m·n elements,
-    // is fresh and overlaps nothing.
+    let read_dst = !out.is_empty();
+    assert!(!read_dst || out.len() == len, "out is not [{m}, {n}]");
+    out.reserve_exact(len - out.len());
+    // SAFETY: the caller's contract for a and b; out's buffer holds m·n
+    // elements (initialised when read) and overlaps neither.
     unsafe {
-        product((m, n, k), dst, false, a, a_strides, b, b_strides);
+        strided_gemm(
+            (m, n, k),
+            (out.as_mut_ptr(), (n as isize, 1)),
+            read_dst,
+            (a, a_strides),
+            (b, b_strides),
+            parallelism(m, n, k),
+        );
         // gemm wrote all m·n elements.
         out.set_len(len);
     }
@@ -183,40 +142,29 @@ pub fn linear_forward(x: &[f32], weight: Weight<'_>, bias: Option<&[f32]>) -> Ve
     let (k, n) = (weight.k, weight.n);
     assert_eq!(x.len() % k.max(1), 0, "x is not [rows, {k}]");
     let rows = x.len() / k.max(1);
-    let len = rows * n;
-    let Some(bias) = bias else {
-        if k == 0 {
-            return vec![0.0; len];
+    let out = match bias {
+        None if k == 0 => return vec![0.0; rows * n],
+        None => Vec::new(),
+        Some(bias) => {
+            assert_eq!(bias.len(), n);
+            let mut out = Vec::with_capacity(rows * n);
+            for _ in 0..rows {
+                out.extend_from_slice(bias);
+            }
+            out
         }
-        // SAFETY: x is [rows, k] and W covers [k, n] at its strides.
-        return unsafe {
-            fresh_product(
-                (rows, n, k),
-                x.as_ptr(),
-                (k as isize, 1),
-                weight.values.as_ptr(),
-                weight.strides(),
-            )
-        };
     };
-    assert_eq!(bias.len(), n);
-    let mut out = Vec::with_capacity(len);
-    for _ in 0..rows {
-        out.extend_from_slice(bias);
-    }
-    // SAFETY: as above; dst holds the bias rows the product is added to.
+    // SAFETY: x is [rows, k] and W covers [k, n] at its strides.
     unsafe {
         product(
             (rows, n, k),
-            out.as_mut_ptr(),
-            true,
+            out,
             x.as_ptr(),
             (k as isize, 1),
             weight.values.as_ptr(),
             weight.strides(),
         )
-    };
-    out
+    }
 }
 
 /// `∂x = ∂y[rows, n]·Wᵀ`, row-major `[rows, k]`.
@@ -231,8 +179,9 @@ pub fn linear_x_grad(grad: &[f32], weight: Weight<'_>) -> Vec<f32> {
     // SAFETY: grad is [rows, n]; Wᵀ ([n, k]) is W's storage with its
     // strides swapped.
     unsafe {
-        fresh_product(
+        product(
             (rows, k, n),
+            Vec::new(),
             grad.as_ptr(),
             (n as isize, 1),
             weight.values.as_ptr(),
@@ -261,8 +210,9 @@ pub fn linear_weight_grad(x: &[f32], grad: &[f32], weight: Weight<'_>) -> Vec<f3
     // SAFETY: both operands are row-major [rows, ·], read transposed or not
     // at these strides.
     unsafe {
-        fresh_product(
+        product(
             (m_out, n_out, rows),
+            Vec::new(),
             a.as_ptr(),
             a_strides,
             b.as_ptr(),

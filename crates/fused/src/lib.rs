@@ -42,6 +42,7 @@ mod rows;
 pub mod vector_math;
 
 use burn::backend::Dispatch;
+use burn::backend::tensor::FloatTensor;
 use burn::nn::conv::Conv2d;
 use burn::nn::loss::CrossEntropyLossConfig;
 use burn::nn::{BatchNorm, Dropout, Embedding, LayerNorm, Linear, PaddingConfig2d};
@@ -80,20 +81,36 @@ fn fp32_on_flex(device: &Device) -> bool {
     is_flex(device) && half().is_none()
 }
 
+/// A float tensor as the fused ops take it: burn's dispatch primitive.
+type Primitive = FloatTensor<Dispatch>;
+
+/// A fused op on burn's dispatch primitives, on an input and its layer's
+/// two parameters (weight and bias, or γ and β).
+fn fused3<const D: usize, const W: usize>(
+    op: impl FnOnce(Primitive, Primitive, Primitive) -> Primitive,
+    x: Tensor<D>,
+    weight: Tensor<W>,
+    bias: Tensor<1>,
+) -> Tensor<D> {
+    Tensor::from_dispatch(op(
+        x.into_dispatch(),
+        weight.into_dispatch(),
+        bias.into_dispatch(),
+    ))
+}
+
 /// LayerNorm over the last dimension with `norm`'s γ and β and `eps`
 /// (burn's `LayerNorm` keeps its ε private; the model config has it).
 pub fn layer_norm<const D: usize>(x: Tensor<D>, norm: &LayerNorm, eps: f64) -> Tensor<D> {
     // In fp32 under mixed precision too (autocast's rule for LayerNorm).
     let x = widen(x);
     match &norm.beta {
-        Some(beta) if is_flex(&x.device()) => {
-            Tensor::from_dispatch(<Dispatch as FusedOps>::fused_layer_norm(
-                x.into_dispatch(),
-                norm.gamma.val().into_dispatch(),
-                beta.val().into_dispatch(),
-                eps as f32,
-            ))
-        }
+        Some(beta) if is_flex(&x.device()) => fused3(
+            |x, gamma, beta| <Dispatch as FusedOps>::fused_layer_norm(x, gamma, beta, eps as f32),
+            x,
+            norm.gamma.val(),
+            beta.val(),
+        ),
         _ => norm.forward(x),
     }
 }
@@ -101,13 +118,12 @@ pub fn layer_norm<const D: usize>(x: Tensor<D>, norm: &LayerNorm, eps: f64) -> T
 /// `gelu(x·W + b)` of a linear layer, the bias added inside the fused GELU.
 pub fn dense_gelu<const D: usize>(x: Tensor<D>, dense: &Linear) -> Tensor<D> {
     match &dense.bias {
-        Some(bias) if fp32_on_flex(&x.device()) => {
-            Tensor::from_dispatch(<Dispatch as FusedOps>::fused_dense_gelu(
-                x.into_dispatch(),
-                dense.weight.val().into_dispatch(),
-                bias.val().into_dispatch(),
-            ))
-        }
+        Some(bias) if fp32_on_flex(&x.device()) => fused3(
+            <Dispatch as FusedOps>::fused_dense_gelu,
+            x,
+            dense.weight.val(),
+            bias.val(),
+        ),
         _ => gelu(linear(x, dense)),
     }
 }
@@ -117,14 +133,12 @@ pub fn dense_gelu<const D: usize>(x: Tensor<D>, dense: &Linear) -> Tensor<D> {
 /// the operands narrowed to the half type (a no-op in fp32).
 pub fn linear<const D: usize>(x: Tensor<D>, dense: &Linear) -> Tensor<D> {
     match &dense.bias {
-        Some(bias) if fp32_on_flex(&x.device()) => {
-            Tensor::from_dispatch(<Dispatch as FusedOps>::fused_linear(
-                x.into_dispatch(),
-                dense.weight.val().into_dispatch(),
-                bias.val().into_dispatch(),
-                false,
-            ))
-        }
+        Some(bias) if fp32_on_flex(&x.device()) => fused3(
+            |x, w, b| <Dispatch as FusedOps>::fused_linear(x, w, b, false),
+            x,
+            dense.weight.val(),
+            bias.val(),
+        ),
         _ => {
             let bias = dense.bias.as_ref().map(|b| narrow(b.val()));
             burn::tensor::module::linear(narrow(x), narrow(dense.weight.val()), bias)
@@ -137,12 +151,8 @@ pub fn linear<const D: usize>(x: Tensor<D>, dense: &Linear) -> Tensor<D> {
 /// that layout.
 pub fn linear_transposed(x: Tensor<2>, weight: Tensor<2>, bias: Tensor<1>) -> Tensor<2> {
     if fp32_on_flex(&x.device()) {
-        return Tensor::from_dispatch(<Dispatch as FusedOps>::fused_linear(
-            x.into_dispatch(),
-            weight.into_dispatch(),
-            bias.into_dispatch(),
-            true,
-        ));
+        let op = |x, w, b| <Dispatch as FusedOps>::fused_linear(x, w, b, true);
+        return fused3(op, x, weight, bias);
     }
     narrow(x).matmul(narrow(weight).transpose()) + narrow(bias).unsqueeze_dim(0)
 }

@@ -33,7 +33,7 @@ mod rows;
 use columns::{col2im, im2col};
 use rows::{im2row, weight_order};
 
-use super::gemm_linear::gemm_one_thread;
+use super::gemm_linear::{ONE_THREAD, strided_gemm};
 use super::rows::add_in_block_order;
 
 /// Images per parallel task of the backward pass (its weight-gradient
@@ -138,6 +138,35 @@ fn check_lengths(x: &[f32], weight: &[f32], s: &ConvShape) {
     assert_eq!(weight.len(), s.c_out * s.k(), "conv2d weight is not {s:?}");
 }
 
+/// `dst[m, n] = A[m, k]·B[k, n]` on one thread (the images are the
+/// parallel level), all three column-major: each the transpose of the
+/// row-major buffer as stored (`dst` `[n, m]`, `A` `[k, m]`, `B` `[n, k]`),
+/// which puts the long dimension (positions, or a block's `c_in·kh·kw`) in
+/// gemm's `m`.
+///
+/// # Safety
+/// The pointers must cover those buffers, and `dst` must not overlap the
+/// other two.
+unsafe fn column_major_gemm(
+    (m, n, k): (usize, usize, usize),
+    dst: *mut f32,
+    a: *const f32,
+    b: *const f32,
+) {
+    let (m_stride, k_stride) = (m as isize, k as isize);
+    // SAFETY: the caller's contract.
+    unsafe {
+        strided_gemm(
+            (m, n, k),
+            (dst, (1, m_stride)),
+            false,
+            (a, (1, m_stride)),
+            (b, (1, k_stride)),
+            ONE_THREAD,
+        );
+    }
+}
+
 /// `conv2d(x, weight)`, `[batch, c_out, out_h, out_w]`.
 pub fn conv2d_forward(x: &[f32], weight: &[f32], s: &ConvShape) -> Vec<f32> {
     check_lengths(x, weight, s);
@@ -165,15 +194,11 @@ pub fn conv2d_forward(x: &[f32], weight: &[f32], s: &ConvShape) -> Vec<f32> {
                 // positions are gemm's long dimension.
                 // SAFETY: cols is [k, p], weight [c_out, k], out [c_out, p].
                 unsafe {
-                    gemm_one_thread(
+                    column_major_gemm(
                         (p, s.c_out, k),
                         out.as_mut_ptr().cast::<f32>(),
-                        (1, p as isize),
-                        false,
                         cols.as_ptr(),
-                        (1, p as isize),
                         weight.as_ptr(),
-                        (1, k as isize),
                     );
                 }
             },
@@ -285,15 +310,13 @@ impl BackwardJob<'_> {
                 // ∂W[c_out, c_in] += g[c_out, p]·xᵀ[p, c_in]
                 // SAFETY: g is [c_out, p], x_b [c_in, p], dw [c_out, c_in].
                 unsafe {
-                    gemm_one_thread(
+                    strided_gemm(
                         (s.c_out, k, p),
-                        dw.as_mut_ptr(),
-                        (k as isize, 1),
+                        (dw.as_mut_ptr(), (k as isize, 1)),
                         true,
-                        g.as_ptr(),
-                        (p as isize, 1),
-                        x_b.as_ptr(),
-                        (1, p as isize),
+                        (g.as_ptr(), (p as isize, 1)),
+                        (x_b.as_ptr(), (1, p as isize)),
+                        ONE_THREAD,
                     );
                 }
             }
@@ -307,15 +330,13 @@ impl BackwardJob<'_> {
                 let target: &mut [f32] = if s.pointwise() { dx_b } else { dcols };
                 // SAFETY: g is [c_out, p], weight [c_out, k], target [k, p].
                 unsafe {
-                    gemm_one_thread(
+                    strided_gemm(
                         (p, k, s.c_out),
-                        target.as_mut_ptr(),
-                        (1, p as isize),
+                        (target.as_mut_ptr(), (1, p as isize)),
                         false,
-                        g.as_ptr(),
-                        (1, p as isize),
-                        weight.as_ptr(),
-                        (k as isize, 1),
+                        (g.as_ptr(), (1, p as isize)),
+                        (weight.as_ptr(), (k as isize, 1)),
+                        ONE_THREAD,
                     );
                 }
                 if !s.pointwise() {
@@ -331,15 +352,11 @@ impl BackwardJob<'_> {
             // more than the products at ResNet's 16 channels.
             // SAFETY: rows is [n, k], g_block [c_out, n], dw [c_out, k].
             unsafe {
-                gemm_one_thread(
+                column_major_gemm(
                     (k, s.c_out, n),
                     dw.as_mut_ptr(),
-                    (1, k as isize),
-                    false,
                     rows.as_ptr(),
-                    (1, k as isize),
                     g_block.as_ptr(),
-                    (1, n as isize),
                 );
             }
         }
