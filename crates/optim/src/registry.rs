@@ -345,35 +345,27 @@ mod tests {
             message.contains("onebit_lamb.scale_block") && message.contains("multiple of 32"),
             "{message}"
         );
-        let bad = OptimizerConfig::Adam(AdamConfig::default().with_beta_2(1.0));
-        assert!(
-            bad.validate()
-                .unwrap_err()
-                .to_string()
-                .contains("adam.beta_2")
-        );
-        let bad = OptimizerConfig::Lamb(LambConfig {
+        let lamb = LambConfig {
             c_min: 0.5,
             c_max: 0.3,
             ..Default::default()
-        });
-        assert!(
-            bad.validate()
-                .unwrap_err()
-                .to_string()
-                .contains("lamb.c_min")
-        );
-        let bad = OptimizerConfig::Sgd(SgdConfig {
+        };
+        let sgd = SgdConfig {
             momentum: 0.0,
             nesterov: true,
             ..Default::default()
-        });
-        assert!(
-            bad.validate()
-                .unwrap_err()
-                .to_string()
-                .contains("sgd.nesterov")
-        );
+        };
+        for (bad, field) in [
+            (
+                OptimizerConfig::Adam(AdamConfig::default().with_beta_2(1.0)),
+                "adam.beta_2",
+            ),
+            (OptimizerConfig::Lamb(lamb), "lamb.c_min"),
+            (OptimizerConfig::Sgd(sgd), "sgd.nesterov"),
+        ] {
+            let message = bad.validate().unwrap_err().to_string();
+            assert!(message.contains(field), "{message}");
+        }
     }
 
     #[test]

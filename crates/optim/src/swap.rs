@@ -65,40 +65,45 @@ mod tests {
         toml::from_str(text).unwrap()
     }
 
-    #[test]
-    fn adam_to_onebit_adam_keeps_every_shared_hyper_parameter() {
-        let adam = config(
-            "name = \"adam\"\nweight_decay = 0.01\nbeta_1 = 0.8\nbeta_2 = 0.98\neps = 1e-6\nbias_correction = false\n",
-        );
-        let swapped = adam.with_name("onebit_adam").unwrap();
+    /// The config of `text` swapped to `name`, after checking that its
+    /// TOML has every line of `kept`.
+    fn swapped_keeping(text: &str, name: &str, kept: &[&str]) -> Swapped {
+        let swapped = config(text).with_name(name).unwrap();
         let text = toml::to_string(&swapped.config).unwrap();
-        for kept in [
-            "name = \"onebit_adam\"",
-            "weight_decay = 0.01",
-            "beta_1 = 0.8",
-            "beta_2 = 0.98",
-            "eps = 0.000001",
-            "bias_correction = false",
-        ] {
+        for kept in kept {
             assert!(text.contains(kept), "{kept} not in\n{text}");
         }
+        swapped
+    }
+
+    #[test]
+    fn adam_to_onebit_adam_keeps_every_shared_hyper_parameter() {
+        let swapped = swapped_keeping(
+            "name = \"adam\"\nweight_decay = 0.01\nbeta_1 = 0.8\nbeta_2 = 0.98\neps = 1e-6\nbias_correction = false\n",
+            "onebit_adam",
+            &[
+                "name = \"onebit_adam\"",
+                "weight_decay = 0.01",
+                "beta_1 = 0.8",
+                "beta_2 = 0.98",
+                "eps = 0.000001",
+                "bias_correction = false",
+            ],
+        );
         assert!(swapped.dropped.is_empty(), "{:?}", swapped.dropped);
     }
 
     #[test]
     fn onebit_lamb_to_onebit_adam_keeps_the_freeze_and_names_what_it_drops() {
-        let lamb = config(
+        let swapped = swapped_keeping(
             "name = \"onebit_lamb\"\nweight_decay = 0.01\nfreeze_step = 12\nc_max = 0.5\nuncompressed = [\"bert.embeddings.*\"]\n",
+            "onebit_adam",
+            &[
+                "freeze_step = 12",
+                "weight_decay = 0.01",
+                "bert.embeddings.*",
+            ],
         );
-        let swapped = lamb.with_name("onebit_adam").unwrap();
-        let text = toml::to_string(&swapped.config).unwrap();
-        for kept in [
-            "freeze_step = 12",
-            "weight_decay = 0.01",
-            "bert.embeddings.*",
-        ] {
-            assert!(text.contains(kept), "{kept} not in\n{text}");
-        }
         assert!(
             swapped.dropped.contains(&"c_max".to_string()),
             "{:?}",
