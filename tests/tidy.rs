@@ -308,12 +308,12 @@ fn module_cycles(files: &[(String, String)]) -> Vec<Vec<String>> {
     };
     let reached: Vec<Vec<bool>> = (0..files.len()).map(reach).collect();
     let mut cycles: Vec<Vec<String>> = Vec::new();
-    for i in 0..files.len() {
-        if !reached[i][i] {
+    for (i, from_i) in reached.iter().enumerate() {
+        if !from_i[i] {
             continue;
         }
         let mut members: Vec<String> = (0..files.len())
-            .filter(|&j| reached[i][j] && reached[j][i])
+            .filter(|&j| from_i[j] && reached[j][i])
             .map(|j| files[j].0.clone())
             .collect();
         members.sort();
