@@ -45,11 +45,9 @@ impl AdamConfig {
     }
 }
 
-impl WithMoments for AdamConfig {
-    fn moments_mut(&mut self) -> &mut MomentConfig {
-        &mut self.moments
-    }
-}
+crate::config_check::flattens!(AdamConfig {
+    moments: MomentConfig => WithMoments, moments_mut;
+});
 
 /// Adam's state: first and second moments of the averaged gradient.
 pub type Adam = TwoMoments<AdamConfig>;

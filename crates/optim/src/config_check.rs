@@ -107,3 +107,19 @@ macro_rules! with_setters {
     };
 }
 pub(crate) use with_setters;
+
+/// The accessors the builder traits ([`crate::WithMoments`] and the
+/// compression stage's) take a config's settings through, each to the
+/// field that flattens them: `field: Settings => Trait, accessor;` a line.
+macro_rules! flattens {
+    ($config:ty { $($field:ident: $settings:ty => $trait:path, $access:ident;)* }) => {
+        $(
+            impl $trait for $config {
+                fn $access(&mut self) -> &mut $settings {
+                    &mut self.$field
+                }
+            }
+        )*
+    };
+}
+pub(crate) use flattens;

@@ -63,11 +63,9 @@ impl LambConfig {
     }
 }
 
-impl WithMoments for LambConfig {
-    fn moments_mut(&mut self) -> &mut MomentConfig {
-        &mut self.moments
-    }
-}
+crate::config_check::flattens!(LambConfig {
+    moments: MomentConfig => WithMoments, moments_mut;
+});
 
 /// LAMB's state: first and second moments of the averaged gradient.
 pub type Lamb = TwoMoments<LambConfig>;

@@ -91,23 +91,11 @@ impl OneBitAdamConfig {
     }
 }
 
-impl WithMoments for OneBitAdamConfig {
-    fn moments_mut(&mut self) -> &mut MomentConfig {
-        &mut self.moments
-    }
-}
-
-impl WithCompression for OneBitAdamConfig {
-    fn compression_mut(&mut self) -> &mut FreezeConfig {
-        &mut self.compression
-    }
-}
-
-impl WithOneBitAllreduce for OneBitAdamConfig {
-    fn allreduce_mut(&mut self) -> &mut OneBitAllreduceConfig {
-        &mut self.allreduce
-    }
-}
+crate::config_check::flattens!(OneBitAdamConfig {
+    moments: MomentConfig => WithMoments, moments_mut;
+    compression: FreezeConfig => WithCompression, compression_mut;
+    allreduce: OneBitAllreduceConfig => WithOneBitAllreduce, allreduce_mut;
+});
 
 /// Which member of the family.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -134,11 +134,9 @@ impl SlambConfig {
     }
 }
 
-impl WithMoments for SlambConfig {
-    fn moments_mut(&mut self) -> &mut MomentConfig {
-        &mut self.moments
-    }
-}
+crate::config_check::flattens!(SlambConfig {
+    moments: MomentConfig => WithMoments, moments_mut;
+});
 
 /// SLAMB's state: local m and v, the per-element freshness c, and the
 /// per-step selection flags (scratch).

@@ -111,23 +111,11 @@ impl OneBitLambConfig {
     }
 }
 
-impl WithMoments for OneBitLambConfig {
-    fn moments_mut(&mut self) -> &mut MomentConfig {
-        &mut self.moments
-    }
-}
-
-impl WithCompression for OneBitLambConfig {
-    fn compression_mut(&mut self) -> &mut FreezeConfig {
-        &mut self.compression
-    }
-}
-
-impl WithOneBitAllreduce for OneBitLambConfig {
-    fn allreduce_mut(&mut self) -> &mut OneBitAllreduceConfig {
-        &mut self.allreduce
-    }
-}
+crate::config_check::flattens!(OneBitLambConfig {
+    moments: MomentConfig => WithMoments, moments_mut;
+    compression: FreezeConfig => WithCompression, compression_mut;
+    allreduce: OneBitAllreduceConfig => WithOneBitAllreduce, allreduce_mut;
+});
 
 /// The state of 1-bit LAMB: m, v (v_frozen after `T_w`), v_fresh, the
 /// errors, and per segment c_avg, the momentum scale k and r_prev.

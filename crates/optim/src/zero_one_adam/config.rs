@@ -84,14 +84,7 @@ impl ZeroOneAdamConfig {
     }
 }
 
-impl WithMoments for ZeroOneAdamConfig {
-    fn moments_mut(&mut self) -> &mut MomentConfig {
-        &mut self.moments
-    }
-}
-
-impl crate::WithOneBitAllreduce for ZeroOneAdamConfig {
-    fn allreduce_mut(&mut self) -> &mut crate::OneBitAllreduceConfig {
-        &mut self.allreduce
-    }
-}
+crate::config_check::flattens!(ZeroOneAdamConfig {
+    moments: MomentConfig => WithMoments, moments_mut;
+    allreduce: crate::OneBitAllreduceConfig => crate::WithOneBitAllreduce, allreduce_mut;
+});
