@@ -22,7 +22,7 @@ use crate::eps_mode::check_has_compression_stage;
 use crate::lamb::trust_coefficient;
 use crate::moments::Moments;
 use crate::pass::{
-    self,
+    self, Direction,
     slamb::{Norms, Selected, SlambOn, SlambStep},
 };
 use crate::step::{CommTime, FlatOptimizer, StepContext, allreduce_mean};
@@ -267,9 +267,11 @@ impl FlatOptimizer for Slamb {
 
         let step = SlambStep {
             layout: ctx.layout,
-            moments: &moments,
-            eps_mode: c.moments.eps_mode,
-            weight_decay: c.moments.weight_decay as f32,
+            direction: Direction {
+                moments: &moments,
+                eps_mode: c.moments.eps_mode,
+                weight_decay: c.moments.weight_decay as f32,
+            },
         };
         let phi: Vec<(f32, f32)> = step
             .split_norms(&on, x, (m, v), &selection)

@@ -32,7 +32,12 @@ pub(crate) struct Direction<'a> {
 impl Direction<'_> {
     /// The weight decay of segment `segment` of `span`'s layout.
     pub(crate) fn decay_of(&self, span: &Span<'_>, segment: usize) -> f32 {
-        match span.layout.segments()[segment].decay {
+        self.decay(span.layout.segments()[segment].decay)
+    }
+
+    /// The weight decay of a segment that does (or does not) decay.
+    pub(crate) fn decay(&self, decays: bool) -> f32 {
+        match decays {
             true => self.weight_decay,
             false => 0.0,
         }

@@ -11,9 +11,10 @@ use rayon::prelude::*;
 use terse_kernels::device::optim::DeviceChunks;
 use terse_kernels::device::slamb::{self as kernels, SplitNorms};
 
+use super::Direction;
 use crate::moments::{Moments, with_eps_mode};
 use crate::parallel::{CHUNK, chunk_slices, split_segments, split_segments_mut, with_avx};
-use crate::{EpsMode, Flat, FlatMut, ParamLayout};
+use crate::{Flat, FlatMut, ParamLayout};
 
 /// Where SLAMB's passes run: the host's fixed chunks, or the device's
 /// chunk table.
@@ -122,20 +123,14 @@ pub(crate) fn freshness(on: &SlambOn<'_>, f: &mut Flat, selected: &Selected<'_>,
     }
 }
 
-/// What the trust ratios and the update need besides the buffers.
+/// What the trust ratios and the update need besides the buffers: the
+/// segments, and Adam's direction (the other passes' [`Direction`]).
 pub(crate) struct SlambStep<'a> {
     pub(crate) layout: &'a ParamLayout,
-    pub(crate) moments: &'a Moments,
-    pub(crate) eps_mode: EpsMode,
-    /// The weight decay of decaying segments.
-    pub(crate) weight_decay: f32,
+    pub(crate) direction: Direction<'a>,
 }
 
 impl SlambStep<'_> {
-    fn decay(&self, decays: bool) -> f32 {
-        if decays { self.weight_decay } else { 0.0 }
-    }
-
     /// Each segment's norms of x and of Adam's direction u, split by the
     /// selection (f32 per chunk, summed in f64 in chunk order).
     pub(crate) fn split_norms(
@@ -145,7 +140,7 @@ impl SlambStep<'_> {
         (m, v): (&Flat, &Flat),
         selected: &Selected<'_>,
     ) -> Vec<Norms> {
-        let moments = self.moments;
+        let moments = self.direction.moments;
         match (on, selected) {
             (SlambOn::Host, Selected::Host(selected)) => {
                 let layout = self.layout;
@@ -153,10 +148,10 @@ impl SlambStep<'_> {
                 let ms = split_segments(layout, m.host());
                 let vs = split_segments(layout, v.host());
                 let ss = split_segments(layout, selected);
-                with_eps_mode!(self.eps_mode, INSIDE => {
+                with_eps_mode!(self.direction.eps_mode, INSIDE => {
                     layout.segments().par_iter().zip(xs).zip(ms).zip(vs).zip(ss).map(
                         |((((segment, x), m), v), s)| {
-                            let wd = self.decay(segment.decay);
+                            let wd = self.direction.decay(segment.decay);
                             chunk_slices([], [x, m, v])
                                 .zip(s.par_chunks(CHUNK))
                                 .map(|(([], [x, m, v]), s)| {
@@ -192,7 +187,7 @@ impl SlambStep<'_> {
                 v.handle(),
                 words,
                 &moments.coefficients(),
-                self.eps_mode == EpsMode::Inside,
+                self.direction.inside(),
             )
             .iter()
             .map(Norms::from)
@@ -213,7 +208,7 @@ impl SlambStep<'_> {
         phi: &[(f32, f32)],
         (lr, stale_lr): (f32, f32),
     ) {
-        let moments = self.moments;
+        let moments = self.direction.moments;
         match on {
             SlambOn::Host => {
                 let layout = self.layout;
@@ -221,10 +216,10 @@ impl SlambStep<'_> {
                 let ms = split_segments(layout, m.host());
                 let vs = split_segments(layout, v.host());
                 let fs = split_segments(layout, f.host());
-                with_eps_mode!(self.eps_mode, INSIDE => {
+                with_eps_mode!(self.direction.eps_mode, INSIDE => {
                     layout.segments().par_iter().zip(phi).zip(xs).zip(ms).zip(vs).zip(fs).for_each(
                         |(((((segment, &(phi_max, phi_min)), x), m), v), f)| {
-                            let wd = self.decay(segment.decay);
+                            let wd = self.direction.decay(segment.decay);
                             chunk_slices([x], [m, v, f])
                                 .for_each(|([x], [m, v, f])| {
                                     for (((x, &m), &v), &f) in x.iter_mut().zip(m).zip(v).zip(f) {
@@ -251,7 +246,7 @@ impl SlambStep<'_> {
                     &phi,
                     lr,
                     stale_lr,
-                    self.eps_mode == EpsMode::Inside,
+                    self.direction.inside(),
                 )
             }
         }
