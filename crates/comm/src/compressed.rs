@@ -12,6 +12,13 @@
 //! for one worker too). Quantising twice there would only add noise and,
 //! through sign(0) = +1, move coordinates whose input is zero.
 //!
+//! Where the buffers live: the phases here run over a [`Worker`] (`x` and
+//! the worker error) and a [`Server`] (this rank's server error), host
+//! slices or a device's buffers (terse-kernels' `TensorWorker` and
+//! `TensorServer`, whose compress, server and dequantise steps are cubecl
+//! kernels); only packed signs and scales pass through the host, where the
+//! [`Communicator`] sends them.
+//!
 //! Geometry: the buffer is cut into `n` chunks of `c = ⌈⌈d/n⌉/32⌉·32`
 //! elements (the last ones shorter, possibly empty). A message is the chunk's
 //! sign words followed by its scales (as f32 bits), padded to the same size
@@ -21,7 +28,7 @@ use std::ops::Range;
 
 use terse_compress::onebit::{ChunkLayout, Scale, blocks_for, words_for};
 use terse_compress::resident::filled;
-use terse_compress::server::{Compressed, average_and_recompress};
+use terse_compress::server::{Compressed, HostServer, Server};
 use terse_compress::worker::{HostWorker, Worker};
 
 use crate::deepspeed_geometry::DeepSpeedGeometry;
@@ -266,18 +273,22 @@ impl CompressedAllreduce {
             x: buf,
             error: worker_error,
         };
-        self.reduce(comm, &mut worker, server_error, wanted)
+        let mut server = HostServer {
+            error: server_error,
+        };
+        self.reduce(comm, &mut worker, &mut server, wanted)
     }
 
     /// The compressed mean with the worker side in `worker`, which holds `x`
-    /// and its own error wherever they live (host slices, or burn tensors on
-    /// a GPU through terse-kernels' `TensorWorker`: then only packed
-    /// signs and scales reach the host); the server's error on the host.
+    /// and its own error, and the server side in `server`, which holds this
+    /// rank's server error, wherever they live (host slices, or burn tensors
+    /// on a GPU through terse-kernels' `TensorWorker` and `TensorServer`:
+    /// then only packed signs and scales reach the host).
     pub fn allreduce_mean_on(
         &mut self,
         comm: &dyn Communicator,
         worker: &mut dyn Worker,
-        server_error: &mut [f32],
+        server: &mut dyn Server,
     ) -> Result<(), CommError> {
         if self.host_only() {
             return Err(CommError::BadOption {
@@ -287,7 +298,7 @@ impl CompressedAllreduce {
             });
         }
         let whole = 0..worker.len();
-        self.reduce(comm, worker, server_error, whole)
+        self.reduce(comm, worker, server, whole)
     }
 
     /// The four phases; the worker dequantises at least `wanted`.
@@ -295,10 +306,10 @@ impl CompressedAllreduce {
         &mut self,
         comm: &dyn Communicator,
         worker: &mut dyn Worker,
-        server_error: &mut [f32],
+        server: &mut dyn Server,
         wanted: std::ops::Range<usize>,
     ) -> Result<(), CommError> {
-        check_len("server error", self.error_lens().1, server_error.len())?;
+        check_len("server error", self.error_lens().1, server.len())?;
         check_len("compressed allreduce", self.len, worker.len())?;
         assert_eq!(
             (comm.rank(), comm.world_size()),
@@ -345,15 +356,7 @@ impl CompressedAllreduce {
         let outgoing = &mut self.send[..self.message];
         outgoing.fill(0);
         let (bits, scales) = split_message(outgoing, self.chunk, mine, block);
-        average_and_recompress(
-            &received,
-            block,
-            scale,
-            &mut self.average,
-            server_error,
-            bits,
-            scales,
-        );
+        server.average_and_recompress(&received, block, scale, &mut self.average, bits, scales);
 
         // 4. Every server chunk to every rank, then dequantise all of them.
         comm.all_gather_u32(&self.send[..self.message], &mut self.recv)?;

@@ -2,7 +2,10 @@
 //! (no indices: every rank computes the same mask from the seed), averaged
 //! and written back in place. Values travel as fp32 (a plain allreduce) or,
 //! with [`SparseValues::F16`], as fp16 through a reduce-scatter (all-to-all)
-//! and an all-gather, half the bytes.
+//! and an all-gather, half the bytes. In a device run SLAMB selects,
+//! gathers and scatters with terse-kernels' cubecl mask kernels, and only
+//! the gathered values pass through the host, through the same
+//! [`SparseValues::mean_over_ranks`].
 
 use std::ops::Range;
 
@@ -23,6 +26,22 @@ pub enum SparseValues {
     /// order by the rank that owns their slice, and the mean is rounded to
     /// fp16 again, so every rank holds the same values.
     F16,
+}
+
+impl SparseValues {
+    /// The mean over ranks of `values`, the selected elements gathered in
+    /// selection order wherever they lived (host slices here, a device's
+    /// masked gather in a device run), travelling in this precision.
+    pub fn mean_over_ranks(
+        self,
+        comm: &dyn Communicator,
+        values: &mut [f32],
+    ) -> Result<(), CommError> {
+        match self {
+            SparseValues::F32 => comm.allreduce_f32(values, ReduceOp::Mean),
+            SparseValues::F16 => allreduce_mean_f16(comm, values),
+        }
+    }
 }
 
 /// A mask, the ranges always synchronised, and scratch for the values.
@@ -74,10 +93,7 @@ impl SparseAllreduce {
         }
         self.values.resize(self.selection.len(), 0.0);
         self.selection.gather(buf, &mut self.values);
-        match self.precision {
-            SparseValues::F32 => comm.allreduce_f32(&mut self.values, ReduceOp::Mean)?,
-            SparseValues::F16 => allreduce_mean_f16(comm, &mut self.values)?,
-        }
+        self.precision.mean_over_ranks(comm, &mut self.values)?;
         self.selection.scatter(&self.values, buf);
         Ok(&self.selection)
     }

@@ -1,6 +1,7 @@
-//! The compressed allreduce with its worker side on a wgpu device (lavapipe,
-//! `WgpuDeviceKind::Cpu`), x and the worker error as burn tensors that never
-//! leave the device: against the same allreduce over host slices, for world
+//! The compressed allreduce with its worker and server sides on a wgpu
+//! device (lavapipe, `WgpuDeviceKind::Cpu`), x, the worker error and the
+//! server error as burn tensors that never leave the device (the server
+//! step as cubecl kernels): against the same allreduce over host slices, for world
 //! sizes 2 and 4 on `local`, one scale per chunk and per 64-element block,
 //! three successive calls (errors carry over). The packed bits of the first
 //! call are the CPU's exactly (so the outputs agree to the scales' rounding),
@@ -15,7 +16,8 @@ use burn::tensor::{Device, DeviceKind, Tensor, TensorData};
 use terse_comm::{
     Communicator, CompressedAllreduce, CompressionOptions, Geometry, LocalComm, Scale,
 };
-use terse_kernels::tensor::TensorWorker;
+use terse_kernels::server::HostServer;
+use terse_kernels::tensor::{TensorServer, TensorWorker};
 use terse_rng::{SplitMix64, mix64};
 
 fn input(seed: u64, rank: usize, call: usize, len: usize) -> Vec<f32> {
@@ -29,6 +31,8 @@ struct Outcome {
     outputs: Vec<Vec<f32>>,
     /// The worker error after each call.
     errors: Vec<Vec<f32>>,
+    /// The server error after each call.
+    server_errors: Vec<Vec<f32>>,
     sent: u64,
 }
 
@@ -44,9 +48,11 @@ fn run(
         let mut state = CompressedAllreduce::new(len, comm, options).unwrap();
         let mut outputs = Vec::new();
         let mut errors = Vec::new();
+        let mut server_errors = Vec::new();
         let mut host_error = vec![0.0f32; len];
         let (_, mut server_error) = state.zeroed_errors();
         let mut device_error = device.map(|d| Tensor::<1>::zeros([len], d));
+        let mut device_server_error = device.map(|d| Tensor::<1>::zeros([state.error_lens().1], d));
         let before = comm.traffic().sent();
         for call in 0..3 {
             let x = input(seed, comm.rank(), call, len);
@@ -57,31 +63,44 @@ fn run(
                         x: &mut x,
                         error: &mut host_error,
                     };
+                    let mut server = HostServer {
+                        error: &mut server_error,
+                    };
                     state
-                        .allreduce_mean_on(comm, &mut worker, &mut server_error)
+                        .allreduce_mean_on(comm, &mut worker, &mut server)
                         .unwrap();
                     outputs.push(x);
                     errors.push(host_error.clone());
+                    server_errors.push(server_error.clone());
                 }
                 Some(d) => {
                     let x = Tensor::<1>::from_data(TensorData::new(x, [len]), d);
                     let error = device_error.take().unwrap();
                     let mut worker = TensorWorker::new(x, error).unwrap();
                     assert_eq!(worker.on_device(), *d != Device::flex());
+                    let server_error = device_server_error.take().unwrap();
+                    let mut server = TensorServer::new(server_error).unwrap();
+                    assert_eq!(server.on_device(), *d != Device::flex());
                     state
-                        .allreduce_mean_on(comm, &mut worker, &mut server_error)
+                        .allreduce_mean_on(comm, &mut worker, &mut server)
                         .unwrap();
                     let (x, error) = worker.into_parts();
+                    let server_error = server.into_error();
                     assert_eq!(x.device(), *d, "the output stays on the device");
-                    outputs.push(x.into_data().try_to_vec::<f32>().unwrap());
-                    errors.push(error.clone().into_data().try_to_vec::<f32>().unwrap());
+                    assert_eq!(server_error.device(), *d, "the server error too");
+                    let host = |t: &Tensor<1>| t.clone().into_data().try_to_vec::<f32>().unwrap();
+                    outputs.push(host(&x));
+                    errors.push(host(&error));
+                    server_errors.push(host(&server_error));
                     device_error = Some(error);
+                    device_server_error = Some(server_error);
                 }
             }
         }
         Outcome {
             outputs,
             errors,
+            server_errors,
             sent: comm.traffic().sent() - before,
         }
     })
@@ -230,6 +249,18 @@ fn compare_workers(seeds: &[u64]) -> usize {
                 }
                 let gap = relative_gap_where(&g.errors[call], &h.errors[call], &compared);
                 assert!(gap <= 1e-4, "{what}: worker errors differ by {gap:e}");
+                // The server error of this rank's chunk, from the device's
+                // server kernels against the CPU's server loop.
+                let chunk = len.div_ceil(n).div_ceil(32) * 32;
+                let mine = (rank * chunk).min(len)..((rank + 1) * chunk).min(len);
+                let (hs, gs) = (&h.server_errors[call], &g.server_errors[call]);
+                assert_eq!((gs.len(), hs.len()), (mine.len(), mine.len()), "{what}");
+                let gap = relative_gap_where(gs, hs, &compared[mine.clone()]);
+                assert!(gap <= 1e-4, "{what}: server errors differ by {gap:e}");
+                assert!(
+                    mine.is_empty() || hs.iter().any(|e| *e != 0.0),
+                    "{what}: the server error never moved"
+                );
             }
         }
         for (rank, (h, g)) in host.iter().zip(&gpu).enumerate() {
@@ -260,6 +291,9 @@ fn flex_tensors_take_the_cpu_path_bit_for_bit() {
             assert_eq!(bits(a), bits(b));
         }
         for (a, b) in h.errors.iter().zip(&t.errors) {
+            assert_eq!(bits(a), bits(b));
+        }
+        for (a, b) in h.server_errors.iter().zip(&t.server_errors) {
             assert_eq!(bits(a), bits(b));
         }
     }

@@ -1,6 +1,11 @@
 //! The server side of the compressed allreduce (ALGORITHMS.md phase 3): the
 //! owner of a chunk averages the `n` compressed copies it received, adds its
-//! server error and compresses the result again with error feedback.
+//! server error and compresses the result again with error feedback —
+//! wherever the server error lives: the allreduce hands a [`Server`] the
+//! received messages and gets the recompressed one back on the host, as it
+//! does with a [`crate::worker::Worker`]. [`HostServer`] runs the CPU loops
+//! below; terse-kernels' `TensorServer` keeps the error on a device and runs
+//! the same step as cubecl kernels.
 
 use crate::onebit::{self, Scale};
 
@@ -38,4 +43,56 @@ pub fn average_and_recompress(
         average.iter_mut().for_each(|a| *a *= inv_n);
     }
     onebit::compress(average, server_error, block, scale, bits, scales);
+}
+
+/// This rank's server error `E` (its own chunk of the buffer, the chunk's
+/// length), wherever it lives, and the server step over it.
+pub trait Server {
+    /// Elements in this rank's chunk (and `E`).
+    fn len(&self) -> usize;
+
+    /// Whether this rank owns no element.
+    fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// [`average_and_recompress`] with this server's error: `received` are
+    /// the `n` copies of the chunk in rank order, `bits` and `scales` get
+    /// the recompressed chunk. `average` is host scratch of the chunk's
+    /// length for a server that works on the host (a device server keeps
+    /// its own and leaves it alone).
+    fn average_and_recompress(
+        &mut self,
+        received: &[Compressed<'_>],
+        block: usize,
+        scale: Scale,
+        average: &mut [f32],
+        bits: &mut [u32],
+        scales: &mut [f32],
+    );
+}
+
+/// A server whose error is a host slice: the CPU loops of this module.
+#[derive(Debug)]
+pub struct HostServer<'a> {
+    /// The server error `E` of this rank's chunk.
+    pub error: &'a mut [f32],
+}
+
+impl Server for HostServer<'_> {
+    fn len(&self) -> usize {
+        self.error.len()
+    }
+
+    fn average_and_recompress(
+        &mut self,
+        received: &[Compressed<'_>],
+        block: usize,
+        scale: Scale,
+        average: &mut [f32],
+        bits: &mut [u32],
+        scales: &mut [f32],
+    ) {
+        average_and_recompress(received, block, scale, average, self.error, bits, scales);
+    }
 }

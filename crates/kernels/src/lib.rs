@@ -11,8 +11,9 @@
 //!   received chunks, add the server error, recompress);
 //! - [`mask`]: SLAMB's counter-based hash mask and cyclic mask, and the masked
 //!   gather and scatter;
-//! - [`worker`] and [`tensor`]: the worker side of the compressed allreduce
-//!   over host slices or burn tensors on any device (one API);
+//! - [`worker`], [`server`] and [`tensor`]: the worker and server sides of
+//!   the compressed allreduce over host slices or burn tensors on any
+//!   device (one API: `TensorWorker`, `TensorServer`);
 #![warn(missing_docs)]
 
 pub mod cube;

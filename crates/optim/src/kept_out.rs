@@ -15,7 +15,7 @@ use burn::tensor::{Tensor, TensorData};
 use cubecl::server::Handle;
 use terse_comm::{Communicator, CompressedAllreduce, ReduceOp};
 
-use crate::device_flat::{compressed_mean_device, into_handle, read_f32};
+use crate::device_flat::{DeviceCompressedMean, compressed_mean_device, into_handle, read_f32};
 use crate::momentum_mask::MomentumMask;
 use crate::param_patterns::segment_ranges;
 use crate::span::Span;
@@ -23,9 +23,9 @@ use crate::step::CommTime;
 use crate::{DeviceFlat, Flat, FlatMut, OneBitAllreduceConfig, OptimError, ParamLayout};
 
 /// The compressed allreduce's error feedback on one rank, part of a 1-bit
-/// rule's state (saved as `worker_error` and `server_error`): the worker's
-/// beside the momentum (on the device in a device run), the server's on the
-/// host, where the server step runs.
+/// rule's state (saved as `worker_error` and `server_error`): both beside
+/// the momentum (on the device in a device run, where the worker and the
+/// server steps run as kernels).
 pub(crate) struct ErrorFeedback {
     pub(crate) worker: Flat,
     pub(crate) server: Flat,
@@ -119,7 +119,7 @@ impl KeptOutAllreduce {
         let (worker, server) = self.compressed.zeroed_errors();
         ErrorFeedback {
             worker: Flat::from_vec(worker),
-            server: Flat::host_only(server),
+            server: Flat::from_vec(server),
         }
     }
 
@@ -242,9 +242,9 @@ impl KeptOutAllreduce {
     }
 
     /// [`KeptOutAllreduce::allreduce_mean`] of `buf` (`len` f32 on `like`'s
-    /// device) with `errors` (the worker's on that device): the compressed
-    /// elements packed on the device and averaged with the worker side in
-    /// device kernels, the kept-out ranges averaged in fp32 through the
+    /// device) with `errors` (both on that device): the compressed
+    /// elements packed on the device and averaged there by the worker and
+    /// server kernels, the kept-out ranges averaged in fp32 through the
     /// host, in the host path's order (so the same bytes travel). The
     /// buffer comes back as a handle (a new one when ranges are kept out),
     /// the errors updated in place, whatever the outcome.
@@ -256,33 +256,32 @@ impl KeptOutAllreduce {
         len: usize,
         errors: &mut ErrorFeedback,
     ) -> (Handle, Result<(), OptimError>) {
-        let error = errors.worker.take_handle();
-        let (buf, error, result) =
-            self.mean_of_handles(comm, like, buf, error, errors.server.host_mut(), len);
-        errors.worker.put_handle(error);
-        (buf, result)
+        let handles = DeviceCompressedMean {
+            buf,
+            worker_error: errors.worker.take_handle(),
+            server_error: errors.server.take_handle(),
+        };
+        let (handles, result) = self.mean_of_handles(comm, like, handles, len);
+        errors.worker.put_handle(handles.worker_error);
+        errors.server.put_handle(handles.server_error);
+        (handles.buf, result)
     }
 
     fn mean_of_handles(
         &mut self,
         comm: &dyn Communicator,
         like: &DeviceFlat,
-        buf: Handle,
-        error: Handle,
-        server_error: &mut [f32],
+        handles: DeviceCompressedMean,
         len: usize,
-    ) -> (Handle, Handle, Result<(), OptimError>) {
+    ) -> (DeviceCompressedMean, Result<(), OptimError>) {
         if self.kept_out.is_empty() {
-            return compressed_mean_device(
-                &mut self.compressed,
-                comm,
-                like,
-                buf,
-                error,
-                server_error,
-                len,
-            );
+            return compressed_mean_device(&mut self.compressed, comm, like, handles, len);
         }
+        let DeviceCompressedMean {
+            buf,
+            worker_error,
+            server_error,
+        } = handles;
         let whole = like.wrap(buf, len);
         let kept: usize = self.kept_out.iter().map(|r| r.len()).sum();
         let averaged_len: usize = self
@@ -314,26 +313,38 @@ impl KeptOutAllreduce {
                 averaged_len,
             ),
         };
-        let (packed, error, result) = if packed.is_empty() {
+        let (packed, errors, result) = if packed.is_empty() {
             // Everything kept out: the compressed allreduce of nothing still
-            // runs, as on the host.
+            // runs, as on the host (its errors are empty).
             let result = self
                 .compressed
-                .allreduce_mean(comm, &mut [], &mut [], server_error);
-            (None, error, result.map_err(OptimError::from))
+                .allreduce_mean(comm, &mut [], &mut [], &mut []);
+            (
+                None,
+                (worker_error, server_error),
+                result.map_err(OptimError::from),
+            )
         } else {
-            let handle = into_handle(Tensor::cat(packed, 0));
-            let (handle, error, result) = compressed_mean_device(
-                &mut self.compressed,
-                comm,
-                like,
-                handle,
-                error,
+            let handles = DeviceCompressedMean {
+                buf: into_handle(Tensor::cat(packed, 0)),
+                worker_error,
                 server_error,
-                packed_len,
-            );
-            (Some(like.wrap(handle, packed_len)), error, result)
+            };
+            let (handles, result) =
+                compressed_mean_device(&mut self.compressed, comm, like, handles, packed_len);
+            let packed = like.wrap(handles.buf, packed_len);
+            (
+                Some(packed),
+                (handles.worker_error, handles.server_error),
+                result,
+            )
         };
+        let back =
+            |buf: Handle, (worker_error, server_error): (Handle, Handle)| DeviceCompressedMean {
+                buf,
+                worker_error,
+                server_error,
+            };
         let result = result.and_then(|()| {
             let mut exact = exact;
             if self.averaged.contains(&true) {
@@ -343,7 +354,7 @@ impl KeptOutAllreduce {
         });
         let exact = match result {
             Ok(exact) => exact,
-            Err(e) => return (into_handle(whole), error, Err(e)),
+            Err(e) => return (back(into_handle(whole), errors), Err(e)),
         };
         let device = like.tensor().device();
         let exact = Tensor::<1>::from_data(TensorData::new(exact, [averaged_len]), &device);
@@ -365,7 +376,7 @@ impl KeptOutAllreduce {
         if let (Some(packed), true) = (&packed, p < packed_len) {
             parts.push(packed.clone().slice(p..packed_len));
         }
-        (into_handle(Tensor::cat(parts, 0)), error, Ok(()))
+        (back(into_handle(Tensor::cat(parts, 0)), errors), Ok(()))
     }
 }
 

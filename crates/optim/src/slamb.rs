@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use cubecl::prelude::*;
 use cubecl::server::Handle;
 use serde::{Deserialize, Serialize};
-use terse_comm::{ReduceOp, SparseAllreduce, SparseValues};
+use terse_comm::{SparseAllreduce, SparseValues};
 use terse_kernels::device::optim::DeviceChunks;
 use terse_kernels::device::{self, DeviceSelection};
 use terse_kernels::mask::{Mask, Selection};
@@ -335,10 +335,7 @@ fn select_on_device(
         let values = client.empty(selection.count.max(1) * size_of::<f32>());
         selection.gather(client, m.handle(), &values);
         let mut host = read_f32(client, &values, selection.count);
-        match c.values {
-            SparseValues::F32 => ctx.comm.allreduce_f32(&mut host, ReduceOp::Mean)?,
-            SparseValues::F16 => terse_comm::allreduce_mean_f16(ctx.comm, &mut host)?,
-        }
+        c.values.mean_over_ranks(ctx.comm, &mut host)?;
         let values = upload_f32(client, &host);
         selection.scatter(client, &values, m.handle());
     }

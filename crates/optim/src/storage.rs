@@ -22,8 +22,6 @@ use crate::device_flat::{read_f32, upload_f32};
 /// One flat f32 state buffer, on the host or on a cubecl device.
 pub struct Flat {
     data: Data,
-    /// Never moved to a device (see [`Flat::host_only`]).
-    host_only: bool,
 }
 
 enum Data {
@@ -46,17 +44,6 @@ impl Flat {
     pub(crate) fn from_vec(values: Vec<f32>) -> Self {
         Self {
             data: Data::Host(values),
-            host_only: false,
-        }
-    }
-
-    /// `values` on the host, staying there in device runs too (the
-    /// compressed allreduce's server error: the server step runs on the
-    /// host).
-    pub(crate) fn host_only(values: Vec<f32>) -> Self {
-        Self {
-            data: Data::Host(values),
-            host_only: true,
         }
     }
 
@@ -126,10 +113,9 @@ impl Flat {
         }
     }
 
-    /// Moves the values to `like`'s device (nothing when already there, or
-    /// for a host-only buffer).
+    /// Moves the values to `like`'s device (nothing when already there).
     pub(crate) fn move_to_device(&mut self, like: &DeviceFlat) {
-        if let (Data::Host(values), false) = (&self.data, self.host_only) {
+        if let Data::Host(values) = &self.data {
             let client = like.client().clone();
             let handle = upload_f32(&client, values);
             let len = values.len();

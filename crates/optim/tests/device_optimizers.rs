@@ -365,15 +365,29 @@ fn compressed_configs() -> Vec<OptimizerConfig> {
     all
 }
 
+/// How far the device run's parameters may lie from the host run's in the
+/// compressed test below (relative to the larger of the element and the
+/// vector's rms). The block scales of the compressed allreduce are sums
+/// over up to half a million elements: the host sums them in f64 and
+/// rounds once, the device in f32 (WGSL has no f64), so a device scale may
+/// differ from the host's in its last bits, and error feedback carries the
+/// difference into the next steps. With the worker's scales on the device
+/// and the server's on the host the largest gap was 9.4e-7 (bound 1e-6);
+/// with the server step on the device too (its scales summed there), two
+/// such sums a step differ, and the largest gap is 2.25e-6 (1-bit Adam,
+/// 2^20 + 7 elements, step 4). A real mismatch — a sign, a scale slot, a
+/// missed error update — moves parameters by 1e-3 or more.
+const COMPRESSED_BOUND: f64 = 4e-6;
+
 /// The 1-bit Adam and 1-bit LAMB families, 0/1 Adam and SLAMB on 2 thread ranks, each rank
 /// with its own gradients: the warmup (fp32 gradient allreduce), the
 /// freeze, and the compression stage with the compressed allreduce's worker
-/// side in device kernels (or the fp32 momentum allreduce, or the naive
+/// and server sides in device kernels (or the fp32 momentum allreduce, or the naive
 /// baseline that compresses the gradient from step 1; 1-bit LAMB's scaled
 /// momentum and fresh variance in both ratio flavours; the basic ablation;
 /// SLAMB's selected values averaged through the host in fp32 or fp16),
-/// against the same run on host buffers: parameters within 1e-6 relative
-/// after every step, the same bytes sent.
+/// against the same run on host buffers: parameters within
+/// [`COMPRESSED_BOUND`] relative after every step, the same bytes sent.
 #[test]
 fn compressed_optimizers_step_on_the_device_as_on_the_host() {
     let device = lavapipe();
@@ -472,7 +486,7 @@ fn compressed_optimizers_step_on_the_device_as_on_the_host() {
                     let rel = max_relative(d, h);
                     eprintln!("{what}, {name}, rank {rank}, step {}: {rel:.2e}", t + 1);
                     assert!(
-                        rel <= 1e-6,
+                        rel <= COMPRESSED_BOUND,
                         "{what}, {name}, rank {rank}: step {}: parameters {rel:.2e} relative \
                          from the host's",
                         t + 1

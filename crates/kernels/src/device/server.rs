@@ -2,7 +2,8 @@
 //! received compressed copies of a chunk are unpacked and averaged in one
 //! launch (summed in copy order from zero, then scaled by `1/n`, exactly as
 //! the CPU does, so the average is bit-identical), then recompressed with
-//! the server error by the worker kernels.
+//! the server error by the worker kernels. The compressed allreduce reaches
+//! it through [`crate::tensor::TensorServer`] in a device run.
 
 use cubecl::prelude::*;
 use cubecl::server::Handle;
