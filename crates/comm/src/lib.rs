@@ -38,6 +38,6 @@ pub use mpi::MpiComm;
 pub use nccl::NcclComm;
 pub use single::SingleRank;
 pub use sparse::{SparseAllreduce, SparseValues, allreduce_mean_f16};
-pub use terse_compress::mask::{Mask, Selection};
+pub use terse_compress::mask::{HostSparse, Mask, Selection, SparseBuffer};
 pub use terse_compress::onebit::Scale;
 pub use traffic::{Collective, Traffic, TrafficMeter};

@@ -2,16 +2,16 @@
 //! (no indices: every rank computes the same mask from the seed), averaged
 //! and written back in place. Values travel as fp32 (a plain allreduce) or,
 //! with [`SparseValues::F16`], as fp16 through a reduce-scatter (all-to-all)
-//! and an all-gather, half the bytes. In a device run SLAMB selects,
-//! gathers and scatters with terse-kernels' cubecl mask kernels, and only
-//! the gathered values pass through the host, through the same
-//! [`SparseValues::mean_over_ranks`].
+//! and an all-gather, half the bytes. The buffer is a [`SparseBuffer`]: a
+//! host slice, or in a device run SLAMB's momentum on the device, selected,
+//! gathered and scattered by cubecl kernels, so only the selected values
+//! pass through the host.
 
 use std::ops::Range;
 
 use half::f16;
 use serde::{Deserialize, Serialize};
-use terse_compress::mask::{Mask, Selection};
+use terse_compress::mask::{HostSparse, Mask, Selection, SparseBuffer};
 
 use crate::{CommError, Communicator, ReduceOp};
 
@@ -87,15 +87,36 @@ impl SparseAllreduce {
         t: u64,
         buf: &mut [f32],
     ) -> Result<&Selection, CommError> {
-        self.selection = Selection::new(&self.mask, t, buf.len(), &self.always);
+        let mut selection = std::mem::take(&mut self.selection);
+        let mut host = HostSparse {
+            buf,
+            selection: &mut selection,
+        };
+        let result = self.allreduce_mean_on(comm, t, &mut host);
+        self.selection = selection;
+        result.map(|()| &self.selection)
+    }
+
+    /// [`SparseAllreduce::allreduce_mean`] over a buffer wherever it lives
+    /// ([`SparseBuffer`]: a host slice, or a device buffer whose selection,
+    /// gather and scatter are kernels): the step's selection is made
+    /// through it and kept there, and only the selected values pass through
+    /// the host.
+    pub fn allreduce_mean_on(
+        &mut self,
+        comm: &dyn Communicator,
+        t: u64,
+        buf: &mut dyn SparseBuffer,
+    ) -> Result<(), CommError> {
+        let count = buf.select(&self.mask, t, &self.always);
         if comm.world_size() == 1 {
-            return Ok(&self.selection);
+            return Ok(());
         }
-        self.values.resize(self.selection.len(), 0.0);
-        self.selection.gather(buf, &mut self.values);
+        self.values.resize(count, 0.0);
+        buf.gather(&mut self.values);
         self.precision.mean_over_ranks(comm, &mut self.values)?;
-        self.selection.scatter(&self.values, buf);
-        Ok(&self.selection)
+        buf.scatter(&self.values);
+        Ok(())
     }
 }
 

@@ -251,3 +251,46 @@ impl Selection {
             });
     }
 }
+
+/// A buffer whose elements a step's mask selects, wherever it lives: SLAMB's
+/// sparse allreduce (terse-comm's `SparseAllreduce::allreduce_mean_on`)
+/// selects through it, gathers the selected values to the host, averages
+/// them over ranks and scatters the means back. [`HostSparse`] is a host
+/// slice; a device buffer selects, gathers and scatters with cubecl kernels
+/// (terse-optim's SLAMB).
+pub trait SparseBuffer {
+    /// Selects step `t`'s elements: those of `mask` and every element
+    /// inside `always` (sorted, disjoint ranges); returns how many.
+    fn select(&mut self, mask: &Mask, t: u64, always: &[Range<usize>]) -> usize;
+
+    /// The selected values in ascending index order into `values` (one per
+    /// selected element).
+    fn gather(&mut self, values: &mut [f32]);
+
+    /// Writes `values` back to the selected elements.
+    fn scatter(&mut self, values: &[f32]);
+}
+
+/// A host slice and the selection made over it.
+#[derive(Debug)]
+pub struct HostSparse<'a> {
+    /// The buffer.
+    pub buf: &'a mut [f32],
+    /// The step's selection, written by [`SparseBuffer::select`].
+    pub selection: &'a mut Selection,
+}
+
+impl SparseBuffer for HostSparse<'_> {
+    fn select(&mut self, mask: &Mask, t: u64, always: &[Range<usize>]) -> usize {
+        *self.selection = Selection::new(mask, t, self.buf.len(), always);
+        self.selection.len()
+    }
+
+    fn gather(&mut self, values: &mut [f32]) {
+        self.selection.gather(self.buf, values);
+    }
+
+    fn scatter(&mut self, values: &[f32]) {
+        self.selection.scatter(values, self.buf);
+    }
+}

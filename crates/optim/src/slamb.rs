@@ -13,7 +13,7 @@ use serde::{Deserialize, Serialize};
 use terse_comm::{SparseAllreduce, SparseValues};
 use terse_kernels::device::optim::DeviceChunks;
 use terse_kernels::device::{self, DeviceSelection};
-use terse_kernels::mask::{Mask, Selection};
+use terse_kernels::mask::{Mask, Selection, SparseBuffer};
 use terse_kernels::resident::filled;
 
 use crate::config_check::{NoOtherFields, check_clip, check_unit, invalid};
@@ -247,15 +247,7 @@ impl FlatOptimizer for Slamb {
                         &bits
                     }))
                 });
-                Some(select_on_device(
-                    c,
-                    ctx,
-                    client,
-                    words,
-                    always,
-                    m,
-                    *world_size,
-                )?)
+                Some(select_on_device(sparse, ctx, client, words, m)?)
             }
         };
         let mut comm_time = start.elapsed();
@@ -311,33 +303,69 @@ impl FlatOptimizer for Slamb {
     }
 }
 
+/// SLAMB's momentum on the device for the sparse allreduce: selected by
+/// the hash-mask kernel (the cyclic mask, a permutation, on the host, its
+/// bits uploaded), gathered and scattered by kernels; only the selected
+/// values reach the host.
+struct DeviceSparse<'a> {
+    client: &'a Client,
+    m: &'a Handle,
+    len: usize,
+    /// The always-synchronised ranges as selection bits.
+    always_words: &'a Handle,
+    selection: Option<DeviceSelection>,
+}
+
+impl DeviceSparse<'_> {
+    fn selection(&self) -> &DeviceSelection {
+        self.selection.as_ref().expect("the sparse allreduce selects first")
+    }
+}
+
+impl SparseBuffer for DeviceSparse<'_> {
+    fn select(&mut self, mask: &Mask, t: u64, always: &[Range<usize>]) -> usize {
+        let (client, len) = (self.client, self.len);
+        let selection = match mask {
+            Mask::Hash { .. } => device::select(client, mask, t, len, self.always_words),
+            Mask::Cyclic { .. } => {
+                device::select_from_host(client, &Selection::new(mask, t, len, always), len)
+            }
+        };
+        let count = selection.count;
+        self.selection = Some(selection);
+        count
+    }
+
+    fn gather(&mut self, values: &mut [f32]) {
+        let on_device = self.client.empty(values.len().max(1) * size_of::<f32>());
+        self.selection().gather(self.client, self.m, &on_device);
+        values.copy_from_slice(&read_f32(self.client, &on_device, values.len()));
+    }
+
+    fn scatter(&mut self, values: &[f32]) {
+        let on_device = upload_f32(self.client, values);
+        self.selection().scatter(self.client, &on_device, self.m);
+    }
+}
+
 /// The step's selection on the device and, over several ranks, the
-/// selected momentum averaged: only the selected values reach the host.
+/// selected momentum averaged there by `sparse`.
 fn select_on_device(
-    c: &SlambConfig,
+    sparse: &mut SparseAllreduce,
     ctx: &StepContext,
     client: &Client,
     always_words: &Handle,
-    always: &[Range<usize>],
     m: &Flat,
-    world_size: usize,
 ) -> Result<DeviceSelection, OptimError> {
-    let len = m.len();
-    let mask = c.mask(len);
-    let selection = match mask {
-        Mask::Hash { .. } => device::select(client, &mask, ctx.t, len, always_words),
-        // A permutation: selected on the host, moved on the device.
-        Mask::Cyclic { .. } => {
-            device::select_from_host(client, &Selection::new(&mask, ctx.t, len, always), len)
-        }
+    let mut buffer = DeviceSparse {
+        client,
+        m: m.handle(),
+        len: m.len(),
+        always_words,
+        selection: None,
     };
-    if world_size > 1 {
-        let values = client.empty(selection.count.max(1) * size_of::<f32>());
-        selection.gather(client, m.handle(), &values);
-        let mut host = read_f32(client, &values, selection.count);
-        c.values.mean_over_ranks(ctx.comm, &mut host)?;
-        let values = upload_f32(client, &host);
-        selection.scatter(client, &values, m.handle());
-    }
-    Ok(selection)
+    sparse.allreduce_mean_on(ctx.comm, ctx.t, &mut buffer)?;
+    Ok(buffer
+        .selection
+        .expect("the sparse allreduce selects first"))
 }
