@@ -28,7 +28,7 @@ use std::ops::Range;
 
 use terse_compress::onebit::{ChunkLayout, Scale, blocks_for, words_for};
 use terse_compress::resident::filled;
-use terse_compress::server::{Compressed, HostServer, Server};
+use terse_compress::server::{Compressed, HostServer, Server, ServerStep};
 use terse_compress::worker::{HostWorker, Worker};
 
 use crate::deepspeed_geometry::DeepSpeedGeometry;
@@ -356,7 +356,14 @@ impl CompressedAllreduce {
         let outgoing = &mut self.send[..self.message];
         outgoing.fill(0);
         let (bits, scales) = split_message(outgoing, self.chunk, mine, block);
-        server.average_and_recompress(&received, block, scale, &mut self.average, bits, scales);
+        let step = ServerStep {
+            received: &received,
+            block,
+            scale,
+            bits,
+            scales,
+        };
+        server.average_and_recompress(step, &mut self.average);
 
         // 4. Every server chunk to every rank, then dequantise all of them.
         comm.all_gather_u32(&self.send[..self.message], &mut self.recv)?;

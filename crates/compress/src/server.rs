@@ -45,6 +45,23 @@ pub fn average_and_recompress(
     onebit::compress(average, server_error, block, scale, bits, scales);
 }
 
+/// One server step's work on the host side: the `n` received copies of
+/// this rank's chunk (in rank order), how to recompress them, and where the
+/// recompressed chunk goes.
+#[derive(Debug)]
+pub struct ServerStep<'r, 'c> {
+    /// The copies, each `words_for(len)` sign words and its scales.
+    pub received: &'r [Compressed<'c>],
+    /// Elements per scale.
+    pub block: usize,
+    /// How a block's scale is computed.
+    pub scale: Scale,
+    /// The recompressed chunk's sign words.
+    pub bits: &'r mut [u32],
+    /// The recompressed chunk's scales.
+    pub scales: &'r mut [f32],
+}
+
 /// This rank's server error `E` (its own chunk of the buffer, the chunk's
 /// length), wherever it lives, and the server step over it.
 pub trait Server {
@@ -56,20 +73,11 @@ pub trait Server {
         self.len() == 0
     }
 
-    /// [`average_and_recompress`] with this server's error: `received` are
-    /// the `n` copies of the chunk in rank order, `bits` and `scales` get
-    /// the recompressed chunk. `average` is host scratch of the chunk's
-    /// length for a server that works on the host (a device server keeps
-    /// its own and leaves it alone).
-    fn average_and_recompress(
-        &mut self,
-        received: &[Compressed<'_>],
-        block: usize,
-        scale: Scale,
-        average: &mut [f32],
-        bits: &mut [u32],
-        scales: &mut [f32],
-    );
+    /// [`average_and_recompress`] of `step` with this server's error.
+    /// `average` is host scratch of the chunk's length for a server that
+    /// works on the host (a device server keeps its own and leaves it
+    /// alone).
+    fn average_and_recompress(&mut self, step: ServerStep<'_, '_>, average: &mut [f32]);
 }
 
 /// A server whose error is a host slice: the CPU loops of this module.
@@ -84,15 +92,16 @@ impl Server for HostServer<'_> {
         self.error.len()
     }
 
-    fn average_and_recompress(
-        &mut self,
-        received: &[Compressed<'_>],
-        block: usize,
-        scale: Scale,
-        average: &mut [f32],
-        bits: &mut [u32],
-        scales: &mut [f32],
-    ) {
-        average_and_recompress(received, block, scale, average, self.error, bits, scales);
+    fn average_and_recompress(&mut self, step: ServerStep<'_, '_>, average: &mut [f32]) {
+        let (bits, scales) = (step.bits, step.scales);
+        average_and_recompress(
+            step.received,
+            step.block,
+            step.scale,
+            average,
+            self.error,
+            bits,
+            scales,
+        );
     }
 }

@@ -16,7 +16,7 @@ use cubecl::prelude::*;
 use crate::cube;
 use crate::device::{self, DeviceCompressed, ReceivedCopies};
 use crate::onebit::{ChunkLayout, Scale, words_for};
-use crate::server::{Compressed, HostServer, Server};
+use crate::server::{Compressed, HostServer, Server, ServerStep};
 use crate::worker::{HostWorker, Worker};
 
 /// Why a tensor cannot be compressed in place.
@@ -347,26 +347,24 @@ impl Server for TensorServer {
         self.len
     }
 
-    fn average_and_recompress(
-        &mut self,
-        received: &[Compressed<'_>],
-        block: usize,
-        scale: Scale,
-        average: &mut [f32],
-        bits: &mut [u32],
-        scales: &mut [f32],
-    ) {
+    fn average_and_recompress(&mut self, step: ServerStep<'_, '_>, average: &mut [f32]) {
         let error = match &mut self.error {
             ServerError::Flex(error) => {
                 let error: &mut [f32] = error.storage_mut();
-                return HostServer { error }
-                    .average_and_recompress(received, block, scale, average, bits, scales);
+                return HostServer { error }.average_and_recompress(step, average);
             }
             ServerError::Cube(error) => error,
         };
         if self.len == 0 {
             return;
         }
+        let ServerStep {
+            received,
+            block,
+            scale,
+            bits,
+            scales,
+        } = step;
         let client = &error.client;
         let (words, blocks) = (bits.len(), scales.len());
         // Copy after copy, so each copy's words and scales lie at a fixed

@@ -318,7 +318,9 @@ struct DeviceSparse<'a> {
 
 impl DeviceSparse<'_> {
     fn selection(&self) -> &DeviceSelection {
-        self.selection.as_ref().expect("the sparse allreduce selects first")
+        self.selection
+            .as_ref()
+            .expect("the sparse allreduce selects first")
     }
 }
 
