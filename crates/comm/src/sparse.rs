@@ -97,6 +97,11 @@ impl SparseAllreduce {
         result.map(|()| &self.selection)
     }
 
+    /// The ranges synchronised at every step (sorted, disjoint).
+    pub fn always(&self) -> &[Range<usize>] {
+        &self.always
+    }
+
     /// [`SparseAllreduce::allreduce_mean`] over a buffer wherever it lives
     /// ([`SparseBuffer`]: a host slice, or a device buffer whose selection,
     /// gather and scatter are kernels): the step's selection is made

@@ -93,15 +93,14 @@ impl Server for HostServer<'_> {
     }
 
     fn average_and_recompress(&mut self, step: ServerStep<'_, '_>, average: &mut [f32]) {
-        let (bits, scales) = (step.bits, step.scales);
         average_and_recompress(
             step.received,
             step.block,
             step.scale,
             average,
             self.error,
-            bits,
-            scales,
+            step.bits,
+            step.scales,
         );
     }
 }

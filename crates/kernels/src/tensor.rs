@@ -315,15 +315,9 @@ impl TensorServer {
     pub fn new(error: Tensor<1>) -> Result<TensorServer, TensorError> {
         let error = error.inner();
         let len = error.dims()[0];
-        if error.dtype() != DType::F32 {
-            return Err(TensorError::DType {
-                what: "server error",
-                dtype: format!("{:?}", error.dtype()),
-            });
-        }
-        let error = match error.clone().try_into_primitive::<Flex>() {
-            Ok(e) => ServerError::Flex(contiguous_flex(e)),
-            Err(_) => ServerError::Cube(contiguous_cube(cube_primitive(error, "server error")?)),
+        let error = match into_cube_buffer(error.clone())? {
+            Some(cube) => ServerError::Cube(cube),
+            None => ServerError::Flex(contiguous_flex(primitive::<Flex>(error, "server error")?)),
         };
         Ok(TensorServer { len, error })
     }

@@ -11,10 +11,10 @@ use burn::backend::wgpu::CubeTensor;
 use burn::tensor::{Device, Tensor, TensorData};
 use cubecl::prelude::*;
 use cubecl::server::Handle;
-use terse_comm::{Communicator, CompressedAllreduce, ReduceOp};
+use terse_comm::{Communicator, ReduceOp};
 use terse_kernels::cube;
 use terse_kernels::device::optim::DeviceChunks;
-use terse_kernels::tensor::{TensorServer, TensorWorker, into_cube_buffer};
+use terse_kernels::tensor::into_cube_buffer;
 
 use crate::{OptimError, ParamLayout};
 
@@ -172,71 +172,6 @@ pub(crate) fn chunk_table<'a>(
     weight_decay: f64,
 ) -> &'a DeviceChunks {
     cache.get_or_insert_with(|| layout_chunks(x.client(), layout, weight_decay as f32))
-}
-
-/// A rank's buffers for the compressed allreduce on a cubecl device: the
-/// buffer to average and its worker error (both `len` f32), and the
-/// server error of its chunk ([`CompressedAllreduce::error_lens`]).
-pub(crate) struct DeviceCompressedMean {
-    pub(crate) buf: Handle,
-    pub(crate) worker_error: Handle,
-    pub(crate) server_error: Handle,
-}
-
-/// The 1-bit compressed mean over ranks of `handles.buf` (`len` f32 on
-/// `like`'s device) with both of its errors there: the worker and the
-/// server steps run as device kernels (terse-kernels' `TensorWorker` and
-/// `TensorServer`), and only packed signs and scales cross to the host.
-/// The handles come back (updated in place), whatever the outcome.
-pub(crate) fn compressed_mean_device(
-    allreduce: &mut CompressedAllreduce,
-    comm: &dyn Communicator,
-    like: &DeviceFlat,
-    handles: DeviceCompressedMean,
-    len: usize,
-) -> (DeviceCompressedMean, Result<(), OptimError>) {
-    if !allreduce.compresses() {
-        return (handles, Ok(()));
-    }
-    let client = like.client();
-    let (worker_len, server_len) = allreduce.error_lens();
-    if allreduce.host_only() {
-        // DeepSpeed's geometry has no device kernels: the buffer and its
-        // (padded) errors go through the host and come back as new buffers.
-        let mut host = read_f32(client, &handles.buf, len);
-        let mut worker_error = read_f32(client, &handles.worker_error, worker_len);
-        let mut server_error = read_f32(client, &handles.server_error, server_len);
-        let result = allreduce
-            .allreduce_mean(comm, &mut host, &mut worker_error, &mut server_error)
-            .map_err(OptimError::from);
-        let handles = DeviceCompressedMean {
-            buf: upload_f32(client, &host),
-            worker_error: upload_f32(client, &worker_error),
-            server_error: upload_f32(client, &server_error),
-        };
-        return (handles, result);
-    }
-    let worker = TensorWorker::new(
-        like.wrap(handles.buf, len),
-        like.wrap(handles.worker_error, len),
-    );
-    let server = TensorServer::new(like.wrap(handles.server_error, server_len));
-    let (mut worker, mut server) = match (worker, server) {
-        (Ok(worker), Ok(server)) => (worker, server),
-        (Err(e), _) | (_, Err(e)) => {
-            unreachable!("f32 buffers on one cubecl device: {e}")
-        }
-    };
-    let result = allreduce
-        .allreduce_mean_on(comm, &mut worker, &mut server)
-        .map_err(OptimError::from);
-    let (buf, worker_error) = worker.into_parts();
-    let handles = DeviceCompressedMean {
-        buf: into_handle(buf),
-        worker_error: into_handle(worker_error),
-        server_error: into_handle(server.into_error()),
-    };
-    (handles, result)
 }
 
 /// The storage of a rank-1 f32 tensor on a cubecl device, owned alone

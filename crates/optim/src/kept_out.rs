@@ -14,8 +14,9 @@ use std::time::Instant;
 use burn::tensor::{Tensor, TensorData};
 use cubecl::server::Handle;
 use terse_comm::{Communicator, CompressedAllreduce, ReduceOp};
+use terse_kernels::tensor::{TensorServer, TensorWorker};
 
-use crate::device_flat::{DeviceCompressedMean, compressed_mean_device, into_handle, read_f32};
+use crate::device_flat::{into_handle, read_f32, upload_f32};
 use crate::momentum_mask::MomentumMask;
 use crate::param_patterns::segment_ranges;
 use crate::span::Span;
@@ -29,6 +30,57 @@ use crate::{DeviceFlat, Flat, FlatMut, OneBitAllreduceConfig, OptimError, ParamL
 pub(crate) struct ErrorFeedback {
     pub(crate) worker: Flat,
     pub(crate) server: Flat,
+}
+
+impl ErrorFeedback {
+    /// The 1-bit compressed mean over ranks of `buf` (`len` f32 on `like`'s
+    /// device) with these errors, kept on that device: the worker and the
+    /// server steps run as device kernels (terse-kernels' `TensorWorker`
+    /// and `TensorServer`), and only packed signs and scales cross to the
+    /// host. The buffer comes back and the errors are updated in place,
+    /// whatever the outcome.
+    fn mean_on_device(
+        &mut self,
+        allreduce: &mut CompressedAllreduce,
+        comm: &dyn Communicator,
+        like: &DeviceFlat,
+        buf: Handle,
+        len: usize,
+    ) -> (Handle, Result<(), OptimError>) {
+        if !allreduce.compresses() {
+            return (buf, Ok(()));
+        }
+        let client = like.client();
+        if allreduce.host_only() {
+            // DeepSpeed's geometry has no device kernels: the buffer and its
+            // (padded) errors go through the host and come back.
+            let mut host = read_f32(client, &buf, len);
+            let mut worker = self.worker.read().into_owned();
+            let mut server = self.server.read().into_owned();
+            let result = allreduce
+                .allreduce_mean(comm, &mut host, &mut worker, &mut server)
+                .map_err(OptimError::from);
+            self.worker.write(&worker);
+            self.server.write(&server);
+            return (upload_f32(client, &host), result);
+        }
+        let worker_error = like.wrap(self.worker.take_handle(), self.worker.len());
+        let server_error = like.wrap(self.server.take_handle(), self.server.len());
+        let (mut worker, mut server) = match (
+            TensorWorker::new(like.wrap(buf, len), worker_error),
+            TensorServer::new(server_error),
+        ) {
+            (Ok(worker), Ok(server)) => (worker, server),
+            (Err(e), _) | (_, Err(e)) => unreachable!("f32 buffers on one cubecl device: {e}"),
+        };
+        let result = allreduce
+            .allreduce_mean_on(comm, &mut worker, &mut server)
+            .map_err(OptimError::from);
+        let (buf, worker_error) = worker.into_parts();
+        self.worker.put_handle(into_handle(worker_error));
+        self.server.put_handle(into_handle(server.into_error()));
+        (into_handle(buf), result)
+    }
 }
 
 /// A compressed allreduce over a flat buffer minus the kept-out ranges.
@@ -256,32 +308,9 @@ impl KeptOutAllreduce {
         len: usize,
         errors: &mut ErrorFeedback,
     ) -> (Handle, Result<(), OptimError>) {
-        let handles = DeviceCompressedMean {
-            buf,
-            worker_error: errors.worker.take_handle(),
-            server_error: errors.server.take_handle(),
-        };
-        let (handles, result) = self.mean_of_handles(comm, like, handles, len);
-        errors.worker.put_handle(handles.worker_error);
-        errors.server.put_handle(handles.server_error);
-        (handles.buf, result)
-    }
-
-    fn mean_of_handles(
-        &mut self,
-        comm: &dyn Communicator,
-        like: &DeviceFlat,
-        handles: DeviceCompressedMean,
-        len: usize,
-    ) -> (DeviceCompressedMean, Result<(), OptimError>) {
         if self.kept_out.is_empty() {
-            return compressed_mean_device(&mut self.compressed, comm, like, handles, len);
+            return errors.mean_on_device(&mut self.compressed, comm, like, buf, len);
         }
-        let DeviceCompressedMean {
-            buf,
-            worker_error,
-            server_error,
-        } = handles;
         let whole = like.wrap(buf, len);
         let kept: usize = self.kept_out.iter().map(|r| r.len()).sum();
         let averaged_len: usize = self
@@ -313,38 +342,19 @@ impl KeptOutAllreduce {
                 averaged_len,
             ),
         };
-        let (packed, errors, result) = if packed.is_empty() {
+        let (packed, result) = if packed.is_empty() {
             // Everything kept out: the compressed allreduce of nothing still
             // runs, as on the host (its errors are empty).
             let result = self
                 .compressed
                 .allreduce_mean(comm, &mut [], &mut [], &mut []);
-            (
-                None,
-                (worker_error, server_error),
-                result.map_err(OptimError::from),
-            )
+            (None, result.map_err(OptimError::from))
         } else {
-            let handles = DeviceCompressedMean {
-                buf: into_handle(Tensor::cat(packed, 0)),
-                worker_error,
-                server_error,
-            };
-            let (handles, result) =
-                compressed_mean_device(&mut self.compressed, comm, like, handles, packed_len);
-            let packed = like.wrap(handles.buf, packed_len);
-            (
-                Some(packed),
-                (handles.worker_error, handles.server_error),
-                result,
-            )
+            let packed = into_handle(Tensor::cat(packed, 0));
+            let (packed, result) =
+                errors.mean_on_device(&mut self.compressed, comm, like, packed, packed_len);
+            (Some(like.wrap(packed, packed_len)), result)
         };
-        let back =
-            |buf: Handle, (worker_error, server_error): (Handle, Handle)| DeviceCompressedMean {
-                buf,
-                worker_error,
-                server_error,
-            };
         let result = result.and_then(|()| {
             let mut exact = exact;
             if self.averaged.contains(&true) {
@@ -354,7 +364,7 @@ impl KeptOutAllreduce {
         });
         let exact = match result {
             Ok(exact) => exact,
-            Err(e) => return (back(into_handle(whole), errors), Err(e)),
+            Err(e) => return (into_handle(whole), Err(e)),
         };
         let device = like.tensor().device();
         let exact = Tensor::<1>::from_data(TensorData::new(exact, [averaged_len]), &device);
@@ -376,7 +386,7 @@ impl KeptOutAllreduce {
         if let (Some(packed), true) = (&packed, p < packed_len) {
             parts.push(packed.clone().slice(p..packed_len));
         }
-        (back(into_handle(Tensor::cat(parts, 0)), errors), Ok(()))
+        (into_handle(Tensor::cat(parts, 0)), Ok(()))
     }
 }
 

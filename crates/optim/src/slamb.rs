@@ -152,10 +152,9 @@ pub struct Slamb {
     world_size: usize,
     /// The device kernels' chunk table (device runs).
     chunks: Option<DeviceChunks>,
-    /// The always-synchronised ranges as selection bits on the device.
+    /// The always-synchronised ranges (`sparse.always()`) as selection
+    /// bits on the device.
     device_always: Option<Handle>,
-    /// The ranges themselves (for the device's bitmap).
-    always: Vec<Range<usize>>,
 }
 
 impl Slamb {
@@ -173,10 +172,9 @@ impl Slamb {
             .map(|s| s.range())
             .collect();
         Self {
-            sparse: SparseAllreduce::with_precision(config.mask(d), always.clone(), config.values),
+            sparse: SparseAllreduce::with_precision(config.mask(d), always, config.values),
             chunks: None,
             device_always: None,
-            always,
             m: Flat::zeros(d),
             v: Flat::zeros(d),
             freshness: Flat::from_vec(vec![1.0; d]),
@@ -214,7 +212,6 @@ impl FlatOptimizer for Slamb {
             world_size,
             chunks,
             device_always,
-            always,
         } = self;
         let client = x.device().map(|x| x.client().clone());
         let on = match (x.device(), &client) {
@@ -240,7 +237,7 @@ impl FlatOptimizer for Slamb {
             }
             SlambOn::Device { client, .. } => {
                 let words = device_always.get_or_insert_with(|| {
-                    let bits = device::always_bitmap(m.len(), always);
+                    let bits = device::always_bitmap(m.len(), sparse.always());
                     client.create_from_slice(u32::as_bytes(if bits.is_empty() {
                         &[0]
                     } else {
@@ -309,8 +306,7 @@ impl FlatOptimizer for Slamb {
 /// values reach the host.
 struct DeviceSparse<'a> {
     client: &'a Client,
-    m: &'a Handle,
-    len: usize,
+    m: &'a Flat,
     /// The always-synchronised ranges as selection bits.
     always_words: &'a Handle,
     selection: Option<DeviceSelection>,
@@ -326,7 +322,7 @@ impl DeviceSparse<'_> {
 
 impl SparseBuffer for DeviceSparse<'_> {
     fn select(&mut self, mask: &Mask, t: u64, always: &[Range<usize>]) -> usize {
-        let (client, len) = (self.client, self.len);
+        let (client, len) = (self.client, self.m.len());
         let selection = match mask {
             Mask::Hash { .. } => device::select(client, mask, t, len, self.always_words),
             Mask::Cyclic { .. } => {
@@ -340,13 +336,15 @@ impl SparseBuffer for DeviceSparse<'_> {
 
     fn gather(&mut self, values: &mut [f32]) {
         let on_device = self.client.empty(values.len().max(1) * size_of::<f32>());
-        self.selection().gather(self.client, self.m, &on_device);
+        self.selection()
+            .gather(self.client, self.m.handle(), &on_device);
         values.copy_from_slice(&read_f32(self.client, &on_device, values.len()));
     }
 
     fn scatter(&mut self, values: &[f32]) {
         let on_device = upload_f32(self.client, values);
-        self.selection().scatter(self.client, &on_device, self.m);
+        self.selection()
+            .scatter(self.client, &on_device, self.m.handle());
     }
 }
 
@@ -361,8 +359,7 @@ fn select_on_device(
 ) -> Result<DeviceSelection, OptimError> {
     let mut buffer = DeviceSparse {
         client,
-        m: m.handle(),
-        len: m.len(),
+        m,
         always_words,
         selection: None,
     };
