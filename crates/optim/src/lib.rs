@@ -72,7 +72,7 @@ pub use plan::Plan;
 pub use registry::{OPTIMIZER_NAMES, OptimizerConfig};
 pub use schedule::LrSchedule;
 pub use sgd::{Sgd, SgdConfig};
-pub use slamb::{MaskKind, SlambConfig};
+pub use slamb::{MaskKind, SlambCompat, SlambConfig};
 pub use step::{CommTime, FlatOptimizer, Stage, StepContext, StepReport};
 pub use storage::{Flat, FlatMut};
 pub use swap::Swapped;

@@ -23,10 +23,10 @@ use crate::lamb::trust_coefficient;
 use crate::moments::Moments;
 use crate::pass::{
     self, Direction,
-    slamb::{Norms, Selected, SlambOn, SlambStep},
+    slamb::{Norms, SegmentTrust, Selected, SlambOn, SlambStep},
 };
 use crate::step::{CommTime, FlatOptimizer, StepContext, allreduce_mean};
-use crate::{Flat, FlatMut, MomentConfig, OptimError, ParamLayout, Stage, WithMoments};
+use crate::{Flat, FlatMut, MomentConfig, OptimError, ParamLayout, Segment, Stage, WithMoments};
 
 /// SLAMB's mask.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
@@ -37,6 +37,25 @@ pub enum MaskKind {
     Hash,
     /// A fixed permutation cut into 1/k chunks, chunk `t mod 1/k` (authors' v1).
     Cyclic,
+}
+
+/// Whose SLAMB: the paper's Algorithm 1 or the authors' code, which
+/// differ in where the trust ratios are clipped, how 1-D parameters are
+/// treated and on which steps the model is averaged (ALGORITHMS.md
+/// "The authors' `Slamb`").
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum SlambCompat {
+    /// The paper: φ_max and φ_min each clipped to `[phi_min, phi_max]`
+    /// before the blend, every segment alike; the model averaged after
+    /// steps H, 2H, … and after the last.
+    #[default]
+    Paper,
+    /// The authors' `Slamb` (hangxu0304/SLAMB, replayed in
+    /// `tests/slamb_authors_replay.rs`): the blend clipped, not the ratios;
+    /// 1-D parameters always synchronised with LAMB's plain, unclipped
+    /// ratio; the model averaged after steps 1, H + 1, 2H + 1, ….
+    Authors,
 }
 
 /// `slamb`.
@@ -67,6 +86,8 @@ pub struct SlambConfig {
     /// The precision the synchronised momentum values travel in (`f16`
     /// halves the sparse phase's bytes).
     pub values: SparseValues,
+    /// The paper's rules or the authors' code's.
+    pub compat: SlambCompat,
     /// Refuses keys no field claims (must stay last).
     #[serde(flatten, skip_serializing)]
     pub no_other_fields: NoOtherFields,
@@ -86,6 +107,7 @@ impl Default for SlambConfig {
             mask_seed: 0,
             always_sync_below: 9000,
             values: SparseValues::F32,
+            compat: SlambCompat::Paper,
             no_other_fields: NoOtherFields,
         }
     }
@@ -116,6 +138,20 @@ impl SlambConfig {
             (self.phi_min, self.phi_max),
             "needs 0 < phi_min <= phi_max < inf",
         )
+    }
+
+    /// Whether the model is averaged after step `t`.
+    fn syncs_model_at(&self, t: u64) -> bool {
+        match self.compat {
+            SlambCompat::Paper => t.is_multiple_of(self.sync_every),
+            SlambCompat::Authors => t % self.sync_every == 1 % self.sync_every,
+        }
+    }
+
+    /// Whether a segment is synchronised at every step.
+    fn always_syncs(&self, segment: &Segment) -> bool {
+        segment.len < self.always_sync_below
+            || (self.compat == SlambCompat::Authors && segment.shape.len() == 1)
     }
 
     /// The mask over a buffer of `len` elements.
@@ -168,7 +204,7 @@ impl Slamb {
         let always: Vec<Range<usize>> = layout
             .segments()
             .iter()
-            .filter(|s| s.len < config.always_sync_below)
+            .filter(|s| config.always_syncs(s))
             .map(|s| s.range())
             .collect();
         Self {
@@ -186,17 +222,43 @@ impl Slamb {
     }
 }
 
-/// A segment's trust ratios `(φ_max, φ_min)`: the selected elements' and
-/// the others', each clipped to `[phi_min, phi_max]`; a segment with only
-/// one kind uses that kind's for both.
-fn trust_ratios(n: &Norms, c: &SlambConfig) -> (f64, f64) {
-    let ratio = |x: f64, u: f64| trust_coefficient(x.sqrt(), u.sqrt(), c.phi_min, c.phi_max);
-    let phi_sel = ratio(n.x_sel, n.u_sel);
-    let phi_rest = ratio(n.x_rest, n.u_rest);
-    match (n.selected, n.rest) {
-        (_, 0) => (phi_sel, phi_sel),
-        (0, _) => (phi_rest, phi_rest),
-        _ => (phi_sel, phi_rest),
+/// A segment's trust ratios: the selected elements' (φ_max) and the
+/// others' (φ_min); a ratio with a zero norm is 1.
+/// - paper: each clipped to `[phi_min, phi_max]`; a segment with only one
+///   kind uses that kind's for both;
+/// - authors: unclipped, their per-element blend clipped instead; a 1-D
+///   segment (always selected) takes LAMB's plain ratio, unclipped.
+fn trust_ratios(n: &Norms, segment: &Segment, c: &SlambConfig) -> SegmentTrust {
+    let trust = |(phi_max, phi_min): (f64, f64), (lo, hi): (f64, f64)| SegmentTrust {
+        phi_max: phi_max as f32,
+        phi_min: phi_min as f32,
+        bounds: (lo as f32, hi as f32),
+    };
+    // Bounds no blend of non-negative ratios reaches: no clipping.
+    let unbounded = (0.0, f64::from(f32::MAX));
+    match c.compat {
+        SlambCompat::Paper => {
+            let ratio =
+                |x: f64, u: f64| trust_coefficient(x.sqrt(), u.sqrt(), c.phi_min, c.phi_max);
+            let phi_sel = ratio(n.x_sel, n.u_sel);
+            let phi_rest = ratio(n.x_rest, n.u_rest);
+            let phi = match (n.selected, n.rest) {
+                (_, 0) => (phi_sel, phi_sel),
+                (0, _) => (phi_rest, phi_rest),
+                _ => (phi_sel, phi_rest),
+            };
+            trust(phi, unbounded)
+        }
+        SlambCompat::Authors => {
+            let ratio = |x: f64, u: f64| trust_coefficient(x.sqrt(), u.sqrt(), 0.0, f64::INFINITY);
+            if segment.shape.len() == 1 {
+                let phi = ratio(n.x_sel + n.x_rest, n.u_sel + n.u_rest);
+                trust((phi, phi), unbounded)
+            } else {
+                let phi = (ratio(n.x_sel, n.u_sel), ratio(n.x_rest, n.u_rest));
+                trust(phi, (c.phi_min, c.phi_max))
+            }
+        }
     }
 }
 
@@ -262,18 +324,16 @@ impl FlatOptimizer for Slamb {
                 weight_decay: c.moments.weight_decay as f32,
             },
         };
-        let phi: Vec<(f32, f32)> = step
+        let phi: Vec<SegmentTrust> = step
             .split_norms(&on, x, (m, v), &selection)
             .iter()
-            .map(|n| {
-                let (phi_max, phi_min) = trust_ratios(n, c);
-                (phi_max as f32, phi_min as f32)
-            })
+            .zip(ctx.layout.segments())
+            .map(|(n, segment)| trust_ratios(n, segment, c))
             .collect();
         let stale_lr = ctx.lr / (*world_size as f64).sqrt();
         let rates = (ctx.lr as f32, stale_lr as f32);
         step.apply(&on, x, (m, v, freshness), &phi, rates);
-        if ctx.t.is_multiple_of(c.sync_every) {
+        if c.syncs_model_at(ctx.t) {
             // The model sync: the parameters averaged.
             comm_time += allreduce_mean(ctx.comm, x)?;
         }
@@ -281,7 +341,7 @@ impl FlatOptimizer for Slamb {
     }
 
     fn finish(&mut self, ctx: &StepContext, x: &mut FlatMut) -> CommTime {
-        if ctx.t.is_multiple_of(self.config.sync_every) {
+        if self.config.syncs_model_at(ctx.t) {
             return Ok(Duration::ZERO);
         }
         allreduce_mean(ctx.comm, x)

@@ -16,11 +16,11 @@
 //! fail it: terse's L2 chunks, the paper's variance ratio in place of the
 //! denominators', and (with weight decay) the factor left unblended.
 
-mod deepspeed_setup;
+mod replay_setup;
 
 use std::collections::HashMap;
 
-use deepspeed_setup::{fixture, parameters, relative_l2, replay};
+use replay_setup::{fixture, parameters, relative_l2, replay};
 
 use terse_optim::{
     OneBitLambConfig, OptimizerConfig, ParamLayout, RatioKind, ScaleKind, WithCompression,
@@ -80,7 +80,7 @@ fn worst_distance(
     let terse = |world| replay(f, run, world, &config, &layout, STEPS, parameters);
     let moved =
         |x: &[f32], x0: &[f32]| -> Vec<f32> { x.iter().zip(x0).map(|(a, b)| a - b).collect() };
-    deepspeed_setup::worst_distance(f, run, DS_FREEZE, terse, |x, ds| {
+    replay_setup::worst_distance(f, run, DS_FREEZE, terse, |x, ds| {
         relative_l2(&moved(x, ds.x0), &moved(ds.after, ds.x0))
     })
 }

@@ -24,11 +24,11 @@
 //! The mutations that fail it: terse's L2 chunks (`scale = "l2"`), bias
 //! correction on, `hold_zero_variance` on, the mask left out.
 
-mod deepspeed_setup;
+mod replay_setup;
 
 use std::collections::HashMap;
 
-use deepspeed_setup::{fixture, parameters, replay, squared_distance, squared_norm};
+use replay_setup::{fixture, parameters, replay, squared_distance, squared_norm};
 
 use terse_optim::{
     OneBitAdamConfig, OptimizerConfig, ParamLayout, ScaleKind, WithCompression, WithMoments,
@@ -81,7 +81,7 @@ fn worst_distance(
     let (config, layout) = (OptimizerConfig::OnebitAdam(config.clone()), layout());
     // terse's parameters on every rank after each of DeepSpeed's steps.
     let terse = |world| replay(f, variant, world, &config, &layout, STEPS, parameters);
-    deepspeed_setup::worst_distance(f, variant, DS_FREEZE, terse, |x, ds| {
+    replay_setup::worst_distance(f, variant, DS_FREEZE, terse, |x, ds| {
         relative_l2(x, ds.after, ds.before)
     })
 }

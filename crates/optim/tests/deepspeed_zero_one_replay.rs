@@ -25,11 +25,11 @@
 //! momentum update with it) and terse updates it from the gradient
 //! (ALGORITHMS.md "0/1 Adam").
 
-mod deepspeed_setup;
+mod replay_setup;
 
 use std::collections::HashMap;
 
-use deepspeed_setup::{fixture, relative_l2, replay};
+use replay_setup::{fixture, relative_l2, replay};
 
 use terse_optim::{
     OneBitAllreduceConfig, OptimizerConfig, ParamLayout, ScaleKind, Stage, WithMoments,

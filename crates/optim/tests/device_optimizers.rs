@@ -22,7 +22,8 @@ use terse_comm::{Communicator, LocalComm, SingleRank, SparseValues};
 use terse_optim::{
     AdamConfig, DeviceFlat, EpsMode, FreezeRule, LambConfig, LrSchedule, MaskKind,
     OneBitAdamConfig, OneBitLambConfig, Optimizer, OptimizerConfig, ParamLayout, RatioKind,
-    ScaleKind, SgdConfig, SlambConfig, Stage, WithMoments, WithOneBitAllreduce, ZeroOneAdamConfig,
+    ScaleKind, SgdConfig, SlambCompat, SlambConfig, Stage, WithMoments, WithOneBitAllreduce,
+    ZeroOneAdamConfig,
 };
 use terse_rng::SplitMix64;
 
@@ -359,6 +360,13 @@ fn compressed_configs() -> Vec<OptimizerConfig> {
         }),
         OptimizerConfig::Slamb(SlambConfig {
             mask: MaskKind::Cyclic,
+            ..slamb()
+        }),
+        // The authors' rules: the blend clipped (to a bound that binds),
+        // 1-D segments always synchronised and unclipped.
+        OptimizerConfig::Slamb(SlambConfig {
+            compat: SlambCompat::Authors,
+            phi_max: 0.3,
             ..slamb()
         }),
     ]);

@@ -86,8 +86,9 @@ fn norms_kernel(
     }
 }
 
-/// `x -= (lr·f + lr_stale·(1-f)) · (φ_max·f + φ_min·(1-f)) · u`, with the
-/// segment's two ratios; `rates` holds `[lr, lr_stale]`.
+/// `x -= (lr·f + lr_stale·(1-f)) · clamp(φ_max·f + φ_min·(1-f), lo, hi) · u`,
+/// with the segment's `[φ_max, φ_min, lo, hi]` in `phi`; `rates` holds
+/// `[lr, lr_stale]`.
 #[cube(launch_unchecked)]
 #[allow(clippy::too_many_arguments)]
 fn apply_kernel(
@@ -104,13 +105,14 @@ fn apply_kernel(
     let (mut i, end) = table.range();
     let s = table.segment();
     let wd = table.weight_decay();
-    let (phi_max, phi_min) = (phi[2 * s], phi[2 * s + 1]);
+    let (phi_max, phi_min) = (phi[4 * s], phi[4 * s + 1]);
+    let (lo, hi) = (phi[4 * s + 2], phi[4 * s + 3]);
     let (lr, stale_lr) = (rates[0], rates[1]);
     while i < end {
         let xi = x[i];
         let fi = f[i];
         let u = direction(m[i], v[i], xi, wd, c, inside);
-        let p = phi_max * fi + phi_min * (1.0 - fi);
+        let p = f32::min(f32::max(phi_max * fi + phi_min * (1.0 - fi), lo), hi);
         let eta = lr * fi + stale_lr * (1.0 - fi);
         x[i] = xi - eta * p * u;
         i += CUBE;
@@ -214,7 +216,8 @@ pub fn split_norms(
     norms
 }
 
-/// The update: `phi` holds `[φ_max, φ_min]` per segment.
+/// The update: `phi` holds `[φ_max, φ_min, lo, hi]` per segment, the two
+/// ratios and the bounds their blend is clipped to.
 #[allow(clippy::too_many_arguments)]
 pub fn apply(
     client: &Client,
@@ -231,8 +234,8 @@ pub fn apply(
 ) {
     assert_eq!(
         phi.len(),
-        2 * chunks.segment_count(),
-        "two ratios per segment"
+        4 * chunks.segment_count(),
+        "two ratios and two bounds per segment"
     );
     if chunks.is_empty() {
         return;
@@ -240,7 +243,7 @@ pub fn apply(
     let c = chunks.coefficients(client, coefficients, 0.0);
     let phi = f32_arg(client, phi);
     let rates = f32_arg(client, &[lr, stale_lr]);
-    // SAFETY: as in `moments`; two ratios per segment, two rates.
+    // SAFETY: as in `moments`; four values per segment, two rates.
     unsafe {
         launch_chunks!(
             client,

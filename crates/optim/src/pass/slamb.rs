@@ -123,6 +123,18 @@ pub(crate) fn freshness(on: &SlambOn<'_>, f: &mut Flat, selected: &Selected<'_>,
     }
 }
 
+/// A segment's two trust ratios and the bounds their per-element blend is
+/// clipped to.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(crate) struct SegmentTrust {
+    /// The selected (fresh) elements' ratio.
+    pub(crate) phi_max: f32,
+    /// The others' ratio.
+    pub(crate) phi_min: f32,
+    /// `(lo, hi)` of the blend.
+    pub(crate) bounds: (f32, f32),
+}
+
 /// What the trust ratios and the update need besides the buffers: the
 /// segments, and Adam's direction (the other passes' [`Direction`]).
 pub(crate) struct SlambStep<'a> {
@@ -198,14 +210,14 @@ impl SlambStep<'_> {
 
     /// `x -= η·φ·u`, with each element's rate and ratio blended by its
     /// freshness f between the fresh ones (`lr`, the segment's φ_max) and
-    /// the stale ones (`stale_lr`, its φ_min); `phi` holds each segment's
-    /// `(φ_max, φ_min)`.
+    /// the stale ones (`stale_lr`, its φ_min), the blended ratio clipped to
+    /// the segment's bounds.
     pub(crate) fn apply(
         &self,
         on: &SlambOn<'_>,
         x: &mut FlatMut,
         (m, v, f): (&Flat, &Flat, &Flat),
-        phi: &[(f32, f32)],
+        phi: &[SegmentTrust],
         (lr, stale_lr): (f32, f32),
     ) {
         let moments = self.direction.moments;
@@ -218,13 +230,14 @@ impl SlambStep<'_> {
                 let fs = split_segments(layout, f.host());
                 with_eps_mode!(self.direction.eps_mode, INSIDE => {
                     layout.segments().par_iter().zip(phi).zip(xs).zip(ms).zip(vs).zip(fs).for_each(
-                        |(((((segment, &(phi_max, phi_min)), x), m), v), f)| {
+                        |(((((segment, phi), x), m), v), f)| {
                             let wd = self.direction.decay(segment.decay);
+                            let SegmentTrust { phi_max, phi_min, bounds: (lo, hi) } = *phi;
                             chunk_slices([x], [m, v, f])
                                 .for_each(|([x], [m, v, f])| {
                                     for (((x, &m), &v), &f) in x.iter_mut().zip(m).zip(v).zip(f) {
                                         let u = moments.direction::<INSIDE>(m, v, *x, wd);
-                                        let phi = phi_max * f + phi_min * (1.0 - f);
+                                        let phi = (phi_max * f + phi_min * (1.0 - f)).clamp(lo, hi);
                                         let eta = lr * f + stale_lr * (1.0 - f);
                                         *x -= eta * phi * u;
                                     }
@@ -234,7 +247,10 @@ impl SlambStep<'_> {
                 });
             }
             SlambOn::Device { client, chunks } => {
-                let phi: Vec<f32> = phi.iter().flat_map(|&(max, min)| [max, min]).collect();
+                let phi: Vec<f32> = phi
+                    .iter()
+                    .flat_map(|p| [p.phi_max, p.phi_min, p.bounds.0, p.bounds.1])
+                    .collect();
                 kernels::apply(
                     client,
                     chunks,

@@ -1,5 +1,6 @@
-//! Shared by the replays against DeepSpeed's own optimizers: the fixtures'
-//! tensors, and distances in float64.
+//! Shared by the replays against the reference optimizers' own code
+//! (DeepSpeed's, the SLAMB authors'): the fixtures' tensors, terse stepped
+//! on their gradients, and distances in float64.
 
 #![allow(dead_code)]
 
@@ -64,13 +65,42 @@ pub fn replay<T: Clone + Send>(
     steps: u64,
     keep: impl Fn(&[f32], &terse_optim::StepReport) -> T + Sync,
 ) -> Vec<Vec<T>> {
+    let run = Run {
+        name: run,
+        world,
+        lr: 1e-3,
+    };
+    replay_steps(f, run, config, layout, 2..=steps, keep)
+}
+
+/// One of a fixture's runs: its name, world size and constant rate.
+pub struct Run<'a> {
+    pub name: &'a str,
+    pub world: usize,
+    pub lr: f64,
+}
+
+/// [`replay`] over the reference's `steps`, each one a step of terse's.
+pub fn replay_steps<T: Clone + Send>(
+    f: &HashMap<String, Vec<f32>>,
+    Run {
+        name: run,
+        world,
+        lr,
+    }: Run<'_>,
+    config: &terse_optim::OptimizerConfig,
+    layout: &terse_optim::ParamLayout,
+    steps: std::ops::RangeInclusive<u64>,
+    keep: impl Fn(&[f32], &terse_optim::StepReport) -> T + Sync,
+) -> Vec<Vec<T>> {
     use terse_comm::{Communicator, LocalComm};
     use terse_optim::{LrSchedule, Optimizer};
     let results = LocalComm::run(world, std::time::Duration::from_secs(60), |comm| {
-        let schedule = LrSchedule::Constant { lr: 1e-3 };
+        let schedule = LrSchedule::Constant { lr };
         let mut opt = Optimizer::new(config.clone(), schedule, layout.clone(), comm).unwrap();
         let mut x = f[&format!("{run}/w{world}/x0")].clone();
-        (2..=steps)
+        steps
+            .clone()
             .map(|t| {
                 let mut g = f[&format!("{run}/w{world}/r{}/t{t}/grad", comm.rank())].clone();
                 let report = opt.step_flat(&mut x, &mut g, comm).unwrap();
