@@ -1,14 +1,18 @@
-//! What a convergence claim needs before it can hold: a reference run that
-//! learned (a claim of parity between two untrained models says nothing),
-//! and for a "tracks" claim a gap that does not grow over the last half of
-//! the run.
+//! What a convergence claim needs before it can be decided: a reference run
+//! that learned clearly (a claim of parity between two models that barely
+//! learned says nothing: it is "undecided"), for a "tracks" claim a gap that
+//! would stay small at twice the run's length, and for a parity on a small
+//! evaluation set a difference larger or smaller than that set's own noise.
 
 use super::runner::RunLog;
 use super::{Claim, num};
 
-/// The largest growth of the training-loss gap over the last half of a run
-/// (least-squares slope × span) that still counts as "tracking".
-pub const GAP_GROWTH_LIMIT: f64 = 0.05;
+/// How many times the unigram baseline's MLM accuracy a pre-training
+/// reference must reach before the claims that compare against it are
+/// decided. The BERT-Tiny references at 300 steps reach 1.68× (10.74%
+/// against 6.41%), the 300-step wgpu ones 1.08× (6.89%): a factor a run
+/// clears by a distance, or visibly does not.
+pub const LEARNED_FACTOR: f64 = 1.3;
 
 /// How close (percent of the reference's final held-out loss) a compressed
 /// optimizer must end for "converges like" its uncompressed reference.
@@ -25,20 +29,21 @@ pub fn percent_or_diverged(gap: f64) -> String {
 }
 
 /// Whether a pre-training reference learned more than word frequencies:
-/// its masked-LM accuracy is above the unigram baseline of the same
-/// held-out set (`mlm_majority_accuracy`). Returns the verdict and the
-/// sentence stating it.
+/// its masked-LM accuracy is at least [`LEARNED_FACTOR`] times the unigram
+/// baseline of the same held-out set (`mlm_majority_accuracy`). Returns the
+/// verdict and the sentence stating it.
 pub fn mlm_learned(reference: &RunLog) -> (bool, String) {
     let accuracy = reference.final_eval("mlm_accuracy").ok();
     let baseline = reference.final_eval("mlm_majority_accuracy").ok();
     match (accuracy, baseline) {
         (Some(a), Some(b)) => (
-            a > b,
+            a >= LEARNED_FACTOR * b,
             format!(
-                "{}'s MLM accuracy {:.2}% {} the unigram baseline {:.2}%",
+                "{}'s MLM accuracy {:.2}% is {:.2}× the unigram baseline {:.2}% (needed: \
+                 {LEARNED_FACTOR}×)",
                 reference.label,
                 100.0 * a,
-                if a > b { "beats" } else { "does not beat" },
+                a / b,
                 100.0 * b
             ),
         ),
@@ -58,39 +63,71 @@ pub fn mlm_learned(reference: &RunLog) -> (bool, String) {
     }
 }
 
-/// A convergence claim, judged only where the reference learned: it holds
-/// when `learned` and `holds`, and otherwise its text says it cannot.
+/// A convergence claim, decided only where the reference learned: it holds
+/// when `learned` and `holds`, and is undecided otherwise, its text saying
+/// why.
 pub fn claim(learned: bool, holds: bool, text: String) -> Claim {
     if learned {
         Claim::new(holds, text)
     } else {
-        Claim::new(
-            false,
-            format!("{text} — cannot hold: the reference has not learned"),
-        )
+        Claim::undecided(format!(
+            "{text} — undecided: the reference has not learned clearly enough to judge"
+        ))
     }
 }
 
-/// Whether a fine-tuning reference's `score` rose above the untrained
-/// starting point `start` by at least `margin`.
+/// The standard error of one run's score in percent (accuracy or F1) on
+/// `examples` evaluation examples: `sqrt(s·(100 − s)/n)`, exact for an
+/// accuracy and an upper bound for a mean of per-example scores in
+/// [0, 100] such as SQuAD's F1.
+pub fn run_standard_error(score: f64, examples: usize) -> f64 {
+    (score.clamp(0.0, 100.0) * (100.0 - score.clamp(0.0, 100.0)) / examples as f64).sqrt()
+}
+
+/// Whether a fine-tuning reference's `score` (a mean over runs, each with
+/// standard error `se`) rose above the untrained starting point `start` by
+/// at least `margin`, clearing it by two standard errors.
 pub fn score_learned(
     label: &str,
     score: f64,
-    start: f64,
-    margin: f64,
+    (start, margin): (f64, f64),
+    se: f64,
     what: &str,
 ) -> (bool, String) {
-    let learned = score >= start + margin;
+    let learned = score - 2.0 * se >= start + margin;
     (
         learned,
         format!(
-            "{label}'s {what} {} {} the untrained {} + {} margin",
+            "{label}'s {what} {} (± {} per-run standard error) {} the untrained {} + {} \
+             margin by two standard errors",
             num(score),
+            num(se),
             if learned { "clears" } else { "does not clear" },
             num(start),
             num(margin)
         ),
     )
+}
+
+/// A parity claim on a small evaluation set: the difference of two mean
+/// scores `difference` (standard error `se`) against `tolerance`. Holds
+/// when even two standard errors more stay within it, does not hold when
+/// two fewer still exceed it, and is undecided in between: the set cannot
+/// tell.
+pub fn parity(difference: f64, se: f64, tolerance: f64, text: String) -> Claim {
+    let (low, high) = (difference.abs() - 2.0 * se, difference.abs() + 2.0 * se);
+    let text = format!(
+        "{text}; the difference ± two standard errors of the evaluation set is {}–{}",
+        num(low.max(0.0)),
+        num(high)
+    );
+    if high <= tolerance {
+        Claim::new(true, text)
+    } else if low > tolerance {
+        Claim::new(false, text)
+    } else {
+        Claim::undecided(format!("{text}, across the tolerance {}", num(tolerance)))
+    }
 }
 
 /// The training-loss gap `other − reference` in windows of `window` steps
@@ -136,70 +173,132 @@ pub fn gap_growth(
     Some((gaps, sxy / sxx * (n - 1.0)))
 }
 
-/// The sentence and verdict of the "does not grow" condition.
-pub fn gap_not_growing(
-    reference: &RunLog,
-    other: &RunLog,
-    steps: u64,
-    window: u64,
-) -> (bool, String) {
-    match gap_growth(reference, other, steps, window) {
-        Some((gaps, growth)) => (
-            growth <= GAP_GROWTH_LIMIT,
-            format!(
-                "the training-loss gap to {} over the last half, per {window} steps: {} \
-                 (growth {:+.3}, limit +{GAP_GROWTH_LIMIT})",
-                reference.label,
-                gaps.iter()
-                    .map(|g| format!("{g:+.3}"))
-                    .collect::<Vec<_>>()
-                    .join(", "),
-                growth
-            ),
-        ),
-        None => (
+/// The "tracks" condition: `other` ends within [`PARITY_PERCENT`] of the
+/// reference's final held-out loss, and the training-loss gap's slope over
+/// the last half ([`gap_growth`]), carried on for as many steps again,
+/// keeps it within: `gap + 100·slope·steps / reference loss ≤ 2%`. A run
+/// shorter than the one where the gap would cross can otherwise "track".
+/// Returns the verdict and the sentence stating both parts.
+pub fn tracks(reference: &RunLog, other: &RunLog, steps: u64, window: u64) -> (bool, String) {
+    let (Ok(reference_loss), Ok(loss)) = (
+        reference.final_eval("held_out_loss"),
+        other.final_eval("held_out_loss"),
+    ) else {
+        return (false, "no final held-out loss".into());
+    };
+    let gap = 100.0 * (loss - reference_loss) / reference_loss;
+    let Some((gaps, growth)) = gap_growth(reference, other, steps, window) else {
+        return (
             false,
             format!("no gap to {} (a run diverged)", reference.label),
+        );
+    };
+    // `growth` spans the windows' starts: (n − 1) windows of steps.
+    let slope = growth / ((gaps.len() - 1) as f64 * window as f64);
+    let projected = gap + 100.0 * slope * steps as f64 / reference_loss;
+    let holds = gap.abs() < PARITY_PERCENT && projected < PARITY_PERCENT;
+    (
+        holds,
+        format!(
+            "ends {} {PARITY_PERCENT}% of {}'s held-out loss ({} vs {}, {}) and the \
+             training-loss gap over the last half, per {window} steps ({}), grows by {:+.2e} \
+             per step: at twice the run's length {:+.2}% ({} {PARITY_PERCENT}%)",
+            if gap.abs() < PARITY_PERCENT {
+                "within"
+            } else {
+                "outside"
+            },
+            reference.label,
+            num(loss),
+            num(reference_loss),
+            percent_or_diverged(gap),
+            gaps.iter()
+                .map(|g| format!("{g:+.3}"))
+                .collect::<Vec<_>>()
+                .join(", "),
+            slope,
+            projected,
+            if projected < PARITY_PERCENT {
+                "within"
+            } else {
+                "outside"
+            },
         ),
-    }
+    )
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::reproduce::Verdict;
 
-    fn log(label: &str, losses: impl Fn(u64) -> f64, steps: u64) -> RunLog {
+    /// A run of `steps` training losses, ending on a held-out loss.
+    fn log(label: &str, losses: impl Fn(u64) -> f64, steps: u64, held_out: f64) -> RunLog {
+        let mut lines: Vec<serde_json::Value> = (1..=steps)
+            .map(|s| serde_json::json!({ "step": s, "loss": losses(s) }))
+            .collect();
+        lines.push(serde_json::json!({ "step": steps, "eval": { "held_out_loss": held_out } }));
         RunLog {
             label: label.into(),
             dir: "/nonexistent".into(),
-            lines: (1..=steps)
-                .map(|s| serde_json::json!({ "step": s, "loss": losses(s) }))
-                .collect(),
+            lines,
             diverged: false,
         }
     }
 
     #[test]
-    fn a_growing_gap_is_refused_and_a_constant_one_accepted() {
-        let adam = log("adam", |s| 8.0 - s as f64 / 100.0, 400);
-        let constant = log("onebit_adam", |s| 8.2 - s as f64 / 100.0, 400);
+    fn gap_growth_is_the_least_squares_slope_over_the_last_half() {
+        let adam = log("adam", |s| 8.0 - s as f64 / 100.0, 400, 4.0);
+        let constant = log("onebit_adam", |s| 8.2 - s as f64 / 100.0, 400, 4.04);
         let growing = log(
             "onebit_adam",
             |s| 8.0 - s as f64 / 100.0 + s as f64 / 400.0,
             400,
+            4.04,
         );
         let (gaps, growth) = gap_growth(&adam, &constant, 400, 40).unwrap();
         assert_eq!(gaps.len(), 5);
         assert!(growth.abs() < 1e-9, "{growth}");
-        assert!(gap_not_growing(&adam, &constant, 400, 40).0);
-        let (_, growth) = gap_growth(&adam, &growing, 400, 40).unwrap();
         // Windows 200–240 … 360–400: gap means 0.55 … 0.95, +0.4 over the half.
+        let (_, growth) = gap_growth(&adam, &growing, 400, 40).unwrap();
         assert!((growth - 0.4).abs() < 1e-9, "{growth}");
-        assert!(!gap_not_growing(&adam, &growing, 400, 40).0);
     }
 
     #[test]
-    fn learning_needs_the_baseline_beaten() {
+    fn tracking_needs_the_gap_small_now_and_at_twice_the_length() {
+        // Adam's held-out loss 4.0: 2% is 0.08.
+        let adam = log("adam", |s| 8.0 - s as f64 / 100.0, 400, 4.0);
+        // +1% with a constant training gap: tracks.
+        let constant = log("onebit_adam", |s| 8.02 - s as f64 / 100.0, 400, 4.04);
+        let (holds, text) = tracks(&adam, &constant, 400, 40);
+        assert!(holds, "{text}");
+        assert!(text.contains("+1.00%") && text.contains("within 2%"), "{text}");
+        // +1% now, but a gap growing 2e-4 per step adds 100·2e-4·400/4 = 2
+        // points by step 800: +3%, refused although it ends within 2%.
+        let growing = log(
+            "onebit_adam",
+            |s| 8.0 - s as f64 / 100.0 + 2e-4 * s as f64,
+            400,
+            4.04,
+        );
+        let (holds, text) = tracks(&adam, &growing, 400, 40);
+        assert!(!holds, "{text}");
+        assert!(text.contains("+3.00% (outside 2%)"), "{text}");
+        // A closing gap projects below: still tracks.
+        let closing = log(
+            "onebit_adam",
+            |s| 8.2 - s as f64 / 100.0 - 2e-4 * s as f64,
+            400,
+            4.04,
+        );
+        assert!(tracks(&adam, &closing, 400, 40).0);
+        // Ending outside 2% is refused whatever the slope.
+        let far = log("onebit_adam", |s| 8.2 - s as f64 / 100.0, 400, 4.1);
+        assert!(!tracks(&adam, &far, 400, 40).0);
+    }
+
+    #[test]
+    fn learning_needs_the_baseline_beaten_by_the_factor() {
         let eval = |acc: f64, base: Option<f64>| {
             let mut pairs = vec![serde_json::json!(["mlm_accuracy", acc])];
             if let Some(b) = base {
@@ -212,11 +311,31 @@ mod tests {
                 diverged: false,
             }
         };
-        assert!(mlm_learned(&eval(0.12, Some(0.07))).0);
+        // BERT-Tiny at 300 steps of 256: 10.74% against 6.41%, 1.68×.
+        assert!(mlm_learned(&eval(0.1074, Some(0.0641))).0);
+        // The 300-step wgpu references: 6.89% against 6.41%, 1.07×.
+        let (learned, text) = mlm_learned(&eval(0.0689, Some(0.0641)));
+        assert!(!learned && text.contains("1.07×"), "{text}");
         assert!(!mlm_learned(&eval(0.0705, Some(0.0705))).0);
         let (learned, text) = mlm_learned(&eval(0.10, None));
         assert!(!learned && text.contains("not in these metrics"), "{text}");
-        assert!(score_learned("adam", 0.77, 0.5, 0.1, "accuracy").0);
-        assert!(!score_learned("adam", 12.1, 10.0, 10.0, "F1").0);
+        // A fine-tune clears chance + margin by two standard errors.
+        assert!(score_learned("adam", 77.0, (50.0, 10.0), 1.0, "accuracy").0);
+        assert!(!score_learned("adam", 61.0, (50.0, 10.0), 1.0, "accuracy").0);
+        assert!(!score_learned("adam", 12.1, (10.0, 10.0), 0.0, "F1").0);
+        // Claims on a reference that did not learn are undecided.
+        let claim = claim(false, true, "x tracks y".into());
+        assert_eq!(claim.verdict, Verdict::Undecided);
+    }
+
+    #[test]
+    fn parity_is_undecided_where_the_evaluation_set_cannot_tell() {
+        // rt-polarity's 823 sentences at 80%: 1.39 points per run.
+        assert!((run_standard_error(80.0, 823) - 1.3944).abs() < 1e-4);
+        let verdict = |d, se, tol| parity(d, se, tol, String::new()).verdict;
+        assert_eq!(verdict(1.0, 0.1, 2.0), Verdict::Holds);
+        assert_eq!(verdict(1.0, 1.0, 2.0), Verdict::Undecided);
+        assert_eq!(verdict(5.0, 1.0, 2.0), Verdict::DoesNotHold);
+        assert_eq!(verdict(-5.0, 1.0, 2.0), Verdict::DoesNotHold);
     }
 }

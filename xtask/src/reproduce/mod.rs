@@ -177,7 +177,17 @@ pub struct Claim {
     /// The claim, with the numbers that decide it.
     pub text: String,
     /// Whether it held.
-    pub holds: bool,
+    pub verdict: Verdict,
+}
+
+/// What a run says about a claim.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Verdict {
+    Holds,
+    DoesNotHold,
+    /// The run cannot tell: its reference did not learn clearly enough, or
+    /// its evaluation set is too small for the difference in question.
+    Undecided,
 }
 
 impl Claim {
@@ -185,8 +195,25 @@ impl Claim {
     pub fn new(holds: bool, text: impl Into<String>) -> Self {
         Self {
             text: text.into(),
-            holds,
+            verdict: if holds {
+                Verdict::Holds
+            } else {
+                Verdict::DoesNotHold
+            },
         }
+    }
+
+    /// A claim the run cannot decide.
+    pub fn undecided(text: impl Into<String>) -> Self {
+        Self {
+            text: text.into(),
+            verdict: Verdict::Undecided,
+        }
+    }
+
+    /// Whether it held.
+    pub fn holds(&self) -> bool {
+        self.verdict == Verdict::Holds
     }
 }
 
@@ -336,10 +363,10 @@ pub fn run(args: &Args) -> Result<()> {
     }
     table.push_str("## Claims\n\n");
     for claim in &outcome.claims {
-        let mark = if claim.holds {
-            "holds"
-        } else {
-            "does NOT hold"
+        let mark = match claim.verdict {
+            Verdict::Holds => "holds",
+            Verdict::DoesNotHold => "does NOT hold",
+            Verdict::Undecided => "undecided",
         };
         table.push_str(&format!("- **{mark}**: {}\n", claim.text));
     }
@@ -348,7 +375,7 @@ pub fn run(args: &Args) -> Result<()> {
     ctx.report.write("table.md", &table)?;
     println!("{table}");
     println!("reproduce: wrote {}", out.display());
-    let failed: Vec<&Claim> = outcome.claims.iter().filter(|c| !c.holds).collect();
+    let failed: Vec<&Claim> = outcome.claims.iter().filter(|c| !c.holds()).collect();
     if args.quick && !failed.is_empty() {
         bail!(
             "{} claim(s) did not hold in the quick run: {}",

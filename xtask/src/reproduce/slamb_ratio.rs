@@ -224,19 +224,25 @@ fn k01_claims(
             ),
         ));
     }
-    // The whole order needs the full run's five ratios and length.
+    // Table 3 is flat down to k = 0.1 (max F1 90.797 / 90.799 / 90.790 at
+    // k = 0.5 / 0.2 / 0.1 against LAMB's 90.754) and costs quality only
+    // below: the full run's k >= 0.1 each within the parity of LAMB.
     if !ctx.quick {
-        let losses: Vec<String> = reductions
+        let gaps: Vec<(f64, f64)> = reductions
             .iter()
-            .map(|(k, _, loss)| format!("k={k}: {}", num(*loss)))
+            .filter(|(k, _, _)| *k >= 0.1)
+            .map(|&(k, _, loss)| (k, 100.0 * (loss - lamb_loss) / lamb_loss))
             .collect();
         claims.push(gates::claim(
             learned,
-            reductions.windows(2).all(|w| w[1].2 >= w[0].2),
+            gaps.iter().all(|(_, gap)| gap.abs() < PARITY_PERCENT),
             format!(
-                "quality orders with k (SLAMB Table 3): the held-out loss rises as k shrinks: \
-                 {}",
-                losses.join(", ")
+                "no quality lost down to k = 0.1 (SLAMB Table 3, flat from k = 0.5 to 0.1): \
+                 each ends within {PARITY_PERCENT}% of LAMB's held-out loss: {}",
+                gaps.iter()
+                    .map(|(k, gap)| format!("k={k}: {gap:+.2}%"))
+                    .collect::<Vec<_>>()
+                    .join(", ")
             ),
         ));
     }
@@ -244,18 +250,13 @@ fn k01_claims(
     // the sparse momenta are still far from the dense one's.
     if !ctx.quick {
         let k01 = logs.iter().find(|l| l.label == "slamb_k0.1");
-        let (steady, steady_text) = k01.map_or((false, "no k = 0.1 run".into()), |log| {
-            gates::gap_not_growing(&logs[0], log, steps, steps / 10)
+        let (tracks, tracks_text) = k01.map_or((false, "no k = 0.1 run".into()), |log| {
+            gates::tracks(&logs[0], log, steps, steps / 10)
         });
         claims.push(gates::claim(
             learned,
-            steady && 100.0 * (loss - lamb_loss).abs() / lamb_loss < PARITY_PERCENT,
-            format!(
-                "SLAMB at k = 0.1 tracks LAMB: ends within {PARITY_PERCENT}% of its held-out \
-                 loss ({} vs {}) and {steady_text}",
-                num(loss),
-                num(lamb_loss)
-            ),
+            tracks,
+            format!("SLAMB at k = 0.1 tracks LAMB: {tracks_text}"),
         ));
     }
     claims.push(Claim::new(
