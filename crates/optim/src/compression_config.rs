@@ -69,7 +69,7 @@ pub struct OneBitAllreduceConfig {
     /// whose synchronised momentum is set to zero after each compressed
     /// allreduce; they still decay. Entries are parameter paths (or
     /// prefixes ending in `*`) with an optional range of rows,
-    /// `embeddings.position.weight[128:]`.
+    /// `bert.embeddings.position_embeddings.weight[128:]`.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub momentum_mask: Vec<String>,
 }

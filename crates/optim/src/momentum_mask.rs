@@ -6,7 +6,7 @@
 //!
 //! An entry is a parameter path (or a prefix ending in `*`, as
 //! `uncompressed` takes), optionally followed by a range of rows of its
-//! first dimension: `embeddings.position.weight[128:]`. As in DeepSpeed, a
+//! first dimension: `bert.embeddings.position_embeddings.weight[128:]`. As in DeepSpeed, a
 //! masked coordinate still decays; terse's own `hold_zero_variance` (on by
 //! default) holds every coordinate with a frozen v of zero still instead.
 

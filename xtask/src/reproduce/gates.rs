@@ -272,7 +272,10 @@ mod tests {
         let constant = log("onebit_adam", |s| 8.02 - s as f64 / 100.0, 400, 4.04);
         let (holds, text) = tracks(&adam, &constant, 400, 40);
         assert!(holds, "{text}");
-        assert!(text.contains("+1.00%") && text.contains("within 2%"), "{text}");
+        assert!(
+            text.contains("+1.00%") && text.contains("within 2%"),
+            "{text}"
+        );
         // +1% now, but a gap growing 2e-4 per step adds 100·2e-4·400/4 = 2
         // points by step 800: +3%, refused although it ends within 2%.
         let growing = log(

@@ -15,6 +15,7 @@
 mod bandwidth;
 mod comm_volume;
 mod commit;
+mod deepspeed_settings;
 mod eps_fix;
 mod finetune_parity;
 mod gates;
@@ -149,6 +150,8 @@ pub enum Experiment {
     FinetuneParity,
     /// The same on SQuAD (F1; hours: its own experiment)
     FinetuneParitySquad,
+    /// 1-bit LAMB, SLAMB k = 0.1 and 1-bit Adam against their references with DeepSpeed's settings, three seeds (hours: carried across sessions)
+    DeepspeedSettings,
     /// 1-bit Adam with one scale per 2048 elements against one per chunk
     ScaleBlock,
     /// 0/1 Adam beside Adam and 1-bit Adam: loss, bytes and communication rounds
@@ -165,10 +168,14 @@ impl Experiment {
     /// Whether a full run keeps each finished variant in its committed
     /// results until the whole experiment has run (`shelf`): the
     /// experiments longer than one session whose variants are read only for
-    /// their metrics. The pre-training experiments fine-tune from their
-    /// variants' exported models, which the shelf does not keep.
+    /// their metrics. `onebit-lamb` and the others that fine-tune from their
+    /// variants' exported models are not among them: the shelf keeps no
+    /// models.
     fn keeps_finished_variants(self) -> bool {
-        matches!(self, Self::FinetuneParity | Self::FinetuneParitySquad)
+        matches!(
+            self,
+            Self::FinetuneParity | Self::FinetuneParitySquad | Self::DeepspeedSettings
+        )
     }
 }
 
@@ -398,6 +405,7 @@ fn run_experiment(name: Experiment, ctx: &Context) -> Result<Outcome> {
         Experiment::EpsFix => eps_fix::run(ctx),
         Experiment::FinetuneParity => finetune_parity::run(ctx),
         Experiment::FinetuneParitySquad => finetune_parity::run_squad(ctx),
+        Experiment::DeepspeedSettings => deepspeed_settings::run(ctx),
         Experiment::ScaleBlock => scale_block::run(ctx),
         Experiment::ZeroOneAdam => zero_one_adam::run(ctx),
         Experiment::CommVolume => comm_volume::run(ctx),

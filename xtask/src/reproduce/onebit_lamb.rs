@@ -47,7 +47,7 @@ pub fn variant(ctx: &Context, label: &str, optimizer: &str) -> Variant {
 
 /// [`variant`] with bias correction as given: on everywhere except the
 /// uncorrected pair of `onebit-lamb`'s second test.
-fn variant_with(ctx: &Context, label: &str, optimizer: &str, bias_correction: bool) -> Variant {
+pub fn variant_with(ctx: &Context, label: &str, optimizer: &str, bias_correction: bool) -> Variant {
     let steps = shape(ctx).0;
     Variant::new(label, &["pretrain"], CONFIG, WORKERS)
         .set(
