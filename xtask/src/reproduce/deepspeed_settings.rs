@@ -26,7 +26,7 @@ use anyhow::Result;
 use super::gates;
 use super::plot::draw_pretraining_loss;
 use super::report::Table;
-use super::runner::{RunLog, Variant, run_all};
+use super::runner::{RunLog, Variant, check_comparable, run_all};
 use super::{Claim, Context, Outcome, num, onebit_adam, onebit_lamb};
 
 /// DeepSpeedExamples' `exp_avg_mask`: BERT's position rows past the
@@ -131,14 +131,21 @@ fn adam_pair(ctx: &Context, seed: u64) -> Vec<Variant> {
 
 pub fn run(ctx: &Context) -> Result<Outcome> {
     let seeds: &[u64] = ctx.pick(&[1, 2, 3], &[1]);
-    // Seed by seed, so that an interrupted run has whole comparisons.
-    let (mut lamb_variants, mut adam_variants) = (Vec::new(), Vec::new());
-    for &seed in seeds {
-        lamb_variants.extend(lamb_family(ctx, seed));
-        adam_variants.extend(adam_pair(ctx, seed));
+    let families: Vec<[Vec<Variant>; 2]> = seeds
+        .iter()
+        .map(|&seed| [lamb_family(ctx, seed), adam_pair(ctx, seed)])
+        .collect();
+    // Every seed of a family compared with the others before anything runs.
+    for family in 0..2 {
+        let all: Vec<Variant> = families.iter().flat_map(|f| f[family].clone()).collect();
+        check_comparable(ctx, &[(&ctx.runs, &all)])?;
     }
-    let mut logs = run_all(ctx, &ctx.runs, &lamb_variants)?;
-    logs.extend(run_all(ctx, &ctx.runs, &adam_variants)?);
+    // Seed by seed, both families, so that an interrupted run has whole
+    // comparisons of its first seeds.
+    let mut logs = Vec::new();
+    for family in families.iter().flatten() {
+        logs.extend(run_all(ctx, &ctx.runs, family)?);
+    }
     ctx.report.write_runs(&logs)?;
     let log = |name: &str, seed: u64| {
         logs.iter()
