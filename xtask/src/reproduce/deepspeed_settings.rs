@@ -66,65 +66,144 @@ const COMPARISONS: [Comparison; 3] = [
     },
 ];
 
-fn label(name: &str, seed: u64) -> String {
+pub(super) fn label(name: &str, seed: u64) -> String {
     format!("{name}_seed{seed}")
 }
 
+/// One of DeepSpeed's settings turned back to terse's, for
+/// `deepspeed-attribution` (which of them moved each claim); `None` is
+/// DeepSpeed's settings throughout, this experiment's runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Reversion {
+    None,
+    /// Bias correction on and no gradient clipping, for the references too.
+    RunSettings,
+    /// The freeze where terse's runs put it: at 20% of the steps (1-bit
+    /// LAMB: the end of its warmup) instead of at 25%.
+    Freeze,
+    /// terse's per-chunk L1 worker scale instead of DeepSpeed's
+    /// whole-buffer L2.
+    Scale,
+    /// terse's hold of zero-variance coordinates instead of DeepSpeed's
+    /// position-row `exp_avg_mask`.
+    Hold,
+    /// 1-bit LAMB's factor without DeepSpeed's weight-decay blend.
+    DecayBlend,
+    /// SLAMB's trust clip at terse's 0.4 instead of LAMB's 0.3.
+    TrustClip,
+}
+
+impl Reversion {
+    /// The label suffix of a variant with this reversion.
+    pub(super) fn suffix(self) -> &'static str {
+        match self {
+            Self::None => "",
+            Self::RunSettings => "_terse_run",
+            Self::Freeze => "_terse_freeze",
+            Self::Scale => "_terse_scale",
+            Self::Hold => "_terse_hold",
+            Self::DecayBlend => "_no_decay_blend",
+            Self::TrustClip => "_trust_clip_0.4",
+        }
+    }
+
+    /// The config keys a variant with this reversion differs in from
+    /// DeepSpeed's settings.
+    fn keys(self) -> &'static [&'static str] {
+        match self {
+            Self::None => &[],
+            Self::RunSettings => &["optimizer.bias_correction", "train.max_grad_norm"],
+            Self::Freeze => &["optimizer.freeze_step"],
+            Self::Scale => &["optimizer.scale"],
+            Self::Hold => &["optimizer.hold_zero_variance", "optimizer.momentum_mask"],
+            Self::DecayBlend => &["optimizer.decay_blend"],
+            Self::TrustClip => &["optimizer.phi_max"],
+        }
+    }
+}
+
+/// The 1-bit optimizers' compression fields under `r`: the freeze at 25%
+/// of `steps` (20% when reverted), DeepSpeed's scale, `own` (the
+/// optimizer's own fields), DeepSpeed's mask. (Their order is the recorded
+/// command line that a finished run is reused by.)
+fn compression_fields(r: Reversion, steps: u64, own: &str) -> String {
+    let freeze = if r == Reversion::Freeze {
+        steps / 5
+    } else {
+        steps / 4
+    };
+    let scale = if r == Reversion::Scale {
+        String::new()
+    } else {
+        ", scale = \"deepspeed\"".into()
+    };
+    let mask = if r == Reversion::Hold {
+        String::new()
+    } else {
+        format!(", hold_zero_variance = false, {POSITION_MASK}")
+    };
+    format!("freeze_step = {freeze}{scale}{own}{mask}")
+}
+
 /// The settings every variant shares: clipping, and the seed under study.
-fn shared(variant: Variant, seed: u64) -> Variant {
-    variant
-        .set("train.max_grad_norm", 1.0)
-        .set("train.seed", seed)
-        .varies("train.seed")
+fn shared(variant: Variant, seed: u64, r: Reversion) -> Variant {
+    // terse's runs leave clipping out (`max_grad_norm` absent).
+    let clipped = if r == Reversion::RunSettings {
+        variant
+    } else {
+        variant.set("train.max_grad_norm", 1.0)
+    };
+    r.keys().iter().fold(
+        clipped.set("train.seed", seed).varies("train.seed"),
+        |v, key| v.varies(key),
+    )
 }
 
 /// LAMB, 1-bit LAMB and SLAMB on `onebit-lamb`'s large-batch config.
-fn lamb_family(ctx: &Context, seed: u64) -> Vec<Variant> {
-    let freeze = onebit_lamb::shape(ctx).0 / 4;
+pub(super) fn lamb_family(ctx: &Context, seed: u64, r: Reversion) -> Vec<Variant> {
+    let blend = format!(", decay_blend = {}", r != Reversion::DecayBlend);
+    let compression = compression_fields(r, onebit_lamb::shape(ctx).0, &blend);
+    let phi_max = if r == Reversion::TrustClip { 0.4 } else { 0.3 };
     [
         ("lamb", "name = \"lamb\"".to_string()),
         (
             "onebit_lamb",
-            format!(
-                "name = \"onebit_lamb\", freeze_step = {freeze}, scale = \"deepspeed\", \
-                 decay_blend = true, hold_zero_variance = false, {POSITION_MASK}"
-            ),
+            format!("name = \"onebit_lamb\", {compression}"),
         ),
         (
             "slamb_k0.1",
-            "name = \"slamb\", k = 0.1, phi_max = 0.3".to_string(),
+            format!("name = \"slamb\", k = 0.1, phi_max = {phi_max}"),
         ),
     ]
     .into_iter()
     .map(|(name, fields)| {
-        let v = onebit_lamb::variant_with(ctx, &label(name, seed), &fields, false);
+        let label = format!("{}{}", label(name, seed), r.suffix());
+        let bias_correction = r == Reversion::RunSettings;
+        let v = onebit_lamb::variant_with(ctx, &label, &fields, bias_correction);
         // 1-bit LAMB's β3 (its coefficients' average) and SLAMB's (its
         // freshness decay) share a name, not a meaning.
-        shared(v, seed).varies("optimizer.beta_3")
+        shared(v, seed, r).varies("optimizer.beta_3")
     })
     .collect()
 }
 
 /// Adam and 1-bit Adam on `onebit-adam`'s config.
-fn adam_pair(ctx: &Context, seed: u64) -> Vec<Variant> {
-    let freeze = onebit_adam::shape(ctx).0 / 4;
+pub(super) fn adam_pair(ctx: &Context, seed: u64, r: Reversion) -> Vec<Variant> {
+    let compression = compression_fields(r, onebit_adam::shape(ctx).0, "");
+    let bias_correction = r == Reversion::RunSettings;
     [
         ("adam", "name = \"adam\"".to_string()),
         (
             "onebit_adam",
-            format!(
-                "name = \"onebit_adam\", freeze_step = {freeze}, scale = \"deepspeed\", \
-                 hold_zero_variance = false, {POSITION_MASK}"
-            ),
+            format!("name = \"onebit_adam\", {compression}"),
         ),
     ]
     .into_iter()
     .map(|(name, fields)| {
-        let optimizer = format!("{{ {fields}, weight_decay = 0.01, bias_correction = false }}");
-        shared(
-            onebit_adam::variant(ctx, &label(name, seed), optimizer),
-            seed,
-        )
+        let optimizer =
+            format!("{{ {fields}, weight_decay = 0.01, bias_correction = {bias_correction} }}");
+        let label = format!("{}{}", label(name, seed), r.suffix());
+        shared(onebit_adam::variant(ctx, &label, optimizer), seed, r)
     })
     .collect()
 }
@@ -133,7 +212,12 @@ pub fn run(ctx: &Context) -> Result<Outcome> {
     let seeds: &[u64] = ctx.pick(&[1, 2, 3], &[1]);
     let families: Vec<[Vec<Variant>; 2]> = seeds
         .iter()
-        .map(|&seed| [lamb_family(ctx, seed), adam_pair(ctx, seed)])
+        .map(|&seed| {
+            [
+                lamb_family(ctx, seed, Reversion::None),
+                adam_pair(ctx, seed, Reversion::None),
+            ]
+        })
         .collect();
     // Every seed of a family compared with the others before anything runs.
     for family in 0..2 {

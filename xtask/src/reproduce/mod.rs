@@ -15,6 +15,7 @@
 mod bandwidth;
 mod comm_volume;
 mod commit;
+mod deepspeed_attribution;
 mod deepspeed_settings;
 mod eps_fix;
 mod finetune_parity;
@@ -152,6 +153,8 @@ pub enum Experiment {
     FinetuneParitySquad,
     /// 1-bit LAMB, SLAMB k = 0.1 and 1-bit Adam against their references with DeepSpeed's settings, three seeds (hours: carried across sessions)
     DeepspeedSettings,
+    /// Which of DeepSpeed's settings moved each of those claims: seed 1 with one setting at a time turned back to terse's (hours: carried across sessions)
+    DeepspeedAttribution,
     /// 1-bit Adam with one scale per 2048 elements against one per chunk
     ScaleBlock,
     /// 0/1 Adam beside Adam and 1-bit Adam: loss, bytes and communication rounds
@@ -174,7 +177,10 @@ impl Experiment {
     fn keeps_finished_variants(self) -> bool {
         matches!(
             self,
-            Self::FinetuneParity | Self::FinetuneParitySquad | Self::DeepspeedSettings
+            Self::FinetuneParity
+                | Self::FinetuneParitySquad
+                | Self::DeepspeedSettings
+                | Self::DeepspeedAttribution
         )
     }
 }
@@ -406,6 +412,7 @@ fn run_experiment(name: Experiment, ctx: &Context) -> Result<Outcome> {
         Experiment::FinetuneParity => finetune_parity::run(ctx),
         Experiment::FinetuneParitySquad => finetune_parity::run_squad(ctx),
         Experiment::DeepspeedSettings => deepspeed_settings::run(ctx),
+        Experiment::DeepspeedAttribution => deepspeed_attribution::run(ctx),
         Experiment::ScaleBlock => scale_block::run(ctx),
         Experiment::ZeroOneAdam => zero_one_adam::run(ctx),
         Experiment::CommVolume => comm_volume::run(ctx),

@@ -1,0 +1,348 @@
+//! `reproduce deepspeed-attribution`: which of DeepSpeed's settings moved
+//! each claim that `deepspeed-settings` re-ran (issue 53: "say per claim
+//! which difference moved it"). Seed 1 of `deepspeed-settings` (DeepSpeed's
+//! settings throughout) is re-run with one setting at a time turned back to
+//! terse's ([`Reversion`]); terse's own seed-1 runs (`onebit-lamb`,
+//! `slamb-ratio`, `onebit-adam`) are the other end. A setting that moved a
+//! claim is one whose reversion alone undoes most of the way from
+//! DeepSpeed's gap back to terse's.
+//!
+//! One seed: a reversion is read against the spread of the three seeds of
+//! `deepspeed-settings`, stated beside it. The runs come in the order of
+//! the question's weight (1-bit LAMB's failure first); like
+//! `deepspeed-settings`, finished ones are kept in `results/…/finished/`
+//! until all have run.
+
+use anyhow::Result;
+
+use super::deepspeed_settings::{Reversion, adam_pair, label, lamb_family};
+use super::gates;
+use super::report::Table;
+use super::runner::{RunLog, Variant, check_comparable, run_all};
+use super::{Claim, Context, Outcome, num};
+
+/// A gap move smaller than this (percentage points of the reference's
+/// held-out loss) is within what the seeds of `deepspeed-settings` spread
+/// over (1-bit Adam −0.23% / −0.46%, SLAMB +1.71% / +2.09%): no setting is
+/// said to have moved it.
+const SEED_NOISE_POINTS: f64 = 1.0;
+
+/// One compressed optimizer, the settings it is re-run with one at a time,
+/// and its gap at terse's settings (seed 1).
+struct Subject {
+    reference: &'static str,
+    compressed: &'static str,
+    reversions: &'static [Reversion],
+    terse_gap: (f64, &'static str),
+}
+
+const SUBJECTS: [Subject; 3] = [
+    Subject {
+        reference: "lamb",
+        compressed: "onebit_lamb",
+        // The hold runs last of all: with BERT's tied word embeddings every
+        // row gets a gradient, so the only zero-variance coordinates are
+        // the masked position rows (the quick run: the same loss to the
+        // last digit).
+        reversions: &[
+            Reversion::Scale,
+            Reversion::DecayBlend,
+            Reversion::Freeze,
+            Reversion::RunSettings,
+            Reversion::Hold,
+        ],
+        terse_gap: (8.97, "results/onebit-lamb"),
+    },
+    Subject {
+        reference: "adam",
+        compressed: "onebit_adam",
+        reversions: &[
+            Reversion::Scale,
+            Reversion::Hold,
+            Reversion::Freeze,
+            Reversion::RunSettings,
+        ],
+        terse_gap: (2.84, "results/onebit-adam"),
+    },
+    Subject {
+        reference: "lamb",
+        compressed: "slamb_k0.1",
+        reversions: &[Reversion::TrustClip, Reversion::RunSettings],
+        terse_gap: (1.10, "results/slamb-ratio"),
+    },
+];
+
+const SEED: u64 = 1;
+
+/// The variants named `name` (with `r`'s suffix) of seed 1 under `r`.
+fn pick(ctx: &Context, name: &str, r: Reversion) -> Variant {
+    let family = if name.contains("adam") {
+        adam_pair(ctx, SEED, r)
+    } else {
+        lamb_family(ctx, SEED, r)
+    };
+    let wanted = format!("{}{}", label(name, SEED), r.suffix());
+    family
+        .into_iter()
+        .find(|v| v.label == wanted)
+        .expect("every subject's optimizer is in its family")
+}
+
+/// This experiment's own runs, in the order they run: every subject's
+/// reversions, a reference re-run where a reversion changes it too
+/// (terse's run settings apply to both).
+fn own_variants(ctx: &Context) -> Vec<Variant> {
+    let subjects: &[Subject] = if ctx.quick {
+        // The pipeline at quick scale: one reversion of each 1-bit optimizer.
+        &[]
+    } else {
+        &SUBJECTS
+    };
+    let mut variants: Vec<Variant> = Vec::new();
+    let mut push = |v: Variant| {
+        if !variants.iter().any(|have| have.label == v.label) {
+            variants.push(v);
+        }
+    };
+    if ctx.quick {
+        push(pick(ctx, "onebit_lamb", Reversion::Hold));
+        push(pick(ctx, "onebit_adam", Reversion::Scale));
+    }
+    // The holds after everything else (see `SUBJECTS`).
+    for last in [false, true] {
+        for s in subjects {
+            for &r in s
+                .reversions
+                .iter()
+                .filter(|&&r| (r == Reversion::Hold) == last)
+            {
+                if r == Reversion::RunSettings {
+                    push(pick(ctx, s.reference, r));
+                }
+                push(pick(ctx, s.compressed, r));
+            }
+        }
+    }
+    variants
+}
+
+/// The reference a reversion's run is compared with: re-run under terse's
+/// run settings, DeepSpeed's otherwise.
+fn reference_of(r: Reversion) -> Reversion {
+    if r == Reversion::RunSettings {
+        r
+    } else {
+        Reversion::None
+    }
+}
+
+pub fn run(ctx: &Context) -> Result<Outcome> {
+    let settings_dir = ctx.sibling("deepspeed-settings");
+    let own = own_variants(ctx);
+    // Per family (the LAMB family's config is not the Adam pair's): the
+    // baseline from `deepspeed-settings`' runs, then this experiment's.
+    let families = [
+        lamb_family(ctx, SEED, Reversion::None),
+        adam_pair(ctx, SEED, Reversion::None),
+    ]
+    .map(|baseline| {
+        let is_adam = baseline[0].label.contains("adam");
+        let mine: Vec<Variant> = own
+            .iter()
+            .filter(|v| v.label.contains("adam") == is_adam)
+            .cloned()
+            .collect();
+        (baseline, mine)
+    });
+    for (baseline, mine) in &families {
+        check_comparable(ctx, &[(&settings_dir, baseline), (&ctx.runs, mine)])?;
+    }
+    let mut logs: Vec<RunLog> = Vec::new();
+    for (baseline, _) in &families {
+        logs.extend(run_all(ctx, &settings_dir, baseline)?);
+    }
+    let baseline_runs = logs.len();
+    // In `own`'s order (the question's weight), one family's check at a
+    // time: `run_all` checks the variants it is given against each other.
+    for v in &own {
+        logs.extend(run_all(ctx, &ctx.runs, std::slice::from_ref(v))?);
+    }
+    ctx.report.write_runs(&logs)?;
+    let find = |name: &str, r: Reversion| {
+        let wanted = format!("{}{}", label(name, SEED), r.suffix());
+        logs.iter().find(|l| l.label == wanted)
+    };
+
+    let mut table = Table::new(&[
+        "run",
+        "turned back to terse's",
+        "final held-out loss",
+        "its reference",
+        "gap",
+        "largest training loss after the freeze",
+    ]);
+    let mut claims = Vec::new();
+    for s in &SUBJECTS {
+        let Some(ds) = find(s.compressed, Reversion::None) else {
+            continue;
+        };
+        let ds_reference = find(s.reference, Reversion::None).expect("in the baseline");
+        let ds_gap = gap(ds_reference, ds)?;
+        table.row(row(ds, "nothing (DeepSpeed's settings)", ds_reference)?);
+        let mut moves = Vec::new();
+        for &r in s.reversions {
+            let (Some(run), Some(reference)) =
+                (find(s.compressed, r), find(s.reference, reference_of(r)))
+            else {
+                continue;
+            };
+            table.row(row(run, describe(r), reference)?);
+            moves.push((r, gap(reference, run)?));
+        }
+        if !ctx.quick {
+            claims.push(attribution(s, ds_gap, &moves));
+        }
+    }
+    if ctx.quick {
+        claims.push(quick_claim(&logs[baseline_runs..]));
+    }
+    Ok(Outcome {
+        title: "Which of DeepSpeed's settings moved each claim (issue 53)".into(),
+        body: format!(
+            "Seed {SEED}: `deepspeed-settings`' runs (DeepSpeed's settings) and the same with \
+             one setting at a time turned back to terse's; terse's own runs (seed 1, all of \
+             its settings) are the other end. A run's gap is to its reference's final \
+             held-out loss; the reference is re-run only where the setting applies to it \
+             too (bias correction and clipping). A setting moved a claim when turning it \
+             back alone undoes at least half of the way from DeepSpeed's gap to terse's, \
+             and the way is longer than {SEED_NOISE_POINTS} point (the seeds' spread).\n\n{}",
+            table.markdown()
+        ),
+        claims,
+    })
+}
+
+fn describe(r: Reversion) -> &'static str {
+    match r {
+        Reversion::None => "nothing (DeepSpeed's settings)",
+        Reversion::RunSettings => "bias correction on, no clipping (the reference too)",
+        Reversion::Freeze => "freeze at 20% of the steps",
+        Reversion::Scale => "per-chunk L1 worker scale",
+        Reversion::Hold => "hold of zero-variance coordinates, no position mask",
+        Reversion::DecayBlend => "factor without the weight-decay blend",
+        Reversion::TrustClip => "trust clip 0.4",
+    }
+}
+
+/// The gap of `run` to `reference` in percent of the reference's final
+/// held-out loss (infinite where the run ended without a number).
+fn gap(reference: &RunLog, run: &RunLog) -> Result<f64> {
+    let r = reference.final_eval("held_out_loss")?;
+    let x = run.final_eval("held_out_loss")?;
+    Ok(100.0 * (x - r) / r)
+}
+
+fn row(run: &RunLog, reverted: &str, reference: &RunLog) -> Result<Vec<String>> {
+    Ok(vec![
+        run.label.clone(),
+        reverted.to_string(),
+        run.show(run.final_eval("held_out_loss")?, num),
+        format!(
+            "{} ({})",
+            reference.label,
+            num(reference.final_eval("held_out_loss")?)
+        ),
+        gates::percent_or_diverged(gap(reference, run)?),
+        largest_compressed_loss(run).map_or("no freeze".into(), num),
+    ])
+}
+
+/// The largest training loss of the 1-bit compression stage (after the
+/// freeze), where a blow-up shows before the run recovers from it.
+fn largest_compressed_loss(run: &RunLog) -> Option<f64> {
+    run.lines
+        .iter()
+        .filter(|line| line["stage"] == "compression")
+        .filter_map(|line| line["loss"].as_f64())
+        .reduce(f64::max)
+}
+
+/// Which setting moved a subject's claim: the one whose reversion alone
+/// undoes at least half of the way from DeepSpeed's gap back to terse's.
+fn attribution(s: &Subject, ds_gap: f64, moves: &[(Reversion, f64)]) -> Claim {
+    let (terse_gap, terse_where) = s.terse_gap;
+    let way = ds_gap - terse_gap;
+    let shares: Vec<(Reversion, f64, f64)> = moves
+        .iter()
+        .map(|&(r, g)| (r, g, (ds_gap - g) / way))
+        .collect();
+    let listed: Vec<String> = shares
+        .iter()
+        .map(|(r, g, share)| {
+            format!(
+                "{}: {} ({:.0}% of the way)",
+                describe(*r),
+                gates::percent_or_diverged(*g),
+                100.0 * share
+            )
+        })
+        .collect();
+    let movers: Vec<Reversion> = shares
+        .iter()
+        .filter(|(_, _, share)| *share >= 0.5)
+        .map(|(r, _, _)| *r)
+        .collect();
+    let text = format!(
+        "{} against {}: {} with DeepSpeed's settings, {terse_gap:+.2}% with terse's \
+         ({terse_where}); turned back one at a time: {}",
+        s.compressed,
+        s.reference,
+        gates::percent_or_diverged(ds_gap),
+        listed.join("; ")
+    );
+    if moves.len() < s.reversions.len() {
+        return Claim::undecided(format!("{text} — undecided: not every reversion has run"));
+    }
+    if way.abs() < SEED_NOISE_POINTS {
+        return Claim::undecided(format!(
+            "{text} — undecided: the move ({way:+.2} points) is within the seeds' spread"
+        ));
+    }
+    match movers.as_slice() {
+        [one] => Claim::new(true, format!("{text} — the move is {}", describe(*one))),
+        [] => Claim::new(
+            false,
+            format!("{text} — no single setting undoes half of the move: several share it"),
+        ),
+        several => Claim::new(
+            false,
+            format!(
+                "{text} — {} settings each undo half of it: not one setting's",
+                several.len()
+            ),
+        ),
+    }
+}
+
+/// The quick run checks the pipeline: every reversion ran to a finite
+/// held-out loss.
+fn quick_claim(own: &[RunLog]) -> Claim {
+    let finals: Vec<String> = own
+        .iter()
+        .map(|l| {
+            format!(
+                "{} {}",
+                l.label,
+                l.final_eval("held_out_loss").map_or("none".into(), num)
+            )
+        })
+        .collect();
+    Claim::new(
+        own.iter()
+            .all(|l| l.final_eval("held_out_loss").is_ok_and(f64::is_finite)),
+        format!(
+            "quick scale: each reversion runs to a finite held-out loss ({})",
+            finals.join(", ")
+        ),
+    )
+}
