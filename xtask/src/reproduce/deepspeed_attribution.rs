@@ -187,7 +187,7 @@ pub fn run(ctx: &Context) -> Result<Outcome> {
             continue;
         };
         let ds_reference = find(s.reference, Reversion::None).expect("in the baseline");
-        let ds_gap = gap(ds_reference, ds)?;
+        let ds_end = End::of(ds_reference, ds)?;
         table.row(row(ds, "nothing (DeepSpeed's settings)", ds_reference)?);
         let mut moves = Vec::new();
         for &r in s.reversions {
@@ -197,10 +197,10 @@ pub fn run(ctx: &Context) -> Result<Outcome> {
                 continue;
             };
             table.row(row(run, describe(r), reference)?);
-            moves.push((r, gap(reference, run)?));
+            moves.push((r, End::of(reference, run)?));
         }
         if !ctx.quick {
-            claims.push(attribution(s, ds_gap, &moves));
+            claims.push(attribution(s, ds_end, &moves));
         }
     }
     if ctx.quick {
@@ -267,37 +267,80 @@ fn largest_compressed_loss(run: &RunLog) -> Option<f64> {
         .reduce(f64::max)
 }
 
+/// How far above its loss at the freeze a run's training loss must rise
+/// in the compression stage to count as a blow-up. The runs that blow up
+/// reach 12–10,000× it (1-bit LAMB with DeepSpeed's settings, three
+/// seeds); those that do not stay within 1.04× (1-bit Adam, three seeds).
+const BLOW_UP_FACTOR: f64 = 1.5;
+
+/// How a run ended against its reference.
+#[derive(Debug, Clone, Copy)]
+struct End {
+    /// Final held-out gap, percent.
+    gap: f64,
+    /// Its training loss rose past [`BLOW_UP_FACTOR`] times the loss at the
+    /// freeze: its final gap says how far it recovered, not how it trained.
+    blew_up: bool,
+}
+
+impl End {
+    fn of(reference: &RunLog, run: &RunLog) -> Result<End> {
+        let at_freeze = run
+            .lines
+            .iter()
+            .rev()
+            .filter(|line| line["stage"] == "warmup")
+            .find_map(|line| line["loss"].as_f64());
+        let blew_up = match (at_freeze, largest_compressed_loss(run)) {
+            (Some(freeze), Some(largest)) => largest > BLOW_UP_FACTOR * freeze,
+            _ => false,
+        };
+        Ok(End {
+            gap: gap(reference, run)?,
+            blew_up,
+        })
+    }
+
+    fn show(self) -> String {
+        let gap = gates::percent_or_diverged(self.gap);
+        if self.blew_up {
+            format!("{gap}, after a blow-up")
+        } else {
+            gap
+        }
+    }
+}
+
 /// Which setting moved a subject's claim: the one whose reversion alone
-/// undoes at least half of the way from DeepSpeed's gap back to terse's.
-fn attribution(s: &Subject, ds_gap: f64, moves: &[(Reversion, f64)]) -> Claim {
+/// undoes at least half of the way from DeepSpeed's gap back to terse's —
+/// and, where DeepSpeed's run blew up, whose run does not (a blown-up
+/// run's final gap depends on how far it happened to recover).
+fn attribution(s: &Subject, ds: End, moves: &[(Reversion, End)]) -> Claim {
     let (terse_gap, terse_where) = s.terse_gap;
-    let way = ds_gap - terse_gap;
-    let shares: Vec<(Reversion, f64, f64)> = moves
+    let way = ds.gap - terse_gap;
+    let share = |end: End| (ds.gap - end.gap) / way;
+    let listed: Vec<String> = moves
         .iter()
-        .map(|&(r, g)| (r, g, (ds_gap - g) / way))
-        .collect();
-    let listed: Vec<String> = shares
-        .iter()
-        .map(|(r, g, share)| {
+        .map(|&(r, end)| {
             format!(
                 "{}: {} ({:.0}% of the way)",
-                describe(*r),
-                gates::percent_or_diverged(*g),
-                100.0 * share
+                describe(r),
+                end.show(),
+                100.0 * share(end)
             )
         })
         .collect();
-    let movers: Vec<Reversion> = shares
+    let movers: Vec<Reversion> = moves
         .iter()
-        .filter(|(_, _, share)| *share >= 0.5)
-        .map(|(r, _, _)| *r)
+        .filter(|&&(_, end)| share(end) >= 0.5 && !(ds.blew_up && end.blew_up))
+        .map(|&(r, _)| r)
         .collect();
     let text = format!(
         "{} against {}: {} with DeepSpeed's settings, {terse_gap:+.2}% with terse's \
          ({terse_where}); turned back one at a time: {}",
         s.compressed,
         s.reference,
-        gates::percent_or_diverged(ds_gap),
+        ds.show(),
         listed.join("; ")
     );
     if moves.len() < s.reversions.len() {
@@ -345,4 +388,122 @@ fn quick_claim(own: &[RunLog]) -> Claim {
             finals.join(", ")
         ),
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::reproduce::Verdict;
+
+    fn ended(gap: f64) -> End {
+        End {
+            gap,
+            blew_up: false,
+        }
+    }
+
+    /// 1-bit LAMB's subject: DeepSpeed's gap 40%, terse's 8.97%.
+    fn decide(moves: &[(Reversion, End)]) -> Claim {
+        attribution(&SUBJECTS[0], ended(40.0), moves)
+    }
+
+    fn all_but(setting: Reversion, its_gap: f64, others: f64) -> Vec<(Reversion, End)> {
+        SUBJECTS[0]
+            .reversions
+            .iter()
+            .map(|&r| (r, ended(if r == setting { its_gap } else { others })))
+            .collect()
+    }
+
+    #[test]
+    fn one_setting_undoing_most_of_the_way_is_named() {
+        // The scale back to terse's: 40% → 12%, 90% of the way.
+        let claim = decide(&all_but(Reversion::Scale, 12.0, 39.0));
+        assert_eq!(claim.verdict, Verdict::Holds, "{}", claim.text);
+        assert!(
+            claim.text.contains("per-chunk L1 worker scale"),
+            "{}",
+            claim.text
+        );
+        // Exactly half of the way still counts; less does not.
+        let half = decide(&all_but(Reversion::Freeze, 24.4, 40.0));
+        assert_eq!(half.verdict, Verdict::Holds, "{}", half.text);
+        let less = decide(&all_but(Reversion::Freeze, 24.6, 40.0));
+        assert_eq!(less.verdict, Verdict::DoesNotHold, "{}", less.text);
+    }
+
+    #[test]
+    fn two_settings_each_undoing_half_are_not_one_settings() {
+        let mut moves = all_but(Reversion::Scale, 10.0, 38.0);
+        moves[1].1 = ended(15.0);
+        let claim = decide(&moves);
+        assert_eq!(claim.verdict, Verdict::DoesNotHold, "{}", claim.text);
+        assert!(claim.text.contains("2 settings"), "{}", claim.text);
+    }
+
+    #[test]
+    fn a_move_within_the_seeds_spread_is_undecided() {
+        let moves = [
+            (Reversion::TrustClip, ended(1.1)),
+            (Reversion::RunSettings, ended(1.5)),
+        ];
+        let claim = attribution(&SUBJECTS[2], ended(1.71), &moves);
+        assert_eq!(claim.verdict, Verdict::Undecided, "{}", claim.text);
+    }
+
+    #[test]
+    fn after_a_blow_up_only_a_run_without_one_moved_it() {
+        // DeepSpeed's run blew up (+500%); terse's scale recovers to +6%
+        // after a blow-up of its own, the freeze at 20% trains through.
+        let blown = End {
+            gap: 500.0,
+            blew_up: true,
+        };
+        let mut moves = all_but(Reversion::Freeze, 9.0, 480.0);
+        moves[0] = (
+            Reversion::Scale,
+            End {
+                gap: 6.0,
+                blew_up: true,
+            },
+        );
+        let claim = attribution(&SUBJECTS[0], blown, &moves);
+        assert_eq!(claim.verdict, Verdict::Holds, "{}", claim.text);
+        assert!(
+            claim.text.contains("the move is freeze at 20%"),
+            "{}",
+            claim.text
+        );
+        assert!(
+            claim.text.contains("+6.00%, after a blow-up"),
+            "{}",
+            claim.text
+        );
+        // Had the freeze blown up too, no setting would have moved it.
+        moves.iter_mut().for_each(|(_, end)| end.blew_up = true);
+        let none = attribution(&SUBJECTS[0], blown, &moves);
+        assert_eq!(none.verdict, Verdict::DoesNotHold, "{}", none.text);
+    }
+
+    #[test]
+    fn a_missing_reversion_leaves_it_undecided() {
+        let mut moves = all_but(Reversion::Scale, 12.0, 39.0);
+        moves.pop();
+        assert_eq!(decide(&moves).verdict, Verdict::Undecided);
+    }
+
+    #[test]
+    fn a_move_the_other_way_counts_toward_terses_gap() {
+        // 1-bit Adam: −0.23% with DeepSpeed's settings, +2.84% with terse's;
+        // terse's scale alone brings it to +2.5%: 89% of the way back.
+        let moves = [
+            (Reversion::Scale, ended(2.5)),
+            (Reversion::Hold, ended(-0.2)),
+            (Reversion::Freeze, ended(0.1)),
+            (Reversion::RunSettings, ended(-0.3)),
+        ];
+        let claim = attribution(&SUBJECTS[1], ended(-0.23), &moves);
+        assert_eq!(claim.verdict, Verdict::Holds, "{}", claim.text);
+        assert!(claim.text.contains("89% of the way"), "{}", claim.text);
+    }
 }
