@@ -78,6 +78,8 @@ pub(super) enum Reversion {
     None,
     /// Bias correction on and no gradient clipping, for the references too.
     RunSettings,
+    /// Bias correction on, for the references too; clipping kept.
+    BiasCorrection,
     /// The freeze where terse's runs put it: at 20% of the steps (1-bit
     /// LAMB: the end of its warmup) instead of at 25%.
     Freeze,
@@ -99,6 +101,7 @@ impl Reversion {
         match self {
             Self::None => "",
             Self::RunSettings => "_terse_run",
+            Self::BiasCorrection => "_bias_correction",
             Self::Freeze => "_terse_freeze",
             Self::Scale => "_terse_scale",
             Self::Hold => "_terse_hold",
@@ -107,12 +110,18 @@ impl Reversion {
         }
     }
 
+    /// Whether a variant with this reversion corrects the moments' bias.
+    pub(super) fn bias_correction(self) -> bool {
+        matches!(self, Self::RunSettings | Self::BiasCorrection)
+    }
+
     /// The config keys a variant with this reversion differs in from
     /// DeepSpeed's settings.
     fn keys(self) -> &'static [&'static str] {
         match self {
             Self::None => &[],
             Self::RunSettings => &["optimizer.bias_correction", "train.max_grad_norm"],
+            Self::BiasCorrection => &["optimizer.bias_correction"],
             Self::Freeze => &["optimizer.freeze_step"],
             Self::Scale => &["optimizer.scale"],
             Self::Hold => &["optimizer.hold_zero_variance", "optimizer.momentum_mask"],
@@ -178,7 +187,7 @@ pub(super) fn lamb_family(ctx: &Context, seed: u64, r: Reversion) -> Vec<Variant
     .into_iter()
     .map(|(name, fields)| {
         let label = format!("{}{}", label(name, seed), r.suffix());
-        let bias_correction = r == Reversion::RunSettings;
+        let bias_correction = r.bias_correction();
         let v = onebit_lamb::variant_with(ctx, &label, &fields, bias_correction);
         // 1-bit LAMB's β3 (its coefficients' average) and SLAMB's (its
         // freshness decay) share a name, not a meaning.
@@ -190,7 +199,7 @@ pub(super) fn lamb_family(ctx: &Context, seed: u64, r: Reversion) -> Vec<Variant
 /// Adam and 1-bit Adam on `onebit-adam`'s config.
 pub(super) fn adam_pair(ctx: &Context, seed: u64, r: Reversion) -> Vec<Variant> {
     let compression = compression_fields(r, onebit_adam::shape(ctx).0, "");
-    let bias_correction = r == Reversion::RunSettings;
+    let bias_correction = r.bias_correction();
     [
         ("adam", "name = \"adam\"".to_string()),
         (
