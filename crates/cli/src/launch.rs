@@ -294,14 +294,15 @@ fn deepspeed_overrides(path: &Path) -> Result<Vec<Override>> {
         std::fs::read_to_string(path).with_context(|| format!("--deepspeed {}", path.display()))?;
     let read = terse_train::deepspeed_config::translate(&path.display().to_string(), &text)
         .map_err(|e| anyhow::anyhow!("--deepspeed {e}"))?;
-    let set: Vec<String> = read.overrides.iter().map(Override::key).collect();
+    // The values, not only the keys: what the JSON became in terse's terms.
+    let set: Vec<String> = read.overrides.iter().map(Override::to_string).collect();
     eprintln!(
         "terse: --deepspeed {}: sets {}",
         path.display(),
         if set.is_empty() {
             "nothing".into()
         } else {
-            set.join(", ")
+            set.join("; ")
         }
     );
     if !read.ignored.is_empty() {

@@ -3,7 +3,8 @@
 //! (`tests/fixtures/deepspeed/`). As published (fp16 on) it resolves to
 //! `train.precision = "fp16"` with its loss scaling. With fp16 off, its
 //! values reach the resolved config:
-//! `--print-config`, and the config.toml a short run writes. The keys it left
+//! `--print-config`, and the config.toml a short run writes; the values it
+//! set are printed once on stderr. The keys it left
 //! out are listed once, and `--set` still wins over it.
 
 mod common;
@@ -81,6 +82,17 @@ fn its_values_reach_the_resolved_config_and_a_run() {
     assert_eq!(resolved["train"]["max_grad_norm"].as_float(), Some(1.0));
     assert_eq!(resolved["schedule"]["kind"].as_str(), Some("constant"));
     assert_eq!(resolved["schedule"]["lr"].as_float(), Some(0.011));
+    // What it set, with the values, said once before the run.
+    let sets: Vec<&str> = stderr.lines().filter(|l| l.contains(": sets ")).collect();
+    assert_eq!(sets.len(), 1, "{stderr}");
+    for value in [
+        "train.max_grad_norm = 1.0",
+        "train.global_batch = 65536",
+        "name = \"onebit_lamb\"",
+        "freeze_step = 1000",
+    ] {
+        assert!(sets[0].contains(value), "{value}: {stderr}");
+    }
     let notes: Vec<&str> = stderr.lines().filter(|l| l.contains("left out")).collect();
     assert_eq!(notes.len(), 1, "{stderr}");
     for key in ["steps_per_print", "cuda_aware", "comm_backend_name", "fp16"] {

@@ -70,6 +70,14 @@ impl Override {
     }
 }
 
+/// `key = value`, the value as TOML writes it inline (`optimizer = { name
+/// = "onebit_lamb", … }`): what `--deepspeed` reports it set.
+impl std::fmt::Display for Override {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{} = {}", self.key(), self.value)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -101,6 +109,17 @@ mod tests {
         assert_eq!(optimizer["name"].as_str(), Some("adam"));
         assert_eq!(optimizer["lr"].as_float(), Some(1e-3));
         assert!(!optimizer.contains_key("freeze_step"), "old fields dropped");
+    }
+
+    #[test]
+    fn shows_itself_as_toml() {
+        let set = Override::new("train.max_grad_norm", 1.0);
+        assert_eq!(set.to_string(), "train.max_grad_norm = 1.0");
+        let table = Override::parse("optimizer={ name = \"lamb\", c_max = 0.3 }").unwrap();
+        assert_eq!(
+            table.to_string(),
+            "optimizer = { name = \"lamb\", c_max = 0.3 }"
+        );
     }
 
     #[test]
