@@ -68,7 +68,10 @@ const SUBJECTS: [Subject; 3] = [
     Subject {
         reference: "lamb",
         compressed: "slamb_k0.1",
-        reversions: &[Reversion::TrustClip, Reversion::RunSettings],
+        // None run: its move between terse's settings and DeepSpeed's
+        // (+1.10% → +1.71%) is within the seeds' spread (+1.71% to +2.09%),
+        // so no one-seed reversion could attribute it; its claim says so.
+        reversions: &[],
         terse_gap: (1.10, "results/slamb-ratio"),
     },
 ];
@@ -223,7 +226,6 @@ fn describe(r: Reversion) -> &'static str {
         Reversion::Scale => "per-chunk L1 worker scale",
         Reversion::Hold => "hold of zero-variance coordinates, no position mask",
         Reversion::DecayBlend => "factor without the weight-decay blend",
-        Reversion::TrustClip => "trust clip 0.4",
     }
 }
 
@@ -470,7 +472,7 @@ mod tests {
     #[test]
     fn a_move_within_the_seeds_spread_is_undecided() {
         let moves = [
-            (Reversion::TrustClip, ended(1.1)),
+            (Reversion::Scale, ended(1.1)),
             (Reversion::RunSettings, ended(1.5)),
         ];
         let claim = attribution(&SUBJECTS[2], ended(1.71), &moves);

@@ -91,8 +91,6 @@ pub(super) enum Reversion {
     Hold,
     /// 1-bit LAMB's factor without DeepSpeed's weight-decay blend.
     DecayBlend,
-    /// SLAMB's trust clip at terse's 0.4 instead of LAMB's 0.3.
-    TrustClip,
 }
 
 impl Reversion {
@@ -106,7 +104,6 @@ impl Reversion {
             Self::Scale => "_terse_scale",
             Self::Hold => "_terse_hold",
             Self::DecayBlend => "_no_decay_blend",
-            Self::TrustClip => "_trust_clip_0.4",
         }
     }
 
@@ -126,7 +123,6 @@ impl Reversion {
             Self::Scale => &["optimizer.scale"],
             Self::Hold => &["optimizer.hold_zero_variance", "optimizer.momentum_mask"],
             Self::DecayBlend => &["optimizer.decay_blend"],
-            Self::TrustClip => &["optimizer.phi_max"],
         }
     }
 }
@@ -172,7 +168,6 @@ fn shared(variant: Variant, seed: u64, r: Reversion) -> Variant {
 pub(super) fn lamb_family(ctx: &Context, seed: u64, r: Reversion) -> Vec<Variant> {
     let blend = format!(", decay_blend = {}", r != Reversion::DecayBlend);
     let compression = compression_fields(r, onebit_lamb::shape(ctx).0, &blend);
-    let phi_max = if r == Reversion::TrustClip { 0.4 } else { 0.3 };
     [
         ("lamb", "name = \"lamb\"".to_string()),
         (
@@ -181,7 +176,7 @@ pub(super) fn lamb_family(ctx: &Context, seed: u64, r: Reversion) -> Vec<Variant
         ),
         (
             "slamb_k0.1",
-            format!("name = \"slamb\", k = 0.1, phi_max = {phi_max}"),
+            "name = \"slamb\", k = 0.1, phi_max = 0.3".to_string(),
         ),
     ]
     .into_iter()
