@@ -317,12 +317,17 @@ fn attribution(s: &Subject, ds: End, moves: &[(Reversion, End)]) -> Claim {
     let listed: Vec<String> = moves
         .iter()
         .map(|&(r, end)| {
-            format!(
-                "{}: {} ({:.0}% of the way)",
-                describe(r),
-                end.show(),
-                100.0 * share(end)
-            )
+            if ds.blew_up && end.blew_up {
+                // Where it recovered to is not a share of anything.
+                format!("{}: {}", describe(r), end.show())
+            } else {
+                format!(
+                    "{}: {} ({:.0}% of the way)",
+                    describe(r),
+                    end.show(),
+                    100.0 * share(end)
+                )
+            }
         })
         .collect();
     let movers: Vec<Reversion> = moves
@@ -336,7 +341,11 @@ fn attribution(s: &Subject, ds: End, moves: &[(Reversion, End)]) -> Claim {
         s.compressed,
         s.reference,
         ds.show(),
-        listed.join("; ")
+        if listed.is_empty() {
+            "none run".to_string()
+        } else {
+            listed.join("; ")
+        }
     );
     if moves.len() < s.reversions.len() {
         return Claim::undecided(format!("{text} — undecided: not every reversion has run"));
@@ -348,6 +357,13 @@ fn attribution(s: &Subject, ds: End, moves: &[(Reversion, End)]) -> Claim {
     }
     match movers.as_slice() {
         [one] => Claim::new(true, format!("{text} — the move is {}", describe(*one))),
+        [] if ds.blew_up && moves.iter().all(|(_, end)| end.blew_up) => Claim::new(
+            false,
+            format!(
+                "{text} — every one of them alone still blows up: the blow-up needs several of \
+                 DeepSpeed's settings together"
+            ),
+        ),
         [] => Claim::new(
             false,
             format!("{text} — no single setting undoes half of the move: several share it"),
@@ -511,6 +527,7 @@ mod tests {
         moves.iter_mut().for_each(|(_, end)| end.blew_up = true);
         let none = attribution(&SUBJECTS[0], blown, &moves);
         assert_eq!(none.verdict, Verdict::DoesNotHold, "{}", none.text);
+        assert!(none.text.contains("needs several"), "{}", none.text);
     }
 
     #[test]
