@@ -116,9 +116,10 @@ mod tests {
         let set = Override::new("train.max_grad_norm", 1.0);
         assert_eq!(set.to_string(), "train.max_grad_norm = 1.0");
         let table = Override::parse("optimizer={ name = \"lamb\", c_max = 0.3 }").unwrap();
+        // Keys in sorted order (the toml crate's map).
         assert_eq!(
             table.to_string(),
-            "optimizer = { name = \"lamb\", c_max = 0.3 }"
+            "optimizer = { c_max = 0.3, name = \"lamb\" }"
         );
     }
 
