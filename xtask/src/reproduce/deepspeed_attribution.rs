@@ -23,7 +23,7 @@
 
 use anyhow::Result;
 
-use super::deepspeed_settings::{Reversion, adam_pair, label, lamb_family};
+use super::deepspeed_settings::{Reversion, adam_pair, lamb_family, reverted_label};
 use super::gates;
 use super::report::Table;
 use super::runner::{RunLog, Variant, check_comparable, run_all};
@@ -85,7 +85,7 @@ fn pick(ctx: &Context, name: &str, r: Reversion) -> Variant {
     } else {
         lamb_family(ctx, SEED, r)
     };
-    let wanted = format!("{}{}", label(name, SEED), r.suffix());
+    let wanted = reverted_label(name, SEED, r);
     family
         .into_iter()
         .find(|v| v.label == wanted)
@@ -161,7 +161,7 @@ pub fn run(ctx: &Context) -> Result<Outcome> {
     }
     ctx.report.write_runs(&logs)?;
     let find = |name: &str, r: Reversion| {
-        let wanted = format!("{}{}", label(name, SEED), r.suffix());
+        let wanted = reverted_label(name, SEED, r);
         logs.iter().find(|l| l.label == wanted)
     };
 
@@ -229,14 +229,6 @@ fn describe(r: Reversion) -> &'static str {
     }
 }
 
-/// The gap of `run` to `reference` in percent of the reference's final
-/// held-out loss (infinite where the run ended without a number).
-fn gap(reference: &RunLog, run: &RunLog) -> Result<f64> {
-    let r = reference.final_eval("held_out_loss")?;
-    let x = run.final_eval("held_out_loss")?;
-    Ok(100.0 * (x - r) / r)
-}
-
 fn row(run: &RunLog, reverted: &str, reference: &RunLog) -> Result<Vec<String>> {
     Ok(vec![
         run.label.clone(),
@@ -247,7 +239,7 @@ fn row(run: &RunLog, reverted: &str, reference: &RunLog) -> Result<Vec<String>> 
             reference.label,
             num(reference.final_eval("held_out_loss")?)
         ),
-        gates::percent_or_diverged(gap(reference, run)?),
+        gates::percent_or_diverged(gates::held_out_gap(reference, run)?),
         largest_compressed_loss(run).map_or("no freeze".into(), num),
     ])
 }
@@ -291,7 +283,7 @@ impl End {
             _ => false,
         };
         Ok(End {
-            gap: gap(reference, run)?,
+            gap: gates::held_out_gap(reference, run)?,
             blew_up,
         })
     }

@@ -66,8 +66,13 @@ const COMPARISONS: [Comparison; 3] = [
     },
 ];
 
-pub(super) fn label(name: &str, seed: u64) -> String {
+fn label(name: &str, seed: u64) -> String {
     format!("{name}_seed{seed}")
+}
+
+/// The label of `name`'s run of `seed` with `r` turned back.
+pub(super) fn reverted_label(name: &str, seed: u64, r: Reversion) -> String {
+    format!("{}{}", label(name, seed), r.suffix())
 }
 
 /// One of DeepSpeed's settings turned back to terse's, for
@@ -95,7 +100,7 @@ pub(super) enum Reversion {
 
 impl Reversion {
     /// The label suffix of a variant with this reversion.
-    pub(super) fn suffix(self) -> &'static str {
+    fn suffix(self) -> &'static str {
         match self {
             Self::None => "",
             Self::RunSettings => "_terse_run",
@@ -181,7 +186,7 @@ pub(super) fn lamb_family(ctx: &Context, seed: u64, r: Reversion) -> Vec<Variant
     ]
     .into_iter()
     .map(|(name, fields)| {
-        let label = format!("{}{}", label(name, seed), r.suffix());
+        let label = reverted_label(name, seed, r);
         let bias_correction = r.bias_correction();
         let v = onebit_lamb::variant_with(ctx, &label, &fields, bias_correction);
         // 1-bit LAMB's β3 (its coefficients' average) and SLAMB's (its
@@ -206,7 +211,7 @@ pub(super) fn adam_pair(ctx: &Context, seed: u64, r: Reversion) -> Vec<Variant> 
     .map(|(name, fields)| {
         let optimizer =
             format!("{{ {fields}, weight_decay = 0.01, bias_correction = {bias_correction} }}");
-        let label = format!("{}{}", label(name, seed), r.suffix());
+        let label = reverted_label(name, seed, r);
         shared(onebit_adam::variant(ctx, &label, optimizer), seed, r)
     })
     .collect()
@@ -255,14 +260,13 @@ pub fn run(ctx: &Context) -> Result<Outcome> {
         ("adam", &["adam", "onebit_adam"][..]),
     ] {
         for &seed in seeds {
-            let reference_loss = log(reference, seed).final_eval("held_out_loss")?;
             for &name in members {
                 let l = log(name, seed);
                 let loss = l.final_eval("held_out_loss")?;
                 table.row(vec![
                     l.label.clone(),
                     l.show(loss, num),
-                    gates::percent_or_diverged(100.0 * (loss - reference_loss) / reference_loss),
+                    gates::percent_or_diverged(gates::held_out_gap(log(reference, seed), l)?),
                     l.show(l.final_eval("mlm_accuracy")?, num),
                     l.final_eval("mlm_majority_accuracy")
                         .map_or("not logged".into(), num),
@@ -326,13 +330,7 @@ pub fn run(ctx: &Context) -> Result<Outcome> {
 /// The quick run checks the pipeline: each compressed optimizer ends within
 /// 20% of its reference.
 fn quick_claim(c: &Comparison, reference: &RunLog, compressed: &RunLog) -> Claim {
-    let gap = match (
-        reference.final_eval("held_out_loss"),
-        compressed.final_eval("held_out_loss"),
-    ) {
-        (Ok(r), Ok(x)) => 100.0 * (x - r) / r,
-        _ => f64::NAN,
-    };
+    let gap = gates::held_out_gap(reference, compressed).unwrap_or(f64::NAN);
     Claim::new(
         gap.abs() < 20.0,
         format!(

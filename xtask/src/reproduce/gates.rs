@@ -28,6 +28,14 @@ pub fn percent_or_diverged(gap: f64) -> String {
     }
 }
 
+/// The gap of `run`'s final held-out loss to `reference`'s, in percent of
+/// the reference's (infinite where `run` diverged).
+pub fn held_out_gap(reference: &RunLog, run: &RunLog) -> anyhow::Result<f64> {
+    let r = reference.final_eval("held_out_loss")?;
+    let x = run.final_eval("held_out_loss")?;
+    Ok(100.0 * (x - r) / r)
+}
+
 /// Whether a pre-training reference learned more than word frequencies:
 /// its masked-LM accuracy is at least [`LEARNED_FACTOR`] times the unigram
 /// baseline of the same held-out set (`mlm_majority_accuracy`). Returns the
