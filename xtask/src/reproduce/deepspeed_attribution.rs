@@ -182,6 +182,7 @@ pub fn run(ctx: &Context) -> Result<Outcome> {
         let ds_end = End::of(ds_reference, ds)?;
         table.row(row(ds, "nothing (DeepSpeed's settings)", ds_reference)?);
         let mut moves = Vec::new();
+        let mut references = vec![ds_reference];
         for &r in s.reversions {
             let (Some(run), Some(reference)) =
                 (find(s.compressed, r), find(s.reference, reference_of(r)))
@@ -190,9 +191,23 @@ pub fn run(ctx: &Context) -> Result<Outcome> {
             };
             table.row(row(run, describe(r), reference)?);
             moves.push((r, End::of(reference, run)?));
+            if !references.iter().any(|have| have.label == reference.label) {
+                references.push(reference);
+            }
         }
         if !ctx.quick {
-            claims.push(attribution(s, ds_end, &moves));
+            // Judged only where every reference it is measured against
+            // learned, as `deepspeed-settings`' claims are.
+            let learned: Vec<(bool, String)> =
+                references.iter().map(|r| gates::mlm_learned(r)).collect();
+            let claim = attribution(s, ds_end, &moves);
+            let texts: Vec<&str> = learned.iter().map(|(_, t)| t.as_str()).collect();
+            let text = format!("{}; {}", claim.text, texts.join("; "));
+            claims.push(if learned.iter().all(|(l, _)| *l) {
+                Claim { text, ..claim }
+            } else {
+                gates::claim(false, false, text)
+            });
         }
     }
     if ctx.quick {
