@@ -1,13 +1,13 @@
 //! `cargo xtask bundle`: a directory (and its `.tar.xz`) that runs terse's
 //! GPU benchmark on a machine with no Rust toolchain and no OpenMPI — a GPU
-//! node, or a lent GPU reached for one call: the stripped `terse` and
-//! `model_step` binaries, the shared libraries they load that a bare
+//! node, or a lent GPU reached for one call: the stripped `terse`,
+//! `terse-comm-check` and `model_step` binaries, the shared libraries they load that a bare
 //! machine may lack (those `ldd` resolves outside the C library, and the
 //! Vulkan loader wgpu opens at run time), the PyTorch side of the
 //! comparison and a `run.sh` that prints terse beside PyTorch on the same
 //! GPU (`run.sh --help`).
 //!
-//! The NVIDIA driver, NVRTC and CUDA's headers come from the GPU machine:
+//! The NVIDIA driver, NVRTC, NCCL and CUDA's headers come from the GPU machine:
 //! they belong to its driver and CUDA installation, and `terse` names the
 //! one that is missing (`crates/train/src/cuda_check.rs`).
 
@@ -51,6 +51,7 @@ const OPENED_AT_RUN_TIME: &[&str] = &["libvulkan.so.1"];
 /// Builds the binaries and writes the bundle.
 pub fn run(args: &Args) -> Result<()> {
     let terse = terse_binary::build()?;
+    let comm_check = terse_binary::binary("terse-comm-check")?;
     let model_step = terse_binary::build_bench("model_step")?;
     let out = &args.out;
     if out.exists() {
@@ -60,7 +61,11 @@ pub fn run(args: &Args) -> Result<()> {
     let lib = out.join("lib");
     fs::create_dir_all(&bin)?;
     fs::create_dir_all(&lib)?;
-    for (from, name) in [(&terse, "terse"), (&model_step, "model_step")] {
+    for (from, name) in [
+        (&terse, "terse"),
+        (&comm_check, "terse-comm-check"),
+        (&model_step, "model_step"),
+    ] {
         let to = bin.join(name);
         fs::copy(from, &to).with_context(|| format!("cannot copy {}", from.display()))?;
         let stripped = Command::new("strip").arg(&to).status();
@@ -69,7 +74,7 @@ pub fn run(args: &Args) -> Result<()> {
         }
     }
     let mut libraries = Vec::new();
-    for binary in [&terse, &model_step] {
+    for binary in [&terse, &comm_check, &model_step] {
         for library in needed_libraries(binary)? {
             if !libraries.contains(&library) {
                 libraries.push(library);
@@ -227,6 +232,7 @@ mod tests {
             "pytorch_bert_step.py",
             "--precision",
             "LD_LIBRARY_PATH",
+            "bin/terse-comm-check --nccl",
         ] {
             assert!(RUN_SH.contains(part), "run.sh lacks {part}");
         }

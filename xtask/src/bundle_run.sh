@@ -7,15 +7,17 @@ set -uo pipefail
 usage() {
     cat <<'EOF'
 usage: run.sh [--device cuda|cuda:N|wgpu|lavapipe] [--presets base] [--batches "8 32"]
-              [--python PYTHON] [--out DIR] [--quick]
+              [--precisions "fp32 bf16"] [--python PYTHON] [--out DIR] [--quick]
+              [--nccl-check]
 
 Times terse's training step (bin/model_step) on the device for each batch
-size, then PyTorch's (benches/pytorch_bert_step.py, if PYTHON has torch and
-transformers) on CUDA in fp32 (TF32 off), tf32 and bf16 autocast, and prints
-terse beside each. Every number goes to DIR as it is measured:
-  terse.jsonl          one line per (preset, batch): samples/s, the
-                       forward/backward/optimizer split, kernel dispatches
-                       per step by kind
+size and precision, then PyTorch's (benches/pytorch_bert_step.py, if PYTHON
+has torch and transformers) on CUDA in fp32 (TF32 off), tf32, bf16 autocast
+and fp16 autocast with GradScaler, and prints terse beside each. Every
+number goes to DIR as it is measured:
+  terse.jsonl          one line per (preset, batch, precision): samples/s,
+                       the forward/backward/optimizer split, kernel
+                       dispatches per step by kind
   terse-kernels-*.txt  dispatches per step by kernel
   pytorch.jsonl        one line per (preset, batch, precision)
   machine.txt          nvidia-smi, the bundle's binaries, torch's version
@@ -28,26 +30,43 @@ terse beside each. Every number goes to DIR as it is measured:
              default /usr/local/cuda); terse names whichever is missing
   --presets  BERT presets, comma-separated [base]
   --batches  batch sizes [8 32]
+  --precisions  what terse computes in (train.precision's names: fp32, tf32,
+             bf16, fp16) [on cuda "fp32 bf16", else fp32]; a precision the
+             device lacks is refused by terse in one line, recorded in
+             terse-refused.txt, and the rest still run. On CUDA sm_80+
+             terse's fp32 matmuls are TF32 (cubecl stages f32 as TF32), so
+             its fp32 row is compared with PyTorch's tf32 column
   --python   a Python with torch and transformers [python3]
   --out      where the numbers go [$OUT, else ./out]
   --quick    BERT-Tiny, batch 8, 1 warmup + 2 timed steps (a smoke run)
+  --nccl-check  first, `bin/terse-comm-check --nccl` on the GPU of this
+             process (a world of one: every collective through NCCL, the
+             compressed and sparse allreduce against the in-process local
+             world bit for bit), to nccl-check.txt; libnccl.so.2 from
+             LD_LIBRARY_PATH or PyTorch's nvidia-nccl wheel
 EOF
 }
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
-device=cuda presets=base batches="8 32" python=python3 out=${OUT:-./out} quick=0
+device=cuda presets=base batches="8 32" precisions="" python=python3 out=${OUT:-./out} quick=0
+nccl_check=0
 while [[ $# -gt 0 ]]; do
     case $1 in
         -h|--help) usage; exit 0 ;;
         --device) device=$2; shift 2 ;;
         --presets) presets=$2; shift 2 ;;
         --batches) batches=$2; shift 2 ;;
+        --precisions) precisions=$2; shift 2 ;;
         --python) python=$2; shift 2 ;;
         --out) out=$2; shift 2 ;;
         --quick) quick=1; presets=tiny; batches=8; shift ;;
+        --nccl-check) nccl_check=1; shift ;;
         *) echo "run.sh: unknown argument $1 (see --help)" >&2; exit 2 ;;
     esac
 done
+if [[ -z $precisions ]]; then
+    if [[ $device == cuda* ]]; then precisions="fp32 bf16"; else precisions=fp32; fi
+fi
 steps=(--warmup 2 --steps 5)
 [[ $quick == 1 ]] && steps=(--warmup 1 --steps 2)
 mkdir -p "$out"
@@ -63,6 +82,11 @@ if [[ $device == cuda* ]]; then
         if [[ -n $nvrtc ]] && ! ldconfig -p 2>/dev/null | grep -q 'libnvrtc\.so'; then
             export LD_LIBRARY_PATH="$LD_LIBRARY_PATH:$(dirname "$nvrtc")"
             echo "NVRTC from PyTorch's wheels: $nvrtc"
+        fi
+        nccl=$(find "$nvidia" -name 'libnccl.so*' 2>/dev/null | head -n 1)
+        if [[ -n $nccl ]] && ! ldconfig -p 2>/dev/null | grep -q 'libnccl\.so'; then
+            export LD_LIBRARY_PATH="$LD_LIBRARY_PATH:$(dirname "$nccl")"
+            echo "NCCL from PyTorch's wheels: $nccl"
         fi
         if [[ -z ${CUDA_PATH:-} && ! -d /usr/local/cuda && ! -d /opt/cuda ]]; then
             header=$(find "$nvidia" -path '*/include/cuda_fp16.h' 2>/dev/null | head -n 1)
@@ -84,26 +108,44 @@ fi
 } > "$out/machine.txt"
 
 failed=0
+if [[ $nccl_check == 1 ]]; then
+    # A world of one without mpirun (OpenMPI's singleton): NCCL on this
+    # process's GPU, checked against the in-process local backend.
+    echo "== terse-comm-check --nccl"
+    if ! "$here/bin/terse-comm-check" --nccl > "$out/nccl-check.txt" 2>&1; then
+        failed=1
+    fi
+    cat "$out/nccl-check.txt"
+fi
 # What precision the device's f32 matmuls have (TF32 tensor cores on CUDA
 # sm_80+, full f32 elsewhere): the column to compare terse with.
 "$here/bin/model_step" --matmul-precision --presets '' --device "$device" 2> /dev/null |
     tee "$out/matmul-precision.json"
 for batch in $batches; do
-    echo "== terse on $device, batch $batch"
-    if ! TERSE_BENCH_KERNELS=1 "$here/bin/model_step" --presets "$presets" --batch "$batch" \
-        --seq 128 --device "$device" "${steps[@]}" \
-        >> "$out/terse.jsonl" 2> "$out/terse-kernels-b$batch.txt"; then
-        echo "terse failed on $device (batch $batch):" >&2
-        grep -v "per step" "$out/terse-kernels-b$batch.txt" | tail -5 >&2
-        failed=1
-    fi
-    tail -n 1 "$out/terse.jsonl"
+    for precision in $precisions; do
+        echo "== terse on $device, batch $batch, $precision"
+        kernels="$out/terse-kernels-b$batch-$precision.txt"
+        if ! TERSE_BENCH_KERNELS=1 "$here/bin/model_step" --presets "$presets" --batch "$batch" \
+            --seq 128 --device "$device" --precision "$precision" "${steps[@]}" \
+            >> "$out/terse.jsonl" 2> "$kernels"; then
+            # A precision the device lacks is refused in one line before any
+            # work: recorded, not a failure of the run.
+            if grep -q "cannot run on device" "$kernels"; then
+                grep "cannot run on device" "$kernels" | tee -a "$out/terse-refused.txt" >&2
+                continue
+            fi
+            echo "terse failed on $device (batch $batch, $precision):" >&2
+            grep -v "per step" "$kernels" | tail -5 >&2
+            failed=1
+        fi
+        tail -n 1 "$out/terse.jsonl"
+    done
 done
 
 if [[ $device == cuda* ]] && "$python" -c 'import torch, transformers' 2>/dev/null; then
     torch_steps=("${steps[@]}")
     for batch in $batches; do
-        for precision in fp32 tf32 bf16; do
+        for precision in fp32 tf32 bf16 fp16; do
             echo "== PyTorch on cuda, batch $batch, $precision"
             "$python" "$here/benches/pytorch_bert_step.py" --presets "$presets" \
                 --batch "$batch" --seq 128 --device cuda --precision "$precision" \
@@ -114,19 +156,26 @@ else
     echo "(no PyTorch comparison: --device is not cuda, or $python lacks torch/transformers)"
 fi
 
-"$python" - "$out" <<'PY' 2>/dev/null || true
+"$python" - "$out" "$device" <<'PY' 2>/dev/null || true
 import json, pathlib, sys
-out = pathlib.Path(sys.argv[1])
+out, device = pathlib.Path(sys.argv[1]), sys.argv[2]
 def lines(name):
     path = out / name
     return [json.loads(l) for l in path.read_text().splitlines() if l.startswith("{")] if path.exists() else []
 terse, torch = lines("terse.jsonl"), lines("pytorch.jsonl")
-print("preset  batch  terse samples/s  " + "  ".join(f"torch {p:>4}  terse/torch" for p in ("fp32", "tf32", "bf16")))
+# Like for like: terse's fp32 matmuls are TF32 on CUDA (sm_80+), so its fp32
+# row meets PyTorch's tf32; each half type meets PyTorch's autocast in it.
+like = {"fp32": "tf32" if device.startswith("cuda") else "fp32", "tf32": "tf32", "bf16": "bf16", "fp16": "fp16"}
+print("preset  batch  precision  terse samples/s  like-for-like torch  samples/s  terse/torch  terse/torch fp32")
 for t in terse:
-    row = f"{t['preset']:<7} {t['batch']:>5} {t['samples_per_s']:>16.1f}"
-    for p in ("fp32", "tf32", "bf16"):
-        match = [x for x in torch if x["preset"] == t["preset"] and x["batch"] == t["batch"] and x.get("precision") == p]
-        row += f"  {match[-1]['samples_per_s']:>10.1f}  {t['samples_per_s'] / match[-1]['samples_per_s']:>10.2f}x" if match else "  " + " " * 24
+    p = t.get("precision", "fp32")
+    def torch_at(q):
+        m = [x for x in torch if x["preset"] == t["preset"] and x["batch"] == t["batch"] and x.get("precision") == q]
+        return m[-1]["samples_per_s"] if m else None
+    row = f"{t['preset']:<7} {t['batch']:>5}  {p:<9} {t['samples_per_s']:>16.1f}"
+    same, fp32 = torch_at(like[p]), torch_at("fp32")
+    row += f"  {like[p]:>19}  {same:>9.1f}  {t['samples_per_s'] / same:>10.2f}x" if same else ""
+    row += f"  {t['samples_per_s'] / fp32:>15.2f}x" if fp32 else ""
     print(row)
 PY
 exit $failed

@@ -18,7 +18,8 @@ pub struct RunFlags {
     /// Train on this device: cpu (the default), wgpu (burn's wgpu backend
     /// on the best Vulkan adapter: a GPU, else lavapipe), wgpu:N (the N-th
     /// discrete GPU), lavapipe (the CPU adapter), cuda or cuda:N (NVIDIA GPU N
-    /// through burn's CUDA backend; needs the driver, NVRTC and CUDA's headers;
+    /// through burn's CUDA backend, N + the node-local rank in a process of an
+    /// mpirun job; needs the driver, NVRTC and CUDA's headers;
     /// its f32 matmuls run as TF32 on sm_80 and newer, README "Devices");
     /// sets train.device, and a resume may change it
     #[arg(long, value_name = "DEVICE")]
@@ -84,10 +85,12 @@ pub struct RunFlags {
     #[arg(long, conflicts_with = "resume")]
     pub overwrite: bool,
 
-    /// The communicator: auto (mpi in a process mpirun started, local
-    /// threads for --local-ranks N > 1, else one rank), local, mpi (one rank
-    /// per process), nccl (NCCL between the GPUs of an MPI job; builds with
-    /// the terse-train/nccl feature only)
+    /// The communicator: auto (nccl for several mpirun processes training
+    /// on cuda, mpi in any other process mpirun started, local threads for
+    /// --local-ranks N > 1, else one rank), local, mpi (one rank per
+    /// process), nccl (NCCL between the GPUs of an MPI job, each process on
+    /// GPU N + its node-local rank for --device cuda:N; needs libcuda and
+    /// libnccl.so.2, e.g. pip's nvidia-nccl-cu12, on LD_LIBRARY_PATH)
     #[arg(long, value_name = "BACKEND", default_value = "auto")]
     pub comm: terse_train::CommChoice,
 

@@ -11,8 +11,8 @@ use std::any::Any;
 use std::sync::Arc;
 use std::time::Instant;
 
-use crate::CommError;
 use crate::traffic::{Collective, Traffic, TrafficMeter, volume};
+use crate::{CommError, GpuCollectives};
 
 /// How [`Communicator::allreduce_f32`] combines the ranks' buffers.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -49,8 +49,9 @@ pub type HandedValue = Arc<dyn Any + Send + Sync>;
 /// A group of `world_size` ranks that run collectives together.
 ///
 /// Every rank calls the same collectives in the same order with buffers of
-/// the same length. Buffers live on the host: device-resident compression
-/// hands only packed bits to a communicator.
+/// the same length. Buffers live on the host (device-resident compression
+/// hands only packed bits to a communicator), except through
+/// [`Communicator::gpu_collectives`].
 pub trait Communicator: Send + Sync {
     /// This process's (or thread's) rank, `0..world_size`.
     fn rank(&self) -> usize;
@@ -89,6 +90,13 @@ pub trait Communicator: Send + Sync {
 
     /// Backend primitive of [`Communicator::barrier`].
     fn barrier_raw(&self) -> Result<(), CommError>;
+
+    /// The collectives this communicator runs on GPU memory (NCCL's), for
+    /// callers whose buffers live on a CUDA device; `None` for the
+    /// backends that take host buffers only.
+    fn gpu_collectives(&self) -> Option<&dyn GpuCollectives> {
+        None
+    }
 
     /// Bytes sent and received so far, per kind of collective.
     fn traffic(&self) -> Traffic {

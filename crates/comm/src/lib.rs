@@ -3,7 +3,8 @@
 //!
 //! Backends: [`SingleRank`] (one process), [`LocalComm`] (N ranks as threads:
 //! tests and single-machine simulation), `MpiComm` (OpenMPI, feature `mpi`,
-//! on by default) and `NcclComm` (feature `nccl`, compile-checked only here).
+//! on by default) and `NcclComm` (feature `nccl`, which terse-train turns on:
+//! every build of terse has it; GPU-less machines only compile it).
 //! On top of any of them: [`CompressedAllreduce`] (1-bit, two-level error
 //! feedback) and [`SparseAllreduce`] (SLAMB's masked values). Every call is
 //! counted by a [`TrafficMeter`].
@@ -14,6 +15,7 @@ mod communicator;
 mod compressed;
 mod deepspeed_geometry;
 mod error;
+mod gpu_collectives;
 pub mod launch;
 mod local;
 #[cfg(feature = "mpi")]
@@ -31,11 +33,12 @@ pub mod watchdog;
 pub use communicator::{Communicator, HandedValue, ReduceOp, Width};
 pub use compressed::{CompressedAllreduce, CompressionOptions, Geometry};
 pub use error::CommError;
+pub use gpu_collectives::{GpuCollectives, GpuF32};
 pub use local::{DEFAULT_TIMEOUT, LocalComm};
 #[cfg(feature = "mpi")]
 pub use mpi::MpiComm;
 #[cfg(feature = "nccl")]
-pub use nccl::NcclComm;
+pub use nccl::{NcclComm, missing_libraries as nccl_missing_libraries};
 pub use single::SingleRank;
 pub use sparse::{SparseAllreduce, SparseValues, allreduce_mean_f16};
 pub use terse_compress::mask::{HostSparse, Mask, Selection, SparseBuffer};

@@ -97,6 +97,32 @@ impl MpiComm {
             .any(|var| std::env::var_os(var).is_some())
     }
 
+    /// The number of processes of the `mpirun` job that started this one,
+    /// read from the launcher's environment before MPI starts (`None`: not
+    /// started by mpirun; 1 where the launcher does not say).
+    pub fn mpirun_processes() -> Option<usize> {
+        Self::launched_by_mpirun().then(|| {
+            ["OMPI_COMM_WORLD_SIZE", "PMI_SIZE"]
+                .iter()
+                .find_map(|var| std::env::var(var).ok()?.parse().ok())
+                .unwrap_or(1)
+        })
+    }
+
+    /// This process's rank among the job's processes on its node (0 when
+    /// not started by mpirun, or the launcher does not say): the GPU it
+    /// takes, as PyTorch's `LOCAL_RANK`.
+    pub fn node_local_rank() -> usize {
+        [
+            "OMPI_COMM_WORLD_LOCAL_RANK",
+            "MPI_LOCALRANKID",
+            "PMI_LOCAL_RANK",
+        ]
+        .iter()
+        .find_map(|var| std::env::var(var).ok()?.parse().ok())
+        .unwrap_or(0)
+    }
+
     fn lock(&self) -> MutexGuard<'_, ()> {
         self.calls.lock().unwrap_or_else(|p| p.into_inner())
     }

@@ -2,19 +2,26 @@
 //! per rank, bootstrapped over MPI (rank 0 makes the NCCL id and broadcasts
 //! it), the way PyTorch and DeepSpeed start NCCL under `mpirun`.
 //!
-//! Buffers are host buffers like every other backend's (copied to the device,
-//! reduced by NCCL, copied back); device-resident compression hands NCCL only
-//! packed bits. cudarc loads libcuda and libnccl at run time, so this builds
-//! everywhere; it is compile-checked only on machines without GPUs.
+//! The typed collectives take host buffers like every other backend's
+//! (copied to the device, reduced by NCCL, copied back); a buffer already on
+//! the GPU (a CUDA run's flat gradient) is reduced where it is through
+//! [`GpuCollectives`]; device-resident compression hands NCCL only packed
+//! bits. cudarc loads libcuda and libnccl at run time, so this builds
+//! everywhere (it is in every build of terse); on a machine without them
+//! [`NcclComm::init`] names what is missing.
 
 use std::sync::{Arc, Mutex, MutexGuard};
 
-use cudarc::driver::{CudaContext, CudaSlice, CudaStream, DeviceRepr, ValidAsZeroBits};
+use cudarc::driver::{
+    CudaContext, CudaSlice, CudaStream, DevicePtr, DevicePtrMut, DeviceRepr, DeviceSlice,
+    SyncOnDrop, ValidAsZeroBits, sys::CUdeviceptr,
+};
 use cudarc::nccl::{Comm, Id, NcclType};
 
-use crate::communicator::Width;
+use crate::communicator::{Width, record};
+use crate::selfcheck;
 use crate::traffic::{Collective, TrafficMeter};
-use crate::{CommError, Communicator, MpiComm, ReduceOp};
+use crate::{CommError, Communicator, GpuCollectives, GpuF32, MpiComm, ReduceOp};
 
 /// This rank's NCCL communicator, plus the MPI one it was bootstrapped from
 /// (used for the cross-rank call checks and for aborting).
@@ -40,8 +47,13 @@ fn backend(message: impl std::fmt::Display) -> CommError {
 }
 
 impl NcclComm {
-    /// Opens GPU `device` and joins the NCCL world of the MPI job.
+    /// Opens GPU `device` and joins the NCCL world of the MPI job. A
+    /// machine without the NVIDIA driver or NCCL's library gets one error
+    /// naming what is missing (cudarc would panic on its first call).
     pub fn init(mpi: MpiComm, device: usize) -> Result<NcclComm, CommError> {
+        if let Some(missing) = missing_libraries() {
+            return Err(backend(missing));
+        }
         let ctx = CudaContext::new(device).map_err(|e| backend(format!("GPU {device}: {e:?}")))?;
         let stream = ctx.default_stream();
         let id = if mpi.rank() == 0 {
@@ -65,6 +77,63 @@ impl NcclComm {
             meter: TrafficMeter::default(),
             calls: Mutex::new(()),
         })
+    }
+
+    /// [`GpuCollectives`] against the host path: for each of
+    /// [`selfcheck::LENGTHS`], the same integer-valued inputs summed
+    /// from GPU buffers and from host buffers must give the same bits (both
+    /// are NCCL's sum); the first difference is returned as a message.
+    pub fn check_gpu_buffers(&self) -> Result<(), String> {
+        let rank = self.rank();
+        for len in selfcheck::LENGTHS {
+            let input: Vec<f32> = (0..len).map(|i| selfcheck::value(rank, i)).collect();
+            let mut host = input.clone();
+            self.allreduce_f32(&mut host, ReduceOp::Sum)
+                .map_err(|e| e.to_string())?;
+            let on_gpu = self.gpu_sum(&input).map_err(|e| e.to_string())?;
+            if let Some(i) = (0..len).find(|&i| on_gpu[i].to_bits() != host[i].to_bits()) {
+                return Err(format!(
+                    "allreduce of {len} f32 from GPU buffers: element {i} is {} on the GPU \
+                     and {} through the host",
+                    on_gpu[i], host[i]
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// `input`'s sum over ranks through [`GpuCollectives`], from buffers
+    /// this communicator allocates.
+    fn gpu_sum(&self, input: &[f32]) -> Result<Vec<f32>, CommError> {
+        let err = |e| backend(format!("{e:?}"));
+        let send = self.upload(if input.is_empty() { &[0.0] } else { input })?;
+        let recv = self
+            .stream
+            .alloc_zeros::<f32>(input.len().max(1))
+            .map_err(err)?;
+        self.stream.synchronize().map_err(err)?;
+        let (send_ptr, _) = send.device_ptr(&self.stream);
+        let (recv_ptr, _) = recv.device_ptr(&self.stream);
+        // SAFETY: both are this communicator's own allocations of at least
+        // `input.len()` f32, their writes completed by the synchronisation
+        // above, and nothing else uses them.
+        unsafe {
+            self.allreduce_sum_f32_gpu(
+                GpuF32 {
+                    ptr: send_ptr,
+                    len: input.len(),
+                },
+                GpuF32 {
+                    ptr: recv_ptr,
+                    len: input.len(),
+                },
+            )?;
+        }
+        let mut out = vec![0.0f32; input.len().max(1)];
+        self.stream.memcpy_dtoh(&recv, &mut out).map_err(err)?;
+        self.stream.synchronize().map_err(err)?;
+        out.truncate(input.len());
+        Ok(out)
     }
 
     fn lock(&self) -> MutexGuard<'_, ()> {
@@ -130,6 +199,106 @@ impl NcclComm {
     }
 }
 
+/// What this machine lacks to run NCCL, in one line; `None` when libcuda
+/// and libnccl both load.
+pub fn missing_libraries() -> Option<String> {
+    // SAFETY: each only tries to open the library by its names.
+    let (driver, nccl) = unsafe {
+        (
+            cudarc::driver::sys::is_culib_present(),
+            cudarc::nccl::sys::is_culib_present(),
+        )
+    };
+    let mut missing = Vec::new();
+    if !driver {
+        missing.push(
+            "no NVIDIA driver (libcuda.so was not found; in a container the host's driver must \
+             be mounted, e.g. `docker run --gpus all`)",
+        );
+    }
+    if !nccl {
+        missing.push(
+            "no NCCL library (libnccl.so.2 was not found: `pip install nvidia-nccl-cu12` (or \
+             `-cu13`) and put its `nvidia/nccl/lib` in LD_LIBRARY_PATH, or install NCCL, \
+             e.g. Debian's libnccl2)",
+        );
+    }
+    (!missing.is_empty()).then(|| format!("--comm nccl cannot start: {}", missing.join("; ")))
+}
+
+/// A buffer of another owner (cubecl's memory pool) at a device address, as
+/// cudarc's NCCL calls take one: the owner has ordered its writes before the
+/// call (see [`GpuCollectives::allreduce_sum_f32_gpu`]), so nothing waits.
+struct Borrowed<'a> {
+    buffer: GpuF32,
+    stream: &'a Arc<CudaStream>,
+}
+
+impl DeviceSlice<f32> for Borrowed<'_> {
+    fn len(&self) -> usize {
+        self.buffer.len
+    }
+
+    fn stream(&self) -> &Arc<CudaStream> {
+        self.stream
+    }
+}
+
+impl DevicePtr<f32> for Borrowed<'_> {
+    fn device_ptr<'a>(&'a self, _stream: &'a CudaStream) -> (CUdeviceptr, SyncOnDrop<'a>) {
+        (self.buffer.ptr, SyncOnDrop::Sync(None))
+    }
+}
+
+impl DevicePtrMut<f32> for Borrowed<'_> {
+    fn device_ptr_mut<'a>(&'a mut self, _stream: &'a CudaStream) -> (CUdeviceptr, SyncOnDrop<'a>) {
+        (self.buffer.ptr, SyncOnDrop::Sync(None))
+    }
+}
+
+impl GpuCollectives for NcclComm {
+    unsafe fn allreduce_sum_f32_gpu(&self, send: GpuF32, recv: GpuF32) -> Result<(), CommError> {
+        if send.len != recv.len {
+            return Err(backend(format!(
+                "allreduce on the GPU of {} f32 into {}",
+                send.len, recv.len
+            )));
+        }
+        let start = std::time::Instant::now();
+        {
+            let _calls = self.lock();
+            self.agree(Collective::Allreduce, 0, send.len)?;
+            let stream = &self.stream;
+            let mut out = Borrowed {
+                buffer: recv,
+                stream,
+            };
+            self.nccl
+                .all_reduce(
+                    &Borrowed {
+                        buffer: send,
+                        stream,
+                    },
+                    &mut out,
+                    &cudarc::nccl::ReduceOp::Sum,
+                )
+                .map_err(|e| backend(format!("ncclAllReduce: {e:?}")))?;
+            // The caller reads `recv` on its own stream next.
+            stream
+                .synchronize()
+                .map_err(|e| backend(format!("{e:?}")))?;
+        }
+        record(
+            self,
+            Collective::Allreduce,
+            0,
+            send.len * std::mem::size_of::<f32>(),
+            start,
+        );
+        Ok(())
+    }
+}
+
 fn len_of(header: &[u32]) -> usize {
     header[2] as usize | ((header[3] as usize) << 32)
 }
@@ -153,6 +322,10 @@ impl Communicator for NcclComm {
 
     fn abort(&self, reason: &str) {
         self.mpi.abort(reason);
+    }
+
+    fn gpu_collectives(&self) -> Option<&dyn GpuCollectives> {
+        Some(self)
     }
 
     fn allreduce_f32_raw(&self, buf: &mut [f32], op: ReduceOp) -> Result<(), CommError> {

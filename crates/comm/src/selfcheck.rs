@@ -33,7 +33,7 @@ pub fn run(comm: &dyn Communicator) -> Result<(), String> {
 }
 
 /// An integer-valued input: sums of these are exact in f32 in any order.
-fn value(rank: usize, i: usize) -> f32 {
+pub(crate) fn value(rank: usize, i: usize) -> f32 {
     ((rank * 7919 + i * 31) % 1000) as f32 - 500.0
 }
 

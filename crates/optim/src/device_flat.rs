@@ -11,9 +11,9 @@ use burn::backend::wgpu::CubeTensor;
 use burn::tensor::{Device, Tensor, TensorData};
 use cubecl::prelude::*;
 use cubecl::server::Handle;
-use terse_comm::{Communicator, ReduceOp};
+use terse_comm::{Communicator, GpuCollectives, GpuF32, ReduceOp};
 use terse_kernels::cube;
-use terse_kernels::device::optim::DeviceChunks;
+use terse_kernels::device::optim::{self as kernels, DeviceChunks};
 use terse_kernels::tensor::into_cube_buffer;
 
 use crate::{OptimError, ParamLayout};
@@ -188,9 +188,10 @@ pub(crate) fn into_handle(t: Tensor<1>) -> Handle {
         .handle
 }
 
-/// The mean over ranks of the `len` f32 at `handle`, through the host (the
-/// backends of terse-comm take host buffers), in a new buffer; `None` on
-/// one rank, which has nothing to average and moves nothing.
+/// The mean over ranks of the `len` f32 at `handle`, in a new buffer:
+/// on the GPU where the communicator reduces GPU memory and the buffer is
+/// a CUDA one ([`mean_on_gpu`]), else through the host; `None` on one
+/// rank, which has nothing to average and moves nothing.
 pub(crate) fn mean_over_ranks(
     comm: &dyn Communicator,
     client: &Client,
@@ -200,9 +201,54 @@ pub(crate) fn mean_over_ranks(
     if comm.world_size() == 1 {
         return Ok(None);
     }
+    if let Some(gpu) = comm.gpu_collectives()
+        && let Some(mean) = mean_on_gpu(gpu, comm.world_size(), client, handle, len)?
+    {
+        return Ok(Some(mean));
+    }
     let mut host = read_f32(client, handle, len);
     comm.allreduce_f32(&mut host, ReduceOp::Mean)?;
     Ok(Some(upload_f32(client, &host)))
+}
+
+/// cubecl's CUDA server: what a buffer's device address is asked of.
+type CudaServer = <cubecl::cuda::CudaRuntime as cubecl_runtime::runtime::Runtime>::Server;
+
+/// The mean over `world` ranks of the `len` f32 at `handle`, summed by
+/// `gpu` (NCCL) from the buffer's device address into a new buffer and
+/// scaled there by `1/world` (the host path's arithmetic: sum, then one
+/// multiplication); `None` when `handle` is not CUDA memory (wgpu), which
+/// then goes through the host. The device waits for the kernels that wrote
+/// the gradient before NCCL reads it (its stream is not cubecl's), and NCCL
+/// has finished writing when the call returns.
+fn mean_on_gpu(
+    gpu: &dyn GpuCollectives,
+    world: usize,
+    client: &Client,
+    handle: &Handle,
+    len: usize,
+) -> Result<Option<Handle>, OptimError> {
+    let out = client.empty(len.max(1) * size_of::<f32>());
+    // The resources hold their allocations in place until dropped.
+    let (Ok(send), Ok(recv)) = (
+        client.get_resource::<CudaServer>(handle.clone()),
+        client.get_resource::<CudaServer>(out.clone()),
+    ) else {
+        return Ok(None);
+    };
+    futures_lite::future::block_on(client.sync()).expect("the device failed");
+    let (send_ptr, recv_ptr) = (send.resource().ptr, recv.resource().ptr);
+    // SAFETY: both are live CUDA allocations of at least `len` f32 in the
+    // primary context of this process's GPU (the trainer opens the model's
+    // device and NCCL's on the same ordinal), held by `send` and `recv`
+    // until after the call; `out` is new, so nothing else writes it, and the
+    // sync above completed every write to `handle`.
+    unsafe {
+        gpu.allreduce_sum_f32_gpu(GpuF32 { ptr: send_ptr, len }, GpuF32 { ptr: recv_ptr, len })?;
+    }
+    drop((send, recv));
+    kernels::scale(client, &out, len, 1.0 / world as f32);
+    Ok(Some(out))
 }
 
 /// Allreduces a device buffer (a gradient, or SLAMB's parameters) to its

@@ -1,7 +1,9 @@
 //! `--comm`: which communicator a run's ranks use. `auto` (the default)
-//! picks as terse always has: `mpi` in a process `mpirun` started, `local`
-//! threads for `--local-ranks N > 1`, else one rank alone. The others name
-//! it, and a choice that cannot work here is refused before anything runs.
+//! picks `nccl` in a process of a several-process `mpirun` job training on
+//! CUDA (as PyTorch and DeepSpeed do on NVIDIA GPUs), `mpi` in any other
+//! process `mpirun` started, `local` threads for `--local-ranks N > 1`,
+//! else one rank alone. The others name it, and a choice that cannot work
+//! here is refused before anything runs.
 
 use std::fmt;
 use std::str::FromStr;
@@ -11,7 +13,8 @@ use crate::TrainError;
 /// The communicator asked for on the command line.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum CommChoice {
-    /// `mpi` under mpirun, `local` for several thread ranks, else alone.
+    /// `nccl` for several mpirun processes on CUDA, `mpi` under mpirun
+    /// otherwise, `local` for several thread ranks, else alone.
     #[default]
     Auto,
     /// Ranks as threads of this process (`--local-ranks`).
@@ -21,6 +24,18 @@ pub enum CommChoice {
     Mpi,
     /// NCCL between the GPUs of an MPI job, bootstrapped over MPI.
     Nccl,
+}
+
+/// Where a run's ranks are: what `auto` picks from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Placement {
+    /// Thread ranks asked for (`--local-ranks`).
+    pub local_ranks: usize,
+    /// The processes of the `mpirun` job that started this one (`None`:
+    /// not started by mpirun).
+    pub mpirun_processes: Option<usize>,
+    /// Whether the model trains on a CUDA GPU.
+    pub on_cuda: bool,
 }
 
 /// The communicator a run gets.
@@ -66,13 +81,14 @@ impl fmt::Display for CommChoice {
 }
 
 impl CommChoice {
-    /// The backend for `local_ranks` thread ranks asked for, in a process
-    /// `mpirun` started or not.
-    pub(crate) fn backend(
-        self,
-        local_ranks: usize,
-        under_mpirun: bool,
-    ) -> Result<Backend, TrainError> {
+    /// The backend for the ranks of `placement`.
+    pub(crate) fn backend(self, placement: Placement) -> Result<Backend, TrainError> {
+        let Placement {
+            local_ranks,
+            mpirun_processes,
+            on_cuda,
+        } = placement;
+        let under_mpirun = mpirun_processes.is_some();
         let refuse = |reason: String| TrainError::InvalidRun {
             field: "--comm",
             reason: format!("--comm {self}: {reason}"),
@@ -88,6 +104,7 @@ impl CommChoice {
             }
         };
         match self {
+            Self::Auto if on_cuda && mpirun_processes.is_some_and(|n| n > 1) => Ok(Backend::Nccl),
             Self::Auto if under_mpirun => Ok(Backend::Mpi),
             Self::Auto if local_ranks > 1 => Ok(Backend::Threads(local_ranks)),
             Self::Auto => Ok(Backend::Single),
@@ -98,11 +115,6 @@ impl CommChoice {
             )),
             Self::Local => Ok(Backend::Threads(local_ranks.max(1))),
             Self::Mpi => one_per_process(Backend::Mpi),
-            Self::Nccl if !cfg!(feature = "nccl") => Err(refuse(
-                "this build has no NCCL backend: build terse with `--features terse-train/nccl` \
-                 on a machine with CUDA (cudarc loads libcuda and libnccl when the run starts)"
-                    .into(),
-            )),
             Self::Nccl => one_per_process(Backend::Nccl),
         }
     }
@@ -116,36 +128,56 @@ mod tests {
     fn auto_picks_as_before_and_the_others_name_their_backend() {
         use Backend::{Single, Threads};
         use CommChoice::{Auto, Local};
-        for (choice, ranks, mpirun, want) in [
-            (Auto, 1, false, Single),
-            (Auto, 4, false, Threads(4)),
-            (Auto, 1, true, Backend::Mpi),
-            (Local, 1, false, Threads(1)),
-            (Local, 3, false, Threads(3)),
-            (CommChoice::Mpi, 1, false, Backend::Mpi),
-            (CommChoice::Mpi, 1, true, Backend::Mpi),
+        for (choice, ranks, mpirun, on_cuda, want) in [
+            (Auto, 1, None, false, Single),
+            (Auto, 4, None, false, Threads(4)),
+            (Auto, 1, Some(2), false, Backend::Mpi),
+            (Local, 1, None, false, Threads(1)),
+            (Local, 3, None, false, Threads(3)),
+            (CommChoice::Mpi, 1, None, false, Backend::Mpi),
+            (CommChoice::Mpi, 1, Some(2), false, Backend::Mpi),
+            // On CUDA: NCCL for several mpirun processes, as PyTorch and
+            // DeepSpeed; one process or thread ranks as before.
+            (Auto, 1, Some(2), true, Backend::Nccl),
+            (Auto, 1, Some(1), true, Backend::Mpi),
+            (Auto, 1, None, true, Single),
+            (Auto, 4, None, true, Threads(4)),
+            (CommChoice::Mpi, 1, Some(2), true, Backend::Mpi),
+            (CommChoice::Nccl, 1, Some(1), false, Backend::Nccl),
         ] {
+            let placement = Placement {
+                local_ranks: ranks,
+                mpirun_processes: mpirun,
+                on_cuda,
+            };
             assert_eq!(
-                choice.backend(ranks, mpirun).unwrap(),
+                choice.backend(placement).unwrap(),
                 want,
-                "{choice} {ranks} {mpirun}"
+                "{choice} {placement:?}"
             );
         }
     }
 
     #[test]
     fn choices_that_cannot_work_are_refused_with_the_reason() {
-        let error = CommChoice::Local.backend(2, true).unwrap_err().to_string();
+        let placement = |local_ranks, mpirun_processes| Placement {
+            local_ranks,
+            mpirun_processes,
+            on_cuda: false,
+        };
+        let error = CommChoice::Local
+            .backend(placement(2, Some(2)))
+            .unwrap_err()
+            .to_string();
         assert!(error.contains("started by mpirun"), "{error}");
-        let error = CommChoice::Mpi.backend(2, false).unwrap_err().to_string();
+        let error = CommChoice::Mpi
+            .backend(placement(2, None))
+            .unwrap_err()
+            .to_string();
         assert!(
             error.contains("--local-ranks 2 asks for threads"),
             "{error}"
         );
-        if !cfg!(feature = "nccl") {
-            let error = CommChoice::Nccl.backend(1, true).unwrap_err().to_string();
-            assert!(error.contains("no NCCL backend"), "{error}");
-        }
         assert!(
             "gloo"
                 .parse::<CommChoice>()

@@ -144,9 +144,18 @@ impl DeviceChoice {
         Ok(device)
     }
 
-    /// NVIDIA GPU `index` through burn's CUDA backend, once the machine has
-    /// what it needs.
+    /// The GPU this process takes for `cuda:index`: `index` plus its
+    /// node-local rank under mpirun, so that `mpirun -np 8 … --device cuda`
+    /// on an 8-GPU node puts one process on each GPU (PyTorch's
+    /// `cuda:LOCAL_RANK`), and `cuda:4` with 4 processes takes GPUs 4–7.
+    pub fn gpu_of_process(index: usize) -> usize {
+        index + terse_comm::MpiComm::node_local_rank()
+    }
+
+    /// NVIDIA GPU `index` (offset by the process's node-local rank) through
+    /// burn's CUDA backend, once the machine has what it needs.
     fn open_cuda(&self, index: usize) -> Result<Device, TrainError> {
+        let index = Self::gpu_of_process(index);
         cuda_check::check(&cuda_check::ThisMachine, index).map_err(|e| self.unavailable(e))?;
         let device = Device::cuda(index);
         probe(&device)

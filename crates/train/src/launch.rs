@@ -10,12 +10,12 @@ use std::path::{Path, PathBuf};
 use terse_comm::{Communicator, LocalComm, MpiComm, SingleRank};
 
 use crate::collective_deadline::CollectiveDeadline;
-use crate::comm_choice::{Backend, CommChoice};
+use crate::comm_choice::{Backend, CommChoice, Placement};
 use crate::dispatch::{TaskAction, with_task};
 use crate::metrics::RunSummary;
 use crate::run_dir::{self, Existing, RunDirClaim};
 use crate::stuck_ranks::{self, StuckRanks};
-use crate::{RunConfig, Task, TrainError, Trainer, logging, rank_phase, signals};
+use crate::{DeviceChoice, RunConfig, Task, TrainError, Trainer, logging, rank_phase, signals};
 
 /// Where and how a run goes, beyond its config.
 #[derive(Debug, Clone)]
@@ -51,10 +51,12 @@ pub fn train(config: &RunConfig, launch: &Launch) -> Result<Option<RunSummary>, 
         progress: launch.progress,
     };
     let predictions = launch.run_dir.join("predictions.json");
-    match launch
-        .comm
-        .backend(launch.ranks, MpiComm::launched_by_mpirun())?
-    {
+    let placement = Placement {
+        local_ranks: launch.ranks,
+        mpirun_processes: MpiComm::mpirun_processes(),
+        on_cuda: matches!(config.train.device, DeviceChoice::Cuda(_)),
+    };
+    match launch.comm.backend(placement)? {
         Backend::Mpi => on_process_world(&MpiComm::init()?, config, launch, &trainer, &predictions),
         Backend::Nccl => on_nccl(config, launch, &trainer, &predictions),
         Backend::Threads(ranks) => {
@@ -125,29 +127,21 @@ fn on_process_world(
     result
 }
 
-/// NCCL between the GPUs of an MPI job: each process takes the GPU of its
-/// rank on its node (`OMPI_COMM_WORLD_LOCAL_RANK`). A build without NCCL
-/// refuses `--comm nccl` earlier ([`CommChoice::backend`]).
+/// NCCL between the GPUs of an MPI job: each process on the GPU its model
+/// trains on ([`DeviceChoice::gpu_of_process`]), or with the model on
+/// another device on the GPU of its node-local rank.
 fn on_nccl(
     config: &RunConfig,
     launch: &Launch,
     trainer: &Trainer<'_>,
     predictions: &Path,
 ) -> Result<Option<RunSummary>, TrainError> {
-    #[cfg(feature = "nccl")]
-    {
-        let local_rank = std::env::var("OMPI_COMM_WORLD_LOCAL_RANK")
-            .ok()
-            .and_then(|r| r.parse().ok())
-            .unwrap_or(0);
-        let comm = terse_comm::NcclComm::init(MpiComm::init()?, local_rank)?;
-        on_process_world(&comm, config, launch, trainer, predictions)
-    }
-    #[cfg(not(feature = "nccl"))]
-    {
-        let _ = (config, launch, trainer, predictions);
-        unreachable!("--comm nccl is refused in a build without the nccl feature")
-    }
+    let gpu = match config.train.device {
+        DeviceChoice::Cuda(index) => DeviceChoice::gpu_of_process(index),
+        _ => MpiComm::node_local_rank(),
+    };
+    let comm = terse_comm::NcclComm::init(MpiComm::init()?, gpu)?;
+    on_process_world(&comm, config, launch, trainer, predictions)
 }
 
 /// Claims the run directory for this run (see [`run_dir`]).

@@ -69,6 +69,23 @@ impl Precision {
         }
     }
 
+    /// What this precision means on `device` where that is not what its
+    /// name says, for the run's log: on CUDA, cubek stages f32 matmul
+    /// operands as TF32 from sm_80 on, so `fp32` is `tf32` there (PyTorch
+    /// keeps them f32 unless told; a DeepSpeed user comparing runs needs to
+    /// know).
+    pub fn note_on(self, device: &DeviceChoice) -> Option<String> {
+        match (self, device) {
+            (Self::Fp32, DeviceChoice::Cuda(_)) => Some(format!(
+                "train.precision = \"fp32\" on {device}: the matmuls run in TF32 on GPUs of \
+                 compute capability 8.0 and newer (cubecl 0.11 stages f32 operands as TF32 \
+                 and has no strict-f32 switch), as with \"tf32\"; elementwise ops, \
+                 reductions, gradients and the optimizer are f32"
+            )),
+            _ => None,
+        }
+    }
+
     /// `Ok` when `device` computes in this precision, else the refusal
     /// naming the device and the precisions it has (never a silent fp32).
     pub fn check_device(self, device: &DeviceChoice) -> Result<(), String> {
@@ -110,6 +127,20 @@ impl std::str::FromStr for Precision {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn fp32_on_cuda_says_its_matmuls_are_tf32_and_nowhere_else() {
+        let note = Precision::Fp32
+            .note_on(&DeviceChoice::Cuda(0))
+            .expect("a note on cuda");
+        assert!(note.contains("TF32") && note.contains("cuda"), "{note}");
+        for device in [DeviceChoice::Cpu, DeviceChoice::Lavapipe] {
+            assert_eq!(Precision::Fp32.note_on(&device), None);
+        }
+        for precision in [Precision::Tf32, Precision::Bf16, Precision::Fp16] {
+            assert_eq!(precision.note_on(&DeviceChoice::Cuda(0)), None);
+        }
+    }
 
     #[test]
     fn lavapipe_refuses_the_half_types_naming_the_device_and_what_it_has() {

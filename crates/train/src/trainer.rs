@@ -171,6 +171,9 @@ impl Trainer<'_> {
                     cfg.optimizer.name(),
                     cfg.train.device
                 );
+                if let Some(note) = cfg.train.precision.note_on(&cfg.train.device) {
+                    tracing::info!("{note}");
+                }
             }
         }
         let mut resumed = None;

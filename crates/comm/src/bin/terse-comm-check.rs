@@ -1,7 +1,10 @@
 //! `terse-comm-check`: checks a communicator end to end, like `nccl-tests`.
 //!
 //! Under `mpirun` it checks the MPI backend across the job's processes;
-//! started alone it checks the `local` backend with `--local-ranks` threads. It is
+//! started alone it checks the `local` backend with `--local-ranks` threads.
+//! With `--nccl` it checks NCCL (each process on the GPU of its node-local
+//! rank; alone, a world of one): the compressed and sparse allreduce
+//! through NCCL against the in-process `local` world, bit for bit. It is
 //! also how the failure tests make a rank die (`--kill-rank`) or fail
 //! (`--fail-rank`) in the middle of a job.
 
@@ -27,10 +30,17 @@ struct Args {
     /// non-zero).
     #[arg(long)]
     fail_rank: Option<usize>,
+    /// Check the NCCL backend instead (one GPU per process: the one of its
+    /// node-local rank; needs libcuda and libnccl.so.2)
+    #[arg(long)]
+    nccl: bool,
 }
 
 fn main() -> ExitCode {
     let args = Args::parse();
+    if args.nccl {
+        return run_nccl(&args);
+    }
     match args.launch.backend() {
         Backend::Mpi => run_mpi(&args),
         Backend::Local => {
@@ -71,6 +81,44 @@ fn run_mpi(args: &Args) -> ExitCode {
         // `check` has already aborted the job (MPI_Abort does not return).
         Err(_) => ExitCode::FAILURE,
     }
+}
+
+#[cfg(feature = "nccl")]
+fn run_nccl(args: &Args) -> ExitCode {
+    let comm = terse_comm::MpiComm::init()
+        .and_then(|mpi| terse_comm::NcclComm::init(mpi, terse_comm::MpiComm::node_local_rank()));
+    match comm {
+        Ok(comm) => {
+            if check(&comm, args).is_err() {
+                return ExitCode::FAILURE;
+            }
+            match comm.check_gpu_buffers() {
+                Ok(()) if comm.rank() == 0 => {
+                    println!(
+                        "terse-comm-check: allreduce from GPU buffers (no host copy) gives the \
+                         host path's bits"
+                    );
+                    ExitCode::SUCCESS
+                }
+                Ok(()) => ExitCode::SUCCESS,
+                Err(message) => {
+                    comm.abort(&message);
+                    eprintln!("terse-comm-check: {message}");
+                    ExitCode::FAILURE
+                }
+            }
+        }
+        Err(e) => {
+            eprintln!("terse-comm-check: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+#[cfg(not(feature = "nccl"))]
+fn run_nccl(_args: &Args) -> ExitCode {
+    eprintln!("terse-comm-check: built without the `nccl` feature");
+    ExitCode::FAILURE
 }
 
 #[cfg(not(feature = "mpi"))]
