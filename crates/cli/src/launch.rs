@@ -17,10 +17,11 @@ pub struct RunFlags {
 
     /// Train on this device: cpu (the default), wgpu (burn's wgpu backend
     /// on the best Vulkan adapter: a GPU, else lavapipe), wgpu:N (the N-th
-    /// discrete GPU), lavapipe (the CPU adapter), cuda or cuda:N (NVIDIA GPU N
-    /// through burn's CUDA backend, N + the node-local rank in a process of an
-    /// mpirun job; needs the driver, NVRTC and CUDA's headers;
-    /// its f32 matmuls run as TF32 on sm_80 and newer, README "Devices");
+    /// discrete GPU), lavapipe (the CPU adapter), cuda or cuda:N (NVIDIA GPU
+    /// N through burn's CUDA backend, N + the node-local rank (modulo the
+    /// node's GPUs) in a process of an mpirun job; needs the driver, NVRTC
+    /// and CUDA's headers; its f32 matmuls run as TF32 on sm_80 and newer,
+    /// README "Devices");
     /// sets train.device, and a resume may change it
     #[arg(long, value_name = "DEVICE")]
     pub device: Option<terse_train::DeviceChoice>,
@@ -89,8 +90,9 @@ pub struct RunFlags {
     /// on cuda, mpi in any other process mpirun started, local threads for
     /// --local-ranks N > 1, else one rank), local, mpi (one rank per
     /// process), nccl (NCCL between the GPUs of an MPI job, each process on
-    /// GPU N + its node-local rank for --device cuda:N; needs libcuda and
-    /// libnccl.so.2, e.g. pip's nvidia-nccl-cu12, on LD_LIBRARY_PATH)
+    /// GPU N + its node-local rank, modulo the node's GPUs, for --device
+    /// cuda:N; needs libcuda and libnccl.so.2, e.g. pip's nvidia-nccl-cu12,
+    /// on LD_LIBRARY_PATH)
     #[arg(long, value_name = "BACKEND", default_value = "auto")]
     pub comm: terse_train::CommChoice,
 
