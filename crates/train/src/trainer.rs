@@ -165,15 +165,7 @@ impl Trainer<'_> {
             // flat buffers and the optimizer state live there.
             flat = FlatModel::gather_on_device(&model)?;
             if lead {
-                tracing::info!(
-                    "{} steps on {}: flat parameters, gradient and optimizer state on the \
-                     device",
-                    cfg.optimizer.name(),
-                    cfg.train.device
-                );
-                if let Some(note) = cfg.train.precision.note_on(&cfg.train.device) {
-                    tracing::info!("{note}");
-                }
+                log_device(cfg);
             }
         }
         let mut resumed = None;
@@ -533,6 +525,19 @@ impl<T: Task> Run<'_, T> {
             self.comm.barrier()?;
         }
         Ok(self.summary)
+    }
+}
+
+/// Where a device run's state lives, and what its precision means there,
+/// as the lead rank logs it.
+fn log_device(cfg: &RunConfig) {
+    tracing::info!(
+        "{} steps on {}: flat parameters, gradient and optimizer state on the device",
+        cfg.optimizer.name(),
+        cfg.train.device
+    );
+    if let Some(note) = cfg.train.precision.note_on(&cfg.train.device) {
+        tracing::info!("{note}");
     }
 }
 
