@@ -228,14 +228,15 @@ fn mean_on_gpu(
     handle: &Handle,
     len: usize,
 ) -> Result<Option<Handle>, OptimError> {
-    let out = client.empty(len.max(1) * size_of::<f32>());
-    // The resources hold their allocations in place until dropped.
-    let (Ok(send), Ok(recv)) = (
-        client.get_resource::<CudaServer>(handle.clone()),
-        client.get_resource::<CudaServer>(out.clone()),
-    ) else {
+    // The resources hold their allocations in place until dropped. A
+    // buffer of another runtime is refused here, before anything is made.
+    let Ok(send) = client.get_resource::<CudaServer>(handle.clone()) else {
         return Ok(None);
     };
+    let out = client.empty(len.max(1) * size_of::<f32>());
+    let recv = client
+        .get_resource::<CudaServer>(out.clone())
+        .expect("a buffer just made on the CUDA device of a CUDA buffer");
     futures_lite::future::block_on(client.sync()).expect("the device failed");
     let (send_ptr, recv_ptr) = (send.resource().ptr, recv.resource().ptr);
     // SAFETY: both are live CUDA allocations of at least `len` f32 in the
