@@ -33,18 +33,21 @@ mod batch_norm;
 mod bias_gelu;
 mod conv2d;
 mod cross_entropy;
+mod device_cross_entropy;
+mod device_layer_norm;
+mod device_linear;
 mod embedding;
 mod extension;
 mod gemm_linear;
 mod layer_norm;
 pub mod op_profile;
+mod reduce_routine;
 mod rows;
 pub mod vector_math;
 
 use burn::backend::Dispatch;
 use burn::backend::tensor::FloatTensor;
 use burn::nn::conv::Conv2d;
-use burn::nn::loss::CrossEntropyLossConfig;
 use burn::nn::{BatchNorm, Dropout, Embedding, LayerNorm, Linear, PaddingConfig2d};
 use burn::tensor::activation::{self, gelu, softmax};
 use burn::tensor::{Device, FloatDType, Int, Tensor, TensorData};
@@ -111,7 +114,10 @@ pub fn layer_norm<const D: usize>(x: Tensor<D>, norm: &LayerNorm, eps: f64) -> T
             norm.gamma.val(),
             beta.val(),
         ),
-        _ => norm.forward(x),
+        // A cubecl device: one step whose reductions run a parallel
+        // routine (`device_layer_norm.rs`).
+        Some(beta) => device_layer_norm::layer_norm(x, norm.gamma.val(), beta.val(), eps),
+        None => norm.forward(x),
     }
 }
 
@@ -139,6 +145,11 @@ pub fn linear<const D: usize>(x: Tensor<D>, dense: &Linear) -> Tensor<D> {
             dense.weight.val(),
             bias.val(),
         ),
+        // A cubecl device: burn's `linear`, with the bias gradient's sum
+        // over rows in a parallel routine (`device_linear.rs`).
+        Some(bias) if !is_flex(&x.device()) => {
+            device_linear::linear(narrow(x), narrow(dense.weight.val()), narrow(bias.val()))
+        }
         _ => {
             let bias = dense.bias.as_ref().map(|b| narrow(b.val()));
             burn::tensor::module::linear(narrow(x), narrow(dense.weight.val()), bias)
@@ -153,6 +164,9 @@ pub fn linear_transposed(x: Tensor<2>, weight: Tensor<2>, bias: Tensor<1>) -> Te
     if fp32_on_flex(&x.device()) {
         let op = |x, w, b| <Dispatch as FusedOps>::fused_linear(x, w, b, true);
         return fused3(op, x, weight, bias);
+    }
+    if !is_flex(&x.device()) {
+        return device_linear::linear(narrow(x), narrow(weight).transpose(), narrow(bias));
     }
     narrow(x).matmul(narrow(weight).transpose()) + narrow(bias).unsqueeze_dim(0)
 }
@@ -355,9 +369,10 @@ pub fn cross_entropy(logits: Tensor<2>, labels: Tensor<1, Int>) -> Tensor<1> {
             labels.into_dispatch(),
         ));
     }
-    CrossEntropyLossConfig::new()
-        .init(&device)
-        .forward(logits, labels)
+    // A cubecl device: one step whose row reductions run a parallel
+    // routine and whose backward pass reduces nothing
+    // (`device_cross_entropy.rs`).
+    device_cross_entropy::mean_cross_entropy(logits, labels)
 }
 
 /// The mask key of this dropout call, `None` when the layer is inactive.

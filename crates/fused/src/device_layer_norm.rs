@@ -1,0 +1,160 @@
+//! LayerNorm over the last dimension on cubecl devices, as one autodiff
+//! step whose reductions run the routine `reduce_routine.rs` names: two
+//! row sums forward (mean, variance), two backward, and the γ and β
+//! gradients' column sums.
+//!
+//! burn's `LayerNorm` is a chain of ops under autodiff: each broadcast
+//! operand (the mean, the standard deviation, γ, β) costs a reduction in
+//! the backward pass, every one with the `Unit` routine; γ's and β's sums
+//! over BERT-base's 4096 rows were among the 263–505 µs reductions of an
+//! H100's step (`results/gpu-cuda-profile/`). The forward arithmetic is
+//! burn's (`(x − mean) / sqrt(var + ε)`, biased variance, then `·γ + β`);
+//! the backward pass is the closed form
+//! `∂x = (g·γ − mean(g·γ) − x̂·mean(g·γ·x̂)) / sqrt(var + ε)`,
+//! `∂γ = Σ_rows g·x̂`, `∂β = Σ_rows g`, from the kept x̂ and denominator.
+//! Flex keeps its fused kernel (`layer_norm.rs`).
+
+use burn::backend::autodiff::Autodiff;
+use burn::backend::autodiff::checkpoint::base::Checkpointer;
+use burn::backend::autodiff::checkpoint::strategy::CheckpointStrategy;
+use burn::backend::autodiff::grads::Gradients;
+use burn::backend::autodiff::ops::{Backward, Ops, OpsKind};
+use burn::backend::tensor::FloatTensor;
+use burn::backend::wgpu::CubeBackend;
+use burn::backend::{Dispatch, TensorMetadata, backend_extension};
+use burn::tensor::{Shape, Tensor};
+
+use crate::reduce_routine::{ParallelReduceOps, row_means, rows};
+
+/// LayerNorm over the last dimension.
+#[backend_extension(Cube, Fusion, Autodiff)]
+pub trait DeviceLayerNormOps: ParallelReduceOps {
+    /// `(x − mean) / sqrt(var + eps) · γ + β` over the last dimension of
+    /// `x`, γ and β `[d]`.
+    #[fusion(default)]
+    fn norm_scale_shift(
+        x: FloatTensor<Self>,
+        gamma: FloatTensor<Self>,
+        beta: FloatTensor<Self>,
+        eps: f64,
+    ) -> FloatTensor<Self> {
+        forward::<Self>(x, gamma, beta, eps).0
+    }
+}
+
+impl DeviceLayerNormOps for CubeBackend {}
+
+/// LayerNorm's output in `x`'s shape, with x̂ `[n, d]` and the rows'
+/// `sqrt(var + eps)` `[n, 1]` (what the backward pass keeps).
+fn forward<B: ParallelReduceOps>(
+    x: FloatTensor<B>,
+    gamma: FloatTensor<B>,
+    beta: FloatTensor<B>,
+    eps: f64,
+) -> (FloatTensor<B>, FloatTensor<B>, FloatTensor<B>) {
+    let shape = x.shape();
+    let (xhat, denom) = normalize::<B>(rows::<B>(x), eps);
+    let y = scale_shift::<B>(xhat.clone(), gamma, beta);
+    (B::float_reshape(y, shape), xhat, denom)
+}
+
+/// `x` `[n, d]` normalised per row, and the rows' `sqrt(var + eps)`
+/// `[n, 1]`.
+fn normalize<B: ParallelReduceOps>(
+    x: FloatTensor<B>,
+    eps: f64,
+) -> (FloatTensor<B>, FloatTensor<B>) {
+    let centered = B::float_sub(x.clone(), row_means::<B>(x));
+    let var = row_means::<B>(B::float_mul(centered.clone(), centered.clone()));
+    let denom = B::float_sqrt(B::float_add_scalar(var, eps.into()));
+    (B::float_div(centered, denom.clone()), denom)
+}
+
+/// `x·γ + β` with γ and β `[d]` broadcast over the rows of `x` `[n, d]`.
+fn scale_shift<B: ParallelReduceOps>(
+    x: FloatTensor<B>,
+    gamma: FloatTensor<B>,
+    beta: FloatTensor<B>,
+) -> FloatTensor<B> {
+    let d = x.shape()[1];
+    let scaled = B::float_mul(x, B::float_reshape(gamma, Shape::new([1, d])));
+    B::float_add(scaled, B::float_reshape(beta, Shape::new([1, d])))
+}
+
+#[derive(Debug)]
+struct LayerNormBackward;
+
+/// What the backward pass keeps: x̂ `[n, d]`, the denominators `[n, 1]`
+/// and γ `[d]`.
+type Kept<B> = (FloatTensor<B>, FloatTensor<B>, FloatTensor<B>);
+
+impl<B: DeviceLayerNormOps> Backward<B, 3> for LayerNormBackward {
+    type State = Kept<B>;
+
+    fn backward(self, ops: Ops<Self::State, 3>, grads: &mut Gradients, _: &mut Checkpointer) {
+        let [node_x, node_gamma, node_beta] = ops.parents;
+        let grad = grads.consume::<B>(&ops.node);
+        let shape = grad.shape();
+        let g = rows::<B>(grad);
+        let (xhat, denom, gamma) = ops.state;
+        if let Some(node) = node_beta {
+            grads.register::<B>(node.id, B::column_sums(g.clone()));
+        }
+        if let Some(node) = node_gamma {
+            let g_xhat = B::float_mul(g.clone(), xhat.clone());
+            grads.register::<B>(node.id, B::column_sums(g_xhat));
+        }
+        if let Some(node) = node_x {
+            let d = xhat.shape()[1];
+            let g_gamma = B::float_mul(g, B::float_reshape(gamma, Shape::new([1, d])));
+            let mean_g = row_means::<B>(g_gamma.clone());
+            let mean_g_xhat = row_means::<B>(B::float_mul(g_gamma.clone(), xhat.clone()));
+            let centered = B::float_sub(g_gamma, mean_g);
+            let dx = B::float_sub(centered, B::float_mul(xhat, mean_g_xhat));
+            let dx = B::float_div(dx, denom);
+            grads.register::<B>(node.id, B::float_reshape(dx, shape));
+        }
+    }
+}
+
+impl<B: DeviceLayerNormOps, C: CheckpointStrategy> DeviceLayerNormOps for Autodiff<B, C> {
+    fn norm_scale_shift(
+        x: FloatTensor<Self>,
+        gamma: FloatTensor<Self>,
+        beta: FloatTensor<Self>,
+        eps: f64,
+    ) -> FloatTensor<Self> {
+        let nodes = [x.node(), gamma.node(), beta.node()];
+        let prep = LayerNormBackward
+            .prepare::<C>(nodes)
+            .compute_bound()
+            .stateful();
+        let gamma = gamma.into_primitive();
+        let (y, xhat, denom) = forward::<B>(
+            x.into_primitive(),
+            gamma.clone(),
+            beta.into_primitive(),
+            eps,
+        );
+        match prep {
+            OpsKind::Tracked(prep) => prep.finish((xhat, denom, gamma), y),
+            OpsKind::UnTracked(prep) => prep.finish(y),
+        }
+    }
+}
+
+/// LayerNorm of `x` over its last dimension with γ, β and `eps`, as one
+/// [`DeviceLayerNormOps::norm_scale_shift`] step.
+pub(crate) fn layer_norm<const D: usize>(
+    x: Tensor<D>,
+    gamma: Tensor<1>,
+    beta: Tensor<1>,
+    eps: f64,
+) -> Tensor<D> {
+    Tensor::from_dispatch(<Dispatch as DeviceLayerNormOps>::norm_scale_shift(
+        x.into_dispatch(),
+        gamma.into_dispatch(),
+        beta.into_dispatch(),
+        eps,
+    ))
+}

@@ -1,0 +1,105 @@
+//! Linear layers on cubecl devices, as one autodiff step whose bias
+//! gradient — the sum over the rows of `∂L/∂y` — runs the routine
+//! `reduce_routine.rs` names instead of burn's default.
+//!
+//! Why: burn's autodiff takes a bias gradient with `sum_dim` over the rows,
+//! and without `autotune` burn-cubecl and its fused reduce always launch
+//! cubek's `Unit` routine: one thread per column, each walking every row.
+//! For BERT-base's `[4096, 768]` gradients that is 768 threads on a GPU
+//! that holds ~270 000; on an H100 those sums (with LayerNorm's γ and β,
+//! `device_layer_norm.rs`) took 263–505 µs each, 114 of them per step,
+//! 43 ms of a 176 ms step (`results/gpu-cuda-profile/`).
+//!
+//! The forward pass is burn's `linear` (fused lazily under `fusion`), the
+//! x and W gradients burn's `linear_*_backward`; only the bias gradient's
+//! sum is terse's. Flex keeps its fused kernel (`gemm_linear.rs`).
+
+use burn::backend::autodiff::Autodiff;
+use burn::backend::autodiff::checkpoint::base::Checkpointer;
+use burn::backend::autodiff::checkpoint::strategy::CheckpointStrategy;
+use burn::backend::autodiff::grads::Gradients;
+use burn::backend::autodiff::ops::{Backward, Ops, OpsKind};
+use burn::backend::tensor::FloatTensor;
+use burn::backend::wgpu::CubeBackend;
+use burn::backend::{Dispatch, backend_extension};
+use burn::tensor::Tensor;
+
+use crate::reduce_routine::{ParallelReduceOps, rows};
+
+/// A linear layer with a bias.
+#[backend_extension(Cube, Fusion, Autodiff)]
+pub trait DeviceLinearOps: ParallelReduceOps {
+    /// `x·W + b` over the last dimension, W `[in, out]`: burn's `linear`.
+    #[fusion(default)]
+    fn biased_linear(
+        x: FloatTensor<Self>,
+        weight: FloatTensor<Self>,
+        bias: FloatTensor<Self>,
+    ) -> FloatTensor<Self> {
+        Self::linear(x, weight, Some(bias))
+    }
+}
+
+impl DeviceLinearOps for CubeBackend {}
+
+#[derive(Debug)]
+struct LinearBackward;
+
+impl<B: DeviceLinearOps> Backward<B, 3> for LinearBackward {
+    /// x when W's gradient is wanted, W when x's is.
+    type State = (Option<FloatTensor<B>>, Option<FloatTensor<B>>);
+
+    fn backward(self, ops: Ops<Self::State, 3>, grads: &mut Gradients, _: &mut Checkpointer) {
+        let [node_x, node_weight, node_bias] = ops.parents;
+        let grad = grads.consume::<B>(&ops.node);
+        let (x, weight) = ops.state;
+        if let (Some(node), Some(weight)) = (node_x, weight) {
+            grads.register::<B>(node.id, B::linear_x_backward(weight, grad.clone()));
+        }
+        if let (Some(node), Some(x)) = (node_weight, x) {
+            grads.register::<B>(node.id, B::linear_weight_backward(x, grad.clone()));
+        }
+        if let Some(node) = node_bias {
+            grads.register::<B>(node.id, B::column_sums(rows::<B>(grad)));
+        }
+    }
+}
+
+impl<B: DeviceLinearOps, C: CheckpointStrategy> DeviceLinearOps for Autodiff<B, C> {
+    fn biased_linear(
+        x: FloatTensor<Self>,
+        weight: FloatTensor<Self>,
+        bias: FloatTensor<Self>,
+    ) -> FloatTensor<Self> {
+        let (want_x, want_weight) = (x.is_tracked(), weight.is_tracked());
+        let nodes = [x.node(), weight.node(), bias.node()];
+        let prep = LinearBackward
+            .prepare::<C>(nodes)
+            .compute_bound()
+            .stateful();
+        let (x, weight) = (x.into_primitive(), weight.into_primitive());
+        let kept = (
+            want_weight.then(|| x.clone()),
+            want_x.then(|| weight.clone()),
+        );
+        let out = B::biased_linear(x, weight, bias.into_primitive());
+        match prep {
+            OpsKind::Tracked(prep) => prep.finish(kept, out),
+            OpsKind::UnTracked(prep) => prep.finish(out),
+        }
+    }
+}
+
+/// `x·W + b` with W `[in, out]` (or `[out, in]` given as its transpose) as
+/// one [`DeviceLinearOps::biased_linear`] step.
+pub(crate) fn linear<const D: usize>(
+    x: Tensor<D>,
+    weight: Tensor<2>,
+    bias: Tensor<1>,
+) -> Tensor<D> {
+    Tensor::from_dispatch(<Dispatch as DeviceLinearOps>::biased_linear(
+        x.into_dispatch(),
+        weight.into_dispatch(),
+        bias.into_dispatch(),
+    ))
+}

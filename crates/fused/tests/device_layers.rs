@@ -1,0 +1,216 @@
+//! The linear layers and LayerNorm on a cubecl device (lavapipe: Mesa's
+//! Vulkan driver on the CPU), terse's autodiff steps whose reductions run
+//! cubek's parallel routines (`device_linear.rs`, `device_layer_norm.rs`),
+//! against a float64 reference and burn's own layers: the loss is `Σ y·r`
+//! for a fixed `r`, so `∂L/∂y = r` and the bias gradient is exactly the
+//! column sums of `r`.
+
+use burn::nn::{LayerNormConfig, Linear, LinearConfig};
+use burn::tensor::{Device, Tensor, TensorData};
+use terse_fused as fused;
+
+mod common;
+use common::{lavapipe, values};
+
+fn column_sums(r: &[f32], d: usize) -> Vec<f64> {
+    let mut sums = vec![0.0f64; d];
+    for row in r.chunks(d) {
+        for (s, v) in sums.iter_mut().zip(row) {
+            *s += f64::from(*v);
+        }
+    }
+    sums
+}
+
+fn vec_of<const D: usize>(t: Tensor<D>) -> Vec<f32> {
+    t.into_data().try_to_vec::<f32>().unwrap()
+}
+
+/// The largest `|got - want| / (1 + |want|)`.
+fn max_error(got: &[f32], want: &[f64]) -> f64 {
+    assert_eq!(got.len(), want.len());
+    got.iter()
+        .zip(want)
+        .map(|(g, w)| (f64::from(*g) - w).abs() / (1.0 + w.abs()))
+        .fold(0.0, f64::max)
+}
+
+/// A `Linear` on `device` with terse's deterministic weights.
+fn dense(d_in: usize, d_out: usize, device: &Device) -> Linear {
+    let mut layer = LinearConfig::new(d_in, d_out).init(device);
+    let w = Tensor::<2>::from_data(
+        TensorData::new(values(d_in * d_out, 11), [d_in, d_out]),
+        device,
+    );
+    let b = Tensor::<1>::from_data(TensorData::new(values(d_out, 12), [d_out]), device);
+    layer.weight = layer.weight.map(|_| w.require_grad());
+    layer.bias = layer.bias.map(|p| p.map(|_| b.require_grad()));
+    layer
+}
+
+/// A BERT-base-shaped bias gradient (`[4096, 768]`, batch 32 × seq 128)
+/// and an odd one: the bias gradient of `fused::linear` on lavapipe is the
+/// float64 column sums of `∂L/∂y`, W's is `xᵀ·∂L/∂y` within float
+/// rounding, and x's gradient and the output equal burn's own `Linear` on
+/// the same device.
+#[test]
+fn linear_bias_gradient_is_the_column_sums_on_the_device() {
+    let device = lavapipe().autodiff();
+    for (batch, seq, d_in, d_out) in [(32, 128, 8, 768), (3, 7, 5, 37)] {
+        let layer = dense(d_in, d_out, &device);
+        let x_values = values(batch * seq * d_in, 13);
+        let r_values = values(batch * seq * d_out, 14);
+        let x = || {
+            Tensor::<3>::from_data(
+                TensorData::new(x_values.clone(), [batch, seq, d_in]),
+                &device,
+            )
+            .require_grad()
+        };
+        let r = Tensor::<3>::from_data(
+            TensorData::new(r_values.clone(), [batch, seq, d_out]),
+            &device,
+        );
+        let run = |y: Tensor<3>, x: &Tensor<3>| {
+            let grads = (y.clone() * r.clone()).sum().backward();
+            let dx = vec_of(x.grad(&grads).unwrap());
+            let dw = vec_of(layer.weight.grad(&grads).unwrap());
+            let db = vec_of(layer.bias.as_ref().unwrap().grad(&grads).unwrap());
+            (vec_of(y), dx, dw, db)
+        };
+        let x_terse = x();
+        let terse = run(fused::linear(x_terse.clone(), &layer), &x_terse);
+        let x_burn = x();
+        let burn = run(layer.forward(x_burn.clone()), &x_burn);
+
+        let want_db = column_sums(&r_values, d_out);
+        let err = max_error(&terse.3, &want_db);
+        assert!(
+            err < 2e-5,
+            "[{batch}, {seq}, {d_out}] bias gradient: {err:e}"
+        );
+        assert_eq!(terse.0, burn.0, "output");
+        assert_eq!(terse.1, burn.1, "x's gradient");
+        // W's gradient `xᵀ·r`: the same matmul as burn's, though fusion
+        // may pick another kernel for it next to another op.
+        let mut want_dw = vec![0.0f64; d_in * d_out];
+        for (x, r) in x_values.chunks(d_in).zip(r_values.chunks(d_out)) {
+            for (i, xi) in x.iter().enumerate() {
+                for (j, rj) in r.iter().enumerate() {
+                    want_dw[i * d_out + j] += f64::from(*xi) * f64::from(*rj);
+                }
+            }
+        }
+        let (err, burn_err) = (max_error(&terse.2, &want_dw), max_error(&burn.2, &want_dw));
+        // 4096-term f32 dot products: 3.7e-5 here, burn's own 1.4e-5.
+        assert!(err < 1e-4, "W's gradient: {err:e} (burn's {burn_err:e})");
+    }
+}
+
+/// `fused::linear_transposed` (the tied MLM decoder, W stored `[out, in]`)
+/// on lavapipe: bias gradient the column sums, W's gradient in its stored
+/// layout equal to burn's ops.
+#[test]
+fn transposed_linear_gradients_on_the_device() {
+    let device = lavapipe().autodiff();
+    let (rows, d_in, d_out) = (300, 16, 1000);
+    let param = |n: &[usize], seed| {
+        let len = n.iter().product();
+        Tensor::<2>::from_data(TensorData::new(values(len, seed), n.to_vec()), &device)
+            .require_grad()
+    };
+    let r_values = values(rows * d_out, 24);
+    let r = Tensor::<2>::from_data(TensorData::new(r_values.clone(), [rows, d_out]), &device);
+    let run = |terse: bool| {
+        let (x, w) = (param(&[rows, d_in], 21), param(&[d_out, d_in], 22));
+        let b = Tensor::<1>::from_data(TensorData::new(values(d_out, 23), [d_out]), &device)
+            .require_grad();
+        let y = if terse {
+            fused::linear_transposed(x.clone(), w.clone(), b.clone())
+        } else {
+            x.clone().matmul(w.clone().transpose()) + b.clone().unsqueeze_dim(0)
+        };
+        let grads = (y.clone() * r.clone()).sum().backward();
+        let grad = |t: Tensor<2>| vec_of(t.grad(&grads).unwrap());
+        (vec_of(y), grad(x), grad(w), vec_of(b.grad(&grads).unwrap()))
+    };
+    let (terse, burn) = (run(true), run(false));
+    let err = max_error(&terse.3, &column_sums(&r_values, d_out));
+    assert!(err < 2e-5, "bias gradient: {err:e}");
+    assert_eq!(terse.0, burn.0, "output");
+    assert_eq!(terse.1, burn.1, "x's gradient");
+    assert_eq!(terse.2, burn.2, "W's gradient");
+}
+
+/// `fused::layer_norm` on lavapipe, BERT-base's shape: β's gradient is the
+/// column sums of `∂L/∂y` and γ's those of `∂L/∂y · x̂` (x̂ normalised in
+/// float64); the output and x's gradient are within float rounding of
+/// burn's `LayerNorm`. (burn's own sums, cubek's `Unit` routine, measured
+/// 2.8e-5 and 5.5e-5 here; terse's 1.0e-5 and 9.8e-6.)
+#[test]
+fn layer_norm_parameter_gradients_on_the_device() {
+    let device = lavapipe().autodiff();
+    let (rows, d, eps) = (4096, 768, 1e-12);
+    let mut norm = LayerNormConfig::new(d).with_epsilon(eps).init(&device);
+    let gamma = Tensor::<1>::from_data(TensorData::new(values(d, 31), [d]), &device);
+    norm.gamma = norm.gamma.map(|_| gamma.require_grad());
+    let x_values: Vec<f32> = values(rows * d, 32).iter().map(|v| 3.0 * v + 0.5).collect();
+    let r_values = values(rows * d, 33);
+    // BERT-base's activations, `[batch 32, seq 128, hidden 768]`.
+    let shape = [32, rows / 32, d];
+    let r = Tensor::<3>::from_data(TensorData::new(r_values.clone(), shape), &device);
+    let run = |terse: bool| {
+        let x = Tensor::<3>::from_data(TensorData::new(x_values.clone(), shape), &device)
+            .require_grad();
+        let y = if terse {
+            fused::layer_norm(x.clone(), &norm, eps)
+        } else {
+            norm.forward(x.clone())
+        };
+        let grads = (y.clone() * r.clone()).sum().backward();
+        let dx = vec_of(x.grad(&grads).unwrap());
+        let dgamma = vec_of(norm.gamma.grad(&grads).unwrap());
+        let dbeta = vec_of(norm.beta.as_ref().unwrap().grad(&grads).unwrap());
+        (vec_of(y), dx, dgamma, dbeta)
+    };
+    let (terse, burn) = (run(true), run(false));
+
+    let mut want_dgamma = vec![0.0f64; d];
+    for (row, x) in x_values.chunks(d).enumerate() {
+        let mean = x.iter().map(|v| f64::from(*v)).sum::<f64>() / d as f64;
+        let var = x
+            .iter()
+            .map(|v| (f64::from(*v) - mean).powi(2))
+            .sum::<f64>()
+            / d as f64;
+        for j in 0..d {
+            let xhat = (f64::from(x[j]) - mean) / (var + eps).sqrt();
+            want_dgamma[j] += xhat * f64::from(r_values[row * d + j]);
+        }
+    }
+    let err = max_error(&terse.3, &column_sums(&r_values, d));
+    assert!(err < 2e-5, "β's gradient: {err:e}");
+    let err = max_error(&terse.2, &want_dgamma);
+    assert!(err < 2e-5, "γ's gradient: {err:e}");
+    let close = |a: &[f32], b: &[f32], what: &str| {
+        let worst = a
+            .iter()
+            .zip(b)
+            .map(|(a, b)| (a - b).abs() / (1.0 + b.abs()))
+            .fold(0.0f32, f32::max);
+        assert!(worst < 1e-5, "{what}: {worst:e}");
+    };
+    close(&terse.0, &burn.0, "output");
+    close(&terse.1, &burn.1, "x's gradient");
+}
+
+/// Without autodiff (evaluation) the op on a cubecl device is burn's
+/// `linear`, bit for bit.
+#[test]
+fn forward_without_autodiff_on_the_device() {
+    let device = lavapipe();
+    let layer = LinearConfig::new(4, 6).init(&device);
+    let x = Tensor::<2>::from_data(TensorData::new(values(12, 41), [3, 4]), &device);
+    let want = vec_of(layer.forward(x.clone()));
+    assert_eq!(vec_of(fused::linear(x, &layer)), want);
+}
