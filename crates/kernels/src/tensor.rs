@@ -154,17 +154,41 @@ where
 /// # Errors
 /// Another dtype or rank, or a backend without kernels.
 pub fn into_cube_buffer(t: Tensor<1>) -> Result<Option<CubeTensor>, TensorError> {
+    Ok(cube_f32(t, "flat buffer")?.map(contiguous_cube))
+}
+
+/// The cube tensor of a rank-1 f32 tensor, `None` on flex.
+fn cube_f32(t: Tensor<1>, what: &'static str) -> Result<Option<CubeTensor>, TensorError> {
     let t = t.inner();
     if t.dtype() != DType::F32 {
         return Err(TensorError::DType {
-            what: "flat buffer",
+            what,
             dtype: format!("{:?}", t.dtype()),
         });
     }
     if t.clone().try_into_primitive::<Flex>().is_ok() {
         return Ok(None);
     }
-    Ok(Some(contiguous_cube(cube_primitive(t, "flat buffer")?)))
+    cube_primitive(t, what).map(Some)
+}
+
+/// The storage of a rank-1 f32 tensor on a cubecl device for kernels to
+/// read: contiguous (copied on the device when it was not), shared or not;
+/// `Ok(None)` for a tensor on flex. Unlike [`into_cube_buffer`] it copies
+/// nothing only because another tensor shares the buffer (a gradient that
+/// autodiff also holds, read once into the flat gradient).
+///
+/// # Errors
+/// Another dtype or rank, or a backend without kernels.
+pub fn read_cube_buffer(t: Tensor<1>) -> Result<Option<CubeTensor>, TensorError> {
+    let t = cube_f32(t, "buffer to read")?;
+    Ok(t.map(|t| {
+        if t.is_contiguous() {
+            t
+        } else {
+            contiguous_cube(t)
+        }
+    }))
 }
 
 /// The dropout factors of `mask` in `shape`, computed on `device` when it

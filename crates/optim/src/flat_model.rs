@@ -8,10 +8,11 @@
 //! tests all go through it.
 //!
 //! Both vectors live on the host, or — for a module on a cubecl device
-//! (wgpu, cuda) — on that device: there the
-//! gradients are concatenated on the device, the optimizer steps device
-//! buffers, and the module's parameters become slices of the flat
-//! parameter buffer, so no full-parameter vector crosses to the host.
+//! (wgpu, cuda) — on that device: there each gradient is written into its
+//! range of the flat gradient in place (no gradient-sized buffer made per
+//! step), the optimizer steps device buffers, and the module's parameters
+//! become slices of the flat parameter buffer, so no full-parameter vector
+//! crosses to the host.
 
 use std::sync::{Arc, Mutex};
 
@@ -27,6 +28,7 @@ use crate::gather::{
 use crate::layout::is_trainable;
 use crate::step::CommTime;
 use terse_kernels::device::optim::{self as kernels, DeviceChunks};
+use terse_kernels::tensor::read_cube_buffer;
 
 use crate::{DeviceFlat, OptimError, Optimizer, ParamLayout, StepReport};
 
@@ -150,6 +152,14 @@ impl FlatModel {
         }
     }
 
+    /// A copy of the gradient on the host, wherever it lives.
+    pub fn grad_to_host(&self) -> Vec<f32> {
+        match &self.storage {
+            Storage::Host { grad, .. } => grad.clone(),
+            Storage::Device { grad, .. } => grad.to_host(),
+        }
+    }
+
     /// The gradient's sum of squares (f64 over fixed chunks: the same
     /// result on any number of threads).
     pub fn grad_sum_of_squares(&self) -> f64 {
@@ -191,18 +201,13 @@ impl FlatModel {
                 check_layout(&self.layout, module)?;
                 let mut visitor = DeviceGrads {
                     grads,
-                    parts: Vec::new(),
+                    flat: grad,
+                    offset: 0,
+                    first,
+                    error: None,
                 };
                 module.visit(&mut visitor);
-                let mut parts = visitor.parts;
-                let local = match parts.len() {
-                    0 => return Ok(()),
-                    1 => parts.remove(0),
-                    _ => Tensor::cat(parts, 0),
-                };
-                let sum = if first { local } else { grad.tensor() + local };
-                *grad = DeviceFlat::from_tensor(sum)?.expect("the gradient's device");
-                Ok(())
+                visitor.error.map_or(Ok(()), Err)
             }
         }
     }
@@ -356,11 +361,20 @@ impl SharedFill {
     }
 }
 
-/// Collects each trainable parameter's gradient (zeros where the loss did
-/// not reach it) flattened, in layout order (checked beforehand).
+/// Writes each trainable parameter's gradient into its range of the flat
+/// gradient on the device, in place (added when not `first`; zeros where
+/// the loss did not reach a parameter of the first micro-batch). No buffer
+/// of the whole gradient is made per step: concatenating the parts into a
+/// new one (and adding that to the old for a later micro-batch) cost a
+/// gradient-sized allocation and, when accumulating, a second pass.
 struct DeviceGrads<'a> {
     grads: &'a mut Gradients,
-    parts: Vec<Tensor<1>>,
+    flat: &'a DeviceFlat,
+    /// Where the next trainable parameter's range starts (layout order,
+    /// checked beforehand).
+    offset: usize,
+    first: bool,
+    error: Option<OptimError>,
 }
 
 impl ModuleVisitor for DeviceGrads<'_> {
@@ -370,10 +384,40 @@ impl ModuleVisitor for DeviceGrads<'_> {
             return;
         }
         let n = tensor.dims().iter().product::<usize>();
-        let part = match tensor.grad_remove(self.grads) {
-            Some(grad) => grad.reshape([n]),
-            None => Tensor::zeros([n], &tensor.device().inner()),
+        let offset = self.offset;
+        self.offset += n;
+        let (client, flat) = (self.flat.client(), self.flat.handle());
+        let Some(part) = tensor.grad_remove(self.grads) else {
+            if self.first {
+                kernels::zero_at(client, flat, self.flat.len(), offset, n);
+            }
+            return;
         };
-        self.parts.push(part);
+        match read_cube_buffer(part.reshape([n])) {
+            Ok(Some(part)) => {
+                let accumulate = !self.first;
+                kernels::write_at(
+                    client,
+                    &part.handle,
+                    n,
+                    flat,
+                    self.flat.len(),
+                    offset,
+                    accumulate,
+                );
+            }
+            Ok(None) => {
+                self.error.get_or_insert(OptimError::TensorData {
+                    path: "gradient".to_string(),
+                    detail: "a gradient off the device of the flat buffers".to_string(),
+                });
+            }
+            Err(e) => {
+                self.error.get_or_insert(OptimError::TensorData {
+                    path: "gradient".to_string(),
+                    detail: e.to_string(),
+                });
+            }
+        }
     }
 }

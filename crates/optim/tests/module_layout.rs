@@ -3,14 +3,15 @@
 //! offsets, values and ids survive a gather / write-back round trip, and the
 //! written-back module trains on (a second backward pass reaches every parameter);
 //! gradients copied and accumulated into the flat buffer bit for bit, with
-//! zeros for a parameter the loss did not reach; local ranks sharing one
+//! zeros for a parameter the loss did not reach, on the host and on a
+//! device (lavapipe); local ranks sharing one
 //! copy of replicated parameters get the values of their own; a module
 //! under fresh leaves (no copy) keeps its values and takes gradients of its
 //! own.
 
 use burn::module::{Module, ModuleVisitor, Param, ParamId};
 use burn::nn::{Embedding, EmbeddingConfig, LayerNorm, LayerNormConfig, Linear, LinearConfig};
-use burn::tensor::{Device, Gradients, Int, Tensor, TensorData};
+use burn::tensor::{Device, DeviceKind, Gradients, Int, Tensor, TensorData};
 use std::time::Duration;
 
 use terse_comm::{LocalComm, SingleRank};
@@ -353,35 +354,55 @@ fn reference_grads<M: Module>(module: &M, grads: &Gradients) -> Vec<f32> {
 #[test]
 fn gradients_are_copied_and_accumulated_exactly_with_zeros_where_none_reached() {
     let device = Device::flex().autodiff();
+    gradients_are_written_exactly(&device, FlatModel::gather);
+}
+
+/// The same on a cubecl device, where each gradient is written into its
+/// range of the device's flat gradient in place (lavapipe: Vulkan on the
+/// CPU; `XDG_RUNTIME_DIR` must be set).
+#[test]
+fn gradients_on_a_device_are_written_into_the_flat_buffer_exactly() {
+    assert!(
+        std::env::var_os("XDG_RUNTIME_DIR").is_some(),
+        "set XDG_RUNTIME_DIR (e.g. /tmp)"
+    );
+    let device = Device::wgpu(DeviceKind::Cpu).autodiff();
+    gradients_are_written_exactly(&device, FlatModel::gather_on_device);
+}
+
+fn gradients_are_written_exactly(
+    device: &Device,
+    gather: fn(&Wide) -> Result<FlatModel, OptimError>,
+) {
     device.seed(5);
-    let module = Wide::new(&device);
-    let mut flat = FlatModel::gather(&module).unwrap();
+    let module = Wide::new(device);
+    let mut flat = gather(&module).unwrap();
     let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
 
-    let full = reference_grads(&module, &module.loss(&device).backward());
-    let embedding_only = reference_grads(&module, &module.embedding_loss(&device).backward());
+    let full = reference_grads(&module, &module.loss(device).backward());
+    let embedding_only = reference_grads(&module, &module.embedding_loss(device).backward());
     let embedding_len = 5000 * HIDDEN;
     assert!(embedding_only[embedding_len..].iter().all(|&g| g == 0.0));
     assert!(embedding_only[..embedding_len].iter().any(|&g| g != 0.0));
 
     // First micro-batch: the gradients, bit for bit.
-    let mut grads = module.loss(&device).backward();
+    let mut grads = module.loss(device).backward();
     flat.add_grads(&module, &mut grads, true).unwrap();
-    assert_eq!(bits(flat.grad().unwrap()), bits(&full));
+    assert_eq!(bits(&flat.grad_to_host()), bits(&full));
 
     // Second: added element by element; the head, which this loss does
     // not reach, keeps the first micro-batch's gradient.
-    let mut grads = module.embedding_loss(&device).backward();
+    let mut grads = module.embedding_loss(device).backward();
     flat.add_grads(&module, &mut grads, false).unwrap();
     let sum: Vec<f32> = full
         .iter()
         .zip(&embedding_only)
         .map(|(a, b)| a + b)
         .collect();
-    assert_eq!(bits(flat.grad().unwrap()), bits(&sum));
+    assert_eq!(bits(&flat.grad_to_host()), bits(&sum));
 
     // Overwritten by a loss that misses the head: zeros there.
-    let mut grads = module.embedding_loss(&device).backward();
+    let mut grads = module.embedding_loss(device).backward();
     flat.add_grads(&module, &mut grads, true).unwrap();
-    assert_eq!(bits(flat.grad().unwrap()), bits(&embedding_only));
+    assert_eq!(bits(&flat.grad_to_host()), bits(&embedding_only));
 }

@@ -17,7 +17,12 @@
 //! kernel dispatches are counted by kind (matmul, elementwise, reduce,
 //! copy, other: `terse_kernels::dispatches`), a proxy for launch overhead
 //! that lavapipe measures without a GPU; `TERSE_BENCH_KERNELS=1` lists them
-//! per kernel on stderr.
+//! per kernel on stderr. There the device runs behind the host (burn
+//! queues work), so each phase's host time holds whatever earlier device
+//! work it waited for; `--sync-phases` waits for the device after the
+//! backward pass, the gradients' copy into the flat buffer, the optimizer
+//! and the write-back, so that each phase is charged its own device time
+//! (at the price of the overlap those waits remove).
 //!
 //! Args (after `--`): `--presets mini,base,resnet20`, `--batch 8`, `--seq
 //! 128`, `--resnet-batch 128`, `--warmup 2`, `--steps 5`, `--no-dropout` (to
@@ -66,6 +71,8 @@ struct Args {
     device: terse_train::DeviceChoice,
     /// `--precision`: what BERT computes in (`train.precision`'s names).
     precision: terse_train::Precision,
+    /// `--sync-phases`: wait for the device at the end of each phase.
+    sync_phases: bool,
 }
 
 fn parse() -> Args {
@@ -84,6 +91,7 @@ fn parse() -> Args {
         matmul_precision: false,
         device: terse_train::DeviceChoice::Cpu,
         precision: terse_train::Precision::Fp32,
+        sync_phases: false,
     };
     let argv: Vec<String> = std::env::args().skip(1).collect();
     let mut i = 0;
@@ -114,6 +122,11 @@ fn parse() -> Args {
             }
             "--no-dropout" => {
                 args.dropout = false;
+                i += 1;
+                continue;
+            }
+            "--sync-phases" => {
+                args.sync_phases = true;
                 i += 1;
                 continue;
             }
@@ -165,8 +178,15 @@ fn time_steps<M: Module>(
     warmup: usize,
     steps: usize,
     on_cube: bool,
+    sync_phases: bool,
     loss: impl Fn(&M) -> Tensor<1>,
 ) -> Timings {
+    // `--sync-phases`: the device's queued work done before a phase ends.
+    let wait = |device: &Device| {
+        if sync_phases {
+            device.sync().expect("the device failed");
+        }
+    };
     let comm = SingleRank::new();
     let adam = OptimizerConfig::Adam(AdamConfig::default().with_weight_decay(0.01).with_eps(1e-6));
     let schedule = LrSchedule::Constant { lr: 1e-4 };
@@ -195,18 +215,26 @@ fn time_steps<M: Module>(
         // Reading the loss waits for the forward pass.
         let _ = loss.clone().into_scalar::<f32>();
         let forward = start.elapsed().as_secs_f64() * 1e3;
+        let device = loss.device();
         let mut grads = loss.backward();
+        wait(&device);
         let backward = start.elapsed().as_secs_f64() * 1e3 - forward;
         // The trainer's round trip: the gradients into the host buffer, one
         // step of the host parameters, written back.
         let flat = flat.get_or_insert_with(|| FlatModel::gather_on_device(&model).unwrap());
         op_profile::timed(OpClass::FlatRoundTrip, || {
-            flat.add_grads(&model, &mut grads, true).unwrap()
+            flat.add_grads(&model, &mut grads, true).unwrap();
+            wait(&device);
         });
         op_profile::timed(OpClass::Optimizer, || {
-            flat.step(&mut optimizer, &comm).unwrap()
+            flat.step(&mut optimizer, &comm).unwrap();
+            wait(&device);
         });
-        model = op_profile::timed(OpClass::FlatRoundTrip, || flat.write_into(model).unwrap());
+        model = op_profile::timed(OpClass::FlatRoundTrip, || {
+            let model = flat.write_into(model).unwrap();
+            wait(&device);
+            model
+        });
         let ms = start.elapsed().as_secs_f64() * 1e3;
         let recorded = op_profile::finish();
         if step >= warmup {
@@ -387,6 +415,7 @@ fn bert(args: &Args, preset: BertPreset, device: &Device) {
         args.warmup,
         args.steps,
         !args.device.is_cpu(),
+        args.sync_phases,
         |model| {
             // The trainer's autocast (micro_batches.rs): half matmuls under
             // bf16/fp16, none under fp32.
@@ -422,6 +451,7 @@ fn resnet20(args: &Args, device: &Device) {
         args.warmup,
         args.steps,
         !args.device.is_cpu(),
+        args.sync_phases,
         |model| fused::cross_entropy(model.forward(images.clone()), labels.clone()),
     );
     let on = args.device.to_string();

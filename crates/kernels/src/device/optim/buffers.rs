@@ -1,6 +1,8 @@
-//! Whole-buffer utilities: a copy, a scale, and the per-segment sums of
-//! squares and of absolute values (gradient clipping, LAMB's
-//! pre-normalisation, the auto freeze's ‖v‖₁, 1-bit LAMB's momentum scales).
+//! Whole-buffer utilities: a copy, a copy or sum into a range of a larger
+//! buffer (each parameter's gradient into the flat gradient), a scale, and
+//! the per-segment sums of squares and of absolute values (gradient
+//! clipping, LAMB's pre-normalisation, the auto freeze's ‖v‖₁, 1-bit LAMB's
+//! momentum scales).
 
 use cubecl::prelude::*;
 use cubecl::server::Handle;
@@ -13,6 +15,25 @@ use crate::device::cube::{buffer, cube_reduce, launch_units, unit_item};
 fn copy_kernel(x: &[f32], y: &mut [f32]) {
     let i = unit_item(y.len());
     y[i] = x[i];
+}
+
+/// `y[offset + i] = x[i]` (`+=` when `accumulate`) for every `i` of `x`.
+/// The offset is a runtime scalar: one compiled kernel for every parameter.
+#[cube(launch_unchecked)]
+fn copy_or_add_at_kernel(x: &[f32], y: &mut [f32], offset: usize, #[comptime] accumulate: bool) {
+    let i = unit_item(x.len());
+    if accumulate {
+        y[offset + i] += x[i];
+    } else {
+        y[offset + i] = x[i];
+    }
+}
+
+/// `y[offset..offset + len] = 0`.
+#[cube(launch_unchecked)]
+fn fill_zeros_at_kernel(y: &mut [f32], offset: usize, len: usize) {
+    let i = unit_item(len);
+    y[offset + i] = 0.0;
 }
 
 /// One cube per chunk: the chunk's `Σx²` (or `Σ|x|`) into `partials[chunk]`.
@@ -65,6 +86,55 @@ pub fn copy(client: &Client, x: &Handle, y: &Handle, len: usize) {
     // SAFETY: both hold `len` f32 (the caller's contract).
     unsafe {
         launch_units!(client, len, copy_kernel(buffer(x, len), buffer(y, len)));
+    }
+}
+
+/// `y[offset..offset + len] = x` (`+= x` when `accumulate`): `x` holds
+/// `len` f32, `y` at least `offset + len`. Writes `y` in place, so a
+/// parameter's gradient lands in the flat gradient without a new buffer.
+///
+/// # Panics
+/// When `y_len < offset + len`.
+pub fn write_at(
+    client: &Client,
+    x: &Handle,
+    len: usize,
+    y: &Handle,
+    y_len: usize,
+    offset: usize,
+    accumulate: bool,
+) {
+    assert!(offset + len <= y_len, "a range past the buffer's end");
+    if len == 0 {
+        return;
+    }
+    // SAFETY: `x` holds `len` f32 and `y` `y_len` (the caller's contract);
+    // the kernel writes only `offset..offset + len`, within `y_len`.
+    unsafe {
+        launch_units!(
+            client,
+            len,
+            copy_or_add_at_kernel(buffer(x, len), buffer(y, y_len), offset, accumulate)
+        );
+    }
+}
+
+/// `y[offset..offset + len] = 0`, in place (`y` holds `y_len` f32).
+///
+/// # Panics
+/// When `y_len < offset + len`.
+pub fn zero_at(client: &Client, y: &Handle, y_len: usize, offset: usize, len: usize) {
+    assert!(offset + len <= y_len, "a range past the buffer's end");
+    if len == 0 {
+        return;
+    }
+    // SAFETY: `y` holds `y_len` f32; only `offset..offset + len` is written.
+    unsafe {
+        launch_units!(
+            client,
+            len,
+            fill_zeros_at_kernel(buffer(y, y_len), offset, len)
+        );
     }
 }
 
