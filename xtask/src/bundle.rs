@@ -53,6 +53,7 @@ pub fn run(args: &Args) -> Result<()> {
     let terse = terse_binary::build()?;
     let comm_check = terse_binary::binary("terse-comm-check")?;
     let model_step = terse_binary::build_bench("model_step")?;
+    let matmul_routines = terse_binary::build_bench("matmul_routines")?;
     let out = &args.out;
     if out.exists() {
         fs::remove_dir_all(out).with_context(|| format!("cannot replace {}", out.display()))?;
@@ -65,6 +66,7 @@ pub fn run(args: &Args) -> Result<()> {
         (&terse, "terse"),
         (&comm_check, "terse-comm-check"),
         (&model_step, "model_step"),
+        (&matmul_routines, "matmul_routines"),
     ] {
         let to = bin.join(name);
         fs::copy(from, &to).with_context(|| format!("cannot copy {}", from.display()))?;
@@ -74,7 +76,7 @@ pub fn run(args: &Args) -> Result<()> {
         }
     }
     let mut libraries = Vec::new();
-    for binary in [&terse, &comm_check, &model_step] {
+    for binary in [&terse, &comm_check, &model_step, &matmul_routines] {
         for library in needed_libraries(binary)? {
             if !libraries.contains(&library) {
                 libraries.push(library);
@@ -93,10 +95,9 @@ pub fn run(args: &Args) -> Result<()> {
     }
     let scripts = out.join("benches");
     fs::create_dir_all(&scripts)?;
-    fs::copy(
-        "benches/pytorch_bert_step.py",
-        scripts.join("pytorch_bert_step.py"),
-    )?;
+    for script in ["pytorch_bert_step.py", "pytorch_matmul_shapes.py"] {
+        fs::copy(format!("benches/{script}"), scripts.join(script))?;
+    }
     let run_sh = out.join("run.sh");
     fs::write(&run_sh, RUN_SH)?;
     make_executable(&run_sh)?;

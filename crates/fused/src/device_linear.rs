@@ -12,8 +12,12 @@
 //!
 //! The forward pass is burn's `linear` (fused lazily under `fusion`), the
 //! x and W gradients burn's `linear_*_backward`; only the bias gradient's
-//! sum is terse's. Flex keeps its fused kernel (`gemm_linear.rs`).
+//! sum is terse's. Where a run names a matmul routine
+//! (`matmul_routine.rs`), the three matmuls launch that routine instead,
+//! each as one 2-D product over all rows. Flex keeps its fused kernel
+//! (`gemm_linear.rs`).
 
+use burn::backend::TensorMetadata;
 use burn::backend::autodiff::Autodiff;
 use burn::backend::autodiff::checkpoint::base::Checkpointer;
 use burn::backend::autodiff::checkpoint::strategy::CheckpointStrategy;
@@ -22,22 +26,52 @@ use burn::backend::autodiff::ops::{Backward, Ops, OpsKind};
 use burn::backend::tensor::FloatTensor;
 use burn::backend::wgpu::CubeBackend;
 use burn::backend::{Dispatch, backend_extension};
-use burn::tensor::Tensor;
+use burn::tensor::{Shape, Tensor};
 
+use crate::matmul_routine::{NamedMatmulOps, named_linear_matmul};
 use crate::reduce_routine::{ParallelReduceOps, rows};
 
 /// A linear layer with a bias.
 #[backend_extension(Cube, Fusion, Autodiff)]
-pub trait DeviceLinearOps: ParallelReduceOps {
-    /// `x·W + b` over the last dimension, W `[in, out]`: burn's `linear`.
+pub trait DeviceLinearOps: ParallelReduceOps + NamedMatmulOps {
+    /// `x·W + b` over the last dimension, W `[in, out]`: burn's `linear`,
+    /// or the named routine's product plus the bias.
     #[fusion(default)]
     fn biased_linear(
         x: FloatTensor<Self>,
         weight: FloatTensor<Self>,
         bias: FloatTensor<Self>,
     ) -> FloatTensor<Self> {
-        Self::linear(x, weight, Some(bias))
+        if named_linear_matmul().is_none() {
+            return Self::linear(x, weight, Some(bias));
+        }
+        let shape = x.shape();
+        let out = weight.shape()[1];
+        let product = Self::named_matmul(rows::<Self>(x), weight);
+        let biased = Self::float_add(product, Self::float_reshape(bias, Shape::new([1, out])));
+        let mut dims = shape.to_vec();
+        *dims.last_mut().expect("x has a last dimension") = out;
+        Self::float_reshape(biased, Shape::from(dims))
     }
+}
+
+/// `∂L/∂x = ∂L/∂y · Wᵀ`, in x's shape.
+fn x_grad<B: DeviceLinearOps>(weight: FloatTensor<B>, grad: FloatTensor<B>) -> FloatTensor<B> {
+    if named_linear_matmul().is_none() {
+        return B::linear_x_backward(weight, grad);
+    }
+    let mut dims = grad.shape().to_vec();
+    *dims.last_mut().expect("grad has a last dimension") = weight.shape()[0];
+    let product = B::named_matmul(rows::<B>(grad), B::float_swap_dims(weight, 0, 1));
+    B::float_reshape(product, Shape::from(dims))
+}
+
+/// `∂L/∂W = xᵀ · ∂L/∂y` over all rows.
+fn weight_grad<B: DeviceLinearOps>(x: FloatTensor<B>, grad: FloatTensor<B>) -> FloatTensor<B> {
+    if named_linear_matmul().is_none() {
+        return B::linear_weight_backward(x, grad);
+    }
+    B::named_matmul(B::float_swap_dims(rows::<B>(x), 0, 1), rows::<B>(grad))
 }
 
 impl DeviceLinearOps for CubeBackend {}
@@ -54,10 +88,10 @@ impl<B: DeviceLinearOps> Backward<B, 3> for LinearBackward {
         let grad = grads.consume::<B>(&ops.node);
         let (x, weight) = ops.state;
         if let (Some(node), Some(weight)) = (node_x, weight) {
-            grads.register::<B>(node.id, B::linear_x_backward(weight, grad.clone()));
+            grads.register::<B>(node.id, x_grad::<B>(weight, grad.clone()));
         }
         if let (Some(node), Some(x)) = (node_weight, x) {
-            grads.register::<B>(node.id, B::linear_weight_backward(x, grad.clone()));
+            grads.register::<B>(node.id, weight_grad::<B>(x, grad.clone()));
         }
         if let Some(node) = node_bias {
             grads.register::<B>(node.id, B::column_sums(rows::<B>(grad)));

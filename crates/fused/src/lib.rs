@@ -40,6 +40,7 @@ mod embedding;
 mod extension;
 mod gemm_linear;
 mod layer_norm;
+mod matmul_routine;
 pub mod op_profile;
 mod reduce_routine;
 mod rows;
@@ -67,6 +68,9 @@ pub use cross_entropy::{cross_entropy_backward, cross_entropy_forward};
 pub use embedding::embedding_backward;
 pub use extension::FusedOps;
 pub use layer_norm::{LayerNormStats, layer_norm_backward, layer_norm_forward};
+pub use matmul_routine::{
+    declined_matmuls, matmul_routine_names, name_linear_matmul, named_linear_matmul, named_matmul,
+};
 pub use terse_compress::dropout::{DropoutStream, SiteMask, with_dropout_stream};
 
 /// Elements per parallel work item of the elementwise loops.

@@ -10,7 +10,7 @@ use burn::tensor::{Device, Tensor, TensorData};
 use terse_fused as fused;
 
 mod common;
-use common::{lavapipe, values};
+use common::{lavapipe, max_error, values, vec_of};
 
 fn column_sums(r: &[f32], d: usize) -> Vec<f64> {
     let mut sums = vec![0.0f64; d];
@@ -20,19 +20,6 @@ fn column_sums(r: &[f32], d: usize) -> Vec<f64> {
         }
     }
     sums
-}
-
-fn vec_of<const D: usize>(t: Tensor<D>) -> Vec<f32> {
-    t.into_data().try_to_vec::<f32>().unwrap()
-}
-
-/// The largest `|got - want| / (1 + |want|)`.
-fn max_error(got: &[f32], want: &[f64]) -> f64 {
-    assert_eq!(got.len(), want.len());
-    got.iter()
-        .zip(want)
-        .map(|(g, w)| (f64::from(*g) - w).abs() / (1.0 + w.abs()))
-        .fold(0.0, f64::max)
 }
 
 /// A `Linear` on `device` with terse's deterministic weights.

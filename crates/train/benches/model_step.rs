@@ -31,7 +31,10 @@
 //! on CUDA), `--matmul-precision` (before the models, or alone with `--presets ''`: one f32 matmul on the device
 //! against a float64 product on the host, which tells full f32 arithmetic
 //! from TF32 tensor cores; cubek feeds f32 operands to TF32 `cmma` wherever
-//! the device has it, CUDA from sm_80).
+//! the device has it, CUDA from sm_80), `--matmul NAME` (the linear
+//! layers' matmuls on a cubecl device launch cubek's routine `NAME`,
+//! `terse_fused::name_linear_matmul`; the line then says which, and how
+//! many products the routine declined to burn's matmul).
 //! Prints one JSON line per model.
 
 use std::time::Instant;
@@ -73,6 +76,8 @@ struct Args {
     precision: terse_train::Precision,
     /// `--sync-phases`: wait for the device at the end of each phase.
     sync_phases: bool,
+    /// `--matmul NAME`: the linear layers' matmul routine on a device.
+    matmul: Option<String>,
 }
 
 fn parse() -> Args {
@@ -92,6 +97,7 @@ fn parse() -> Args {
         device: terse_train::DeviceChoice::Cpu,
         precision: terse_train::Precision::Fp32,
         sync_phases: false,
+        matmul: None,
     };
     let argv: Vec<String> = std::env::args().skip(1).collect();
     let mut i = 0;
@@ -143,6 +149,7 @@ fn parse() -> Args {
                     .parse()
                     .unwrap_or_else(|e| panic!("--precision: {e}"))
             }
+            "--matmul" => args.matmul = Some(value(i)),
             "--batch" => args.batch = value(i).parse().expect("--batch N"),
             "--seq" => args.seq = value(i).parse().expect("--seq N"),
             "--resnet-batch" => args.resnet_batch = value(i).parse().expect("--resnet-batch N"),
@@ -280,7 +287,7 @@ fn report(name: &str, device: &str, batch: usize, extra: &str, t: &Timings) {
         "\"other\": {:.1}",
         t.step - t.classes.iter().sum::<f64>()
     ));
-    let dispatches = t.dispatches.as_ref().map_or(String::new(), |kinds| {
+    let mut dispatches = t.dispatches.as_ref().map_or(String::new(), |kinds| {
         let total: f64 = kinds.iter().map(|(_, n)| n).sum();
         let each: Vec<String> = kinds
             .iter()
@@ -291,6 +298,12 @@ fn report(name: &str, device: &str, batch: usize, extra: &str, t: &Timings) {
             each.join(", ")
         )
     });
+    if let Some(name) = fused::named_linear_matmul() {
+        dispatches += &format!(
+            ", \"matmul\": \"{name}\", \"matmul_declined\": {}",
+            fused::declined_matmuls()
+        );
+    }
     println!(
         "{{\"framework\": \"terse\", \"device\": \"{device}\", \"preset\": \"{name}\", \"batch\": {batch},{extra} \
          \"threads\": {}, \"samples_per_s\": {:.3}, \"step_ms\": {:.1}, \"forward_ms\": {:.1}, \
@@ -316,6 +329,10 @@ fn main() {
             "model_step: error: --precision {}: BERT only",
             args.precision
         );
+        std::process::exit(1)
+    }
+    if let Err(e) = fused::name_linear_matmul(args.matmul.as_deref()) {
+        eprintln!("model_step: error: --matmul: {e}");
         std::process::exit(1)
     }
     terse_train::allocator::tune_for_training();

@@ -140,6 +140,19 @@ fn on_nccl(
         DeviceChoice::Cuda(index) => DeviceChoice::gpu_of_process(index),
         _ => MpiComm::node_local_rank(),
     };
+    // `--comm auto` picked NCCL; a machine without it is told the way
+    // that needs no NCCL, not only what NCCL lacks.
+    if launch.comm == CommChoice::Auto
+        && let Some(missing) = terse_comm::nccl_missing_libraries()
+    {
+        return Err(TrainError::InvalidRun {
+            field: "--comm",
+            reason: format!(
+                "--comm auto picks NCCL for CUDA runs of several processes, but {missing}; \
+                 `--comm mpi` runs this job over MPI instead (each exchange through the host)"
+            ),
+        });
+    }
     let comm = terse_comm::NcclComm::init(MpiComm::init()?, gpu)?;
     on_process_world(&comm, config, launch, trainer, predictions)
 }

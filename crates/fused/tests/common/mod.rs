@@ -1,7 +1,7 @@
 //! What the lavapipe tests of the device layers share: the device and
 //! deterministic inputs.
 
-use burn::tensor::{Device, DeviceKind};
+use burn::tensor::{Device, DeviceKind, Tensor};
 
 /// Mesa's Vulkan driver on the CPU (needs `XDG_RUNTIME_DIR`).
 pub fn lavapipe() -> Device {
@@ -17,4 +17,20 @@ pub fn values(n: usize, seed: u32) -> Vec<f32> {
             ((h ^ (h >> 16)) as f32 / u32::MAX as f32) * 2.0 - 1.0
         })
         .collect()
+}
+
+/// `t`'s values on the host. (Not every test binary uses every helper.)
+#[allow(dead_code)]
+pub fn vec_of<const D: usize>(t: Tensor<D>) -> Vec<f32> {
+    t.into_data().try_to_vec::<f32>().unwrap()
+}
+
+/// The largest `|got - want| / (1 + |want|)`.
+#[allow(dead_code)]
+pub fn max_error(got: &[f32], want: &[f64]) -> f64 {
+    assert_eq!(got.len(), want.len());
+    got.iter()
+        .zip(want)
+        .map(|(g, w)| (f64::from(*g) - w).abs() / (1.0 + w.abs()))
+        .fold(0.0, f64::max)
 }

@@ -1,0 +1,216 @@
+//! The matmul routine terse's linear layers may name on cubecl devices,
+//! chosen once per process (`model_step --matmul NAME`), so that one GPU
+//! call can time cubek's routines on the real training step.
+//!
+//! Why: without `autotune`, burn-cubecl launches cubek's `Auto` strategy
+//! for every matmul (`SimpleCyclicCmma`, else `SimpleUnit` where the
+//! device has no matrix instructions). On an H100 BERT-base's matmuls took
+//! 57 ms of a step where PyTorch's TF32 matmuls took 15 ms
+//! (`results/gpu-cuda-profile/`), and burn's autotune picked other
+//! routines for most of the step's shapes (`ordered_double_mma`,
+//! `simple_tma_mma`, `specialized_*`; `call2/autotune-full.log.xz`).
+//! Autotune itself stays off (docs/ARCHITECTURE.md): which routine wins
+//! varies between runs, and each routine sums in its own order, so a
+//! resumed run would not repeat its bits. A named routine is one fixed
+//! order, chosen from measurements.
+//!
+//! With no routine named (the default) nothing changes: the layers run
+//! burn's own matmul, fused with its neighbours under `fusion`.
+
+use std::sync::RwLock;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use burn::backend::autodiff::Autodiff;
+use burn::backend::autodiff::checkpoint::strategy::CheckpointStrategy;
+use burn::backend::ops::FloatTensorOps;
+use burn::backend::tensor::FloatTensor;
+use burn::backend::wgpu::{CubeBackend, CubeTensor};
+use burn::backend::{Backend, DType, TensorMetadata, backend_extension};
+use burn::tensor::Shape;
+use burn_cubecl::cubecl::ir::{ElemType, FloatKind};
+use burn_cubecl::kernel::matmul::init_matmul_output;
+use cubek::matmul::definition::{MatmulElems, MatmulGlobalElems, MatmulSetupError};
+use cubek::matmul::launch::launch_ref;
+use cubek::matmul::multi_level::Strategy as Routine;
+use cubek::matmul::strategy::Strategy;
+use cubek::std::InputBinding;
+
+/// Builds a routine's strategy (cubek's strategies are not `const`).
+type MakeStrategy = fn() -> Strategy;
+
+/// The routines a run can name: cubek's own names without `matmul_`, the
+/// spelling of burn's autotune log. `auto` is burn's choice without
+/// autotune, launched through this path (a check that the path adds
+/// nothing).
+const ROUTINES: &[(&str, MakeStrategy)] = &[
+    ("auto", || Strategy::Auto),
+    ("simple_unit", || {
+        Routine::SimpleUnit(Default::default()).into()
+    }),
+    ("double_unit", || {
+        Routine::DoubleUnit(Default::default()).into()
+    }),
+    ("simple_cyclic_cmma", || {
+        Routine::SimpleCyclicCmma(Default::default()).into()
+    }),
+    ("simple_cyclic_mma", || {
+        Routine::SimpleCyclicMma(Default::default()).into()
+    }),
+    ("simple_tma_cmma", || {
+        Routine::SimpleTmaCmma(Default::default()).into()
+    }),
+    ("simple_tma_mma", || {
+        Routine::SimpleTmaMma(Default::default()).into()
+    }),
+    ("double_cyclic_mma", || {
+        Routine::DoubleCyclicMma(Default::default()).into()
+    }),
+    ("double_tma_mma", || {
+        Routine::DoubleTmaMma(Default::default()).into()
+    }),
+    ("ordered_double_cmma", || {
+        Routine::OrderedDoubleCmma(Default::default()).into()
+    }),
+    ("ordered_double_mma", || {
+        Routine::OrderedDoubleMma(Default::default()).into()
+    }),
+    ("specialized_cyclic_mma", || {
+        Routine::SpecializedCyclicMma(Default::default()).into()
+    }),
+    ("specialized_tma_mma", || {
+        Routine::SpecializedTmaMma(Default::default()).into()
+    }),
+];
+
+/// The routine named for this process, `None` for burn's own matmul.
+static NAMED: RwLock<Option<&'static str>> = RwLock::new(None);
+
+/// Products the named routine could not take (on this device, or in a
+/// half type) and burn's matmul ran instead.
+static DECLINED: AtomicUsize = AtomicUsize::new(0);
+
+/// How many products the named routine has declined so far in this
+/// process, each run by burn's matmul instead: a timing of a routine is
+/// only that routine's where this stayed 0.
+pub fn declined_matmuls() -> usize {
+    DECLINED.load(Ordering::Relaxed)
+}
+
+/// The names [`name_linear_matmul`] takes.
+pub fn matmul_routine_names() -> impl Iterator<Item = &'static str> {
+    ROUTINES.iter().map(|(name, _)| *name)
+}
+
+/// Names the matmul routine of the linear layers on cubecl devices for the
+/// rest of the process; `None` goes back to burn's matmul.
+///
+/// # Errors
+/// A name that is not one of [`matmul_routine_names`], listing them.
+pub fn name_linear_matmul(name: Option<&str>) -> Result<(), String> {
+    let named = match name {
+        None => None,
+        Some(name) => Some(
+            matmul_routine_names()
+                .find(|known| *known == name)
+                .ok_or_else(|| {
+                    let known = matmul_routine_names().collect::<Vec<_>>().join(", ");
+                    format!("unknown matmul routine `{name}`; known: {known}")
+                })?,
+        ),
+    };
+    *NAMED.write().unwrap_or_else(|p| p.into_inner()) = named;
+    Ok(())
+}
+
+/// The routine named for this process, if any.
+pub fn named_linear_matmul() -> Option<&'static str> {
+    *NAMED.read().unwrap_or_else(|p| p.into_inner())
+}
+
+/// A 2-D matmul with the named routine.
+#[backend_extension(Cube, Fusion, Autodiff)]
+pub trait NamedMatmulOps: Backend {
+    /// `lhs` `[m, k]` times `rhs` `[k, n]` (either may be a transposed
+    /// view), `[m, n]`.
+    #[fusion(dtype = lhs, shape = product_shape(lhs, rhs))]
+    fn named_matmul(lhs: FloatTensor<Self>, rhs: FloatTensor<Self>) -> FloatTensor<Self> {
+        Self::float_matmul(lhs, rhs)
+    }
+}
+
+/// `[m, n]` for `[m, k]` times `[k, n]`.
+fn product_shape(lhs: &Shape, rhs: &Shape) -> Shape {
+    Shape::new([lhs[0], rhs[1]])
+}
+
+impl<B: NamedMatmulOps, C: CheckpointStrategy> NamedMatmulOps for Autodiff<B, C> {}
+
+impl NamedMatmulOps for CubeBackend {
+    fn named_matmul(lhs: CubeTensor, rhs: CubeTensor) -> CubeTensor {
+        let Some(name) = named_linear_matmul() else {
+            return Self::float_matmul(lhs, rhs);
+        };
+        // The routines are named for f32 steps; a half-precision product
+        // (the trainer's autocast) keeps burn's matmul, counted.
+        if lhs.dtype != DType::F32 || rhs.dtype != DType::F32 {
+            DECLINED.fetch_add(1, Ordering::Relaxed);
+            return Self::float_matmul(lhs, rhs);
+        }
+        match launch_named(name, lhs.clone(), rhs.clone()) {
+            Ok(out) => out,
+            // The routine needs what this device lacks (tensor cores, TMA,
+            // planes): burn's matmul, as without a name.
+            Err(MatmulSetupError::Unavailable(_)) => {
+                DECLINED.fetch_add(1, Ordering::Relaxed);
+                Self::float_matmul(lhs, rhs)
+            }
+            Err(e) => panic!(
+                "matmul routine `{name}` cannot run {:?} x {:?}: {e:?}",
+                lhs.shape(),
+                rhs.shape()
+            ),
+        }
+    }
+}
+
+/// `lhs · rhs` (f32) launched with the routine called `name`.
+fn launch_named(
+    name: &str,
+    lhs: CubeTensor,
+    rhs: CubeTensor,
+) -> Result<CubeTensor, MatmulSetupError> {
+    let strategy = ROUTINES
+        .iter()
+        .find(|(known, _)| *known == name)
+        .map(|(_, strategy)| strategy())
+        .expect("names are checked when named");
+    let out = init_matmul_output(&lhs, &rhs, DType::F32);
+    let f32 = ElemType::Float(FloatKind::F32);
+    let mut dtypes = MatmulElems::from_globals(&MatmulGlobalElems {
+        lhs: f32,
+        rhs: f32,
+        out: f32,
+    });
+    let client = out.client.clone();
+    launch_ref(
+        &strategy,
+        &client,
+        InputBinding::new(lhs.binding(), f32),
+        InputBinding::new(rhs.binding(), f32),
+        out.clone().binding(),
+        &mut dtypes,
+    )?;
+    Ok(out)
+}
+
+/// `lhs · rhs` with the named routine on a cubecl device (burn's matmul
+/// with none named, or elsewhere): the products `matmul_routines` times.
+pub fn named_matmul(
+    lhs: burn::tensor::Tensor<2>,
+    rhs: burn::tensor::Tensor<2>,
+) -> burn::tensor::Tensor<2> {
+    burn::tensor::Tensor::from_dispatch(<burn::backend::Dispatch as NamedMatmulOps>::named_matmul(
+        lhs.into_dispatch(),
+        rhs.into_dispatch(),
+    ))
+}

@@ -1,0 +1,266 @@
+//! The matmuls of a BERT training step, each timed with each of cubek's
+//! routines that a run can name (`terse_fused::name_linear_matmul`), on a
+//! cubecl device: which routine to name for the linear layers, measured
+//! shape by shape instead of trusted to autotune (which terse keeps off:
+//! its pick varies between runs and with it the summation order).
+//!
+//! The products are those of BERT's linear layers at `--rows` rows (batch ×
+//! seq; BERT-base at batch 32, seq 128 by default): per layer the forward
+//! `x·W`, x's gradient `∂y·Wᵀ` and W's gradient `xᵀ·∂y`, the transposes
+//! as views (as the layers pass them), the tied MLM decoder (W stored
+//! `[vocab, hidden]`) on the masked 15% of rows. Each line says how many
+//! times a step runs that product (`per_step`), so a routine's step total
+//! is `Σ per_step · ms`.
+//!
+//! Each product's answer is checked at 64 entries against float64 on the
+//! host (`rel_error`: TF32 tensor cores give ~3e-4, f32 arithmetic ~1e-7);
+//! `declined` counts products the routine could not take on this device,
+//! which burn's matmul ran instead (its time is then not the routine's).
+//! A routine that fails on a shape says so on its line and the sweep goes
+//! on.
+//!
+//! Args (after `--`): `--device cuda|wgpu|lavapipe`, `--routines
+//! auto,ordered_double_mma,…` (default: all), `--rows 4096`, `--hidden
+//! 768`, `--intermediate 3072`, `--vocab 30522`, `--reps 10`, `--shapes`
+//! (print the products as JSON lines and stop: what
+//! `benches/pytorch_matmul_shapes.py` times). Prints one JSON line per
+//! (routine, product).
+
+use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::time::Instant;
+
+use burn::tensor::{Device, Tensor, TensorData};
+use terse_fused as fused;
+use terse_rng::SplitMix64;
+
+/// One product of the step: `[m, k] · [k, n]`, either operand possibly a
+/// transposed view of a contiguous `[k, m]` / `[n, k]`.
+struct Product {
+    name: String,
+    per_step: usize,
+    m: usize,
+    k: usize,
+    n: usize,
+    lhs_transposed: bool,
+    rhs_transposed: bool,
+}
+
+struct Args {
+    device: terse_train::DeviceChoice,
+    routines: Vec<String>,
+    rows: usize,
+    hidden: usize,
+    intermediate: usize,
+    vocab: usize,
+    reps: usize,
+    shapes_only: bool,
+}
+
+fn parse() -> Args {
+    let mut args = Args {
+        device: terse_train::DeviceChoice::Cpu,
+        routines: fused::matmul_routine_names().map(str::to_string).collect(),
+        rows: 4096,
+        hidden: 768,
+        intermediate: 3072,
+        vocab: 30522,
+        reps: 10,
+        shapes_only: false,
+    };
+    let argv: Vec<String> = std::env::args().skip(1).collect();
+    let mut i = 0;
+    while i < argv.len() {
+        let value = |i: usize| argv.get(i + 1).cloned().unwrap_or_default();
+        let number = |i: usize| {
+            value(i)
+                .parse::<usize>()
+                .unwrap_or_else(|_| panic!("{} N", argv[i]))
+        };
+        match argv[i].as_str() {
+            "--shapes" => {
+                args.shapes_only = true;
+                i += 1;
+                continue;
+            }
+            "--bench" => {
+                i += 1;
+                continue;
+            }
+            "--device" => {
+                args.device = value(i).parse().unwrap_or_else(|e| panic!("--device: {e}"))
+            }
+            "--routines" => {
+                args.routines = value(i).split(',').map(str::to_string).collect();
+            }
+            "--rows" => args.rows = number(i),
+            "--hidden" => args.hidden = number(i),
+            "--intermediate" => args.intermediate = number(i),
+            "--vocab" => args.vocab = number(i),
+            "--reps" => args.reps = number(i),
+            other => panic!("unknown argument {other}"),
+        }
+        i += 2;
+    }
+    args
+}
+
+/// The three products of a linear layer `[rows, d_in] → [rows, d_out]`
+/// (`count` of them per step); W stored `[d_out, d_in]` when `stored_t`.
+fn layer_products(
+    out: &mut Vec<Product>,
+    name: &str,
+    count: usize,
+    (rows, d_in, d_out): (usize, usize, usize),
+    stored_t: bool,
+) {
+    let product = |what: &str, (m, k, n), lhs_transposed, rhs_transposed| Product {
+        name: format!("{name} {what}"),
+        per_step: count,
+        m,
+        k,
+        n,
+        lhs_transposed,
+        rhs_transposed,
+    };
+    // W [in, out] is a transposed view of the stored [out, in] when
+    // `stored_t`; ∂x's Wᵀ is then the stored layout, contiguous.
+    out.push(product("forward", (rows, d_in, d_out), false, stored_t));
+    out.push(product("x grad", (rows, d_out, d_in), false, !stored_t));
+    out.push(product("W grad", (d_in, rows, d_out), true, false));
+}
+
+/// BERT's linear products per training step (12 layers for BERT-base's
+/// hidden 768; the layer count only scales `per_step`).
+fn products(args: &Args) -> Vec<Product> {
+    let (r, h, f) = (args.rows, args.hidden, args.intermediate);
+    let masked = (r * 15).div_ceil(100);
+    let layers = 12;
+    let mut out = Vec::new();
+    layer_products(
+        &mut out,
+        "attention q/k/v/out",
+        4 * layers,
+        (r, h, h),
+        false,
+    );
+    layer_products(&mut out, "ffn up", layers, (r, h, f), false);
+    layer_products(&mut out, "ffn down", layers, (r, f, h), false);
+    layer_products(&mut out, "mlm transform", 1, (masked, h, h), false);
+    layer_products(&mut out, "mlm decoder", 1, (masked, h, args.vocab), true);
+    out
+}
+
+/// The operand `[rows, cols]` (a transposed view of `[cols, rows]` when
+/// `transposed`) and its values in row-major `[rows, cols]` order.
+fn operand(
+    rows: usize,
+    cols: usize,
+    transposed: bool,
+    seed: u64,
+    device: &Device,
+) -> (Tensor<2>, Vec<f32>) {
+    let mut rng = SplitMix64::new(seed);
+    let stored: Vec<f32> = (0..rows * cols).map(|_| rng.symmetric()).collect();
+    if !transposed {
+        let t = Tensor::<2>::from_data(TensorData::new(stored.clone(), [rows, cols]), device);
+        return (t, stored);
+    }
+    let t =
+        Tensor::<2>::from_data(TensorData::new(stored.clone(), [cols, rows]), device).transpose();
+    let values = (0..rows * cols)
+        .map(|i| stored[(i % cols) * rows + i / cols])
+        .collect();
+    (t, values)
+}
+
+/// The RMS error of 64 entries of `got` `[m, n]` against float64 products
+/// of `a` `[m, k]` and `b` `[k, n]`, relative to their RMS.
+fn sampled_error(got: &[f32], a: &[f32], b: &[f32], (m, k, n): (usize, usize, usize)) -> f64 {
+    let mut rng = SplitMix64::new(5);
+    let (mut err2, mut ref2) = (0.0f64, 0.0f64);
+    for _ in 0..64 {
+        let (i, j) = (rng.next_u64() as usize % m, rng.next_u64() as usize % n);
+        let exact: f64 = (0..k)
+            .map(|l| f64::from(a[i * k + l]) * f64::from(b[l * n + j]))
+            .sum();
+        err2 += (f64::from(got[i * n + j]) - exact).powi(2);
+        ref2 += exact * exact;
+    }
+    (err2 / ref2).sqrt()
+}
+
+/// Times `routine` on `p` (mean of `reps` products after two untimed
+/// ones, the device waited for on both ends) and checks its answer.
+fn time_product(routine: &str, p: &Product, device: &Device, reps: usize) -> String {
+    let (lhs, a) = operand(p.m, p.k, p.lhs_transposed, 1, device);
+    let (rhs, b) = operand(p.k, p.n, p.rhs_transposed, 2, device);
+    let declined = fused::declined_matmuls();
+    let timed = catch_unwind(AssertUnwindSafe(|| {
+        let mut last = fused::named_matmul(lhs.clone(), rhs.clone());
+        let _ = fused::named_matmul(lhs.clone(), rhs.clone());
+        device.sync().expect("the device failed");
+        let start = Instant::now();
+        for _ in 0..reps {
+            last = fused::named_matmul(lhs.clone(), rhs.clone());
+        }
+        device.sync().expect("the device failed");
+        let ms = start.elapsed().as_secs_f64() * 1e3 / reps as f64;
+        (ms, last.into_data().try_to_vec::<f32>().expect("f32"))
+    }));
+    let head = format!(
+        "{{\"routine\": \"{routine}\", \"product\": \"{}\", \"per_step\": {}, \"m\": {}, \"k\": {}, \"n\": {}, \"lhs_transposed\": {}, \"rhs_transposed\": {}",
+        p.name, p.per_step, p.m, p.k, p.n, p.lhs_transposed, p.rhs_transposed
+    );
+    match timed {
+        Ok((ms, got)) => {
+            let error = sampled_error(&got, &a, &b, (p.m, p.k, p.n));
+            let tflops = 2.0 * (p.m * p.k * p.n) as f64 / (ms * 1e-3) / 1e12;
+            format!(
+                "{head}, \"ms\": {ms:.4}, \"tflops\": {tflops:.3}, \"rel_error\": {error:.2e}, \"declined\": {}}}",
+                fused::declined_matmuls() - declined
+            )
+        }
+        Err(panic) => {
+            let why = panic
+                .downcast_ref::<String>()
+                .cloned()
+                .or_else(|| panic.downcast_ref::<&str>().map(|s| s.to_string()))
+                .unwrap_or_default();
+            format!(
+                "{head}, \"failed\": {:?}}}",
+                why.lines().next().unwrap_or("")
+            )
+        }
+    }
+}
+
+fn main() {
+    let args = parse();
+    let products = products(&args);
+    if args.shapes_only {
+        for p in &products {
+            println!(
+                "{{\"product\": \"{}\", \"per_step\": {}, \"m\": {}, \"k\": {}, \"n\": {}, \"lhs_transposed\": {}, \"rhs_transposed\": {}}}",
+                p.name, p.per_step, p.m, p.k, p.n, p.lhs_transposed, p.rhs_transposed
+            );
+        }
+        return;
+    }
+    if args.device.is_cpu() {
+        eprintln!("matmul_routines: error: --device: a cubecl device (cuda, wgpu, lavapipe)");
+        std::process::exit(1)
+    }
+    let device = args.device.open().unwrap_or_else(|e| {
+        eprintln!("matmul_routines: error: {e}");
+        std::process::exit(1)
+    });
+    for routine in &args.routines {
+        if let Err(e) = fused::name_linear_matmul(Some(routine)) {
+            eprintln!("matmul_routines: error: --routines: {e}");
+            std::process::exit(1)
+        }
+        for p in &products {
+            println!("{}", time_product(routine, p, &device, args.reps));
+        }
+    }
+}

@@ -1,0 +1,92 @@
+#!/usr/bin/env bash
+# Prepared for a lent GPU machine (no Rust, no network), issue 50: which of
+# cubek's matmul routines should terse name for its linear layers on CUDA?
+# burn's default without autotune (cubek's Auto: SimpleCyclicCmma) ran
+# BERT-base's matmuls 3.8x slower than PyTorch's TF32 matmuls on an H100
+# (results/gpu-cuda-profile/); autotune stays off (a run's bits must not
+# depend on a timing race), so the routine is named from measurements:
+#   1. every routine on each of the step's matmul products (bin/
+#      matmul_routines, checked against float64 at 64 entries), and
+#      PyTorch's torch.mm on the same products in fp32, tf32 and bf16;
+#   2. the fastest complete routine on the whole BERT-base batch-32 step
+#      (model_step --matmul NAME) against the default, alternating, twice
+#      each, beside which run.sh's PyTorch step numbers are the reference.
+# Meant as a second call after results/gpu-cuda-reductions/device_run.sh
+# on a warm machine, or alone. Run from the repository root with
+# `.gpu/terse-gpu-bundle.tar.xz` carried (`cargo xtask bundle` at the commit
+# measured). DEVICE, PRESET, BATCH, ROWS and friends change what runs, for
+# a dry run here:
+#   DEVICE=lavapipe PRESET=tiny BATCH=2 ROWS=256 HIDDEN=128 INTERMEDIATE=512 \
+#     VOCAB=2000 OUT=/tmp/dry bash results/gpu-cuda-matmul/device_run.sh
+# Everything goes to $OUT as it is measured.
+set -uo pipefail
+repo=$(pwd)
+out=${OUT:-/tmp/out}
+mkdir -p "$out"
+exec > >(tee -a "$out/log.txt") 2>&1
+start=$(date +%s)
+budget=${BUDGET_S:-300}
+left() { echo $((budget - ($(date +%s) - start))); }
+# run SECONDS NAME COMMAND...: at most SECONDS, and not past the budget.
+run() {
+    local limit=$1 name=$2
+    shift 2
+    local l
+    l=$(left)
+    if ((l < 15)); then
+        echo "SKIPPED (budget): $name"
+        return 1
+    fi
+    ((limit > l)) && limit=$l
+    echo "== [$(($(date +%s) - start)) s] $name (limit ${limit}s)"
+    timeout "$limit" "$@"
+    local rc=$?
+    ((rc != 0)) && echo "FAILED ($rc): $name"
+    return $rc
+}
+
+B=/tmp/terse-gpu-bundle
+rm -rf "$B" && (cd /tmp && tar xJf "$repo/.gpu/terse-gpu-bundle.tar.xz") || exit 1
+dev=${DEVICE:-cuda} preset=${PRESET:-base} batch=${BATCH:-32}
+shape=(--rows "${ROWS:-4096}" --hidden "${HIDDEN:-768}" --intermediate "${INTERMEDIATE:-3072}"
+    --vocab "${VOCAB:-30522}")
+export XDG_RUNTIME_DIR=/tmp
+export LD_LIBRARY_PATH="$B/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+# NVRTC and CUDA's headers from PyTorch's wheels when the machine has no
+# toolkit (as run.sh finds them).
+nvidia=$(python3 -c 'import nvidia; print(list(nvidia.__path__)[0])' 2>/dev/null || true)
+if [[ -n $nvidia && -d $nvidia ]]; then
+    nvrtc=$(find "$nvidia" -name 'libnvrtc.so*' -not -name '*builtins*' 2>/dev/null | head -n 1)
+    [[ -n $nvrtc ]] && export LD_LIBRARY_PATH="$LD_LIBRARY_PATH:$(dirname "$nvrtc")"
+    if [[ -z ${CUDA_PATH:-} && ! -d /usr/local/cuda ]]; then
+        header=$(find "$nvidia" -path '*/include/cuda_fp16.h' 2>/dev/null | head -n 1)
+        [[ -n $header ]] && export CUDA_PATH=$(dirname "$(dirname "$header")")
+    fi
+fi
+
+# 1. Each product, each routine; PyTorch on the same products.
+"$B/bin/matmul_routines" --shapes "${shape[@]}" > "$out/shapes.jsonl"
+routines=${ROUTINES:-auto,simple_cyclic_cmma,simple_cyclic_mma,simple_tma_mma,double_cyclic_mma,double_tma_mma,ordered_double_cmma,ordered_double_mma,specialized_cyclic_mma,specialized_tma_mma}
+run 150 "matmul routines" "$B/bin/matmul_routines" --device "$dev" --routines "$routines" \
+    "${shape[@]}" --reps 10 > "$out/matmul-routines.jsonl" 2> "$out/matmul-routines.stderr"
+if [[ $dev == cuda* ]]; then
+    run 60 "pytorch matmuls" python3 "$B/benches/pytorch_matmul_shapes.py" "$out/shapes.jsonl" \
+        > "$out/pytorch-matmuls.jsonl"
+fi
+python3 "$repo/results/gpu-cuda-matmul/summarize.py" "$out/matmul-routines.jsonl" \
+    "$out/pytorch-matmuls.jsonl" | tee "$out/summary.txt"
+
+# 2. The fastest complete routine on the whole step, against the default.
+best=$(python3 "$repo/results/gpu-cuda-matmul/summarize.py" "$out/matmul-routines.jsonl" --best)
+echo "fastest complete routine: ${best:-none}"
+if [[ -n $best ]]; then
+    for round in 1 2; do
+        for matmul in "" "$best"; do
+            run 60 "step b$batch ${matmul:-default} (round $round)" "$B/bin/model_step" \
+                --presets "$preset" --batch "$batch" --seq 128 --device "$dev" --warmup 2 --steps 5 \
+                ${matmul:+--matmul "$matmul"} >> "$out/steps.jsonl" 2> /dev/null
+            tail -n 1 "$out/steps.jsonl"
+        done
+    done
+fi
+echo "== [$(($(date +%s) - start)) s] done"

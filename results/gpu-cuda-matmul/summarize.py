@@ -1,0 +1,67 @@
+#!/usr/bin/env python3
+"""Summarises the matmul sweep of device_run.sh: for each of cubek's
+routines (terse's `matmul_routines` bench) and each PyTorch mode
+(`pytorch_matmul_shapes.py`), the step's matmul time Σ per_step · ms over
+the products it ran, and for each product the fastest routine.
+
+    python3 summarize.py matmul-routines.jsonl pytorch-matmuls.jsonl [--best]
+
+A routine counts for the step total only if it ran every product itself
+(no failure, nothing declined to burn's matmul) with an error a TF32 or f32
+product can have (rel_error < 2e-3). `--best` prints only the name of the
+fastest such routine (what the script times on the whole step next).
+"""
+
+import json
+import sys
+
+
+def lines(path):
+    try:
+        with open(path) as f:
+            return [json.loads(l) for l in f if l.startswith("{")]
+    except FileNotFoundError:
+        return []
+
+
+def main():
+    args = [a for a in sys.argv[1:] if not a.startswith("--")]
+    terse, torch = lines(args[0]), lines(args[1]) if len(args) > 1 else []
+    products = []
+    for r in terse:
+        if r["product"] not in products:
+            products.append(r["product"])
+    totals = {}
+    for name in dict.fromkeys(r["routine"] for r in terse):
+        rows = [r for r in terse if r["routine"] == name]
+        ok = [r for r in rows if "ms" in r and r["declined"] == 0 and r["rel_error"] < 2e-3]
+        complete = len(ok) == len(products)
+        totals[name] = (sum(r["per_step"] * r["ms"] for r in ok), complete, len(rows) - len(ok))
+    complete = {n: t for n, (t, c, _) in totals.items() if c}
+    if "--best" in sys.argv:
+        if complete:
+            print(min(complete, key=complete.get))
+        return
+    print("step's matmul time (Σ per_step · ms)")
+    for mode in dict.fromkeys(r["mode"] for r in torch):
+        total = sum(r["per_step"] * r["ms"] for r in torch if r["mode"] == mode)
+        print(f"  pytorch {mode:<24} {total:9.2f} ms")
+    for name, (total, whole, missing) in sorted(totals.items(), key=lambda kv: kv[1][0]):
+        if whole:
+            print(f"  terse {name:<26} {total:9.2f} ms")
+        else:
+            print(f"  terse {name:<26} {'-':>9}     ({missing} products failed, declined or wrong)")
+    print("\nfastest per product (ms): terse routine | pytorch fp32 | tf32")
+    for product in products:
+        rows = [r for r in terse if r["product"] == product and "ms" in r
+                and r["declined"] == 0 and r["rel_error"] < 2e-3]
+        best = min(rows, key=lambda r: r["ms"]) if rows else None
+        torch_ms = {r["mode"]: r["ms"] for r in torch if r["product"] == product}
+        shape = next(f"{r['m']}x{r['k']}x{r['n']}" for r in terse if r["product"] == product)
+        cell = f"{best['routine']} {best['ms']:.3f}" if best else "none"
+        print(f"  {product:<30} {shape:<16} {cell:<32} {torch_ms.get('fp32', float('nan')):8.3f} "
+              f"{torch_ms.get('tf32', float('nan')):8.3f}")
+
+
+if __name__ == "__main__":
+    main()
