@@ -24,26 +24,10 @@ repo=$(pwd)
 out=${OUT:-/tmp/out}
 mkdir -p "$out"
 exec > >(tee -a "$out/log.txt") 2>&1
+exec 3>&1
 start=$(date +%s)
 budget=${BUDGET_S:-300}
-left() { echo $((budget - ($(date +%s) - start))); }
-# run SECONDS NAME COMMAND...: at most SECONDS, and not past the budget.
-run() {
-    local limit=$1 name=$2
-    shift 2
-    local l
-    l=$(left)
-    if ((l < 15)); then
-        echo "SKIPPED (budget): $name"
-        return 1
-    fi
-    ((limit > l)) && limit=$l
-    echo "== [$(($(date +%s) - start)) s] $name (limit ${limit}s)"
-    timeout "$limit" "$@"
-    local rc=$?
-    ((rc != 0)) && echo "FAILED ($rc): $name"
-    return $rc
-}
+source "$repo/results/gpu-run-helpers.sh"
 
 B=/tmp/terse-gpu-bundle
 rm -rf "$B" && (cd /tmp && tar xJf "$repo/.gpu/terse-gpu-bundle.tar.xz") || exit 1
@@ -52,17 +36,7 @@ shape=(--rows "${ROWS:-4096}" --hidden "${HIDDEN:-768}" --intermediate "${INTERM
     --vocab "${VOCAB:-30522}")
 export XDG_RUNTIME_DIR=/tmp
 export LD_LIBRARY_PATH="$B/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
-# NVRTC and CUDA's headers from PyTorch's wheels when the machine has no
-# toolkit (as run.sh finds them).
-nvidia=$(python3 -c 'import nvidia; print(list(nvidia.__path__)[0])' 2>/dev/null || true)
-if [[ -n $nvidia && -d $nvidia ]]; then
-    nvrtc=$(find "$nvidia" -name 'libnvrtc.so*' -not -name '*builtins*' 2>/dev/null | head -n 1)
-    [[ -n $nvrtc ]] && export LD_LIBRARY_PATH="$LD_LIBRARY_PATH:$(dirname "$nvrtc")"
-    if [[ -z ${CUDA_PATH:-} && ! -d /usr/local/cuda ]]; then
-        header=$(find "$nvidia" -path '*/include/cuda_fp16.h' 2>/dev/null | head -n 1)
-        [[ -n $header ]] && export CUDA_PATH=$(dirname "$(dirname "$header")")
-    fi
-fi
+cuda_from_pytorch_wheels
 
 # 1. Each product, each routine; PyTorch on the same products.
 "$B/bin/matmul_routines" --shapes "${shape[@]}" > "$out/shapes.jsonl"
@@ -89,4 +63,4 @@ if [[ -n $best ]]; then
         done
     done
 fi
-echo "== [$(($(date +%s) - start)) s] done"
+section "done"

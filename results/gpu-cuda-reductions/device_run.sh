@@ -27,25 +27,7 @@ exec > >(tee -a "$out/log.txt") 2>&1
 exec 3>&1
 start=$(date +%s)
 budget=${BUDGET_S:-560}
-left() { echo $((budget - ($(date +%s) - start))); }
-section() { echo "== [$(($(date +%s) - start)) s] $*" >&3; }
-# run SECONDS NAME COMMAND...: at most SECONDS, and not past the budget.
-run() {
-    local limit=$1 name=$2
-    shift 2
-    local l
-    l=$(left)
-    if ((l < 15)); then
-        echo "SKIPPED (budget): $name" >&3
-        return 1
-    fi
-    ((limit > l)) && limit=$l
-    section "$name (limit ${limit}s)"
-    timeout "$limit" "$@"
-    local rc=$?
-    ((rc != 0)) && echo "FAILED ($rc): $name" >&3
-    return $rc
-}
+source "$repo/results/gpu-run-helpers.sh"
 
 cd /tmp
 tar xJf "$repo/.gpu/terse-gpu-bundle.tar.xz"
@@ -61,15 +43,7 @@ run 330 "run.sh ${bench[*]}" bash "$B/run.sh" "${bench[@]}"
 
 # run.sh's library paths, for the sections below.
 export LD_LIBRARY_PATH="$B/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
-nvidia=$(python3 -c 'import nvidia; print(list(nvidia.__path__)[0])' 2>/dev/null || true)
-if [[ -n $nvidia && -d $nvidia ]]; then
-    nvrtc=$(find "$nvidia" -name 'libnvrtc.so*' -not -name '*builtins*' 2>/dev/null | head -n 1)
-    [[ -n $nvrtc ]] && export LD_LIBRARY_PATH="$LD_LIBRARY_PATH:$(dirname "$nvrtc")"
-    if [[ -z ${CUDA_PATH:-} && ! -d /usr/local/cuda ]]; then
-        header=$(find "$nvidia" -path '*/include/cuda_fp16.h' 2>/dev/null | head -n 1)
-        [[ -n $header ]] && export CUDA_PATH=$(dirname "$(dirname "$header")")
-    fi
-fi
+cuda_from_pytorch_wheels
 
 # 2. Parity with the CPU: the device-parity test's runs (BERT-Tiny, 6 steps,
 #    2 local ranks, a checkpoint at step 3 resumed; the device runs are

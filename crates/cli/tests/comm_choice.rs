@@ -39,17 +39,21 @@ fn the_named_communicator_runs_or_is_refused_with_the_reason() {
         .tempdir()
         .unwrap();
     let terse = || Command::new(env!("CARGO_BIN_EXE_terse"));
+    // Two processes of terse under mpirun.
+    let mpirun = || {
+        let mut mpirun = Command::new("mpirun");
+        mpirun
+            .args(["--allow-run-as-root", "--oversubscribe", "-np", "2"])
+            .arg(env!("CARGO_BIN_EXE_terse"));
+        mpirun
+    };
 
     let output = pretrain(&mut terse(), &scratch.path().join("mpi"), "mpi", &[]);
     let message = text(&output);
     assert!(output.status.success(), "{message}");
     assert!(message.contains("1 rank(s) (mpi)"), "{message}");
 
-    let mut mpirun = Command::new("mpirun");
-    mpirun
-        .args(["--allow-run-as-root", "--oversubscribe", "-np", "2"])
-        .arg(env!("CARGO_BIN_EXE_terse"));
-    let output = pretrain(&mut mpirun, &scratch.path().join("local"), "local", &[]);
+    let output = pretrain(&mut mpirun(), &scratch.path().join("local"), "local", &[]);
     let message = text(&output);
     assert!(!output.status.success(), "{message}");
     assert!(
@@ -74,12 +78,8 @@ fn the_named_communicator_runs_or_is_refused_with_the_reason() {
         // `--comm auto` picks NCCL for several processes on CUDA; where
         // NCCL cannot start, each rank's one error line names what is
         // missing and the way without NCCL.
-        let mut mpirun = Command::new("mpirun");
-        mpirun
-            .args(["--allow-run-as-root", "--oversubscribe", "-np", "2"])
-            .arg(env!("CARGO_BIN_EXE_terse"));
         let run_dir = scratch.path().join("auto-cuda");
-        let output = pretrain(&mut mpirun, &run_dir, "auto", &["--device", "cuda"]);
+        let output = pretrain(&mut mpirun(), &run_dir, "auto", &["--device", "cuda"]);
         let stderr = String::from_utf8_lossy(&output.stderr);
         assert!(!output.status.success(), "{stderr}");
         let errors: Vec<&str> = stderr.lines().filter(|l| l.contains("error")).collect();

@@ -82,8 +82,9 @@ const ROUTINES: &[(&str, MakeStrategy)] = &[
     }),
 ];
 
-/// The routine named for this process, `None` for burn's own matmul.
-static NAMED: RwLock<Option<&'static str>> = RwLock::new(None);
+/// The routine named for this process (its entry of [`ROUTINES`]), `None`
+/// for burn's own matmul.
+static NAMED: RwLock<Option<&'static (&'static str, MakeStrategy)>> = RwLock::new(None);
 
 /// Products the named routine could not take (on this device, or in a
 /// half type) and burn's matmul ran instead.
@@ -110,8 +111,9 @@ pub fn name_linear_matmul(name: Option<&str>) -> Result<(), String> {
     let named = match name {
         None => None,
         Some(name) => Some(
-            matmul_routine_names()
-                .find(|known| *known == name)
+            ROUTINES
+                .iter()
+                .find(|(known, _)| *known == name)
                 .ok_or_else(|| {
                     let known = matmul_routine_names().collect::<Vec<_>>().join(", ");
                     format!("unknown matmul routine `{name}`; known: {known}")
@@ -124,6 +126,10 @@ pub fn name_linear_matmul(name: Option<&str>) -> Result<(), String> {
 
 /// The routine named for this process, if any.
 pub fn named_linear_matmul() -> Option<&'static str> {
+    named().map(|(name, _)| *name)
+}
+
+fn named() -> Option<&'static (&'static str, MakeStrategy)> {
     *NAMED.read().unwrap_or_else(|p| p.into_inner())
 }
 
@@ -147,7 +153,7 @@ impl<B: NamedMatmulOps, C: CheckpointStrategy> NamedMatmulOps for Autodiff<B, C>
 
 impl NamedMatmulOps for CubeBackend {
     fn named_matmul(lhs: CubeTensor, rhs: CubeTensor) -> CubeTensor {
-        let Some(name) = named_linear_matmul() else {
+        let Some((name, strategy)) = named() else {
             return Self::float_matmul(lhs, rhs);
         };
         // The routines are named for f32 steps; a half-precision product
@@ -156,7 +162,7 @@ impl NamedMatmulOps for CubeBackend {
             DECLINED.fetch_add(1, Ordering::Relaxed);
             return Self::float_matmul(lhs, rhs);
         }
-        match launch_named(name, lhs.clone(), rhs.clone()) {
+        match launch_with(strategy(), lhs.clone(), rhs.clone()) {
             Ok(out) => out,
             // The routine needs what this device lacks (tensor cores, TMA,
             // planes): burn's matmul, as without a name.
@@ -173,17 +179,12 @@ impl NamedMatmulOps for CubeBackend {
     }
 }
 
-/// `lhs · rhs` (f32) launched with the routine called `name`.
-fn launch_named(
-    name: &str,
+/// `lhs · rhs` (f32) launched with `strategy`.
+fn launch_with(
+    strategy: Strategy,
     lhs: CubeTensor,
     rhs: CubeTensor,
 ) -> Result<CubeTensor, MatmulSetupError> {
-    let strategy = ROUTINES
-        .iter()
-        .find(|(known, _)| *known == name)
-        .map(|(_, strategy)| strategy())
-        .expect("names are checked when named");
     let out = init_matmul_output(&lhs, &rhs, DType::F32);
     let f32 = ElemType::Float(FloatKind::F32);
     let mut dtypes = MatmulElems::from_globals(&MatmulGlobalElems {

@@ -24,7 +24,7 @@
 //! 768`, `--intermediate 3072`, `--vocab 30522`, `--reps 10`, `--shapes`
 //! (print the products as JSON lines and stop: what
 //! `benches/pytorch_matmul_shapes.py` times). Prints one JSON line per
-//! (routine, product).
+//! (product, routine), each product's operands made once.
 
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::time::Instant;
@@ -43,6 +43,40 @@ struct Product {
     n: usize,
     lhs_transposed: bool,
     rhs_transposed: bool,
+}
+
+impl Product {
+    /// The product's JSON fields (without braces), shared by `--shapes`
+    /// and the timed lines.
+    fn fields(&self) -> String {
+        format!(
+            "\"product\": \"{}\", \"per_step\": {}, \"m\": {}, \"k\": {}, \"n\": {}, \"lhs_transposed\": {}, \"rhs_transposed\": {}",
+            self.name,
+            self.per_step,
+            self.m,
+            self.k,
+            self.n,
+            self.lhs_transposed,
+            self.rhs_transposed
+        )
+    }
+}
+
+/// A product's operands on the device and their values on the host (for
+/// the float64 check), made once and timed with every routine.
+struct Operands {
+    lhs: Tensor<2>,
+    rhs: Tensor<2>,
+    a: Vec<f32>,
+    b: Vec<f32>,
+}
+
+impl Operands {
+    fn new(p: &Product, device: &Device) -> Self {
+        let (lhs, a) = operand(p.m, p.k, p.lhs_transposed, 1, device);
+        let (rhs, b) = operand(p.k, p.n, p.rhs_transposed, 2, device);
+        Self { lhs, rhs, a, b }
+    }
 }
 
 struct Args {
@@ -191,29 +225,24 @@ fn sampled_error(got: &[f32], a: &[f32], b: &[f32], (m, k, n): (usize, usize, us
 
 /// Times `routine` on `p` (mean of `reps` products after two untimed
 /// ones, the device waited for on both ends) and checks its answer.
-fn time_product(routine: &str, p: &Product, device: &Device, reps: usize) -> String {
-    let (lhs, a) = operand(p.m, p.k, p.lhs_transposed, 1, device);
-    let (rhs, b) = operand(p.k, p.n, p.rhs_transposed, 2, device);
+fn time_product(routine: &str, p: &Product, x: &Operands, device: &Device, reps: usize) -> String {
     let declined = fused::declined_matmuls();
     let timed = catch_unwind(AssertUnwindSafe(|| {
-        let mut last = fused::named_matmul(lhs.clone(), rhs.clone());
-        let _ = fused::named_matmul(lhs.clone(), rhs.clone());
+        let mut last = fused::named_matmul(x.lhs.clone(), x.rhs.clone());
+        let _ = fused::named_matmul(x.lhs.clone(), x.rhs.clone());
         device.sync().expect("the device failed");
         let start = Instant::now();
         for _ in 0..reps {
-            last = fused::named_matmul(lhs.clone(), rhs.clone());
+            last = fused::named_matmul(x.lhs.clone(), x.rhs.clone());
         }
         device.sync().expect("the device failed");
         let ms = start.elapsed().as_secs_f64() * 1e3 / reps as f64;
         (ms, last.into_data().try_to_vec::<f32>().expect("f32"))
     }));
-    let head = format!(
-        "{{\"routine\": \"{routine}\", \"product\": \"{}\", \"per_step\": {}, \"m\": {}, \"k\": {}, \"n\": {}, \"lhs_transposed\": {}, \"rhs_transposed\": {}",
-        p.name, p.per_step, p.m, p.k, p.n, p.lhs_transposed, p.rhs_transposed
-    );
+    let head = format!("{{\"routine\": \"{routine}\", {}", p.fields());
     match timed {
         Ok((ms, got)) => {
-            let error = sampled_error(&got, &a, &b, (p.m, p.k, p.n));
+            let error = sampled_error(&got, &x.a, &x.b, (p.m, p.k, p.n));
             let tflops = 2.0 * (p.m * p.k * p.n) as f64 / (ms * 1e-3) / 1e12;
             format!(
                 "{head}, \"ms\": {ms:.4}, \"tflops\": {tflops:.3}, \"rel_error\": {error:.2e}, \"declined\": {}}}",
@@ -239,12 +268,16 @@ fn main() {
     let products = products(&args);
     if args.shapes_only {
         for p in &products {
-            println!(
-                "{{\"product\": \"{}\", \"per_step\": {}, \"m\": {}, \"k\": {}, \"n\": {}, \"lhs_transposed\": {}, \"rhs_transposed\": {}}}",
-                p.name, p.per_step, p.m, p.k, p.n, p.lhs_transposed, p.rhs_transposed
-            );
+            println!("{{{}}}", p.fields());
         }
         return;
+    }
+    // Every name checked before any timing, so a typo costs no GPU time.
+    for routine in &args.routines {
+        if let Err(e) = fused::name_linear_matmul(Some(routine)) {
+            eprintln!("matmul_routines: error: --routines: {e}");
+            std::process::exit(1)
+        }
     }
     if args.device.is_cpu() {
         eprintln!("matmul_routines: error: --device: a cubecl device (cuda, wgpu, lavapipe)");
@@ -254,13 +287,14 @@ fn main() {
         eprintln!("matmul_routines: error: {e}");
         std::process::exit(1)
     });
-    for routine in &args.routines {
-        if let Err(e) = fused::name_linear_matmul(Some(routine)) {
-            eprintln!("matmul_routines: error: --routines: {e}");
-            std::process::exit(1)
-        }
-        for p in &products {
-            println!("{}", time_product(routine, p, &device, args.reps));
+    for p in &products {
+        let operands = Operands::new(p, &device);
+        for routine in &args.routines {
+            fused::name_linear_matmul(Some(routine)).expect("checked above");
+            println!(
+                "{}",
+                time_product(routine, p, &operands, &device, args.reps)
+            );
         }
     }
 }
