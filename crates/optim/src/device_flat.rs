@@ -20,6 +20,12 @@ use crate::{OptimError, ParamLayout};
 
 /// A rank-1 f32 buffer on a cubecl device, owned alone (kernels write it in
 /// place).
+///
+/// Its storage may be longer than its `len` values: the parameters' buffer
+/// is padded to the device's memory alignment
+/// ([`DeviceFlat::pad_to_alignment`]) so that the write-back's slices of it
+/// are views rather than copies. Kernels read and write the first `len`
+/// only; the storage's shape (`tensor`) always matches its whole handle.
 #[derive(Clone)]
 pub struct DeviceFlat {
     tensor: CubeTensor,
@@ -97,18 +103,78 @@ impl DeviceFlat {
         read_f32(&self.tensor.client, &self.tensor.handle, self.len)
     }
 
-    /// The buffer as a burn tensor sharing its storage (slices of it become
-    /// the model's parameters; a later in-place step changes them too,
-    /// which is why the model is rebuilt from it after every step).
+    /// The buffer's `len` values as a burn tensor sharing its storage, or
+    /// copied out of a padded storage where burn cannot take that slice as
+    /// a view.
     pub fn tensor(&self) -> Tensor<1> {
+        let whole = self.storage_tensor();
+        if self.storage_len() == self.len {
+            whole
+        } else {
+            whole.slice(0..self.len)
+        }
+    }
+
+    /// The whole storage, padding included, as a burn tensor sharing it:
+    /// slices of it become the model's parameters (views where their start
+    /// and length are aligned); a later in-place step changes them too,
+    /// which is why the model is rebuilt from it after every step.
+    pub(crate) fn storage_tensor(&self) -> Tensor<1> {
         cube::tensor(self.tensor.clone())
     }
 
-    /// Swaps the storage for `handle` (same length), returning the old one:
-    /// moved, not shared, so a kernel API that insists on unshared storage
-    /// takes it without a copy.
+    /// The burn device the buffer lives on.
+    pub fn device(&self) -> Device {
+        self.storage_tensor().device()
+    }
+
+    /// f32 in the storage, `len` plus any padding.
+    fn storage_len(&self) -> usize {
+        self.tensor.meta.shape()[0]
+    }
+
+    /// The storage's length made a multiple of the device's memory
+    /// alignment (zeros past `len`), where it is not yet: one device copy,
+    /// the first time and after a kernel API swapped in an unpadded buffer.
+    ///
+    /// burn-cubecl slices a buffer without a copy only when the slice's
+    /// start and its distance to the buffer's end are both aligned
+    /// (`kernel/index/slice.rs`; 512 B on CUDA). A parameter whose offset
+    /// and length are aligned is then a view of this buffer: every BERT
+    /// parameter before the MLM output bias (30 522 f32).
+    pub(crate) fn pad_to_alignment(&mut self) {
+        let client = self.tensor.client.clone();
+        let align = (client.properties().memory.alignment as usize / size_of::<f32>()).max(1);
+        let padded = self.len.div_ceil(align).max(1) * align;
+        if self.storage_len() == padded {
+            return;
+        }
+        let storage = client.empty(padded * size_of::<f32>());
+        kernels::copy(&client, &self.tensor.handle, &storage, self.len);
+        kernels::zero_at(&client, &storage, padded, self.len, padded - self.len);
+        self.set_storage(storage);
+    }
+
+    /// Swaps the storage for `handle` (at least `len` f32), returning the
+    /// old one: moved, not shared, so a kernel API that insists on unshared
+    /// storage takes it without a copy.
     pub(crate) fn swap_handle(&mut self, handle: Handle) -> Handle {
-        std::mem::replace(&mut self.tensor.handle, handle)
+        self.set_storage(handle)
+    }
+
+    /// `handle` as the storage, its shape its whole length; the old one
+    /// returned.
+    fn set_storage(&mut self, handle: Handle) -> Handle {
+        let floats = handle.size_in_used() as usize / size_of::<f32>();
+        let t = &self.tensor;
+        let storage = CubeTensor::new_contiguous(
+            t.client.clone(),
+            t.device.clone(),
+            Shape::new([floats]),
+            handle,
+            t.dtype,
+        );
+        std::mem::replace(&mut self.tensor, storage).handle
     }
 
     /// `handle` (`len` f32 on this buffer's device) as a burn tensor.

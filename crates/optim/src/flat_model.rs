@@ -75,7 +75,7 @@ impl FlatModel {
         let layout = ParamLayout::from_module(module);
         let gathered = gather_params(&layout, module)?;
         let device = gathered.device();
-        let Some(params) = DeviceFlat::from_tensor(gathered.clone())? else {
+        let Some(mut params) = DeviceFlat::from_tensor(gathered.clone())? else {
             return Ok(Self {
                 storage: Storage::Host {
                     params: tensor_to_host(gathered)?,
@@ -84,6 +84,7 @@ impl FlatModel {
                 layout,
             });
         };
+        params.pad_to_alignment();
         let grad = DeviceFlat::from_tensor(Tensor::zeros([layout.len()], &device))?
             .expect("the parameters' device");
         let chunks = layout_chunks(params.client(), &layout, 0.0);
@@ -109,6 +110,7 @@ impl FlatModel {
                         path: "flat".to_string(),
                         detail: "the module moved off the device of its flat buffers".to_string(),
                     })?;
+                params.pad_to_alignment();
             }
         }
         Ok(())
@@ -220,7 +222,13 @@ impl FlatModel {
     ) -> Result<StepReport, OptimError> {
         match &mut self.storage {
             Storage::Host { params, grad } => optimizer.step_flat(params, grad, comm),
-            Storage::Device { params, grad, .. } => optimizer.step_device(params, grad, comm),
+            Storage::Device { params, grad, .. } => {
+                let report = optimizer.step_device(params, grad, comm);
+                // A rule that averaged the parameters got a new, unpadded
+                // buffer back; the write-back needs the padding.
+                params.pad_to_alignment();
+                report
+            }
         }
     }
 
@@ -292,7 +300,7 @@ impl FlatModel {
         match &self.storage {
             Storage::Host { params, .. } => write_back_host(&self.layout, module, params),
             Storage::Device { params, .. } => {
-                write_back_slices(&self.layout, module, &params.tensor())
+                write_back_slices(&self.layout, module, &params.storage_tensor())
             }
         }
     }

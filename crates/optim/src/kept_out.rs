@@ -366,7 +366,7 @@ impl KeptOutAllreduce {
             Ok(exact) => exact,
             Err(e) => return (into_handle(whole), Err(e)),
         };
-        let device = like.tensor().device();
+        let device = like.device();
         let exact = Tensor::<1>::from_data(TensorData::new(exact, [averaged_len]), &device);
         let (mut parts, mut at, mut p, mut e) = (Vec::new(), 0, 0, 0);
         for (range, &averaged) in self.kept_out.iter().zip(&self.averaged) {

@@ -7,7 +7,8 @@
 //! device (lavapipe); local ranks sharing one
 //! copy of replicated parameters get the values of their own; a module
 //! under fresh leaves (no copy) keeps its values and takes gradients of its
-//! own.
+//! own; on a device, parameters at aligned offsets are views of the
+//! (padded) flat buffer.
 
 use burn::module::{Module, ModuleVisitor, Param, ParamId};
 use burn::nn::{Embedding, EmbeddingConfig, LayerNorm, LayerNormConfig, Linear, LinearConfig};
@@ -17,7 +18,7 @@ use std::time::Duration;
 use terse_comm::{LocalComm, SingleRank};
 use terse_optim::{
     AdamConfig, FlatModel, LrSchedule, OptimError, Optimizer, OptimizerConfig, ParamLayout,
-    with_fresh_leaves,
+    SgdConfig, with_fresh_leaves,
 };
 
 #[derive(Module, Debug)]
@@ -405,4 +406,98 @@ fn gradients_are_written_exactly(
     let mut grads = module.embedding_loss(device).backward();
     flat.add_grads(&module, &mut grads, true).unwrap();
     assert_eq!(bits(&flat.grad_to_host()), bits(&embedding_only));
+}
+
+/// Parameters whose offsets and lengths are multiples of 128 f32 (512 B,
+/// CUDA's alignment and more than lavapipe's), then one of 5, then one
+/// whose offset that one leaves unaligned.
+#[derive(Module, Debug)]
+struct Aligned {
+    first: Param<Tensor<1>>,
+    second: Param<Tensor<1>>,
+    odd: Param<Tensor<1>>,
+    after: Param<Tensor<1>>,
+}
+
+impl Aligned {
+    fn new(device: &Device) -> Self {
+        let param = |len: usize, base: f32| {
+            let values: Vec<f32> = (0..len).map(|i| base + i as f32).collect();
+            Param::from_tensor(Tensor::from_data(TensorData::new(values, [len]), device))
+        };
+        Self {
+            first: param(3 * 128, 1000.0),
+            second: param(2 * 128, 2000.0),
+            odd: param(5, 3000.0),
+            after: param(128, 4000.0),
+        }
+    }
+
+    fn loss(&self) -> Tensor<1> {
+        (self.first.val().sum() + self.second.val().sum())
+            + (self.odd.val().sum() + self.after.val().sum())
+    }
+
+    /// Each parameter's values, in field order.
+    fn values(&self) -> Vec<Vec<f32>> {
+        [&self.first, &self.second, &self.odd, &self.after]
+            .map(|p| p.val().into_data().try_into_vec::<f32>().unwrap())
+            .to_vec()
+    }
+}
+
+/// On a device the written-back parameters are slices of the flat
+/// parameter buffer, which is padded to the device's alignment: a
+/// parameter whose offset and length are aligned is a view of it, so a
+/// step that updates the buffer in place shows in the module written back
+/// before it; the others are copies (burn copies unaligned slices) and
+/// keep the values they had. Without the padding the buffer's odd total
+/// length makes every slice a copy.
+#[test]
+fn aligned_parameters_on_a_device_are_views_of_the_flat_buffer() {
+    assert!(
+        std::env::var_os("XDG_RUNTIME_DIR").is_some(),
+        "set XDG_RUNTIME_DIR (e.g. /tmp)"
+    );
+    let device = Device::wgpu(DeviceKind::Cpu).autodiff();
+    let module = Aligned::new(&device);
+    let before = module.values();
+    let mut flat = FlatModel::gather_on_device(&module).unwrap();
+    let written = flat.write_into(module).unwrap();
+    assert_eq!(written.values(), before, "written back unchanged");
+
+    // A plain SGD step: every parameter moves by -lr · 1 in the buffer.
+    let mut optimizer = Optimizer::new(
+        OptimizerConfig::Sgd(SgdConfig {
+            momentum: 0.0,
+            weight_decay: 0.0,
+            nesterov: false,
+        }),
+        LrSchedule::Constant { lr: 0.5 },
+        flat.layout().clone(),
+        &SingleRank::new(),
+    )
+    .unwrap();
+    let mut grads = written.loss().backward();
+    flat.add_grads(&written, &mut grads, true).unwrap();
+    flat.step(&mut optimizer, &SingleRank::new()).unwrap();
+    let stepped: Vec<Vec<f32>> = before
+        .iter()
+        .map(|v| v.iter().map(|x| x - 0.5).collect())
+        .collect();
+    assert_eq!(flat.params_to_host(), stepped.concat(), "the step");
+
+    let seen = written.values();
+    let views = [true, true, false, false];
+    for (i, name) in ["first", "second", "odd", "after"].iter().enumerate() {
+        let (expected, what) = match views[i] {
+            true => (&stepped[i], "a view (sees the step)"),
+            false => (&before[i], "a copy (keeps its values)"),
+        };
+        assert_eq!(&seen[i], expected, "{name} should be {what}");
+    }
+
+    // Written back again: every parameter has the step.
+    let again = flat.write_into(written).unwrap();
+    assert_eq!(again.values(), stepped);
 }
