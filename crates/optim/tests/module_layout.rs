@@ -358,16 +358,21 @@ fn gradients_are_copied_and_accumulated_exactly_with_zeros_where_none_reached() 
     gradients_are_written_exactly(&device, FlatModel::gather);
 }
 
+/// lavapipe (Vulkan on the CPU) with autodiff; `XDG_RUNTIME_DIR` must be set.
+fn lavapipe() -> Device {
+    assert!(
+        std::env::var_os("XDG_RUNTIME_DIR").is_some(),
+        "set XDG_RUNTIME_DIR (e.g. /tmp)"
+    );
+    Device::wgpu(DeviceKind::Cpu).autodiff()
+}
+
 /// The same on a cubecl device, where each gradient is written into its
 /// range of the device's flat gradient in place (lavapipe: Vulkan on the
 /// CPU; `XDG_RUNTIME_DIR` must be set).
 #[test]
 fn gradients_on_a_device_are_written_into_the_flat_buffer_exactly() {
-    assert!(
-        std::env::var_os("XDG_RUNTIME_DIR").is_some(),
-        "set XDG_RUNTIME_DIR (e.g. /tmp)"
-    );
-    let device = Device::wgpu(DeviceKind::Cpu).autodiff();
+    let device = lavapipe();
     gradients_are_written_exactly(&device, FlatModel::gather_on_device);
 }
 
@@ -455,11 +460,7 @@ impl Aligned {
 /// length makes every slice a copy.
 #[test]
 fn aligned_parameters_on_a_device_are_views_of_the_flat_buffer() {
-    assert!(
-        std::env::var_os("XDG_RUNTIME_DIR").is_some(),
-        "set XDG_RUNTIME_DIR (e.g. /tmp)"
-    );
-    let device = Device::wgpu(DeviceKind::Cpu).autodiff();
+    let device = lavapipe();
     let module = Aligned::new(&device);
     let before = module.values();
     let mut flat = FlatModel::gather_on_device(&module).unwrap();
