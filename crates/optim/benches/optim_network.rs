@@ -11,7 +11,9 @@
 //! included), the time spent inside the collectives alone, each the slowest
 //! rank's; the bytes rank 0's traffic meter counted, the most any rank's
 //! counted, and, inside netlab, the bytes rank 0's `lab0` interface actually
-//! transmitted (headers included) over the step.
+//! transmitted (headers included) over the step and the payload bytes TCP
+//! retransmitted in them (a retransmitted segment crosses the link twice;
+//! on 2 cores with 4 busy ranks a step sometimes resends a few per cent).
 //!
 //! ```text
 //! optim_network --elements N --optimizer adam|onebit_adam|onebit_lamb|slamb|zero_one_adam
@@ -150,6 +152,35 @@ fn wire_bytes() -> Option<u64> {
         .ok()
 }
 
+/// Payload bytes TCP has retransmitted on the sockets of this rank's
+/// network namespace so far: the sum of `ss`'s `bytes_retrans` (the
+/// kernel's `tcpi_bytes_retrans`, shown only where non-zero). `None`
+/// outside netlab, or where `ss` (iproute2, which netlab needs) fails.
+fn retransmitted_bytes() -> Option<u64> {
+    wire_bytes()?;
+    let out = std::process::Command::new("ss")
+        .arg("-tinH")
+        .output()
+        .ok()
+        .filter(|out| out.status.success())?;
+    Some(
+        String::from_utf8_lossy(&out.stdout)
+            .split_whitespace()
+            .filter_map(|word| word.strip_prefix("bytes_retrans:"))
+            .filter_map(|n| n.parse::<u64>().ok())
+            .sum(),
+    )
+}
+
+/// `after - before` as a JSON number, `null` where either is unknown.
+fn json_delta(before: Option<u64>, after: Option<u64>) -> String {
+    match (before, after) {
+        // A socket closed within the step takes its count with it.
+        (Some(before), Some(after)) => after.saturating_sub(before).to_string(),
+        _ => "null".into(),
+    }
+}
+
 fn main() {
     let o = options();
     let comm = MpiComm::init().expect("MPI starts (run under mpirun)");
@@ -184,6 +215,8 @@ fn main() {
             comm.barrier().unwrap();
         }
         g.copy_from_slice(&gradient);
+        // Read outside the timed step: it starts a process.
+        let retransmitted_before = retransmitted_bytes();
         comm.barrier().unwrap();
         let start = Instant::now();
         let wire_before = wire_bytes();
@@ -195,10 +228,8 @@ fn main() {
         // then, the link would miss it. Once every rank has left the step,
         // every byte this rank sent has arrived, so it has crossed the link.
         comm.barrier().unwrap();
-        let wire = match (wire_before, wire_bytes()) {
-            (Some(before), Some(after)) => (after - before).to_string(),
-            _ => "null".into(),
-        };
+        let wire = json_delta(wire_before, wire_bytes());
+        let retransmitted = json_delta(retransmitted_before, retransmitted_bytes());
         let step_ms = 1e3 * slowest(&comm, step_s);
         let comm_ms = 1e3 * slowest(&comm, report.comm_time.as_secs_f64());
         let collective_ms = 1e3 * slowest(&comm, report.traffic.time().as_secs_f64());
@@ -208,7 +239,8 @@ fn main() {
             "{{\"label\":\"{}\",\"optimizer\":\"{}\",\"elements\":{d},\"ranks\":{},\"step\":{},\
              \"stage\":\"{}\",\"step_ms\":{step_ms:.3},\"comm_ms\":{comm_ms:.3},\
              \"collective_ms\":{collective_ms:.3},\"bytes_sent\":{sent},\
-             \"bytes_sent_max\":{sent_max},\"wire_bytes_sent\":{wire}}}\n",
+             \"bytes_sent_max\":{sent_max},\"wire_bytes_sent\":{wire},\
+             \"wire_bytes_retransmitted\":{retransmitted}}}\n",
             o.label,
             o.optimizer,
             comm.world_size(),

@@ -32,6 +32,9 @@ pub struct StepRow {
     pub bytes_sent: u64,
     pub bytes_sent_max: u64,
     pub wire_bytes_sent: Option<u64>,
+    /// Payload bytes TCP retransmitted within `wire_bytes_sent` (lines
+    /// from before it was measured have none).
+    pub wire_bytes_retransmitted: Option<u64>,
 }
 
 impl StepRow {
@@ -51,6 +54,7 @@ impl StepRow {
             bytes_sent: int("bytes_sent")?,
             bytes_sent_max: int("bytes_sent_max")?,
             wire_bytes_sent: v["wire_bytes_sent"].as_u64(),
+            wire_bytes_retransmitted: v["wire_bytes_retransmitted"].as_u64(),
         })
     }
 
@@ -220,16 +224,18 @@ mod tests {
     #[test]
     fn parses_a_benchmark_line() {
         let row = StepRow::parse(
-            r#"{"label":"1gbit","optimizer":"onebit_adam","elements":4000512,"ranks":4,"step":3,"stage":"compression","step_ms":189.0,"comm_ms":171.4,"collective_ms":91.2,"bytes_sent":750120,"bytes_sent_max":750120,"wire_bytes_sent":754364}"#,
+            r#"{"label":"1gbit","optimizer":"onebit_adam","elements":4000512,"ranks":4,"step":3,"stage":"compression","step_ms":189.0,"comm_ms":171.4,"collective_ms":91.2,"bytes_sent":750120,"bytes_sent_max":750120,"wire_bytes_sent":754364,"wire_bytes_retransmitted":8948}"#,
         )
         .unwrap();
         assert!(row.compressed());
         assert_eq!(row.wire_bytes_sent, Some(754364));
+        assert_eq!(row.wire_bytes_retransmitted, Some(8948));
         let outside = StepRow::parse(
             r#"{"label":"","optimizer":"adam","elements":8,"ranks":4,"step":1,"stage":"full","step_ms":1,"comm_ms":1,"collective_ms":1,"bytes_sent":48,"bytes_sent_max":48,"wire_bytes_sent":null}"#,
         )
         .unwrap();
         assert_eq!(outside.wire_bytes_sent, None);
+        assert_eq!(outside.wire_bytes_retransmitted, None);
     }
 
     #[test]
@@ -246,6 +252,7 @@ mod tests {
                 bytes_sent: 8,
                 bytes_sent_max: 8,
                 wire_bytes_sent: None,
+                wire_bytes_retransmitted: None,
             })
             .collect();
         let run = Run {
