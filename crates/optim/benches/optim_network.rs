@@ -155,9 +155,8 @@ fn wire_bytes() -> Option<u64> {
 /// Payload bytes TCP has retransmitted on the sockets of this rank's
 /// network namespace so far: the sum of `ss`'s `bytes_retrans` (the
 /// kernel's `tcpi_bytes_retrans`, shown only where non-zero). `None`
-/// outside netlab, or where `ss` (iproute2, which netlab needs) fails.
+/// where `ss` (iproute2, which netlab needs) fails.
 fn retransmitted_bytes() -> Option<u64> {
-    wire_bytes()?;
     let out = std::process::Command::new("ss")
         .arg("-tinH")
         .output()
@@ -198,6 +197,10 @@ fn main() {
     let mut g = gradient.clone();
     let mut x = vec![0.01f32; d];
     let mut lines = String::new();
+    // Only rank 0's lines are written, and only netlab's namespaces hold
+    // just this job's sockets: elsewhere no rank starts `ss`.
+    let count_resends = comm.rank() == 0 && wire_bytes().is_some();
+    let resent = || count_resends.then(retransmitted_bytes).flatten();
     for t in 0..o.warmup + o.settle + o.steps {
         if t == o.warmup + o.settle
             && let Some(command) = &o.after_warmup
@@ -216,7 +219,7 @@ fn main() {
         }
         g.copy_from_slice(&gradient);
         // Read outside the timed step: it starts a process.
-        let retransmitted_before = retransmitted_bytes();
+        let retransmitted_before = resent();
         comm.barrier().unwrap();
         let start = Instant::now();
         let wire_before = wire_bytes();
@@ -229,7 +232,7 @@ fn main() {
         // every byte this rank sent has arrived, so it has crossed the link.
         comm.barrier().unwrap();
         let wire = json_delta(wire_before, wire_bytes());
-        let retransmitted = json_delta(retransmitted_before, retransmitted_bytes());
+        let retransmitted = json_delta(retransmitted_before, resent());
         let step_ms = 1e3 * slowest(&comm, step_s);
         let comm_ms = 1e3 * slowest(&comm, report.comm_time.as_secs_f64());
         let collective_ms = 1e3 * slowest(&comm, report.traffic.time().as_secs_f64());
