@@ -26,6 +26,7 @@
 
 use std::ops::Range;
 
+use terse_compress::messages::{MessageBuffers, MessageGeometry};
 use terse_compress::onebit::{ChunkLayout, Scale, blocks_for, words_for};
 use terse_compress::resident::filled;
 use terse_compress::server::{Compressed, HostServer, Server, ServerStep};
@@ -33,7 +34,7 @@ use terse_compress::worker::{HostWorker, Worker};
 
 use crate::deepspeed_geometry::DeepSpeedGeometry;
 use crate::error::check_len;
-use crate::{CommError, Communicator};
+use crate::{CommError, Communicator, GpuBytes};
 
 /// Where the chunks and the scales of the compressed allreduce lie.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -291,14 +292,60 @@ impl CompressedAllreduce {
         server: &mut dyn Server,
     ) -> Result<(), CommError> {
         if self.host_only() {
-            return Err(CommError::BadOption {
-                option: "geometry",
-                value: "deepspeed".into(),
-                reason: "takes host buffers (copy a device buffer to the host for it)",
-            });
+            return Err(host_only_error());
         }
         let whole = 0..worker.len();
         self.reduce(comm, worker, server, whole)
+    }
+
+    /// The compressed mean with the worker, the server and their messages
+    /// all in `buffers`' memory (a GPU's: terse-kernels' `DeviceMessages`):
+    /// the phases are its kernels, and the two exchanges move its message
+    /// buffers, by their device addresses where `comm` moves GPU memory
+    /// (NCCL), else through a host copy of the words. The same messages,
+    /// exchanges and bytes as [`CompressedAllreduce::allreduce_mean_on`].
+    pub fn allreduce_mean_in(
+        &mut self,
+        comm: &dyn Communicator,
+        buffers: &mut dyn MessageBuffers,
+    ) -> Result<(), CommError> {
+        if self.host_only() {
+            return Err(host_only_error());
+        }
+        check_len("server error", self.error_lens().1, buffers.server_len())?;
+        check_len("compressed allreduce", self.len, buffers.len())?;
+        self.check_comm(comm);
+        if !self.compresses() {
+            return Ok(());
+        }
+        let geometry = self.message_geometry();
+        buffers.compress(&geometry);
+        exchange(comm, buffers, &geometry, Exchange::AllToAll)?;
+        buffers.serve(&geometry);
+        exchange(comm, buffers, &geometry, Exchange::AllGather)?;
+        buffers.decompress(&geometry);
+        Ok(())
+    }
+
+    /// The messages' geometry, as [`CompressedAllreduce::allreduce_mean_on`]
+    /// lays them out.
+    pub fn message_geometry(&self) -> MessageGeometry {
+        MessageGeometry {
+            len: self.len,
+            ranks: self.world_size,
+            rank: self.rank,
+            layout: self.layout(),
+            message: self.message,
+            scale: self.options.scale,
+        }
+    }
+
+    fn check_comm(&self, comm: &dyn Communicator) {
+        assert_eq!(
+            (comm.rank(), comm.world_size()),
+            (self.rank, self.world_size),
+            "compressed allreduce state used with another communicator"
+        );
     }
 
     /// The four phases; the worker dequantises at least `wanted`.
@@ -311,11 +358,7 @@ impl CompressedAllreduce {
     ) -> Result<(), CommError> {
         check_len("server error", self.error_lens().1, server.len())?;
         check_len("compressed allreduce", self.len, worker.len())?;
-        assert_eq!(
-            (comm.rank(), comm.world_size()),
-            (self.rank, self.world_size),
-            "compressed allreduce state used with another communicator"
-        );
+        self.check_comm(comm);
         if !self.compresses() {
             return Ok(());
         }
@@ -385,6 +428,73 @@ impl CompressedAllreduce {
         let chunk = self.chunk.max(32);
         ChunkLayout::new(chunk, block_of(self.options, chunk))
     }
+}
+
+/// DeepSpeed's geometry has no device kernels.
+fn host_only_error() -> CommError {
+    CommError::BadOption {
+        option: "geometry",
+        value: "deepspeed".into(),
+        reason: "takes host buffers (copy a device buffer to the host for it)",
+    }
+}
+
+/// The two exchanges of the compressed allreduce.
+#[derive(Clone, Copy)]
+enum Exchange {
+    /// Phase 2: chunk `j`'s message to rank `j`.
+    AllToAll,
+    /// Phase 4: every rank's server message to every rank.
+    AllGather,
+}
+
+/// Moves `buffers`' send buffer into its receive buffer as `kind` does:
+/// on the GPU where the communicator and the buffers both can, else
+/// through the host (the same typed collective, so the same bytes).
+fn exchange(
+    comm: &dyn Communicator,
+    buffers: &mut dyn MessageBuffers,
+    geometry: &MessageGeometry,
+    kind: Exchange,
+) -> Result<(), CommError> {
+    let received = geometry.all_messages();
+    let sent = match kind {
+        Exchange::AllToAll => received,
+        Exchange::AllGather => geometry.message,
+    };
+    if let Some(gpu) = comm.gpu_collectives() {
+        let mut result = None;
+        buffers.with_device_addresses(&mut |at| {
+            let send = GpuBytes {
+                ptr: at.send,
+                len: sent * 4,
+            };
+            let recv = GpuBytes {
+                ptr: at.recv,
+                len: received * 4,
+            };
+            // SAFETY: `with_device_addresses` hands over live buffers of
+            // `all_messages` words each (at least `sent` and `received`),
+            // their writes completed, held by `buffers` for this call.
+            result = Some(unsafe {
+                match kind {
+                    Exchange::AllToAll => gpu.all_to_all_gpu(send, recv),
+                    Exchange::AllGather => gpu.all_gather_gpu(send, recv),
+                }
+            });
+        });
+        if let Some(result) = result {
+            return result;
+        }
+    }
+    let send = buffers.read_send(sent);
+    let mut recv = vec![0u32; received];
+    match kind {
+        Exchange::AllToAll => comm.all_to_all_u32(&send, &mut recv)?,
+        Exchange::AllGather => comm.all_gather_u32(&send, &mut recv)?,
+    }
+    buffers.write_recv(&recv);
+    Ok(())
 }
 
 /// The scale block: `scale_block`, or the whole chunk.

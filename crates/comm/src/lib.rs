@@ -33,7 +33,7 @@ pub mod watchdog;
 pub use communicator::{Communicator, HandedValue, ReduceOp, Width};
 pub use compressed::{CompressedAllreduce, CompressionOptions, Geometry};
 pub use error::CommError;
-pub use gpu_collectives::{GpuCollectives, GpuF32};
+pub use gpu_collectives::{GpuBytes, GpuCollectives, GpuF32};
 pub use local::{DEFAULT_TIMEOUT, LocalComm};
 #[cfg(feature = "mpi")]
 pub use mpi::MpiComm;

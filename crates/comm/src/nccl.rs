@@ -21,7 +21,7 @@ use cudarc::nccl::{Comm, Id, NcclType};
 use crate::communicator::{Width, record};
 use crate::selfcheck;
 use crate::traffic::{Collective, TrafficMeter};
-use crate::{CommError, Communicator, GpuCollectives, GpuF32, MpiComm, ReduceOp};
+use crate::{CommError, Communicator, GpuBytes, GpuCollectives, GpuF32, MpiComm, ReduceOp};
 
 /// This rank's NCCL communicator, plus the MPI one it was bootstrapped from
 /// (used for the cross-rank call checks and for aborting).
@@ -80,59 +80,82 @@ impl NcclComm {
     }
 
     /// [`GpuCollectives`] against the host path: for each of
-    /// [`selfcheck::LENGTHS`], the same integer-valued inputs summed
-    /// from GPU buffers and from host buffers must give the same bits (both
-    /// are NCCL's sum); the first difference is returned as a message.
+    /// [`selfcheck::LENGTHS`], the same integer-valued inputs allreduced,
+    /// all-gathered and sent all-to-all from GPU buffers and from host
+    /// buffers must give the same bits (both are NCCL's); the first
+    /// difference is returned as a message.
     pub fn check_gpu_buffers(&self) -> Result<(), String> {
-        let rank = self.rank();
+        let (rank, n) = (self.rank(), self.world_size());
+        let values =
+            |len: usize| -> Vec<f32> { (0..len).map(|i| selfcheck::value(rank, i)).collect() };
+        let fail = |e: CommError| e.to_string();
         for len in selfcheck::LENGTHS {
-            let input: Vec<f32> = (0..len).map(|i| selfcheck::value(rank, i)).collect();
+            let input = values(len);
+            let bytes: &[u8] = bytemuck::cast_slice(&input);
             let mut host = input.clone();
-            self.allreduce_f32(&mut host, ReduceOp::Sum)
-                .map_err(|e| e.to_string())?;
-            let on_gpu = self.gpu_sum(&input).map_err(|e| e.to_string())?;
-            if let Some(i) = (0..len).find(|&i| on_gpu[i].to_bits() != host[i].to_bits()) {
-                return Err(format!(
-                    "allreduce of {len} f32 from GPU buffers: element {i} is {} on the GPU \
-                     and {} through the host",
-                    on_gpu[i], host[i]
-                ));
-            }
+            self.allreduce_f32(&mut host, ReduceOp::Sum).map_err(fail)?;
+            // SAFETY (each call below): `through_gpu` hands over its own
+            // allocations of the lengths given, their writes completed.
+            let gpu = self
+                .through_gpu(bytes, bytes.len(), |send, recv| unsafe {
+                    let f32s = |b: GpuBytes| GpuF32 { ptr: b.ptr, len };
+                    self.allreduce_sum_f32_gpu(f32s(send), f32s(recv))
+                })
+                .map_err(fail)?;
+            same_bits("allreduce", len, bytemuck::cast_slice(&host), &gpu)?;
+
+            let mut host = vec![0u8; n * bytes.len()];
+            self.all_gather_u8(bytes, &mut host).map_err(fail)?;
+            let gpu = self
+                .through_gpu(bytes, host.len(), |send, recv| unsafe {
+                    self.all_gather_gpu(send, recv)
+                })
+                .map_err(fail)?;
+            same_bits("all-gather", len, &host, &gpu)?;
+
+            // A different chunk for every peer, so a misplaced one shows.
+            let input = values(n * len);
+            let bytes: &[u8] = bytemuck::cast_slice(&input);
+            let mut host = vec![0u8; bytes.len()];
+            self.all_to_all_u8(bytes, &mut host).map_err(fail)?;
+            let gpu = self
+                .through_gpu(bytes, host.len(), |send, recv| unsafe {
+                    self.all_to_all_gpu(send, recv)
+                })
+                .map_err(fail)?;
+            same_bits("all-to-all", n * len, &host, &gpu)?;
         }
         Ok(())
     }
 
-    /// `input`'s sum over ranks through [`GpuCollectives`], from buffers
-    /// this communicator allocates.
-    fn gpu_sum(&self, input: &[f32]) -> Result<Vec<f32>, CommError> {
+    /// `input` through the GPU collective `call` into `out_len` bytes,
+    /// from a send and a receive buffer this communicator allocates.
+    fn through_gpu(
+        &self,
+        input: &[u8],
+        out_len: usize,
+        call: impl FnOnce(GpuBytes, GpuBytes) -> Result<(), CommError>,
+    ) -> Result<Vec<u8>, CommError> {
         let err = |e| backend(format!("{e:?}"));
-        let send = self.upload(if input.is_empty() { &[0.0] } else { input })?;
-        let recv = self
-            .stream
-            .alloc_zeros::<f32>(input.len().max(1))
-            .map_err(err)?;
+        let send = self.upload(if input.is_empty() { &[0] } else { input })?;
+        let recv = self.stream.alloc_zeros::<u8>(out_len.max(1)).map_err(err)?;
         self.stream.synchronize().map_err(err)?;
         let (send_ptr, _) = send.device_ptr(&self.stream);
         let (recv_ptr, _) = recv.device_ptr(&self.stream);
-        // SAFETY: both are this communicator's own allocations of at least
-        // `input.len()` f32, their writes completed by the synchronisation
-        // above, and nothing else uses them.
-        unsafe {
-            self.allreduce_sum_f32_gpu(
-                GpuF32 {
-                    ptr: send_ptr,
-                    len: input.len(),
-                },
-                GpuF32 {
-                    ptr: recv_ptr,
-                    len: input.len(),
-                },
-            )?;
-        }
-        let mut out = vec![0.0f32; input.len().max(1)];
+        call(
+            GpuBytes {
+                ptr: send_ptr,
+                len: input.len(),
+            },
+            GpuBytes {
+                ptr: recv_ptr,
+                len: out_len,
+            },
+        )?;
+        let mut out = vec![0u8; out_len.max(1)];
         self.stream.memcpy_dtoh(&recv, &mut out).map_err(err)?;
         self.stream.synchronize().map_err(err)?;
-        out.truncate(input.len());
+        out.truncate(out_len);
         Ok(out)
     }
 
@@ -227,16 +250,39 @@ pub fn missing_libraries() -> Option<String> {
 }
 
 /// A buffer of another owner (cubecl's memory pool) at a device address, as
-/// cudarc's NCCL calls take one: the owner has ordered its writes before the
-/// call (see [`GpuCollectives::allreduce_sum_f32_gpu`]), so nothing waits.
-struct Borrowed<'a> {
-    buffer: GpuF32,
+/// cudarc's NCCL calls take one: `len` elements of `T` at `ptr`. The owner
+/// has ordered its writes before the call (see [`GpuCollectives`]), so
+/// nothing waits.
+struct Borrowed<'a, T> {
+    ptr: u64,
+    len: usize,
     stream: &'a Arc<CudaStream>,
+    element: std::marker::PhantomData<T>,
 }
 
-impl DeviceSlice<f32> for Borrowed<'_> {
+impl<'a, T> Borrowed<'a, T> {
+    fn new(ptr: u64, len: usize, stream: &'a Arc<CudaStream>) -> Self {
+        Borrowed {
+            ptr,
+            len,
+            stream,
+            element: std::marker::PhantomData,
+        }
+    }
+
+    fn f32(buffer: GpuF32, stream: &'a Arc<CudaStream>) -> Self {
+        Borrowed::new(buffer.ptr, buffer.len, stream)
+    }
+
+    /// `len` bytes from byte `start` of `buffer`.
+    fn bytes(buffer: GpuBytes, start: usize, len: usize, stream: &'a Arc<CudaStream>) -> Self {
+        Borrowed::new(buffer.ptr + start as u64, len, stream)
+    }
+}
+
+impl<T> DeviceSlice<T> for Borrowed<'_, T> {
     fn len(&self) -> usize {
-        self.buffer.len
+        self.len
     }
 
     fn stream(&self) -> &Arc<CudaStream> {
@@ -244,15 +290,15 @@ impl DeviceSlice<f32> for Borrowed<'_> {
     }
 }
 
-impl DevicePtr<f32> for Borrowed<'_> {
+impl<T> DevicePtr<T> for Borrowed<'_, T> {
     fn device_ptr<'a>(&'a self, _stream: &'a CudaStream) -> (CUdeviceptr, SyncOnDrop<'a>) {
-        (self.buffer.ptr, SyncOnDrop::Sync(None))
+        (self.ptr, SyncOnDrop::Sync(None))
     }
 }
 
-impl DevicePtrMut<f32> for Borrowed<'_> {
+impl<T> DevicePtrMut<T> for Borrowed<'_, T> {
     fn device_ptr_mut<'a>(&'a mut self, _stream: &'a CudaStream) -> (CUdeviceptr, SyncOnDrop<'a>) {
-        (self.buffer.ptr, SyncOnDrop::Sync(None))
+        (self.ptr, SyncOnDrop::Sync(None))
     }
 }
 
@@ -264,38 +310,106 @@ impl GpuCollectives for NcclComm {
                 send.len, recv.len
             )));
         }
+        let bytes = send.len * size_of::<f32>();
+        self.on_gpu(Collective::Allreduce, send.len, bytes, |stream| {
+            let mut out = Borrowed::<f32>::f32(recv, stream);
+            let input = Borrowed::<f32>::f32(send, stream);
+            self.nccl
+                .all_reduce(&input, &mut out, &cudarc::nccl::ReduceOp::Sum)
+                .map(drop)
+                .map_err(|e| backend(format!("ncclAllReduce: {e:?}")))
+        })?;
+        Ok(())
+    }
+
+    unsafe fn all_to_all_gpu(&self, send: GpuBytes, recv: GpuBytes) -> Result<(), CommError> {
+        let n = self.world_size();
+        if send.len != recv.len || !send.len.is_multiple_of(n) {
+            return Err(backend(format!(
+                "all-to-all on the GPU of {} bytes into {} among {n} ranks",
+                send.len, recv.len
+            )));
+        }
+        let c = send.len / n;
+        self.on_gpu(Collective::AllToAll, send.len, send.len, |stream| {
+            // NCCL has no all-to-all: grouped point-to-point calls, as
+            // PyTorch does (and as the host path does).
+            let _group = self.nccl.group();
+            for peer in 0..n {
+                let part = Borrowed::<u8>::bytes(send, peer * c, c, stream);
+                self.nccl
+                    .send(&part, peer as i32)
+                    .map_err(|e| backend(format!("ncclSend: {e:?}")))?;
+            }
+            for peer in 0..n {
+                let mut part = Borrowed::<u8>::bytes(recv, peer * c, c, stream);
+                self.nccl
+                    .recv(&mut part, peer as i32)
+                    .map_err(|e| backend(format!("ncclRecv: {e:?}")))?;
+            }
+            Ok(())
+        })
+    }
+
+    unsafe fn all_gather_gpu(&self, send: GpuBytes, recv: GpuBytes) -> Result<(), CommError> {
+        let n = self.world_size();
+        if recv.len != n * send.len {
+            return Err(backend(format!(
+                "all-gather on the GPU of {} bytes into {} among {n} ranks",
+                send.len, recv.len
+            )));
+        }
+        self.on_gpu(Collective::AllGather, send.len, send.len, |stream| {
+            let input = Borrowed::<u8>::bytes(send, 0, send.len, stream);
+            let mut out = Borrowed::<u8>::bytes(recv, 0, recv.len, stream);
+            self.nccl
+                .all_gather(&input, &mut out)
+                .map(drop)
+                .map_err(|e| backend(format!("ncclAllGather: {e:?}")))
+        })
+    }
+}
+
+impl NcclComm {
+    /// Runs the NCCL calls `enqueue` makes on this communicator's stream
+    /// for a collective of `kind` over `len` elements (`bytes` bytes) of
+    /// GPU memory: the cross-rank check first, the stream synchronised
+    /// after (the caller reads the output on its own stream next), counted
+    /// as the host collective of the same kind and size.
+    fn on_gpu(
+        &self,
+        kind: Collective,
+        len: usize,
+        bytes: usize,
+        enqueue: impl FnOnce(&Arc<CudaStream>) -> Result<(), CommError>,
+    ) -> Result<(), CommError> {
         let start = std::time::Instant::now();
         {
             let _calls = self.lock();
-            self.agree(Collective::Allreduce, 0, send.len)?;
-            let stream = &self.stream;
-            let mut out = Borrowed {
-                buffer: recv,
-                stream,
-            };
-            self.nccl
-                .all_reduce(
-                    &Borrowed {
-                        buffer: send,
-                        stream,
-                    },
-                    &mut out,
-                    &cudarc::nccl::ReduceOp::Sum,
-                )
-                .map_err(|e| backend(format!("ncclAllReduce: {e:?}")))?;
-            // The caller reads `recv` on its own stream next.
-            stream
+            self.agree(kind, 0, len)?;
+            enqueue(&self.stream)?;
+            self.stream
                 .synchronize()
                 .map_err(|e| backend(format!("{e:?}")))?;
         }
-        record(
-            self,
-            Collective::Allreduce,
-            0,
-            send.len * std::mem::size_of::<f32>(),
-            start,
-        );
+        record(self, kind, 0, bytes, start);
         Ok(())
+    }
+}
+
+/// The first f32 at which the GPU path's output differs from the host
+/// path's, as the self-check's message.
+fn same_bits(what: &str, len: usize, host: &[u8], gpu: &[u8]) -> Result<(), String> {
+    // Byte vectors need not be aligned for f32: read them word by word.
+    let floats = |b: &[u8]| -> Vec<f32> { bytemuck::pod_collect_to_vec(b) };
+    let (host, gpu) = (floats(host), floats(gpu));
+    match (0..host.len()).find(|&i| host[i].to_bits() != gpu[i].to_bits()) {
+        None => Ok(()),
+        Some(i) => Err(format!(
+            "{what} of {len} f32 from GPU buffers: element {i} is {} on the GPU and {} through \
+             the host",
+            gpu[i], host[i]
+        )),
     }
 }
 

@@ -5,7 +5,8 @@
 //! and an all-gather, half the bytes. The buffer is a [`SparseBuffer`]: a
 //! host slice, or in a device run SLAMB's momentum on the device, selected,
 //! gathered and scattered by cubecl kernels, so only the selected values
-//! pass through the host.
+//! pass through the host — or none, where the momentum is CUDA memory and
+//! the communicator NCCL: fp32 values are then summed on the GPU.
 
 use std::ops::Range;
 
@@ -13,7 +14,7 @@ use half::f16;
 use serde::{Deserialize, Serialize};
 use terse_compress::mask::{HostSparse, Mask, Selection, SparseBuffer};
 
-use crate::{CommError, Communicator, ReduceOp};
+use crate::{CommError, Communicator, GpuF32, ReduceOp};
 
 /// The precision the selected values travel in.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
@@ -116,6 +117,30 @@ impl SparseAllreduce {
         let count = buf.select(&self.mask, t, &self.always);
         if comm.world_size() == 1 {
             return Ok(());
+        }
+        if let (SparseValues::F32, Some(gpu)) = (self.precision, comm.gpu_collectives()) {
+            let mut result = Ok(());
+            let scale = 1.0 / comm.world_size() as f32;
+            let on_gpu = buf.mean_on_gpu(count, scale, &mut |gathered, summed| {
+                let (send, recv) = (
+                    GpuF32 {
+                        ptr: gathered,
+                        len: count,
+                    },
+                    GpuF32 {
+                        ptr: summed,
+                        len: count,
+                    },
+                );
+                // SAFETY: `mean_on_gpu` hands over two live CUDA buffers of
+                // `count` f32, the gathered one written, the other new.
+                result = unsafe { gpu.allreduce_sum_f32_gpu(send, recv) };
+                result.is_ok()
+            });
+            if on_gpu {
+                // The host path's arithmetic: NCCL's sum, times 1/n.
+                return result;
+            }
         }
         self.values.resize(count, 0.0);
         buf.gather(&mut self.values);

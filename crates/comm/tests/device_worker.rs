@@ -1,23 +1,26 @@
-//! The compressed allreduce with its worker and server sides on a wgpu
-//! device (lavapipe, `WgpuDeviceKind::Cpu`), x, the worker error and the
-//! server error as burn tensors that never leave the device (the server
-//! step as cubecl kernels): against the same allreduce over host slices, for world
-//! sizes 2 and 4 on `local`, one scale per chunk and per 64-element block,
-//! three successive calls (errors carry over). The packed bits of the first
-//! call are the CPU's exactly (so the outputs agree to the scales' rounding),
-//! later calls agree to float tolerance except where an element's
-//! compensated value `y = x + e` is a near-tie at zero (see
-//! [`near_tie_flips`]), and the bytes on the wire are the same. On `flex`
-//! the tensor path is the CPU path: bit-identical.
+//! The compressed allreduce on a wgpu device (lavapipe,
+//! `WgpuDeviceKind::Cpu`) with every phase a kernel and its messages on the
+//! device (terse-kernels' `DeviceMessages`, exchanged through the host by
+//! `local`, which moves host buffers): x, the worker error and the server
+//! error never leave the device. Against the same allreduce over host
+//! slices, for world sizes 2 and 4, one scale per chunk and per 64-element
+//! block, three successive calls (errors carry over). The packed bits of
+//! the first call are the CPU's exactly (so the outputs agree to the
+//! scales' rounding), later calls agree to float tolerance except where an
+//! element's compensated value `y = x + e` is a near-tie at zero (see
+//! [`near_tie_flips`]), and the bytes on the wire are the same.
 
 use std::time::Duration;
 
 use burn::tensor::{Device, DeviceKind, Tensor, TensorData};
+use cubecl::prelude::*;
+use cubecl::server::Handle;
 use terse_comm::{
     Communicator, CompressedAllreduce, CompressionOptions, Geometry, LocalComm, Scale,
 };
+use terse_kernels::device_messages::DeviceMessages;
 use terse_kernels::server::HostServer;
-use terse_kernels::tensor::{TensorServer, TensorWorker};
+use terse_kernels::tensor::into_cube_buffer;
 use terse_rng::{SplitMix64, mix64};
 
 fn input(seed: u64, rank: usize, call: usize, len: usize) -> Vec<f32> {
@@ -36,6 +39,11 @@ struct Outcome {
     sent: u64,
 }
 
+/// The first `len` f32 of a device buffer.
+fn read(client: &Client, handle: &Handle, len: usize) -> Vec<f32> {
+    f32::from_bytes(&client.read_one_unchecked(handle.clone()))[..len].to_vec()
+}
+
 /// Per rank: the outputs and worker errors of three calls.
 fn run(
     n: usize,
@@ -51,8 +59,18 @@ fn run(
         let mut server_errors = Vec::new();
         let mut host_error = vec![0.0f32; len];
         let (_, mut server_error) = state.zeroed_errors();
-        let mut device_error = device.map(|d| Tensor::<1>::zeros([len], d));
-        let mut device_server_error = device.map(|d| Tensor::<1>::zeros([state.error_lens().1], d));
+        let server_len = state.error_lens().1;
+        // The device's client, and both errors on it at zero.
+        let on_device = |values: &[f32], d: &Device| {
+            let t = Tensor::<1>::from_data(TensorData::new(values.to_vec(), [values.len()]), d);
+            let t = into_cube_buffer(t).unwrap().expect("a cubecl device");
+            (t.client, t.handle)
+        };
+        let mut device_errors = device.map(|d| {
+            let (client, error) = on_device(&vec![0.0; len], d);
+            let (_, server) = on_device(&vec![0.0; server_len.max(1)], d);
+            (client, error, server)
+        });
         let before = comm.traffic().sent();
         for call in 0..3 {
             let x = input(seed, comm.rank(), call, len);
@@ -74,26 +92,16 @@ fn run(
                     server_errors.push(server_error.clone());
                 }
                 Some(d) => {
-                    let x = Tensor::<1>::from_data(TensorData::new(x, [len]), d);
-                    let error = device_error.take().unwrap();
-                    let mut worker = TensorWorker::new(x, error).unwrap();
-                    assert_eq!(worker.on_device(), *d != Device::flex());
-                    let server_error = device_server_error.take().unwrap();
-                    let mut server = TensorServer::new(server_error).unwrap();
-                    assert_eq!(server.on_device(), *d != Device::flex());
-                    state
-                        .allreduce_mean_on(comm, &mut worker, &mut server)
-                        .unwrap();
-                    let (x, error) = worker.into_parts();
-                    let server_error = server.into_error();
-                    assert_eq!(x.device(), *d, "the output stays on the device");
-                    assert_eq!(server_error.device(), *d, "the server error too");
-                    let host = |t: &Tensor<1>| t.clone().into_data().try_to_vec::<f32>().unwrap();
-                    outputs.push(host(&x));
-                    errors.push(host(&error));
-                    server_errors.push(host(&server_error));
-                    device_error = Some(error);
-                    device_server_error = Some(server_error);
+                    let (client, error, server) = device_errors.take().unwrap();
+                    let (_, x) = on_device(&x, d);
+                    let mut messages =
+                        DeviceMessages::new(client.clone(), (x, error, len), (server, server_len));
+                    state.allreduce_mean_in(comm, &mut messages).unwrap();
+                    let (x, error, server) = messages.into_parts();
+                    outputs.push(read(&client, &x, len));
+                    errors.push(read(&client, &error, len));
+                    server_errors.push(read(&client, &server, server_len));
+                    device_errors = Some((client, error, server));
                 }
             }
         }
@@ -273,28 +281,4 @@ fn compare_workers(seeds: &[u64]) -> usize {
         }
     }
     flips
-}
-
-#[test]
-fn flex_tensors_take_the_cpu_path_bit_for_bit() {
-    let flex = Device::flex();
-    let options = CompressionOptions {
-        scale: Scale::L2,
-        scale_block: Some(96),
-        geometry: Geometry::Chunks,
-    };
-    let host = run(3, 5000, options, 11, None);
-    let tensors = run(3, 5000, options, 11, Some(&flex));
-    for (h, t) in host.iter().zip(&tensors) {
-        let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
-        for (a, b) in h.outputs.iter().zip(&t.outputs) {
-            assert_eq!(bits(a), bits(b));
-        }
-        for (a, b) in h.errors.iter().zip(&t.errors) {
-            assert_eq!(bits(a), bits(b));
-        }
-        for (a, b) in h.server_errors.iter().zip(&t.server_errors) {
-            assert_eq!(bits(a), bits(b));
-        }
-    }
 }

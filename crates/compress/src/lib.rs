@@ -8,6 +8,9 @@
 //!   received chunks, add the server error, recompress);
 //! - [`worker`]: the worker side of the compressed allreduce over host
 //!   slices, behind the `Worker` trait a device buffer also implements;
+//! - [`messages`]: the compressed allreduce whose messages stay in a
+//!   device's memory (`MessageBuffers`), exchanged there by a communicator
+//!   that moves GPU memory;
 //! - [`mask`]: SLAMB's counter-based hash mask and cyclic mask, and the
 //!   masked gather and scatter;
 //! - [`dropout`]: dropout's counter-based mask (the same hash family), which
@@ -19,6 +22,7 @@
 
 pub mod dropout;
 pub mod mask;
+pub mod messages;
 pub mod onebit;
 pub mod resident;
 pub mod server;

@@ -255,8 +255,10 @@ impl Selection {
 /// A buffer whose elements a step's mask selects, wherever it lives: SLAMB's
 /// sparse allreduce (terse-comm's `SparseAllreduce::allreduce_mean_on`)
 /// selects through it, gathers the selected values to the host, averages
-/// them over ranks and scatters the means back. [`HostSparse`] is a host
-/// slice; a device buffer selects, gathers and scatters with cubecl kernels
+/// them over ranks and scatters the means back — or, for a buffer in CUDA
+/// memory and a communicator that sums GPU memory (NCCL), averages them on
+/// the GPU ([`SparseBuffer::mean_on_gpu`]). [`HostSparse`] is a host slice;
+/// a device buffer selects, gathers and scatters with cubecl kernels
 /// (terse-optim's SLAMB).
 pub trait SparseBuffer {
     /// Selects step `t`'s elements: those of `mask` and every element
@@ -269,6 +271,22 @@ pub trait SparseBuffer {
 
     /// Writes `values` back to the selected elements.
     fn scatter(&mut self, values: &[f32]);
+
+    /// The `count` selected values gathered into a new device buffer,
+    /// summed over ranks by `sum(gathered, summed)` (their CUDA addresses;
+    /// it returns whether it succeeded) into another, multiplied by `scale`
+    /// there and written back to the selected elements — nothing written
+    /// when `sum` fails. Returns false, running nothing, where the buffer
+    /// is not in CUDA memory (the default: host slices, wgpu buffers).
+    fn mean_on_gpu(
+        &mut self,
+        count: usize,
+        scale: f32,
+        sum: &mut dyn FnMut(u64, u64) -> bool,
+    ) -> bool {
+        let _ = (count, scale, sum);
+        false
+    }
 }
 
 /// A host slice and the selection made over it.

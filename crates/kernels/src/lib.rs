@@ -11,13 +11,17 @@
 //!   received chunks, add the server error, recompress);
 //! - [`mask`]: SLAMB's counter-based hash mask and cyclic mask, and the masked
 //!   gather and scatter;
-//! - [`worker`], [`server`] and [`tensor`]: the worker and server sides of
-//!   the compressed allreduce over host slices or burn tensors on any
-//!   device (one API: `TensorWorker`, `TensorServer`);
+//! - [`worker`] and [`server`]: the worker and server sides of the
+//!   compressed allreduce over host slices; [`tensor`]: one-shot
+//!   compression of a burn tensor on any device (`TensorWorker`);
+//! - [`device_messages`]: the compressed allreduce on a cubecl device with
+//!   its messages there (`DeviceMessages`), exchanged by their CUDA
+//!   addresses through NCCL;
 #![warn(missing_docs)]
 
 pub mod cube;
 pub mod device;
+pub mod device_messages;
 pub mod dispatches;
 pub mod tensor;
 
@@ -25,5 +29,5 @@ pub mod tensor;
 // builds without them); re-exported under their old paths, which the device
 // kernels and their tests use as the reference.
 pub use terse_compress::{
-    SimdTier, mask, onebit, resident, server, simd, with_avx, with_tier, worker,
+    SimdTier, mask, messages, onebit, resident, server, simd, with_avx, with_tier, worker,
 };

@@ -14,9 +14,9 @@ use burn::tensor::Tensor;
 use cubecl::prelude::*;
 
 use crate::cube;
-use crate::device::{self, DeviceCompressed, ReceivedCopies};
+use crate::device::{self, DeviceCompressed};
 use crate::onebit::{ChunkLayout, Scale, words_for};
-use crate::server::{Compressed, HostServer, Server, ServerStep};
+use crate::server::Compressed;
 use crate::worker::{HostWorker, Worker};
 
 /// Why a tensor cannot be compressed in place.
@@ -308,123 +308,6 @@ impl Worker for TensorWorker {
                 device::decompress_chunks(client, &packed, self.len, layout, &x.handle);
             }
         }
-    }
-}
-
-/// A rank's server error `E` (its chunk of the compressed allreduce) as a
-/// burn tensor, for the allreduce's server step ([`Server`]): on a cubecl
-/// device the received copies go up as two buffers (their sign words, then
-/// their scales, copy after copy), are averaged and recompressed there
-/// with `E` (`device::average_and_recompress`, whose average is
-/// bit-identical to the CPU's), and only the recompressed chunk comes back;
-/// on flex the CPU loops run on the tensor's storage.
-pub struct TensorServer {
-    len: usize,
-    error: ServerError,
-}
-
-/// Where the server error lives; one per allreduce call, moved rarely (as
-/// [`Storage`]).
-#[allow(clippy::large_enum_variant)]
-enum ServerError {
-    Flex(FlexTensor),
-    Cube(CubeTensor),
-}
-
-impl TensorServer {
-    /// Takes `error` (a rank-1 f32 tensor).
-    ///
-    /// # Errors
-    /// Another dtype, or a backend without kernels.
-    pub fn new(error: Tensor<1>) -> Result<TensorServer, TensorError> {
-        let error = error.inner();
-        let len = error.dims()[0];
-        let error = match into_cube_buffer(error.clone())? {
-            Some(cube) => ServerError::Cube(cube),
-            None => ServerError::Flex(contiguous_flex(primitive::<Flex>(error, "server error")?)),
-        };
-        Ok(TensorServer { len, error })
-    }
-
-    /// The server error as a tensor again.
-    pub fn into_error(self) -> Tensor<1> {
-        match self.error {
-            ServerError::Flex(e) => Tensor::from_primitive::<Flex>(e),
-            ServerError::Cube(e) => cube::tensor(e),
-        }
-    }
-
-    /// Whether the step runs on a cubecl device (else the CPU loops).
-    pub fn on_device(&self) -> bool {
-        matches!(self.error, ServerError::Cube(_))
-    }
-}
-
-impl Server for TensorServer {
-    fn len(&self) -> usize {
-        self.len
-    }
-
-    fn average_and_recompress(&mut self, step: ServerStep<'_, '_>, average: &mut [f32]) {
-        let error = match &mut self.error {
-            ServerError::Flex(error) => {
-                let error: &mut [f32] = error.storage_mut();
-                return HostServer { error }.average_and_recompress(step, average);
-            }
-            ServerError::Cube(error) => error,
-        };
-        if self.len == 0 {
-            return;
-        }
-        let ServerStep {
-            received,
-            block,
-            scale,
-            bits,
-            scales,
-        } = step;
-        let client = &error.client;
-        let (words, blocks) = (bits.len(), scales.len());
-        // Copy after copy, so each copy's words and scales lie at a fixed
-        // stride (the outgoing chunk's sizes: every copy is of this chunk).
-        let copy_bits: Vec<u32> = received.iter().flat_map(|c| c.bits).copied().collect();
-        let copy_scales: Vec<f32> = received.iter().flat_map(|c| c.scales).copied().collect();
-        assert_eq!(
-            copy_bits.len(),
-            received.len() * words,
-            "sign words per copy"
-        );
-        assert_eq!(
-            copy_scales.len(),
-            received.len() * blocks,
-            "scales per copy"
-        );
-        let copy_bits = client.create_from_slice(u32::as_bytes(&copy_bits));
-        let copy_scales = client.create_from_slice(f32::as_bytes(&copy_scales));
-        let on_device = ReceivedCopies {
-            bits: &copy_bits,
-            scales: &copy_scales,
-            copies: received.len(),
-            words_stride: words,
-            scales_stride: blocks,
-        };
-        let device_average = client.empty(self.len * size_of::<f32>());
-        let out = DeviceCompressed {
-            bits: client.empty(words * size_of::<u32>()),
-            scales: client.empty(blocks * size_of::<f32>()),
-        };
-        device::average_and_recompress(
-            client,
-            &on_device,
-            self.len,
-            block,
-            scale,
-            &device_average,
-            &error.handle,
-            &out,
-        );
-        bits.copy_from_slice(u32::from_bytes(&client.read_one_unchecked(out.bits)));
-        scales.copy_from_slice(f32::from_bytes(&client.read_one_unchecked(out.scales)));
     }
 }
 

@@ -141,8 +141,18 @@ fn server_average_and_recompress_matches_the_cpu_implementation() {
                     &mut scales_cpu,
                 );
 
-                let bits_dev = client.create_from_slice(u32::as_bytes(&all_bits));
-                let scales_dev = client.create_from_slice(f32::as_bytes(&all_scales));
+                // As the compressed allreduce's messages: each copy's
+                // padded sign words, then its padded scales' bits.
+                let messages: Vec<u32> = (0..copies)
+                    .flat_map(|c| {
+                        let bits = &all_bits[c * words_stride..(c + 1) * words_stride];
+                        let scales = &all_scales[c * scales_stride..(c + 1) * scales_stride];
+                        bits.iter()
+                            .copied()
+                            .chain(scales.iter().map(|s| s.to_bits()))
+                    })
+                    .collect();
+                let messages_dev = client.create_from_slice(u32::as_bytes(&messages));
                 let avg_dev = client.create_from_slice(f32::as_bytes(&vec![f32::NAN; len]));
                 let err_dev = client.create_from_slice(f32::as_bytes(&e0));
                 let out = DeviceCompressed {
@@ -150,11 +160,10 @@ fn server_average_and_recompress_matches_the_cpu_implementation() {
                     scales: client.create_from_slice(f32::as_bytes(&vec![f32::NAN; blocks])),
                 };
                 let copies_on_device = ReceivedCopies {
-                    bits: &bits_dev,
-                    scales: &scales_dev,
+                    messages: &messages_dev,
                     copies,
-                    words_stride,
-                    scales_stride,
+                    message: words_stride + scales_stride,
+                    sign_words: words_stride,
                 };
                 device::average_and_recompress(
                     &client,

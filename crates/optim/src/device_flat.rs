@@ -14,6 +14,7 @@ use cubecl::server::Handle;
 use terse_comm::{Communicator, GpuCollectives, GpuF32, ReduceOp};
 use terse_kernels::cube;
 use terse_kernels::device::optim::{self as kernels, DeviceChunks};
+use terse_kernels::device::with_cuda_addresses;
 use terse_kernels::tensor::into_cube_buffer;
 
 use crate::{OptimError, ParamLayout};
@@ -277,14 +278,11 @@ pub(crate) fn mean_over_ranks(
     Ok(Some(upload_f32(client, &host)))
 }
 
-/// cubecl's CUDA server: what a buffer's device address is asked of.
-type CudaServer = <cubecl::cuda::CudaRuntime as cubecl_runtime::runtime::Runtime>::Server;
-
 /// The mean over `world` ranks of the `len` f32 at `handle`, summed by
 /// `gpu` (NCCL) from the buffer's device address into a new buffer and
 /// scaled there by `1/world` (the host path's arithmetic: sum, then one
 /// multiplication); `None` when `handle` is not CUDA memory (wgpu), which
-/// then goes through the host. The device waits for the kernels that wrote
+/// then goes through the host. The device finishes the kernels that wrote
 /// the gradient before NCCL reads it (its stream is not cubecl's), and NCCL
 /// has finished writing when the call returns.
 fn mean_on_gpu(
@@ -294,28 +292,23 @@ fn mean_on_gpu(
     handle: &Handle,
     len: usize,
 ) -> Result<Option<Handle>, OptimError> {
-    // The resources hold their allocations in place until dropped. A
-    // buffer of another runtime is refused here, before anything is made.
-    let Ok(send) = client.get_resource::<CudaServer>(handle.clone()) else {
-        return Ok(None);
-    };
     let out = client.empty(len.max(1) * size_of::<f32>());
-    let recv = client
-        .get_resource::<CudaServer>(out.clone())
-        .expect("a buffer just made on the CUDA device of a CUDA buffer");
-    futures_lite::future::block_on(client.sync()).expect("the device failed");
-    let (send_ptr, recv_ptr) = (send.resource().ptr, recv.resource().ptr);
-    // SAFETY: both are live CUDA allocations of at least `len` f32 in the
-    // primary context of this process's GPU (the trainer opens the model's
-    // device and NCCL's on the same ordinal), held by `send` and `recv`
-    // until after the call; `out` is new, so nothing else writes it, and the
-    // sync above completed every write to `handle`.
-    unsafe {
-        gpu.allreduce_sum_f32_gpu(GpuF32 { ptr: send_ptr, len }, GpuF32 { ptr: recv_ptr, len })?;
+    let summed = with_cuda_addresses(client, &[handle, &out], |at| {
+        // SAFETY: both are live CUDA allocations of at least `len` f32 in
+        // the primary context of this process's GPU (the trainer opens the
+        // model's device and NCCL's on the same ordinal), held until the
+        // closure returns; `out` is new, so nothing else writes it, and
+        // every write to `handle` has completed.
+        unsafe { gpu.allreduce_sum_f32_gpu(GpuF32 { ptr: at[0], len }, GpuF32 { ptr: at[1], len }) }
+    });
+    match summed {
+        None => Ok(None),
+        Some(result) => {
+            result?;
+            kernels::scale(client, &out, len, 1.0 / world as f32);
+            Ok(Some(out))
+        }
     }
-    drop((send, recv));
-    kernels::scale(client, &out, len, 1.0 / world as f32);
-    Ok(Some(out))
 }
 
 /// Allreduces a device buffer (a gradient, or SLAMB's parameters) to its

@@ -11,12 +11,12 @@
 use std::ops::Range;
 use std::time::Instant;
 
-use burn::tensor::{Tensor, TensorData};
+use burn::tensor::Tensor;
 use cubecl::server::Handle;
 use terse_comm::{Communicator, CompressedAllreduce, ReduceOp};
-use terse_kernels::tensor::{TensorServer, TensorWorker};
+use terse_kernels::device_messages::DeviceMessages;
 
-use crate::device_flat::{into_handle, read_f32, upload_f32};
+use crate::device_flat::{into_handle, mean_over_ranks, read_f32, upload_f32};
 use crate::momentum_mask::MomentumMask;
 use crate::param_patterns::segment_ranges;
 use crate::span::Span;
@@ -34,11 +34,12 @@ pub(crate) struct ErrorFeedback {
 
 impl ErrorFeedback {
     /// The 1-bit compressed mean over ranks of `buf` (`len` f32 on `like`'s
-    /// device) with these errors, kept on that device: the worker and the
-    /// server steps run as device kernels (terse-kernels' `TensorWorker`
-    /// and `TensorServer`), and only packed signs and scales cross to the
-    /// host. The buffer comes back and the errors are updated in place,
-    /// whatever the outcome.
+    /// device) with these errors, kept on that device: every phase runs as
+    /// device kernels and the messages stay there too (terse-kernels'
+    /// `DeviceMessages`), exchanged by their device addresses where the
+    /// communicator moves GPU memory (NCCL on CUDA), else through the host
+    /// as packed signs and scales. The buffer comes back and the errors
+    /// are updated in place, whatever the outcome.
     fn mean_on_device(
         &mut self,
         allreduce: &mut CompressedAllreduce,
@@ -64,22 +65,19 @@ impl ErrorFeedback {
             self.server.write(&server);
             return (upload_f32(client, &host), result);
         }
-        let worker_error = like.wrap(self.worker.take_handle(), self.worker.len());
-        let server_error = like.wrap(self.server.take_handle(), self.server.len());
-        let (mut worker, mut server) = match (
-            TensorWorker::new(like.wrap(buf, len), worker_error),
-            TensorServer::new(server_error),
-        ) {
-            (Ok(worker), Ok(server)) => (worker, server),
-            (Err(e), _) | (_, Err(e)) => unreachable!("f32 buffers on one cubecl device: {e}"),
-        };
+        let (worker_len, server_len) = (self.worker.len(), self.server.len());
+        let mut messages = DeviceMessages::new(
+            client.clone(),
+            (buf, self.worker.take_handle(), worker_len),
+            (self.server.take_handle(), server_len),
+        );
         let result = allreduce
-            .allreduce_mean_on(comm, &mut worker, &mut server)
+            .allreduce_mean_in(comm, &mut messages)
             .map_err(OptimError::from);
-        let (buf, worker_error) = worker.into_parts();
-        self.worker.put_handle(into_handle(worker_error));
-        self.server.put_handle(into_handle(server.into_error()));
-        (into_handle(buf), result)
+        let (buf, worker_error, server_error) = messages.into_parts();
+        self.worker.put_handle(worker_error);
+        self.server.put_handle(server_error);
+        (buf, result)
     }
 }
 
@@ -296,8 +294,9 @@ impl KeptOutAllreduce {
     /// [`KeptOutAllreduce::allreduce_mean`] of `buf` (`len` f32 on `like`'s
     /// device) with `errors` (both on that device): the compressed
     /// elements packed on the device and averaged there by the worker and
-    /// server kernels, the kept-out ranges averaged in fp32 through the
-    /// host, in the host path's order (so the same bytes travel). The
+    /// server kernels, the kept-out ranges averaged in fp32 (by NCCL on the
+    /// GPU, else through the host), in the host path's order (so the same
+    /// bytes travel). The
     /// buffer comes back as a handle (a new one when ranges are kept out),
     /// the errors updated in place, whatever the outcome.
     fn allreduce_mean_device(
@@ -334,14 +333,7 @@ impl KeptOutAllreduce {
         if at < len {
             packed.push(whole.clone().slice(at..len));
         }
-        let exact = match exact.is_empty() {
-            true => Vec::new(),
-            false => read_f32(
-                like.client(),
-                &into_handle(Tensor::cat(exact, 0)),
-                averaged_len,
-            ),
-        };
+        let exact = (!exact.is_empty()).then(|| into_handle(Tensor::cat(exact, 0)));
         let (packed, result) = if packed.is_empty() {
             // Everything kept out: the compressed allreduce of nothing still
             // runs, as on the host (its errors are empty).
@@ -355,19 +347,18 @@ impl KeptOutAllreduce {
                 errors.mean_on_device(&mut self.compressed, comm, like, packed, packed_len);
             (Some(like.wrap(packed, packed_len)), result)
         };
-        let result = result.and_then(|()| {
-            let mut exact = exact;
-            if self.averaged.contains(&true) {
-                comm.allreduce_f32(&mut exact, ReduceOp::Mean)?;
+        // The kept-out ranges' fp32 mean, after the compressed allreduce as
+        // on the host: on the GPU through NCCL, else through the host.
+        let result = result.and_then(|()| match exact {
+            Some(exact) => {
+                Ok(mean_over_ranks(comm, like.client(), &exact, averaged_len)?.unwrap_or(exact))
             }
-            Ok(exact)
+            None => Ok(upload_f32(like.client(), &[])),
         });
         let exact = match result {
-            Ok(exact) => exact,
+            Ok(exact) => like.wrap(exact, averaged_len),
             Err(e) => return (into_handle(whole), Err(e)),
         };
-        let device = like.device();
-        let exact = Tensor::<1>::from_data(TensorData::new(exact, [averaged_len]), &device);
         let (mut parts, mut at, mut p, mut e) = (Vec::new(), 0, 0, 0);
         for (range, &averaged) in self.kept_out.iter().zip(&self.averaged) {
             let before = range.start - at;

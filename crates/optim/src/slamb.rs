@@ -363,7 +363,7 @@ impl FlatOptimizer for Slamb {
 /// SLAMB's momentum on the device for the sparse allreduce: selected by
 /// the hash-mask kernel (the cyclic mask, a permutation, on the host, its
 /// bits uploaded), gathered and scattered by kernels; only the selected
-/// values reach the host.
+/// values reach the host, and on CUDA with NCCL not even those.
 struct DeviceSparse<'a> {
     client: &'a Client,
     m: &'a Flat,
@@ -405,6 +405,30 @@ impl SparseBuffer for DeviceSparse<'_> {
         let on_device = upload_f32(self.client, values);
         self.selection()
             .scatter(self.client, &on_device, self.m.handle());
+    }
+
+    fn mean_on_gpu(
+        &mut self,
+        count: usize,
+        scale: f32,
+        sum: &mut dyn FnMut(u64, u64) -> bool,
+    ) -> bool {
+        let client = self.client;
+        let gathered = client.empty(count.max(1) * size_of::<f32>());
+        let summed = client.empty(count.max(1) * size_of::<f32>());
+        self.selection().gather(client, self.m.handle(), &gathered);
+        let done =
+            device::with_cuda_addresses(client, &[&gathered, &summed], |at| sum(at[0], at[1]));
+        match done {
+            None => false,
+            Some(summed_ok) => {
+                if summed_ok {
+                    device::optim::scale(client, &summed, count, scale);
+                    self.selection().scatter(client, &summed, self.m.handle());
+                }
+                true
+            }
+        }
     }
 }
 

@@ -95,8 +95,8 @@ fn run_nccl(args: &Args) -> ExitCode {
             match comm.check_gpu_buffers() {
                 Ok(()) if comm.rank() == 0 => {
                     println!(
-                        "terse-comm-check: allreduce from GPU buffers (no host copy) gives the \
-                         host path's bits"
+                        "terse-comm-check: allreduce, all-gather and all-to-all from GPU \
+                         buffers (no host copy) give the host path's bits"
                     );
                     ExitCode::SUCCESS
                 }

@@ -4,14 +4,18 @@
 //! scales and errors agree to f32 rounding.
 
 mod cube;
+mod cuda_memory;
 mod dropout;
 mod mask;
+mod messages;
 mod onebit;
 pub mod optim;
 mod server;
 pub mod slamb;
 
+pub use cuda_memory::with_cuda_addresses;
 pub use dropout::dropout_factors;
 pub use mask::{DeviceSelection, always_bitmap, select, select_from_host};
+pub use messages::{decompress_messages, pack_messages};
 pub use onebit::{DeviceCompressed, compress, compress_chunks, decompress, decompress_chunks};
 pub use server::{ReceivedCopies, average_and_recompress};

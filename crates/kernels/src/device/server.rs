@@ -1,9 +1,10 @@
 //! The server side of the compressed allreduce on the device: the `n`
-//! received compressed copies of a chunk are unpacked and averaged in one
-//! launch (summed in copy order from zero, then scaled by `1/n`, exactly as
-//! the CPU does, so the average is bit-identical), then recompressed with
-//! the server error by the worker kernels. The compressed allreduce reaches
-//! it through [`crate::tensor::TensorServer`] in a device run.
+//! received compressed copies of a chunk, read from the received messages
+//! where they lie, are unpacked and averaged in one launch (summed in copy
+//! order from zero, then scaled by `1/n`, exactly as the CPU does, so the
+//! average is bit-identical), then recompressed with the server error by
+//! the worker kernels. The compressed allreduce reaches it through
+//! [`crate::messages::DeviceMessages`] in a device run.
 
 use cubecl::prelude::*;
 use cubecl::server::Handle;
@@ -12,20 +13,23 @@ use super::cube::{bit, buffer, launch_units, unit_item};
 use super::onebit::{DeviceCompressed, compress};
 use crate::onebit::{Scale, blocks_for, effective_block, words_for};
 
-/// `avg[i] = (Σ_c ±scales[c][i / block]) · inv_n[0]`; one unit per word.
+/// `avg[i] = (Σ_c ±scale_c(i)) · inv_n[0]` over the `copies` messages in
+/// `messages` (copy `c` at `c · message` words: its sign words, then its
+/// scales' f32 bits from word `sign_words`); one unit per sign word.
 #[cube(launch_unchecked)]
 fn average_kernel(
-    bits: &[u32],
-    scales: &[f32],
+    messages: &[u32],
     inv_n: &[f32],
     avg: &mut [f32],
     #[comptime] copies: usize,
-    #[comptime] words_stride: usize,
-    #[comptime] scales_stride: usize,
+    #[comptime] message: usize,
+    #[comptime] sign_words: usize,
     #[comptime] block: usize,
 ) {
-    let w = unit_item(words_stride);
     let len = avg.len();
+    // `div_ceil` has no cubecl expansion.
+    #[allow(clippy::manual_div_ceil)]
+    let w = unit_item((len + 31) / 32);
     #[unroll]
     for b in 0..32usize {
         let i = w * 32 + b;
@@ -33,8 +37,8 @@ fn average_kernel(
             let mut acc = 0.0f32;
             #[unroll]
             for c in 0..copies {
-                let word = bits[c * words_stride + w];
-                let s = scales[c * scales_stride + i / block];
+                let word = messages[c * message + w];
+                let s = f32::reinterpret(messages[c * message + sign_words + i / block]);
                 if bit(word, b) {
                     acc += s;
                 } else {
@@ -49,19 +53,18 @@ fn average_kernel(
     }
 }
 
-/// `copies` compressed copies of one `len`-element chunk, laid out on the
-/// device copy after copy.
+/// `copies` compressed copies of one `len`-element chunk on the device, as
+/// the compressed allreduce's messages: copy `c` at word `c · message`,
+/// its sign words first, its scales' f32 bits from word `sign_words`.
 pub struct ReceivedCopies<'a> {
-    /// Sign words: copy `c` at `c · words_stride`.
-    pub bits: &'a Handle,
-    /// Scales: copy `c` at `c · scales_stride`.
-    pub scales: &'a Handle,
+    /// The messages, `copies · message` u32 words.
+    pub messages: &'a Handle,
     /// Number of copies (ranks).
     pub copies: usize,
-    /// Words between consecutive copies (≥ `words_for(len)`).
-    pub words_stride: usize,
-    /// Scales between consecutive copies (≥ `blocks_for(len, block)`).
-    pub scales_stride: usize,
+    /// Words from one copy to the next.
+    pub message: usize,
+    /// Words before a copy's scales (≥ `words_for(len)`).
+    pub sign_words: usize,
 }
 
 /// The device twin of [`crate::server::average_and_recompress`]: `average`
@@ -84,29 +87,25 @@ pub fn average_and_recompress(
     }
     let block = effective_block(block, len);
     assert!(
-        received.words_stride >= words_for(len),
-        "words_stride too small"
-    );
-    assert!(
-        received.scales_stride >= blocks_for(len, block),
-        "scales_stride too small"
+        received.sign_words >= words_for(len)
+            && received.message >= received.sign_words + blocks_for(len, block),
+        "messages too small for {len} elements in blocks of {block}"
     );
     let inv_n = client.create_from_slice(f32::as_bytes(&[1.0 / received.copies as f32]));
-    // SAFETY: the buffers hold `copies` strides of bits and scales (the
-    // caller's layout, bounds asserted above), `average` holds `len` floats,
-    // and the kernel bounds every access by those counts.
+    // SAFETY: `messages` holds `copies` messages whose sign words and
+    // scales fit (the caller's layout, bounds asserted above), `average`
+    // holds `len` floats, and the kernel bounds every access by those.
     unsafe {
         launch_units!(
             client,
-            received.words_stride,
+            words_for(len),
             average_kernel(
-                buffer(received.bits, received.copies * received.words_stride),
-                buffer(received.scales, received.copies * received.scales_stride),
+                buffer(received.messages, received.copies * received.message),
                 buffer(&inv_n, 1),
                 buffer(average, len),
                 received.copies,
-                received.words_stride,
-                received.scales_stride,
+                received.message,
+                received.sign_words,
                 block
             )
         );

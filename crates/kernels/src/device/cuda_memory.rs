@@ -1,0 +1,30 @@
+//! The device addresses of cubecl buffers on CUDA, for a communicator that
+//! moves GPU memory itself (NCCL, on its own stream).
+
+use cubecl::prelude::*;
+use cubecl::server::Handle;
+
+/// cubecl's CUDA server: what a buffer's device address is asked of.
+type CudaServer = <cubecl::cuda::CudaRuntime as cubecl_runtime::runtime::Runtime>::Server;
+
+/// Runs `use_addresses` with the device addresses (`CUdeviceptr`s) of
+/// `handles`, in order, once every kernel queued on `client` has completed
+/// (the other stream then reads what they wrote), and returns its result;
+/// `None`, without running it, when the buffers are not CUDA memory (a
+/// wgpu device). The allocations stay where they are until it returns.
+pub fn with_cuda_addresses<R>(
+    client: &Client,
+    handles: &[&Handle],
+    use_addresses: impl FnOnce(&[u64]) -> R,
+) -> Option<R> {
+    // A buffer of another runtime is refused here, before anything waits.
+    let resources = handles
+        .iter()
+        .map(|h| client.get_resource::<CudaServer>((*h).clone()).ok())
+        .collect::<Option<Vec<_>>>()?;
+    futures_lite::future::block_on(client.sync()).expect("the device failed");
+    let addresses: Vec<u64> = resources.iter().map(|r| r.resource().ptr).collect();
+    let out = use_addresses(&addresses);
+    drop(resources);
+    Some(out)
+}
