@@ -9,10 +9,10 @@
 use std::ops::Range;
 use std::time::{Duration, Instant};
 
-use burn::tensor::{Tensor, TensorData};
+use burn::tensor::Tensor;
 use terse_comm::{Communicator, ReduceOp};
 
-use crate::device_flat::into_handle;
+use crate::device_flat::{into_handle, mean_over_ranks};
 use crate::param_patterns::segment_ranges;
 use crate::step::CommTime;
 use crate::{Flat, FlatMut, OptimError, ParamLayout};
@@ -65,22 +65,22 @@ impl NonFreeze {
                 }
             }
             FlatMut::Device(g) => {
+                // Packed and averaged on the device: summed by NCCL in GPU
+                // memory on CUDA, else through the host.
                 let mut t = g.tensor();
                 let parts: Vec<Tensor<1>> = self
                     .ranges
                     .iter()
                     .map(|r| t.clone().slice(r.clone()))
                     .collect();
-                let mut packed: Vec<f32> = Tensor::cat(parts, 0)
-                    .into_data()
-                    .try_into_vec::<f32>()
-                    .expect("an f32 device buffer");
-                comm.allreduce_f32(&mut packed, ReduceOp::Mean)?;
-                let device = t.device();
+                let packed_len = self.ranges.iter().map(|r| r.len()).sum();
+                let packed = into_handle(Tensor::cat(parts, 0));
+                let mean = mean_over_ranks(comm, g.client(), &packed, packed_len)?
+                    .expect("several ranks average");
+                let mean = g.wrap(mean, packed_len);
                 let mut at = 0;
                 for r in &self.ranges {
-                    let mean = TensorData::new(packed[at..at + r.len()].to_vec(), [r.len()]);
-                    t = t.slice_assign(r.clone(), Tensor::from_data(mean, &device));
+                    t = t.slice_assign(r.clone(), mean.clone().slice(at..at + r.len()));
                     at += r.len();
                 }
                 g.swap_handle(into_handle(t));
