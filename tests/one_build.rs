@@ -12,8 +12,8 @@
 //! only tests need on another platform) builds one more unit, nothing again.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::path::Path;
 use std::process::Command;
+use terse_tests::workspace_root;
 
 /// Package ("name vX.Y.Z") → the feature sets it is built with.
 type FeatureSets = BTreeMap<String, BTreeSet<String>>;
@@ -21,9 +21,8 @@ type FeatureSets = BTreeMap<String, BTreeSet<String>>;
 /// `cargo tree` over the workspace with these edge kinds, each package with
 /// its features.
 fn feature_sets(edges: &str) -> FeatureSets {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap();
     let output = Command::new(env!("CARGO"))
-        .current_dir(root)
+        .current_dir(workspace_root())
         .args(["tree", "--workspace", "--offline", "--prefix", "none"])
         .args(["--edges", edges, "--format", "{p}|{f}"])
         .output()

@@ -4,6 +4,7 @@
 //! one concept per file stops being believable.
 
 use std::path::{Path, PathBuf};
+use terse_tests::workspace_root;
 
 const MAX_LINES: usize = 600;
 /// The most lines a function in crates/ may span, from `fn` to its closing
@@ -11,13 +12,6 @@ const MAX_LINES: usize = 600;
 const MAX_FN_LINES: usize = 120;
 /// Files allowed past MAX_LINES, each with its reason.
 const LONG_FILES: &[(&str, &str)] = &[];
-
-fn workspace_root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .unwrap()
-        .to_path_buf()
-}
 
 fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
     for entry in std::fs::read_dir(dir).unwrap() {
