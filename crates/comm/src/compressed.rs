@@ -333,7 +333,6 @@ impl CompressedAllreduce {
         MessageGeometry {
             len: self.len,
             ranks: self.world_size,
-            rank: self.rank,
             layout: self.layout(),
             message: self.message,
             scale: self.options.scale,

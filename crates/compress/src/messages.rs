@@ -12,8 +12,6 @@
 //! first) followed by its scale slots (the f32 bits of each block's scale),
 //! zero wherever the chunk has no data.
 
-use std::ops::Range;
-
 use crate::onebit::{ChunkLayout, Scale};
 
 /// How the compressed allreduce's buffer is cut into messages.
@@ -23,8 +21,6 @@ pub struct MessageGeometry {
     pub len: usize,
     /// Ranks taking part: messages per exchange.
     pub ranks: usize,
-    /// This rank, the server of chunk `rank`.
-    pub rank: usize,
     /// Chunks and scale blocks (blocks restart at every chunk).
     pub layout: ChunkLayout,
     /// u32 words in one message: `layout.chunk / 32` sign words, then
@@ -38,12 +34,6 @@ impl MessageGeometry {
     /// Sign words at the start of every message.
     pub fn sign_words(&self) -> usize {
         self.layout.chunk / 32
-    }
-
-    /// The elements chunk `j` covers (empty past the buffer's end).
-    pub fn chunk_range(&self, j: usize) -> Range<usize> {
-        let chunk = self.layout.chunk;
-        (j * chunk).min(self.len)..((j + 1) * chunk).min(self.len)
     }
 
     /// Words in a buffer of every rank's message.

@@ -36,13 +36,9 @@ impl DeviceMessages {
         (x, error, len): (Handle, Handle, usize),
         (server_error, server_len): (Handle, usize),
     ) -> DeviceMessages {
-        let owned = |handle: Handle, len: usize| {
-            if handle.can_mut() {
-                return handle;
-            }
-            let copy = client.empty(len.max(1) * size_of::<f32>());
-            device::optim::copy(&client, &handle, &copy, len);
-            copy
+        let owned = |handle: Handle, len: usize| match handle.can_mut() {
+            true => handle,
+            false => device::optim::copied(&client, &handle, len),
         };
         let (x, error) = (owned(x, len), owned(error, len));
         let server_error = owned(server_error, server_len);
@@ -61,6 +57,15 @@ impl DeviceMessages {
     /// `x`, the worker error and the server error back.
     pub fn into_parts(self) -> (Handle, Handle, Handle) {
         (self.x, self.error, self.server_error)
+    }
+
+    /// The send and receive buffers an earlier phase made (the exchanges
+    /// come after the phase that writes what they send).
+    fn made(&self) -> (&Handle, &Handle) {
+        match (&self.send, &self.recv) {
+            (Some(send), Some(recv)) => (send, recv),
+            _ => panic!("an exchange before the phase that makes its buffers"),
+        }
     }
 
     /// The send and receive buffers, each `words` u32.
@@ -147,9 +152,7 @@ impl MessageBuffers for DeviceMessages {
     }
 
     fn with_device_addresses(&mut self, exchange: &mut dyn FnMut(MessageAddresses)) -> bool {
-        let (Some(send), Some(recv)) = (&self.send, &self.recv) else {
-            return false;
-        };
+        let (send, recv) = self.made();
         device::with_cuda_addresses(&self.client, &[send, recv], |at| {
             exchange(MessageAddresses {
                 send: at[0],
@@ -160,10 +163,7 @@ impl MessageBuffers for DeviceMessages {
     }
 
     fn read_send(&mut self, words: usize) -> Vec<u32> {
-        let Some(send) = &self.send else {
-            return vec![0; words];
-        };
-        let bytes = self.client.read_one_unchecked(send.clone());
+        let bytes = self.client.read_one_unchecked(self.made().0.clone());
         u32::from_bytes(&bytes)[..words].to_vec()
     }
 

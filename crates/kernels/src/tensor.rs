@@ -236,8 +236,7 @@ fn contiguous_cube(t: CubeTensor) -> CubeTensor {
     }
     let len = t.meta.shape().num_elements();
     if t.is_contiguous() && t.dtype == DType::F32 {
-        let handle = t.client.empty(len.max(1) * size_of::<f32>());
-        device::optim::copy(&t.client, &t.handle, &handle, len);
+        let handle = device::optim::copied(&t.client, &t.handle, len);
         return CubeTensor::new_contiguous(t.client, t.device, Shape::new([len]), handle, t.dtype);
     }
     let data = cube::tensor::<1>(t.clone()).into_data();

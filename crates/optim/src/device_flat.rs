@@ -292,23 +292,36 @@ fn mean_on_gpu(
     handle: &Handle,
     len: usize,
 ) -> Result<Option<Handle>, OptimError> {
-    let out = client.empty(len.max(1) * size_of::<f32>());
-    let summed = with_cuda_addresses(client, &[handle, &out], |at| {
-        // SAFETY: both are live CUDA allocations of at least `len` f32 in
-        // the primary context of this process's GPU (the trainer opens the
-        // model's device and NCCL's on the same ordinal), held until the
-        // closure returns; `out` is new, so nothing else writes it, and
-        // every write to `handle` has completed.
-        unsafe { gpu.allreduce_sum_f32_gpu(GpuF32 { ptr: at[0], len }, GpuF32 { ptr: at[1], len }) }
+    let summed = summed_on_gpu(client, handle, len, 1.0 / world as f32, |from, into| {
+        // SAFETY: `summed_on_gpu` hands over two live CUDA allocations of
+        // at least `len` f32 in the primary context of this process's GPU
+        // (the trainer opens the model's device and NCCL's on the same
+        // ordinal), held until the closure returns; `into` is new, so
+        // nothing else writes it, and every write to `from` has completed.
+        unsafe { gpu.allreduce_sum_f32_gpu(GpuF32 { ptr: from, len }, GpuF32 { ptr: into, len }) }
     });
-    match summed {
-        None => Ok(None),
-        Some(result) => {
-            result?;
-            kernels::scale(client, &out, len, 1.0 / world as f32);
-            Ok(Some(out))
-        }
-    }
+    Ok(summed.transpose()?)
+}
+
+/// The `len` f32 at `handle` summed over ranks by `sum(from, into)` (the
+/// CUDA addresses of `handle` and of a new buffer, once every kernel
+/// queued has completed) and multiplied there by `scale`: the new buffer,
+/// or `sum`'s error; `None`, running nothing, when `handle` is not CUDA
+/// memory. The one GPU mean of the gradient's allreduce
+/// ([`mean_over_ranks`]) and SLAMB's selected values.
+pub(crate) fn summed_on_gpu<E>(
+    client: &Client,
+    handle: &Handle,
+    len: usize,
+    scale: f32,
+    sum: impl FnOnce(u64, u64) -> Result<(), E>,
+) -> Option<Result<Handle, E>> {
+    let out = client.empty(len.max(1) * size_of::<f32>());
+    let summed = with_cuda_addresses(client, &[handle, &out], |at| sum(at[0], at[1]))?;
+    Some(summed.map(|()| {
+        kernels::scale(client, &out, len, scale);
+        out
+    }))
 }
 
 /// Allreduces a device buffer (a gradient, or SLAMB's parameters) to its

@@ -17,7 +17,7 @@ use terse_kernels::mask::{Mask, Selection, SparseBuffer};
 use terse_kernels::resident::filled;
 
 use crate::config_check::{NoOtherFields, check_clip, check_unit, invalid};
-use crate::device_flat::{chunk_table, read_f32, upload_f32};
+use crate::device_flat::{chunk_table, read_f32, summed_on_gpu, upload_f32};
 use crate::eps_mode::check_has_compression_stage;
 use crate::lamb::trust_coefficient;
 use crate::moments::Moments;
@@ -415,19 +415,18 @@ impl SparseBuffer for DeviceSparse<'_> {
     ) -> bool {
         let client = self.client;
         let gathered = client.empty(count.max(1) * size_of::<f32>());
-        let summed = client.empty(count.max(1) * size_of::<f32>());
         self.selection().gather(client, self.m.handle(), &gathered);
-        let done =
-            device::with_cuda_addresses(client, &[&gathered, &summed], |at| sum(at[0], at[1]));
-        match done {
+        let summed = summed_on_gpu(client, &gathered, count, scale, |from, into| {
+            sum(from, into).then_some(()).ok_or(())
+        });
+        match summed {
             None => false,
-            Some(summed_ok) => {
-                if summed_ok {
-                    device::optim::scale(client, &summed, count, scale);
-                    self.selection().scatter(client, &summed, self.m.handle());
-                }
+            Some(Ok(mean)) => {
+                self.selection().scatter(client, &mean, self.m.handle());
                 true
             }
+            // Nothing written; the sum's caller holds its error.
+            Some(Err(())) => true,
         }
     }
 }

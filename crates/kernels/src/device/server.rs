@@ -4,7 +4,7 @@
 //! order from zero, then scaled by `1/n`, exactly as the CPU does, so the
 //! average is bit-identical), then recompressed with the server error by
 //! the worker kernels. The compressed allreduce reaches it through
-//! [`crate::messages::DeviceMessages`] in a device run.
+//! [`crate::device_messages::DeviceMessages`] in a device run.
 
 use cubecl::prelude::*;
 use cubecl::server::Handle;

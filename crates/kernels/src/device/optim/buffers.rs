@@ -89,6 +89,13 @@ pub fn copy(client: &Client, x: &Handle, y: &Handle, len: usize) {
     }
 }
 
+/// A new buffer holding a copy of the first `len` f32 of `x`.
+pub fn copied(client: &Client, x: &Handle, len: usize) -> Handle {
+    let y = client.empty(len.max(1) * size_of::<f32>());
+    copy(client, x, &y, len);
+    y
+}
+
 /// `y[offset..offset + len] = x` (`+= x` when `accumulate`): `x` holds
 /// `len` f32, `y` at least `offset + len`. Writes `y` in place, so a
 /// parameter's gradient lands in the flat gradient without a new buffer.
