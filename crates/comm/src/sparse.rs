@@ -6,15 +6,18 @@
 //! host slice, or in a device run SLAMB's momentum on the device, selected,
 //! gathered and scattered by cubecl kernels, so only the selected values
 //! pass through the host — or none, where the momentum is CUDA memory and
-//! the communicator NCCL: fp32 values are then summed on the GPU.
+//! the communicator NCCL: fp32 values are then summed on the GPU, fp16
+//! values rounded, averaged and widened there by kernels with this
+//! module's arithmetic, NCCL moving their halves.
 
 use std::ops::Range;
 
 use half::f16;
 use serde::{Deserialize, Serialize};
+use terse_compress::half_mean::{HalfExchange, HalfSlices};
 use terse_compress::mask::{HostSparse, Mask, Selection, SparseBuffer};
 
-use crate::{CommError, Communicator, GpuF32, ReduceOp};
+use crate::{CommError, Communicator, GpuBytes, GpuCollectives, GpuF32, ReduceOp};
 
 /// The precision the selected values travel in.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
@@ -118,10 +121,34 @@ impl SparseAllreduce {
         if comm.world_size() == 1 {
             return Ok(());
         }
-        if let (SparseValues::F32, Some(gpu)) = (self.precision, comm.gpu_collectives()) {
-            let mut result = Ok(());
-            let scale = 1.0 / comm.world_size() as f32;
-            let on_gpu = buf.mean_on_gpu(count, scale, &mut |gathered, summed| {
+        if let Some(gpu) = comm.gpu_collectives()
+            && let Some(result) = self.mean_on_gpu(gpu, comm.world_size(), count, buf)
+        {
+            return result;
+        }
+        self.values.resize(count, 0.0);
+        buf.gather(&mut self.values);
+        self.precision.mean_over_ranks(comm, &mut self.values)?;
+        buf.scatter(&self.values);
+        Ok(())
+    }
+
+    /// The selected values of `buf` averaged in GPU memory by `gpu`, in
+    /// this allreduce's precision with the host path's arithmetic (fp32:
+    /// NCCL's sum, times 1/n; fp16: [`allreduce_mean_f16`]'s slices, sums
+    /// and roundings); `None`, running nothing, where `buf` is not CUDA
+    /// memory.
+    fn mean_on_gpu(
+        &self,
+        gpu: &dyn GpuCollectives,
+        world: usize,
+        count: usize,
+        buf: &mut dyn SparseBuffer,
+    ) -> Option<Result<(), CommError>> {
+        let mut result = Ok(());
+        let scale = 1.0 / world as f32;
+        let on_gpu = match self.precision {
+            SparseValues::F32 => buf.mean_on_gpu(count, scale, &mut |gathered, summed| {
                 let (send, recv) = (
                     GpuF32 {
                         ptr: gathered,
@@ -136,17 +163,35 @@ impl SparseAllreduce {
                 // `count` f32, the gathered one written, the other new.
                 result = unsafe { gpu.allreduce_sum_f32_gpu(send, recv) };
                 result.is_ok()
-            });
-            if on_gpu {
-                // The host path's arithmetic: NCCL's sum, times 1/n.
-                return result;
+            }),
+            SparseValues::F16 => {
+                let slices = HalfSlices { count, world };
+                buf.mean_f16_on_gpu(slices, scale, &mut |exchange, send, recv| {
+                    let (send_len, recv_len) = exchange.bytes(slices);
+                    let (send, recv) = (
+                        GpuBytes {
+                            ptr: send,
+                            len: send_len,
+                        },
+                        GpuBytes {
+                            ptr: recv,
+                            len: recv_len,
+                        },
+                    );
+                    // SAFETY: `mean_f16_on_gpu` hands over live CUDA buffers
+                    // of at least the exchange's bytes, the sent one written,
+                    // the received one nothing else's.
+                    result = unsafe {
+                        match exchange {
+                            HalfExchange::AllToAll => gpu.all_to_all_gpu(send, recv),
+                            HalfExchange::AllGather => gpu.all_gather_gpu(send, recv),
+                        }
+                    };
+                    result.is_ok()
+                })
             }
-        }
-        self.values.resize(count, 0.0);
-        buf.gather(&mut self.values);
-        self.precision.mean_over_ranks(comm, &mut self.values)?;
-        buf.scatter(&self.values);
-        Ok(())
+        };
+        on_gpu.then_some(result)
     }
 }
 
@@ -156,12 +201,16 @@ impl SparseAllreduce {
 /// fp32 ring allreduce.
 pub fn allreduce_mean_f16(comm: &dyn Communicator, values: &mut [f32]) -> Result<(), CommError> {
     let n = comm.world_size();
-    let part = values.len().div_ceil(n);
-    let mut send = vec![0u16; n * part];
+    let slices = HalfSlices {
+        count: values.len(),
+        world: n,
+    };
+    let part = slices.part();
+    let mut send = vec![0u16; slices.all_halves()];
     for (s, &v) in send.iter_mut().zip(values.iter()) {
         *s = f16::from_f32(v).to_bits();
     }
-    let mut recv = vec![0u16; n * part];
+    let mut recv = vec![0u16; slices.all_halves()];
     comm.all_to_all_u8(
         bytemuck::cast_slice(&send),
         bytemuck::cast_slice_mut(&mut recv),

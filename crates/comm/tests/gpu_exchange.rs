@@ -9,22 +9,27 @@
 //! exchange and handed over by address. The result must be the host
 //! branch's bit for bit, with the same bytes counted, two GPU exchanges a
 //! call and no host exchange. SLAMB's sparse allreduce likewise: a host
-//! slice whose selected values are summed by address (`mean_on_gpu`)
-//! against the same slice averaged through the host.
+//! slice whose selected values are averaged by address — fp32 summed
+//! (`mean_on_gpu`), fp16 by the device kernels on lavapipe
+//! (`mean_f16_on_gpu`, `terse_kernels::device::mean_f16`) — against the
+//! same slice averaged through the host.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use burn::tensor::{Device, DeviceKind, Tensor, TensorData};
+use cubecl::bytes::Bytes;
 use cubecl::prelude::*;
 use cubecl::server::Handle;
 use terse_comm::traffic::TrafficMeter;
 use terse_comm::{
     CommError, Communicator, CompressedAllreduce, CompressionOptions, Geometry, GpuBytes,
     GpuCollectives, GpuF32, HostSparse, LocalComm, Mask, ReduceOp, Scale, Selection,
-    SparseAllreduce, SparseBuffer, Width,
+    SparseAllreduce, SparseBuffer, SparseValues, Width,
 };
+use terse_kernels::device;
 use terse_kernels::device_messages::DeviceMessages;
+use terse_kernels::half_mean::{HalfExchange, HalfSlices};
 use terse_kernels::messages::{MessageAddresses, MessageBuffers, MessageGeometry};
 use terse_kernels::tensor::into_cube_buffer;
 use terse_rng::{SplitMix64, mix64};
@@ -240,12 +245,19 @@ fn the_gpu_exchange_moves_the_host_exchanges_words() {
 }
 
 /// A host slice whose selected values are averaged by address, as SLAMB's
-/// CUDA momentum is (gathered, summed into a new buffer, scaled, scattered).
-struct ByAddress<'a>(HostSparse<'a>);
+/// CUDA momentum is: fp32 values gathered, summed into a new buffer,
+/// scaled and scattered; fp16 values through the device's own kernels on
+/// lavapipe (`terse_kernels::device::mean_f16`, which SLAMB's CUDA path
+/// runs), each exchange's buffers copied to host vectors and handed over by
+/// address.
+struct ByAddress<'a> {
+    sparse: HostSparse<'a>,
+    client: Client,
+}
 
 impl SparseBuffer for ByAddress<'_> {
     fn select(&mut self, mask: &Mask, t: u64, always: &[std::ops::Range<usize>]) -> usize {
-        self.0.select(mask, t, always)
+        self.sparse.select(mask, t, always)
     }
     fn gather(&mut self, _: &mut [f32]) {
         panic!("the sparse values went through the host")
@@ -260,44 +272,99 @@ impl SparseBuffer for ByAddress<'_> {
         sum: &mut dyn FnMut(u64, u64) -> bool,
     ) -> bool {
         let mut gathered = vec![0.0f32; count];
-        self.0.gather(&mut gathered);
+        self.sparse.gather(&mut gathered);
         let mut summed = vec![f32::NAN; count];
         if sum(gathered.as_ptr() as u64, summed.as_mut_ptr() as u64) {
             summed.iter_mut().for_each(|v| *v *= scale);
-            self.0.scatter(&summed);
+            self.sparse.scatter(&summed);
+        }
+        true
+    }
+    fn mean_f16_on_gpu(
+        &mut self,
+        slices: HalfSlices,
+        scale: f32,
+        exchange: &mut dyn FnMut(HalfExchange, u64, u64) -> bool,
+    ) -> bool {
+        let mut gathered = vec![0.0f32; slices.count.max(1)];
+        self.sparse.gather(&mut gathered[..slices.count]);
+        let client = &self.client;
+        let values = client.create_from_slice(f32::as_bytes(&gathered));
+        let mean = device::mean_f16(client, &values, slices, scale, |which, send, recv| {
+            let send = client.read_one_unchecked(send.clone()).to_vec();
+            let mut received = vec![0u8; client.read_one_unchecked(recv.clone()).len()];
+            let ok = exchange(which, send.as_ptr() as u64, received.as_mut_ptr() as u64);
+            client.write(recv, Bytes::from_bytes_vec(received));
+            Some(ok.then_some(()).ok_or(()))
+        });
+        if let Some(Ok(mean)) = mean {
+            let mean = f32::from_bytes(&client.read_one_unchecked(mean)).to_vec();
+            self.sparse.scatter(&mean[..slices.count]);
         }
         true
     }
 }
 
 #[test]
-fn the_sparse_values_summed_by_address_are_the_host_means() {
-    let (n, len) = (3, 10_000);
-    let ranks = LocalComm::run(n, Duration::from_secs(300), |local| {
-        let comm = HostAddressed {
-            inner: local,
-            gpu_calls: AtomicUsize::new(0),
-        };
-        let mask = Mask::Hash { seed: 5, k: 0.25 };
-        let mut sparse = SparseAllreduce::new(mask, vec![100..164, 500..532]);
-        let mut rng = SplitMix64::new(mix64(local.rank() as u64));
-        let mut by_host: Vec<f32> = (0..len).map(|_| rng.normal()).collect();
-        let mut by_address = by_host.clone();
-        for t in 1..=3 {
-            sparse.allreduce_mean(local, t, &mut by_host).unwrap();
-            let mut selection = Selection::default();
-            let mut buffer = ByAddress(HostSparse {
-                buf: &mut by_address,
-                selection: &mut selection,
-            });
-            sparse.allreduce_mean_on(&comm, t, &mut buffer).unwrap();
+fn the_sparse_values_averaged_by_address_are_the_host_means() {
+    let lavapipe = Device::wgpu(DeviceKind::Cpu);
+    let one = Tensor::<1>::from_data(TensorData::new(vec![0.0f32], [1]), &lavapipe);
+    let client = into_cube_buffer(one)
+        .unwrap()
+        .expect("a cubecl device")
+        .client;
+    for (precision, n, len) in [
+        (SparseValues::F32, 3, 10_000),
+        (SparseValues::F16, 3, 10_000),
+        (SparseValues::F16, 4, 999),
+        (SparseValues::F16, 2, 70_001),
+    ] {
+        let ranks = LocalComm::run(n, Duration::from_secs(300), |local| {
+            let comm = HostAddressed {
+                inner: local,
+                gpu_calls: AtomicUsize::new(0),
+            };
+            let mask = Mask::Hash { seed: 5, k: 0.25 };
+            let always = vec![100..164, 500..532];
+            let mut sparse = SparseAllreduce::with_precision(mask, always, precision);
+            let mut rng = SplitMix64::new(mix64(local.rank() as u64));
+            let mut by_host: Vec<f32> = (0..len).map(|_| rng.normal()).collect();
+            let mut by_address = by_host.clone();
+            let before = local.traffic().sent();
+            for t in 1..=3 {
+                sparse.allreduce_mean(local, t, &mut by_host).unwrap();
+            }
+            let host_bytes = local.traffic().sent() - before;
+            for t in 1..=3 {
+                let mut selection = Selection::default();
+                let mut buffer = ByAddress {
+                    sparse: HostSparse {
+                        buf: &mut by_address,
+                        selection: &mut selection,
+                    },
+                    client: client.clone(),
+                };
+                sparse.allreduce_mean_on(&comm, t, &mut buffer).unwrap();
+            }
+            let gpu_bytes = local.traffic().sent() - before - host_bytes;
+            let gpu_calls = comm.gpu_calls.load(Ordering::Relaxed);
+            (by_host, by_address, gpu_calls, host_bytes, gpu_bytes)
+        });
+        for (rank, r) in ranks.into_iter().enumerate() {
+            let (by_host, by_address, gpu_calls, host_bytes, gpu_bytes) = r.expect("rank panicked");
+            let what = format!("{precision:?}, n {n}, len {len}, rank {rank}");
+            let per_step = match precision {
+                SparseValues::F32 => 1,
+                SparseValues::F16 => 2,
+            };
+            assert_eq!(gpu_calls, 3 * per_step, "{what}: GPU exchanges");
+            assert_eq!(gpu_bytes, host_bytes, "{what}: bytes sent");
+            let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+            let first = bits(&by_address)
+                .iter()
+                .zip(bits(&by_host))
+                .position(|(a, b)| *a != b);
+            assert_eq!(first, None, "{what}: first element that differs");
         }
-        (by_host, by_address, comm.gpu_calls.load(Ordering::Relaxed))
-    });
-    for (rank, r) in ranks.into_iter().enumerate() {
-        let (by_host, by_address, gpu_calls) = r.expect("rank panicked");
-        assert_eq!(gpu_calls, 3, "rank {rank}: one GPU sum a step");
-        let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
-        assert_eq!(bits(&by_address), bits(&by_host), "rank {rank}");
     }
 }

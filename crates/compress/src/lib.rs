@@ -13,6 +13,8 @@
 //!   that moves GPU memory;
 //! - [`mask`]: SLAMB's counter-based hash mask and cyclic mask, and the
 //!   masked gather and scatter;
+//! - [`half_mean`]: the slices SLAMB's fp16 values are averaged in, on the
+//!   host or the device;
 //! - [`dropout`]: dropout's counter-based mask (the same hash family), which
 //!   the fused model ops, the device kernels and burn's ops on other
 //!   backends all draw from;
@@ -21,6 +23,7 @@
 #![warn(missing_docs)]
 
 pub mod dropout;
+pub mod half_mean;
 pub mod mask;
 pub mod messages;
 pub mod onebit;

@@ -11,6 +11,8 @@ use rayon::prelude::*;
 
 use terse_rng::{mix32, mix64};
 
+use crate::half_mean::{HalfExchange, HalfSlices};
+
 /// Elements per parallel work item.
 const PIECE: usize = 1 << 14;
 
@@ -285,6 +287,25 @@ pub trait SparseBuffer {
         sum: &mut dyn FnMut(u64, u64) -> bool,
     ) -> bool {
         let _ = (count, scale, sum);
+        false
+    }
+
+    /// As [`SparseBuffer::mean_on_gpu`], the values travelling as fp16
+    /// (`SparseValues::F16`) in `slices` ([`crate::half_mean`]): rounded to
+    /// fp16 on the device, sent by `exchange(HalfExchange::AllToAll, send,
+    /// received)`, this rank's slice summed in fp32 in rank order, times
+    /// `scale`, rounded to fp16 and sent by `exchange(HalfExchange::AllGather,
+    /// own, gathered)` (CUDA addresses; it returns whether it succeeded),
+    /// then widened and written back — nothing written when an exchange
+    /// fails. Returns false, running nothing, where the buffer is not in
+    /// CUDA memory (the default).
+    fn mean_f16_on_gpu(
+        &mut self,
+        slices: HalfSlices,
+        scale: f32,
+        exchange: &mut dyn FnMut(HalfExchange, u64, u64) -> bool,
+    ) -> bool {
+        let _ = (slices, scale, exchange);
         false
     }
 }

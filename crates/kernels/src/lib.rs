@@ -29,5 +29,6 @@ pub mod tensor;
 // builds without them); re-exported under their old paths, which the device
 // kernels and their tests use as the reference.
 pub use terse_compress::{
-    SimdTier, mask, messages, onebit, resident, server, simd, with_avx, with_tier, worker,
+    SimdTier, half_mean, mask, messages, onebit, resident, server, simd, with_avx, with_tier,
+    worker,
 };

@@ -6,7 +6,9 @@
 //! (seeded from the clock, printed for replay); outputs are poisoned before
 //! each launch so an element a kernel fails to write fails the test. The
 //! server side (average n copies, add the server error, recompress) and
-//! SLAMB's hash mask with its gather and scatter the same.
+//! SLAMB's hash mask with its gather and scatter the same; the fp16
+//! conversions of SLAMB's `values = "f16"` bit for bit against the `half`
+//! crate the host path rounds with.
 
 use cubecl::device::{WgpuDevice, WgpuDeviceKind};
 use cubecl::prelude::*;
@@ -256,6 +258,83 @@ fn hash_mask_gather_and_scatter_match_the_cpu_selection() {
                 cpu.scatter(&doubled, &mut x_cpu);
                 assert_eq!(read_f32(&client, &x_dev), x_cpu, "{what}: scattered values");
             }
+        }
+    }
+}
+
+/// The f32 inputs that decide an fp16 rounding: every finite fp16 value,
+/// the midpoints between neighbours (ties, which go to the even one) and
+/// the f32 values one spacing either side of both, of either sign; the
+/// edges (fp16's largest, the overflow threshold, f32's subnormals,
+/// infinities); and random bit patterns.
+fn rounding_inputs(rng: &mut SplitMix64) -> Vec<f32> {
+    let mut xs = Vec::new();
+    for h in 0u16..0x7C00 {
+        let v = half::f16::from_bits(h).to_f32();
+        let next = half::f16::from_bits(h + 1).to_f32();
+        let mid = ((f64::from(v) + f64::from(next)) / 2.0) as f32;
+        for x in [v, mid] {
+            let b = x.to_bits();
+            xs.extend([b.saturating_sub(1), b, b + 1].map(f32::from_bits));
+        }
+    }
+    xs.extend([
+        0.0,
+        65504.0,
+        65519.99,
+        65520.0,
+        f32::MAX,
+        f32::MIN_POSITIVE,
+        f32::from_bits(1),
+        f32::from_bits(0x007F_FFFF),
+        f32::INFINITY,
+    ]);
+    xs.extend((0..1 << 20).map(|_| f32::from_bits(rng.next_u64() as u32)));
+    let negated: Vec<f32> = xs.iter().map(|x| -x).collect();
+    xs.extend(negated);
+    xs
+}
+
+#[test]
+fn fp16_conversions_match_the_half_crate() {
+    let client = client();
+    let seed = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_nanos() as u64;
+    eprintln!("inputs seeded with {seed}");
+    let mut rng = SplitMix64::new(seed);
+
+    // Rounding: every input, then three halves of padding that must be 0.
+    let xs = rounding_inputs(&mut rng);
+    let values = client.create_from_slice(f32::as_bytes(&xs));
+    let packed = device::round_to_f16(&client, &values, xs.len(), xs.len() + 3);
+    let words = read_u32(&client, &packed);
+    let half_at = |j: usize| (words[j / 2] >> (16 * (j % 2))) as u16;
+    for (j, &x) in xs.iter().enumerate() {
+        let (got, want) = (half_at(j), half::f16::from_f32(x));
+        if want.is_nan() {
+            assert!(half::f16::from_bits(got).is_nan(), "{x:e} → {got:#06x}");
+        } else {
+            assert_eq!(got, want.to_bits(), "{x:e} ({:#010x})", x.to_bits());
+        }
+    }
+    assert_eq!([half_at(xs.len()), half_at(xs.len() + 2)], [0, 0]);
+
+    // Widening: all 65536 halves.
+    let all: Vec<u16> = (0..=u16::MAX).collect();
+    let pairs: Vec<u32> = all
+        .chunks(2)
+        .map(|p| u32::from(p[0]) | u32::from(p[1]) << 16)
+        .collect();
+    let packed = client.create_from_slice(u32::as_bytes(&pairs));
+    let wide = read_f32(&client, &device::widen_f16(&client, &packed, all.len()));
+    for (&h, &got) in all.iter().zip(&wide) {
+        let want = half::f16::from_bits(h).to_f32();
+        if want.is_nan() {
+            assert!(got.is_nan(), "{h:#06x} → {got}");
+        } else {
+            assert_eq!(got.to_bits(), want.to_bits(), "{h:#06x}");
         }
     }
 }

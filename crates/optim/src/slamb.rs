@@ -12,7 +12,8 @@ use cubecl::server::Handle;
 use serde::{Deserialize, Serialize};
 use terse_comm::{SparseAllreduce, SparseValues};
 use terse_kernels::device::optim::DeviceChunks;
-use terse_kernels::device::{self, DeviceSelection};
+use terse_kernels::device::{self, DeviceSelection, with_cuda_addresses};
+use terse_kernels::half_mean::{HalfExchange, HalfSlices};
 use terse_kernels::mask::{Mask, Selection, SparseBuffer};
 use terse_kernels::resident::filled;
 
@@ -426,6 +427,31 @@ impl SparseBuffer for DeviceSparse<'_> {
                 true
             }
             // Nothing written; the sum's caller holds its error.
+            Some(Err(())) => true,
+        }
+    }
+
+    fn mean_f16_on_gpu(
+        &mut self,
+        slices: HalfSlices,
+        scale: f32,
+        exchange: &mut dyn FnMut(HalfExchange, u64, u64) -> bool,
+    ) -> bool {
+        let client = self.client;
+        let gathered = client.empty(slices.count.max(1) * size_of::<f32>());
+        self.selection().gather(client, self.m.handle(), &gathered);
+        let mean = device::mean_f16(client, &gathered, slices, scale, |which, send, recv| {
+            with_cuda_addresses(client, &[send, recv], |at| {
+                exchange(which, at[0], at[1]).then_some(()).ok_or(())
+            })
+        });
+        match mean {
+            None => false,
+            Some(Ok(mean)) => {
+                self.selection().scatter(client, &mean, self.m.handle());
+                true
+            }
+            // Nothing written; the exchange's caller holds its error.
             Some(Err(())) => true,
         }
     }

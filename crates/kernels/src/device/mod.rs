@@ -6,6 +6,7 @@
 mod cube;
 mod cuda_memory;
 mod dropout;
+mod half;
 mod mask;
 mod messages;
 mod onebit;
@@ -15,6 +16,7 @@ pub mod slamb;
 
 pub use cuda_memory::with_cuda_addresses;
 pub use dropout::dropout_factors;
+pub use half::{mean_f16, round_to_f16, widen_f16};
 pub use mask::{DeviceSelection, always_bitmap, select, select_from_host};
 pub use messages::{decompress_messages, pack_messages};
 pub use onebit::{DeviceCompressed, compress, compress_chunks, decompress, decompress_chunks};
