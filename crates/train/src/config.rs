@@ -180,6 +180,15 @@ pub struct TrainSettings {
     /// Unset under fp16: DeepSpeed's defaults (2^16, window 1000, floor 1).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub loss_scaling: Option<LossScaling>,
+    /// The cubek matmul routine the linear layers run on a cubecl device
+    /// (`wgpu`, `lavapipe`, `cuda`), by cubek's name without `matmul_`
+    /// (`terse_fused::matmul_routine_names`: `simple_tma_mma`,
+    /// `ordered_double_mma`, …). Unset: burn's own matmul (cubek's `Auto`).
+    /// Each routine sums in its own order, so it is one fixed choice for
+    /// the run rather than autotune's per-process race; a resumed run may
+    /// change it, and then continues with other roundings.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub matmul: Option<String>,
 }
 
 fn is_fp32(precision: &Precision) -> bool {
@@ -270,7 +279,29 @@ impl RunConfig {
         self.train
             .accumulation(1)
             .map_err(|e| format!("[train]: {e}"))?;
+        self.check_matmul()?;
         self.check_precision()
+    }
+
+    /// A named matmul routine is one of cubek's, on a cubecl device.
+    fn check_matmul(&self) -> Result<(), String> {
+        let Some(name) = &self.train.matmul else {
+            return Ok(());
+        };
+        if !terse_fused::matmul_routine_names().any(|known| known == name) {
+            let known: Vec<&str> = terse_fused::matmul_routine_names().collect();
+            return Err(format!(
+                "train.matmul = \"{name}\": not a matmul routine; known: {}",
+                known.join(", ")
+            ));
+        }
+        if self.train.device.is_cpu() {
+            return Err(format!(
+                "train.matmul = \"{name}\" names a cubek routine for a cubecl device (wgpu, \
+                 lavapipe, cuda); device cpu multiplies with flex's own matmul"
+            ));
+        }
+        Ok(())
     }
 
     /// The precision against the device and the model, and the loss
@@ -320,6 +351,8 @@ impl RunConfig {
                     // every precision: a checkpoint moves between them.
                     "precision",
                     "loss_scaling",
+                    // A summation order, like the device's.
+                    "matmul",
                 ] {
                     train.remove(free);
                 }
@@ -417,5 +450,30 @@ seed = 3
         let model = RunConfig::parse(&TINY.replace("\"tiny\"", "\"mini\"")).unwrap();
         let why = model.resume_difference(&saved).unwrap();
         assert!(why.starts_with("`model."), "{why}");
+    }
+
+    #[test]
+    fn a_matmul_routine_is_one_of_cubeks_on_a_cubecl_device() {
+        let with = |lines: &str| TINY.replace("seed = 3\n", &format!("seed = 3\n{lines}\n"));
+        let lavapipe = "device = \"lavapipe\"";
+        let named =
+            RunConfig::parse(&with(&format!("{lavapipe}\nmatmul = \"simple_unit\""))).unwrap();
+        assert_eq!(named.train.matmul.as_deref(), Some("simple_unit"));
+        assert!(named.to_toml().contains("matmul = \"simple_unit\""));
+        let saved = RunConfig::parse(&with(lavapipe)).unwrap();
+        assert_eq!(
+            named.resume_difference(&saved),
+            None,
+            "a summation order, free on resume"
+        );
+
+        let typo =
+            RunConfig::parse(&with(&format!("{lavapipe}\nmatmul = \"fastest\""))).unwrap_err();
+        assert!(
+            typo.contains("train.matmul = \"fastest\"") && typo.contains("simple_tma_mma"),
+            "{typo}"
+        );
+        let cpu = RunConfig::parse(&with("matmul = \"simple_unit\"")).unwrap_err();
+        assert!(cpu.contains("device cpu"), "{cpu}");
     }
 }

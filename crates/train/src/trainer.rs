@@ -141,6 +141,14 @@ impl Trainer<'_> {
         self.open_run_dir(rank, world)?;
 
         let device = cfg.train.device.open()?.autodiff();
+        // The process's routine for the linear layers (every rank of the
+        // process names the same one; validated with the config).
+        terse_fused::name_linear_matmul(cfg.train.matmul.as_deref()).map_err(|reason| {
+            TrainError::InvalidRun {
+                field: "train.matmul",
+                reason,
+            }
+        })?;
         let (mut model, mut flat) = {
             let _turn = INIT.lock().unwrap_or_else(|p| p.into_inner());
             let host = Device::flex().autodiff();
@@ -508,6 +516,7 @@ impl<T: Task> Run<'_, T> {
     /// the job waiting in the transport's shutdown).
     fn finish(mut self, model: &T::Model, export_dir: &Path) -> Result<RunSummary, TrainError> {
         if self.lead {
+            log_declined_matmuls(self.config);
             self.summary.eval = self
                 .task
                 .evaluate(&model.valid(), &self.device.clone().inner())?;
@@ -528,6 +537,22 @@ impl<T: Task> Run<'_, T> {
     }
 }
 
+/// A named matmul routine that could not take some of the linear layers'
+/// products (a device without its instructions, a half type), which burn's
+/// matmul then ran: said, since the run was not all that routine's.
+fn log_declined_matmuls(cfg: &RunConfig) {
+    let declined = terse_fused::declined_matmuls();
+    if let Some(name) = &cfg.train.matmul
+        && declined > 0
+    {
+        tracing::warn!(
+            "train.matmul = \"{name}\": the routine could not take {declined} of the linear \
+             layers' products on {} (burn's matmul ran them)",
+            cfg.train.device
+        );
+    }
+}
+
 /// Where a device run's state lives, and what its precision means there,
 /// as the lead rank logs it.
 fn log_device(cfg: &RunConfig) {
@@ -538,6 +563,9 @@ fn log_device(cfg: &RunConfig) {
     );
     if let Some(note) = cfg.train.precision.note_on(&cfg.train.device) {
         tracing::info!("{note}");
+    }
+    if let Some(name) = &cfg.train.matmul {
+        tracing::info!("the linear layers' matmuls run cubek's `{name}` routine (train.matmul)");
     }
 }
 
