@@ -11,8 +11,9 @@
 #   2. the fastest complete routine on the whole BERT-base batch-32 step
 #      (model_step --matmul NAME) against the default, alternating, twice
 #      each, beside which run.sh's PyTorch step numbers are the reference.
-# Meant as a second call after results/gpu-cuda-reductions/device_run.sh
-# on a warm machine, or alone. Run from the repository root with
+# Runs as section 2 of results/gpu-cuda-reductions/device_run.sh (the one
+# call a session's 15 minutes of device time fit), or alone. The fastest
+# complete routine's name goes to $OUT/best-routine.txt. Run from the repository root with
 # `.gpu/terse-gpu-bundle.tar.xz` carried (`cargo xtask bundle` at the commit
 # measured). DEVICE, PRESET, BATCH, ROWS and friends change what runs, for
 # a dry run here:
@@ -30,7 +31,11 @@ budget=${BUDGET_S:-300}
 source "$repo/results/gpu-run-helpers.sh"
 
 B=/tmp/terse-gpu-bundle
-rm -rf "$B" && (cd /tmp && tar xJf "$repo/.gpu/terse-gpu-bundle.tar.xz") || exit 1
+# Called as a section of results/gpu-cuda-reductions/device_run.sh, the
+# bundle is already there (BUNDLE_READY=1).
+if [[ ${BUNDLE_READY:-0} != 1 ]]; then
+    rm -rf "$B" && (cd /tmp && tar xJf "$repo/.gpu/terse-gpu-bundle.tar.xz") || exit 1
+fi
 dev=${DEVICE:-cuda} preset=${PRESET:-base} batch=${BATCH:-32}
 shape=(--rows "${ROWS:-4096}" --hidden "${HIDDEN:-768}" --intermediate "${INTERMEDIATE:-3072}"
     --vocab "${VOCAB:-30522}")
@@ -53,8 +58,9 @@ python3 "$repo/results/gpu-cuda-matmul/summarize.py" "$out/matmul-routines.jsonl
 # 2. The fastest complete routine on the whole step, against the default.
 best=$(python3 "$repo/results/gpu-cuda-matmul/summarize.py" "$out/matmul-routines.jsonl" --best)
 echo "fastest complete routine: ${best:-none}"
+echo "${best}" > "$out/best-routine.txt"
 if [[ -n $best ]]; then
-    for round in 1 2; do
+    for round in $(seq 1 "${ROUNDS:-2}"); do
         for matmul in "" "$best"; do
             run 60 "step b$batch ${matmul:-default} (round $round)" "$B/bin/model_step" \
                 --presets "$preset" --batch "$batch" --seq 128 --device "$dev" --warmup 2 --steps 5 \

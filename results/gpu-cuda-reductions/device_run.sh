@@ -1,95 +1,141 @@
 #!/usr/bin/env bash
-# Prepared for the next lent GPU machine (no Rust, no network), issue 50:
-# does terse's named reduction routine (stop 68: the linear layers, LayerNorm
-# and the cross-entropy as terse's own autodiff steps on cubecl devices,
-# crates/fused/src/reduce_routine.rs) make the BERT-base step faster on
-# CUDA, and is it still right there? In order of importance, each section
-# bounded and skipped past the budget:
-#   1. the bundle's run.sh: NCCL check (a world of one), terse fp32 and bf16
-#      beside PyTorch fp32/tf32/bf16/fp16 at batch 32 and 8, like for like;
-#   2. the device-parity runs on cuda against the CPU (adam, its resume);
-#      2b. the step's phases with --sync-phases (the round trip and AdamW
+# Prepared for the next lent GPU machine (no Rust, no network), issue 50: the
+# one call a session's 15 minutes of device time fit (a machine's start takes
+# one or two of them; BUDGET_S 540 under the tool's 600 s limit). Is the
+# BERT-base step faster on CUDA with terse's named reduction routine (stop 68),
+# which cubek matmul routine should the linear layers name, and are the
+# answers still right there? In order of importance, each section bounded and
+# skipped past the budget:
+#   1. the bundle's run.sh at batch 32: NCCL check (a world of one), terse
+#      fp32 and bf16 beside PyTorch fp32/tf32/bf16/fp16, like for like;
+#   2. every matmul routine on each of the step's products beside torch.mm,
+#      and the fastest complete one on the whole step against the default
+#      (results/gpu-cuda-matmul/device_run.sh, as a section);
+#   3. the device-parity runs on cuda against the CPU: adam with burn's
+#      matmul, then adam and its resume with that routine (train.matmul);
+#   4. cubecl's per-kernel profile of a batch-32 step with the routine;
+#   5. the step's phases with --sync-phases (the round trip and AdamW
 #      against their memory floor);
-#   3. cubecl's per-kernel profile of a batch-32 step (the reductions'
-#      share, 41% in results/gpu-cuda-profile before this change);
-#   4. the other optimizers' parity.
+#   6. the other optimizers' parity.
 # Run from the repository root with `.gpu/terse-gpu-bundle.tar.xz` carried
-# (`cargo xtask bundle` at the commit measured). DEVICE and PRESET
-# (cuda, base) change what runs, for a dry run here:
-#   DEVICE=lavapipe PRESET=tiny OUT=/tmp/dry \
+# (`cargo xtask bundle` at the commit measured). DEVICE and PRESET (cuda,
+# base) change what runs, for a dry run here:
+#   DEVICE=lavapipe PRESET=tiny OUT=/tmp/dry BUDGET_S=1500 \
 #     bash results/gpu-cuda-reductions/device_run.sh
-# Everything goes to $OUT as it is measured.
+# The device tool brings back at most 8 files: $OUT gets log.txt and the
+# small summaries as they are made, and everything in results.tar.xz at the
+# end.
 set -uo pipefail
 repo=$(pwd)
 out=${OUT:-/tmp/out}
-mkdir -p "$out"
+work=/tmp/results
+rm -rf "$work" /tmp/parity /tmp/parity-routine /tmp/profile && mkdir -p "$out" "$work"
 exec > >(tee -a "$out/log.txt") 2>&1
 exec 3>&1
 start=$(date +%s)
-budget=${BUDGET_S:-560}
+budget=${BUDGET_S:-540}
 source "$repo/results/gpu-run-helpers.sh"
 
 cd /tmp
-tar xJf "$repo/.gpu/terse-gpu-bundle.tar.xz"
+rm -rf /tmp/terse-gpu-bundle && tar xJf "$repo/.gpu/terse-gpu-bundle.tar.xz"
 B=/tmp/terse-gpu-bundle
 dev=${DEVICE:-cuda} preset=${PRESET:-base}
 export XDG_RUNTIME_DIR=/tmp
+finish() {
+    section "archive"
+    tar cJf "$out/results.tar.xz" -C /tmp results
+}
 
 # 1. terse beside PyTorch (run.sh finds NVRTC, NCCL and CUDA's headers in
 #    PyTorch's wheels when the machine has no toolkit).
-bench=(--device "$dev" --presets "$preset" --batches "32 8" --out "$out/bench")
+bench=(--device "$dev" --presets "$preset" --batches "${BENCH_BATCHES:-32}" --out "$work/bench")
 [[ $dev == cuda* ]] && bench+=(--nccl-check)
-run 330 "run.sh ${bench[*]}" bash "$B/run.sh" "${bench[@]}"
+run 180 "run.sh ${bench[*]}" bash "$B/run.sh" "${bench[@]}"
+cat "$work"/bench/terse.jsonl "$work"/bench/pytorch.jsonl > "$out/bench.jsonl" 2> /dev/null
 
 # run.sh's library paths, for the sections below.
 export LD_LIBRARY_PATH="$B/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 cuda_from_pytorch_wheels
 
-# 2. Parity with the CPU: the device-parity test's runs (BERT-Tiny, 6 steps,
+# 2. The matmul routines, each product and the whole step.
+mm_budget=$(($(left) - 230))
+((mm_budget > 150)) && mm_budget=150
+if ((mm_budget >= 40)); then
+    section "matmul routines (budget ${mm_budget}s)"
+    (cd "$repo" && BUNDLE_READY=1 BUDGET_S=$mm_budget ROUNDS=1 OUT="$work/matmul" \
+        bash results/gpu-cuda-matmul/device_run.sh > /dev/null 2>&1)
+    cat "$work/matmul/log.txt"
+    cp "$work/matmul/summary.txt" "$out/matmul-summary.txt" 2> /dev/null
+else
+    echo "SKIPPED (budget): matmul routines" >&3
+fi
+best=$(cat "$work/matmul/best-routine.txt" 2> /dev/null)
+matmul=(${best:+--set "train.matmul=\"$best\""})
+
+# 3. Parity with the CPU: the device-parity test's runs (BERT-Tiny, 6 steps,
 #    2 local ranks, a checkpoint at step 3 resumed; the device runs are
-#    named `-cuda`, what parity.py reads, whatever DEVICE is).
-par() { # par OPTIMIZER DEVICE DIR [extra]
-    local optimizer=$1 device=$2 dir=$3
-    shift 3
+#    named `-cuda`, what parity.py reads, whatever DEVICE is). With burn's
+#    matmul in /tmp/parity, with the routine in /tmp/parity-routine.
+par() { # par ROOT OPTIMIZER DEVICE DIR [extra]
+    local root=$1 optimizer=$2 device=$3 dir=$4
+    shift 4
     local extra=()
     [[ $optimizer == onebit* ]] && extra+=(--set optimizer.freeze_step=3)
     [[ $optimizer == *adam ]] && extra+=(--set schedule.peak=1e-4)
-    run 100 "parity $optimizer $device $dir" "$B/bin/terse" pretrain --no-progress \
+    mkdir -p "$root"
+    run 60 "parity $optimizer $device $dir ${*}" "$B/bin/terse" pretrain --no-progress \
         --config "$repo/configs/pretrain-bert-tiny.toml" --device "$device" --local-ranks 2 \
         --optimizer "$optimizer" --set train.steps=6 --set train.global_batch=4 --set train.micro_batch=2 \
         --set train.eval_every=0 --set train.checkpoint_every=3 --set task.max_seq=32 \
-        --run-dir "/tmp/parity/$dir" "${extra[@]}" "$@" > "/tmp/parity/$dir.out" 2>&1
-    tail -n 2 "/tmp/parity/$dir.out"
+        --run-dir "$root/$dir" "${extra[@]}" "$@" > "$root/$dir.out" 2>&1
+    tail -n 2 "$root/$dir.out"
 }
-mkdir -p /tmp/parity
-par adam cpu adam-cpu
-par adam "$dev" adam-cuda
-par adam "$dev" adam-cuda-resumed --resume /tmp/parity/adam-cuda/checkpoints/step-00000003
-python3 "$repo/results/gpu-cuda/parity.py" /tmp/parity > "$out/parity.jsonl" 2>&1
-cat "$out/parity.jsonl"
+parity() { # parity ROOT NAME
+    python3 "$repo/results/gpu-cuda/parity.py" "$1" > "$work/$2.jsonl" 2>&1
+    cat "$work/$2.jsonl"
+    cp "$work/$2.jsonl" "$out/"
+}
+par /tmp/parity adam cpu adam-cpu
+par /tmp/parity adam "$dev" adam-cuda
+if [[ -n $best ]]; then
+    mkdir -p /tmp/parity-routine
+    cp -r /tmp/parity/adam-cpu /tmp/parity-routine/
+    par /tmp/parity-routine adam "$dev" adam-cuda "${matmul[@]}"
+    par /tmp/parity-routine adam "$dev" adam-cuda-resumed "${matmul[@]}" \
+        --resume /tmp/parity-routine/adam-cuda/checkpoints/step-00000003
+    parity /tmp/parity-routine parity-routine
+else
+    par /tmp/parity adam "$dev" adam-cuda-resumed --resume /tmp/parity/adam-cuda/checkpoints/step-00000003
+fi
+parity /tmp/parity parity
 
-# 2b. The step's phases each charged their own device time (--sync-phases:
-#     the device waited for after backward, the gradients' copy into the
-#     flat buffer, AdamW and the write-back): what the round trip and the
-#     optimizer cost against their memory floor.
-run 60 "phases b32" "$B/bin/model_step" --presets "$preset" --batch 32 --seq 128 \
-    --device "$dev" --warmup 2 --steps 5 --sync-phases >> "$out/terse-phases.jsonl" 2> /dev/null
-cat "$out/terse-phases.jsonl" 2> /dev/null
-
-# 3. Where a batch-32 step's GPU time goes now: cubecl's per-kernel profile.
+# 4. Where a batch-32 step's GPU time goes now: cubecl's per-kernel profile,
+#    with the routine if one was found.
 mkdir -p /tmp/profile && cd /tmp/profile
 printf '[profiling.logger]\nlevel = "basic"\nfile = "/tmp/profile/cubecl-profile.log"\n' > cubecl.toml
-run 90 "profile b32" "$B/bin/model_step" --presets "$preset" --batch 32 --seq 128 \
-    --device "$dev" --warmup 2 --steps 2 >> "$out/terse-profiled.jsonl" 2> /dev/null
+run 80 "profile b32 ${best:-default matmul}" "$B/bin/model_step" --presets "$preset" --batch 32 \
+    --seq 128 --device "$dev" --warmup 2 --steps 2 ${best:+--matmul "$best"} \
+    >> "$work/terse-profiled.jsonl" 2> /dev/null
 cd /tmp
 [[ -f /tmp/profile/cubecl-profile.log ]] &&
-    xz -T0 -6 -c /tmp/profile/cubecl-profile.log > "$out/cubecl-profile.log.xz"
+    xz -T0 -6 -c /tmp/profile/cubecl-profile.log > "$work/cubecl-profile.log.xz"
 
-# 4. The other optimizers' parity.
+# 5. The step's phases each charged their own device time (--sync-phases:
+#    the device waited for after backward, the gradients' copy into the
+#    flat buffer, AdamW and the write-back): what the round trip and the
+#    optimizer cost against their memory floor.
+run 50 "phases b32" "$B/bin/model_step" --presets "$preset" --batch 32 --seq 128 \
+    --device "$dev" --warmup 2 --steps 5 --sync-phases ${best:+--matmul "$best"} \
+    >> "$work/terse-phases.jsonl" 2> /dev/null
+cat "$work/terse-phases.jsonl" 2> /dev/null
+
+# 6. The other optimizers' parity, with burn's matmul, while time is left.
 for o in lamb onebit_adam onebit_lamb slamb; do
-    par "$o" cpu "$o-cpu" && par "$o" "$dev" "$o-cuda"
+    par /tmp/parity "$o" cpu "$o-cpu" && par /tmp/parity "$o" "$dev" "$o-cuda"
 done
-python3 "$repo/results/gpu-cuda/parity.py" /tmp/parity > "$out/parity.jsonl" 2>&1
-cat "$out/parity.jsonl"
-grep -h "error\|panicked" /tmp/parity/*.out | head -20
+parity /tmp/parity parity
+grep -h "error\|panicked" /tmp/parity*/*.out | head -20
+cp -r /tmp/parity /tmp/parity-routine "$work/" 2> /dev/null
+find "$work" -name '*.safetensors' -delete
+finish
 section "done"

@@ -33,15 +33,21 @@ fn read_u32(client: &Client, handle: &cubecl::server::Handle) -> Vec<u32> {
     u32::from_bytes(&client.read_one_unchecked(handle.clone())).to_vec()
 }
 
-#[test]
-fn compression_matches_the_cpu_implementation() {
-    let client = client();
+/// Inputs fresh each run, seeded from the clock, the seed printed for a
+/// replay.
+fn fresh_rng() -> (SplitMix64, u64) {
     let seed = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .unwrap()
         .as_nanos() as u64;
     eprintln!("inputs seeded with {seed}");
-    let mut rng = SplitMix64::new(seed);
+    (SplitMix64::new(seed), seed)
+}
+
+#[test]
+fn compression_matches_the_cpu_implementation() {
+    let client = client();
+    let (mut rng, seed) = fresh_rng();
     for len in [1usize, 31, 32, 33, 1000, (1 << 20) + 7] {
         for block in [len, 64, 32 * 37] {
             for scale in [Scale::L1, Scale::L2] {
@@ -298,12 +304,7 @@ fn rounding_inputs(rng: &mut SplitMix64) -> Vec<f32> {
 #[test]
 fn fp16_conversions_match_the_half_crate() {
     let client = client();
-    let seed = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_nanos() as u64;
-    eprintln!("inputs seeded with {seed}");
-    let mut rng = SplitMix64::new(seed);
+    let (mut rng, _) = fresh_rng();
 
     // Rounding: every input, then three halves of padding that must be 0.
     let xs = rounding_inputs(&mut rng);

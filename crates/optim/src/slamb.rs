@@ -381,6 +381,23 @@ impl DeviceSparse<'_> {
     }
 }
 
+impl DeviceSparse<'_> {
+    /// The end of a GPU mean: the mean scattered to the selected elements;
+    /// `None` (not CUDA memory) is false, the mean not taken; an error
+    /// writes nothing (the exchange's caller holds it).
+    fn scatter_mean(&self, mean: Option<Result<Handle, ()>>) -> bool {
+        match mean {
+            None => false,
+            Some(Ok(mean)) => {
+                self.selection()
+                    .scatter(self.client, &mean, self.m.handle());
+                true
+            }
+            Some(Err(())) => true,
+        }
+    }
+}
+
 impl SparseBuffer for DeviceSparse<'_> {
     fn select(&mut self, mask: &Mask, t: u64, always: &[Range<usize>]) -> usize {
         let (client, len) = (self.client, self.m.len());
@@ -420,15 +437,7 @@ impl SparseBuffer for DeviceSparse<'_> {
         let summed = summed_on_gpu(client, &gathered, count, scale, |from, into| {
             sum(from, into).then_some(()).ok_or(())
         });
-        match summed {
-            None => false,
-            Some(Ok(mean)) => {
-                self.selection().scatter(client, &mean, self.m.handle());
-                true
-            }
-            // Nothing written; the sum's caller holds its error.
-            Some(Err(())) => true,
-        }
+        self.scatter_mean(summed)
     }
 
     fn mean_f16_on_gpu(
@@ -445,15 +454,7 @@ impl SparseBuffer for DeviceSparse<'_> {
                 exchange(which, at[0], at[1]).then_some(()).ok_or(())
             })
         });
-        match mean {
-            None => false,
-            Some(Ok(mean)) => {
-                self.selection().scatter(client, &mean, self.m.handle());
-                true
-            }
-            // Nothing written; the exchange's caller holds its error.
-            Some(Err(())) => true,
-        }
+        self.scatter_mean(mean)
     }
 }
 
