@@ -379,9 +379,7 @@ impl DeviceSparse<'_> {
             .as_ref()
             .expect("the sparse allreduce selects first")
     }
-}
 
-impl DeviceSparse<'_> {
     /// The end of a GPU mean: the mean scattered to the selected elements;
     /// `None` (not CUDA memory) is false, the mean not taken; an error
     /// writes nothing (the exchange's caller holds it).

@@ -279,29 +279,8 @@ impl RunConfig {
         self.train
             .accumulation(1)
             .map_err(|e| format!("[train]: {e}"))?;
-        self.check_matmul()?;
+        crate::matmul_choice::check(self)?;
         self.check_precision()
-    }
-
-    /// A named matmul routine is one of cubek's, on a cubecl device.
-    fn check_matmul(&self) -> Result<(), String> {
-        let Some(name) = &self.train.matmul else {
-            return Ok(());
-        };
-        if !terse_fused::matmul_routine_names().any(|known| known == name) {
-            let known: Vec<&str> = terse_fused::matmul_routine_names().collect();
-            return Err(format!(
-                "train.matmul = \"{name}\": not a matmul routine; known: {}",
-                known.join(", ")
-            ));
-        }
-        if self.train.device.is_cpu() {
-            return Err(format!(
-                "train.matmul = \"{name}\" names a cubek routine for a cubecl device (wgpu, \
-                 lavapipe, cuda); device cpu multiplies with flex's own matmul"
-            ));
-        }
-        Ok(())
     }
 
     /// The precision against the device and the model, and the loss

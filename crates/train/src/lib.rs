@@ -29,6 +29,7 @@ mod inspect;
 pub mod launch;
 pub mod logging;
 mod loss_scale;
+mod matmul_choice;
 pub mod metrics;
 mod micro_batches;
 pub mod overrides;

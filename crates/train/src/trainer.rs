@@ -25,6 +25,7 @@ use crate::collective_deadline::CollectiveDeadline;
 use crate::grad_clip::{clip_gradient, global_norm};
 use crate::logging;
 use crate::loss_scale::{self, LossScaler, LossScaling, Verdict};
+use crate::matmul_choice;
 use crate::metrics::{DivergedRecord, EvalRecord, MetricsLog, RunSummary, StepRecord, ms};
 use crate::micro_batches::{Lanes, StepPlace, local_gradient};
 use crate::progress::{ProgressLines, step_bar};
@@ -141,14 +142,7 @@ impl Trainer<'_> {
         self.open_run_dir(rank, world)?;
 
         let device = cfg.train.device.open()?.autodiff();
-        // The process's routine for the linear layers (every rank of the
-        // process names the same one; validated with the config).
-        terse_fused::name_linear_matmul(cfg.train.matmul.as_deref()).map_err(|reason| {
-            TrainError::InvalidRun {
-                field: "train.matmul",
-                reason,
-            }
-        })?;
+        matmul_choice::name_for_run(cfg)?;
         let (mut model, mut flat) = {
             let _turn = INIT.lock().unwrap_or_else(|p| p.into_inner());
             let host = Device::flex().autodiff();
@@ -516,7 +510,7 @@ impl<T: Task> Run<'_, T> {
     /// the job waiting in the transport's shutdown).
     fn finish(mut self, model: &T::Model, export_dir: &Path) -> Result<RunSummary, TrainError> {
         if self.lead {
-            log_declined_matmuls(self.config);
+            matmul_choice::log_declined(self.config);
             self.summary.eval = self
                 .task
                 .evaluate(&model.valid(), &self.device.clone().inner())?;
@@ -537,22 +531,6 @@ impl<T: Task> Run<'_, T> {
     }
 }
 
-/// A named matmul routine that could not take some of the linear layers'
-/// products (a device without its instructions, a half type), which burn's
-/// matmul then ran: said, since the run was not all that routine's.
-fn log_declined_matmuls(cfg: &RunConfig) {
-    let declined = terse_fused::declined_matmuls();
-    if let Some(name) = &cfg.train.matmul
-        && declined > 0
-    {
-        tracing::warn!(
-            "train.matmul = \"{name}\": the routine could not take {declined} of the linear \
-             layers' products on {} (burn's matmul ran them)",
-            cfg.train.device
-        );
-    }
-}
-
 /// Where a device run's state lives, and what its precision means there,
 /// as the lead rank logs it.
 fn log_device(cfg: &RunConfig) {
@@ -564,9 +542,7 @@ fn log_device(cfg: &RunConfig) {
     if let Some(note) = cfg.train.precision.note_on(&cfg.train.device) {
         tracing::info!("{note}");
     }
-    if let Some(name) = &cfg.train.matmul {
-        tracing::info!("the linear layers' matmuls run cubek's `{name}` routine (train.matmul)");
-    }
+    matmul_choice::log_named(cfg);
 }
 
 /// The optimizer's plan for the run, as the lead rank logs it: which steps

@@ -1,0 +1,62 @@
+//! `train.matmul`: the cubek matmul routine a run's linear layers name on a
+//! cubecl device (`terse_fused::name_linear_matmul`), checked with the
+//! config, named for the process before the model is built, and logged by
+//! the lead rank with, at the end, the products it could not take.
+
+use crate::{RunConfig, TrainError};
+
+/// A named routine is one of cubek's, on a cubecl device.
+pub(crate) fn check(cfg: &RunConfig) -> Result<(), String> {
+    let Some(name) = &cfg.train.matmul else {
+        return Ok(());
+    };
+    if !terse_fused::matmul_routine_names().any(|known| known == name) {
+        let known: Vec<&str> = terse_fused::matmul_routine_names().collect();
+        return Err(format!(
+            "train.matmul = \"{name}\": not a matmul routine; known: {}",
+            known.join(", ")
+        ));
+    }
+    if cfg.train.device.is_cpu() {
+        return Err(format!(
+            "train.matmul = \"{name}\" names a cubek routine for a cubecl device (wgpu, \
+             lavapipe, cuda); device cpu multiplies with flex's own matmul"
+        ));
+    }
+    Ok(())
+}
+
+/// Names the run's routine (or burn's own matmul) for the process: every
+/// rank of the process names the same one.
+pub(crate) fn name_for_run(cfg: &RunConfig) -> Result<(), TrainError> {
+    terse_fused::name_linear_matmul(cfg.train.matmul.as_deref()).map_err(|reason| {
+        TrainError::InvalidRun {
+            field: "train.matmul",
+            reason,
+        }
+    })
+}
+
+/// The routine the lead rank's device log names.
+pub(crate) fn log_named(cfg: &RunConfig) {
+    if let Some(name) = &cfg.train.matmul {
+        tracing::info!("the linear layers' matmuls run cubek's `{name}` routine (train.matmul)");
+    }
+}
+
+/// A named routine that could not take some of the linear layers' products
+/// (a device without its instructions, a half type), which burn's matmul
+/// then ran: said, since the run was not all that routine's. The count is
+/// the process's (every local rank's products).
+pub(crate) fn log_declined(cfg: &RunConfig) {
+    let declined = terse_fused::declined_matmuls();
+    if let Some(name) = &cfg.train.matmul
+        && declined > 0
+    {
+        tracing::warn!(
+            "train.matmul = \"{name}\": the routine could not take {declined} of the linear \
+             layers' products in this process on {} (burn's matmul ran them)",
+            cfg.train.device
+        );
+    }
+}
