@@ -36,9 +36,12 @@ impl DeviceMessages {
         (x, error, len): (Handle, Handle, usize),
         (server_error, server_len): (Handle, usize),
     ) -> DeviceMessages {
-        let owned = |handle: Handle, len: usize| match handle.can_mut() {
-            true => handle,
-            false => device::optim::copied(&client, &handle, len),
+        let owned = |handle: Handle, len: usize| {
+            if handle.can_mut() {
+                handle
+            } else {
+                device::optim::copied(&client, &handle, len)
+            }
         };
         let (x, error) = (owned(x, len), owned(error, len));
         let server_error = owned(server_error, server_len);

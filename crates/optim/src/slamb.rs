@@ -380,6 +380,14 @@ impl DeviceSparse<'_> {
             .expect("the sparse allreduce selects first")
     }
 
+    /// The `count` selected values gathered into a new device buffer.
+    fn gathered(&self, count: usize) -> Handle {
+        let on_device = self.client.empty(count.max(1) * size_of::<f32>());
+        self.selection()
+            .gather(self.client, self.m.handle(), &on_device);
+        on_device
+    }
+
     /// The end of a GPU mean: the mean scattered to the selected elements;
     /// `None` (not CUDA memory) is false, the mean not taken; an error
     /// writes nothing (the exchange's caller holds it).
@@ -411,9 +419,7 @@ impl SparseBuffer for DeviceSparse<'_> {
     }
 
     fn gather(&mut self, values: &mut [f32]) {
-        let on_device = self.client.empty(values.len().max(1) * size_of::<f32>());
-        self.selection()
-            .gather(self.client, self.m.handle(), &on_device);
+        let on_device = self.gathered(values.len());
         values.copy_from_slice(&read_f32(self.client, &on_device, values.len()));
     }
 
@@ -430,8 +436,7 @@ impl SparseBuffer for DeviceSparse<'_> {
         sum: &mut dyn FnMut(u64, u64) -> bool,
     ) -> bool {
         let client = self.client;
-        let gathered = client.empty(count.max(1) * size_of::<f32>());
-        self.selection().gather(client, self.m.handle(), &gathered);
+        let gathered = self.gathered(count);
         let summed = summed_on_gpu(client, &gathered, count, scale, |from, into| {
             sum(from, into).then_some(()).ok_or(())
         });
@@ -445,8 +450,7 @@ impl SparseBuffer for DeviceSparse<'_> {
         exchange: &mut dyn FnMut(HalfExchange, u64, u64) -> bool,
     ) -> bool {
         let client = self.client;
-        let gathered = client.empty(slices.count.max(1) * size_of::<f32>());
-        self.selection().gather(client, self.m.handle(), &gathered);
+        let gathered = self.gathered(slices.count);
         let mean = device::mean_f16(client, &gathered, slices, scale, |which, send, recv| {
             with_cuda_addresses(client, &[send, recv], |at| {
                 exchange(which, at[0], at[1]).then_some(()).ok_or(())

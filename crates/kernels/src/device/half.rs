@@ -17,6 +17,14 @@ use super::cube::{buffer, launch_units, unit_item};
 use super::optim::f32_arg;
 use crate::half_mean::{HalfExchange, HalfSlices};
 
+/// Whether the bits of `m` below `round_bit` (inclusive) round the kept
+/// bits above it up, to nearest even: the round bit is set, and so is a
+/// bit below it or the kept bits' last one.
+#[cube]
+fn rounds_up(m: u32, round_bit: u32) -> bool {
+    (m & round_bit) != 0u32 && (m & (3u32 * round_bit - 1u32)) != 0u32
+}
+
 /// The fp16 bits (in the low 16 bits) nearest `value`, as `half`'s
 /// `f16::from_f32`.
 #[cube]
@@ -43,16 +51,15 @@ fn f16_bits(value: f32) -> u32 {
             let m = man | 0x0080_0000u32;
             let round_bit = 1u32 << (shift - 1u32);
             let mut half_man = m >> shift;
-            if (m & round_bit) != 0u32 && (m & (3u32 * round_bit - 1u32)) != 0u32 {
+            if rounds_up(m, round_bit) {
                 half_man += 1u32;
             }
             out = sign | half_man;
         }
     } else {
         let h = sign | ((e - 112u32) << 10u32) | (man >> 13u32);
-        let round_bit = 0x1000u32;
-        // To nearest even; a carry into the exponent is the right answer.
-        if (man & round_bit) != 0u32 && (man & (3u32 * round_bit - 1u32)) != 0u32 {
+        // A carry into the exponent is the right answer.
+        if rounds_up(man, 0x1000u32) {
             out = h + 1u32;
         } else {
             out = h;
