@@ -21,7 +21,8 @@
 //!   5.8e-4, slamb 2.8e-3 relative L2 at step 6);
 //! - a checkpoint written on wgpu continues on wgpu bit-identically, and on
 //!   the CPU (and the reverse) within the same tolerance;
-//! - a device that is not there is one clear error line.
+//! - a device that is not there is one clear error line;
+//! - no step reads device memory back before its update is queued.
 //!
 //! Every optimizer steps on the device (flat buffers and optimizer state
 //! there; the run's log says so, and the test checks it).
@@ -218,6 +219,19 @@ fn every_optimizer_trains_on_lavapipe_as_on_the_cpu() {
             log.contains("optimizer state on the device"),
             "{optimizer}: not stepped on the device\n{log}"
         );
+        // Nothing read back before the update is queued (the loss and the
+        // logged norm after it; device_step_reads.rs has the counts).
+        for line in common::step_lines(&dir("lavapipe")) {
+            let reads = &line["host_reads"];
+            assert_eq!(
+                (
+                    reads["before_update"].as_u64(),
+                    reads["after_update"].as_u64()
+                ),
+                (Some(0), Some(2)),
+                "{optimizer}: {line}"
+            );
+        }
         let (cpu, device) = (steps(&dir("cpu")), steps(&dir("lavapipe")));
         let worst = losses_agree(optimizer, &device, &cpu, loss_tolerance);
         let sent = |log: &[(u64, f64, u64)]| log.iter().map(|s| s.2).collect::<Vec<_>>();

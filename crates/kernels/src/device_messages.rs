@@ -9,6 +9,7 @@ use cubecl::prelude::*;
 use cubecl::server::Handle;
 
 use crate::device::{self, DeviceCompressed, ReceivedCopies};
+use crate::host_reads;
 use crate::messages::{MessageAddresses, MessageBuffers, MessageGeometry};
 use crate::onebit::{blocks_for, words_for};
 
@@ -166,8 +167,9 @@ impl MessageBuffers for DeviceMessages {
     }
 
     fn read_send(&mut self, words: usize) -> Vec<u32> {
-        let bytes = self.client.read_one_unchecked(self.made().0.clone());
-        u32::from_bytes(&bytes)[..words].to_vec()
+        let mut read = host_reads::read_u32(&self.client, self.made().0.clone());
+        read.truncate(words);
+        read
     }
 
     fn write_recv(&mut self, words: &[u32]) {

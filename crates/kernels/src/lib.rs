@@ -14,6 +14,8 @@
 //! - [`worker`] and [`server`]: the worker and server sides of the
 //!   compressed allreduce over host slices; [`tensor`]: one-shot
 //!   compression of a burn tensor on any device (`TensorWorker`);
+//! - [`host_reads`]: every device → host read terse makes, counted by
+//!   where in a training step it happens;
 //! - [`device_messages`]: the compressed allreduce on a cubecl device with
 //!   its messages there (`DeviceMessages`), exchanged by their CUDA
 //!   addresses through NCCL;
@@ -23,6 +25,7 @@ pub mod cube;
 pub mod device;
 pub mod device_messages;
 pub mod dispatches;
+pub mod host_reads;
 pub mod tensor;
 
 // The host loops live in terse-compress (no burn, no cubecl, so terse-comm

@@ -15,6 +15,7 @@ use cubecl::prelude::*;
 
 use crate::cube;
 use crate::device::{self, DeviceCompressed};
+use crate::host_reads;
 use crate::onebit::{ChunkLayout, Scale, words_for};
 use crate::server::Compressed;
 use crate::worker::{HostWorker, Worker};
@@ -279,10 +280,8 @@ impl Worker for TensorWorker {
                     &out,
                 );
                 if self.len > 0 {
-                    let read = client.read_one_unchecked(out.bits);
-                    bits.copy_from_slice(u32::from_bytes(&read));
-                    let read = client.read_one_unchecked(out.scales);
-                    scales.copy_from_slice(f32::from_bytes(&read));
+                    bits.copy_from_slice(&host_reads::read_u32(client, out.bits));
+                    scales.copy_from_slice(&host_reads::read_f32(client, out.scales));
                 }
             }
         }

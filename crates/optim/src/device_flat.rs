@@ -15,6 +15,7 @@ use terse_comm::{Communicator, GpuCollectives, GpuF32, ReduceOp};
 use terse_kernels::cube;
 use terse_kernels::device::optim::{self as kernels, DeviceChunks};
 use terse_kernels::device::with_cuda_addresses;
+use terse_kernels::host_reads;
 use terse_kernels::tensor::into_cube_buffer;
 
 use crate::{OptimError, ParamLayout};
@@ -210,7 +211,9 @@ pub(crate) fn read_f32(client: &Client, handle: &Handle, len: usize) -> Vec<f32>
     if len == 0 {
         return Vec::new();
     }
-    f32::from_bytes(&client.read_one_unchecked(handle.clone()))[..len].to_vec()
+    let mut values = host_reads::read_f32(client, handle.clone());
+    values.truncate(len);
+    values
 }
 
 /// The chunk table of `layout`'s segments, each decaying by `weight_decay`

@@ -56,6 +56,26 @@ pub struct FlatModel {
     storage: Storage,
 }
 
+/// A gradient's sum of squares, queued by
+/// [`FlatModel::queue_grad_sum_of_squares`] and read by
+/// [`FlatModel::read_squares`].
+#[derive(Debug)]
+#[must_use = "the sum is only queued, not read"]
+pub struct QueuedSquares(Queued);
+
+impl QueuedSquares {
+    /// A sum already on the host.
+    pub fn ready(sum: f64) -> Self {
+        Self(Queued::Ready(sum))
+    }
+}
+
+#[derive(Debug)]
+enum Queued {
+    Ready(f64),
+    Device(kernels::QueuedSums),
+}
+
 impl FlatModel {
     /// The trainable parameters of `module`, gathered to the host in its
     /// own layout, with a zero gradient.
@@ -165,12 +185,32 @@ impl FlatModel {
     /// The gradient's sum of squares (f64 over fixed chunks: the same
     /// result on any number of threads).
     pub fn grad_sum_of_squares(&self) -> f64 {
+        self.read_squares(self.queue_grad_sum_of_squares())
+    }
+
+    /// [`FlatModel::grad_sum_of_squares`] of the gradient as it is now,
+    /// read later with [`FlatModel::read_squares`]: on a device its chunks'
+    /// sums are queued there, so the host goes on queueing the step's work
+    /// instead of waiting for the device (the trainer reads the norm it
+    /// only logs after the update is queued). Host storage sums at once.
+    pub fn queue_grad_sum_of_squares(&self) -> QueuedSquares {
         match &self.storage {
-            Storage::Host { grad, .. } => crate::sum_of_squares(grad),
-            Storage::Device { grad, chunks, .. } => {
-                kernels::sum_of_squares(grad.client(), chunks, grad.handle())
-                    .iter()
-                    .sum()
+            Storage::Host { grad, .. } => QueuedSquares(Queued::Ready(crate::sum_of_squares(grad))),
+            Storage::Device { grad, chunks, .. } => QueuedSquares(Queued::Device(
+                kernels::queue_sum_of_squares(grad.client(), chunks, grad.handle()),
+            )),
+        }
+    }
+
+    /// The sum `queued` stands for (on a device: waits for it).
+    pub fn read_squares(&self, queued: QueuedSquares) -> f64 {
+        match (queued.0, &self.storage) {
+            (Queued::Ready(sum), _) => sum,
+            (Queued::Device(sums), Storage::Device { grad, chunks, .. }) => {
+                sums.read(grad.client(), chunks).iter().sum()
+            }
+            (Queued::Device(_), Storage::Host { .. }) => {
+                unreachable!("a device sum queued by a model on the host")
             }
         }
     }

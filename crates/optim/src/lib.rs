@@ -58,7 +58,7 @@ pub use config_check::NoOtherFields;
 pub use device_flat::DeviceFlat;
 pub use eps_mode::EpsMode;
 pub use error::OptimError;
-pub use flat_model::FlatModel;
+pub use flat_model::{FlatModel, QueuedSquares};
 pub use freeze::AutoFreeze;
 pub use gather::with_fresh_leaves;
 pub use lamb::{Lamb, LambConfig};

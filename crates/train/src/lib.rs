@@ -39,6 +39,7 @@ mod rank_phase;
 pub mod run_dir;
 pub mod signals;
 mod step_order;
+mod step_reads;
 mod stuck_ranks;
 mod task;
 pub mod tasks;

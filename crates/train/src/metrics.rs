@@ -54,6 +54,28 @@ pub struct StepRecord {
     /// (its batch consumed, nothing updated).
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     pub skipped: bool,
+    /// On a cubecl device: how long rank 0 waited at the step's end for the
+    /// device to finish the work the step queued (the phases above time
+    /// the host queueing it; absent on the CPU).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub device_wait_ms: Option<f64>,
+    /// On a cubecl device: rank 0's device → host reads in the step, by
+    /// phase (absent on the CPU).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub host_reads: Option<StepReads>,
+}
+
+/// A step's device → host reads by phase (each waits for the device to
+/// finish what was queued before it; `terse_kernels::host_reads`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct StepReads {
+    /// Before the optimizer's step: forward, backward, the gradient into
+    /// the flat buffer, fp16's overflow check and clipping.
+    pub before_update: u64,
+    /// In the optimizer's step (its rules and collectives).
+    pub update: u64,
+    /// After it was queued: the step's loss and gradient norm.
+    pub after_update: u64,
 }
 
 /// An evaluation, as logged: `{"step": 300, "eval": {"mlm_accuracy": 0.41,
@@ -225,8 +247,12 @@ pub struct RunSummary {
 impl RunSummary {
     /// Adds one step of a model with `params` parameters on `world` ranks.
     pub fn add(&mut self, record: &StepRecord, samples: u64, params: usize, world: usize) {
-        let step_s =
-            (record.forward_ms + record.backward_ms + record.comm_ms + record.optimizer_ms) / 1e3;
+        let step_s = (record.forward_ms
+            + record.backward_ms
+            + record.comm_ms
+            + record.optimizer_ms
+            + record.device_wait_ms.unwrap_or(0.0))
+            / 1e3;
         self.steps += 1;
         self.samples += samples;
         self.seconds += step_s;
@@ -316,6 +342,8 @@ mod tests {
             grad_norm: 0.0,
             loss_scale: None,
             skipped: false,
+            device_wait_ms: None,
+            host_reads: None,
         };
         let value = serde_json::to_value(&record).unwrap();
         let mut written: Vec<String> = value.as_object().unwrap().keys().cloned().collect();
@@ -363,6 +391,8 @@ mod tests {
                 grad_norm: rates[1],
                 loss_scale: None,
                 skipped: false,
+                device_wait_ms: None,
+                host_reads: None,
             })
             .unwrap()
         };

@@ -16,8 +16,9 @@
 
 use std::time::Instant;
 
-use burn::tensor::{Device, FloatDType, Gradients};
+use burn::tensor::{Device, FloatDType, Gradients, Tensor};
 use terse_fused::{DropoutStream, with_dropout_stream, with_half};
+use terse_kernels::host_reads;
 use terse_optim::{FlatModel, with_fresh_leaves};
 
 use crate::TrainError;
@@ -57,13 +58,30 @@ impl Lanes {
 
 /// One rank's part of a step.
 pub(crate) struct LocalGradient {
-    /// Mean loss over the micro-batches.
-    pub(crate) loss: f64,
+    /// Each micro-batch's loss, in micro-batch order, where the forward
+    /// pass left it (on a device: read by [`LocalGradient::mean_loss`]
+    /// once the step's work is queued, not after each backward pass).
+    losses: Vec<Tensor<1>>,
     /// Time in forward passes (with lanes: of the lane that took longest
     /// in each group).
     pub(crate) forward_ms: f64,
     /// The rest of the micro-batches' wall time (backward, gradient copies).
     pub(crate) backward_ms: f64,
+}
+
+impl LocalGradient {
+    /// The mean loss over the micro-batches (summed in f64 in micro-batch
+    /// order). On a device this waits for the work queued so far: one
+    /// read for all the micro-batches.
+    pub(crate) fn mean_loss(&self) -> f64 {
+        host_reads::note();
+        let values = match self.losses.as_slice() {
+            [one] => one.clone().into_data(),
+            all => Tensor::cat(all.to_vec(), 0).into_data(),
+        };
+        let sum = values.iter::<f32>().fold(0.0f64, |s, v| s + f64::from(v));
+        sum / self.losses.len() as f64
+    }
 }
 
 /// Where a micro-batch comes from, which dropout masks it draws and how
@@ -80,8 +98,9 @@ pub(crate) struct StepPlace {
     pub(crate) loss_scale: f32,
 }
 
-/// One micro-batch's forward and backward: its gradients, its loss and the
-/// time each pass took.
+/// One micro-batch's forward and backward: its gradients, its loss (not
+/// read: a read would wait for the backward pass) and the time each pass
+/// took to queue.
 fn run_micro_batch<T: Task>(
     task: &T,
     model: &T::Model,
@@ -89,7 +108,7 @@ fn run_micro_batch<T: Task>(
     micro: usize,
     at: &StepPlace,
     device: &Device,
-) -> Result<(Gradients, f64, f64, f64), TrainError> {
+) -> Result<(Gradients, Tensor<1>, f64, f64), TrainError> {
     let clock = Instant::now();
     let stream = DropoutStream::new(at.seed, at.t, at.rank, micro);
     let loss = with_dropout_stream(stream, || {
@@ -102,8 +121,7 @@ fn run_micro_batch<T: Task>(
     } else {
         loss.clone().mul_scalar(at.loss_scale).backward()
     };
-    let value = f64::from(loss.into_scalar::<f32>());
-    Ok((grads, value, forward_ms, ms(clock)))
+    Ok((grads, loss.detach(), forward_ms, ms(clock)))
 }
 
 /// The rank's gradient for `share` (micro-batches of `micro_batch`
@@ -121,7 +139,8 @@ pub(crate) fn local_gradient<T: Task>(
 ) -> Result<LocalGradient, TrainError> {
     let micro_batches: Vec<&[usize]> = share.chunks(micro_batch).collect();
     let count = micro_batches.len();
-    let (mut forward_ms, mut backward_ms, mut loss_sum) = (0.0, 0.0, 0.0f64);
+    let (mut forward_ms, mut backward_ms) = (0.0, 0.0);
+    let mut losses = Vec::with_capacity(count);
     match lanes {
         Some(lanes) if count > 1 => {
             let width = lanes.pools.len();
@@ -157,7 +176,7 @@ pub(crate) fn local_gradient<T: Task>(
                         &copies[lane - 1]
                     };
                     flat.add_grads(replica, &mut grads, micro == 0)?;
-                    loss_sum += loss;
+                    losses.push(loss);
                 }
                 forward_ms += group_forward;
                 backward_ms += ms(clock) - group_forward;
@@ -169,7 +188,7 @@ pub(crate) fn local_gradient<T: Task>(
                     run_micro_batch(task, model, examples, micro, at, device)?;
                 let clock = Instant::now();
                 flat.add_grads(model, &mut grads, micro == 0)?;
-                loss_sum += loss;
+                losses.push(loss);
                 forward_ms += forward;
                 backward_ms += backward + ms(clock);
             }
@@ -179,13 +198,13 @@ pub(crate) fn local_gradient<T: Task>(
         flat.scale_grad(1.0 / count as f32);
     }
     Ok(LocalGradient {
-        loss: loss_sum / count as f64,
+        losses,
         forward_ms,
         backward_ms,
     })
 }
 
-type Outcome = Result<(Gradients, f64, f64, f64), TrainError>;
+type Outcome = Result<(Gradients, Tensor<1>, f64, f64), TrainError>;
 
 /// Micro-batches `first..first + batches.len()` at once, one per lane:
 /// lane 0 on this thread, the others on threads of their own.

@@ -18,7 +18,7 @@ use std::time::Instant;
 use burn::module::Module;
 use burn::tensor::Device;
 use terse_comm::{Communicator, ReduceOp};
-use terse_optim::{FlatModel, Optimizer, StepReport};
+use terse_optim::{FlatModel, Optimizer, QueuedSquares, StepReport};
 
 use crate::checkpoint;
 use crate::collective_deadline::CollectiveDeadline;
@@ -31,6 +31,7 @@ use crate::micro_batches::{Lanes, StepPlace, local_gradient};
 use crate::progress::{ProgressLines, step_bar};
 use crate::rank_phase::{self, Phase};
 use crate::step_order::StepOrder;
+use crate::step_reads::StepReadCounter;
 use crate::task::Task;
 use crate::{RunConfig, TrainError, signals};
 
@@ -325,6 +326,7 @@ impl<T: Task> Run<'_, T> {
     ) -> Result<(T::Model, StepRecord, bool), TrainError> {
         let (cfg, comm) = (self.config, self.comm);
         let step_start = Instant::now();
+        let reads = StepReadCounter::start();
         let (epoch, share) = self.order.share(t);
         let at = StepPlace {
             seed: cfg.train.seed,
@@ -347,14 +349,18 @@ impl<T: Task> Run<'_, T> {
         let (forward_ms, backward_ms) = (local.forward_ms, local.backward_ms);
         let (skip, squares, clipped_norm) = self.ready_gradient(t)?;
         let clock = Instant::now();
+        reads.update_starts();
         let (model, report) = self.update(model, skip)?;
         let step_ms = ms(clock);
+        // The step's work is queued: reading its loss and norm waits for it.
+        let ((local_loss, squares), wait_ms, step_reads) =
+            reads.after_update(|| (local.mean_loss(), self.flat.read_squares(squares) as f32));
 
         // The loss every rank saw, whether any rank was signalled and the
         // squared gradient norms, in one small allreduce outside the
         // optimizer's accounting.
         let mut shared = [
-            local.loss as f32,
+            local_loss as f32,
             f32::from(u8::from(signals::requested())),
             squares,
         ];
@@ -366,7 +372,7 @@ impl<T: Task> Run<'_, T> {
         tracing::debug!(
             "step {t}: local loss {:.6}, {} stage, {} bytes sent, forward {forward_ms:.1} ms, \
              backward {backward_ms:.1} ms, optimizer step {step_ms:.1} ms",
-            local.loss,
+            local_loss,
             report.stage,
             report.traffic.sent()
         );
@@ -382,6 +388,7 @@ impl<T: Task> Run<'_, T> {
             });
         }
         let comm_ms = report.comm_time.as_secs_f64() * 1e3;
+        let on_device = self.flat.params().is_none();
         let record = StepRecord {
             step: t,
             epoch,
@@ -400,6 +407,8 @@ impl<T: Task> Run<'_, T> {
             grad_norm,
             loss_scale: self.scaler.map(|_| f64::from(at.loss_scale)),
             skipped: skip,
+            device_wait_ms: on_device.then_some(wait_ms),
+            host_reads: on_device.then_some(step_reads),
         };
         self.log.line(&record)?;
         self.comm
@@ -411,10 +420,17 @@ impl<T: Task> Run<'_, T> {
     /// before the optimizer works in it: in fp16 every rank skips a step
     /// any rank overflowed in, else the gradient is unscaled; then clipped.
     /// Returns whether the step is skipped, the gradient's squared norm
-    /// (0 when skipped) and its norm before clipping when clipped.
-    fn ready_gradient(&mut self, t: u64) -> Result<(bool, f32, Option<f64>), TrainError> {
+    /// (0 when skipped; when neither decision needs it, queued on the
+    /// device and read after the update) and its norm before clipping when
+    /// clipped.
+    fn ready_gradient(&mut self, t: u64) -> Result<(bool, QueuedSquares, Option<f64>), TrainError> {
         let comm = self.comm;
-        let mut squares = self.flat.grad_sum_of_squares() as f32;
+        let queued = self.flat.queue_grad_sum_of_squares();
+        if self.scaler.is_none() && self.config.train.max_grad_norm.is_none() {
+            // Only logged: read once the update is queued.
+            return Ok((false, queued, None));
+        }
+        let mut squares = self.flat.read_squares(queued) as f32;
         let skip = match &mut self.scaler {
             Some(scaler) => match loss_scale::judge(scaler, &self.scaling, squares, t, comm)? {
                 Verdict::Skip => {
@@ -438,7 +454,7 @@ impl<T: Task> Run<'_, T> {
             )?),
             _ => None,
         };
-        Ok((skip, squares, clipped_norm))
+        Ok((skip, QueuedSquares::ready(squares.into()), clipped_norm))
     }
 
     /// The optimizer's step and the stepped parameters written into the

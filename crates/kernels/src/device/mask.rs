@@ -12,6 +12,7 @@ use cubecl::prelude::*;
 use cubecl::server::Handle;
 
 use super::cube::{bit, buffer, launch_units, unit_item};
+use crate::host_reads;
 use crate::mask::{Mask, Selection, StepMask};
 use crate::onebit::words_for;
 
@@ -164,7 +165,7 @@ pub fn select(
             )
         );
     }
-    let packed = u32::from_bytes(&client.read_one_unchecked(selection.clone())).to_vec();
+    let packed = host_reads::read_u32(client, selection.clone());
     with_offsets(client, selection, &packed[..words], len)
 }
 

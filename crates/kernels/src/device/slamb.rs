@@ -11,6 +11,7 @@ use super::cube::{CUBE, bit, buffer, launch_units, reduce_rows, unit_item};
 use super::optim::{
     ChunkTable, DeviceChunks, MomentCoefficients, direction, f32_arg, launch_chunks, update_moments,
 };
+use crate::host_reads;
 
 #[cube]
 fn selected(selection: &[u32], i: usize) -> bool {
@@ -200,11 +201,8 @@ pub fn split_norms(
             norms_kernel([x, m, v], selection, c, partials_arg, inside)
         );
     }
-    let read = client.read_one_unchecked(partials);
-    for (s, p) in chunks
-        .segment_of_chunks()
-        .zip(f32::from_bytes(&read).chunks_exact(6))
-    {
+    let read = host_reads::read_f32(client, partials);
+    for (s, p) in chunks.segment_of_chunks().zip(read.chunks_exact(6)) {
         let n = &mut norms[s];
         n.x_selected += f64::from(p[0]);
         n.u_selected += f64::from(p[1]);

@@ -9,6 +9,7 @@ use cubecl::server::Handle;
 
 use super::chunks::*;
 use crate::device::cube::{buffer, cube_reduce, launch_units, unit_item};
+use crate::host_reads;
 
 /// `y = x`.
 #[cube(launch_unchecked)]
@@ -70,12 +71,38 @@ fn scale_kernel(x: &mut [f32], factor: &[f32]) {
 
 /// `Σx²` per segment of `chunks` (f32 per chunk, combined in f64).
 pub fn sum_of_squares(client: &Client, chunks: &DeviceChunks, x: &Handle) -> Vec<f64> {
-    chunk_sums(client, chunks, x, false)
+    queue_sum_of_squares(client, chunks, x).read(client, chunks)
+}
+
+/// [`sum_of_squares`] queued on the device and read later
+/// ([`QueuedSums::read`]), so that the host need not wait for the device
+/// where the sum is only reported (the trainer's gradient norm).
+pub fn queue_sum_of_squares(client: &Client, chunks: &DeviceChunks, x: &Handle) -> QueuedSums {
+    queue_chunk_sums(client, chunks, x, false)
 }
 
 /// `Σ|x|` per segment of `chunks` (f32 per chunk, combined in f64).
 pub fn sum_of_abs(client: &Client, chunks: &DeviceChunks, x: &Handle) -> Vec<f64> {
-    chunk_sums(client, chunks, x, true)
+    queue_chunk_sums(client, chunks, x, true).read(client, chunks)
+}
+
+/// Per-chunk partial sums queued on the device, not yet read.
+#[derive(Debug)]
+#[must_use = "the sums are only computed, not read"]
+pub struct QueuedSums {
+    /// One f32 per chunk (`None`: no chunks).
+    partials: Option<Handle>,
+}
+
+impl QueuedSums {
+    /// The sums per segment of `chunks` (the table they were queued with),
+    /// combined in f64 on the host: waits for the device.
+    pub fn read(self, client: &Client, chunks: &DeviceChunks) -> Vec<f64> {
+        match self.partials {
+            Some(partials) => chunks.per_segment(&host_reads::read_f32(client, partials)),
+            None => vec![0.0; chunks.segments],
+        }
+    }
 }
 
 /// `y = x` over `len` elements.
@@ -145,9 +172,14 @@ pub fn zero_at(client: &Client, y: &Handle, y_len: usize, offset: usize, len: us
     }
 }
 
-fn chunk_sums(client: &Client, chunks: &DeviceChunks, x: &Handle, absolute: bool) -> Vec<f64> {
+fn queue_chunk_sums(
+    client: &Client,
+    chunks: &DeviceChunks,
+    x: &Handle,
+    absolute: bool,
+) -> QueuedSums {
     if chunks.is_empty() {
-        return vec![0.0; chunks.segments];
+        return QueuedSums { partials: None };
     }
     let (partials, partials_arg) = chunks.partials(client, 1);
     // SAFETY: as in `adam_step`; `partials` holds one f32 per chunk.
@@ -158,8 +190,9 @@ fn chunk_sums(client: &Client, chunks: &DeviceChunks, x: &Handle, absolute: bool
             chunk_sum_kernel([x], partials_arg, absolute)
         );
     }
-    let read = client.read_one_unchecked(partials);
-    chunks.per_segment(f32::from_bytes(&read))
+    QueuedSums {
+        partials: Some(partials),
+    }
 }
 
 /// `x *= factor` over `len` elements.

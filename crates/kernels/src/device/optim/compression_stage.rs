@@ -8,6 +8,7 @@ use cubecl::server::Handle;
 
 use super::chunks::*;
 use crate::device::cube::cube_reduce;
+use crate::host_reads;
 
 /// `m = β1·m + (1-β1)·g` (the compression stage's local momentum).
 #[cube(launch_unchecked)]
@@ -213,8 +214,8 @@ pub fn fresh_variance(
             )
         );
     }
-    let read = client.read_one_unchecked(partials);
-    for (&(s, _, _), &r) in chunks.table.iter().zip(f32::from_bytes(&read)) {
+    let read = host_reads::read_f32(client, partials);
+    for (&(s, _, _), &r) in chunks.table.iter().zip(&read) {
         ratios[s] = ratios[s].max(r);
     }
     ratios

@@ -23,7 +23,10 @@ mod compression_stage;
 mod uncompressed;
 mod zero_one_sync;
 
-pub use buffers::{copied, copy, scale, sum_of_abs, sum_of_squares, write_at, zero_at};
+pub use buffers::{
+    QueuedSums, copied, copy, queue_sum_of_squares, scale, sum_of_abs, sum_of_squares, write_at,
+    zero_at,
+};
 pub(crate) use chunks::{ChunkTable, direction, f32_arg, launch_chunks, update_moments};
 pub use chunks::{DEVICE_CHUNK, DeviceChunks, MomentCoefficients};
 pub use compression_stage::{

@@ -7,6 +7,7 @@ use cubecl::server::Handle;
 
 use super::chunks::*;
 use crate::device::cube::reduce_rows;
+use crate::host_reads;
 
 /// One cube per chunk: moments, direction and parameter in one pass.
 #[cube(launch_unchecked)]
@@ -180,8 +181,7 @@ pub fn lamb_norms(
             lamb_norms_kernel([x, m, v, g], c, partials_arg, inside)
         );
     }
-    let read = client.read_one_unchecked(partials);
-    let partials = f32::from_bytes(&read);
+    let partials = host_reads::read_f32(client, partials);
     let xs: Vec<f32> = partials.iter().step_by(2).copied().collect();
     let us: Vec<f32> = partials.iter().skip(1).step_by(2).copied().collect();
     chunks

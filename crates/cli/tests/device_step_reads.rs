@@ -1,0 +1,94 @@
+//! Where a training step on a cubecl device reads device memory back to
+//! the host (lavapipe: Mesa's Vulkan driver on the CPU, the path a GPU
+//! takes). Each read waits for the device to finish all it was given, so a
+//! step reads only where a decision or the network needs it: the loss of
+//! every micro-batch and the gradient norm it only logs are read once the
+//! optimizer's update is queued. The step line's `host_reads` counts rank
+//! 0's reads by phase (`terse_kernels::host_reads`), `device_wait_ms` the
+//! wait at the step's end.
+//!
+//! BERT-Tiny, one rank, 3 steps of 2 micro-batches:
+//! - AdamW: nothing read before or inside the update, two reads after it
+//!   (the micro-batches' losses together, the squared gradient norm);
+//! - LAMB with `train.max_grad_norm`: one read before the update (the
+//!   norm clipping decides on) and one inside it (the per-layer norms its
+//!   trust ratios need), the loss after (the norm was read already);
+//! - the same AdamW run on the CPU has neither field.
+
+mod common;
+
+use std::path::Path;
+use std::process::Command;
+
+use common::{step_lines, succeeded, workspace};
+
+fn run(device: &str, optimizer: &str, run_dir: &Path, extra: &[&str]) {
+    succeeded(
+        Command::new(env!("CARGO_BIN_EXE_terse"))
+            .env("XDG_RUNTIME_DIR", std::env::temp_dir())
+            .args(["pretrain", "--no-progress", "--config"])
+            .arg("configs/pretrain-bert-tiny.toml")
+            .args(["--device", device, "--optimizer", optimizer])
+            .args(["--set", "train.steps=3", "--set", "train.eval_every=0"])
+            .args([
+                "--set",
+                "train.global_batch=4",
+                "--set",
+                "train.micro_batch=2",
+            ])
+            .args(["--set", "task.max_seq=32"])
+            .arg("--run-dir")
+            .arg(run_dir)
+            .args(extra)
+            .current_dir(workspace()),
+    );
+}
+
+/// `(before_update, update, after_update)` of every step line.
+fn reads(run_dir: &Path) -> Vec<(u64, u64, u64)> {
+    step_lines(run_dir)
+        .iter()
+        .map(|line| {
+            let reads = &line["host_reads"];
+            assert!(
+                line["device_wait_ms"].as_f64().is_some_and(|ms| ms >= 0.0),
+                "no device wait in {line}"
+            );
+            let count = |phase: &str| reads[phase].as_u64().unwrap_or_else(|| panic!("{line}"));
+            (
+                count("before_update"),
+                count("update"),
+                count("after_update"),
+            )
+        })
+        .collect()
+}
+
+#[test]
+fn a_device_step_reads_only_after_its_update_is_queued() {
+    let scratch = tempfile::tempdir().unwrap();
+    let dir = |name: &str| scratch.path().join(name);
+
+    run("lavapipe", "adam", &dir("adam"), &[]);
+    assert_eq!(reads(&dir("adam")), vec![(0, 0, 2); 3], "adam on lavapipe");
+
+    run(
+        "lavapipe",
+        "lamb",
+        &dir("lamb-clipped"),
+        &["--set", "train.max_grad_norm=1.0"],
+    );
+    assert_eq!(
+        reads(&dir("lamb-clipped")),
+        vec![(1, 1, 1); 3],
+        "lamb with clipping on lavapipe"
+    );
+
+    run("cpu", "adam", &dir("cpu"), &[]);
+    for line in step_lines(&dir("cpu")) {
+        assert!(
+            line.get("host_reads").is_none() && line.get("device_wait_ms").is_none(),
+            "a CPU step line with device fields: {line}"
+        );
+    }
+}
