@@ -6,7 +6,8 @@
 //! (seeded from the clock, printed for replay); outputs are poisoned before
 //! each launch so an element a kernel fails to write fails the test. The
 //! server side (average n copies, add the server error, recompress) and
-//! SLAMB's hash mask with its gather and scatter the same; the fp16
+//! SLAMB's hash mask with its gather and scatter the same, and the
+//! selection words' offsets (prefix sums) exactly the host's; the fp16
 //! conversions of SLAMB's `values = "f16"` bit for bit against the `half`
 //! crate the host path rounds with.
 
@@ -263,6 +264,48 @@ fn hash_mask_gather_and_scatter_match_the_cpu_selection() {
                 let mut x_cpu = x.clone();
                 cpu.scatter(&doubled, &mut x_cpu);
                 assert_eq!(read_f32(&client, &x_dev), x_cpu, "{what}: scattered values");
+            }
+        }
+    }
+}
+
+#[test]
+fn word_offsets_are_the_host_prefix_sums() {
+    let client = client();
+    let (mut rng, _) = fresh_rng();
+    // Around a group (64 words) and a block (64 groups), several blocks,
+    // and BERT-base's 3.4M words; dense, sparse and full words.
+    let lens = [
+        0usize,
+        1,
+        63,
+        64,
+        65,
+        4095,
+        4096,
+        4097,
+        3 * 4096 + 5,
+        3_433_000,
+    ];
+    for n in lens {
+        for density in [0.5, 0.05, 1.0] {
+            let words: Vec<u32> = (0..n)
+                .map(|_| (0..32).fold(0u32, |w, b| w | (u32::from(rng.next_f64() < density) << b)))
+                .collect();
+            let words_dev = client.create_from_slice(u32::as_bytes(&words));
+            let (offsets_dev, count) = device::word_offsets(&client, &words_dev, n);
+            let (mut want, mut total) = (Vec::with_capacity(n), 0usize);
+            for w in &words {
+                want.push(total as u32);
+                total += w.count_ones() as usize;
+            }
+            assert_eq!(count, total, "{n} words, density {density}: count");
+            let offsets = read_u32(&client, &offsets_dev);
+            if let Some(w) = (0..n).find(|&w| offsets[w] != want[w]) {
+                panic!(
+                    "{n} words, density {density}: word {w}'s offset {} (want {})",
+                    offsets[w], want[w]
+                );
             }
         }
     }

@@ -2,17 +2,17 @@
 //! with the same 32-bit hash as [`crate::mask`], and the masked gather and
 //! scatter of the selected values.
 //!
-//! Gather runs in two launches: one packs each 32-element word's selection
-//! bits (hash, or the always-synchronised bitmap), then — after an exclusive
-//! prefix sum of the words' populations — one copies each word's selected
-//! values to its offset. The prefix sum is taken on the host over one count
-//! per word (1/32 of the data); a device scan is future work.
+//! One launch packs each 32-element word's selection bits (hash, or the
+//! always-synchronised bitmap); the exclusive prefix sums of the words'
+//! populations follow on the device ([`super::word_offsets`]), which reads
+//! only the selected count back; gather and scatter then move each word's
+//! selected values from or to its offset.
 
 use cubecl::prelude::*;
 use cubecl::server::Handle;
 
 use super::cube::{bit, buffer, launch_units, unit_item};
-use crate::host_reads;
+use super::word_offsets::word_offsets;
 use crate::mask::{Mask, Selection, StepMask};
 use crate::onebit::words_for;
 
@@ -165,8 +165,13 @@ pub fn select(
             )
         );
     }
-    let packed = host_reads::read_u32(client, selection.clone());
-    with_offsets(client, selection, &packed[..words], len)
+    let (offsets, count) = word_offsets(client, &selection, words);
+    DeviceSelection {
+        words: selection,
+        offsets,
+        count,
+        len,
+    }
 }
 
 impl DeviceSelection {

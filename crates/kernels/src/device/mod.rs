@@ -13,6 +13,7 @@ mod onebit;
 pub mod optim;
 mod server;
 pub mod slamb;
+mod word_offsets;
 
 pub use cuda_memory::with_cuda_addresses;
 pub use dropout::dropout_factors;
@@ -21,3 +22,4 @@ pub use mask::{DeviceSelection, always_bitmap, select, select_from_host};
 pub use messages::{decompress_messages, pack_messages};
 pub use onebit::{DeviceCompressed, compress, compress_chunks, decompress, decompress_chunks};
 pub use server::{ReceivedCopies, average_and_recompress};
+pub use word_offsets::word_offsets;
