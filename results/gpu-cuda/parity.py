@@ -7,8 +7,10 @@ usage: parity.py RUNS_DIR > parity.json
 
 RUNS_DIR holds {optimizer}-cpu/ and {optimizer}-cuda/ run directories, and
 adam-cuda-resumed/ (adam on cuda resumed from adam-cuda's step 3). The same
-checks as the lavapipe test, printed as one JSON object per case, with
-`ok` saying whether the test's bounds hold."""
+checks as the lavapipe test (no step reading device memory back before its
+update is queued among them: `host_reads`), printed as one JSON object per
+case, with `ok` saying whether the test's bounds hold; each device step's
+wait at its end (`device_wait_ms`) is recorded."""
 import json
 import pathlib
 import sys
@@ -30,6 +32,12 @@ def steps(run):
         if "loss" in v:
             out.append((v["step"], v["loss"], v["bytes_sent"]))
     return out
+
+
+def device_fields(run):
+    """Each step line's host reads by phase and device wait (device runs)."""
+    lines = [json.loads(l) for l in (runs / run / "metrics.jsonl").read_text().splitlines() if '"loss"' in l]
+    return [v.get("host_reads") for v in lines], [v.get("device_wait_ms") for v in lines]
 
 
 def model(run, step, rank):
@@ -74,11 +82,18 @@ for optimizer, uncompressed, loss_tol in [
         "ranks_identical_cpu": same(model(cpu_run, STEPS, 1), model(cpu_run, STEPS, 0)),
         "ranks_identical_cuda": same(model(dev_run, STEPS, 1), model(dev_run, STEPS, 0)),
     }
+    # Nothing read back before the update is queued (device_parity.rs's check).
+    reads, waits = device_fields(dev_run)
+    record["host_reads_cuda"], record["device_wait_ms_cuda"] = reads, waits
+    record["reads_after_update_only"] = all(
+        r is not None and r["before_update"] == 0 and r["after_update"] == 2 for r in reads
+    )
     ok = (
         len(cpu) == len(dev) == STEPS
         and worst <= loss_tol
         and record["bytes_sent_equal"]
         and record["ranks_identical_cpu"] == record["ranks_identical_cuda"]
+        and record["reads_after_update_only"]
     )
     if uncompressed:
         ok = ok and record[f"l2_step{uncompressed}"] <= TOL
