@@ -7,7 +7,8 @@
 //! each launch so an element a kernel fails to write fails the test. The
 //! server side (average n copies, add the server error, recompress) and
 //! SLAMB's hash mask with its gather and scatter the same, and the
-//! selection words' offsets (prefix sums) exactly the host's; the fp16
+//! selection words' offsets (prefix sums) exactly the host's, clipping's
+//! squared norm and scaling within f32 rounding of the host's; the fp16
 //! conversions of SLAMB's `values = "f16"` bit for bit against the `half`
 //! crate the host path rounds with.
 
@@ -305,6 +306,47 @@ fn word_offsets_are_the_host_prefix_sums() {
                 panic!(
                     "{n} words, density {density}: word {w}'s offset {} (want {})",
                     offsets[w], want[w]
+                );
+            }
+        }
+    }
+}
+
+#[test]
+fn clipping_on_the_device_scales_as_the_host_does() {
+    use terse_kernels::device::optim::{self as kernels, DeviceChunks};
+
+    let client = client();
+    let (mut rng, _) = fresh_rng();
+    // One chunk; several segments; more chunks than a cube's 256 units
+    // (each unit then sums a strided share of the partials).
+    for lens in [vec![5usize], vec![1000, 70_001, 5], vec![300 * 4096 + 3, 7]] {
+        let len: usize = lens.iter().sum();
+        let x: Vec<f32> = (0..len).map(|_| rng.normal()).collect();
+        let chunks = DeviceChunks::new(&client, &lens, &vec![0.0; lens.len()]);
+        let host = x.iter().map(|&v| f64::from(v) * f64::from(v)).sum::<f64>();
+        for (what, max_norm) in [("binding", 0.3 * host.sqrt()), ("loose", 2.0 * host.sqrt())] {
+            let what = format!("{len} values, {what}");
+            let x_dev = client.create_from_slice(f32::as_bytes(&x));
+            let total =
+                kernels::queue_sum_of_squares(&client, &chunks, &x_dev).total(&client, &chunks);
+            let squares = read_f32(&client, &total)[0];
+            assert!(
+                (f64::from(squares) - host).abs() <= 1e-6 * host,
+                "{what}: Σx² {squares} vs {host}"
+            );
+            kernels::clip_to_norm(&client, &x_dev, len, &total, max_norm as f32);
+            let clipped = read_f32(&client, &x_dev);
+            let norm = f64::from(squares).sqrt();
+            for (i, (&c, &v)) in clipped.iter().zip(&x).enumerate() {
+                let want = if norm > max_norm {
+                    f64::from(v) * max_norm / norm
+                } else {
+                    f64::from(v)
+                };
+                assert!(
+                    (f64::from(c) - want).abs() <= 4.0 * f64::from(f32::EPSILON) * want.abs(),
+                    "{what}: element {i} {c} vs {want}"
                 );
             }
         }

@@ -18,9 +18,10 @@ use std::sync::{Arc, Mutex};
 
 use burn::module::{Module, ModuleVisitor, Param};
 use burn::tensor::{Gradients, Tensor, TensorData};
+use cubecl::server::Handle;
 use terse_comm::Communicator;
 
-use crate::device_flat::layout_chunks;
+use crate::device_flat::{layout_chunks, mean_over_ranks, read_f32};
 use crate::gather::{
     add_grads_to_host, check_layout, copy_to_uninit, gather_params, params_device, tensor_to_host,
     write_back_host, write_back_slices,
@@ -74,6 +75,9 @@ impl QueuedSquares {
 enum Queued {
     Ready(f64),
     Device(kernels::QueuedSums),
+    /// One f32 on the device: the mean over ranks of the squared norms
+    /// ([`FlatModel::clip_grad_on_device`]).
+    Mean(Handle),
 }
 
 impl FlatModel {
@@ -209,10 +213,35 @@ impl FlatModel {
             (Queued::Device(sums), Storage::Device { grad, chunks, .. }) => {
                 sums.read(grad.client(), chunks).iter().sum()
             }
-            (Queued::Device(_), Storage::Host { .. }) => {
+            (Queued::Mean(mean), Storage::Device { grad, .. }) => {
+                f64::from(read_f32(grad.client(), &mean, 1)[0])
+            }
+            (Queued::Device(_) | Queued::Mean(_), Storage::Host { .. }) => {
                 unreachable!("a device sum queued by a model on the host")
             }
         }
+    }
+
+    /// Global-norm clipping on the device (`None` for a model on the
+    /// host, which clips on the host): the gradient's squared norm summed
+    /// there, averaged over ranks (on the GPU with NCCL, else through the
+    /// host: the network's read), and the gradient scaled by `max_norm /
+    /// norm` there where the norm exceeds `max_norm`, with no read. Returns
+    /// the ranks' mean squared norm, queued; `read_squares` gives it.
+    pub fn clip_grad_on_device(
+        &mut self,
+        comm: &dyn Communicator,
+        max_norm: f64,
+    ) -> Result<Option<QueuedSquares>, OptimError> {
+        let Storage::Device { grad, chunks, .. } = &self.storage else {
+            return Ok(None);
+        };
+        let client = grad.client();
+        let local =
+            kernels::queue_sum_of_squares(client, chunks, grad.handle()).total(client, chunks);
+        let mean = mean_over_ranks(comm, client, &local, 1)?.unwrap_or(local);
+        kernels::clip_to_norm(client, grad.handle(), grad.len(), &mean, max_norm as f32);
+        Ok(Some(QueuedSquares(Queued::Mean(mean))))
     }
 
     /// Multiplies the gradient by `factor` in place (micro-batch averaging,

@@ -3,7 +3,8 @@
 //! `max_grad_norm`. The norm is the root mean square of the ranks' norms
 //! (the squared norms averaged in one scalar allreduce): exact on one rank, an upper bound on several,
 //! where the exact norm of the mean gradient would need the fp32 allreduce
-//! the compressed stages avoid.
+//! the compressed stages avoid. This is the host's clipping; a gradient on
+//! a cubecl device is clipped there (`FlatModel::clip_grad_on_device`).
 
 use terse_comm::{Communicator, ReduceOp};
 

@@ -36,6 +36,7 @@ pub mod overrides;
 mod precision;
 mod progress;
 mod rank_phase;
+mod ready_gradient;
 pub mod run_dir;
 pub mod signals;
 mod step_order;

@@ -18,18 +18,18 @@ use std::time::Instant;
 use burn::module::Module;
 use burn::tensor::Device;
 use terse_comm::{Communicator, ReduceOp};
-use terse_optim::{FlatModel, Optimizer, QueuedSquares, StepReport};
+use terse_optim::{FlatModel, Optimizer, StepReport};
 
 use crate::checkpoint;
 use crate::collective_deadline::CollectiveDeadline;
-use crate::grad_clip::{clip_gradient, global_norm};
 use crate::logging;
-use crate::loss_scale::{self, LossScaler, LossScaling, Verdict};
+use crate::loss_scale::{LossScaler, LossScaling};
 use crate::matmul_choice;
 use crate::metrics::{DivergedRecord, EvalRecord, MetricsLog, RunSummary, StepRecord, ms};
 use crate::micro_batches::{Lanes, StepPlace, local_gradient};
 use crate::progress::{ProgressLines, step_bar};
 use crate::rank_phase::{self, Phase};
+use crate::ready_gradient::{ReadyGradient, ready_gradient};
 use crate::step_order::StepOrder;
 use crate::step_reads::StepReadCounter;
 use crate::task::Task;
@@ -347,7 +347,18 @@ impl<T: Task> Run<'_, T> {
             self.lanes.as_ref(),
         )?;
         let (forward_ms, backward_ms) = (local.forward_ms, local.backward_ms);
-        let (skip, squares, clipped_norm) = self.ready_gradient(t)?;
+        let ReadyGradient {
+            skip,
+            squares,
+            clipped,
+        } = ready_gradient(
+            &mut self.flat,
+            self.scaler.as_mut(),
+            &self.scaling,
+            cfg.train.max_grad_norm,
+            t,
+            comm,
+        )?;
         let clock = Instant::now();
         reads.update_starts();
         let (model, report) = self.update(model, skip)?;
@@ -368,7 +379,7 @@ impl<T: Task> Run<'_, T> {
             comm.allreduce_f32(&mut shared, ReduceOp::Mean)?;
         }
         let loss = f64::from(shared[0]);
-        let grad_norm = clipped_norm.unwrap_or_else(|| global_norm(shared[2]));
+        let grad_norm = clipped.norm(squares, shared[2]);
         tracing::debug!(
             "step {t}: local loss {:.6}, {} stage, {} bytes sent, forward {forward_ms:.1} ms, \
              backward {backward_ms:.1} ms, optimizer step {step_ms:.1} ms",
@@ -414,47 +425,6 @@ impl<T: Task> Run<'_, T> {
         self.comm
             .set_deadline(self.deadline.after_step(step_start.elapsed()));
         Ok((model, record, shared[1] > 0.0))
-    }
-
-    /// The gradient made ready for the optimizer, after it was taken and
-    /// before the optimizer works in it: in fp16 every rank skips a step
-    /// any rank overflowed in, else the gradient is unscaled; then clipped.
-    /// Returns whether the step is skipped, the gradient's squared norm
-    /// (0 when skipped; when neither decision needs it, queued on the
-    /// device and read after the update) and its norm before clipping when
-    /// clipped.
-    fn ready_gradient(&mut self, t: u64) -> Result<(bool, QueuedSquares, Option<f64>), TrainError> {
-        let comm = self.comm;
-        let queued = self.flat.queue_grad_sum_of_squares();
-        if self.scaler.is_none() && self.config.train.max_grad_norm.is_none() {
-            // Only logged: read once the update is queued.
-            return Ok((false, queued, None));
-        }
-        let mut squares = self.flat.read_squares(queued) as f32;
-        let skip = match &mut self.scaler {
-            Some(scaler) => match loss_scale::judge(scaler, &self.scaling, squares, t, comm)? {
-                Verdict::Skip => {
-                    squares = 0.0;
-                    true
-                }
-                Verdict::Step { unscale } => {
-                    self.flat.scale_grad(unscale);
-                    squares *= unscale * unscale;
-                    false
-                }
-            },
-            None => false,
-        };
-        let clipped_norm = match self.config.train.max_grad_norm {
-            Some(max_norm) if !skip => Some(clip_gradient(
-                |factor| self.flat.scale_grad(factor),
-                squares,
-                max_norm,
-                comm,
-            )?),
-            _ => None,
-        };
-        Ok((skip, QueuedSquares::ready(squares.into()), clipped_norm))
     }
 
     /// The optimizer's step and the stepped parameters written into the

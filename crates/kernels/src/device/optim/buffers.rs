@@ -75,8 +75,9 @@ pub fn sum_of_squares(client: &Client, chunks: &DeviceChunks, x: &Handle) -> Vec
 }
 
 /// [`sum_of_squares`] queued on the device and read later
-/// ([`QueuedSums::read`]), so that the host need not wait for the device
-/// where the sum is only reported (the trainer's gradient norm).
+/// ([`QueuedSums::read`]) or totalled there ([`QueuedSums::total`]), so
+/// that the host need not wait for the device where the sum is only
+/// reported or clipped by (the trainer's gradient norm).
 pub fn queue_sum_of_squares(client: &Client, chunks: &DeviceChunks, x: &Handle) -> QueuedSums {
     queue_chunk_sums(client, chunks, x, false)
 }
@@ -91,7 +92,7 @@ pub fn sum_of_abs(client: &Client, chunks: &DeviceChunks, x: &Handle) -> Vec<f64
 #[must_use = "the sums are only computed, not read"]
 pub struct QueuedSums {
     /// One f32 per chunk (`None`: no chunks).
-    partials: Option<Handle>,
+    pub(super) partials: Option<Handle>,
 }
 
 impl QueuedSums {

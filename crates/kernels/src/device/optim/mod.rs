@@ -1,7 +1,7 @@
 //! The optimizers' updates on the device: the uncompressed rules
 //! (Adam/AdamW, LAMB, SGD), the 1-bit optimizers' compression stage, 0/1
 //! Adam's synchronisation, and
-//! the whole-buffer sums and copies around them (SLAMB's own kernels:
+//! the whole-buffer sums, copies and global-norm clipping around them (SLAMB's own kernels:
 //! [`super::slamb`]). terse-optim's CPU loops are their reference (the same
 //! per-element formulas in the same order; a GPU compiler may contract a
 //! multiply-add, so results agree to f32 rounding, not bit for bit).
@@ -19,6 +19,7 @@
 
 mod buffers;
 mod chunks;
+mod clip;
 mod compression_stage;
 mod uncompressed;
 mod zero_one_sync;
@@ -29,6 +30,7 @@ pub use buffers::{
 };
 pub(crate) use chunks::{ChunkTable, direction, f32_arg, launch_chunks, update_moments};
 pub use chunks::{DEVICE_CHUNK, DeviceChunks, MomentCoefficients};
+pub use clip::clip_to_norm;
 pub use compression_stage::{
     accumulate_momentum, fresh_variance, frozen_apply, scaled_momentum, unscale_masked,
 };
