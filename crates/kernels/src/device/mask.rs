@@ -101,26 +101,21 @@ pub fn select_from_host(client: &Client, selection: &Selection, len: usize) -> D
     for j in selection.indices() {
         packed[j / 32] |= 1 << (j % 32);
     }
-    let words = client.create_from_slice(u32::as_bytes(&packed));
-    with_offsets(client, words, &packed[..words_for(len)], len)
+    on_device(
+        client,
+        client.create_from_slice(u32::as_bytes(&packed)),
+        len,
+    )
 }
 
-/// The selection words `packed` (already on the device as `words`) with
-/// the exclusive prefix sums of their populations.
-fn with_offsets(client: &Client, words: Handle, packed: &[u32], len: usize) -> DeviceSelection {
-    let mut offsets = Vec::with_capacity(packed.len() + 1);
-    let mut total = 0u32;
-    for w in packed {
-        offsets.push(total);
-        total += w.count_ones();
-    }
-    if offsets.is_empty() {
-        offsets.push(0);
-    }
+/// The selection `words` (one per 32 of `len` elements, on the device)
+/// with their offsets and count ([`word_offsets`]).
+fn on_device(client: &Client, words: Handle, len: usize) -> DeviceSelection {
+    let (offsets, count) = word_offsets(client, &words, words_for(len));
     DeviceSelection {
         words,
-        offsets: client.create_from_slice(u32::as_bytes(&offsets)),
-        count: total as usize,
+        offsets,
+        count,
         len,
     }
 }
@@ -165,13 +160,7 @@ pub fn select(
             )
         );
     }
-    let (offsets, count) = word_offsets(client, &selection, words);
-    DeviceSelection {
-        words: selection,
-        offsets,
-        count,
-        len,
-    }
+    on_device(client, selection, len)
 }
 
 impl DeviceSelection {
