@@ -18,11 +18,15 @@
 //! copy, other: `terse_kernels::dispatches`), a proxy for launch overhead
 //! that lavapipe measures without a GPU; `TERSE_BENCH_KERNELS=1` lists them
 //! per kernel on stderr. There the device runs behind the host (burn
-//! queues work), so each phase's host time holds whatever earlier device
-//! work it waited for; `--sync-phases` waits for the device after the
-//! backward pass, the gradients' copy into the flat buffer, the optimizer
-//! and the write-back, so that each phase is charged its own device time
-//! (at the price of the overlap those waits remove).
+//! queues work): a step reads its loss once, after the update is queued,
+//! as the trainer does and as PyTorch's script ends its step with
+//! `loss.item()`, so the step's time includes its own device work and
+//! nothing waits inside it; the phases' times are then the host's queueing
+//! and `device_wait_ms` the wait for the rest at the end.
+//! `--sync-phases` reads the loss after the forward pass and waits for the
+//! device after the backward pass, the gradients' copy into the flat
+//! buffer, the optimizer and the write-back, so that each phase is charged
+//! its own device time (at the price of the overlap those waits remove).
 //!
 //! Args (after `--`): `--presets mini,base,resnet20`, `--batch 8`, `--seq
 //! 128`, `--resnet-batch 128`, `--warmup 2`, `--steps 5`, `--no-dropout` (to
@@ -172,6 +176,8 @@ struct Timings {
     step: f64,
     forward: f64,
     backward: f64,
+    /// The wait for the loss at the step's end (the device behind the host).
+    device_wait: f64,
     classes: [f64; OpClass::ALL.len()],
     /// Kernel dispatches per timed step by kind, on a cubecl device.
     dispatches: Option<Vec<(DispatchKind, f64)>>,
@@ -206,6 +212,7 @@ fn time_steps<M: Module>(
         step: 0.0,
         forward: 0.0,
         backward: 0.0,
+        device_wait: 0.0,
         classes: [0.0; OpClass::ALL.len()],
         dispatches: None,
     };
@@ -219,8 +226,10 @@ fn time_steps<M: Module>(
         op_profile::start();
         let start = Instant::now();
         let loss = loss(&model);
-        // Reading the loss waits for the forward pass.
-        let _ = loss.clone().into_scalar::<f32>();
+        if sync_phases {
+            // Reading the loss waits for the forward pass.
+            let _ = loss.clone().into_scalar::<f32>();
+        }
         let forward = start.elapsed().as_secs_f64() * 1e3;
         let device = loss.device();
         let mut grads = loss.backward();
@@ -242,10 +251,16 @@ fn time_steps<M: Module>(
             wait(&device);
             model
         });
+        // The loss read once the update is queued, as the trainer reads it
+        // and as PyTorch's script ends its step with `loss.item()`: the
+        // step's time includes its own device work and no wait inside it.
+        let queued = start.elapsed().as_secs_f64() * 1e3;
+        let _ = loss.into_scalar::<f32>();
         let ms = start.elapsed().as_secs_f64() * 1e3;
         let recorded = op_profile::finish();
         if step >= warmup {
             sums.step += ms;
+            sums.device_wait += ms - queued;
             sums.forward += forward;
             sums.backward += backward;
             for (sum, s) in sums.classes.iter_mut().zip(recorded.0) {
@@ -270,13 +285,15 @@ fn time_steps<M: Module>(
         step: sums.step / n,
         forward: sums.forward / n,
         backward: sums.backward / n,
+        device_wait: sums.device_wait / n,
         classes: sums.classes.map(|ms| ms / n),
         dispatches,
     }
 }
 
 /// One JSON line: throughput, the forward / backward / rest split and the
-/// per-class breakdown ("other": the step less every timed class).
+/// per-class breakdown ("other": the step less every timed class and the
+/// wait at its end).
 fn report(name: &str, device: &str, batch: usize, extra: &str, t: &Timings) {
     let mut breakdown: Vec<String> = OpClass::ALL
         .iter()
@@ -285,7 +302,7 @@ fn report(name: &str, device: &str, batch: usize, extra: &str, t: &Timings) {
         .collect();
     breakdown.push(format!(
         "\"other\": {:.1}",
-        t.step - t.classes.iter().sum::<f64>()
+        t.step - t.device_wait - t.classes.iter().sum::<f64>()
     ));
     let mut dispatches = t.dispatches.as_ref().map_or(String::new(), |kinds| {
         let total: f64 = kinds.iter().map(|(_, n)| n).sum();
@@ -307,13 +324,15 @@ fn report(name: &str, device: &str, batch: usize, extra: &str, t: &Timings) {
     println!(
         "{{\"framework\": \"terse\", \"device\": \"{device}\", \"preset\": \"{name}\", \"batch\": {batch},{extra} \
          \"threads\": {}, \"samples_per_s\": {:.3}, \"step_ms\": {:.1}, \"forward_ms\": {:.1}, \
-         \"backward_ms\": {:.1}, \"optimizer_ms\": {:.1}, \"breakdown_ms\": {{{}}}{dispatches}}}",
+         \"backward_ms\": {:.1}, \"optimizer_ms\": {:.1}, \"device_wait_ms\": {:.1}, \
+         \"breakdown_ms\": {{{}}}{dispatches}}}",
         rayon::current_num_threads(),
         batch as f64 / (t.step / 1e3),
         t.step,
         t.forward,
         t.backward,
-        t.step - t.forward - t.backward,
+        t.step - t.forward - t.backward - t.device_wait,
+        t.device_wait,
         breakdown.join(", "),
     );
 }
