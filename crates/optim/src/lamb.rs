@@ -18,6 +18,7 @@ use crate::span::Span;
 use crate::step::StepContext;
 use crate::two_moments::{MomentRule, MomentUpdate, TwoMoments};
 use crate::{Flat, FlatMut, MomentConfig, OptimError, Segment, WithMoments};
+use terse_kernels::device::optim::QueuedTrusts;
 
 /// `lamb` (ALGORITHMS.md "LAMB").
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -113,9 +114,10 @@ pub(crate) fn trust_coefficient(x_norm: f64, u_norm: f64, c_min: f64, c_max: f64
 
 /// LAMB's update of `x`, `m` and `v` from the averaged gradient `g` over
 /// `span` (also 1-bit LAMB's warmup): the moments and each chunk's norms,
-/// the segments' trust coefficients from their f64 sums (this rank's chunks
-/// gathered from the others when the step is split), the update. Returns
-/// the coefficients and the time spent gathering.
+/// the segments' trust coefficients (on the host from f64 sums, this
+/// rank's chunks gathered from the others when the step is split; on a
+/// device there, [`pass::lamb::lamb_passes`]), the update. Returns the
+/// coefficients and the time spent gathering.
 pub(crate) fn lamb_update(
     c: &LambConfig,
     ctx: &StepContext,
@@ -123,7 +125,7 @@ pub(crate) fn lamb_update(
     x: &mut FlatMut,
     (m, v): (&mut Flat, &mut Flat),
     g: &FlatMut<'_>,
-) -> Result<(Vec<Trust>, Duration), OptimError> {
+) -> Result<(Trusts, Duration), OptimError> {
     let mut moments = Moments::new(&c.moments, c.bias_correction, ctx.t);
     if c.grad_prenorm {
         let norm = squared_norm(span, g).sqrt();
@@ -134,22 +136,47 @@ pub(crate) fn lamb_update(
         eps_mode: c.moments.eps_mode,
         weight_decay: c.moments.weight_decay as f32,
     };
-    let partials = pass::lamb::lamb_norms(span, &direction, x, (&mut *m, &mut *v), g);
-    let add = |a: [f64; 2], b: [f64; 2]| [a[0] + b[0], a[1] + b[1]];
-    let (sums, time) = span.per_segment(ctx.comm, partials, [0.0; 2], add)?;
-    let trusts: Vec<Trust> = ctx
-        .layout
-        .segments()
-        .iter()
-        .zip(sums)
-        .map(|(segment, [xx, uu])| Trust::of_segment(c, segment, xx, uu))
-        .collect();
-    let rates: Vec<f32> = trusts
-        .iter()
-        .map(|trust| (ctx.lr * trust.coefficient) as f32)
-        .collect();
-    pass::lamb::lamb_apply(span, &direction, &rates, x, (m, v));
-    Ok((trusts, time))
+    let rule = TrustRule {
+        lr: ctx.lr,
+        c_min: c.c_min,
+        c_max: c.c_max,
+        decay_only: c.trust_decay_only,
+    };
+    pass::lamb::lamb_passes(span, &direction, &rule, ctx.comm, x, (m, v), g)
+}
+
+/// How LAMB turns a segment's norms into its coefficient and rate.
+pub(crate) struct TrustRule {
+    /// The step's learning rate (the rate is `lr·c`).
+    pub(crate) lr: f64,
+    /// The coefficient's clip range.
+    pub(crate) c_min: f64,
+    pub(crate) c_max: f64,
+    /// A coefficient of exactly 1 for segments without decay
+    /// (`trust_decay_only`).
+    pub(crate) decay_only: bool,
+}
+
+impl TrustRule {
+    /// Whether `segment` takes a trust ratio at all.
+    pub(crate) fn applies_to(&self, segment: &Segment) -> bool {
+        !self.decay_only || segment.decay
+    }
+
+    /// The coefficient of `segment` from its `Σx²` and `Σu²`.
+    pub(crate) fn of_segment(&self, segment: &Segment, xx: f64, uu: f64) -> Trust {
+        if self.applies_to(segment) {
+            Trust {
+                coefficient: trust_coefficient(xx.sqrt(), uu.sqrt(), self.c_min, self.c_max),
+                degenerate: xx == 0.0 || uu == 0.0,
+            }
+        } else {
+            Trust {
+                coefficient: 1.0,
+                degenerate: false,
+            }
+        }
+    }
 }
 
 /// A segment's trust coefficient, and whether a norm was 0 (coefficient 1
@@ -160,20 +187,27 @@ pub(crate) struct Trust {
     pub(crate) degenerate: bool,
 }
 
-impl Trust {
-    /// The coefficient of `segment` from its `Σx²` and `Σu²`: exactly 1 for
-    /// a segment without decay when trust applies to decayed ones only.
-    fn of_segment(c: &LambConfig, segment: &Segment, xx: f64, uu: f64) -> Trust {
-        if c.trust_decay_only && !segment.decay {
-            Trust {
-                coefficient: 1.0,
-                degenerate: false,
-            }
-        } else {
-            Trust {
-                coefficient: trust_coefficient(xx.sqrt(), uu.sqrt(), c.c_min, c.c_max),
-                degenerate: xx == 0.0 || uu == 0.0,
-            }
+/// The segments' coefficients of a step: computed on the host, or on the
+/// device and read only when asked for ([`Trusts::read`]), so that LAMB,
+/// which does not keep them, never waits for them.
+pub(crate) enum Trusts {
+    Ready(Vec<Trust>),
+    Queued(QueuedTrusts),
+}
+
+impl Trusts {
+    /// The coefficients, one per segment (a device's: waits for it).
+    pub(crate) fn read(self) -> Vec<Trust> {
+        match self {
+            Trusts::Ready(trusts) => trusts,
+            Trusts::Queued(queued) => queued
+                .read()
+                .into_iter()
+                .map(|(coefficient, degenerate)| Trust {
+                    coefficient: f64::from(coefficient),
+                    degenerate,
+                })
+                .collect(),
         }
     }
 }

@@ -36,7 +36,8 @@ impl OneBitLamb {
         let (trusts, time) = lamb_update(&lamb, ctx, &span, x, (&mut self.m, &mut self.v), g)?;
         comm_time += time + span.share_back(ctx.comm, &mut [x])?;
         self.partial |= span.is_split();
-        self.segments.average_trust(self.config.beta_3, &trusts);
+        self.segments
+            .average_trust(self.config.beta_3, &trusts.read());
         let v = &self.v;
         let ends = self
             .freeze

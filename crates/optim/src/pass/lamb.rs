@@ -1,65 +1,81 @@
 //! LAMB's two passes (ALGORITHMS.md "LAMB"): the moments with each
 //! segment's norms ‖x‖² and ‖u‖², then — once the trust coefficients are
 //! known — the update `x -= (lr·c)·u` (LAMB's step and 1-bit LAMB's
-//! warmup).
+//! warmup). On a device the coefficients are computed between the passes
+//! there, not on the host.
+
+use std::time::Duration;
 
 use rayon::prelude::*;
+use terse_comm::Communicator;
+use terse_kernels::device::optim::{self, TrustConstants};
 
 use super::Direction;
+use crate::lamb::{Trust, TrustRule, Trusts};
 use crate::moments::{Moments, with_eps_mode};
 use crate::parallel::{chunk_sum_of_squares, with_avx};
 use crate::span::{On, Partials, Span};
-use crate::{Flat, FlatMut};
-use terse_kernels::device::optim;
+use crate::{Flat, FlatMut, OptimError};
 
-/// `m, v` take `g`; returns `[‖x‖², ‖u‖²]` per chunk of this rank (host)
-/// or per segment (device), `u` the direction with decaying segments'
-/// `weight_decay`.
-pub(crate) fn lamb_norms(
+/// LAMB's step over `span`: `m, v` take `g`, each segment's `‖x‖²` and
+/// `‖u‖²` (u the direction with decaying segments' `weight_decay`) give its
+/// coefficient by `rule`, and `x -= (lr·c)·u`. On the host the chunks'
+/// f64 partials are folded per segment (gathered from the other ranks
+/// when the step is split; the time that took is returned); on a device
+/// the coefficients are computed there and the host waits for nothing
+/// ([`optim::lamb_step`]).
+pub(crate) fn lamb_passes(
     span: &Span<'_>,
     d: &Direction<'_>,
-    x: &FlatMut<'_>,
+    rule: &TrustRule,
+    comm: &dyn Communicator,
+    x: &mut FlatMut,
     (m, v): (&mut Flat, &mut Flat),
     g: &FlatMut<'_>,
-) -> Partials<[f64; 2]> {
+) -> Result<(Trusts, Duration), OptimError> {
+    let segments = span.layout.segments();
     match &span.on {
-        On::Host(_) => Partials::Units(with_eps_mode!(d.eps_mode, INSIDE => {
-            span.unit_slices([m.host_mut(), v.host_mut()], [x.host(), g.host()])
-                .map(|(segment, [m, v], [x, g])| {
-                    let wd = d.decay_of(span, segment);
-                    with_avx(|| accumulate::<INSIDE>(d.moments, wd, x, m, v, g))
-                })
-                .collect()
-        })),
-        On::Device { client, chunks } => {
-            let (c, inside) = d.kernel_constants();
-            let [x, m, v, g] = [x.handle(), m.handle(), v.handle(), g.handle()];
-            let norms = optim::lamb_norms(client, chunks, x, m, v, g, &c, inside);
-            Partials::Segments(norms.into_iter().map(|(x, u)| [x, u]).collect())
+        On::Host(_) => {
+            let partials = with_eps_mode!(d.eps_mode, INSIDE => {
+                span.unit_slices([m.host_mut(), v.host_mut()], [x.host(), g.host()])
+                    .map(|(segment, [m, v], [x, g])| {
+                        let wd = d.decay_of(span, segment);
+                        with_avx(|| accumulate::<INSIDE>(d.moments, wd, x, m, v, g))
+                    })
+                    .collect()
+            });
+            let add = |a: [f64; 2], b: [f64; 2]| [a[0] + b[0], a[1] + b[1]];
+            let (sums, time) = span.per_segment(comm, Partials::Units(partials), [0.0; 2], add)?;
+            let trusts: Vec<Trust> = segments
+                .iter()
+                .zip(sums)
+                .map(|(segment, [xx, uu])| rule.of_segment(segment, xx, uu))
+                .collect();
+            let rates: Vec<f32> = trusts
+                .iter()
+                .map(|trust| (rule.lr * trust.coefficient) as f32)
+                .collect();
+            with_eps_mode!(d.eps_mode, INSIDE => {
+                span.unit_slices([x.host_mut()], [m.host(), v.host()])
+                    .for_each(|(segment, [x], [m, v])| {
+                        let (rate, wd) = (rates[segment], d.decay_of(span, segment));
+                        with_avx(|| apply::<INSIDE>(d.moments, rate, wd, x, m, v))
+                    })
+            });
+            Ok((Trusts::Ready(trusts), time))
         }
-    }
-}
-
-/// `x -= rate_s·u` with each segment's rate (`lr·c`), over `span`.
-pub(crate) fn lamb_apply(
-    span: &Span<'_>,
-    d: &Direction<'_>,
-    rates: &[f32],
-    x: &mut FlatMut,
-    (m, v): (&Flat, &Flat),
-) {
-    match &span.on {
-        On::Host(_) => with_eps_mode!(d.eps_mode, INSIDE => {
-            span.unit_slices([x.host_mut()], [m.host(), v.host()])
-                .for_each(|(segment, [x], [m, v])| {
-                    let (rate, wd) = (rates[segment], d.decay_of(span, segment));
-                    with_avx(|| apply::<INSIDE>(d.moments, rate, wd, x, m, v))
-                })
-        }),
         On::Device { client, chunks } => {
             let (c, inside) = d.kernel_constants();
-            let [x, m, v] = [x.handle(), m.handle(), v.handle()];
-            optim::lamb_apply(client, chunks, x, m, v, &c, rates, inside)
+            let trusted: Vec<bool> = segments.iter().map(|s| rule.applies_to(s)).collect();
+            let constants = TrustConstants {
+                lr: rule.lr as f32,
+                c_min: rule.c_min as f32,
+                c_max: rule.c_max as f32,
+                trusted: &trusted,
+            };
+            let buffers = [x.handle(), m.handle(), v.handle(), g.handle()];
+            let queued = optim::lamb_step(client, chunks, buffers, &c, inside, &constants);
+            Ok((Trusts::Queued(queued), Duration::ZERO))
         }
     }
 }

@@ -70,6 +70,9 @@ pub struct DeviceChunks {
     pub(crate) ends: Handle,
     pub(crate) segment_of: Handle,
     pub(crate) weight_decay: Handle,
+    /// Per segment, its first chunk, and the chunk count after the last
+    /// (segments + 1 entries): a segment's chunks are consecutive.
+    pub(crate) first_chunk: Handle,
     /// Per chunk: (segment, start, end), kept on the host to combine partials.
     pub(crate) table: Vec<(usize, usize, usize)>,
     pub(crate) segments: usize,
@@ -113,11 +116,19 @@ impl DeviceChunks {
         };
         let mut decays = weight_decay.to_vec();
         decays.push(0.0);
+        let mut first_chunk = vec![0u32; lens.len() + 1];
+        for &(s, _, _) in &table {
+            first_chunk[s + 1] += 1;
+        }
+        for s in 0..lens.len() {
+            first_chunk[s + 1] += first_chunk[s];
+        }
         Self {
             starts: client.create_from_slice(u32::as_bytes(&column(|e| e.1))),
             ends: client.create_from_slice(u32::as_bytes(&column(|e| e.2))),
             segment_of: client.create_from_slice(u32::as_bytes(&column(|e| e.0))),
             weight_decay: client.create_from_slice(f32::as_bytes(&decays)),
+            first_chunk: client.create_from_slice(u32::as_bytes(&first_chunk)),
             table,
             segments: lens.len(),
             len,

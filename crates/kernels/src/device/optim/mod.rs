@@ -21,6 +21,7 @@ mod buffers;
 mod chunks;
 mod clip;
 mod compression_stage;
+mod trust;
 mod uncompressed;
 mod zero_one_sync;
 
@@ -34,5 +35,6 @@ pub use clip::clip_to_norm;
 pub use compression_stage::{
     accumulate_momentum, fresh_variance, frozen_apply, scaled_momentum, unscale_masked,
 };
-pub use uncompressed::{adam_step, lamb_apply, lamb_norms, sgd_step};
+pub use trust::{QueuedTrusts, TrustConstants, lamb_step};
+pub use uncompressed::{adam_step, sgd_step};
 pub use zero_one_sync::{sync_apply, sync_scale};

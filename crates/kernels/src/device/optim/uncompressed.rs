@@ -7,7 +7,6 @@ use cubecl::server::Handle;
 
 use super::chunks::*;
 use crate::device::cube::reduce_rows;
-use crate::host_reads;
 
 /// One cube per chunk: moments, direction and parameter in one pass.
 #[cube(launch_unchecked)]
@@ -35,7 +34,7 @@ fn adam_kernel(
 /// `2·chunk + 1`.
 #[cube(launch_unchecked)]
 #[allow(clippy::too_many_arguments)]
-fn lamb_norms_kernel(
+pub(super) fn lamb_norms_kernel(
     x: &[f32],
     m: &mut [f32],
     v: &mut [f32],
@@ -155,66 +154,6 @@ pub fn adam_step(
     }
 }
 
-/// LAMB's first pass: updates `m` and `v` in place and returns, per
-/// segment, `(Σx², Σu²)` summed in f64 from the chunks' f32 partials.
-#[allow(clippy::too_many_arguments)]
-pub fn lamb_norms(
-    client: &Client,
-    chunks: &DeviceChunks,
-    x: &Handle,
-    m: &Handle,
-    v: &Handle,
-    g: &Handle,
-    coefficients: &MomentCoefficients,
-    inside: bool,
-) -> Vec<(f64, f64)> {
-    if chunks.is_empty() {
-        return vec![(0.0, 0.0); chunks.segments];
-    }
-    let c = chunks.coefficients(client, coefficients, 0.0);
-    let (partials, partials_arg) = chunks.partials(client, 2);
-    // SAFETY: as in `adam_step`; `partials` holds two f32 per chunk.
-    unsafe {
-        launch_chunks!(
-            client,
-            chunks,
-            lamb_norms_kernel([x, m, v, g], c, partials_arg, inside)
-        );
-    }
-    let partials = host_reads::read_f32(client, partials);
-    let xs: Vec<f32> = partials.iter().step_by(2).copied().collect();
-    let us: Vec<f32> = partials.iter().skip(1).step_by(2).copied().collect();
-    chunks
-        .per_segment(&xs)
-        .into_iter()
-        .zip(chunks.per_segment(&us))
-        .collect()
-}
-
-/// LAMB's second pass: `x -= segment_lr[s]·u` with `u` recomputed from the
-/// moments the first pass left.
-#[allow(clippy::too_many_arguments)]
-pub fn lamb_apply(
-    client: &Client,
-    chunks: &DeviceChunks,
-    x: &Handle,
-    m: &Handle,
-    v: &Handle,
-    coefficients: &MomentCoefficients,
-    segment_lr: &[f32],
-    inside: bool,
-) {
-    rate_update(
-        client,
-        chunks,
-        [x, m, v],
-        coefficients,
-        segment_lr,
-        inside,
-        false,
-    );
-}
-
 /// [`rate_update_kernel`] over `[x, m, v]`.
 pub(crate) fn rate_update(
     client: &Client,
@@ -229,8 +168,33 @@ pub(crate) fn rate_update(
     if chunks.is_empty() {
         return;
     }
-    let c = chunks.coefficients(client, coefficients, 0.0);
     let rates = f32_arg(client, segment_lr);
+    rate_update_arg(
+        client,
+        chunks,
+        [x, m, v],
+        coefficients,
+        rates,
+        inside,
+        masked,
+    );
+}
+
+/// [`rate_update`] with the rates already on the device (one f32 per
+/// segment: the caller's contract).
+pub(super) fn rate_update_arg(
+    client: &Client,
+    chunks: &DeviceChunks,
+    [x, m, v]: [&Handle; 3],
+    coefficients: &MomentCoefficients,
+    rates: BufferArg,
+    inside: bool,
+    masked: bool,
+) {
+    if chunks.is_empty() {
+        return;
+    }
+    let c = chunks.coefficients(client, coefficients, 0.0);
     // SAFETY: as in `adam_step`; one rate per segment.
     unsafe {
         launch_chunks!(

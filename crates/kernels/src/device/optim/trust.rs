@@ -1,0 +1,206 @@
+//! LAMB's step with its trust coefficients computed on the device: the
+//! first pass leaves each chunk's `Σx²` and `Σu²` there, one cube per
+//! segment totals its chunks' and turns them into the segment's rate
+//! `lr·c`, and the second pass reads the rates there. The host waits for
+//! nothing between the passes (it used to read the partials, total them
+//! in f64 and upload the rates, an idle gap on a GPU); it reads the
+//! coefficients afterwards only where it keeps them (1-bit LAMB's running
+//! average), once the update is queued.
+//!
+//! The totals are f32 (the chunks' own partials are f32 either way), each
+//! cube's units summing their strided share in chunk order and then the
+//! cube's fixed tree, so the bits do not vary between runs; the host's
+//! reference totals the same partials in f64 (terse-optim's
+//! `lamb::trust_coefficient`), a difference of f32 rounding in `c`.
+
+use cubecl::prelude::*;
+use cubecl::server::Handle;
+
+use super::chunks::*;
+use super::uncompressed::{lamb_norms_kernel, rate_update_arg};
+use crate::device::cube::{buffer, launch_dims, reduce_rows};
+use crate::host_reads;
+
+// Indices into the trust kernel's constants.
+const LR: usize = 0;
+const C_MIN: usize = 1;
+const C_MAX: usize = 2;
+
+/// One cube per segment: `Σx²` and `Σu²` over the segment's chunks
+/// (`partials` at `2·chunk` and `2·chunk + 1`, chunks
+/// `first_chunk[s]..first_chunk[s + 1]`), then, by unit 0, the coefficient
+/// `c = clamp(‖x‖/‖u‖, c_min, c_max)` — exactly 1 where a norm is 0
+/// (marked degenerate) or where the segment takes no trust ratio
+/// (`trusted[s] == 0`) — into `trusts[2s]` with the mark in `trusts[2s + 1]`,
+/// and the rate `lr·c` into `rates[s]`.
+#[cube(launch_unchecked)]
+fn trust_kernel(
+    partials: &[f32],
+    first_chunk: &[u32],
+    trusted: &[f32],
+    constants: &[f32],
+    rates: &mut [f32],
+    trusts: &mut [f32],
+) {
+    let segment = CUBE_POS;
+    if segment + 1 >= first_chunk.len() {
+        terminate!();
+    }
+    let end = usize::cast_from(first_chunk[segment + 1]);
+    let mut chunk = usize::cast_from(first_chunk[segment]) + UNIT_POS as usize;
+    let mut xx = 0.0f32;
+    let mut uu = 0.0f32;
+    while chunk < end {
+        xx += partials[2 * chunk];
+        uu += partials[2 * chunk + 1];
+        chunk += CUBE;
+    }
+    let unit = UNIT_POS as usize;
+    let mut shared = Shared::<[f32]>::new_slice(2 * CUBE);
+    shared[unit] = xx;
+    shared[CUBE + unit] = uu;
+    reduce_rows(&mut shared, 2usize, false);
+    if unit == 0 {
+        let (xx, uu) = (shared[0], shared[CUBE]);
+        let mut c = 1.0f32;
+        let mut degenerate = 0.0f32;
+        if trusted[segment] != 0.0 {
+            if xx == 0.0 || uu == 0.0 {
+                degenerate = 1.0;
+            } else {
+                let ratio = f32::sqrt(xx) / f32::sqrt(uu);
+                c = f32::min(f32::max(ratio, constants[C_MIN]), constants[C_MAX]);
+            }
+        }
+        rates[segment] = constants[LR] * c;
+        trusts[2 * segment] = c;
+        trusts[2 * segment + 1] = degenerate;
+    }
+}
+
+/// What LAMB's trust coefficients take besides the norms.
+#[derive(Debug, Clone, Copy)]
+pub struct TrustConstants<'a> {
+    /// The step's learning rate.
+    pub lr: f32,
+    /// The coefficient's lower clip.
+    pub c_min: f32,
+    /// The coefficient's upper clip.
+    pub c_max: f32,
+    /// Per segment: whether it takes a trust ratio (false: a coefficient
+    /// of exactly 1, FusedLAMB's no-decay group).
+    pub trusted: &'a [bool],
+}
+
+/// LAMB's step over `chunks`: `m` and `v` take `g`, each segment's trust
+/// coefficient is computed on the device, and `x -= lr·c·u`; nothing is
+/// read back. The coefficients can be read afterwards
+/// ([`QueuedTrusts::read`]).
+///
+/// # Panics
+/// If `trust.trusted` has not one entry per segment.
+#[allow(clippy::too_many_arguments)]
+pub fn lamb_step(
+    client: &Client,
+    chunks: &DeviceChunks,
+    [x, m, v, g]: [&Handle; 4],
+    coefficients: &MomentCoefficients,
+    inside: bool,
+    trust: &TrustConstants<'_>,
+) -> QueuedTrusts {
+    assert_eq!(trust.trusted.len(), chunks.segments, "one flag per segment");
+    let segments = chunks.segments;
+    // Padded to one entry each: a zero-sized buffer cannot be bound.
+    let trusts = client.empty(2 * segments.max(1) * size_of::<f32>());
+    let queued = QueuedTrusts {
+        client: client.clone(),
+        trusts: trusts.clone(),
+        segments,
+    };
+    if chunks.is_empty() {
+        // Every segment is empty: its norms are 0, its coefficient 1.
+        let marks: Vec<f32> = trust
+            .trusted
+            .iter()
+            .flat_map(|&t| [1.0, f32::from(u8::from(t))])
+            .collect();
+        let trusts = client.create_from_slice(f32::as_bytes(&marks));
+        return QueuedTrusts { trusts, ..queued };
+    }
+    let c = chunks.coefficients(client, coefficients, 0.0);
+    let (partials, partials_arg) = chunks.partials(client, 2);
+    // SAFETY: as in `adam_step`; `partials` holds two f32 per chunk.
+    unsafe {
+        launch_chunks!(
+            client,
+            chunks,
+            lamb_norms_kernel([x, m, v, g], c, partials_arg, inside)
+        );
+    }
+    let flags: Vec<f32> = trust
+        .trusted
+        .iter()
+        .map(|&t| f32::from(u8::from(t)))
+        .collect();
+    let constants = f32_arg(client, &[trust.lr, trust.c_min, trust.c_max]);
+    let rates = client.empty(segments * size_of::<f32>());
+    let (count, dim) = launch_dims(client, segments * CUBE);
+    // SAFETY: `partials` holds two f32 per chunk, `first_chunk` one u32
+    // per segment plus one (each below or at the chunk count), the flags
+    // and rates one f32 per segment, `trusts` two; one cube per segment,
+    // and cubes past the last segment terminate.
+    unsafe {
+        trust_kernel::launch_unchecked(
+            client,
+            count,
+            dim,
+            buffer(&partials, 2 * chunks.count()),
+            buffer(&chunks.first_chunk, segments + 1),
+            f32_arg(client, &flags),
+            constants,
+            buffer(&rates, segments),
+            buffer(&trusts, 2 * segments),
+        );
+    }
+    // SAFETY: `rates` holds one f32 per segment, what the update reads.
+    let rates = unsafe { buffer(&rates, segments) };
+    rate_update_arg(
+        client,
+        chunks,
+        [x, m, v],
+        coefficients,
+        rates,
+        inside,
+        false,
+    );
+    queued
+}
+
+/// LAMB's trust coefficients as computed on the device, not yet read.
+#[must_use = "the coefficients are only computed, not read"]
+pub struct QueuedTrusts {
+    client: Client,
+    trusts: Handle,
+    segments: usize,
+}
+
+impl QueuedTrusts {
+    /// Each segment's coefficient and whether one of its norms was 0
+    /// (coefficient 1 by that rule): waits for the device.
+    pub fn read(self) -> Vec<(f32, bool)> {
+        if self.segments == 0 {
+            return Vec::new();
+        }
+        let values = host_reads::read_f32(&self.client, self.trusts);
+        values[..2 * self.segments]
+            .chunks_exact(2)
+            .map(|pair| (pair[0], pair[1] != 0.0))
+            .collect()
+    }
+}
+
+impl std::fmt::Debug for QueuedTrusts {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "QueuedTrusts({} segments)", self.segments)
+    }
+}
