@@ -13,12 +13,12 @@ use serde::{Deserialize, Serialize};
 use crate::config_check::{NoOtherFields, check_clip};
 use crate::eps_mode::check_has_compression_stage;
 use crate::moments::Moments;
-use crate::pass::{self, Direction, sums::squared_norm};
+use crate::pass::lamb::{TrustRule, Trusts, lamb_passes};
+use crate::pass::{Direction, sums::squared_norm};
 use crate::span::Span;
 use crate::step::StepContext;
 use crate::two_moments::{MomentRule, MomentUpdate, TwoMoments};
-use crate::{Flat, FlatMut, MomentConfig, OptimError, Segment, WithMoments};
-use terse_kernels::device::optim::QueuedTrusts;
+use crate::{Flat, FlatMut, MomentConfig, OptimError, WithMoments};
 
 /// `lamb` (ALGORITHMS.md "LAMB").
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -98,25 +98,11 @@ pub(crate) fn check_trust_clip(name: &str, c_min: f64, c_max: f64) -> Result<(),
     )
 }
 
-/// LAMB's layer-wise coefficient from the two norms.
-///
-/// When either norm is 0 (a freshly zeroed bias, a segment without gradient)
-/// the ratio is meaningless and the coefficient is exactly 1, unclipped, as in
-/// the authors' implementation; 1-bit LAMB relies on that value to skip such
-/// segments when averaging coefficients.
-pub(crate) fn trust_coefficient(x_norm: f64, u_norm: f64, c_min: f64, c_max: f64) -> f64 {
-    if x_norm == 0.0 || u_norm == 0.0 {
-        1.0
-    } else {
-        (x_norm / u_norm).clamp(c_min, c_max)
-    }
-}
-
 /// LAMB's update of `x`, `m` and `v` from the averaged gradient `g` over
 /// `span` (also 1-bit LAMB's warmup): the moments and each chunk's norms,
 /// the segments' trust coefficients (on the host from f64 sums, this
 /// rank's chunks gathered from the others when the step is split; on a
-/// device there, [`pass::lamb::lamb_passes`]), the update. Returns the
+/// device there, [`lamb_passes`]), the update. Returns the
 /// coefficients and the time spent gathering.
 pub(crate) fn lamb_update(
     c: &LambConfig,
@@ -142,86 +128,5 @@ pub(crate) fn lamb_update(
         c_max: c.c_max,
         decay_only: c.trust_decay_only,
     };
-    pass::lamb::lamb_passes(span, &direction, &rule, ctx.comm, x, (m, v), g)
-}
-
-/// How LAMB turns a segment's norms into its coefficient and rate.
-pub(crate) struct TrustRule {
-    /// The step's learning rate (the rate is `lr·c`).
-    pub(crate) lr: f64,
-    /// The coefficient's clip range.
-    pub(crate) c_min: f64,
-    pub(crate) c_max: f64,
-    /// A coefficient of exactly 1 for segments without decay
-    /// (`trust_decay_only`).
-    pub(crate) decay_only: bool,
-}
-
-impl TrustRule {
-    /// Whether `segment` takes a trust ratio at all.
-    pub(crate) fn applies_to(&self, segment: &Segment) -> bool {
-        !self.decay_only || segment.decay
-    }
-
-    /// The coefficient of `segment` from its `Σx²` and `Σu²`.
-    pub(crate) fn of_segment(&self, segment: &Segment, xx: f64, uu: f64) -> Trust {
-        if self.applies_to(segment) {
-            Trust {
-                coefficient: trust_coefficient(xx.sqrt(), uu.sqrt(), self.c_min, self.c_max),
-                degenerate: xx == 0.0 || uu == 0.0,
-            }
-        } else {
-            Trust {
-                coefficient: 1.0,
-                degenerate: false,
-            }
-        }
-    }
-}
-
-/// A segment's trust coefficient, and whether a norm was 0 (coefficient 1
-/// by that rule, which 1-bit LAMB leaves out of its running average).
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub(crate) struct Trust {
-    pub(crate) coefficient: f64,
-    pub(crate) degenerate: bool,
-}
-
-/// The segments' coefficients of a step: computed on the host, or on the
-/// device and read only when asked for ([`Trusts::read`]), so that LAMB,
-/// which does not keep them, never waits for them.
-pub(crate) enum Trusts {
-    Ready(Vec<Trust>),
-    Queued(QueuedTrusts),
-}
-
-impl Trusts {
-    /// The coefficients, one per segment (a device's: waits for it).
-    pub(crate) fn read(self) -> Vec<Trust> {
-        match self {
-            Trusts::Ready(trusts) => trusts,
-            Trusts::Queued(queued) => queued
-                .read()
-                .into_iter()
-                .map(|(coefficient, degenerate)| Trust {
-                    coefficient: f64::from(coefficient),
-                    degenerate,
-                })
-                .collect(),
-        }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::trust_coefficient;
-
-    #[test]
-    fn trust_is_one_when_a_norm_vanishes_and_clipped_otherwise() {
-        assert_eq!(trust_coefficient(0.0, 3.0, 0.01, 0.3), 1.0);
-        assert_eq!(trust_coefficient(2.0, 0.0, 0.01, 0.3), 1.0);
-        assert_eq!(trust_coefficient(1.0, 10.0, 0.01, 0.3), 0.1);
-        assert_eq!(trust_coefficient(10.0, 1.0, 0.01, 0.3), 0.3);
-        assert_eq!(trust_coefficient(1.0, 1000.0, 0.01, 0.3), 0.01);
-    }
+    lamb_passes(span, &direction, &rule, ctx.comm, x, (m, v), g)
 }

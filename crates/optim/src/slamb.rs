@@ -12,6 +12,7 @@ use cubecl::server::Handle;
 use serde::{Deserialize, Serialize};
 use terse_comm::{SparseAllreduce, SparseValues};
 use terse_kernels::device::optim::DeviceChunks;
+use terse_kernels::device::slamb_trust::SlambTrust;
 use terse_kernels::device::{self, DeviceSelection, with_cuda_addresses};
 use terse_kernels::half_mean::{HalfExchange, HalfSlices};
 use terse_kernels::mask::{Mask, Selection, SparseBuffer};
@@ -20,8 +21,8 @@ use terse_kernels::resident::filled;
 use crate::config_check::{NoOtherFields, check_clip, check_unit, invalid};
 use crate::device_flat::{chunk_table, read_f32, summed_on_gpu, upload_f32};
 use crate::eps_mode::check_has_compression_stage;
-use crate::lamb::trust_coefficient;
 use crate::moments::Moments;
+use crate::pass::lamb::trust_coefficient;
 use crate::pass::{
     self, Direction,
     slamb::{Norms, SegmentTrust, Selected, SlambOn, SlambStep},
@@ -325,12 +326,20 @@ impl FlatOptimizer for Slamb {
                 weight_decay: c.moments.weight_decay as f32,
             },
         };
-        let phi: Vec<SegmentTrust> = step
-            .split_norms(&on, x, (m, v), &selection)
+        let one_dimensional: Vec<bool> = ctx
+            .layout
+            .segments()
             .iter()
-            .zip(ctx.layout.segments())
-            .map(|(n, segment)| trust_ratios(n, segment, c))
+            .map(|s| s.shape.len() == 1)
             .collect();
+        let device_rule = SlambTrust {
+            authors: c.compat == SlambCompat::Authors,
+            phi_min: c.phi_min as f32,
+            phi_max: c.phi_max as f32,
+            one_dimensional: &one_dimensional,
+        };
+        let host_ratios = |n: &Norms, segment: &Segment| trust_ratios(n, segment, c);
+        let phi = step.trust(&on, x, (m, v), &selection, host_ratios, &device_rule);
         let stale_lr = ctx.lr / (*world_size as f64).sqrt();
         let rates = (ctx.lr as f32, stale_lr as f32);
         step.apply(&on, x, (m, v, freshness), &phi, rates);

@@ -13,6 +13,7 @@ mod onebit;
 pub mod optim;
 mod server;
 pub mod slamb;
+pub mod slamb_trust;
 mod word_offsets;
 
 pub use cuda_memory::with_cuda_addresses;

@@ -11,7 +11,6 @@ use super::cube::{CUBE, bit, buffer, launch_units, reduce_rows, unit_item};
 use super::optim::{
     ChunkTable, DeviceChunks, MomentCoefficients, direction, f32_arg, launch_chunks, update_moments,
 };
-use crate::host_reads;
 
 #[cube]
 fn selected(selection: &[u32], i: usize) -> bool {
@@ -120,23 +119,6 @@ fn apply_kernel(
     }
 }
 
-/// A segment's norms split by selection, summed in f64 from the chunks.
-#[derive(Debug, Clone, Copy, Default, PartialEq)]
-pub struct SplitNorms {
-    /// `Σx²` over the selected elements.
-    pub x_selected: f64,
-    /// `Σu²` over the selected elements.
-    pub u_selected: f64,
-    /// `Σx²` over the others.
-    pub x_rest: f64,
-    /// `Σu²` over the others.
-    pub u_rest: f64,
-    /// Number of selected elements.
-    pub selected: usize,
-    /// Number of the others.
-    pub rest: usize,
-}
-
 /// The moment update over the whole buffer.
 pub fn moments(
     client: &Client,
@@ -173,21 +155,19 @@ pub fn freshness(client: &Client, f: &Handle, selection: &Handle, len: usize, be
     }
 }
 
-/// Each segment's norms split by `selection`.
-#[allow(clippy::too_many_arguments)]
-pub fn split_norms(
+/// Each chunk's norms split by `selection` (six f32 per chunk, in a new
+/// device buffer, not read: [`super::slamb_trust`] totals them there);
+/// `None` when there are no chunks.
+pub(super) fn queue_split_norms(
     client: &Client,
     chunks: &DeviceChunks,
-    x: &Handle,
-    m: &Handle,
-    v: &Handle,
+    [x, m, v]: [&Handle; 3],
     selection: &Handle,
     coefficients: &MomentCoefficients,
     inside: bool,
-) -> Vec<SplitNorms> {
-    let mut norms = vec![SplitNorms::default(); chunks.segment_count()];
+) -> Option<Handle> {
     if chunks.is_empty() {
-        return norms;
+        return None;
     }
     let c = chunks.coefficients(client, coefficients, 0.0);
     let (partials, partials_arg) = chunks.partials(client, 6);
@@ -201,21 +181,12 @@ pub fn split_norms(
             norms_kernel([x, m, v], selection, c, partials_arg, inside)
         );
     }
-    let read = host_reads::read_f32(client, partials);
-    for (s, p) in chunks.segment_of_chunks().zip(read.chunks_exact(6)) {
-        let n = &mut norms[s];
-        n.x_selected += f64::from(p[0]);
-        n.u_selected += f64::from(p[1]);
-        n.x_rest += f64::from(p[2]);
-        n.u_rest += f64::from(p[3]);
-        n.selected += p[4] as usize;
-        n.rest += p[5] as usize;
-    }
-    norms
+    Some(partials)
 }
 
 /// The update: `phi` holds `[φ_max, φ_min, lo, hi]` per segment, the two
-/// ratios and the bounds their blend is clipped to.
+/// ratios and the bounds their blend is clipped to (on the device, as
+/// [`super::slamb_trust::trust_ratios`] leaves them).
 #[allow(clippy::too_many_arguments)]
 pub fn apply(
     client: &Client,
@@ -225,21 +196,18 @@ pub fn apply(
     v: &Handle,
     f: &Handle,
     coefficients: &MomentCoefficients,
-    phi: &[f32],
+    phi: &Handle,
     lr: f32,
     stale_lr: f32,
     inside: bool,
 ) {
-    assert_eq!(
-        phi.len(),
-        4 * chunks.segment_count(),
-        "two ratios and two bounds per segment"
-    );
     if chunks.is_empty() {
         return;
     }
     let c = chunks.coefficients(client, coefficients, 0.0);
-    let phi = f32_arg(client, phi);
+    // SAFETY (of the launch below too): four f32 per segment, the caller's
+    // contract.
+    let phi = unsafe { buffer(phi, 4 * chunks.segment_count()) };
     let rates = f32_arg(client, &[lr, stale_lr]);
     // SAFETY: as in `moments`; four values per segment, two rates.
     unsafe {

@@ -8,14 +8,13 @@ use std::time::Duration;
 
 use rayon::prelude::*;
 use terse_comm::Communicator;
-use terse_kernels::device::optim::{self, TrustConstants};
+use terse_kernels::device::optim::{self, QueuedTrusts, TrustConstants};
 
 use super::Direction;
-use crate::lamb::{Trust, TrustRule, Trusts};
 use crate::moments::{Moments, with_eps_mode};
 use crate::parallel::{chunk_sum_of_squares, with_avx};
 use crate::span::{On, Partials, Span};
-use crate::{Flat, FlatMut, OptimError};
+use crate::{Flat, FlatMut, OptimError, Segment};
 
 /// LAMB's step over `span`: `m, v` take `g`, each segment's `‖x‖²` and
 /// `‖u‖²` (u the direction with decaying segments' `weight_decay`) give its
@@ -80,6 +79,87 @@ pub(crate) fn lamb_passes(
     }
 }
 
+/// LAMB's layer-wise coefficient from the two norms.
+///
+/// When either norm is 0 (a freshly zeroed bias, a segment without gradient)
+/// the ratio is meaningless and the coefficient is exactly 1, unclipped, as in
+/// the authors' implementation; 1-bit LAMB relies on that value to skip such
+/// segments when averaging coefficients.
+pub(crate) fn trust_coefficient(x_norm: f64, u_norm: f64, c_min: f64, c_max: f64) -> f64 {
+    if x_norm == 0.0 || u_norm == 0.0 {
+        1.0
+    } else {
+        (x_norm / u_norm).clamp(c_min, c_max)
+    }
+}
+
+/// How LAMB turns a segment's norms into its coefficient and rate.
+pub(crate) struct TrustRule {
+    /// The step's learning rate (the rate is `lr·c`).
+    pub(crate) lr: f64,
+    /// The coefficient's clip range.
+    pub(crate) c_min: f64,
+    pub(crate) c_max: f64,
+    /// A coefficient of exactly 1 for segments without decay
+    /// (`trust_decay_only`).
+    pub(crate) decay_only: bool,
+}
+
+impl TrustRule {
+    /// Whether `segment` takes a trust ratio at all.
+    pub(crate) fn applies_to(&self, segment: &Segment) -> bool {
+        !self.decay_only || segment.decay
+    }
+
+    /// The coefficient of `segment` from its `Σx²` and `Σu²`.
+    pub(crate) fn of_segment(&self, segment: &Segment, xx: f64, uu: f64) -> Trust {
+        if self.applies_to(segment) {
+            Trust {
+                coefficient: trust_coefficient(xx.sqrt(), uu.sqrt(), self.c_min, self.c_max),
+                degenerate: xx == 0.0 || uu == 0.0,
+            }
+        } else {
+            Trust {
+                coefficient: 1.0,
+                degenerate: false,
+            }
+        }
+    }
+}
+
+/// A segment's trust coefficient, and whether a norm was 0 (coefficient 1
+/// by that rule, which 1-bit LAMB leaves out of its running average).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(crate) struct Trust {
+    pub(crate) coefficient: f64,
+    pub(crate) degenerate: bool,
+}
+
+/// The segments' coefficients of a step: computed on the host, or on the
+/// device and read only when asked for ([`Trusts::read`]), so that LAMB,
+/// which does not keep them, never waits for them.
+pub(crate) enum Trusts {
+    Ready(Vec<Trust>),
+    Queued(QueuedTrusts),
+}
+
+impl Trusts {
+    /// The coefficients, one per segment (a device's: waits for it).
+    pub(crate) fn read(self) -> Vec<Trust> {
+        match self {
+            Trusts::Ready(trusts) => trusts,
+            Trusts::Queued(queued) => queued
+                .read()
+                .into_iter()
+                .map(|(coefficient, degenerate)| Trust {
+                    coefficient: f64::from(coefficient),
+                    degenerate,
+                })
+                .collect(),
+        }
+    }
+}
+
 /// Pass 1 over a chunk: updates the moments, returns `(Σx², Σu²)` in f64.
 ///
 /// The direction u goes to a chunk-sized scratch buffer (it stays in cache)
@@ -114,5 +194,19 @@ fn apply<const INSIDE: bool>(
 ) {
     for ((x, &m), &v) in x.iter_mut().zip(m).zip(v) {
         *x -= scaled_lr * moments.direction::<INSIDE>(m, v, *x, wd);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::trust_coefficient;
+
+    #[test]
+    fn trust_is_one_when_a_norm_vanishes_and_clipped_otherwise() {
+        assert_eq!(trust_coefficient(0.0, 3.0, 0.01, 0.3), 1.0);
+        assert_eq!(trust_coefficient(2.0, 0.0, 0.01, 0.3), 1.0);
+        assert_eq!(trust_coefficient(1.0, 10.0, 0.01, 0.3), 0.1);
+        assert_eq!(trust_coefficient(10.0, 1.0, 0.01, 0.3), 0.3);
+        assert_eq!(trust_coefficient(1.0, 1000.0, 0.01, 0.3), 0.01);
     }
 }

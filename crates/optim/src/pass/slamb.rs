@@ -1,6 +1,7 @@
 //! SLAMB's element-wise passes (ALGORITHMS.md "SLAMB"), each with its host
 //! loop and its cubecl kernel side by side: the moments, the freshness from
-//! the step's selection, the per-segment norms split by selection, and the
+//! the step's selection, the per-segment norms split by selection and the
+//! trust ratios from them (on a device computed there, not read), and the
 //! update with each element's blend of the two trust ratios and rates.
 //! The selection is a flag per element on the host and a bitmap on the
 //! device ([`Selected`]); everything else is the same step on either.
@@ -9,12 +10,13 @@ use cubecl::prelude::*;
 use cubecl::server::Handle;
 use rayon::prelude::*;
 use terse_kernels::device::optim::DeviceChunks;
-use terse_kernels::device::slamb::{self as kernels, SplitNorms};
+use terse_kernels::device::slamb as kernels;
+use terse_kernels::device::slamb_trust::{self, SlambTrust};
 
 use super::Direction;
 use crate::moments::{Moments, with_eps_mode};
 use crate::parallel::{CHUNK, chunk_slices, split_segments, split_segments_mut, with_avx};
-use crate::{Flat, FlatMut, ParamLayout};
+use crate::{Flat, FlatMut, ParamLayout, Segment};
 
 /// Where SLAMB's passes run: the host's fixed chunks, or the device's
 /// chunk table.
@@ -44,19 +46,6 @@ pub(crate) struct Norms {
     pub(crate) u_rest: f64,
     pub(crate) selected: usize,
     pub(crate) rest: usize,
-}
-
-impl From<&SplitNorms> for Norms {
-    fn from(n: &SplitNorms) -> Norms {
-        Norms {
-            x_sel: n.x_selected,
-            u_sel: n.u_selected,
-            x_rest: n.x_rest,
-            u_rest: n.u_rest,
-            selected: n.selected,
-            rest: n.rest,
-        }
-    }
 }
 
 impl Norms {
@@ -135,6 +124,13 @@ pub(crate) struct SegmentTrust {
     pub(crate) bounds: (f32, f32),
 }
 
+/// The segments' trust ratios of a step: on the host, or `[φ_max, φ_min,
+/// lo, hi]` per segment in a device buffer.
+pub(crate) enum Phi {
+    Host(Vec<SegmentTrust>),
+    Device(Handle),
+}
+
 /// What the trust ratios and the update need besides the buffers: the
 /// segments, and Adam's direction (the other passes' [`Direction`]).
 pub(crate) struct SlambStep<'a> {
@@ -143,69 +139,82 @@ pub(crate) struct SlambStep<'a> {
 }
 
 impl SlambStep<'_> {
-    /// Each segment's norms of x and of Adam's direction u, split by the
-    /// selection (f32 per chunk, summed in f64 in chunk order).
-    pub(crate) fn split_norms(
+    /// Each segment's trust ratios from the norms of x and of Adam's
+    /// direction u split by the selection: on the host `host_ratios` of
+    /// f64 sums in chunk order; on a device the same rule, `device_rule`,
+    /// computed there and left there ([`slamb_trust::trust_ratios`]), so
+    /// the host does not wait for them.
+    pub(crate) fn trust(
         &self,
         on: &SlambOn<'_>,
         x: &FlatMut,
         (m, v): (&Flat, &Flat),
         selected: &Selected<'_>,
-    ) -> Vec<Norms> {
-        let moments = self.direction.moments;
+        host_ratios: impl Fn(&Norms, &Segment) -> SegmentTrust,
+        device_rule: &SlambTrust<'_>,
+    ) -> Phi {
         match (on, selected) {
-            (SlambOn::Host, Selected::Host(selected)) => {
-                let layout = self.layout;
-                let xs = split_segments(layout, x.host());
-                let ms = split_segments(layout, m.host());
-                let vs = split_segments(layout, v.host());
-                let ss = split_segments(layout, selected);
-                with_eps_mode!(self.direction.eps_mode, INSIDE => {
-                    layout.segments().par_iter().zip(xs).zip(ms).zip(vs).zip(ss).map(
-                        |((((segment, x), m), v), s)| {
-                            let wd = self.direction.decay(segment.decay);
-                            chunk_slices([], [x, m, v])
-                                .zip(s.par_chunks(CHUNK))
-                                .map(|(([], [x, m, v]), s)| {
-                                    let mut n = Norms::default();
-                                    for (((&x, &m), &v), &s) in x.iter().zip(m).zip(v).zip(s) {
-                                        let u = f64::from(moments.direction::<INSIDE>(m, v, x, wd));
-                                        let x = f64::from(x);
-                                        if s == 1 {
-                                            n.x_sel += x * x;
-                                            n.u_sel += u * u;
-                                            n.selected += 1;
-                                        } else {
-                                            n.x_rest += x * x;
-                                            n.u_rest += u * u;
-                                            n.rest += 1;
-                                        }
-                                    }
-                                    n
-                                })
-                                .collect::<Vec<_>>()
-                                .into_iter()
-                                .fold(Norms::default(), Norms::add)
-                        },
-                    )
-                    .collect()
-                })
+            (SlambOn::Host, Selected::Host(selected)) => Phi::Host(
+                self.host_split_norms(x, (m, v), selected)
+                    .iter()
+                    .zip(self.layout.segments())
+                    .map(|(n, segment)| host_ratios(n, segment))
+                    .collect(),
+            ),
+            (SlambOn::Device { client, chunks }, Selected::Device(words)) => {
+                Phi::Device(slamb_trust::trust_ratios(
+                    client,
+                    chunks,
+                    [x.handle(), m.handle(), v.handle()],
+                    words,
+                    &self.direction.moments.coefficients(),
+                    self.direction.inside(),
+                    device_rule,
+                ))
             }
-            (SlambOn::Device { client, chunks }, Selected::Device(words)) => kernels::split_norms(
-                client,
-                chunks,
-                x.handle(),
-                m.handle(),
-                v.handle(),
-                words,
-                &moments.coefficients(),
-                self.direction.inside(),
-            )
-            .iter()
-            .map(Norms::from)
-            .collect(),
             _ => unreachable!("the selection lives where the step runs"),
         }
+    }
+
+    /// Each segment's norms of x and of Adam's direction u on the host,
+    /// split by the selection (f64 sums in chunk order).
+    fn host_split_norms(&self, x: &FlatMut, (m, v): (&Flat, &Flat), selected: &[u8]) -> Vec<Norms> {
+        let moments = self.direction.moments;
+        let layout = self.layout;
+        let xs = split_segments(layout, x.host());
+        let ms = split_segments(layout, m.host());
+        let vs = split_segments(layout, v.host());
+        let ss = split_segments(layout, selected);
+        with_eps_mode!(self.direction.eps_mode, INSIDE => {
+            layout.segments().par_iter().zip(xs).zip(ms).zip(vs).zip(ss).map(
+                |((((segment, x), m), v), s)| {
+                    let wd = self.direction.decay(segment.decay);
+                    chunk_slices([], [x, m, v])
+                        .zip(s.par_chunks(CHUNK))
+                        .map(|(([], [x, m, v]), s)| {
+                            let mut n = Norms::default();
+                            for (((&x, &m), &v), &s) in x.iter().zip(m).zip(v).zip(s) {
+                                let u = f64::from(moments.direction::<INSIDE>(m, v, x, wd));
+                                let x = f64::from(x);
+                                if s == 1 {
+                                    n.x_sel += x * x;
+                                    n.u_sel += u * u;
+                                    n.selected += 1;
+                                } else {
+                                    n.x_rest += x * x;
+                                    n.u_rest += u * u;
+                                    n.rest += 1;
+                                }
+                            }
+                            n
+                        })
+                        .collect::<Vec<_>>()
+                        .into_iter()
+                        .fold(Norms::default(), Norms::add)
+                },
+            )
+            .collect()
+        })
     }
 
     /// `x -= η·φ·u`, with each element's rate and ratio blended by its
@@ -217,12 +226,12 @@ impl SlambStep<'_> {
         on: &SlambOn<'_>,
         x: &mut FlatMut,
         (m, v, f): (&Flat, &Flat, &Flat),
-        phi: &[SegmentTrust],
+        phi: &Phi,
         (lr, stale_lr): (f32, f32),
     ) {
         let moments = self.direction.moments;
-        match on {
-            SlambOn::Host => {
+        match (on, phi) {
+            (SlambOn::Host, Phi::Host(phi)) => {
                 let layout = self.layout;
                 let xs = split_segments_mut(layout, x.host_mut());
                 let ms = split_segments(layout, m.host());
@@ -246,25 +255,20 @@ impl SlambStep<'_> {
                     )
                 });
             }
-            SlambOn::Device { client, chunks } => {
-                let phi: Vec<f32> = phi
-                    .iter()
-                    .flat_map(|p| [p.phi_max, p.phi_min, p.bounds.0, p.bounds.1])
-                    .collect();
-                kernels::apply(
-                    client,
-                    chunks,
-                    x.handle(),
-                    m.handle(),
-                    v.handle(),
-                    f.handle(),
-                    &moments.coefficients(),
-                    &phi,
-                    lr,
-                    stale_lr,
-                    self.direction.inside(),
-                )
-            }
+            (SlambOn::Device { client, chunks }, Phi::Device(phi)) => kernels::apply(
+                client,
+                chunks,
+                x.handle(),
+                m.handle(),
+                v.handle(),
+                f.handle(),
+                &moments.coefficients(),
+                phi,
+                lr,
+                stale_lr,
+                self.direction.inside(),
+            ),
+            _ => unreachable!("the ratios live where the step runs"),
         }
     }
 }

@@ -164,11 +164,6 @@ impl DeviceChunks {
         self.segments
     }
 
-    /// Each chunk's segment, in chunk order.
-    pub(crate) fn segment_of_chunks(&self) -> impl Iterator<Item = usize> + '_ {
-        self.table.iter().map(|&(s, _, _)| s)
-    }
-
     /// The moment coefficients with rate `lr` as a kernel argument.
     pub(crate) fn coefficients(
         &self,

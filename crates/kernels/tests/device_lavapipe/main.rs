@@ -10,7 +10,10 @@
 //! selection words' offsets (prefix sums) exactly the host's, clipping's
 //! squared norm and scaling within f32 rounding of the host's; the fp16
 //! conversions of SLAMB's `values = "f16"` bit for bit against the `half`
-//! crate the host path rounds with.
+//! crate the host path rounds with; LAMB's and SLAMB's trust ratios
+//! ([`trust`]).
+
+mod trust;
 
 use cubecl::device::{WgpuDevice, WgpuDeviceKind};
 use cubecl::prelude::*;
@@ -349,106 +352,6 @@ fn clipping_on_the_device_scales_as_the_host_does() {
                     "{what}: element {i} {c} vs {want}"
                 );
             }
-        }
-    }
-}
-
-#[test]
-fn lamb_trust_coefficients_on_the_device_are_the_host_f64_ones() {
-    use terse_kernels::device::optim::{self as kernels, DeviceChunks, MomentCoefficients};
-
-    let client = client();
-    let (mut rng, _) = fresh_rng();
-    // (length, scale of x, weight decay, trusted): a ratio clipped at
-    // c_max, an empty segment, one of 301 chunks (more than a cube's 256
-    // units: each unit sums a strided share), one clipped at c_min, x all 0
-    // (degenerate: c = 1), one without a trust ratio, one decaying.
-    let segments: [(usize, f32, f32, bool); 7] = [
-        (5, 100.0, 0.0, true),
-        (0, 1.0, 0.0, true),
-        (300 * 4096 + 3, 1.0, 0.0, true),
-        (7, 1e-4, 0.0, true),
-        (4096, 0.0, 0.0, true),
-        (70_001, 1.0, 0.0, false),
-        (1000, 0.5, 0.01, true),
-    ];
-    let lens: Vec<usize> = segments.iter().map(|s| s.0).collect();
-    let decays: Vec<f32> = segments.iter().map(|s| s.2).collect();
-    let trusted: Vec<bool> = segments.iter().map(|s| s.3).collect();
-    let (mut x, mut g) = (Vec::new(), Vec::new());
-    for &(len, scale, _, _) in &segments {
-        // Growing along the segment, so that a total missing some chunks
-        // is visibly off.
-        x.extend((0..len).map(|k| scale * (1.0 + 3.0 * k as f32 / len as f32) * rng.normal()));
-        g.extend((0..len).map(|_| rng.normal()));
-    }
-    // β1 = β2 = 0: m = g and v = g², so u = g/(|g| + ε) + wd·x.
-    let coefficients = MomentCoefficients {
-        beta_1: 0.0,
-        beta_2: 0.0,
-        one_minus_beta_1: 1.0,
-        one_minus_beta_2: 1.0,
-        inv_bias_1: 1.0,
-        inv_bias_2: 1.0,
-        eps: 1e-6,
-        grad_scale: 1.0,
-    };
-    let (lr, c_min, c_max) = (0.01f32, 0.05f32, 10.0f32);
-    let chunks = DeviceChunks::new(&client, &lens, &decays);
-    let buffers = [&x, &vec![0.0; x.len()], &vec![0.0; x.len()], &g]
-        .map(|b| client.create_from_slice(f32::as_bytes(b)));
-    let trust = kernels::TrustConstants {
-        lr,
-        c_min,
-        c_max,
-        trusted: &trusted,
-    };
-    let [xd, md, vd, gd] = &buffers;
-    let queued = kernels::lamb_step(
-        &client,
-        &chunks,
-        [xd, md, vd, gd],
-        &coefficients,
-        false,
-        &trust,
-    );
-    let trusts = queued.read();
-    let stepped = read_f32(&client, xd);
-    let mut offset = 0;
-    for (s, &(len, _, wd, trusted)) in segments.iter().enumerate() {
-        let range = offset..offset + len;
-        offset += len;
-        let u: Vec<f64> = range
-            .clone()
-            .map(|i| {
-                let g = f64::from(g[i]);
-                g / (g.abs() + 1e-6) + f64::from(wd) * f64::from(x[i])
-            })
-            .collect();
-        let xx: f64 = range.clone().map(|i| f64::from(x[i]).powi(2)).sum();
-        let uu: f64 = u.iter().map(|u| u * u).sum();
-        let degenerate = trusted && (xx == 0.0 || uu == 0.0);
-        let want = if !trusted || degenerate {
-            1.0
-        } else {
-            (xx.sqrt() / uu.sqrt()).clamp(f64::from(c_min), f64::from(c_max))
-        };
-        let (c, marked) = trusts[s];
-        eprintln!("segment {s} ({len}): c {c} vs {want}, degenerate {marked}");
-        assert_eq!(marked, degenerate, "segment {s}: degenerate");
-        assert!(
-            (f64::from(c) - want).abs() <= 1e-5 * want,
-            "segment {s}: c {c} vs {want}"
-        );
-        // The update used that coefficient: x - lr·c·u.
-        for (k, i) in range.enumerate() {
-            let expected = f64::from(x[i]) - f64::from(lr) * want * u[k];
-            let scale = f64::from(lr) * want * u[k].abs() + f64::from(x[i]).abs();
-            assert!(
-                (f64::from(stepped[i]) - expected).abs() <= 1e-5 * scale + 1e-12,
-                "segment {s}, element {i}: {} vs {expected}",
-                stepped[i]
-            );
         }
     }
 }
