@@ -14,8 +14,8 @@
 use cubecl::prelude::*;
 use cubecl::server::Handle;
 
-use super::cube::{CUBE, buffer, launch_dims, reduce_rows};
-use super::optim::{DeviceChunks, MomentCoefficients, f32_arg};
+use super::cube::{CUBE, buffer};
+use super::optim::{DeviceChunks, MomentCoefficients, f32_arg, flags_arg, segment_totals};
 use super::slamb::queue_split_norms;
 
 // Indices into the kernel's constants.
@@ -50,33 +50,9 @@ fn slamb_trust_kernel(
     phi: &mut [f32],
     #[comptime] authors: bool,
 ) {
-    let segment = CUBE_POS;
-    if segment + 1 >= first_chunk.len() {
-        terminate!();
-    }
-    let end = usize::cast_from(first_chunk[segment + 1]);
-    let mut chunk = usize::cast_from(first_chunk[segment]) + UNIT_POS as usize;
-    let mut sums = Array::<f32>::new(6usize);
-    #[unroll]
-    for k in 0..6usize {
-        sums[k] = 0.0;
-    }
-    while chunk < end {
-        #[unroll]
-        for k in 0..6usize {
-            sums[k] += partials[6 * chunk + k];
-        }
-        chunk += CUBE;
-    }
-    // The six sums reduced together, as six rows.
-    let unit = UNIT_POS as usize;
     let mut shared = Shared::<[f32]>::new_slice(6 * CUBE);
-    #[unroll]
-    for k in 0..6usize {
-        shared[k * CUBE + unit] = sums[k];
-    }
-    reduce_rows(&mut shared, 6usize, false);
-    if unit == 0 {
+    let segment = segment_totals(partials, first_chunk, &mut shared, 6usize);
+    if UNIT_POS == 0 {
         let (x_sel, u_sel) = (shared[0], shared[CUBE]);
         let (x_rest, u_rest) = (shared[2 * CUBE], shared[3 * CUBE]);
         let (selected, rest) = (shared[4 * CUBE], shared[5 * CUBE]);
@@ -159,13 +135,8 @@ pub fn trust_ratios(
             .collect();
         return client.create_from_slice(f32::as_bytes(&phi));
     };
-    let flags: Vec<f32> = trust
-        .one_dimensional
-        .iter()
-        .map(|&d| f32::from(u8::from(d)))
-        .collect();
     let phi = client.empty(4 * segments * size_of::<f32>());
-    let (count, dim) = launch_dims(client, segments * CUBE);
+    let ((count, dim), first_chunk) = chunks.segment_launch(client);
     // SAFETY: `partials` holds six f32 per chunk, `first_chunk` one u32 per
     // segment plus one (each at most the chunk count), the flags one f32
     // per segment, `phi` four; one cube per segment, and cubes past the
@@ -176,8 +147,8 @@ pub fn trust_ratios(
             count,
             dim,
             buffer(&partials, 6 * chunks.count()),
-            buffer(&chunks.first_chunk, segments + 1),
-            f32_arg(client, &flags),
+            first_chunk,
+            flags_arg(client, trust.one_dimensional),
             f32_arg(client, &[trust.phi_min, trust.phi_max, f32::MAX]),
             buffer(&phi, 4 * segments),
             trust.authors,

@@ -8,7 +8,7 @@ use cubecl::prelude::*;
 use cubecl::server::Handle;
 
 pub(crate) use crate::device::cube::CUBE;
-use crate::device::cube::launch_dims;
+use crate::device::cube::{launch_dims, reduce_rows};
 
 /// Elements per chunk: a cube's 256 units × 16 elements.
 pub const DEVICE_CHUNK: usize = 16 * CUBE;
@@ -172,6 +172,16 @@ impl DeviceChunks {
         lr: f32,
     ) -> BufferArg {
         f32_arg(client, &coefficients.buffer(lr))
+    }
+
+    /// The launch of a kernel with one cube per segment that totals the
+    /// chunks' partials there ([`segment_totals`]), and each segment's
+    /// first chunk as its argument.
+    pub(crate) fn segment_launch(&self, client: &Client) -> ((CubeCount, CubeDim), BufferArg) {
+        let n = self.segments + 1;
+        // SAFETY: `first_chunk` was created with one entry per segment plus one.
+        let first_chunk = unsafe { BufferArg::from_raw_parts(self.first_chunk.clone(), n) };
+        (launch_dims(client, self.segments * CUBE), first_chunk)
     }
 
     /// A new buffer of `per_chunk` f32 per chunk for a kernel's partials:
@@ -347,6 +357,47 @@ pub(crate) fn denominator(v: f32, c: &[f32], #[comptime] inside: bool) -> f32 {
         d = f32::sqrt(v_hat + c[EPS]);
     }
     d
+}
+
+/// One f32 per flag, 1 for true and 0 for false, as a kernel argument.
+pub(crate) fn flags_arg(client: &Client, flags: &[bool]) -> BufferArg {
+    let values: Vec<f32> = flags.iter().map(|&f| f32::from(u8::from(f))).collect();
+    f32_arg(client, &values)
+}
+
+/// In a kernel launched by [`DeviceChunks::segment_launch`]: this cube's
+/// segment, returned, and the totals over its chunks of `rows` partials per
+/// chunk (chunk `c`'s `k`-th at `rows·c + k`) left at `shared[k·CUBE]`;
+/// each unit sums its strided share in chunk order, then
+/// [`reduce_rows`]' tree, so the bits are the same every run. A cube past
+/// the last segment terminates.
+#[cube]
+pub(crate) fn segment_totals(
+    partials: &[f32],
+    first_chunk: &[u32],
+    shared: &mut Shared<[f32]>,
+    #[comptime] rows: usize,
+) -> usize {
+    let segment = CUBE_POS;
+    if segment + 1 >= first_chunk.len() {
+        terminate!();
+    }
+    let end = usize::cast_from(first_chunk[segment + 1]);
+    let mut chunk = usize::cast_from(first_chunk[segment]) + UNIT_POS as usize;
+    let unit = UNIT_POS as usize;
+    #[unroll]
+    for k in 0..rows {
+        shared[k * CUBE + unit] = 0.0;
+    }
+    while chunk < end {
+        #[unroll]
+        for k in 0..rows {
+            shared[k * CUBE + unit] += partials[rows * chunk + k];
+        }
+        chunk += CUBE;
+    }
+    reduce_rows(shared, rows, false);
+    segment
 }
 
 /// `values` in a new device buffer, as a kernel argument.

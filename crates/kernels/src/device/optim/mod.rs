@@ -29,7 +29,9 @@ pub use buffers::{
     QueuedSums, copied, copy, queue_sum_of_squares, scale, sum_of_abs, sum_of_squares, write_at,
     zero_at,
 };
-pub(crate) use chunks::{ChunkTable, direction, f32_arg, launch_chunks, update_moments};
+pub(crate) use chunks::{
+    ChunkTable, direction, f32_arg, flags_arg, launch_chunks, segment_totals, update_moments,
+};
 pub use chunks::{DEVICE_CHUNK, DeviceChunks, MomentCoefficients};
 pub use clip::clip_to_norm;
 pub use compression_stage::{

@@ -18,7 +18,7 @@ use cubecl::server::Handle;
 
 use super::chunks::*;
 use super::uncompressed::{lamb_norms_kernel, rate_update_arg};
-use crate::device::cube::{buffer, launch_dims, reduce_rows};
+use crate::device::cube::buffer;
 use crate::host_reads;
 
 // Indices into the trust kernel's constants.
@@ -42,25 +42,9 @@ fn trust_kernel(
     rates: &mut [f32],
     trusts: &mut [f32],
 ) {
-    let segment = CUBE_POS;
-    if segment + 1 >= first_chunk.len() {
-        terminate!();
-    }
-    let end = usize::cast_from(first_chunk[segment + 1]);
-    let mut chunk = usize::cast_from(first_chunk[segment]) + UNIT_POS as usize;
-    let mut xx = 0.0f32;
-    let mut uu = 0.0f32;
-    while chunk < end {
-        xx += partials[2 * chunk];
-        uu += partials[2 * chunk + 1];
-        chunk += CUBE;
-    }
-    let unit = UNIT_POS as usize;
     let mut shared = Shared::<[f32]>::new_slice(2 * CUBE);
-    shared[unit] = xx;
-    shared[CUBE + unit] = uu;
-    reduce_rows(&mut shared, 2usize, false);
-    if unit == 0 {
+    let segment = segment_totals(partials, first_chunk, &mut shared, 2usize);
+    if UNIT_POS == 0 {
         let (xx, uu) = (shared[0], shared[CUBE]);
         let mut c = 1.0f32;
         let mut degenerate = 0.0f32;
@@ -137,14 +121,9 @@ pub fn lamb_step(
             lamb_norms_kernel([x, m, v, g], c, partials_arg, inside)
         );
     }
-    let flags: Vec<f32> = trust
-        .trusted
-        .iter()
-        .map(|&t| f32::from(u8::from(t)))
-        .collect();
     let constants = f32_arg(client, &[trust.lr, trust.c_min, trust.c_max]);
     let rates = client.empty(segments * size_of::<f32>());
-    let (count, dim) = launch_dims(client, segments * CUBE);
+    let ((count, dim), first_chunk) = chunks.segment_launch(client);
     // SAFETY: `partials` holds two f32 per chunk, `first_chunk` one u32
     // per segment plus one (each below or at the chunk count), the flags
     // and rates one f32 per segment, `trusts` two; one cube per segment,
@@ -155,8 +134,8 @@ pub fn lamb_step(
             count,
             dim,
             buffer(&partials, 2 * chunks.count()),
-            buffer(&chunks.first_chunk, segments + 1),
-            f32_arg(client, &flags),
+            first_chunk,
+            flags_arg(client, trust.trusted),
             constants,
             buffer(&rates, segments),
             buffer(&trusts, 2 * segments),
