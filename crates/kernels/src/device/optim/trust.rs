@@ -11,7 +11,7 @@
 //! cube's units summing their strided share in chunk order and then the
 //! cube's fixed tree, so the bits do not vary between runs; the host's
 //! reference totals the same partials in f64 (terse-optim's
-//! `lamb::trust_coefficient`), a difference of f32 rounding in `c`.
+//! `pass::lamb::TrustRule`), a difference of f32 rounding in `c`.
 
 use cubecl::prelude::*;
 use cubecl::server::Handle;
@@ -94,23 +94,24 @@ pub fn lamb_step(
 ) -> QueuedTrusts {
     assert_eq!(trust.trusted.len(), chunks.segments, "one flag per segment");
     let segments = chunks.segments;
-    // Padded to one entry each: a zero-sized buffer cannot be bound.
-    let trusts = client.empty(2 * segments.max(1) * size_of::<f32>());
-    let queued = QueuedTrusts {
+    let queued = |trusts| QueuedTrusts {
         client: client.clone(),
-        trusts: trusts.clone(),
+        trusts,
         segments,
     };
     if chunks.is_empty() {
-        // Every segment is empty: its norms are 0, its coefficient 1.
-        let marks: Vec<f32> = trust
+        // Every segment is empty: its norms are 0, its coefficient 1 (a
+        // degenerate one where a ratio would apply). Padded to one entry:
+        // a zero-sized buffer cannot be made.
+        let mut marks: Vec<f32> = trust
             .trusted
             .iter()
             .flat_map(|&t| [1.0, f32::from(u8::from(t))])
             .collect();
-        let trusts = client.create_from_slice(f32::as_bytes(&marks));
-        return QueuedTrusts { trusts, ..queued };
+        marks.resize(marks.len().max(2), 0.0);
+        return queued(client.create_from_slice(f32::as_bytes(&marks)));
     }
+    let trusts = client.empty(2 * segments * size_of::<f32>());
     let c = chunks.coefficients(client, coefficients, 0.0);
     let (partials, partials_arg) = chunks.partials(client, 2);
     // SAFETY: as in `adam_step`; `partials` holds two f32 per chunk.
@@ -152,7 +153,7 @@ pub fn lamb_step(
         inside,
         false,
     );
-    queued
+    queued(trusts)
 }
 
 /// LAMB's trust coefficients as computed on the device, not yet read.
