@@ -15,23 +15,16 @@ use cubecl::prelude::*;
 use cubecl::server::Handle;
 
 use super::cube::{CUBE, buffer};
-use super::optim::{DeviceChunks, MomentCoefficients, f32_arg, flags_arg, segment_totals};
+use super::optim::{
+    DeviceChunks, MomentCoefficients, clipped_trust_ratio, f32_arg, flags_arg, segment_totals,
+    trust_ratio,
+};
 use super::slamb::queue_split_norms;
 
 // Indices into the kernel's constants.
 const PHI_MIN: usize = 0;
 const PHI_MAX: usize = 1;
 const UNBOUNDED: usize = 2;
-
-/// `‖x‖/‖u‖` from the squared norms; 1 where either is 0.
-#[cube]
-fn ratio(xx: f32, uu: f32) -> f32 {
-    let mut r = 1.0f32;
-    if xx != 0.0 && uu != 0.0 {
-        r = f32::sqrt(xx) / f32::sqrt(uu);
-    }
-    r
-}
 
 /// One cube per segment: the six sums of its chunks' partials (`Σx²`,
 /// `Σu²` of the selected elements, the same of the others, the two counts;
@@ -59,24 +52,19 @@ fn slamb_trust_kernel(
         let (phi_min, phi_max) = (constants[PHI_MIN], constants[PHI_MAX]);
         let mut lo = 0.0f32;
         let mut hi = constants[UNBOUNDED];
-        let mut fresh = ratio(x_sel, u_sel);
-        let mut stale = ratio(x_rest, u_rest);
+        let mut fresh = trust_ratio(x_sel, u_sel);
+        let mut stale = trust_ratio(x_rest, u_rest);
         if authors {
             if one_dimensional[segment] != 0.0 {
-                fresh = ratio(x_sel + x_rest, u_sel + u_rest);
+                fresh = trust_ratio(x_sel + x_rest, u_sel + u_rest);
                 stale = fresh;
             } else {
                 lo = phi_min;
                 hi = phi_max;
             }
         } else {
-            // A ratio of 1 for a zero norm is not clipped.
-            if x_sel != 0.0 && u_sel != 0.0 {
-                fresh = f32::min(f32::max(fresh, phi_min), phi_max);
-            }
-            if x_rest != 0.0 && u_rest != 0.0 {
-                stale = f32::min(f32::max(stale, phi_min), phi_max);
-            }
+            fresh = clipped_trust_ratio(x_sel, u_sel, phi_min, phi_max);
+            stale = clipped_trust_ratio(x_rest, u_rest, phi_min, phi_max);
             if rest == 0.0 {
                 stale = fresh;
             } else if selected == 0.0 {

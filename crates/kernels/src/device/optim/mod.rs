@@ -38,5 +38,6 @@ pub use compression_stage::{
     accumulate_momentum, fresh_variance, frozen_apply, scaled_momentum, unscale_masked,
 };
 pub use trust::{QueuedTrusts, TrustConstants, lamb_step};
+pub(crate) use trust::{clipped_trust_ratio, trust_ratio};
 pub use uncompressed::{adam_step, sgd_step};
 pub use zero_one_sync::{sync_apply, sync_scale};

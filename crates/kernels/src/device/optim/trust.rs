@@ -26,6 +26,29 @@ const LR: usize = 0;
 const C_MIN: usize = 1;
 const C_MAX: usize = 2;
 
+/// `‖x‖/‖u‖` from the squared norms; exactly 1 where either is 0, the
+/// rule LAMB's and SLAMB's ratios share (terse-optim's
+/// `trust_coefficient` without its clip).
+#[cube]
+pub(crate) fn trust_ratio(xx: f32, uu: f32) -> f32 {
+    let mut r = 1.0f32;
+    if xx != 0.0 && uu != 0.0 {
+        r = f32::sqrt(xx) / f32::sqrt(uu);
+    }
+    r
+}
+
+/// [`trust_ratio`] clipped to `[lo, hi]`, the 1 of a zero norm left
+/// unclipped (terse-optim's `trust_coefficient`).
+#[cube]
+pub(crate) fn clipped_trust_ratio(xx: f32, uu: f32, lo: f32, hi: f32) -> f32 {
+    let mut r = trust_ratio(xx, uu);
+    if xx != 0.0 && uu != 0.0 {
+        r = f32::min(f32::max(r, lo), hi);
+    }
+    r
+}
+
 /// One cube per segment: `Σx²` and `Σu²` over the segment's chunks
 /// (`partials` at `2·chunk` and `2·chunk + 1`, chunks
 /// `first_chunk[s]..first_chunk[s + 1]`), then, by unit 0, the coefficient
@@ -49,11 +72,9 @@ fn trust_kernel(
         let mut c = 1.0f32;
         let mut degenerate = 0.0f32;
         if trusted[segment] != 0.0 {
+            c = clipped_trust_ratio(xx, uu, constants[C_MIN], constants[C_MAX]);
             if xx == 0.0 || uu == 0.0 {
                 degenerate = 1.0;
-            } else {
-                let ratio = f32::sqrt(xx) / f32::sqrt(uu);
-                c = f32::min(f32::max(ratio, constants[C_MIN]), constants[C_MAX]);
             }
         }
         rates[segment] = constants[LR] * c;
