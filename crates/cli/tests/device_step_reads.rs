@@ -18,6 +18,12 @@
 //! - LAMB: the same, its per-layer trust coefficients computed on the
 //!   device between its two passes (the host used to read the norms and
 //!   compute them, one read inside the update);
+//! - 1-bit LAMB (freeze at step 1): the same in the warmup, its running
+//!   trust average kept on the device, except at the freeze, which reads
+//!   that average and each segment's `Σm²` for the momentum scales (two
+//!   reads inside the update, once); the compression stage's variance
+//!   ratios clipped and turned into rates on the device (it used to read
+//!   each segment's largest ratio inside every update);
 //! - the CPU run has neither field.
 
 mod common;
@@ -130,4 +136,12 @@ fn a_device_step_reads_only_after_its_update_is_queued() {
 
     run("lavapipe", "lamb", &dir("lamb"), &[]);
     assert_eq!(reads(&dir("lamb")), vec![(0, 0, 2); 3], "lamb on lavapipe");
+
+    let freeze = ["--set", "optimizer.freeze_step=1"];
+    run("lavapipe", "onebit_lamb", &dir("onebit-lamb"), &freeze);
+    assert_eq!(
+        reads(&dir("onebit-lamb")),
+        vec![(0, 2, 2), (0, 0, 2), (0, 0, 2)],
+        "onebit_lamb on lavapipe (freeze at step 1)"
+    );
 }

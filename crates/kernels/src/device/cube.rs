@@ -36,6 +36,10 @@ pub(crate) use launch_units;
 
 /// The first `len` elements of `handle` as a kernel argument.
 ///
+/// In the kernel, the slice's `len()` is the whole handle's size (cubecl
+/// registers a buffer's length from its handle, not from `len`): a kernel
+/// that covers only part of a buffer takes its count as an argument.
+///
 /// # Safety
 /// `handle` holds at least `len` elements of the kernel parameter's type.
 pub(crate) unsafe fn buffer(handle: &Handle, len: usize) -> BufferArg {

@@ -16,7 +16,7 @@ use cubecl::server::Handle;
 
 use super::cube::{CUBE, buffer};
 use super::optim::{
-    DeviceChunks, MomentCoefficients, clipped_trust_ratio, f32_arg, flags_arg, segment_totals,
+    DeviceChunks, MomentCoefficients, clipped_trust_ratio, f32_arg, flags_arg, segment_reduce,
     trust_ratio,
 };
 use super::slamb::queue_split_norms;
@@ -44,7 +44,7 @@ fn slamb_trust_kernel(
     #[comptime] authors: bool,
 ) {
     let mut shared = Shared::<[f32]>::new_slice(6 * CUBE);
-    let segment = segment_totals(partials, first_chunk, &mut shared, 6usize);
+    let segment = segment_reduce(partials, first_chunk, &mut shared, 6usize, false);
     if UNIT_POS == 0 {
         let (x_sel, u_sel) = (shared[0], shared[CUBE]);
         let (x_rest, u_rest) = (shared[2 * CUBE], shared[3 * CUBE]);

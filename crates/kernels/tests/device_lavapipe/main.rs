@@ -11,8 +11,9 @@
 //! squared norm and scaling within f32 rounding of the host's; the fp16
 //! conversions of SLAMB's `values = "f16"` bit for bit against the `half`
 //! crate the host path rounds with; LAMB's and SLAMB's trust ratios
-//! ([`trust`]).
+//! ([`trust`]); 1-bit LAMB's scalars on the device ([`onebit_lamb`]).
 
+mod onebit_lamb;
 mod trust;
 
 use cubecl::device::{WgpuDevice, WgpuDeviceKind};

@@ -11,7 +11,6 @@ use crate::config_check::{NoOtherFields, check_clip, check_unit};
 use crate::freeze::FreezePoint;
 use crate::kept_out::{ErrorFeedback, KeptOutAllreduce};
 use crate::lamb::check_trust_clip;
-use crate::pass::lamb::Trust;
 use crate::span::SpanCache;
 use crate::step::CommTime;
 use crate::step::{FlatOptimizer, StepContext};
@@ -20,7 +19,10 @@ use crate::{
     ParamLayout, Stage, WithCompression, WithMoments, WithOneBitAllreduce,
 };
 
+mod scalars;
 mod steps;
+
+use scalars::SegmentScalars;
 
 /// 1-bit LAMB's variance-ratio flavour.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
@@ -161,11 +163,7 @@ impl OneBitLamb {
             m_last: Flat::zeros(if basic { 0 } else { d }),
             errors: allreduce.zeroed_errors(),
             allreduce,
-            segments: SegmentScalars {
-                c_avg: vec![0.0; p],
-                k: vec![1.0; p],
-                r_prev: vec![1.0; p],
-            },
+            segments: SegmentScalars::new(p),
             freeze,
             config,
             spans: SpanCache::default(),
@@ -186,60 +184,6 @@ impl OneBitLamb {
             grad_prenorm: false,
             trust_decay_only: false,
             no_other_fields: NoOtherFields,
-        }
-    }
-}
-
-/// 1-bit LAMB's per-segment scalars: the running trust average, the
-/// momentum scales and the last variance ratios.
-struct SegmentScalars {
-    c_avg: Vec<f64>,
-    k: Vec<f64>,
-    r_prev: Vec<f64>,
-}
-
-impl SegmentScalars {
-    /// The momentum scales from each segment's `Σm²` at the freeze: the
-    /// mean RMS over segments with a nonzero one, divided by the segment's.
-    fn set_scales(&mut self, layout: &ParamLayout, squares: &[f64]) {
-        let s: Vec<f64> = layout
-            .segments()
-            .iter()
-            .zip(squares)
-            .map(|(seg, &sq)| (sq / seg.len.max(1) as f64).sqrt())
-            .collect();
-        let positive: Vec<f64> = s.iter().copied().filter(|&s| s > 0.0).collect();
-        let mean = positive.iter().sum::<f64>() / positive.len().max(1) as f64;
-        self.k = s
-            .iter()
-            .map(|&s| if s > 0.0 { mean / s } else { 1.0 })
-            .collect();
-        self.r_prev.fill(1.0);
-    }
-
-    /// Each segment's largest variance ratio clipped to within
-    /// `r_threshold` of the last one, then to `[r_min, r_max]`; kept as the
-    /// next step's last one.
-    fn clip_ratios(&mut self, c: &OneBitLambConfig, raw: &[f64]) -> Vec<f64> {
-        let ratios: Vec<f64> = raw
-            .iter()
-            .zip(&self.r_prev)
-            .map(|(&r, &prev)| {
-                let r = r.clamp((1.0 - c.r_threshold) * prev, (1.0 + c.r_threshold) * prev);
-                r.clamp(c.r_min, c.r_max)
-            })
-            .collect();
-        self.r_prev.clone_from(&ratios);
-        ratios
-    }
-
-    /// `c_avg = β3·c_avg + (1-β3)·c` for each segment whose coefficient was
-    /// not degenerate (a norm of zero).
-    fn average_trust(&mut self, beta_3: f64, trusts: &[Trust]) {
-        for (c_avg, trust) in self.c_avg.iter_mut().zip(trusts) {
-            if !trust.degenerate {
-                *c_avg = beta_3 * *c_avg + (1.0 - beta_3) * trust.coefficient;
-            }
         }
     }
 }
@@ -291,11 +235,11 @@ impl FlatOptimizer for OneBitLamb {
 
     fn scalars(&self) -> Vec<(&'static str, Vec<f64>)> {
         let mut scalars = self.freeze.scalars();
-        let s = &self.segments;
+        let (c_avg, r_prev) = self.segments.values();
         scalars.extend([
-            ("c_avg", s.c_avg.clone()),
-            ("k", s.k.clone()),
-            ("r_prev", s.r_prev.clone()),
+            ("c_avg", c_avg),
+            ("k", self.segments.k.clone()),
+            ("r_prev", r_prev),
         ]);
         scalars
     }
@@ -316,11 +260,11 @@ impl FlatOptimizer for OneBitLamb {
         if FreezePoint::owns(role) {
             return self.freeze.set_scalars(role, values);
         }
-        let s = &mut self.segments;
+        let [c_avg, k, r_prev] = self.segments.host_mut();
         match role {
-            "c_avg" => per_segment(&mut s.c_avg, values),
-            "k" => per_segment(&mut s.k, values),
-            "r_prev" => per_segment(&mut s.r_prev, values),
+            "c_avg" => per_segment(c_avg, values),
+            "k" => per_segment(k, values),
+            "r_prev" => per_segment(r_prev, values),
             _ => Err(format!("unknown scalar state `{role}`")),
         }
     }

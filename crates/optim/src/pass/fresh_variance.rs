@@ -6,6 +6,7 @@
 
 use std::ops::Range;
 
+use cubecl::server::Handle;
 use rayon::prelude::*;
 
 use super::Direction;
@@ -142,20 +143,67 @@ pub(crate) fn fresh_ratios(
             }))
         }
         On::Device { client, chunks } => {
-            let k: Vec<f32> = f.k.iter().map(|&k| k as f32).collect();
-            optim::unscale_masked(client, chunks, m.handle(), v.handle(), &k, f.hold);
+            optim::unscale_masked(client, chunks, m.handle(), v.handle(), &f.k_f32(), f.hold);
+            let buffers = [m.handle(), m_last.handle(), v.handle(), v_fresh.handle()];
+            let coefficients = f.moments.coefficients();
             Partials::Segments(optim::fresh_variance(
                 client,
                 chunks,
-                m.handle(),
-                m_last.handle(),
-                v.handle(),
-                v_fresh.handle(),
-                &f.moments.coefficients(),
-                1.0 / (1.0 - f.beta_1) as f32,
-                f.eps_mode == EpsMode::Inside,
-                f.variance,
+                buffers,
+                &f.kernel_constants(&coefficients),
             ))
+        }
+    }
+}
+
+/// On a device: the synchronised momentum masked and unscaled, the fresh
+/// variance, each segment's ratio clipped by `rule` against the last one
+/// (which it replaces) and the update with v frozen, all there
+/// ([`optim::fresh_variance_update`]): the host reads nothing. `scalars`
+/// holds `c_avg` then the last ratios (1-bit LAMB's, on the device).
+///
+/// # Panics
+/// On a host span.
+pub(crate) fn device_fresh_update(
+    span: &Span<'_>,
+    f: &FreshVariance<'_>,
+    rule: &optim::VarianceRatioRule,
+    x: &mut FlatMut,
+    (m, m_last, v, v_fresh): (&mut Flat, &Flat, &Flat, &mut Flat),
+    scalars: &Handle,
+) {
+    let On::Device { client, chunks } = &span.on else {
+        panic!("a device update on a host span")
+    };
+    optim::unscale_masked(client, chunks, m.handle(), v.handle(), &f.k_f32(), f.hold);
+    let buffers = [
+        x.handle(),
+        m.handle(),
+        m_last.handle(),
+        v.handle(),
+        v_fresh.handle(),
+    ];
+    let coefficients = f.moments.coefficients();
+    let constants = f.kernel_constants(&coefficients);
+    optim::fresh_variance_update(client, chunks, buffers, scalars, &constants, rule, f.hold);
+}
+
+impl FreshVariance<'_> {
+    /// The momentum scales as the kernels take them.
+    fn k_f32(&self) -> Vec<f32> {
+        self.k.iter().map(|&k| k as f32).collect()
+    }
+
+    /// The kernels' constants, with this step's `coefficients`.
+    fn kernel_constants<'c>(
+        &self,
+        coefficients: &'c optim::MomentCoefficients,
+    ) -> optim::FreshVarianceConstants<'c> {
+        optim::FreshVarianceConstants {
+            coefficients,
+            inv_one_minus_beta_1: 1.0 / (1.0 - self.beta_1) as f32,
+            inside: self.eps_mode == EpsMode::Inside,
+            variance: self.variance,
         }
     }
 }

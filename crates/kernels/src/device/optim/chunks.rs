@@ -175,7 +175,7 @@ impl DeviceChunks {
     }
 
     /// The launch of a kernel with one cube per segment that totals the
-    /// chunks' partials there ([`segment_totals`]), and each segment's
+    /// chunks' partials there ([`segment_reduce`]), and each segment's
     /// first chunk as its argument.
     pub(crate) fn segment_launch(&self, client: &Client) -> ((CubeCount, CubeDim), BufferArg) {
         let n = self.segments + 1;
@@ -366,17 +366,19 @@ pub(crate) fn flags_arg(client: &Client, flags: &[bool]) -> BufferArg {
 }
 
 /// In a kernel launched by [`DeviceChunks::segment_launch`]: this cube's
-/// segment, returned, and the totals over its chunks of `rows` partials per
-/// chunk (chunk `c`'s `k`-th at `rows·c + k`) left at `shared[k·CUBE]`;
-/// each unit sums its strided share in chunk order, then
-/// [`reduce_rows`]' tree, so the bits are the same every run. A cube past
-/// the last segment terminates.
+/// segment, returned, and the totals (with `max`, the maxima) over its
+/// chunks of `rows` partials per chunk (chunk `c`'s `k`-th at
+/// `rows·c + k`) left at `shared[k·CUBE]`; each unit folds its strided
+/// share in chunk order from 0 (the maxima are of non-negative values),
+/// then [`reduce_rows`]' tree, so the bits are the same every run. A cube
+/// past the last segment terminates.
 #[cube]
-pub(crate) fn segment_totals(
+pub(crate) fn segment_reduce(
     partials: &[f32],
     first_chunk: &[u32],
     shared: &mut Shared<[f32]>,
     #[comptime] rows: usize,
+    #[comptime] max: bool,
 ) -> usize {
     let segment = CUBE_POS;
     if segment + 1 >= first_chunk.len() {
@@ -392,11 +394,16 @@ pub(crate) fn segment_totals(
     while chunk < end {
         #[unroll]
         for k in 0..rows {
-            shared[k * CUBE + unit] += partials[rows * chunk + k];
+            let value = partials[rows * chunk + k];
+            if max {
+                shared[k * CUBE + unit] = f32::max(shared[k * CUBE + unit], value);
+            } else {
+                shared[k * CUBE + unit] += value;
+            }
         }
         chunk += CUBE;
     }
-    reduce_rows(shared, rows, false);
+    reduce_rows(shared, rows, max);
     segment
 }
 

@@ -7,7 +7,7 @@ use cubecl::prelude::*;
 use cubecl::server::Handle;
 
 use super::chunks::*;
-use crate::device::cube::cube_reduce;
+use crate::device::cube::{buffer, cube_reduce};
 use crate::host_reads;
 
 /// `m = β1·m + (1-β1)·g` (the compression stage's local momentum).
@@ -177,27 +177,29 @@ pub fn unscale_masked(
     }
 }
 
-/// 1-bit LAMB's fresh variance (see `fresh_variance_kernel`), updated in
-/// place; returns each segment's largest variance ratio.
-#[allow(clippy::too_many_arguments)]
-pub fn fresh_variance(
+/// The fresh variance's constants, and its ratio's kind.
+#[derive(Debug, Clone, Copy)]
+pub struct FreshVarianceConstants<'a> {
+    /// This step's moment coefficients (the frozen v's bias correction).
+    pub coefficients: &'a MomentCoefficients,
+    /// `1/(1-β1)`, rounded as the CPU rounds it.
+    pub inv_one_minus_beta_1: f32,
+    /// ε inside the square root.
+    pub inside: bool,
+    /// The paper's ratio `(v+ε)/(v_fresh+ε)` instead of the denominators'.
+    pub variance: bool,
+}
+
+/// Queues [`fresh_variance_kernel`]: v_fresh updated in place, and a new
+/// buffer of each chunk's largest ratio, returned.
+fn queue_fresh_variance(
     client: &Client,
     chunks: &DeviceChunks,
-    m: &Handle,
-    m_last: &Handle,
-    v: &Handle,
-    fresh: &Handle,
-    coefficients: &MomentCoefficients,
-    inv_one_minus_beta_1: f32,
-    inside: bool,
-    variance: bool,
-) -> Vec<f32> {
-    let mut ratios = vec![0.0f32; chunks.segments];
-    if chunks.is_empty() {
-        return ratios;
-    }
-    let c = chunks.coefficients(client, coefficients, 0.0);
-    let inv = f32_arg(client, &[inv_one_minus_beta_1]);
+    [m, m_last, v, fresh]: [&Handle; 4],
+    f: &FreshVarianceConstants<'_>,
+) -> Handle {
+    let c = chunks.coefficients(client, f.coefficients, 0.0);
+    let inv = f32_arg(client, &[f.inv_one_minus_beta_1]);
     let (partials, partials_arg) = chunks.partials(client, 1);
     // SAFETY: as in `adam_step`; `partials` holds one f32 per chunk.
     unsafe {
@@ -209,14 +211,141 @@ pub fn fresh_variance(
                 c,
                 inv,
                 partials_arg,
-                inside,
-                variance
+                f.inside,
+                f.variance
             )
         );
     }
+    partials
+}
+
+/// 1-bit LAMB's fresh variance (see `fresh_variance_kernel`), updated in
+/// place; returns each segment's largest variance ratio, read to the host
+/// (for the ratio's DeepSpeed blend, which takes host norms;
+/// [`fresh_variance_update`] keeps them on the device).
+pub fn fresh_variance(
+    client: &Client,
+    chunks: &DeviceChunks,
+    buffers: [&Handle; 4],
+    f: &FreshVarianceConstants<'_>,
+) -> Vec<f32> {
+    let mut ratios = vec![0.0f32; chunks.segments];
+    if chunks.is_empty() {
+        return ratios;
+    }
+    let partials = queue_fresh_variance(client, chunks, buffers, f);
     let read = host_reads::read_f32(client, partials);
     for (&(s, _, _), &r) in chunks.table.iter().zip(&read) {
         ratios[s] = ratios[s].max(r);
     }
     ratios
+}
+
+// Indices into the ratio kernel's constants.
+const LR: usize = 0;
+const R_MIN: usize = 1;
+const R_MAX: usize = 2;
+const THRESHOLD: usize = 3;
+
+/// One cube per segment: the largest variance ratio over the segment's
+/// chunks, clipped to within `r_threshold` of the last one (`scalars[p + s]`,
+/// p segments) and then to `[r_min, r_max]`, kept there as the next
+/// step's last one, and the rate `lr·r·c_avg` (`c_avg` at `scalars[s]`)
+/// into `rates[s]`.
+#[cube(launch_unchecked)]
+fn variance_rate_kernel(
+    partials: &[f32],
+    first_chunk: &[u32],
+    constants: &[f32],
+    scalars: &mut [f32],
+    rates: &mut [f32],
+) {
+    let mut shared = Shared::<[f32]>::new_slice(CUBE);
+    let segment = segment_reduce(partials, first_chunk, &mut shared, 1usize, true);
+    if UNIT_POS == 0 {
+        let last = first_chunk.len() - 1 + segment;
+        let prev = scalars[last];
+        let step = constants[THRESHOLD];
+        let mut r = f32::min(
+            f32::max(shared[0], (1.0 - step) * prev),
+            (1.0 + step) * prev,
+        );
+        r = f32::min(f32::max(r, constants[R_MIN]), constants[R_MAX]);
+        scalars[last] = r;
+        rates[segment] = constants[LR] * r * scalars[segment];
+    }
+}
+
+/// How 1-bit LAMB turns a segment's largest variance ratio into its rate.
+#[derive(Debug, Clone, Copy)]
+pub struct VarianceRatioRule {
+    /// The step's learning rate.
+    pub lr: f32,
+    /// The ratio's lower clip.
+    pub r_min: f32,
+    /// The ratio's upper clip.
+    pub r_max: f32,
+    /// The largest relative change of the ratio per step.
+    pub r_threshold: f32,
+}
+
+/// 1-bit LAMB's compression-stage update with its rates computed on the
+/// device: the fresh variance (v_fresh updated in place), each segment's
+/// largest ratio clipped by `rule` against the last ratio, which it
+/// replaces, and the update `x -= lr·r·c_avg·u` with v frozen (with
+/// `hold`, m zeroed and x kept where v is zero). `scalars` holds `c_avg`
+/// then the last ratios, one f32 per segment each. Nothing is read back.
+///
+/// # Panics
+/// If `scalars` holds fewer than two f32 per segment.
+#[allow(clippy::too_many_arguments)]
+pub fn fresh_variance_update(
+    client: &Client,
+    chunks: &DeviceChunks,
+    [x, m, m_last, v, fresh]: [&Handle; 5],
+    scalars: &Handle,
+    f: &FreshVarianceConstants<'_>,
+    rule: &VarianceRatioRule,
+    hold: bool,
+) {
+    let p = chunks.segments;
+    assert!(
+        scalars.size_in_used() as usize >= 2 * p * size_of::<f32>(),
+        "two scalars per segment"
+    );
+    if chunks.is_empty() {
+        // No element: nothing moves (the last ratios stay).
+        return;
+    }
+    let partials = queue_fresh_variance(client, chunks, [m, m_last, v, fresh], f);
+    let constants = f32_arg(client, &[rule.lr, rule.r_min, rule.r_max, rule.r_threshold]);
+    let rates = client.empty(p * size_of::<f32>());
+    let ((count, dim), first_chunk) = chunks.segment_launch(client);
+    // SAFETY: `partials` holds one f32 per chunk, `first_chunk` one u32
+    // per segment plus one (each at most the chunk count), `scalars` two
+    // f32 per segment (checked above), `rates` one; one cube per segment,
+    // and cubes past the last segment terminate.
+    unsafe {
+        variance_rate_kernel::launch_unchecked(
+            client,
+            count,
+            dim,
+            buffer(&partials, chunks.count()),
+            first_chunk,
+            constants,
+            buffer(scalars, 2 * p),
+            buffer(&rates, p),
+        );
+    }
+    // SAFETY: `rates` holds one f32 per segment, what the update reads.
+    let rates = unsafe { buffer(&rates, p) };
+    super::uncompressed::rate_update_arg(
+        client,
+        chunks,
+        [x, m, v],
+        f.coefficients,
+        rates,
+        f.inside,
+        hold,
+    );
 }

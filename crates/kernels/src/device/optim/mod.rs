@@ -30,12 +30,13 @@ pub use buffers::{
     zero_at,
 };
 pub(crate) use chunks::{
-    ChunkTable, direction, f32_arg, flags_arg, launch_chunks, segment_totals, update_moments,
+    ChunkTable, direction, f32_arg, flags_arg, launch_chunks, segment_reduce, update_moments,
 };
 pub use chunks::{DEVICE_CHUNK, DeviceChunks, MomentCoefficients};
 pub use clip::clip_to_norm;
 pub use compression_stage::{
-    accumulate_momentum, fresh_variance, frozen_apply, scaled_momentum, unscale_masked,
+    FreshVarianceConstants, VarianceRatioRule, accumulate_momentum, fresh_variance,
+    fresh_variance_update, frozen_apply, scaled_momentum, unscale_masked,
 };
 pub use trust::{QueuedTrusts, TrustConstants, lamb_step};
 pub(crate) use trust::{clipped_trust_ratio, trust_ratio};

@@ -18,7 +18,7 @@ use cubecl::server::Handle;
 
 use super::chunks::*;
 use super::uncompressed::{lamb_norms_kernel, rate_update_arg};
-use crate::device::cube::buffer;
+use crate::device::cube::{buffer, launch_units, unit_item};
 use crate::host_reads;
 
 // Indices into the trust kernel's constants.
@@ -66,7 +66,7 @@ fn trust_kernel(
     trusts: &mut [f32],
 ) {
     let mut shared = Shared::<[f32]>::new_slice(2 * CUBE);
-    let segment = segment_totals(partials, first_chunk, &mut shared, 2usize);
+    let segment = segment_reduce(partials, first_chunk, &mut shared, 2usize, false);
     if UNIT_POS == 0 {
         let (xx, uu) = (shared[0], shared[CUBE]);
         let mut c = 1.0f32;
@@ -177,6 +177,19 @@ pub fn lamb_step(
     queued(trusts)
 }
 
+/// 1-bit LAMB's running trust average, one unit per segment:
+/// `c_avg = β3·c_avg + (1-β3)·c` where the coefficient is not degenerate
+/// (`trusts` as [`trust_kernel`] writes them; `beta_3` holds β3). The
+/// count is an argument: `c_avg` is the first part of a larger buffer,
+/// and a kernel's `len()` is its buffer's whole size.
+#[cube(launch_unchecked)]
+fn average_trust_kernel(trusts: &[f32], beta_3: &[f32], c_avg: &mut [f32], segments: usize) {
+    let s = unit_item(segments);
+    if trusts[2 * s + 1] == 0.0 {
+        c_avg[s] = beta_3[0] * c_avg[s] + (1.0 - beta_3[0]) * trusts[2 * s];
+    }
+}
+
 /// LAMB's trust coefficients as computed on the device, not yet read.
 #[must_use = "the coefficients are only computed, not read"]
 pub struct QueuedTrusts {
@@ -197,6 +210,38 @@ impl QueuedTrusts {
             .chunks_exact(2)
             .map(|pair| (pair[0], pair[1] != 0.0))
             .collect()
+    }
+}
+
+impl QueuedTrusts {
+    /// Queues 1-bit LAMB's running average of the coefficients into
+    /// `c_avg` (its first f32 per segment): `c_avg = β3·c_avg + (1-β3)·c`
+    /// for each segment whose coefficient is not degenerate (a norm of 0).
+    /// Nothing is read: the average stays on the device.
+    ///
+    /// # Panics
+    /// If `c_avg` holds fewer f32 than there are segments (the caller's
+    /// contract: it was created with at least that many).
+    pub fn average_into(&self, c_avg: &Handle, beta_3: f32) {
+        let p = self.segments;
+        if p == 0 {
+            return;
+        }
+        assert!(
+            c_avg.size_in_used() as usize >= p * size_of::<f32>(),
+            "one average per segment"
+        );
+        let beta_3 = f32_arg(&self.client, &[beta_3]);
+        // SAFETY: `trusts` holds two f32 per segment (written by
+        // `lamb_step` for `segments` segments), `c_avg` at least one per
+        // segment (checked above); one unit per segment.
+        unsafe {
+            launch_units!(
+                &self.client,
+                p,
+                average_trust_kernel(buffer(&self.trusts, 2 * p), beta_3, buffer(c_avg, p), p)
+            );
+        }
     }
 }
 
