@@ -357,6 +357,37 @@ fn clipping_on_the_device_scales_as_the_host_does() {
     }
 }
 
+#[test]
+fn whole_buffer_kernels_stop_at_their_length_in_a_longer_buffer() {
+    use terse_kernels::device::optim as kernels;
+
+    // A padded flat buffer (its storage rounded up to the device's
+    // alignment) is longer than its values: copying into it, scaling and
+    // clipping it must leave the padding as it is (here 7s). A kernel's
+    // `len()` is its handle's size, so bounding by it wrote past `len`.
+    let client = client();
+    let (len, padded) = (300usize, 1000usize);
+    let x: Vec<f32> = (0..len).map(|i| i as f32 + 1.0).collect();
+    let x_dev = client.create_from_slice(f32::as_bytes(&x));
+    let y = client.create_from_slice(f32::as_bytes(&vec![7.0f32; padded]));
+    kernels::copy(&client, &x_dev, &y, len);
+    kernels::scale(&client, &y, len, 2.0);
+    let squares = client.create_from_slice(f32::as_bytes(&[1e6f32]));
+    kernels::clip_to_norm(&client, &y, len, &squares, 10.0);
+    let out = read_f32(&client, &y);
+    for (i, &v) in out.iter().enumerate() {
+        let want = if i < len {
+            x[i] * 2.0 * (10.0 / 1000.0)
+        } else {
+            7.0
+        };
+        assert!(
+            (v - want).abs() <= 1e-6 * want,
+            "element {i}: {v} vs {want}"
+        );
+    }
+}
+
 /// The f32 inputs that decide an fp16 rounding: every finite fp16 value,
 /// the midpoints between neighbours (ties, which go to the even one) and
 /// the f32 values one spacing either side of both, of either sign; the

@@ -11,10 +11,10 @@ use super::chunks::*;
 use crate::device::cube::{buffer, cube_reduce, launch_units, unit_item};
 use crate::host_reads;
 
-/// `y = x`.
+/// `y = x` over the first `len` elements (either buffer may be longer).
 #[cube(launch_unchecked)]
-fn copy_kernel(x: &[f32], y: &mut [f32]) {
-    let i = unit_item(y.len());
+fn copy_kernel(x: &[f32], y: &mut [f32], len: usize) {
+    let i = unit_item(len);
     y[i] = x[i];
 }
 
@@ -62,10 +62,10 @@ fn chunk_sum_kernel(
     }
 }
 
-/// `x *= factor[0]`, one unit per element.
+/// `x *= factor[0]` over the first `len` elements, one unit per element.
 #[cube(launch_unchecked)]
-fn scale_kernel(x: &mut [f32], factor: &[f32]) {
-    let i = unit_item(x.len());
+fn scale_kernel(x: &mut [f32], factor: &[f32], len: usize) {
+    let i = unit_item(len);
     x[i] *= factor[0];
 }
 
@@ -113,7 +113,11 @@ pub fn copy(client: &Client, x: &Handle, y: &Handle, len: usize) {
     }
     // SAFETY: both hold `len` f32 (the caller's contract).
     unsafe {
-        launch_units!(client, len, copy_kernel(buffer(x, len), buffer(y, len)));
+        launch_units!(
+            client,
+            len,
+            copy_kernel(buffer(x, len), buffer(y, len), len)
+        );
     }
 }
 
@@ -204,6 +208,6 @@ pub fn scale(client: &Client, x: &Handle, len: usize, factor: f32) {
     let factor = f32_arg(client, &[factor]);
     // SAFETY: `x` holds `len` f32 (the caller's contract).
     unsafe {
-        launch_units!(client, len, scale_kernel(buffer(x, len), factor));
+        launch_units!(client, len, scale_kernel(buffer(x, len), factor, len));
     }
 }

@@ -28,10 +28,11 @@ fn total_kernel(partials: &[f32], total: &mut [f32]) {
 }
 
 /// `x *= max_norm / norm` with `norm = √squares[0]`, where `norm >
-/// max_norm`; one unit per element.
+/// max_norm`, over the first `len` elements (a padded buffer's padding
+/// is left alone); one unit per element.
 #[cube(launch_unchecked)]
-fn clip_kernel(x: &mut [f32], squares: &[f32], max_norm: &[f32]) {
-    let i = unit_item(x.len());
+fn clip_kernel(x: &mut [f32], squares: &[f32], max_norm: &[f32], len: usize) {
+    let i = unit_item(len);
     let norm = f32::sqrt(squares[0]);
     let max = max_norm[0];
     if norm > max {
@@ -73,7 +74,7 @@ pub fn clip_to_norm(client: &Client, x: &Handle, len: usize, squares: &Handle, m
         launch_units!(
             client,
             len,
-            clip_kernel(buffer(x, len), buffer(squares, 1), max_norm)
+            clip_kernel(buffer(x, len), buffer(squares, 1), max_norm, len)
         );
     }
 }
