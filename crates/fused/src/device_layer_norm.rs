@@ -11,7 +11,10 @@
 //! burn's (`(x − mean) / sqrt(var + ε)`, biased variance, then `·γ + β`);
 //! the backward pass is the closed form
 //! `∂x = (g·γ − mean(g·γ) − x̂·mean(g·γ·x̂)) / sqrt(var + ε)`,
-//! `∂γ = Σ_rows g·x̂`, `∂β = Σ_rows g`, from the kept x̂ and denominator.
+//! `∂γ = Σ_rows g·x̂`, `∂β = Σ_rows g`, from the kept x̂ and denominator,
+//! ∂x in one kernel for f32 (`terse_kernels::device::layer_norm_input_grad`:
+//! one cube per row; as burn ops, with fusion, about ten dispatches on
+//! lavapipe, two of them row sums: `results/dispatches/`).
 //! Flex keeps its fused kernel (`layer_norm.rs`).
 
 use burn::backend::autodiff::Autodiff;
@@ -20,9 +23,11 @@ use burn::backend::autodiff::checkpoint::strategy::CheckpointStrategy;
 use burn::backend::autodiff::grads::Gradients;
 use burn::backend::autodiff::ops::{Backward, Ops, OpsKind};
 use burn::backend::tensor::FloatTensor;
-use burn::backend::wgpu::CubeBackend;
-use burn::backend::{Dispatch, TensorMetadata, backend_extension};
+use burn::backend::wgpu::{CubeBackend, CubeTensor};
+use burn::backend::{DType, Dispatch, TensorMetadata, backend_extension};
 use burn::tensor::{Shape, Tensor};
+use burn_cubecl::kernel::into_contiguous;
+use terse_kernels::device;
 
 use crate::reduce_routine::{ParallelReduceOps, row_means, rows};
 
@@ -40,9 +45,64 @@ pub trait DeviceLayerNormOps: ParallelReduceOps {
     ) -> FloatTensor<Self> {
         forward::<Self>(x, gamma, beta, eps).0
     }
+
+    /// The input's gradient from the upstream `g` `[n, d]`, the kept x̂
+    /// `[n, d]` and denominators `[n, 1]`, and γ `[d]`: `[n, d]`.
+    #[fusion(dtype = g, shape = same_shape(g))]
+    fn layer_norm_input_grad(
+        g: FloatTensor<Self>,
+        xhat: FloatTensor<Self>,
+        denom: FloatTensor<Self>,
+        gamma: FloatTensor<Self>,
+    ) -> FloatTensor<Self> {
+        input_grad::<Self>(g, xhat, denom, gamma)
+    }
 }
 
-impl DeviceLayerNormOps for CubeBackend {}
+/// The shape of `x`.
+fn same_shape(x: &Shape) -> Shape {
+    x.clone()
+}
+
+impl DeviceLayerNormOps for CubeBackend {
+    /// One kernel, one cube per row (`terse_kernels::device::
+    /// layer_norm_input_grad`) for f32; other dtypes take burn's ops.
+    fn layer_norm_input_grad(
+        g: CubeTensor,
+        xhat: CubeTensor,
+        denom: CubeTensor,
+        gamma: CubeTensor,
+    ) -> CubeTensor {
+        if [&g, &xhat, &denom, &gamma]
+            .iter()
+            .any(|t| t.dtype != DType::F32)
+        {
+            return input_grad::<Self>(g, xhat, denom, gamma);
+        }
+        let [g, xhat, denom, gamma] = [g, xhat, denom, gamma].map(into_contiguous);
+        let (rows, d) = (g.shape()[0], g.shape()[1]);
+        let handles = [&g.handle, &xhat.handle, &denom.handle, &gamma.handle];
+        let dx = device::layer_norm_input_grad(&g.client, handles, rows, d);
+        CubeTensor::new_contiguous(g.client, g.device, Shape::new([rows, d]), dx, DType::F32)
+    }
+}
+
+/// The closed form as burn ops (the reference of the kernel, and where it
+/// does not run): `(g·γ − mean(g·γ) − x̂·mean(g·γ·x̂)) / denom`.
+fn input_grad<B: ParallelReduceOps>(
+    g: FloatTensor<B>,
+    xhat: FloatTensor<B>,
+    denom: FloatTensor<B>,
+    gamma: FloatTensor<B>,
+) -> FloatTensor<B> {
+    let d = xhat.shape()[1];
+    let g_gamma = B::float_mul(g, B::float_reshape(gamma, Shape::new([1, d])));
+    let mean_g = row_means::<B>(g_gamma.clone());
+    let mean_g_xhat = row_means::<B>(B::float_mul(g_gamma.clone(), xhat.clone()));
+    let centered = B::float_sub(g_gamma, mean_g);
+    let dx = B::float_sub(centered, B::float_mul(xhat, mean_g_xhat));
+    B::float_div(dx, denom)
+}
 
 /// LayerNorm's output in `x`'s shape, with x̂ `[n, d]` and the rows'
 /// `sqrt(var + eps)` `[n, 1]` (what the backward pass keeps).
@@ -105,13 +165,7 @@ impl<B: DeviceLayerNormOps> Backward<B, 3> for LayerNormBackward {
             grads.register::<B>(node.id, B::column_sums(g_xhat));
         }
         if let Some(node) = node_x {
-            let d = xhat.shape()[1];
-            let g_gamma = B::float_mul(g, B::float_reshape(gamma, Shape::new([1, d])));
-            let mean_g = row_means::<B>(g_gamma.clone());
-            let mean_g_xhat = row_means::<B>(B::float_mul(g_gamma.clone(), xhat.clone()));
-            let centered = B::float_sub(g_gamma, mean_g);
-            let dx = B::float_sub(centered, B::float_mul(xhat, mean_g_xhat));
-            let dx = B::float_div(dx, denom);
+            let dx = B::layer_norm_input_grad(g, xhat, denom, gamma);
             grads.register::<B>(node.id, B::float_reshape(dx, shape));
         }
     }

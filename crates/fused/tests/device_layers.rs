@@ -139,7 +139,8 @@ fn layer_norm_parameter_gradients_on_the_device() {
     let device = lavapipe().autodiff();
     let (rows, d, eps) = (4096, 768, 1e-12);
     let mut norm = LayerNormConfig::new(d).with_epsilon(eps).init(&device);
-    let gamma = Tensor::<1>::from_data(TensorData::new(values(d, 31), [d]), &device);
+    let gamma_values = values(d, 31);
+    let gamma = Tensor::<1>::from_data(TensorData::new(gamma_values.clone(), [d]), &device);
     norm.gamma = norm.gamma.map(|_| gamma.require_grad());
     let x_values: Vec<f32> = values(rows * d, 32).iter().map(|v| 3.0 * v + 0.5).collect();
     let r_values = values(rows * d, 33);
@@ -163,6 +164,7 @@ fn layer_norm_parameter_gradients_on_the_device() {
     let (terse, burn) = (run(true), run(false));
 
     let mut want_dgamma = vec![0.0f64; d];
+    let mut want_dx = vec![0.0f64; rows * d];
     for (row, x) in x_values.chunks(d).enumerate() {
         let mean = x.iter().map(|v| f64::from(*v)).sum::<f64>() / d as f64;
         let var = x
@@ -170,11 +172,25 @@ fn layer_norm_parameter_gradients_on_the_device() {
             .map(|v| (f64::from(*v) - mean).powi(2))
             .sum::<f64>()
             / d as f64;
+        let denom = (var + eps).sqrt();
+        let xhat: Vec<f64> = x.iter().map(|&v| (f64::from(v) - mean) / denom).collect();
+        let r = &r_values[row * d..(row + 1) * d];
         for j in 0..d {
-            let xhat = (f64::from(x[j]) - mean) / (var + eps).sqrt();
-            want_dgamma[j] += xhat * f64::from(r_values[row * d + j]);
+            want_dgamma[j] += xhat[j] * f64::from(r[j]);
+        }
+        // ∂x = (a − mean(a) − x̂·mean(a·x̂)) / denom with a = g·γ.
+        let a: Vec<f64> = (0..d)
+            .map(|j| f64::from(r[j]) * f64::from(gamma_values[j]))
+            .collect();
+        let mean_a = a.iter().sum::<f64>() / d as f64;
+        let mean_ax = a.iter().zip(&xhat).map(|(a, x)| a * x).sum::<f64>() / d as f64;
+        for j in 0..d {
+            want_dx[row * d + j] = (a[j] - mean_a - xhat[j] * mean_ax) / denom;
         }
     }
+    let err = max_error(&terse.1, &want_dx);
+    eprintln!("x's gradient: {err:e} from float64");
+    assert!(err < 2e-5, "x's gradient: {err:e}");
     let err = max_error(&terse.3, &column_sums(&r_values, d));
     assert!(err < 2e-5, "β's gradient: {err:e}");
     let err = max_error(&terse.2, &want_dgamma);

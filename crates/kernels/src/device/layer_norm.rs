@@ -1,0 +1,106 @@
+//! LayerNorm's input gradient in one kernel: per row, from the upstream
+//! gradient g, the kept x̂ and denominator `sqrt(var + ε)` and γ,
+//! `∂x = (g·γ − mean(g·γ) − x̂·mean(g·γ·x̂)) / sqrt(var + ε)`.
+//!
+//! As burn ops this closed form is a chain: two products, two row sums
+//! (their inputs products burn's fusion cannot fold into a reduction it
+//! does not own), the means and three element-wise steps, each a pass over
+//! the `[rows, d]` activations and a dispatch. Here one cube per row reads
+//! g, x̂ and γ twice (the row's two sums in a fixed shared-memory tree,
+//! then the gradient) and writes ∂x once.
+
+use cubecl::prelude::*;
+use cubecl::server::Handle;
+
+use super::cube::{CUBE, buffer, launch_dims, reduce_rows};
+
+/// One cube per row of `[rows, d]`; cubes past the last row terminate.
+#[cube(launch_unchecked)]
+fn input_grad_kernel(
+    g: &[f32],
+    xhat: &[f32],
+    denom: &[f32],
+    gamma: &[f32],
+    dx: &mut [f32],
+    rows: usize,
+    d: usize,
+) {
+    let row = CUBE_POS;
+    if row >= rows {
+        terminate!();
+    }
+    let unit = UNIT_POS as usize;
+    let base = row * d;
+    let mut shared = Shared::<[f32]>::new_slice(2 * CUBE);
+    let mut sum = 0.0f32;
+    let mut sum_xhat = 0.0f32;
+    let mut j = unit;
+    while j < d {
+        let a = g[base + j] * gamma[j];
+        sum += a;
+        sum_xhat += a * xhat[base + j];
+        j += CUBE;
+    }
+    shared[unit] = sum;
+    shared[CUBE + unit] = sum_xhat;
+    reduce_rows(&mut shared, 2usize, false);
+    let width = f32::cast_from(d);
+    let mean = shared[0] / width;
+    let mean_xhat = shared[CUBE] / width;
+    let scale = denom[row];
+    j = unit;
+    while j < d {
+        let a = g[base + j] * gamma[j];
+        dx[base + j] = (a - mean - xhat[base + j] * mean_xhat) / scale;
+        j += CUBE;
+    }
+}
+
+/// LayerNorm's input gradient over `rows` rows of `d`: `g` and `xhat`
+/// hold `rows·d` f32 row by row, `denom` one per row, `gamma` `d`; returns
+/// a new buffer of `rows·d` f32.
+///
+/// # Panics
+/// If a buffer is shorter than that.
+pub fn layer_norm_input_grad(
+    client: &Client,
+    [g, xhat, denom, gamma]: [&Handle; 4],
+    rows: usize,
+    d: usize,
+) -> Handle {
+    let n = rows * d;
+    let f = size_of::<f32>() as u64;
+    for (what, handle, len) in [
+        ("g", g, n),
+        ("x̂", xhat, n),
+        ("denom", denom, rows),
+        ("γ", gamma, d),
+    ] {
+        assert!(
+            handle.size_in_used() >= len as u64 * f,
+            "{what}: fewer than {len} f32"
+        );
+    }
+    let dx = client.empty(n.max(1) * size_of::<f32>());
+    if n == 0 {
+        return dx;
+    }
+    let (count, dim) = launch_dims(client, rows * CUBE);
+    // SAFETY: the lengths are checked above; one cube per row, bounded by
+    // `rows`, each unit's reads and writes by `d` within its row.
+    unsafe {
+        input_grad_kernel::launch_unchecked(
+            client,
+            count,
+            dim,
+            buffer(g, n),
+            buffer(xhat, n),
+            buffer(denom, rows),
+            buffer(gamma, d),
+            buffer(&dx, n),
+            rows,
+            d,
+        );
+    }
+    dx
+}
