@@ -55,9 +55,10 @@ impl OneBitLamb {
             .freeze
             .ends_warmup(ctx.t, || sum_of_abs(&span, v), ctx.lr_warmup);
         if ends {
-            // The compression stage reads m and v whole on every rank, and
-            // the freeze sets the scales and ratios on the host (one read
-            // of a device's c_avg, which the basic ablation keeps there).
+            // The compression stage reads m and v whole on every rank. The
+            // freeze sets the scales and ratios on the host, and the basic
+            // ablation's compression stage reads c_avg there: a device's
+            // average is read back once, here.
             self.sync_state(ctx.comm)?;
             self.segments.follow(None);
             if !self.basic {
