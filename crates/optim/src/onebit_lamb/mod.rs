@@ -98,6 +98,12 @@ impl Default for OneBitLambConfig {
 }
 
 impl OneBitLambConfig {
+    /// Whether the variance ratios take DeepSpeed's decay blend (asked for
+    /// and with a weight decay to blend).
+    fn blends_decay(&self) -> bool {
+        self.decay_blend && self.moments.weight_decay > 0.0
+    }
+
     pub(crate) fn validate(&self, name: &str) -> Result<(), OptimError> {
         self.moments.validate(name)?;
         check_trust_clip(name, self.c_min, self.c_max)?;

@@ -118,8 +118,7 @@ impl OneBitLamb {
         let hold = c.allreduce.hold_zero_variance;
         // The ratio's decay blend takes host norms: its ratios are clipped
         // on the host.
-        let blend = c.decay_blend && c.moments.weight_decay > 0.0;
-        let device = x.device().filter(|_| !self.basic && !blend);
+        let device = x.device().filter(|_| !self.basic && !c.blends_decay());
         self.segments.follow(device);
         if device.is_some() {
             let rule = VarianceRatioRule {
@@ -188,7 +187,7 @@ fn host_rates(
     let partials = fresh_ratios(span, &f, m, m_last, v, v_fresh);
     let (raw, mut comm_time) = span.per_segment(ctx.comm, partials, 0.0f32, f32::max)?;
     let mut raw: Vec<f64> = raw.into_iter().map(f64::from).collect();
-    if c.decay_blend && c.moments.weight_decay > 0.0 {
+    if c.blends_decay() {
         let partials = update_norms(span, direction, m, v, x);
         let add = |a: [f64; 2], b: [f64; 2]| [a[0] + b[0], a[1] + b[1]];
         let (norms, time) = span.per_segment(ctx.comm, partials, [0.0; 2], add)?;
