@@ -15,8 +15,8 @@ use terse_compress::dropout::SiteMask;
 /// `out[j]` = the factor of element `j`; `keys` is `[key0, key1,
 /// threshold]`, `scale` `[1/(1 − p)]`.
 #[cube(launch_unchecked)]
-fn factors_kernel(keys: &[u32], scale: &[f32], out: &mut [f32]) {
-    let j = unit_item(out.len());
+fn factors_kernel(keys: &[u32], scale: &[f32], out: &mut [f32], len: usize) {
+    let j = unit_item(len);
     let h = mix32(mix32(u32::cast_from(j) + keys[0]) ^ keys[1]);
     if h >= keys[2] {
         out[j] = scale[0];
@@ -47,7 +47,7 @@ pub fn dropout_factors(client: &Client, mask: &SiteMask, out: &Handle, len: usiz
         launch_units!(
             client,
             len,
-            factors_kernel(buffer(&keys, 3), buffer(&scale, 1), buffer(out, len))
+            factors_kernel(buffer(&keys, 3), buffer(&scale, 1), buffer(out, len), len)
         );
     }
 }

@@ -15,27 +15,33 @@ use crate::onebit::words_for;
 /// sign word (`bits[j · sign_words + r]`) or scale slot (`scales[j · slots
 /// + r - sign_words]`, its f32 bits), zero past either buffer's end and in
 /// the padding. One unit per word of `out`.
+/// The counts are arguments: a kernel's `len()` is its handle's size,
+/// which may be longer.
 #[cube(launch_unchecked)]
+#[allow(clippy::too_many_arguments)]
 fn pack_kernel(
     bits: &[u32],
     scales: &[f32],
     out: &mut [u32],
+    words: usize,
+    slot_count: usize,
+    total: usize,
     #[comptime] message: usize,
     #[comptime] sign_words: usize,
     #[comptime] slots: usize,
 ) {
-    let k = unit_item(out.len());
+    let k = unit_item(total);
     let j = k / message;
     let r = k % message;
     let mut word = 0u32;
     if r < sign_words {
         let w = j * sign_words + r;
-        if w < bits.len() {
+        if w < words {
             word = bits[w];
         }
     } else if r < sign_words + slots {
         let s = j * slots + (r - sign_words);
-        if s < scales.len() {
+        if s < slot_count {
             word = u32::reinterpret(scales[s]);
         }
     }
@@ -49,11 +55,11 @@ fn pack_kernel(
 fn decompress_kernel(
     messages: &[u32],
     out: &mut [f32],
+    len: usize,
     #[comptime] chunk: usize,
     #[comptime] block: usize,
     #[comptime] message: usize,
 ) {
-    let len = out.len();
     // `div_ceil` has no cubecl expansion.
     #[allow(clippy::manual_div_ceil)]
     let w = unit_item((len + 31) / 32);
@@ -102,6 +108,9 @@ pub fn pack_messages(
                 buffer(&compressed.bits, words),
                 buffer(&compressed.scales, slot_count),
                 buffer(out, total),
+                words,
+                slot_count,
+                total,
                 geometry.message,
                 sign_words,
                 slots
@@ -132,6 +141,7 @@ pub fn decompress_messages(
             decompress_kernel(
                 buffer(messages, geometry.all_messages()),
                 buffer(out, len),
+                len,
                 geometry.layout.chunk,
                 geometry.layout.block,
                 geometry.message

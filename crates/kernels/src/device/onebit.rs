@@ -9,17 +9,20 @@ use super::cube::{CUBE, bit, buffer, cube_reduce, launch_units, unit_item};
 use crate::onebit::{ChunkLayout, Scale, words_for};
 
 /// `e += x`, the signs of `y = e` into `bits`, and `Σ|y|` (or `Σy²`) of the
-/// word into `word_sums`. One unit per word.
+/// word into `word_sums`, over the first `len` elements. One unit per word.
+///
+/// Every kernel here takes its element count as an argument: a kernel's
+/// `len()` is its handle's size, and `x` may be a padded flat buffer.
 #[cube(launch_unchecked)]
 fn sign_pack_kernel(
     x: &[f32],
     e: &mut [f32],
     bits: &mut [u32],
     word_sums: &mut [f32],
+    len: usize,
     #[comptime] squares: bool,
 ) {
     let w = unit_item(bits.len());
-    let len = x.len();
     let mut packed = 0u32;
     let mut acc = 0.0f32;
     #[unroll]
@@ -48,9 +51,9 @@ fn sign_pack_kernel(
 /// slot past the data gets 0.
 #[cube(launch_unchecked)]
 fn block_scale_kernel(
-    x: &[f32],
     word_sums: &[f32],
     scales: &mut [f32],
+    len: usize,
     #[comptime] chunk: usize,
     #[comptime] block: usize,
     #[comptime] squares: bool,
@@ -64,8 +67,8 @@ fn block_scale_kernel(
     if end > chunk_end {
         end = chunk_end;
     }
-    if end > x.len() {
-        end = x.len();
+    if end > len {
+        end = len;
     }
     let first = start / 32;
     let mut last = first;
@@ -111,12 +114,12 @@ fn quantise_kernel(
     e: &mut [f32],
     bits: &[u32],
     scales: &[f32],
+    len: usize,
     #[comptime] chunk: usize,
     #[comptime] block: usize,
 ) {
     let w = unit_item(bits.len());
     let word = bits[w];
-    let len = e.len();
     #[unroll]
     for b in 0..32usize {
         let i = w * 32 + b;
@@ -138,12 +141,12 @@ fn decompress_kernel(
     bits: &[u32],
     scales: &[f32],
     out: &mut [f32],
+    len: usize,
     #[comptime] chunk: usize,
     #[comptime] block: usize,
 ) {
     let w = unit_item(bits.len());
     let word = bits[w];
-    let len = out.len();
     #[unroll]
     for b in 0..32usize {
         let i = w * 32 + b;
@@ -224,6 +227,7 @@ pub fn compress_chunks(
                 buffer(error, len),
                 buffer(&out.bits, words),
                 buffer(&word_sums, words),
+                len,
                 squares
             )
         );
@@ -232,9 +236,9 @@ pub fn compress_chunks(
             client,
             CubeCount::Static(slots as u32, 1, 1),
             CubeDim::new_1d(CUBE as u32),
-            buffer(x, len),
             buffer(&word_sums, words),
             buffer(&out.scales, slots),
+            len,
             chunk,
             block,
             squares,
@@ -246,6 +250,7 @@ pub fn compress_chunks(
                 buffer(error, len),
                 buffer(&out.bits, words),
                 buffer(&out.scales, slots),
+                len,
                 chunk,
                 block
             )
@@ -289,6 +294,7 @@ pub fn decompress_chunks(
                 buffer(&compressed.bits, words),
                 buffer(&compressed.scales, slots),
                 buffer(out, len),
+                len,
                 layout.chunk,
                 layout.block
             )

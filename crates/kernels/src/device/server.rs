@@ -25,8 +25,8 @@ fn average_kernel(
     #[comptime] message: usize,
     #[comptime] sign_words: usize,
     #[comptime] block: usize,
+    len: usize,
 ) {
-    let len = avg.len();
     // `div_ceil` has no cubecl expansion.
     #[allow(clippy::manual_div_ceil)]
     let w = unit_item((len + 31) / 32);
@@ -106,7 +106,8 @@ pub fn average_and_recompress(
                 received.copies,
                 received.message,
                 received.sign_words,
-                block
+                block,
+                len
             )
         );
     }

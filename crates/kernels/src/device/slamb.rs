@@ -27,10 +27,11 @@ fn moments_kernel(m: &mut [f32], v: &mut [f32], g: &[f32], table: &ChunkTable, c
     }
 }
 
-/// `f = 1` where selected, `β3·f` elsewhere; one unit per element.
+/// `f = 1` where selected, `β3·f` elsewhere, over the first `len`
+/// elements (a padded buffer's padding is left alone); one unit each.
 #[cube(launch_unchecked)]
-fn freshness_kernel(f: &mut [f32], selection: &[u32], beta_3: &[f32]) {
-    let i = unit_item(f.len());
+fn freshness_kernel(f: &mut [f32], selection: &[u32], beta_3: &[f32], len: usize) {
+    let i = unit_item(len);
     if selected(selection, i) {
         f[i] = 1.0;
     } else {
@@ -150,7 +151,12 @@ pub fn freshness(client: &Client, f: &Handle, selection: &Handle, len: usize, be
         launch_units!(
             client,
             len,
-            freshness_kernel(buffer(f, len), buffer(selection, len.div_ceil(32)), beta_3)
+            freshness_kernel(
+                buffer(f, len),
+                buffer(selection, len.div_ceil(32)),
+                beta_3,
+                len
+            )
         );
     }
 }

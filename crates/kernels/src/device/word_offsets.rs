@@ -25,14 +25,15 @@ const GROUP: usize = 64;
 /// Groups one unit scans.
 const BLOCK: usize = 64;
 
-/// `counts[g]`: the set bits in words `GROUP·g ..` of `words`.
+/// `counts[g]`: the set bits in words `GROUP·g ..` of the first `n` of
+/// `words` (its handle may be longer: a kernel's `len()` is the handle's).
 #[cube(launch_unchecked)]
-fn group_counts_kernel(words: &[u32], counts: &mut [u32]) {
+fn group_counts_kernel(words: &[u32], counts: &mut [u32], n: usize) {
     let g = unit_item(counts.len());
     let mut sum = 0u32;
     for k in 0..GROUP {
         let w = g * GROUP + k;
-        if w < words.len() {
+        if w < n {
             sum += u32::count_ones(words[w]);
         }
     }
@@ -68,14 +69,20 @@ fn top_scan_kernel(totals: &[u32], block_starts: &mut [u32], count: &mut [u32]) 
     count[0] = run;
 }
 
-/// `offsets[w]`: the set bits in the words before `w`.
+/// `offsets[w]`: the set bits in the words before `w`, for the first `n`.
 #[cube(launch_unchecked)]
-fn word_offsets_kernel(words: &[u32], starts: &[u32], block_starts: &[u32], offsets: &mut [u32]) {
+fn word_offsets_kernel(
+    words: &[u32],
+    starts: &[u32],
+    block_starts: &[u32],
+    offsets: &mut [u32],
+    n: usize,
+) {
     let g = unit_item(starts.len());
     let mut at = block_starts[g / BLOCK] + starts[g];
     for k in 0..GROUP {
         let w = g * GROUP + k;
-        if w < words.len() {
+        if w < n {
             offsets[w] = at;
             at += u32::count_ones(words[w]);
         }
@@ -102,7 +109,7 @@ pub fn word_offsets(client: &Client, words: &Handle, n: usize) -> (Handle, usize
         launch_units!(
             client,
             groups,
-            group_counts_kernel(buffer(words, n), buffer(&counts, groups))
+            group_counts_kernel(buffer(words, n), buffer(&counts, groups), n)
         );
         launch_units!(
             client,
@@ -129,7 +136,8 @@ pub fn word_offsets(client: &Client, words: &Handle, n: usize) -> (Handle, usize
                 buffer(words, n),
                 buffer(&starts, groups),
                 buffer(&block_starts, blocks),
-                buffer(&offsets, n)
+                buffer(&offsets, n),
+                n
             )
         );
     }

@@ -388,6 +388,77 @@ fn whole_buffer_kernels_stop_at_their_length_in_a_longer_buffer() {
     }
 }
 
+#[test]
+fn partial_range_kernels_ignore_the_rest_of_their_buffers() {
+    use terse_kernels::device::optim as kernels;
+
+    // The same trap through kernels that take a count: a gradient written
+    // into the flat gradient from a view of a longer buffer, and the
+    // compression of a padded flat buffer's first `len` elements, whose
+    // padding here holds 5s (a padded buffer's is zeros, which hid it).
+    let client = client();
+    let (len, padded, block) = (300usize, 1000usize, 256usize);
+    let x: Vec<f32> = (0..len).map(|i| (i as f32 - 150.0) / 7.0).collect();
+    let with_padding = |v: &[f32]| {
+        let mut p = v.to_vec();
+        p.resize(padded, 5.0);
+        p
+    };
+
+    let x_long = client.create_from_slice(f32::as_bytes(&with_padding(&x)));
+    let y = client.create_from_slice(f32::as_bytes(&vec![7.0f32; 2 * padded]));
+    kernels::write_at(&client, &x_long, len, &y, 2 * padded, 100, false);
+    let y = read_f32(&client, &y);
+    for (i, &v) in y.iter().enumerate() {
+        let want = if (100..100 + len).contains(&i) {
+            x[i - 100]
+        } else {
+            7.0
+        };
+        assert_eq!(v, want, "flat gradient element {i}");
+    }
+
+    let e0: Vec<f32> = (0..len).map(|i| 0.01 * (i % 13) as f32).collect();
+    let (words, blocks) = (words_for(len), blocks_for(len, block));
+    let mut e_cpu = e0.clone();
+    let mut bits_cpu = vec![0u32; words];
+    let mut scales_cpu = vec![0.0f32; blocks];
+    onebit::compress(
+        &x,
+        &mut e_cpu,
+        block,
+        Scale::L1,
+        &mut bits_cpu,
+        &mut scales_cpu,
+    );
+    let e_dev = client.create_from_slice(f32::as_bytes(&with_padding(&e0)));
+    let out = DeviceCompressed {
+        bits: client.create_from_slice(u32::as_bytes(&vec![0u32; words])),
+        scales: client.create_from_slice(f32::as_bytes(&vec![0.0f32; blocks])),
+    };
+    device::compress(&client, &x_long, &e_dev, len, block, Scale::L1, &out);
+    assert_eq!(read_u32(&client, &out.bits), bits_cpu, "packed words");
+    let scales = read_f32(&client, &out.scales);
+    for (k, (&s, &s_cpu)) in scales.iter().zip(&scales_cpu).enumerate() {
+        assert!(
+            (s - s_cpu).abs() <= 1e-6 * s_cpu,
+            "scale {k}: {s} vs {s_cpu}"
+        );
+    }
+    let e = read_f32(&client, &e_dev);
+    for i in 0..padded {
+        let want = if i < len { e_cpu[i] } else { 5.0 };
+        assert!((e[i] - want).abs() <= 1e-6, "error {i}: {} vs {want}", e[i]);
+    }
+    let restored = client.create_from_slice(f32::as_bytes(&vec![7.0f32; padded]));
+    device::decompress(&client, &out, len, block, &restored);
+    let restored = read_f32(&client, &restored);
+    assert!(
+        restored[len..].iter().all(|&v| v == 7.0),
+        "decompression wrote past its {len} elements"
+    );
+}
+
 /// The f32 inputs that decide an fp16 rounding: every finite fp16 value,
 /// the midpoints between neighbours (ties, which go to the even one) and
 /// the f32 values one spacing either side of both, of either sign; the

@@ -18,11 +18,18 @@ fn copy_kernel(x: &[f32], y: &mut [f32], len: usize) {
     y[i] = x[i];
 }
 
-/// `y[offset + i] = x[i]` (`+=` when `accumulate`) for every `i` of `x`.
-/// The offset is a runtime scalar: one compiled kernel for every parameter.
+/// `y[offset + i] = x[i]` (`+=` when `accumulate`) for `i < len`. The
+/// offset and count are runtime scalars: one compiled kernel for every
+/// parameter (and `x` may be a view into a longer buffer).
 #[cube(launch_unchecked)]
-fn copy_or_add_at_kernel(x: &[f32], y: &mut [f32], offset: usize, #[comptime] accumulate: bool) {
-    let i = unit_item(x.len());
+fn copy_or_add_at_kernel(
+    x: &[f32],
+    y: &mut [f32],
+    offset: usize,
+    len: usize,
+    #[comptime] accumulate: bool,
+) {
+    let i = unit_item(len);
     if accumulate {
         y[offset + i] += x[i];
     } else {
@@ -153,7 +160,7 @@ pub fn write_at(
         launch_units!(
             client,
             len,
-            copy_or_add_at_kernel(buffer(x, len), buffer(y, y_len), offset, accumulate)
+            copy_or_add_at_kernel(buffer(x, len), buffer(y, y_len), offset, len, accumulate)
         );
     }
 }

@@ -14,10 +14,10 @@ use crate::device::cube::{buffer, cube_reduce, launch_units, unit_item};
 /// One cube: `total[0]` is the sum of `partials`, each unit's strided share
 /// summed in order, then the cube's fixed tree (the same bits every run).
 #[cube(launch_unchecked)]
-fn total_kernel(partials: &[f32], total: &mut [f32]) {
+fn total_kernel(partials: &[f32], total: &mut [f32], count: usize) {
     let mut acc = 0.0f32;
     let mut i = UNIT_POS as usize;
-    while i < partials.len() {
+    while i < count {
         acc += partials[i];
         i += CUBE;
     }
@@ -54,7 +54,11 @@ impl QueuedSums {
             launch_units!(
                 client,
                 CUBE,
-                total_kernel(buffer(&partials, chunks.count()), buffer(&total, 1))
+                total_kernel(
+                    buffer(&partials, chunks.count()),
+                    buffer(&total, 1),
+                    chunks.count()
+                )
             );
         }
         total
