@@ -31,11 +31,14 @@ run() {
 # NVRTC and CUDA's headers from PyTorch's wheels when the machine has no
 # toolkit (as the bundle's run.sh finds them), for what runs outside run.sh.
 cuda_from_pytorch_wheels() {
-    local nvidia nvrtc header
+    local nvidia nvrtc cublas header
     nvidia=$(python3 -c 'import nvidia; print(list(nvidia.__path__)[0])' 2>/dev/null || true)
     [[ -n $nvidia && -d $nvidia ]] || return 0
     nvrtc=$(find "$nvidia" -name 'libnvrtc.so*' -not -name '*builtins*' 2>/dev/null | head -n 1)
     [[ -n $nvrtc ]] && export LD_LIBRARY_PATH="$LD_LIBRARY_PATH:$(dirname "$nvrtc")"
+    # train.matmul = "cublas" / "cublas_tf32" (model_step --matmul).
+    cublas=$(find "$nvidia" -name 'libcublas.so*' 2>/dev/null | head -n 1)
+    [[ -n $cublas ]] && export LD_LIBRARY_PATH="$LD_LIBRARY_PATH:$(dirname "$cublas")"
     if [[ -z ${CUDA_PATH:-} && ! -d /usr/local/cuda ]]; then
         header=$(find "$nvidia" -path '*/include/cuda_fp16.h' 2>/dev/null | head -n 1)
         [[ -n $header ]] && export CUDA_PATH=$(dirname "$(dirname "$header")")

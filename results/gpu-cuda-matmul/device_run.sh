@@ -5,6 +5,9 @@
 # BERT-base's matmuls 3.8x slower than PyTorch's TF32 matmuls on an H100
 # (results/gpu-cuda-profile/); autotune stays off (a run's bits must not
 # depend on a timing race), so the routine is named from measurements:
+#   (since stop 79 the candidates include NVIDIA's cuBLAS, queued on
+#   cubecl's stream: `cublas`, f32 arithmetic as PyTorch's default, and
+#   `cublas_tf32`, as PyTorch's allow_tf32)
 #   1. every routine on each of the step's matmul products (bin/
 #      matmul_routines, checked against float64 at 64 entries), and
 #      PyTorch's torch.mm on the same products in fp32, tf32 and bf16;
@@ -45,7 +48,7 @@ cuda_from_pytorch_wheels
 
 # 1. Each product, each routine; PyTorch on the same products.
 "$B/bin/matmul_routines" --shapes "${shape[@]}" > "$out/shapes.jsonl"
-routines=${ROUTINES:-auto,simple_cyclic_cmma,simple_cyclic_mma,simple_tma_mma,double_cyclic_mma,double_tma_mma,ordered_double_cmma,ordered_double_mma,specialized_cyclic_mma,specialized_tma_mma}
+routines=${ROUTINES:-cublas,cublas_tf32,auto,simple_cyclic_cmma,simple_cyclic_mma,simple_tma_mma,double_cyclic_mma,double_tma_mma,ordered_double_cmma,ordered_double_mma,specialized_cyclic_mma,specialized_tma_mma}
 run 150 "matmul routines" "$B/bin/matmul_routines" --device "$dev" --routines "$routines" \
     "${shape[@]}" --reps 10 > "$out/matmul-routines.jsonl" 2> "$out/matmul-routines.stderr"
 if [[ $dev == cuda* ]]; then

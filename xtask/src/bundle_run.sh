@@ -83,6 +83,11 @@ if [[ $device == cuda* ]]; then
             export LD_LIBRARY_PATH="$LD_LIBRARY_PATH:$(dirname "$nvrtc")"
             echo "NVRTC from PyTorch's wheels: $nvrtc"
         fi
+        cublas=$(find "$nvidia" -name 'libcublas.so*' 2>/dev/null | head -n 1)
+        if [[ -n $cublas ]] && ! ldconfig -p 2>/dev/null | grep -q 'libcublas\.so'; then
+            export LD_LIBRARY_PATH="$LD_LIBRARY_PATH:$(dirname "$cublas")"
+            echo "cuBLAS from PyTorch's wheels: $cublas"
+        fi
         nccl=$(find "$nvidia" -name 'libnccl.so*' 2>/dev/null | head -n 1)
         if [[ -n $nccl ]] && ! ldconfig -p 2>/dev/null | grep -q 'libnccl\.so'; then
             export LD_LIBRARY_PATH="$LD_LIBRARY_PATH:$(dirname "$nccl")"

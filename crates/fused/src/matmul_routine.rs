@@ -14,11 +14,17 @@
 //! resumed run would not repeat its bits. A named routine is one fixed
 //! order, chosen from measurements.
 //!
+//! On CUDA a run may also name NVIDIA's cuBLAS, PyTorch's matmul library:
+//! `cublas` (f32 arithmetic, PyTorch's default) or `cublas_tf32` (TF32
+//! tensor cores, PyTorch's `allow_tf32`), queued in order with cubecl's
+//! kernels (`terse_kernels::device::cublas`). cubek has no full-f32
+//! product there: it stages f32 as TF32 from sm_80.
+//!
 //! With no routine named (the default) nothing changes: the layers run
 //! burn's own matmul, fused with its neighbours under `fusion`.
 
-use std::sync::RwLock;
 use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{LazyLock, RwLock};
 
 use burn::backend::autodiff::Autodiff;
 use burn::backend::autodiff::checkpoint::strategy::CheckpointStrategy;
@@ -27,6 +33,7 @@ use burn::backend::tensor::FloatTensor;
 use burn::backend::wgpu::{CubeBackend, CubeTensor};
 use burn::backend::{Backend, DType, TensorMetadata, backend_extension};
 use burn::tensor::Shape;
+use burn_cubecl::CubeDevice;
 use burn_cubecl::cubecl::ir::{ElemType, FloatKind};
 use burn_cubecl::kernel::matmul::init_matmul_output;
 use cubek::matmul::definition::{MatmulElems, MatmulGlobalElems, MatmulSetupError};
@@ -34,15 +41,23 @@ use cubek::matmul::launch::launch_ref;
 use cubek::matmul::multi_level::Strategy as Routine;
 use cubek::matmul::strategy::Strategy;
 use cubek::std::InputBinding;
+use terse_kernels::device::cublas::{self, Declined, F32Math, Operand};
 
 /// Builds a routine's strategy (cubek's strategies are not `const`).
 type MakeStrategy = fn() -> Strategy;
 
-/// The routines a run can name: cubek's own names without `matmul_`, the
-/// spelling of burn's autotune log. `auto` is burn's choice without
-/// autotune, launched through this path (a check that the path adds
-/// nothing).
-const ROUTINES: &[(&str, MakeStrategy)] = &[
+/// What a named routine launches.
+#[derive(Debug, Clone, Copy)]
+enum Launch {
+    /// One of cubek's strategies.
+    Cubek(MakeStrategy),
+    /// cuBLAS in one of PyTorch's f32 modes (CUDA only).
+    Cublas(F32Math),
+}
+
+/// The names a run can give of cubek's routines (the rest of `ROUTINES`
+/// are cuBLAS's).
+const CUBEK_ROUTINES: &[(&str, MakeStrategy)] = &[
     ("auto", || Strategy::Auto),
     ("simple_unit", || {
         Routine::SimpleUnit(Default::default()).into()
@@ -82,9 +97,36 @@ const ROUTINES: &[(&str, MakeStrategy)] = &[
     }),
 ];
 
+/// The routines a run can name: cubek's own names without `matmul_` (the
+/// spelling of burn's autotune log; `auto` is burn's choice without
+/// autotune, launched through this path, a check that the path adds
+/// nothing), then cuBLAS's.
+static ROUTINES: LazyLock<Vec<(&'static str, Launch)>> = LazyLock::new(|| {
+    CUBEK_ROUTINES
+        .iter()
+        .map(|&(name, make)| (name, Launch::Cubek(make)))
+        .chain([
+            ("cublas", Launch::Cublas(F32Math::Full)),
+            ("cublas_tf32", Launch::Cublas(F32Math::Tf32)),
+        ])
+        .collect()
+});
+
+/// Whether routine `name` is cuBLAS's (CUDA only; it needs `libcublas`).
+pub fn is_cublas_routine(name: &str) -> bool {
+    ROUTINES
+        .iter()
+        .any(|(known, launch)| *known == name && matches!(launch, Launch::Cublas(_)))
+}
+
+/// Whether this machine has `libcublas` (what the cuBLAS routines need).
+pub fn cublas_present() -> bool {
+    cublas::library_present()
+}
+
 /// The routine named for this process (its entry of [`ROUTINES`]), `None`
 /// for burn's own matmul.
-static NAMED: RwLock<Option<&'static (&'static str, MakeStrategy)>> = RwLock::new(None);
+static NAMED: RwLock<Option<&'static (&'static str, Launch)>> = RwLock::new(None);
 
 /// Products the named routine could not take (on this device, or in a
 /// half type) and burn's matmul ran instead.
@@ -129,7 +171,7 @@ pub fn named_linear_matmul() -> Option<&'static str> {
     named().map(|(name, _)| *name)
 }
 
-fn named() -> Option<&'static (&'static str, MakeStrategy)> {
+fn named() -> Option<&'static (&'static str, Launch)> {
     *NAMED.read().unwrap_or_else(|p| p.into_inner())
 }
 
@@ -153,7 +195,7 @@ impl<B: NamedMatmulOps, C: CheckpointStrategy> NamedMatmulOps for Autodiff<B, C>
 
 impl NamedMatmulOps for CubeBackend {
     fn named_matmul(lhs: CubeTensor, rhs: CubeTensor) -> CubeTensor {
-        let Some((name, strategy)) = named() else {
+        let Some((name, launch)) = named() else {
             return Self::float_matmul(lhs, rhs);
         };
         // The routines are named for f32 steps; a half-precision product
@@ -162,6 +204,21 @@ impl NamedMatmulOps for CubeBackend {
             DECLINED.fetch_add(1, Ordering::Relaxed);
             return Self::float_matmul(lhs, rhs);
         }
+        let strategy = match launch {
+            Launch::Cubek(strategy) => strategy,
+            Launch::Cublas(math) => {
+                return match by_cublas(&lhs, &rhs, *math) {
+                    Ok(out) => out,
+                    // Not CUDA, no libcublas, a layout it cannot read, or
+                    // an error: burn's matmul, counted (a run checks the
+                    // device and the library before it starts).
+                    Err(_) => {
+                        DECLINED.fetch_add(1, Ordering::Relaxed);
+                        Self::float_matmul(lhs, rhs)
+                    }
+                };
+            }
+        };
         match launch_with(strategy(), lhs.clone(), rhs.clone()) {
             Ok(out) => out,
             // The routine needs what this device lacks (tensor cores, TMA,
@@ -200,6 +257,41 @@ fn launch_with(
         InputBinding::new(rhs.binding(), f32),
         out.clone().binding(),
         &mut dtypes,
+    )?;
+    Ok(out)
+}
+
+/// `lhs · rhs` (f32, 2-D) by cuBLAS on a CUDA device, queued behind the
+/// kernels that wrote the operands.
+fn by_cublas(lhs: &CubeTensor, rhs: &CubeTensor, math: F32Math) -> Result<CubeTensor, Declined> {
+    let CubeDevice::Cuda(device) = &lhs.device else {
+        return Err(Declined::NotCuda);
+    };
+    let out = init_matmul_output(lhs, rhs, DType::F32);
+    let operand = |t: &'_ CubeTensor| {
+        let (shape, strides) = (t.meta.shape(), t.meta.strides());
+        (shape[0], shape[1], [strides[0], strides[1]])
+    };
+    let ((m, k, lhs_strides), (_, n, rhs_strides)) = (operand(lhs), operand(rhs));
+    cublas::matmul_f32(
+        &out.client,
+        device.index,
+        (
+            Operand {
+                handle: &lhs.handle,
+                rows: m,
+                cols: k,
+                strides: lhs_strides,
+            },
+            Operand {
+                handle: &rhs.handle,
+                rows: k,
+                cols: n,
+                strides: rhs_strides,
+            },
+        ),
+        &out.handle,
+        math,
     )?;
     Ok(out)
 }

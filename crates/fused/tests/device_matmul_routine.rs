@@ -130,9 +130,9 @@ fn check_routine(name: &str, tolerance: f64) {
 }
 
 /// The unit routines and `auto` run on lavapipe and decline nothing; a
-/// tensor-core routine is declined there (no matrix instructions) and the
-/// layers still compute the same products through burn's matmul. An
-/// unknown name is refused with the list.
+/// tensor-core routine, and cuBLAS, are declined there (no matrix
+/// instructions; not CUDA) and the layers still compute the same products
+/// through burn's matmul. An unknown name is refused with the list.
 #[test]
 fn named_matmul_routines_give_the_linear_layers_products() {
     // Sums of ≤132 products of values in [-1, 1): f32 rounding is ~1e-6.
@@ -151,6 +151,18 @@ fn named_matmul_routines_give_the_linear_layers_products() {
         fused::declined_matmuls() > declined,
         "lavapipe has no matrix instructions, yet ordered_double_mma ran"
     );
+    // cuBLAS is CUDA's: on lavapipe every product is declined (not CUDA
+    // memory), counted, and burn's matmul gives the same products.
+    for name in ["cublas", "cublas_tf32"] {
+        assert!(fused::is_cublas_routine(name), "{name}");
+        let declined = fused::declined_matmuls();
+        check_routine(name, 1e-5);
+        assert!(
+            fused::declined_matmuls() > declined,
+            "{name} took a product on lavapipe"
+        );
+    }
+    assert!(!fused::is_cublas_routine("simple_unit"));
     let err = fused::name_linear_matmul(Some("fastest")).unwrap_err();
     assert!(
         err.contains("`fastest`") && err.contains("simple_unit"),

@@ -183,7 +183,10 @@ pub struct TrainSettings {
     /// The cubek matmul routine the linear layers run on a cubecl device
     /// (`wgpu`, `lavapipe`, `cuda`), by cubek's name without `matmul_`
     /// (`terse_fused::matmul_routine_names`: `simple_tma_mma`,
-    /// `ordered_double_mma`, …). Unset: burn's own matmul (cubek's `Auto`).
+    /// `ordered_double_mma`, …), or on `cuda` NVIDIA's cuBLAS: `cublas`
+    /// (f32 arithmetic, as PyTorch by default) or `cublas_tf32` (TF32
+    /// tensor cores, PyTorch's `allow_tf32`). Unset: burn's own matmul
+    /// (cubek's `Auto`, TF32 from sm_80 on CUDA).
     /// Each routine sums in its own order, so it is one fixed choice for
     /// the run rather than autotune's per-process race; a resumed run may
     /// change it, and then continues with other roundings.
@@ -454,5 +457,15 @@ seed = 3
         );
         let cpu = RunConfig::parse(&with("matmul = \"simple_unit\"")).unwrap_err();
         assert!(cpu.contains("device cpu"), "{cpu}");
+
+        // cuBLAS is CUDA's: named for cuda, refused for another device.
+        let cuda = RunConfig::parse(&with("device = \"cuda:1\"\nmatmul = \"cublas_tf32\""));
+        assert_eq!(cuda.unwrap().train.matmul.as_deref(), Some("cublas_tf32"));
+        let vulkan =
+            RunConfig::parse(&with(&format!("{lavapipe}\nmatmul = \"cublas\""))).unwrap_err();
+        assert!(
+            vulkan.contains("cuBLAS") && vulkan.contains("device lavapipe"),
+            "{vulkan}"
+        );
     }
 }

@@ -3,6 +3,7 @@
 //! config, named for the process before the model is built, and logged by
 //! the lead rank with, at the end, the products it could not take.
 
+use crate::device::DeviceChoice;
 use crate::{RunConfig, TrainError};
 
 /// A named routine is one of cubek's, on a cubecl device.
@@ -23,12 +24,37 @@ pub(crate) fn check(cfg: &RunConfig) -> Result<(), String> {
              lavapipe, cuda); device cpu multiplies with flex's own matmul"
         ));
     }
+    if terse_fused::is_cublas_routine(name) && !matches!(cfg.train.device, DeviceChoice::Cuda(_)) {
+        return Err(format!(
+            "train.matmul = \"{name}\" is NVIDIA's cuBLAS, for device cuda (cuda:N); device {} \
+             runs cubek's routines",
+            cfg.train.device
+        ));
+    }
     Ok(())
+}
+
+/// What a cuBLAS routine needs of the machine, said before the run starts
+/// (otherwise each product would fall back to burn's matmul, counted).
+fn cublas_missing(name: &str) -> Option<String> {
+    (terse_fused::is_cublas_routine(name) && !terse_fused::cublas_present()).then(|| {
+        format!(
+            "train.matmul = \"{name}\": cuBLAS was not found (libcublas.so.13 or .so.12): \
+             `pip install nvidia-cublas-cu12` (or `-cu13`) and put its `nvidia/cublas/lib` in \
+             LD_LIBRARY_PATH, or install a CUDA toolkit"
+        )
+    })
 }
 
 /// Names the run's routine (or burn's own matmul) for the process: every
 /// rank of the process names the same one.
 pub(crate) fn name_for_run(cfg: &RunConfig) -> Result<(), TrainError> {
+    if let Some(reason) = cfg.train.matmul.as_deref().and_then(cublas_missing) {
+        return Err(TrainError::InvalidRun {
+            field: "train.matmul",
+            reason,
+        });
+    }
     terse_fused::name_linear_matmul(cfg.train.matmul.as_deref()).map_err(|reason| {
         TrainError::InvalidRun {
             field: "train.matmul",
@@ -40,7 +66,12 @@ pub(crate) fn name_for_run(cfg: &RunConfig) -> Result<(), TrainError> {
 /// The routine the lead rank's device log names.
 pub(crate) fn log_named(cfg: &RunConfig) {
     if let Some(name) = &cfg.train.matmul {
-        tracing::info!("the linear layers' matmuls run cubek's `{name}` routine (train.matmul)");
+        let whose = if terse_fused::is_cublas_routine(name) {
+            "cuBLAS's"
+        } else {
+            "cubek's"
+        };
+        tracing::info!("the linear layers' matmuls run {whose} `{name}` routine (train.matmul)");
     }
 }
 
@@ -57,6 +88,28 @@ pub(crate) fn log_declined(cfg: &RunConfig) {
             "train.matmul = \"{name}\": the routine could not take {declined} of the linear \
              layers' products in this process on {} (burn's matmul ran them)",
             cfg.train.device
+        );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_cublas_routine_without_libcublas_says_how_to_get_it() {
+        assert_eq!(cublas_missing("simple_unit"), None);
+        if terse_fused::cublas_present() {
+            // A machine with cuBLAS (a GPU node): nothing is missing.
+            assert_eq!(cublas_missing("cublas"), None);
+            return;
+        }
+        let why = cublas_missing("cublas_tf32").expect("no libcublas here");
+        assert!(
+            why.contains("train.matmul = \"cublas_tf32\"")
+                && why.contains("nvidia-cublas-cu12")
+                && why.contains("LD_LIBRARY_PATH"),
+            "{why}"
         );
     }
 }

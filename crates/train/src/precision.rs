@@ -80,7 +80,8 @@ impl Precision {
                 "train.precision = \"fp32\" on {device}: the matmuls run in TF32 on GPUs of \
                  compute capability 8.0 and newer (cubecl 0.11 stages f32 operands as TF32 \
                  and has no strict-f32 switch), as with \"tf32\"; elementwise ops, \
-                 reductions, gradients and the optimizer are f32"
+                 reductions, gradients and the optimizer are f32; train.matmul = \"cublas\" \
+                 runs the linear layers' matmuls in f32 through cuBLAS, as PyTorch does"
             )),
             _ => None,
         }

@@ -4,6 +4,7 @@
 //! scales and errors agree to f32 rounding.
 
 mod cube;
+pub mod cublas;
 mod cuda_memory;
 mod dropout;
 mod half;
