@@ -69,8 +69,8 @@ pub use embedding::embedding_backward;
 pub use extension::FusedOps;
 pub use layer_norm::{LayerNormStats, layer_norm_backward, layer_norm_forward};
 pub use matmul_routine::{
-    cublas_present, declined_matmuls, is_cublas_routine, matmul_routine_names, name_linear_matmul,
-    named_linear_matmul, named_matmul,
+    cublas_present, declined_matmuls, first_decline_reason, is_cublas_routine,
+    matmul_routine_names, name_linear_matmul, named_linear_matmul, named_matmul,
 };
 pub use terse_compress::dropout::{DropoutStream, SiteMask, with_dropout_stream};
 

@@ -24,7 +24,7 @@
 //! burn's own matmul, fused with its neighbours under `fusion`.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{LazyLock, RwLock};
+use std::sync::{LazyLock, Mutex, RwLock};
 
 use burn::backend::autodiff::Autodiff;
 use burn::backend::autodiff::checkpoint::strategy::CheckpointStrategy;
@@ -132,11 +132,32 @@ static NAMED: RwLock<Option<&'static (&'static str, Launch)>> = RwLock::new(None
 /// half type) and burn's matmul ran instead.
 static DECLINED: AtomicUsize = AtomicUsize::new(0);
 
+/// Why the named routine first declined a product since it was named.
+static FIRST_REASON: Mutex<Option<String>> = Mutex::new(None);
+
 /// How many products the named routine has declined so far in this
 /// process, each run by burn's matmul instead: a timing of a routine is
 /// only that routine's where this stayed 0.
 pub fn declined_matmuls() -> usize {
     DECLINED.load(Ordering::Relaxed)
+}
+
+/// Why the named routine first declined a product since it was named (a
+/// half type, what the device lacks, cuBLAS's error), if it has.
+pub fn first_decline_reason() -> Option<String> {
+    FIRST_REASON
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .clone()
+}
+
+/// Counts a declined product, keeping the first reason.
+fn decline(reason: impl FnOnce() -> String) {
+    DECLINED.fetch_add(1, Ordering::Relaxed);
+    FIRST_REASON
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .get_or_insert_with(reason);
 }
 
 /// The names [`name_linear_matmul`] takes.
@@ -163,6 +184,7 @@ pub fn name_linear_matmul(name: Option<&str>) -> Result<(), String> {
         ),
     };
     *NAMED.write().unwrap_or_else(|p| p.into_inner()) = named;
+    *FIRST_REASON.lock().unwrap_or_else(|p| p.into_inner()) = None;
     Ok(())
 }
 
@@ -201,7 +223,7 @@ impl NamedMatmulOps for CubeBackend {
         // The routines are named for f32 steps; a half-precision product
         // (the trainer's autocast) keeps burn's matmul, counted.
         if lhs.dtype != DType::F32 || rhs.dtype != DType::F32 {
-            DECLINED.fetch_add(1, Ordering::Relaxed);
+            decline(|| format!("a {:?} product (the routines take f32)", lhs.dtype));
             return Self::float_matmul(lhs, rhs);
         }
         let strategy = match launch {
@@ -212,8 +234,8 @@ impl NamedMatmulOps for CubeBackend {
                     // Not CUDA, no libcublas, a layout it cannot read, or
                     // an error: burn's matmul, counted (a run checks the
                     // device and the library before it starts).
-                    Err(_) => {
-                        DECLINED.fetch_add(1, Ordering::Relaxed);
+                    Err(why) => {
+                        decline(|| format!("cuBLAS: {why:?}"));
                         Self::float_matmul(lhs, rhs)
                     }
                 };
@@ -223,8 +245,8 @@ impl NamedMatmulOps for CubeBackend {
             Ok(out) => out,
             // The routine needs what this device lacks (tensor cores, TMA,
             // planes): burn's matmul, as without a name.
-            Err(MatmulSetupError::Unavailable(_)) => {
-                DECLINED.fetch_add(1, Ordering::Relaxed);
+            Err(MatmulSetupError::Unavailable(why)) => {
+                decline(|| format!("{name}: {why:?}"));
                 Self::float_matmul(lhs, rhs)
             }
             Err(e) => panic!(

@@ -151,6 +151,8 @@ fn named_matmul_routines_give_the_linear_layers_products() {
         fused::declined_matmuls() > declined,
         "lavapipe has no matrix instructions, yet ordered_double_mma ran"
     );
+    let why = fused::first_decline_reason().unwrap_or_default();
+    assert!(why.starts_with("ordered_double_mma: "), "{why}");
     // cuBLAS is CUDA's: on lavapipe every product is declined (not CUDA
     // memory), counted, and burn's matmul gives the same products.
     for name in ["cublas", "cublas_tf32"] {
@@ -161,6 +163,8 @@ fn named_matmul_routines_give_the_linear_layers_products() {
             fused::declined_matmuls() > declined,
             "{name} took a product on lavapipe"
         );
+        let why = fused::first_decline_reason().unwrap_or_default();
+        assert!(why.contains("cuBLAS: NotCuda"), "{name}: {why}");
     }
     assert!(!fused::is_cublas_routine("simple_unit"));
     let err = fused::name_linear_matmul(Some("fastest")).unwrap_err();

@@ -245,8 +245,9 @@ fn time_product(routine: &str, p: &Product, x: &Operands, device: &Device, reps:
             let error = sampled_error(&got, &x.a, &x.b, (p.m, p.k, p.n));
             let tflops = 2.0 * (p.m * p.k * p.n) as f64 / (ms * 1e-3) / 1e12;
             format!(
-                "{head}, \"ms\": {ms:.4}, \"tflops\": {tflops:.3}, \"rel_error\": {error:.2e}, \"declined\": {}}}",
-                fused::declined_matmuls() - declined
+                "{head}, \"ms\": {ms:.4}, \"tflops\": {tflops:.3}, \"rel_error\": {error:.2e}, \"declined\": {}, \"first_decline\": {:?}}}",
+                fused::declined_matmuls() - declined,
+                fused::first_decline_reason().unwrap_or_default()
             )
         }
         Err(panic) => {

@@ -317,8 +317,9 @@ fn report(name: &str, device: &str, batch: usize, extra: &str, t: &Timings) {
     });
     if let Some(name) = fused::named_linear_matmul() {
         dispatches += &format!(
-            ", \"matmul\": \"{name}\", \"matmul_declined\": {}",
-            fused::declined_matmuls()
+            ", \"matmul\": \"{name}\", \"matmul_declined\": {}, \"matmul_first_decline\": {:?}",
+            fused::declined_matmuls(),
+            fused::first_decline_reason().unwrap_or_default()
         );
     }
     println!(

@@ -84,9 +84,10 @@ pub(crate) fn log_declined(cfg: &RunConfig) {
     if let Some(name) = &cfg.train.matmul
         && declined > 0
     {
+        let why = terse_fused::first_decline_reason().unwrap_or_default();
         tracing::warn!(
             "train.matmul = \"{name}\": the routine could not take {declined} of the linear \
-             layers' products in this process on {} (burn's matmul ran them)",
+             layers' products in this process on {} (burn's matmul ran them); the first: {why}",
             cfg.train.device
         );
     }
