@@ -27,8 +27,7 @@ use cubecl::server::Handle;
 use cudarc::cublas::{result as blas, sys as blas_sys};
 use cudarc::driver::CudaContext;
 
-/// cubecl's CUDA server: what a buffer's device address is asked of.
-type CudaServer = <cubecl::cuda::CudaRuntime as cubecl_runtime::runtime::Runtime>::Server;
+use super::cuda_memory::CudaServer;
 
 /// How cuBLAS multiplies f32 matrices: PyTorch's two modes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

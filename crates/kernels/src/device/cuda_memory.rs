@@ -5,7 +5,8 @@ use cubecl::prelude::*;
 use cubecl::server::Handle;
 
 /// cubecl's CUDA server: what a buffer's device address is asked of.
-type CudaServer = <cubecl::cuda::CudaRuntime as cubecl_runtime::runtime::Runtime>::Server;
+pub(crate) type CudaServer =
+    <cubecl::cuda::CudaRuntime as cubecl_runtime::runtime::Runtime>::Server;
 
 /// Runs `use_addresses` with the device addresses (`CUdeviceptr`s) of
 /// `handles`, in order, once every kernel queued on `client` has completed
