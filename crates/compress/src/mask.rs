@@ -133,6 +133,23 @@ impl StepMask {
     }
 }
 
+impl StepMask {
+    /// A cyclic step's chunk as the range `[lo, hi)` of π(j) it selects:
+    /// `⌊p·chunks/len⌋ == chunk` iff `⌈chunk·len/chunks⌉ ≤ p <
+    /// ⌈(chunk+1)·len/chunks⌉` (for a kernel without 64-bit products, and
+    /// for selecting by π⁻¹); `None` for a hash step.
+    pub fn chunk_bounds(&self) -> Option<Range<u32>> {
+        let StepMask::Cyclic {
+            len, chunks, chunk, ..
+        } = *self
+        else {
+            return None;
+        };
+        let bound = |c: u32| (u64::from(c) * u64::from(len)).div_ceil(u64::from(chunks)) as u32;
+        Some(bound(chunk)..bound(chunk + 1))
+    }
+}
+
 /// π(j): a 4-round Feistel bijection of `[0, 2^(2·half_bits))`, walked until
 /// it lands inside `[0, len)` (cycle walking keeps it a bijection of `0..len`).
 #[inline]
@@ -145,6 +162,26 @@ pub fn permute(j: u32, keys: [u32; 4], half_bits: u32, len: u32) -> u32 {
             let next = left ^ (mix32(right ^ key) & mask);
             left = right;
             right = next;
+        }
+        x = (left << half_bits) | right;
+        if x < len {
+            return x;
+        }
+    }
+}
+
+/// π⁻¹(p), the inverse of [`permute`]: the Feistel rounds run backwards,
+/// walked until below `len` (cycle walking's inverse is the inverse's).
+#[inline]
+pub fn unpermute(p: u32, keys: [u32; 4], half_bits: u32, len: u32) -> u32 {
+    let mask = (1u64 << half_bits) as u32 - 1;
+    let mut x = p;
+    loop {
+        let (mut left, mut right) = (x >> half_bits, x & mask);
+        for key in keys.into_iter().rev() {
+            let previous = right ^ (mix32(left ^ key) & mask);
+            right = left;
+            left = previous;
         }
         x = (left << half_bits) | right;
         if x < len {
@@ -171,29 +208,16 @@ impl Selection {
             "masks index at most 2^32 elements"
         );
         let step = mask.at_step(t);
-        let pieces: Vec<Vec<u32>> = (0..len.div_ceil(PIECE))
-            .into_par_iter()
-            .map(|p| {
-                let range = p * PIECE..((p + 1) * PIECE).min(len);
-                let (start, end) = (range.start, range.end);
-                let first = always.partition_point(|r| r.end <= start);
-                let mut forced = always[first..]
-                    .iter()
-                    .take_while(move |r| r.start < end)
-                    .peekable();
-                let mut out = Vec::new();
-                for j in range {
-                    while forced.peek().is_some_and(|r| r.end <= j) {
-                        forced.next();
-                    }
-                    let always = forced.peek().is_some_and(|r| r.contains(&j));
-                    if always || step.selected(j as u32) {
-                        out.push(j as u32);
-                    }
-                }
-                out
-            })
-            .collect();
+        let pieces = match step {
+            StepMask::Hash { .. } => hash_pieces(&step, len, always),
+            StepMask::Cyclic { len: over, .. } => {
+                assert_eq!(
+                    over as usize, len,
+                    "the cyclic mask's permutation is over another length"
+                );
+                cyclic_pieces(&step, len, always)
+            }
+        };
         let count = pieces.iter().map(Vec::len).sum();
         Selection { pieces, count }
     }
@@ -252,6 +276,88 @@ impl Selection {
                 }
             });
     }
+}
+
+/// The hash mask's pieces: every element's hash evaluated.
+fn hash_pieces(step: &StepMask, len: usize, always: &[Range<usize>]) -> Vec<Vec<u32>> {
+    (0..len.div_ceil(PIECE))
+        .into_par_iter()
+        .map(|p| {
+            let range = p * PIECE..((p + 1) * PIECE).min(len);
+            let (start, end) = (range.start, range.end);
+            let first = always.partition_point(|r| r.end <= start);
+            let mut forced = always[first..]
+                .iter()
+                .take_while(move |r| r.start < end)
+                .peekable();
+            let mut out = Vec::new();
+            for j in range {
+                while forced.peek().is_some_and(|r| r.end <= j) {
+                    forced.next();
+                }
+                let always = forced.peek().is_some_and(|r| r.contains(&j));
+                if always || step.selected(j as u32) {
+                    out.push(j as u32);
+                }
+            }
+            out
+        })
+        .collect()
+}
+
+/// The cyclic mask's pieces: π⁻¹ of the step's chunk (a fraction k of the
+/// elements, not all of them), sorted, each piece's share merged with the
+/// always ranges.
+fn cyclic_pieces(step: &StepMask, len: usize, always: &[Range<usize>]) -> Vec<Vec<u32>> {
+    let StepMask::Cyclic {
+        keys, half_bits, ..
+    } = *step
+    else {
+        unreachable!("cyclic_pieces takes a cyclic step");
+    };
+    let chunk = step.chunk_bounds().expect("a cyclic step");
+    let chosen: Vec<u32> = if chunk.len() == len {
+        // One chunk a cycle (k > 2/3): every element, already in order.
+        (0..len as u32).collect()
+    } else {
+        let mut chosen: Vec<u32> = chunk
+            .into_par_iter()
+            .map(|p| unpermute(p, keys, half_bits, len as u32))
+            .collect();
+        chosen.par_sort_unstable();
+        chosen
+    };
+    (0..len.div_ceil(PIECE))
+        .into_par_iter()
+        .map(|p| {
+            let (start, end) = (p * PIECE, ((p + 1) * PIECE).min(len));
+            let from = chosen.partition_point(|&j| (j as usize) < start);
+            let to = chosen.partition_point(|&j| (j as usize) < end);
+            with_always(&chosen[from..to], start..end, always)
+        })
+        .collect()
+}
+
+/// The ascending `chosen` indices of `piece` and those of `always` inside
+/// it, ascending, each once (also where always ranges overlap, as the hash
+/// mask's element-wise test allows).
+fn with_always(chosen: &[u32], piece: Range<usize>, always: &[Range<usize>]) -> Vec<u32> {
+    let first = always.partition_point(|r| r.end <= piece.start);
+    let mut out = Vec::with_capacity(chosen.len());
+    let mut rest = chosen.iter().copied().peekable();
+    let mut covered = piece.start as u32;
+    for r in always[first..].iter().take_while(|r| r.start < piece.end) {
+        let a = (r.start.max(piece.start) as u32).max(covered);
+        let b = (r.end.min(piece.end) as u32).max(a);
+        covered = b;
+        while let Some(j) = rest.next_if(|&j| j < a) {
+            out.push(j);
+        }
+        out.extend(a..b);
+        while rest.next_if(|&j| j < b).is_some() {}
+    }
+    out.extend(rest);
+    out
 }
 
 /// A buffer whose elements a step's mask selects, wherever it lives: SLAMB's

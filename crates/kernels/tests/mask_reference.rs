@@ -4,7 +4,7 @@
 //! cycle in equal chunks; always-synchronised ranges are always in; gather
 //! and scatter invert each other.
 
-use terse_kernels::mask::{Mask, Selection, permute};
+use terse_kernels::mask::{Mask, Selection, permute, unpermute};
 
 fn selected(mask: &Mask, t: u64, len: usize, always: &[std::ops::Range<usize>]) -> Vec<bool> {
     let mut s = vec![false; len];
@@ -87,6 +87,11 @@ fn permutation_is_a_bijection() {
             let p = permute(j, [1, 2, 3, 4], half, len);
             assert!(p < len && !seen[p as usize], "len {len}: {j} -> {p}");
             seen[p as usize] = true;
+            assert_eq!(
+                unpermute(p, [1, 2, 3, 4], half, len),
+                j,
+                "len {len}: π⁻¹(π({j}))"
+            );
         }
     }
 }
@@ -118,5 +123,31 @@ fn always_ranges_are_selected_and_gather_scatter_invert() {
     for j in 0..len {
         let want = if s[j] { 2.0 * j as f32 } else { -1.0 };
         assert_eq!(y[j], want, "element {j}");
+    }
+}
+
+/// The cyclic selection (made from π⁻¹ of the step's chunk) is the mask's
+/// definition evaluated at every element, `⌊π(j)·chunks/len⌋ == t mod
+/// chunks` or inside an always range, ascending: over lengths whose pieces
+/// (16,384 elements) split the always ranges, chunk counts that do not
+/// divide the length, and k = 1.
+#[test]
+fn cyclic_selection_is_the_definition_at_every_element() {
+    for len in [1usize, 10, 16_385, 100_000, (1 << 20) + 3] {
+        // Overlapping ranges too (5..9 and 7..12; at small lengths, the
+        // same empty or clipped range more than once).
+        let always = [5..9, 7..12, 16_380..16_390, 99_990..100_000]
+            .map(|r| r.start.min(len)..r.end.min(len));
+        for k in [0.1, 0.3, 1.0] {
+            let mask = Mask::Cyclic { seed: 4, k, len };
+            for t in [1u64, 2, 7] {
+                let step = mask.at_step(t);
+                let chosen: Vec<usize> = Selection::new(&mask, t, len, &always).indices().collect();
+                let want: Vec<usize> = (0..len)
+                    .filter(|&j| step.selected(j as u32) || always.iter().any(|r| r.contains(&j)))
+                    .collect();
+                assert_eq!(chosen, want, "len {len}, k {k}, step {t}");
+            }
+        }
     }
 }

@@ -15,7 +15,7 @@ use terse_kernels::device::optim::DeviceChunks;
 use terse_kernels::device::slamb_trust::SlambTrust;
 use terse_kernels::device::{self, DeviceSelection, with_cuda_addresses};
 use terse_kernels::half_mean::{HalfExchange, HalfSlices};
-use terse_kernels::mask::{Mask, Selection, SparseBuffer};
+use terse_kernels::mask::{Mask, SparseBuffer};
 use terse_kernels::resident::filled;
 
 use crate::config_check::{NoOtherFields, check_clip, check_unit, invalid};
@@ -371,8 +371,7 @@ impl FlatOptimizer for Slamb {
 }
 
 /// SLAMB's momentum on the device for the sparse allreduce: selected by
-/// the hash-mask kernel (the cyclic mask, a permutation, on the host, its
-/// bits uploaded), gathered and scattered by kernels; only the selected
+/// the mask kernels (hash or cyclic), gathered and scattered by kernels; only the selected
 /// values reach the host, and on CUDA with NCCL not even those.
 struct DeviceSparse<'a> {
     client: &'a Client,
@@ -414,14 +413,10 @@ impl DeviceSparse<'_> {
 }
 
 impl SparseBuffer for DeviceSparse<'_> {
-    fn select(&mut self, mask: &Mask, t: u64, always: &[Range<usize>]) -> usize {
+    /// `always` is on the device already, as `always_words`.
+    fn select(&mut self, mask: &Mask, t: u64, _always: &[Range<usize>]) -> usize {
         let (client, len) = (self.client, self.m.len());
-        let selection = match mask {
-            Mask::Hash { .. } => device::select(client, mask, t, len, self.always_words),
-            Mask::Cyclic { .. } => {
-                device::select_from_host(client, &Selection::new(mask, t, len, always), len)
-            }
-        };
+        let selection = device::select(client, mask, t, len, self.always_words);
         let count = selection.count;
         self.selection = Some(selection);
         count

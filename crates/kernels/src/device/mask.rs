@@ -1,8 +1,9 @@
-//! SLAMB's hash mask on the device: the selection computed in the kernel
-//! with the same 32-bit hash as [`crate::mask`], and the masked gather and
-//! scatter of the selected values.
+//! SLAMB's masks on the device: the selection computed in the kernel with
+//! the same 32-bit arithmetic as [`crate::mask`] (the hash mask's hash, the
+//! cyclic mask's Feistel permutation), and the masked gather and scatter of
+//! the selected values.
 //!
-//! One launch packs each 32-element word's selection bits (hash, or the
+//! One launch packs each 32-element word's selection bits (the mask, or the
 //! always-synchronised bitmap); the exclusive prefix sums of the words'
 //! populations follow on the device ([`super::word_offsets`]), which reads
 //! only the selected count back; gather and scatter then move each word's
@@ -13,7 +14,7 @@ use cubecl::server::Handle;
 
 use super::cube::{bit, buffer, launch_units, unit_item};
 use super::word_offsets::word_offsets;
-use crate::mask::{Mask, Selection, StepMask};
+use crate::mask::{Mask, StepMask};
 use crate::onebit::words_for;
 
 #[cube]
@@ -44,6 +45,83 @@ fn select_kernel(keys: &[u32], always: &[u32], selection: &mut [u32], #[comptime
         }
     }
     selection[w] = packed;
+}
+
+/// π(j), [`crate::mask::permute`]: a 4-round Feistel network over
+/// `2·half_bits` bits, walked until it lands below `len`. (The rounds index
+/// `keys`: a cube function cannot iterate a slice.)
+#[allow(clippy::needless_range_loop)]
+#[cube]
+fn permute(j: u32, keys: &[u32], half_bits: u32, len: u32) -> u32 {
+    let mask = (1u32 << half_bits) - 1u32;
+    let mut x = j;
+    loop {
+        let mut left = x >> half_bits;
+        let mut right = x & mask;
+        #[unroll]
+        for r in 0..4usize {
+            let next = left ^ (mix32(right ^ keys[r]) & mask);
+            left = right;
+            right = next;
+        }
+        x = (left << half_bits) | right;
+        if x < len {
+            break;
+        }
+    }
+    x
+}
+
+/// The cyclic mask's `selection[w]`: element `j` is selected iff π(j) lies
+/// in this step's chunk `[lo, hi)`. `keys` is `[k0, k1, k2, k3, half_bits,
+/// lo, hi]`; the chunk as a range of π(j) (not `⌊π(j)·chunks/len⌋`, a
+/// 64-bit product WGSL lacks) is the host's choice, [`cyclic_keys`].
+#[cube(launch_unchecked)]
+fn select_cyclic_kernel(
+    keys: &[u32],
+    always: &[u32],
+    selection: &mut [u32],
+    #[comptime] len: usize,
+) {
+    let w = unit_item(selection.len());
+    let (half_bits, lo, hi) = (keys[4], keys[5], keys[6]);
+    let n = u32::cast_from(len);
+    let mut packed = always[w];
+    #[unroll]
+    for b in 0..32usize {
+        let i = w * 32 + b;
+        if i < len {
+            let p = permute(u32::cast_from(i), keys, half_bits, n);
+            if p >= lo && p < hi {
+                packed |= 1u32 << u32::cast_from(b);
+            }
+        }
+    }
+    selection[w] = packed;
+}
+
+/// The cyclic kernel's constants for one step: the permutation's keys and
+/// width, and the step's chunk as a range of π(j)
+/// ([`StepMask::chunk_bounds`]).
+fn cyclic_keys(step: &StepMask) -> [u32; 7] {
+    let (
+        StepMask::Cyclic {
+            keys, half_bits, ..
+        },
+        Some(chunk),
+    ) = (*step, step.chunk_bounds())
+    else {
+        unreachable!("cyclic_keys takes a cyclic step");
+    };
+    [
+        keys[0],
+        keys[1],
+        keys[2],
+        keys[3],
+        half_bits,
+        chunk.start,
+        chunk.end,
+    ]
 }
 
 /// Gather (`to[offsets[w] + k] = from[k-th selected element of word w]`)
@@ -93,21 +171,6 @@ pub fn always_bitmap(len: usize, always: &[std::ops::Range<usize>]) -> Vec<u32> 
     words
 }
 
-/// A selection made on the host (SLAMB's cyclic mask: a permutation, no
-/// per-element hash) as selection words on the device, for the device
-/// gather and scatter.
-pub fn select_from_host(client: &Client, selection: &Selection, len: usize) -> DeviceSelection {
-    let mut packed = vec![0u32; words_for(len).max(1)];
-    for j in selection.indices() {
-        packed[j / 32] |= 1 << (j % 32);
-    }
-    on_device(
-        client,
-        client.create_from_slice(u32::as_bytes(&packed)),
-        len,
-    )
-}
-
 /// The selection `words` (one per 32 of `len` elements, on the device)
 /// with their offsets and count ([`word_offsets`]).
 fn on_device(client: &Client, words: Handle, len: usize) -> DeviceSelection {
@@ -120,12 +183,11 @@ fn on_device(client: &Client, words: Handle, len: usize) -> DeviceSelection {
     }
 }
 
-/// Evaluates a hash `mask` at step `t` over `len` elements on the device;
+/// Evaluates `mask` at step `t` over `len` elements on the device;
 /// `always` is [`always_bitmap`] uploaded.
 ///
 /// # Panics
-/// For a cyclic mask (a permutation: select it on the host and use
-/// [`select_from_host`]).
+/// For a cyclic mask over another length than `len`.
 pub fn select(
     client: &Client,
     mask: &Mask,
@@ -133,32 +195,54 @@ pub fn select(
     len: usize,
     always: &Handle,
 ) -> DeviceSelection {
-    let StepMask::Hash {
-        key0,
-        key1,
-        threshold,
-    } = mask.at_step(t)
-    else {
-        panic!("the cyclic mask has no device kernel yet; use the CPU Selection");
-    };
-    let all = u32::from(threshold > u64::from(u32::MAX));
-    let keys = [key0, key1, threshold.min(u64::from(u32::MAX)) as u32, all];
-    let keys = client.create_from_slice(u32::as_bytes(&keys));
     let words = words_for(len);
     let selection = client.empty(words.max(1) * 4);
-    // SAFETY: `always` and `selection` hold `words` words, `keys` four; the
-    // kernel bounds its accesses by those counts and by `len`.
-    unsafe {
-        launch_units!(
-            client,
-            words,
-            select_kernel(
-                buffer(&keys, 4),
-                buffer(always, words),
-                buffer(&selection, words),
-                len
-            )
-        );
+    let step = mask.at_step(t);
+    // SAFETY (both launches): `always` and `selection` hold `words` words,
+    // `keys` its length; the kernels bound their accesses by those counts
+    // and by `len`.
+    match step {
+        StepMask::Hash {
+            key0,
+            key1,
+            threshold,
+        } => {
+            let all = u32::from(threshold > u64::from(u32::MAX));
+            let keys = [key0, key1, threshold.min(u64::from(u32::MAX)) as u32, all];
+            let keys = client.create_from_slice(u32::as_bytes(&keys));
+            unsafe {
+                launch_units!(
+                    client,
+                    words,
+                    select_kernel(
+                        buffer(&keys, 4),
+                        buffer(always, words),
+                        buffer(&selection, words),
+                        len
+                    )
+                );
+            }
+        }
+        StepMask::Cyclic { len: over, .. } => {
+            assert_eq!(
+                over as usize, len,
+                "the cyclic mask's permutation is over another length"
+            );
+            let keys = cyclic_keys(&step);
+            let keys_dev = client.create_from_slice(u32::as_bytes(&keys));
+            unsafe {
+                launch_units!(
+                    client,
+                    words,
+                    select_cyclic_kernel(
+                        buffer(&keys_dev, keys.len()),
+                        buffer(always, words),
+                        buffer(&selection, words),
+                        len
+                    )
+                );
+            }
+        }
     }
     on_device(client, selection, len)
 }

@@ -222,20 +222,29 @@ fn server_average_and_recompress_matches_the_cpu_implementation() {
     }
 }
 
+/// Both masks' selections, hash and cyclic (the cyclic one over lengths
+/// from 1 to past 2^20, so its Feistel width and cycle walking vary, and
+/// every chunk of a 3-chunk cycle), against the CPU's.
 #[test]
-fn hash_mask_gather_and_scatter_match_the_cpu_selection() {
+fn mask_gather_and_scatter_match_the_cpu_selection() {
     use terse_kernels::mask::{Mask, Selection};
 
     let client = client();
     let mut rng = SplitMix64::new(std::process::id() as u64 ^ 0x3a5c);
-    for len in [1usize, 33, 1000, (1 << 20) + 7] {
+    for len in [1usize, 33, 1000, 4099, (1 << 20) + 7] {
         let always = [0..1.min(len), (len / 2)..(len / 2 + 40).min(len)];
         let always_dev =
             client.create_from_slice(u32::as_bytes(&device::always_bitmap(len, &always)));
-        for k in [0.1, 1.0] {
-            for t in [1u64, 2] {
-                let what = format!("len {len}, k {k}, step {t}");
-                let mask = Mask::Hash { seed: 77, k };
+        let masks = [0.1, 1.0]
+            .into_iter()
+            .map(|k| (Mask::Hash { seed: 77, k }, [1u64, 2].as_slice()))
+            .chain([0.1, 0.3, 1.0].into_iter().map(|k| {
+                let mask = Mask::Cyclic { seed: 77, k, len };
+                (mask, [1u64, 2, 3, 13].as_slice())
+            }));
+        for (mask, steps) in masks {
+            for &t in steps {
+                let what = format!("len {len}, {mask:?}, step {t}");
                 let cpu = Selection::new(&mask, t, len, &always);
                 let dev = device::select(&client, &mask, t, len, &always_dev);
                 assert_eq!(dev.count, cpu.len(), "{what}: selected count");
@@ -270,6 +279,34 @@ fn hash_mask_gather_and_scatter_match_the_cpu_selection() {
                 cpu.scatter(&doubled, &mut x_cpu);
                 assert_eq!(read_f32(&client, &x_dev), x_cpu, "{what}: scattered values");
             }
+        }
+        // One cycle of the 3-chunk mask selects each element once (the
+        // always-synchronised ones every step).
+        let mask = Mask::Cyclic {
+            seed: 77,
+            k: 0.3,
+            len,
+        };
+        let mut times = vec![0u32; len];
+        for t in 1..=3 {
+            let words = read_u32(
+                &client,
+                &device::select(&client, &mask, t, len, &always_dev).words,
+            );
+            for (j, n) in times.iter_mut().enumerate() {
+                *n += words[j / 32] >> (j % 32) & 1;
+            }
+        }
+        for (j, &n) in times.iter().enumerate() {
+            let expected = if always.iter().any(|r| r.contains(&j)) {
+                3
+            } else {
+                1
+            };
+            assert_eq!(
+                n, expected,
+                "len {len}: element {j} selected {n} times in a cycle"
+            );
         }
     }
 }
