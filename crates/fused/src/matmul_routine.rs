@@ -244,16 +244,18 @@ impl NamedMatmulOps for CubeBackend {
         match launch_with(strategy(), lhs.clone(), rhs.clone()) {
             Ok(out) => out,
             // The routine needs what this device lacks (tensor cores, TMA,
-            // planes): burn's matmul, as without a name.
-            Err(MatmulSetupError::Unavailable(why)) => {
-                decline(|| format!("{name}: {why:?}"));
+            // planes), or refuses these operands (TMA and async copies need
+            // rows 16-byte aligned: not the NSP head's [768, 2] weight nor
+            // the MLM's 30522 logits' gradient on CUDA, where lavapipe has
+            // no TMA to refuse them with): burn's matmul, as without a
+            // name, counted and the first reason named.
+            Err(e) => {
+                decline(|| match e {
+                    MatmulSetupError::Unavailable(why) => format!("{name}: {why:?}"),
+                    e => format!("{name} on {:?} x {:?}: {e:?}", lhs.shape(), rhs.shape()),
+                });
                 Self::float_matmul(lhs, rhs)
             }
-            Err(e) => panic!(
-                "matmul routine `{name}` cannot run {:?} x {:?}: {e:?}",
-                lhs.shape(),
-                rhs.shape()
-            ),
         }
     }
 }
@@ -289,12 +291,23 @@ fn by_cublas(lhs: &CubeTensor, rhs: &CubeTensor, math: F32Math) -> Result<CubeTe
     let CubeDevice::Cuda(device) = &lhs.device else {
         return Err(Declined::NotCuda);
     };
+    // Plain 2-D matrices only (a storage-tiled tensor's strides are its
+    // tiles'); burn's matmul takes the rest.
+    if [lhs, rhs]
+        .iter()
+        .any(|t| t.meta.is_tiled() || t.meta.shape().len() != 2)
+    {
+        return Err(Declined::Layout);
+    }
+    // On CUDA cubecl pads the output's rows (pitched allocations): its
+    // strides travel with it.
     let out = init_matmul_output(lhs, rhs, DType::F32);
     let operand = |t: &'_ CubeTensor| {
         let (shape, strides) = (t.meta.shape(), t.meta.strides());
         (shape[0], shape[1], [strides[0], strides[1]])
     };
     let ((m, k, lhs_strides), (_, n, rhs_strides)) = (operand(lhs), operand(rhs));
+    let (_, _, out_strides) = operand(&out);
     cublas::matmul_f32(
         &out.client,
         device.index,
@@ -312,7 +325,12 @@ fn by_cublas(lhs: &CubeTensor, rhs: &CubeTensor, math: F32Math) -> Result<CubeTe
                 strides: rhs_strides,
             },
         ),
-        &out.handle,
+        Operand {
+            handle: &out.handle,
+            rows: m,
+            cols: n,
+            strides: out_strides,
+        },
         math,
     )?;
     Ok(out)

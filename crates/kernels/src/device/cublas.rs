@@ -20,10 +20,10 @@
 
 use std::cell::RefCell;
 use std::ffi::c_void;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 use cubecl::prelude::*;
-use cubecl::server::Handle;
+use cubecl::server::{Handle, ServerError};
 use cudarc::cublas::{result as blas, sys as blas_sys};
 use cudarc::driver::CudaContext;
 
@@ -70,10 +70,12 @@ pub enum Declined {
 }
 
 /// Whether `libcublas` can be opened (cudarc looks it up by name through
-/// the linker's paths and `LD_LIBRARY_PATH`).
+/// the linker's paths and `LD_LIBRARY_PATH`); looked up once a process,
+/// not at every product.
 pub fn library_present() -> bool {
+    static PRESENT: OnceLock<bool> = OnceLock::new();
     // SAFETY: only tries to open the library by its names.
-    unsafe { blas_sys::is_culib_present() }
+    *PRESENT.get_or_init(|| unsafe { blas_sys::is_culib_present() })
 }
 
 /// One column-major GEMM call, `C = op(A)·op(B)` with `C` `m × n` (BLAS's
@@ -123,18 +125,24 @@ fn as_column_major(rows: usize, cols: usize, [row, col]: [usize; 2]) -> Option<(
 }
 
 /// The column-major call computing the row-major `out = lhs · rhs`
-/// (`lhs` `m × k`, `rhs` `k × n`, `out` contiguous `m × n`): row-major
-/// `out` is column-major `outᵀ`, and `outᵀ = rhsᵀ · lhsᵀ`, so BLAS's A is
+/// (`lhs` `m × k`, `rhs` `k × n`, `out` `m × n` row-major at
+/// `out_strides`, its rows possibly padded, as cubecl's pitched CUDA
+/// allocations are): row-major `out` is column-major `outᵀ` with leading
+/// dimension its row stride, and `outᵀ = rhsᵀ · lhsᵀ`, so BLAS's A is
 /// `rhs`, its B `lhs`, its `m × n` terse's `n × m`. `None` when an operand
-/// is neither row- nor column-major.
+/// is neither row- nor column-major, or `out` is not row-major.
 pub fn gemm_call(
     (m, k): (usize, usize),
     lhs_strides: [usize; 2],
     n: usize,
     rhs_strides: [usize; 2],
+    out_strides: [usize; 2],
 ) -> Option<GemmCall> {
     let (transpose_a, lda) = as_column_major(k, n, rhs_strides)?;
     let (transpose_b, ldb) = as_column_major(m, k, lhs_strides)?;
+    let (false, ldc) = as_column_major(m, n, out_strides)? else {
+        return None;
+    };
     Some(GemmCall {
         transpose_a,
         transpose_b,
@@ -143,7 +151,7 @@ pub fn gemm_call(
         k,
         lda,
         ldb,
-        ldc: n.max(1),
+        ldc,
     })
 }
 
@@ -203,8 +211,8 @@ fn with_handle<R>(
     })
 }
 
-/// `out = lhs · rhs` (f32; `out` a contiguous `lhs.rows × rhs.cols`
-/// buffer) by cuBLAS on CUDA device `ordinal`, queued on the stream of the
+/// `out = lhs · rhs` (f32; `out` a row-major `lhs.rows × rhs.cols`
+/// matrix) by cuBLAS on CUDA device `ordinal`, queued on the stream of the
 /// calling thread's cubecl work: returns once queued, waits for nothing.
 ///
 /// # Errors
@@ -213,12 +221,23 @@ pub fn matmul_f32(
     client: &Client,
     ordinal: usize,
     (lhs, rhs): (Operand<'_>, Operand<'_>),
-    out: &Handle,
+    out: Operand<'_>,
     math: F32Math,
 ) -> Result<(), Declined> {
     assert_eq!(lhs.cols, rhs.rows, "inner dimensions differ");
-    let call = gemm_call((lhs.rows, lhs.cols), lhs.strides, rhs.cols, rhs.strides)
-        .ok_or(Declined::Layout)?;
+    assert_eq!(
+        (out.rows, out.cols),
+        (lhs.rows, rhs.cols),
+        "the product's shape"
+    );
+    let call = gemm_call(
+        (lhs.rows, lhs.cols),
+        lhs.strides,
+        rhs.cols,
+        rhs.strides,
+        out.strides,
+    )
+    .ok_or(Declined::Layout)?;
     let int = |v: usize| i32::try_from(v).map_err(|_| Declined::Layout);
     let (m, n, k) = (int(call.m)?, int(call.n)?, int(call.k)?);
     let (lda, ldb, ldc) = (int(call.lda)?, int(call.ldb)?, int(call.ldc)?);
@@ -229,11 +248,17 @@ pub fn matmul_f32(
     // another runtime is refused here. The resources keep the allocations
     // in place until the product is queued; after that the stream orders
     // any reuse behind it.
-    let resources =
-        [lhs.handle, rhs.handle, out].map(|h| client.get_resource::<CudaServer>(h.clone()).ok());
-    let [Some(lhs_at), Some(rhs_at), Some(out_at)] = resources else {
-        return Err(Declined::NotCuda);
-    };
+    let [lhs_at, rhs_at, out_at] = [lhs.handle, rhs.handle, out.handle].map(|h| {
+        client
+            .get_resource::<CudaServer>(h.clone())
+            .map_err(|e| match e {
+                ServerError::ServiceMismatch { .. } => Declined::NotCuda,
+                // A buffer cubecl could not hand out (a failed kernel
+                // wrote it, or its allocation failed): say so.
+                e => failed("cubecl's buffer", e),
+            })
+    });
+    let (lhs_at, rhs_at, out_at) = (lhs_at?, rhs_at?, out_at?);
     let stream = out_at.resource().stream;
     let op = |t: bool| {
         if t {
@@ -251,8 +276,8 @@ pub fn matmul_f32(
     with_handle(ordinal, |handle| {
         // SAFETY: `stream` is the live stream cubecl resolved the buffers
         // on; the three addresses are live CUDA allocations holding the
-        // operands' elements at the strides `gemm_call` read (the caller's
-        // `Operand`s) and `out`'s `m·n` f32, held by the three resources
+        // operands' and the output's elements at the strides `gemm_call`
+        // read (the caller's `Operand`s), held by the three resources
         // until the product is queued; alpha and beta are host scalars.
         // BLAS's A is the right operand, its B the left one.
         unsafe {
@@ -357,19 +382,26 @@ mod tests {
                 for rhs_strides in rhs_layouts {
                     let (a_store, a) = laid_out(m, k, lhs_strides, 1);
                     let (b_store, b) = laid_out(k, n, rhs_strides, 2);
-                    let call = gemm_call((m, k), lhs_strides, n, rhs_strides)
-                        .unwrap_or_else(|| panic!("{lhs_strides:?} {rhs_strides:?} declined"));
-                    let mut c = vec![f64::NAN; m * n];
-                    // BLAS's A is the right operand, its B the left one.
-                    reference_sgemm(&call, &b_store, &a_store, &mut c);
-                    for i in 0..m {
-                        for j in 0..n {
-                            let want: f64 = (0..k).map(|p| a[i * k + p] * b[p * n + j]).sum();
-                            assert_eq!(
-                                c[i * n + j],
-                                want,
-                                "{m}x{k}x{n}, lhs {lhs_strides:?}, rhs {rhs_strides:?}: ({i}, {j})"
-                            );
+                    for out_row in [n, n + 4] {
+                        let call = gemm_call((m, k), lhs_strides, n, rhs_strides, [out_row, 1])
+                            .unwrap_or_else(|| panic!("{lhs_strides:?} {rhs_strides:?} declined"));
+                        // The output's padding must stay as it was (NaN).
+                        let mut c = vec![f64::NAN; m * out_row];
+                        // BLAS's A is the right operand, its B the left one.
+                        reference_sgemm(&call, &b_store, &a_store, &mut c);
+                        let what = format!(
+                            "{m}x{k}x{n}, lhs {lhs_strides:?}, rhs {rhs_strides:?}, out row {out_row}"
+                        );
+                        for i in 0..m {
+                            for j in 0..out_row {
+                                let got = c[i * out_row + j];
+                                if j >= n {
+                                    assert!(got.is_nan(), "{what}: padding ({i}, {j}) written");
+                                    continue;
+                                }
+                                let want: f64 = (0..k).map(|p| a[i * k + p] * b[p * n + j]).sum();
+                                assert_eq!(got, want, "{what}: ({i}, {j})");
+                            }
                         }
                     }
                 }
@@ -379,11 +411,15 @@ mod tests {
 
     #[test]
     fn operands_neither_row_nor_column_major_are_declined() {
+        let out = [5, 1];
         // A broadcast row (stride 0) and a doubly strided view.
-        assert_eq!(gemm_call((3, 4), [0, 1], 5, [5, 1]), None);
-        assert_eq!(gemm_call((3, 4), [8, 2], 5, [5, 1]), None);
-        assert_eq!(gemm_call((3, 4), [4, 1], 5, [2, 3]), None);
+        assert_eq!(gemm_call((3, 4), [0, 1], 5, [5, 1], out), None);
+        assert_eq!(gemm_call((3, 4), [8, 2], 5, [5, 1], out), None);
+        assert_eq!(gemm_call((3, 4), [4, 1], 5, [2, 3], out), None);
         // A row stride shorter than a row.
-        assert_eq!(gemm_call((3, 4), [3, 1], 5, [5, 1]), None);
+        assert_eq!(gemm_call((3, 4), [3, 1], 5, [5, 1], out), None);
+        // An output that is a transposed view, or with short rows.
+        assert_eq!(gemm_call((3, 4), [4, 1], 5, [5, 1], [1, 3]), None);
+        assert_eq!(gemm_call((3, 4), [4, 1], 5, [5, 1], [4, 1]), None);
     }
 }
