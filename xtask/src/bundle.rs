@@ -1,7 +1,8 @@
 //! `cargo xtask bundle`: a directory (and its `.tar.xz`) that runs terse's
 //! GPU benchmark on a machine with no Rust toolchain and no OpenMPI — a GPU
 //! node, or a lent GPU reached for one call: the stripped `terse`,
-//! `terse-comm-check` and `model_step` binaries, the shared libraries they load that a bare
+//! `terse-comm-check`, `terse-gpu-exchange-check`, `model_step` and
+//! `matmul_routines` binaries, the shared libraries they load that a bare
 //! machine may lack (those `ldd` resolves outside the C library, and the
 //! Vulkan loader wgpu opens at run time), the PyTorch side of the
 //! comparison and a `run.sh` that prints terse beside PyTorch on the same
@@ -52,6 +53,7 @@ const OPENED_AT_RUN_TIME: &[&str] = &["libvulkan.so.1"];
 pub fn run(args: &Args) -> Result<()> {
     let terse = terse_binary::build()?;
     let comm_check = terse_binary::binary("terse-comm-check")?;
+    let exchange_check = terse_binary::binary("terse-gpu-exchange-check")?;
     let model_step = terse_binary::build_bench("model_step")?;
     let matmul_routines = terse_binary::build_bench("matmul_routines")?;
     let out = &args.out;
@@ -65,6 +67,7 @@ pub fn run(args: &Args) -> Result<()> {
     for (from, name) in [
         (&terse, "terse"),
         (&comm_check, "terse-comm-check"),
+        (&exchange_check, "terse-gpu-exchange-check"),
         (&model_step, "model_step"),
         (&matmul_routines, "matmul_routines"),
     ] {
@@ -76,7 +79,13 @@ pub fn run(args: &Args) -> Result<()> {
         }
     }
     let mut libraries = Vec::new();
-    for binary in [&terse, &comm_check, &model_step, &matmul_routines] {
+    for binary in [
+        &terse,
+        &comm_check,
+        &exchange_check,
+        &model_step,
+        &matmul_routines,
+    ] {
         for library in needed_libraries(binary)? {
             if !libraries.contains(&library) {
                 libraries.push(library);
@@ -234,6 +243,7 @@ mod tests {
             "--precision",
             "LD_LIBRARY_PATH",
             "bin/terse-comm-check --nccl",
+            "bin/terse-gpu-exchange-check",
         ] {
             assert!(RUN_SH.contains(part), "run.sh lacks {part}");
         }

@@ -40,9 +40,12 @@ number goes to DIR as it is measured:
   --out      where the numbers go [$OUT, else ./out]
   --quick    BERT-Tiny, batch 8, 1 warmup + 2 timed steps (a smoke run)
   --nccl-check  first, `bin/terse-comm-check --nccl` on the GPU of this
-             process (a world of one: every collective through NCCL, the
-             compressed and sparse allreduce against the in-process local
-             world bit for bit), to nccl-check.txt; libnccl.so.2 from
+             process (a world of one: every collective through NCCL, from
+             host and from GPU buffers, against the host path bit for bit),
+             then on cuda `bin/terse-gpu-exchange-check` (the training
+             step's exchanges by device address on cubecl's buffers: the
+             fp32 mean, the compressed allreduce made to compress alone,
+             against local's bits), to nccl-check.txt; libnccl.so.2 from
              LD_LIBRARY_PATH or PyTorch's nvidia-nccl wheel
 EOF
 }
@@ -119,6 +122,12 @@ if [[ $nccl_check == 1 ]]; then
     echo "== terse-comm-check --nccl"
     if ! "$here/bin/terse-comm-check" --nccl > "$out/nccl-check.txt" 2>&1; then
         failed=1
+    fi
+    if [[ $device == cuda* ]]; then
+        echo "== terse-gpu-exchange-check --device $device" >> "$out/nccl-check.txt"
+        if ! "$here/bin/terse-gpu-exchange-check" --device "$device" >> "$out/nccl-check.txt" 2>&1; then
+            failed=1
+        fi
     fi
     cat "$out/nccl-check.txt"
 fi

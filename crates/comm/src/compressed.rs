@@ -120,6 +120,9 @@ pub struct CompressedAllreduce {
     scales: Vec<f32>,
     /// DeepSpeed's geometry in place of the above, when asked for.
     deepspeed: Option<DeepSpeedGeometry>,
+    /// A world of one that compresses and exchanges with itself anyway
+    /// ([`CompressedAllreduce::compressing_alone`]).
+    alone: bool,
 }
 
 impl CompressedAllreduce {
@@ -133,16 +136,34 @@ impl CompressedAllreduce {
         comm: &dyn Communicator,
         options: CompressionOptions,
     ) -> Result<CompressedAllreduce, CommError> {
-        options.check()?;
-        let (rank, world_size) = (comm.rank(), comm.world_size());
-        if world_size == 1 {
+        if comm.world_size() == 1 {
+            options.check()?;
             return Ok(CompressedAllreduce::passthrough(len, options));
         }
+        CompressedAllreduce::compressing_alone(len, comm, options)
+    }
+
+    /// As [`CompressedAllreduce::new`], except that a world of one
+    /// compresses and exchanges its messages with itself (every phase and
+    /// both exchanges, as for several ranks), where `new` moves nothing:
+    /// for checking the exchanges on one GPU (`terse-gpu-exchange-check`),
+    /// never for training.
+    ///
+    /// # Errors
+    /// As [`CompressedAllreduce::new`].
+    pub fn compressing_alone(
+        len: usize,
+        comm: &dyn Communicator,
+        options: CompressionOptions,
+    ) -> Result<CompressedAllreduce, CommError> {
+        options.check()?;
+        let (rank, world_size) = (comm.rank(), comm.world_size());
         if options.geometry == Geometry::DeepSpeed {
             return Ok(CompressedAllreduce {
                 rank,
                 world_size,
                 deepspeed: Some(DeepSpeedGeometry::new(len, rank, world_size)),
+                alone: world_size == 1,
                 ..CompressedAllreduce::passthrough(len, options)
             });
         }
@@ -165,6 +186,7 @@ impl CompressedAllreduce {
                 0.0,
             ),
             deepspeed: None,
+            alone: world_size == 1,
         })
     }
 
@@ -183,6 +205,7 @@ impl CompressedAllreduce {
             bits: Vec::new(),
             scales: Vec::new(),
             deepspeed: None,
+            alone: false,
         }
     }
 
@@ -192,11 +215,12 @@ impl CompressedAllreduce {
         self.deepspeed.is_some()
     }
 
-    /// Whether this state compresses at all: world size above 1 and
-    /// something to send (a 1-bit optimizer whose every parameter is kept
-    /// out of compression has an empty compressed part).
+    /// Whether this state compresses at all: world size above 1 (or made
+    /// [`CompressedAllreduce::compressing_alone`]) and something to send (a
+    /// 1-bit optimizer whose every parameter is kept out of compression has
+    /// an empty compressed part).
     pub fn compresses(&self) -> bool {
-        self.world_size > 1 && self.len > 0
+        (self.world_size > 1 || self.alone) && self.len > 0
     }
 
     /// The buffer length this state is for.
@@ -218,7 +242,7 @@ impl CompressedAllreduce {
     /// server error `E` (its chunk); both zero at world size 1, which holds
     /// no errors.
     pub fn error_lens(&self) -> (usize, usize) {
-        if self.world_size == 1 {
+        if self.world_size == 1 && !self.alone {
             return (0, 0);
         }
         if let Some(deepspeed) = &self.deepspeed {

@@ -24,6 +24,8 @@ mod mpi;
 mod mpi_node;
 #[cfg(feature = "nccl")]
 mod nccl;
+#[cfg(feature = "nccl")]
+mod one_gpu_each;
 pub mod selfcheck;
 mod single;
 mod sparse;

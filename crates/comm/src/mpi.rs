@@ -28,7 +28,7 @@ use mpi::traits::{Communicator as _, CommunicatorCollectives as _, Root as _};
 use crate::communicator::{Width, check_ranges, record};
 use crate::mpi_node::NodeWindow;
 use crate::traffic::{Collective, TrafficMeter};
-use crate::watchdog::{Deadline, Wait};
+use crate::watchdog::{Deadline, FIRST_DEADLINE, Wait};
 use crate::{CommError, Communicator, ReduceOp};
 
 /// This process's rank of the `mpirun` job.
@@ -82,9 +82,7 @@ impl MpiComm {
             one_node,
             window: Mutex::new(None),
             calls: Mutex::new(()),
-            // Until the trainer sets one from its step time: generous, as
-            // rank 0 may be making a corpus's examples while the others wait.
-            deadline: Deadline::new(std::time::Duration::from_secs(2 * 3600)),
+            deadline: Deadline::new(FIRST_DEADLINE),
             _universe: universe,
         })
     }

@@ -11,16 +11,19 @@
 //! [`NcclComm::init`] names what is missing.
 
 use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
 
 use cudarc::driver::{
     CudaContext, CudaSlice, CudaStream, DevicePtr, DevicePtrMut, DeviceRepr, DeviceSlice,
     SyncOnDrop, ValidAsZeroBits, sys::CUdeviceptr,
 };
-use cudarc::nccl::{Comm, Id, NcclType};
+use cudarc::nccl::{Comm, Id, NcclType, group_end, group_start};
 
 use crate::communicator::{Width, record};
+use crate::one_gpu_each::one_gpu_each;
 use crate::selfcheck;
 use crate::traffic::{Collective, TrafficMeter};
+use crate::watchdog::{Deadline, FIRST_DEADLINE, Wait};
 use crate::{CommError, Communicator, GpuBytes, GpuCollectives, GpuF32, MpiComm, ReduceOp};
 
 /// This rank's NCCL communicator, plus the MPI one it was bootstrapped from
@@ -31,6 +34,9 @@ pub struct NcclComm {
     mpi: MpiComm,
     meter: TrafficMeter,
     calls: Mutex<()>,
+    /// How long a wait for NCCL's work may take (the MPI part has its own,
+    /// set together by [`Communicator::set_deadline`]).
+    deadline: Deadline,
 }
 
 // SAFETY: every NCCL and CUDA call goes through the `calls` mutex, and the
@@ -55,6 +61,10 @@ impl NcclComm {
             return Err(backend(missing));
         }
         let ctx = CudaContext::new(device).map_err(|e| backend(format!("GPU {device}: {e:?}")))?;
+        let uuid = ctx
+            .uuid()
+            .map_err(|e| backend(format!("GPU {device}'s UUID: {e:?}")))?;
+        one_gpu_each(&mpi, uuid.bytes.map(|b| b as u8), device)?;
         let stream = ctx.default_stream();
         let id = if mpi.rank() == 0 {
             Id::new().map_err(|e| backend(format!("ncclGetUniqueId: {e:?}")))?
@@ -76,6 +86,7 @@ impl NcclComm {
             mpi,
             meter: TrafficMeter::default(),
             calls: Mutex::new(()),
+            deadline: Deadline::new(FIRST_DEADLINE),
         })
     }
 
@@ -205,7 +216,7 @@ impl NcclComm {
         &self,
         send: CudaSlice<T>,
         out: &mut [T],
-        call: &str,
+        call: &'static str,
         op: impl FnOnce(&Comm, &CudaSlice<T>, &mut CudaSlice<T>) -> Result<R, E>,
     ) -> Result<(), CommError> {
         let mut recv = self
@@ -213,6 +224,8 @@ impl NcclComm {
             .alloc_zeros::<T>(out.len())
             .map_err(|e| backend(format!("{e:?}")))?;
         op(&self.nccl, &send, &mut recv).map_err(|e| backend(format!("{call}: {e:?}")))?;
+        // Before the copy, which would wait for NCCL without a deadline.
+        self.finish(call)?;
         self.stream
             .memcpy_dtoh(&recv, out)
             .map_err(|e| backend(format!("{e:?}")))?;
@@ -220,6 +233,19 @@ impl NcclComm {
             .synchronize()
             .map_err(|e| backend(format!("{e:?}")))
     }
+}
+
+/// Runs `calls` between `ncclGroupStart` and `ncclGroupEnd`, ending the
+/// group on every path and returning the end's error, where grouped
+/// point-to-point calls report theirs (cudarc's `Group` unwraps it in its
+/// `Drop`: a panic, and an abort while unwinding). A call that failed
+/// inside the group leaves the others launched, unmatched on the peers:
+/// as after a timeout, the job is to be aborted.
+fn grouped(calls: impl FnOnce() -> Result<(), CommError>) -> Result<(), CommError> {
+    group_start().map_err(|e| backend(format!("ncclGroupStart: {e:?}")))?;
+    let queued = calls();
+    let ended = group_end().map_err(|e| backend(format!("ncclGroupEnd: {e:?}")));
+    queued.and(ended.map(drop))
 }
 
 /// What this machine lacks to run NCCL, in one line; `None` when libcuda
@@ -334,20 +360,21 @@ impl GpuCollectives for NcclComm {
         self.on_gpu(Collective::AllToAll, send.len, send.len, |stream| {
             // NCCL has no all-to-all: grouped point-to-point calls, as
             // PyTorch does (and as the host path does).
-            let _group = self.nccl.group();
-            for peer in 0..n {
-                let part = Borrowed::<u8>::bytes(send, peer * c, c, stream);
-                self.nccl
-                    .send(&part, peer as i32)
-                    .map_err(|e| backend(format!("ncclSend: {e:?}")))?;
-            }
-            for peer in 0..n {
-                let mut part = Borrowed::<u8>::bytes(recv, peer * c, c, stream);
-                self.nccl
-                    .recv(&mut part, peer as i32)
-                    .map_err(|e| backend(format!("ncclRecv: {e:?}")))?;
-            }
-            Ok(())
+            grouped(|| {
+                for peer in 0..n {
+                    let part = Borrowed::<u8>::bytes(send, peer * c, c, stream);
+                    self.nccl
+                        .send(&part, peer as i32)
+                        .map_err(|e| backend(format!("ncclSend: {e:?}")))?;
+                }
+                for peer in 0..n {
+                    let mut part = Borrowed::<u8>::bytes(recv, peer * c, c, stream);
+                    self.nccl
+                        .recv(&mut part, peer as i32)
+                        .map_err(|e| backend(format!("ncclRecv: {e:?}")))?;
+                }
+                Ok(())
+            })
         })
     }
 
@@ -371,6 +398,41 @@ impl GpuCollectives for NcclComm {
 }
 
 impl NcclComm {
+    /// Waits for the work queued on this communicator's stream (NCCL's),
+    /// polling under the deadline and the stop signal as the MPI waits do:
+    /// a peer that never enters the collective (dead, stuck, or stopped)
+    /// becomes an error naming `op` instead of a wait in
+    /// `cuStreamSynchronize` without end. The NCCL work stays queued after
+    /// such an error, still writing its buffers: the communicator is not
+    /// to be used again, and the trainer aborts the job.
+    fn finish(&self, op: &'static str) -> Result<(), CommError> {
+        let done = self
+            .stream
+            .record_event(Some(
+                cudarc::driver::sys::CUevent_flags::CU_EVENT_DISABLE_TIMING,
+            ))
+            .map_err(|e| backend(format!("{op}: {e:?}")))?;
+        let mut wait = Wait::start(&self.deadline);
+        for polled in 0u32.. {
+            match done.try_is_complete() {
+                Ok(true) => return Ok(()),
+                Ok(false) => {}
+                Err(e) => return Err(backend(format!("{op}: {e:?}"))),
+            }
+            if let Some(why) = wait.give_up() {
+                return Err(why.error(op, wait.timeout(), Vec::new()));
+            }
+            // Yield for the first millisecond or so (most collectives end
+            // within it), then sleep in steps of 100 µs.
+            if polled < 1000 {
+                std::thread::yield_now();
+            } else {
+                std::thread::sleep(Duration::from_micros(100));
+            }
+        }
+        unreachable!("the wait returns or gives up")
+    }
+
     /// Runs the NCCL calls `enqueue` makes on this communicator's stream
     /// for a collective of `kind` over `len` elements (`bytes` bytes) of
     /// GPU memory: the cross-rank check first, the stream synchronised
@@ -388,9 +450,7 @@ impl NcclComm {
             let _calls = self.lock();
             self.agree(kind, 0, len)?;
             enqueue(&self.stream)?;
-            self.stream
-                .synchronize()
-                .map_err(|e| backend(format!("{e:?}")))?;
+            self.finish(kind.name())?;
         }
         record(self, kind, 0, bytes, start);
         Ok(())
@@ -438,6 +498,11 @@ impl Communicator for NcclComm {
         self.mpi.abort(reason);
     }
 
+    fn set_deadline(&self, timeout: Duration) {
+        self.mpi.set_deadline(timeout);
+        self.deadline.set(timeout);
+    }
+
     fn gpu_collectives(&self) -> Option<&dyn GpuCollectives> {
         Some(self)
     }
@@ -445,6 +510,10 @@ impl Communicator for NcclComm {
     fn allreduce_f32_raw(&self, buf: &mut [f32], op: ReduceOp) -> Result<(), CommError> {
         let _calls = self.lock();
         self.agree(Collective::Allreduce, 0, buf.len())?;
+        if buf.is_empty() {
+            // Nothing to move; the driver refuses an allocation of none.
+            return Ok(());
+        }
         let send = self.upload(buf)?;
         self.on_device(send, buf, "ncclAllReduce", |nccl, send, recv| {
             nccl.all_reduce(send, recv, &cudarc::nccl::ReduceOp::Sum)
@@ -459,6 +528,10 @@ impl Communicator for NcclComm {
     fn broadcast_raw(&self, buf: &mut [u8], width: Width, root: usize) -> Result<(), CommError> {
         let _calls = self.lock();
         self.agree(Collective::Broadcast, root, buf.len() / width.bytes())?;
+        if buf.is_empty() {
+            // Nothing to move; the driver refuses an allocation of none.
+            return Ok(());
+        }
         let send = self.upload(buf)?;
         self.on_device(send, buf, "ncclBroadcast", |nccl, send, recv| {
             nccl.broadcast(Some(send), recv, root as i32)
@@ -468,6 +541,10 @@ impl Communicator for NcclComm {
     fn all_gather_raw(&self, send: &[u8], recv: &mut [u8], width: Width) -> Result<(), CommError> {
         let _calls = self.lock();
         self.agree(Collective::AllGather, 0, send.len() / width.bytes())?;
+        if send.is_empty() {
+            // Nothing to move; the driver refuses an allocation of none.
+            return Ok(());
+        }
         let send = self.upload(send)?;
         self.on_device(send, recv, "ncclAllGather", |nccl, send, recv| {
             nccl.all_gather(send, recv)
@@ -477,30 +554,39 @@ impl Communicator for NcclComm {
     fn all_to_all_raw(&self, send: &[u8], recv: &mut [u8], width: Width) -> Result<(), CommError> {
         let _calls = self.lock();
         self.agree(Collective::AllToAll, 0, send.len() / width.bytes())?;
+        if send.is_empty() {
+            // Nothing to move; the driver refuses an allocation of none.
+            return Ok(());
+        }
         let n = self.world_size();
         let c = send.len() / n;
         let err = |e| backend(format!("{e:?}"));
         let device_send = self.upload(send)?;
+        // (At least one byte each: the driver refuses an allocation of
+        // none.)
         let mut parts = (0..n)
-            .map(|_| self.stream.alloc_zeros::<u8>(c).map_err(err))
+            .map(|_| self.stream.alloc_zeros::<u8>(c.max(1)).map_err(err))
             .collect::<Result<Vec<_>, _>>()?;
-        {
-            // NCCL has no all-to-all: grouped point-to-point calls, as
-            // PyTorch does.
-            let mut group = self.nccl.group();
+        // NCCL has no all-to-all: grouped point-to-point calls, as PyTorch
+        // does.
+        grouped(|| {
             for peer in 0..n {
-                group
-                    .send(device_send.slice(peer * c..(peer + 1) * c), peer as i32)
+                self.nccl
+                    .send(&device_send.slice(peer * c..(peer + 1) * c), peer as i32)
                     .map_err(|e| backend(format!("ncclSend: {e:?}")))?;
             }
             for (peer, part) in parts.iter_mut().enumerate() {
-                group
-                    .recv(part.slice_mut(..), peer as i32)
+                self.nccl
+                    .recv(&mut part.slice_mut(..c), peer as i32)
                     .map_err(|e| backend(format!("ncclRecv: {e:?}")))?;
             }
-        }
+            Ok(())
+        })?;
+        self.finish("ncclSend/ncclRecv")?;
         for (part, out) in parts.iter().zip(recv.chunks_mut(c.max(1))) {
-            self.stream.memcpy_dtoh(part, out).map_err(err)?;
+            self.stream
+                .memcpy_dtoh(&part.slice(..c), out)
+                .map_err(err)?;
         }
         self.stream.synchronize().map_err(err)
     }

@@ -18,6 +18,11 @@ use crate::CommError;
 /// stops at the end of its step with a checkpoint as usual.
 pub const STOP_GRACE: Duration = Duration::from_secs(10);
 
+/// A collective's deadline until the trainer sets one from its step time:
+/// generous, as rank 0 may be making a corpus's examples while the others
+/// wait.
+pub const FIRST_DEADLINE: Duration = Duration::from_secs(2 * 3600);
+
 /// Where the process's stop signal is read (terse-train's handler); none
 /// registered: no signal is ever seen.
 static STOP_SOURCE: OnceLock<fn() -> Option<i32>> = OnceLock::new();

@@ -30,8 +30,25 @@ fn run_world(
     calls: usize,
     input: impl Fn(usize, usize) -> Vec<f32> + Sync,
 ) -> Vec<Vec<Snapshot>> {
+    run_world_made(CompressedAllreduce::new, n, len, options, calls, input)
+}
+
+/// [`run_world`] with the state made by `make` (`new`, or
+/// `compressing_alone`).
+fn run_world_made(
+    make: fn(
+        usize,
+        &dyn Communicator,
+        CompressionOptions,
+    ) -> Result<CompressedAllreduce, terse_comm::CommError>,
+    n: usize,
+    len: usize,
+    options: CompressionOptions,
+    calls: usize,
+    input: impl Fn(usize, usize) -> Vec<f32> + Sync,
+) -> Vec<Vec<Snapshot>> {
     LocalComm::run(n, Duration::from_secs(120), |comm| {
-        let mut state = CompressedAllreduce::new(len, comm, options).unwrap();
+        let mut state = make(len, comm, options).unwrap();
         let (mut worker_error, mut server_error) = state.zeroed_errors();
         (0..calls)
             .map(|call| {
@@ -225,6 +242,48 @@ fn matches_a_float64_simulation_over_successive_calls() {
         ambiguous * 1000 <= checked,
         "{ambiguous} of {checked} elements too close to call"
     );
+}
+
+/// A world of one made to compress (`compressing_alone`, what
+/// `terse-gpu-exchange-check` runs on one GPU) quantises, keeps its errors
+/// and exchanges its messages with itself as the simulation of one rank
+/// does; `new` leaves the same input as it is (below).
+#[test]
+fn a_world_of_one_made_to_compress_matches_the_simulation() {
+    let calls = 4;
+    for len in [33usize, 1000, 5003] {
+        for options in OPTIONS {
+            let input = |rank: usize, call: usize| compressed_input(11, rank, call, len);
+            let snapshots = run_world_made(
+                CompressedAllreduce::compressing_alone,
+                1,
+                len,
+                options,
+                calls,
+                input,
+            );
+            let rank = &snapshots[0];
+            let mut before = vec![(
+                vec![0.0; rank[0].worker_error.len()],
+                vec![0.0; rank[0].server_error.len()],
+            )];
+            for (call, after) in rank.iter().enumerate() {
+                let what = format!("alone, len {len}, {options:?}, call {call}");
+                let after = vec![after.clone()];
+                let ambiguous =
+                    check_call(1, len, options, &[input(0, call)], &before, &after, &what);
+                assert!(
+                    ambiguous * 100 <= len,
+                    "{what}: {ambiguous} elements too close to call"
+                );
+                before = vec![(after[0].worker_error.clone(), after[0].server_error.clone())];
+            }
+            assert!(
+                rank[0].output != input(0, 0),
+                "alone, len {len}: the output is its input (nothing compressed)"
+            );
+        }
+    }
 }
 
 #[test]

@@ -288,7 +288,7 @@ pub(crate) fn mean_over_ranks(
 /// then goes through the host. The device finishes the kernels that wrote
 /// the gradient before NCCL reads it (its stream is not cubecl's), and NCCL
 /// has finished writing when the call returns.
-fn mean_on_gpu(
+pub(crate) fn mean_on_gpu(
     gpu: &dyn GpuCollectives,
     world: usize,
     client: &Client,

@@ -22,6 +22,7 @@ mod error;
 mod flat_model;
 mod freeze;
 mod gather;
+pub mod gpu_exchange_check;
 mod kept_out;
 mod lamb;
 mod layout;

@@ -149,7 +149,8 @@ impl DeviceChoice {
     /// (PyTorch's `cuda:LOCAL_RANK % device_count`), so that `mpirun -np 8
     /// … --device cuda` on an 8-GPU node puts one process on each GPU,
     /// `cuda:4` with 4 processes takes GPUs 4–7, and two processes on a
-    /// one-GPU machine share it.
+    /// one-GPU machine share it (over MPI: NCCL refuses two processes on
+    /// one GPU, and terse says so before it starts, `one_gpu_each`).
     pub fn gpu_of_process(index: usize) -> usize {
         use cuda_check::Machine as _;
         let machine = cuda_check::ThisMachine;
