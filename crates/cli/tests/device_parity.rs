@@ -10,7 +10,8 @@
 //!   sent every step, and the ranks' weights bit-identical on the device
 //!   wherever they are on the CPU;
 //! - parameters within 1e-4 relative L2 after every uncompressed step: adam
-//!   and lamb at step 6, the 1-bit optimizers' warmup at step 3. The
+//!   and lamb at step 6 (there within 5e-7: GELU's exact derivative on the
+//!   device), the 1-bit optimizers' warmup at step 3. The
 //!   compressed steps are only reported: a sign (1-bit) is discontinuous,
 //!   so an element whose compensated momentum lies within float noise of
 //!   zero goes the other way on the other device, and 1-bit Adam's
@@ -36,6 +37,11 @@ use common::{checkpoint, workspace};
 
 const STEPS: u64 = 6;
 const TOLERANCE: f64 = 1e-4;
+/// The parameters of an optimizer that never compresses (adam, lamb) after
+/// all its steps, relative L2 from the CPU's: 9.5e-8 and 8.8e-8 measured
+/// (stop 80), 2.1e-6 and 1.0e-6 while GELU's backward pass on the device
+/// was burn's (the tanh approximation's derivative; `device_gelu.rs`).
+const UNCOMPRESSED_PARAMETERS: f64 = 5e-7;
 
 fn terse(device: &str, optimizer: &str, run_dir: &Path, extra: &[&str]) -> Output {
     let mut command = Command::new(env!("CARGO_BIN_EXE_terse"));
@@ -244,8 +250,13 @@ fn every_optimizer_trains_on_lavapipe_as_on_the_cpu() {
         };
         if uncompressed > 0 {
             let l2 = apart(uncompressed);
+            let bound = if uncompressed == STEPS {
+                UNCOMPRESSED_PARAMETERS
+            } else {
+                TOLERANCE
+            };
             assert!(
-                l2 <= TOLERANCE,
+                l2 <= bound,
                 "{optimizer}: parameters {l2:e} apart at step {uncompressed}"
             );
         }

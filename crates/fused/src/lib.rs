@@ -34,6 +34,7 @@ mod bias_gelu;
 mod conv2d;
 mod cross_entropy;
 mod device_cross_entropy;
+mod device_gelu;
 mod device_layer_norm;
 mod device_linear;
 mod embedding;
@@ -135,6 +136,8 @@ pub fn dense_gelu<const D: usize>(x: Tensor<D>, dense: &Linear) -> Tensor<D> {
             dense.weight.val(),
             bias.val(),
         ),
+        // A cubecl device: the exact derivative, in f32 (`device_gelu.rs`).
+        _ if !is_flex(&x.device()) => device_gelu::gelu(linear(x, dense)),
         _ => gelu(linear(x, dense)),
     }
 }
@@ -275,9 +278,14 @@ fn apply_mask<const D: usize>(x: Tensor<D>, mask: SiteMask) -> Tensor<D> {
             Tensor::<D>::from_data(TensorData::new(factors, shape), &device)
         }
     };
-    // Half activations are dropped in their own type, as autocast does.
+    // Half activations are scaled in f32 and rounded once, as PyTorch's
+    // dropout kernel does: the factor 1/(1−p) rounded to bf16 first (1.109
+    // for 1.111 at p = 0.1) would shrink every kept activation by 0.16%.
+    if is_f32(&x) {
+        return x * factors;
+    }
     let dtype: FloatDType = x.dtype().into();
-    x * factors.cast(dtype)
+    (widen(x) * factors).cast(dtype)
 }
 
 /// `relu(a + b)`, a residual block's end: one pass each way on flex

@@ -159,3 +159,50 @@ fn a_linear_layer_computes_in_the_half_type_on_flex() {
 fn a_linear_layer_computes_in_fp16_on_lavapipe() {
     check(&Device::wgpu(DeviceKind::Cpu), FloatDType::F16);
 }
+
+/// Dropout of half activations scales each kept one in f32 and rounds it
+/// once to the half type (PyTorch's dropout kernel): for every kept
+/// element, `round_half(round_f32(x·(1/(1−p))))`. Scaling by the factor
+/// rounded to bf16 first (1.109375 for 1.1111 at p = 0.1, what terse did
+/// before stop 80) fails it.
+#[test]
+fn dropout_scales_half_activations_in_f32_and_rounds_once() {
+    use burn::nn::DropoutConfig;
+    use fused::{DropoutStream, with_dropout_stream};
+
+    let layer = DropoutConfig::new(0.1).init();
+    let factor = 1.0f32 / (1.0 - 0.1f32);
+    for dtype in [FloatDType::BF16, FloatDType::F16] {
+        let device = Device::flex().autodiff();
+        let x: Vec<f32> = values(4096, 0.7)
+            .iter()
+            .map(|&v| round(f64::from(v * 3.0), dtype) as f32)
+            .collect();
+        let y = fused::with_half(Some(dtype), || {
+            let input =
+                Tensor::<1>::from_data(TensorData::new(x.clone(), [x.len()]), &device).cast(dtype);
+            let stream = DropoutStream::new(3, 5, 1, 0);
+            with_dropout_stream(stream, || fused::dropout(input, &layer))
+        });
+        assert_eq!(y.dtype(), DType::from(dtype));
+        let y = y
+            .cast(FloatDType::F32)
+            .into_data()
+            .try_to_vec::<f32>()
+            .unwrap();
+        let mut kept = 0;
+        for (i, (&xi, &yi)) in x.iter().zip(&y).enumerate() {
+            if yi == 0.0 && xi != 0.0 {
+                continue;
+            }
+            kept += 1;
+            let want = round(f64::from(xi * factor), dtype);
+            assert_eq!(
+                f64::from(yi),
+                want,
+                "{dtype:?} element {i}: {xi} kept as {yi}"
+            );
+        }
+        assert!(kept > 3500, "{kept} of 4096 kept");
+    }
+}
