@@ -12,7 +12,8 @@
 //!   at step 6's batch (step 5's batch consumed, nothing updated), built
 //!   independently by renaming step 4's checkpoint; the scale grows after a
 //!   window of clean steps; an fp16 run resumed from a checkpoint matches
-//!   the uninterrupted one bit for bit.
+//!   the uninterrupted one bit for bit. An overflow of the forward pass
+//!   (an inf loss) is skipped the same way and the run goes on.
 //! - 1-bit Adam sends the same number of bytes per step in fp16 as in fp32
 //!   (freezing at step 5 of 7: with the config's LAMB learning rate an
 //!   earlier freeze diverges in both precisions, the hazard of a freeze
@@ -204,6 +205,29 @@ fn an_fp16_overflow_on_one_rank_skips_the_step_on_every_rank() {
         &checkpoint(&run, 9),
         "resumed fp16",
     );
+}
+
+/// A forward pass that overflows in fp16 (its loss inf; the hook's
+/// `STEP:RANK:loss`) on one rank: the step is skipped on both, as a
+/// gradient overflow is, and the run goes on, as DeepSpeed's
+/// `FP16_Optimizer` does; it stopped as diverged before (stop 80).
+#[test]
+fn an_fp16_forward_overflow_skips_the_step_and_the_run_goes_on() {
+    let scratch = tempfile::tempdir().unwrap();
+    let run = scratch.path().join("forward");
+    run_ok(
+        &run,
+        &with_steps("6"),
+        &[("TERSE_INJECT_OVERFLOW", "4:0:loss")],
+    );
+    let lines = step_lines(&run);
+    let skipped: Vec<bool> = lines
+        .iter()
+        .map(|v| v.get("skipped").is_some_and(|s| s == true))
+        .collect();
+    assert_eq!(skipped, [false, false, false, true, false, false]);
+    let finite: Vec<bool> = lines.iter().map(|v| v["loss"].as_f64().is_some()).collect();
+    assert_eq!(finite, [true, true, true, false, true, true], "{lines:?}");
 }
 
 fn copy_dir(from: &Path, to: &Path) {

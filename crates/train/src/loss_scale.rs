@@ -215,20 +215,31 @@ pub(crate) fn judge(
 
 /// The fault-injection hook of the fp16 tests (`TERSE_INJECT_OVERFLOW =
 /// "STEP:RANK,…"`): that rank's gradient counts as overflowed at that step,
-/// as an inf in it would. Unset in normal runs.
+/// as an inf in it would; `STEP:RANK:loss` overflows its forward pass too
+/// (its loss inf, [`injected_loss_overflow`]). Unset in normal runs.
 fn injected_overflow(t: u64, rank: usize) -> bool {
-    static AT: std::sync::OnceLock<Vec<(u64, usize)>> = std::sync::OnceLock::new();
+    injected().iter().any(|&(s, r, _)| (s, r) == (t, rank))
+}
+
+/// Whether the hook overflows rank `rank`'s loss at step `t`.
+pub(crate) fn injected_loss_overflow(t: u64, rank: usize) -> bool {
+    injected().contains(&(t, rank, true))
+}
+
+/// The hook's (step, rank, loss too) entries.
+fn injected() -> &'static [(u64, usize, bool)] {
+    static AT: std::sync::OnceLock<Vec<(u64, usize, bool)>> = std::sync::OnceLock::new();
     AT.get_or_init(|| {
         std::env::var("TERSE_INJECT_OVERFLOW")
             .unwrap_or_default()
             .split(',')
             .filter_map(|item| {
-                let (step, rank) = item.trim().split_once(':')?;
-                Some((step.parse().ok()?, rank.parse().ok()?))
+                let mut fields = item.trim().split(':');
+                let (step, rank) = (fields.next()?.parse().ok()?, fields.next()?.parse().ok()?);
+                Some((step, rank, fields.next() == Some("loss")))
             })
             .collect()
     })
-    .contains(&(t, rank))
 }
 
 #[cfg(test)]

@@ -259,7 +259,11 @@ impl RunSummary {
         self.comm_seconds += record.comm_ms / 1e3;
         self.bytes_sent += record.bytes_sent;
         self.fp32_allreduce_bytes += volume(Collective::Allreduce, world, 0, 0, params * 4).0;
-        self.final_loss = record.loss;
+        // An fp16 step skipped for a forward overflow has an inf loss: the
+        // run's last loss is the last finite one.
+        if record.loss.is_finite() {
+            self.final_loss = record.loss;
+        }
     }
 
     /// The human-readable summary printed at the end of a run.

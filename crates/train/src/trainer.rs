@@ -317,7 +317,8 @@ impl<T: Task> Run<'_, T> {
     /// communication), the stepped parameters written into the model, and
     /// one small allreduce of the loss, the signal flag and the gradient's
     /// squared norm. Returns the model, the step's record and whether any
-    /// rank was signalled to stop; a non-finite loss ends the run.
+    /// rank was signalled to stop; a non-finite loss ends the run (but in
+    /// an fp16 step skipped for an overflow).
     fn step(
         &mut self,
         mut model: T::Model,
@@ -364,8 +365,11 @@ impl<T: Task> Run<'_, T> {
         let (model, report) = self.update(model, skip)?;
         let step_ms = ms(clock);
         // The step's work is queued: reading its loss and norm waits for it.
-        let ((local_loss, squares), wait_ms, step_reads) =
+        let ((mut local_loss, squares), wait_ms, step_reads) =
             reads.after_update(|| (local.mean_loss(), self.flat.read_squares(squares) as f32));
+        if crate::loss_scale::injected_loss_overflow(t, self.rank) {
+            local_loss = f64::INFINITY;
+        }
 
         // The loss every rank saw, whether any rank was signalled and the
         // squared gradient norms, in one small allreduce outside the
@@ -387,7 +391,13 @@ impl<T: Task> Run<'_, T> {
             report.stage,
             report.traffic.sent()
         );
-        if !loss.is_finite() {
+        if !loss.is_finite() && skip {
+            // fp16: the forward pass overflowed as well as the gradient;
+            // the step is skipped and the scale lowered, and the run goes
+            // on, as DeepSpeed's FP16_Optimizer does (an overflow that
+            // persists ends it at the scale's floor).
+            tracing::warn!("step {t}: the loss is {loss} in the skipped fp16 step");
+        } else if !loss.is_finite() {
             tracing::error!("step {t}: the loss is {loss}: the run diverged");
             self.log.line(&DivergedRecord {
                 step: t,
