@@ -107,6 +107,19 @@ pub fn run(args: &Args) -> Result<()> {
     for script in ["pytorch_bert_step.py", "pytorch_matmul_shapes.py"] {
         fs::copy(format!("benches/{script}"), scripts.join(script))?;
     }
+    // Copied out of this machine's cache (fetched first if missing) by
+    // `terse-data copy`, which verifies every file against its manifest.
+    let cache = out.join("cache");
+    terse_binary::run_binary(
+        "terse-data",
+        &[
+            "copy".into(),
+            "--to".into(),
+            cache.display().to_string(),
+            "sotu".into(),
+            "minilm:tokenizer.json".into(),
+        ],
+    )?;
     let run_sh = out.join("run.sh");
     fs::write(&run_sh, RUN_SH)?;
     make_executable(&run_sh)?;
@@ -115,8 +128,13 @@ pub fn run(args: &Args) -> Result<()> {
     let name = out.file_name().context("a bundle directory name")?;
     crate::finish::finish(
         Command::new("tar")
-            // Fast and multi-threaded: the binaries are most of it.
-            .env("XZ_OPT", "-T0 -3")
+            // Small before fast: a lent GPU takes the bundle with the whole
+            // working tree, 64 MiB at most (results/gpu-call-tree.sh). The
+            // x86 filter makes calls position-independent and a dictionary
+            // wider than one binary finds the code the binaries share
+            // (burn, cubecl): 28 → 19 MB on three of them (stop 81), a few
+            // minutes of one core.
+            .env("XZ_OPT", "-T1 --x86 --lzma2=preset=9,dict=192MiB")
             .arg("-C")
             .arg(parent)
             .arg("-cJf")

@@ -8,6 +8,7 @@
 //! seeded random stream all of it draws from (`terse_rng`).
 #![warn(missing_docs)]
 
+mod cache_copy;
 mod datasets;
 mod error;
 pub mod fetch;
@@ -21,6 +22,7 @@ pub mod squad;
 mod tar;
 mod tokenizer;
 
+pub use cache_copy::copy_to_cache;
 pub use datasets::{Presence, dataset, dataset_dir, dataset_files, ensure, ensure_files, presence};
 pub use error::DataError;
 pub use glue::{

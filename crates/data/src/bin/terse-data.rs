@@ -8,7 +8,8 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand};
 use terse_data::pretrain::{Document, PretrainConfig, build_shards, read_corpus};
 use terse_data::{
-    DataError, Presence, WordPiece, dataset, dataset_dir, manifest, manifests, minilm, presence,
+    DataError, Presence, WordPiece, copy_to_cache, dataset, dataset_dir, manifest, manifests,
+    minilm, presence,
 };
 
 /// Datasets and pretrained weights for terse: list them, fetch them (official
@@ -30,6 +31,18 @@ enum Command {
         /// A dataset name or alias from `list`, or `all`.
         #[arg(value_name = "NAME|all")]
         name: String,
+    },
+    /// Copy datasets out of the cache (fetching what it lacks) into DIR laid
+    /// out as a cache, for a machine without network, where `TERSE_CACHE=DIR`
+    /// then finds them: NAME for a whole dataset, NAME:FILE for one file of
+    /// it (e.g. `copy --to /tmp/c sotu minilm:tokenizer.json`).
+    Copy {
+        /// The directory to fill (created if missing).
+        #[arg(long, value_name = "DIR")]
+        to: PathBuf,
+        /// Datasets as `list` names them, each alone or as NAME:FILE.
+        #[arg(value_name = "NAME[:FILE]", required = true)]
+        wanted: Vec<String>,
     },
     /// Build BERT pre-training shards (masked LM + next sentence, as Google's
     /// create_pretraining_data.py) from corpora, fetching them if needed.
@@ -80,6 +93,7 @@ fn main() -> ExitCode {
     let result = match Cli::parse().command {
         Command::List => list(),
         Command::Fetch { name } => fetch(&name),
+        Command::Copy { to, wanted } => copy(&to, &wanted),
         Command::Shards(args) => shards(&args),
     };
     match result {
@@ -156,6 +170,18 @@ fn fetch(name: &str) -> Result<(), DataError> {
             attempts: "see the messages above".into(),
         })
     }
+}
+
+fn copy(to: &std::path::Path, wanted: &[String]) -> Result<(), DataError> {
+    let written = copy_to_cache(wanted, to)?;
+    let bytes: u64 = written
+        .iter()
+        .filter_map(|path| std::fs::metadata(path).ok())
+        .map(|meta| meta.len())
+        .sum();
+    let (count, mb, to) = (written.len(), bytes as f64 / 1e6, to.display());
+    println!("{count} file(s), {mb:.1} MB, copied into {to} (TERSE_CACHE={to} reads them there)");
+    Ok(())
 }
 
 fn shards(args: &ShardsArgs) -> Result<(), DataError> {
