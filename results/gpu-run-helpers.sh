@@ -22,7 +22,9 @@ run() {
     fi
     ((limit > l)) && limit=$l
     section "$name (limit ${limit}s)"
-    timeout "$limit" "$@"
+    # KILL 10 s after TERM: terse takes TERM as "finish the step and save a
+    # checkpoint", which a process stuck on the GPU never does.
+    timeout -k 10 "$limit" "$@"
     local rc=$?
     ((rc != 0)) && echo "FAILED ($rc): $name" >&3
     return $rc
@@ -31,7 +33,7 @@ run() {
 # NVRTC and CUDA's headers from PyTorch's wheels when the machine has no
 # toolkit (as the bundle's run.sh finds them), for what runs outside run.sh.
 cuda_from_pytorch_wheels() {
-    local nvidia nvrtc cublas header
+    local nvidia nvrtc cublas nccl header
     nvidia=$(python3 -c 'import nvidia; print(list(nvidia.__path__)[0])' 2>/dev/null || true)
     [[ -n $nvidia && -d $nvidia ]] || return 0
     nvrtc=$(find "$nvidia" -name 'libnvrtc.so*' -not -name '*builtins*' 2>/dev/null | head -n 1)
@@ -39,6 +41,9 @@ cuda_from_pytorch_wheels() {
     # train.matmul = "cublas" / "cublas_tf32" (model_step --matmul).
     cublas=$(find "$nvidia" -name 'libcublas.so*' 2>/dev/null | head -n 1)
     [[ -n $cublas ]] && export LD_LIBRARY_PATH="$LD_LIBRARY_PATH:$(dirname "$cublas")"
+    # The NCCL checks (terse-comm-check --nccl, terse-gpu-exchange-check).
+    nccl=$(find "$nvidia" -name 'libnccl.so*' 2>/dev/null | head -n 1)
+    [[ -n $nccl ]] && export LD_LIBRARY_PATH="$LD_LIBRARY_PATH:$(dirname "$nccl")"
     if [[ -z ${CUDA_PATH:-} && ! -d /usr/local/cuda ]]; then
         header=$(find "$nvidia" -path '*/include/cuda_fp16.h' 2>/dev/null | head -n 1)
         [[ -n $header ]] && export CUDA_PATH=$(dirname "$(dirname "$header")")

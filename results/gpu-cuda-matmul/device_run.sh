@@ -48,18 +48,21 @@ cuda_from_pytorch_wheels
 
 # 1. Each product, each routine; PyTorch on the same products.
 "$B/bin/matmul_routines" --shapes "${shape[@]}" > "$out/shapes.jsonl"
-routines=${ROUTINES:-cublas,cublas_tf32,auto,simple_cyclic_cmma,simple_cyclic_mma,simple_tma_mma,double_cyclic_mma,double_tma_mma,ordered_double_cmma,ordered_double_mma,specialized_cyclic_mma,specialized_tma_mma}
-run 150 "matmul routines" "$B/bin/matmul_routines" --device "$dev" --routines "$routines" \
-    "${shape[@]}" --reps 10 > "$out/matmul-routines.jsonl" 2> "$out/matmul-routines.stderr"
+# PyTorch first (seconds): the sweep may use all of its limit.
 if [[ $dev == cuda* ]]; then
     run 60 "pytorch matmuls" python3 "$B/benches/pytorch_matmul_shapes.py" "$out/shapes.jsonl" \
         > "$out/pytorch-matmuls.jsonl"
 fi
+routines=${ROUTINES:-cublas,cublas_tf32,auto,simple_cyclic_cmma,simple_cyclic_mma,simple_tma_mma,double_cyclic_mma,double_tma_mma,ordered_double_cmma,ordered_double_mma,specialized_cyclic_mma,specialized_tma_mma}
+run 150 "matmul routines" "$B/bin/matmul_routines" --device "$dev" --routines "$routines" \
+    "${shape[@]}" --reps 10 > "$out/matmul-routines.jsonl" 2> "$out/matmul-routines.stderr"
+# Complete means every product of shapes.jsonl, reached or not.
 python3 "$repo/results/gpu-cuda-matmul/summarize.py" "$out/matmul-routines.jsonl" \
-    "$out/pytorch-matmuls.jsonl" | tee "$out/summary.txt"
+    "$out/pytorch-matmuls.jsonl" --shapes="$out/shapes.jsonl" | tee "$out/summary.txt"
 
 # 2. The fastest complete routine on the whole step, against the default.
-best=$(python3 "$repo/results/gpu-cuda-matmul/summarize.py" "$out/matmul-routines.jsonl" --best)
+best=$(python3 "$repo/results/gpu-cuda-matmul/summarize.py" "$out/matmul-routines.jsonl" \
+    --shapes="$out/shapes.jsonl" --best)
 echo "fastest complete routine: ${best:-none}"
 echo "${best}" > "$out/best-routine.txt"
 if [[ -n $best ]]; then

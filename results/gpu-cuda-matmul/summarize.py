@@ -4,11 +4,15 @@ routines (terse's `matmul_routines` bench) and each PyTorch mode
 (`pytorch_matmul_shapes.py`), the step's matmul time Σ per_step · ms over
 the products it ran, and for each product the fastest routine.
 
-    python3 summarize.py matmul-routines.jsonl pytorch-matmuls.jsonl [--best]
+    python3 summarize.py matmul-routines.jsonl pytorch-matmuls.jsonl \
+        [--shapes=shapes.jsonl] [--best]
 
 A routine counts for the step total only if it ran every product itself
 (no failure, nothing declined to burn's matmul) with an error a TF32 or f32
-product can have (rel_error < 2e-3). `--best` prints only the name of the
+product can have (rel_error < 2e-3). Every product is the step's (the
+`--shapes` file, `matmul_routines --shapes`'s lines), not only those the
+sweep reached: a sweep cut off by its time limit has run the routines
+listed first on the first products only, and none of them is complete. `--best` prints only the name of the
 fastest such routine (what the script times on the whole step next).
 """
 
@@ -27,7 +31,8 @@ def lines(path):
 def main():
     args = [a for a in sys.argv[1:] if not a.startswith("--")]
     terse, torch = lines(args[0]), lines(args[1]) if len(args) > 1 else []
-    products = []
+    shapes = next((a.split("=", 1)[1] for a in sys.argv[1:] if a.startswith("--shapes=")), None)
+    products = [r["product"] for r in lines(shapes)] if shapes else []
     for r in terse:
         if r["product"] not in products:
             products.append(r["product"])
@@ -35,8 +40,8 @@ def main():
     for name in dict.fromkeys(r["routine"] for r in terse):
         rows = [r for r in terse if r["routine"] == name]
         ok = [r for r in rows if "ms" in r and r["declined"] == 0 and r["rel_error"] < 2e-3]
-        complete = len(ok) == len(products)
-        totals[name] = (sum(r["per_step"] * r["ms"] for r in ok), complete, len(rows) - len(ok))
+        complete = {r["product"] for r in ok} >= set(products)
+        totals[name] = (sum(r["per_step"] * r["ms"] for r in ok), complete, len(products) - len(ok))
     complete = {n: t for n, (t, c, _) in totals.items() if c}
     if "--best" in sys.argv:
         if complete:
@@ -50,14 +55,14 @@ def main():
         if whole:
             print(f"  terse {name:<26} {total:9.2f} ms")
         else:
-            print(f"  terse {name:<26} {'-':>9}     ({missing} products failed, declined or wrong)")
+            print(f"  terse {name:<26} {'-':>9}     ({missing} products failed, declined, wrong or not reached)")
     print("\nfastest per product (ms): terse routine | pytorch fp32 | tf32")
     for product in products:
         rows = [r for r in terse if r["product"] == product and "ms" in r
                 and r["declined"] == 0 and r["rel_error"] < 2e-3]
         best = min(rows, key=lambda r: r["ms"]) if rows else None
         torch_ms = {r["mode"]: r["ms"] for r in torch if r["product"] == product}
-        shape = next(f"{r['m']}x{r['k']}x{r['n']}" for r in terse if r["product"] == product)
+        shape = next((f"{r['m']}x{r['k']}x{r['n']}" for r in terse if r["product"] == product), "not reached")
         cell = f"{best['routine']} {best['ms']:.3f}" if best else "none"
         print(f"  {product:<30} {shape:<16} {cell:<32} {torch_ms.get('fp32', float('nan')):8.3f} "
               f"{torch_ms.get('tf32', float('nan')):8.3f}")

@@ -6,8 +6,9 @@
 # which cubek matmul routine should the linear layers name, and are the
 # answers still right there? In order of importance, each section bounded and
 # skipped past the budget:
-#   1. the bundle's run.sh at batch 32: NCCL check (a world of one), terse
-#      fp32 and bf16 beside PyTorch fp32/tf32/bf16/fp16, like for like;
+#   1. the bundle's run.sh at batch 32: terse fp32 and bf16 beside PyTorch
+#      fp32/tf32/bf16/fp16, like for like; then the NCCL checks (a world of
+#      one: NCCL from host and GPU buffers, the step's own exchanges);
 #   2. every matmul routine on each of the step's products beside torch.mm,
 #      and the fastest complete one on the whole step against the default
 #      (results/gpu-cuda-matmul/device_run.sh, as a section);
@@ -31,31 +32,53 @@ out=${OUT:-/tmp/out}
 work=/tmp/results
 rm -rf "$work" /tmp/parity /tmp/parity-routine /tmp/profile && mkdir -p "$out" "$work"
 exec > >(tee -a "$out/log.txt") 2>&1
+tee_pid=$!
 exec 3>&1
 start=$(date +%s)
 budget=${BUDGET_S:-540}
 source "$repo/results/gpu-run-helpers.sh"
 
 cd /tmp
-rm -rf /tmp/terse-gpu-bundle && tar xJf "$repo/.gpu/terse-gpu-bundle.tar.xz"
+rm -rf /tmp/terse-gpu-bundle
+tar xJf "$repo/.gpu/terse-gpu-bundle.tar.xz" || {
+    echo "no bundle at $repo/.gpu/terse-gpu-bundle.tar.xz (cargo xtask bundle, then copy it there)"
+    exit 1
+}
 B=/tmp/terse-gpu-bundle
 dev=${DEVICE:-cuda} preset=${PRESET:-base}
-export XDG_RUNTIME_DIR=/tmp
+# The parity runs pre-train BERT-Tiny: its data comes in the bundle (the
+# machine has no network). The NCCL checks start OpenMPI's singleton as root.
+export XDG_RUNTIME_DIR=/tmp TERSE_CACHE=${TERSE_CACHE:-$B/cache}
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 finish() {
     section "archive"
     tar cJf "$out/results.tar.xz" -C /tmp results
+    # Everything printed reaches log.txt before the call returns.
+    exec 1>&- 2>&- 3>&-
+    wait "$tee_pid"
 }
 
 # 1. terse beside PyTorch (run.sh finds NVRTC, NCCL and CUDA's headers in
 #    PyTorch's wheels when the machine has no toolkit).
 bench=(--device "$dev" --presets "$preset" --batches "${BENCH_BATCHES:-32}" --out "$work/bench")
-[[ $dev == cuda* ]] && bench+=(--nccl-check)
 run 180 "run.sh ${bench[*]}" bash "$B/run.sh" "${bench[@]}"
 cat "$work"/bench/terse.jsonl "$work"/bench/pytorch.jsonl > "$out/bench.jsonl" 2> /dev/null
 
 # run.sh's library paths, for the sections below.
 export LD_LIBRARY_PATH="$B/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 cuda_from_pytorch_wheels
+
+# 1b. NCCL, never run before: every collective in a world of one (from host
+#     and GPU buffers) against the host path, then the training step's own
+#     exchanges on cubecl's CUDA buffers against local's bits. Each bounded:
+#     an MPI or NCCL start that hangs costs 45 s, not the call.
+if [[ $dev == cuda* ]]; then
+    run 45 "nccl check" "$B/bin/terse-comm-check" --nccl > "$work/nccl-check.txt" 2>&1
+    run 45 "gpu exchange check" "$B/bin/terse-gpu-exchange-check" --device "$dev" \
+        >> "$work/nccl-check.txt" 2>&1
+    cat "$work/nccl-check.txt"
+    cp "$work/nccl-check.txt" "$out/"
+fi
 
 # 2. The matmul routines, each product and the whole step.
 mm_budget=$(($(left) - 230))
@@ -88,7 +111,9 @@ par() { # par ROOT OPTIMIZER DEVICE DIR [extra]
         --optimizer "$optimizer" --set train.steps=6 --set train.global_batch=4 --set train.micro_batch=2 \
         --set train.eval_every=0 --set train.checkpoint_every=3 --set task.max_seq=32 \
         --run-dir "$root/$dir" "${extra[@]}" "$@" > "$root/$dir.out" 2>&1
+    local rc=$?
     tail -n 2 "$root/$dir.out"
+    return $rc
 }
 parity() { # parity ROOT NAME
     python3 "$repo/results/gpu-cuda/parity.py" "$1" > "$work/$2.jsonl" 2>&1
@@ -137,5 +162,5 @@ parity /tmp/parity parity
 grep -h "error\|panicked" /tmp/parity*/*.out | head -20
 cp -r /tmp/parity /tmp/parity-routine "$work/" 2> /dev/null
 find "$work" -name '*.safetensors' -delete
-finish
 section "done"
+finish

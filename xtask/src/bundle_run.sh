@@ -39,14 +39,15 @@ number goes to DIR as it is measured:
   --python   a Python with torch and transformers [python3]
   --out      where the numbers go [$OUT, else ./out]
   --quick    BERT-Tiny, batch 8, 1 warmup + 2 timed steps (a smoke run)
-  --nccl-check  first, `bin/terse-comm-check --nccl` on the GPU of this
+  --nccl-check  last, `bin/terse-comm-check --nccl` on the GPU of this
              process (a world of one: every collective through NCCL, from
              host and from GPU buffers, against the host path bit for bit),
              then on cuda `bin/terse-gpu-exchange-check` (the training
              step's exchanges by device address on cubecl's buffers: the
              fp32 mean, the compressed allreduce made to compress alone,
-             against local's bits), to nccl-check.txt; libnccl.so.2 from
-             LD_LIBRARY_PATH or PyTorch's nvidia-nccl wheel
+             against local's bits), to nccl-check.txt, each within 90 s;
+             libnccl.so.2 from LD_LIBRARY_PATH or PyTorch's nvidia-nccl
+             wheel; as root, OpenMPI's OMPI_ALLOW_RUN_AS_ROOT is set
 EOF
 }
 
@@ -116,21 +117,6 @@ fi
 } > "$out/machine.txt"
 
 failed=0
-if [[ $nccl_check == 1 ]]; then
-    # A world of one without mpirun (OpenMPI's singleton): NCCL on this
-    # process's GPU, checked against the in-process local backend.
-    echo "== terse-comm-check --nccl"
-    if ! "$here/bin/terse-comm-check" --nccl > "$out/nccl-check.txt" 2>&1; then
-        failed=1
-    fi
-    if [[ $device == cuda* ]]; then
-        echo "== terse-gpu-exchange-check --device $device" >> "$out/nccl-check.txt"
-        if ! "$here/bin/terse-gpu-exchange-check" --device "$device" >> "$out/nccl-check.txt" 2>&1; then
-            failed=1
-        fi
-    fi
-    cat "$out/nccl-check.txt"
-fi
 # What precision the device's f32 matmuls have (TF32 tensor cores on CUDA
 # sm_80+, full f32 elsewhere): the column to compare terse with.
 "$here/bin/model_step" --matmul-precision --presets '' --device "$device" 2> /dev/null |
@@ -192,4 +178,23 @@ for t in terse:
     row += f"  {t['samples_per_s'] / fp32:>15.2f}x" if fp32 else ""
     print(row)
 PY
+if [[ $nccl_check == 1 ]]; then
+    # A world of one without mpirun (OpenMPI's singleton): NCCL on this
+    # process's GPU, checked against the in-process local backend. Last, and
+    # each bounded (KILL 5 s after TERM), so that an MPI or NCCL start that
+    # hangs on a bare machine costs the benchmark nothing.
+    export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+    echo "== terse-comm-check --nccl"
+    if ! timeout -k 5 90 "$here/bin/terse-comm-check" --nccl > "$out/nccl-check.txt" 2>&1; then
+        failed=1
+    fi
+    if [[ $device == cuda* ]]; then
+        echo "== terse-gpu-exchange-check --device $device" >> "$out/nccl-check.txt"
+        if ! timeout -k 5 90 "$here/bin/terse-gpu-exchange-check" --device "$device" \
+            >> "$out/nccl-check.txt" 2>&1; then
+            failed=1
+        fi
+    fi
+    cat "$out/nccl-check.txt"
+fi
 exit $failed
