@@ -37,9 +37,22 @@ pub fn copy_to_cache(wanted: &[String], to: &Path) -> Result<Vec<PathBuf>, DataE
             if let Some(parent) = target.parent() {
                 std::fs::create_dir_all(parent).map_err(io(parent))?;
             }
-            std::fs::copy(from.join(file), &target).map_err(io(&target))?;
+            let source = from.join(file);
+            // Copying a file onto itself (DIR is the cache) would truncate
+            // it first: it is already where it is wanted.
+            if !same_file(&source, &target) {
+                std::fs::copy(&source, &target).map_err(io(&target))?;
+            }
             written.push(target);
         }
     }
     Ok(written)
+}
+
+/// Whether `a` and `b` are one file (`b` may not exist yet).
+fn same_file(a: &Path, b: &Path) -> bool {
+    match (a.canonicalize(), b.canonicalize()) {
+        (Ok(a), Ok(b)) => a == b,
+        _ => false,
+    }
 }

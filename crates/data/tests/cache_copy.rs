@@ -55,6 +55,16 @@ fn a_copy_is_a_cache_the_manifests_verify() {
 }
 
 #[test]
+fn a_copy_into_the_cache_itself_leaves_it_intact() {
+    let cache = terse_data::fetch::cache_dir();
+    copy_to_cache(&["minilm:tokenizer.json".into()], &cache).unwrap();
+    let mut tokenizer = manifest("minilm").unwrap();
+    tokenizer.files.retain(|f| f.name == "tokenizer.json");
+    let dir = cache.join("datasets").join("minilm");
+    assert_eq!(presence(&tokenizer, &dir).unwrap(), Presence::Complete);
+}
+
+#[test]
 fn a_name_no_manifest_lists_is_refused_by_name() {
     let to = tempfile::tempdir().unwrap();
     let err = copy_to_cache(&["minilm:weights.bin".into()], to.path()).unwrap_err();
