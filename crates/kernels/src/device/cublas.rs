@@ -23,11 +23,11 @@ use std::ffi::c_void;
 use std::sync::{Arc, OnceLock};
 
 use cubecl::prelude::*;
-use cubecl::server::{Handle, ServerError};
+use cubecl::server::Handle;
 use cudarc::cublas::{result as blas, sys as blas_sys};
 use cudarc::driver::CudaContext;
 
-use super::cuda_memory::CudaServer;
+use super::cuda_memory::cuda_buffer;
 
 /// How cuBLAS multiplies f32 matrices: PyTorch's two modes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -249,14 +249,13 @@ pub fn matmul_f32(
     // in place until the product is queued; after that the stream orders
     // any reuse behind it.
     let [lhs_at, rhs_at, out_at] = [lhs.handle, rhs.handle, out.handle].map(|h| {
-        client
-            .get_resource::<CudaServer>(h.clone())
-            .map_err(|e| match e {
-                ServerError::ServiceMismatch { .. } => Declined::NotCuda,
-                // A buffer cubecl could not hand out (a failed kernel
-                // wrote it, or its allocation failed): say so.
-                e => failed("cubecl's buffer", e),
-            })
+        match cuda_buffer(client, h) {
+            Ok(Some(buffer)) => Ok(buffer),
+            Ok(None) => Err(Declined::NotCuda),
+            // A buffer cubecl could not hand out (a failed kernel wrote
+            // it, or its allocation failed): say so.
+            Err(e) => Err(failed("cubecl's buffer", e)),
+        }
     });
     let (lhs_at, rhs_at, out_at) = (lhs_at?, rhs_at?, out_at?);
     let stream = out_at.resource().stream;

@@ -3,10 +3,31 @@
 
 use cubecl::prelude::*;
 use cubecl::server::{Handle, ServerError};
+use cubecl_runtime::server::ServerStorage;
+use cubecl_runtime::storage::{ComputeStorage, ManagedResource};
 
 /// cubecl's CUDA server: what a buffer's device address is asked of.
-pub(crate) type CudaServer =
-    <cubecl::cuda::CudaRuntime as cubecl_runtime::runtime::Runtime>::Server;
+type CudaServer = <cubecl::cuda::CudaRuntime as cubecl_runtime::runtime::Runtime>::Server;
+
+/// A CUDA buffer as cubecl hands it out: its device address, and the
+/// stream the asking thread's kernels are queued on (`vendor/cubecl-cuda`'s
+/// patch). Its allocation stays in place while this is held.
+pub(crate) type CudaBuffer =
+    ManagedResource<<<CudaServer as ServerStorage>::Storage as ComputeStorage>::Resource>;
+
+/// `handle`'s buffer as CUDA memory: `None` when it is another runtime's
+/// (a wgpu device's), the server's error when cubecl cannot hand it out (a
+/// failed kernel was to write it, or its allocation failed).
+pub(crate) fn cuda_buffer(
+    client: &Client,
+    handle: &Handle,
+) -> Result<Option<CudaBuffer>, ServerError> {
+    match client.get_resource::<CudaServer>(handle.clone()) {
+        Ok(buffer) => Ok(Some(buffer)),
+        Err(ServerError::ServiceMismatch { .. }) => Ok(None),
+        Err(e) => Err(e),
+    }
+}
 
 /// Runs `use_addresses` with the device addresses (`CUdeviceptr`s) of
 /// `handles`, in order, once every kernel queued on `client` has completed
@@ -27,9 +48,9 @@ pub fn with_cuda_addresses<R>(
     // A buffer of another runtime is refused here, before anything waits.
     let mut resources = Vec::with_capacity(handles.len());
     for handle in handles {
-        match client.get_resource::<CudaServer>((*handle).clone()) {
-            Ok(resource) => resources.push(resource),
-            Err(ServerError::ServiceMismatch { .. }) => return None,
+        match cuda_buffer(client, handle) {
+            Ok(Some(resource)) => resources.push(resource),
+            Ok(None) => return None,
             Err(e) => panic!("the device could not hand out a CUDA buffer: {e}"),
         }
     }
