@@ -42,8 +42,14 @@ cuda_from_pytorch_wheels() {
     cublas=$(find "$nvidia" -name 'libcublas.so*' 2>/dev/null | head -n 1)
     [[ -n $cublas ]] && export LD_LIBRARY_PATH="$LD_LIBRARY_PATH:$(dirname "$cublas")"
     # The NCCL checks (terse-comm-check --nccl, terse-gpu-exchange-check).
-    nccl=$(find "$nvidia" -name 'libnccl.so*' 2>/dev/null | head -n 1)
-    [[ -n $nccl ]] && export LD_LIBRARY_PATH="$LD_LIBRARY_PATH:$(dirname "$nccl")"
+    # cudarc opens NCCL as libnccl.so, never by its soname libnccl.so.2,
+    # the only name the wheel installs: a link under the name cudarc opens.
+    nccl=$(find "$nvidia" -name 'libnccl.so.2' 2>/dev/null | head -n 1)
+    if [[ -n $nccl ]]; then
+        mkdir -p /tmp/terse-nccl-link
+        ln -sf "$nccl" /tmp/terse-nccl-link/libnccl.so
+        export LD_LIBRARY_PATH="$LD_LIBRARY_PATH:/tmp/terse-nccl-link"
+    fi
     if [[ -z ${CUDA_PATH:-} && ! -d /usr/local/cuda ]]; then
         header=$(find "$nvidia" -path '*/include/cuda_fp16.h' 2>/dev/null | head -n 1)
         [[ -n $header ]] && export CUDA_PATH=$(dirname "$(dirname "$header")")

@@ -47,9 +47,8 @@ tar xJf "$repo/.gpu/terse-gpu-bundle.tar.xz" || {
 B=/tmp/terse-gpu-bundle
 dev=${DEVICE:-cuda} preset=${PRESET:-base}
 # The parity runs pre-train BERT-Tiny: its data comes in the bundle (the
-# machine has no network). The NCCL checks start OpenMPI's singleton as root.
+# machine has no network).
 export XDG_RUNTIME_DIR=/tmp TERSE_CACHE=${TERSE_CACHE:-$B/cache}
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 finish() {
     section "archive"
     tar cJf "$out/results.tar.xz" -C /tmp results
@@ -70,8 +69,9 @@ cuda_from_pytorch_wheels
 
 # 1b. NCCL, never run before: every collective in a world of one (from host
 #     and GPU buffers) against the host path, then the training step's own
-#     exchanges on cubecl's CUDA buffers against local's bits. Each bounded:
-#     an MPI or NCCL start that hangs costs 45 s, not the call.
+#     exchanges on cubecl's CUDA buffers against local's bits. Started
+#     without mpirun, NCCL is bootstrapped without MPI. Each bounded: an
+#     NCCL start that hangs costs 45 s, not the call.
 if [[ $dev == cuda* ]]; then
     run 45 "nccl check" "$B/bin/terse-comm-check" --nccl > "$work/nccl-check.txt" 2>&1
     run 45 "gpu exchange check" "$B/bin/terse-gpu-exchange-check" --device "$dev" \

@@ -46,8 +46,8 @@ number goes to DIR as it is measured:
              step's exchanges by device address on cubecl's buffers: the
              fp32 mean, the compressed allreduce made to compress alone,
              against local's bits), to nccl-check.txt, each within 90 s;
-             libnccl.so.2 from LD_LIBRARY_PATH or PyTorch's nvidia-nccl
-             wheel; as root, OpenMPI's OMPI_ALLOW_RUN_AS_ROOT is set
+             NCCL as libnccl.so on LD_LIBRARY_PATH, or PyTorch's
+             nvidia-nccl wheel (linked as libnccl.so here); no MPI needed
 EOF
 }
 
@@ -92,10 +92,15 @@ if [[ $device == cuda* ]]; then
             export LD_LIBRARY_PATH="$LD_LIBRARY_PATH:$(dirname "$cublas")"
             echo "cuBLAS from PyTorch's wheels: $cublas"
         fi
-        nccl=$(find "$nvidia" -name 'libnccl.so*' 2>/dev/null | head -n 1)
-        if [[ -n $nccl ]] && ! ldconfig -p 2>/dev/null | grep -q 'libnccl\.so'; then
-            export LD_LIBRARY_PATH="$LD_LIBRARY_PATH:$(dirname "$nccl")"
-            echo "NCCL from PyTorch's wheels: $nccl"
+        # cudarc opens NCCL as libnccl.so (or .so.13, .so.12), never by its
+        # soname libnccl.so.2, the only name the wheel installs: a link
+        # under the name cudarc opens.
+        nccl=$(find "$nvidia" -name 'libnccl.so.2' 2>/dev/null | head -n 1)
+        if [[ -n $nccl ]] && ! ldconfig -p 2>/dev/null | grep -q 'libnccl\.so '; then
+            mkdir -p "$here/lib/nccl"
+            ln -sf "$nccl" "$here/lib/nccl/libnccl.so"
+            export LD_LIBRARY_PATH="$LD_LIBRARY_PATH:$here/lib/nccl"
+            echo "NCCL from PyTorch's wheels: $nccl (as $here/lib/nccl/libnccl.so)"
         fi
         if [[ -z ${CUDA_PATH:-} && ! -d /usr/local/cuda && ! -d /opt/cuda ]]; then
             header=$(find "$nvidia" -path '*/include/cuda_fp16.h' 2>/dev/null | head -n 1)
@@ -179,11 +184,11 @@ for t in terse:
     print(row)
 PY
 if [[ $nccl_check == 1 ]]; then
-    # A world of one without mpirun (OpenMPI's singleton): NCCL on this
-    # process's GPU, checked against the in-process local backend. Last, and
-    # each bounded (KILL 5 s after TERM), so that an MPI or NCCL start that
-    # hangs on a bare machine costs the benchmark nothing.
-    export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+    # A world of one without mpirun (bootstrapped without MPI, which on a
+    # bare machine would lack OpenMPI's plugins): NCCL on this process's
+    # GPU, checked against the in-process local backend. Last, and each
+    # bounded (KILL 5 s after TERM), so that an NCCL start that hangs costs
+    # the benchmark nothing.
     echo "== terse-comm-check --nccl"
     if ! timeout -k 5 90 "$here/bin/terse-comm-check" --nccl > "$out/nccl-check.txt" 2>&1; then
         failed=1

@@ -92,8 +92,8 @@ pub struct RunFlags {
     /// --local-ranks N > 1, else one rank), local, mpi (one rank per
     /// process), nccl (NCCL between the GPUs of an MPI job, each process on
     /// GPU N + its node-local rank, modulo the node's GPUs, for --device
-    /// cuda:N; needs libcuda and libnccl.so.2, e.g. pip's nvidia-nccl-cu12,
-    /// on LD_LIBRARY_PATH)
+    /// cuda:N; needs libcuda and NCCL as libnccl.so on LD_LIBRARY_PATH, e.g.
+    /// a link to pip's nvidia-nccl-cu12 libnccl.so.2)
     #[arg(long, value_name = "BACKEND", default_value = "auto")]
     pub comm: terse_train::CommChoice,
 

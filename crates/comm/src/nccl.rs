@@ -1,6 +1,8 @@
 //! The `nccl` backend (feature `nccl`): collectives through NCCL on one GPU
-//! per rank, bootstrapped over MPI (rank 0 makes the NCCL id and broadcasts
-//! it), the way PyTorch and DeepSpeed start NCCL under `mpirun`.
+//! per rank, bootstrapped over a host communicator (rank 0 makes the NCCL id
+//! and broadcasts it): MPI's under `mpirun`, the way PyTorch and DeepSpeed
+//! start NCCL there, and for a process started alone a world of one that
+//! needs no MPI at all ([`NcclComm::start`]).
 //!
 //! The typed collectives take host buffers like every other backend's
 //! (copied to the device, reduced by NCCL, copied back); a buffer already on
@@ -19,23 +21,29 @@ use cudarc::driver::{
 };
 use cudarc::nccl::{Comm, Id, NcclType, group_end, group_start};
 
+mod gpu_buffers_check;
+mod libraries;
+
+pub use libraries::missing_libraries;
+
 use crate::communicator::{Width, record};
 use crate::one_gpu_each::one_gpu_each;
-use crate::selfcheck;
 use crate::traffic::{Collective, TrafficMeter};
 use crate::watchdog::{Deadline, FIRST_DEADLINE, Wait};
-use crate::{CommError, Communicator, GpuBytes, GpuCollectives, GpuF32, MpiComm, ReduceOp};
+use crate::{
+    CommError, Communicator, GpuBytes, GpuCollectives, GpuF32, MpiComm, ReduceOp, SingleRank,
+};
 
-/// This rank's NCCL communicator, plus the MPI one it was bootstrapped from
-/// (used for the cross-rank call checks and for aborting).
+/// This rank's NCCL communicator, plus the host one it was bootstrapped
+/// from (used for the cross-rank call checks and for aborting).
 pub struct NcclComm {
     nccl: Comm,
     stream: Arc<CudaStream>,
-    mpi: MpiComm,
+    host: Box<dyn Communicator>,
     meter: TrafficMeter,
     calls: Mutex<()>,
-    /// How long a wait for NCCL's work may take (the MPI part has its own,
-    /// set together by [`Communicator::set_deadline`]).
+    /// How long a wait for NCCL's work may take (the host part has its
+    /// own, set together by [`Communicator::set_deadline`]).
     deadline: Deadline,
 }
 
@@ -53,10 +61,23 @@ fn backend(message: impl std::fmt::Display) -> CommError {
 }
 
 impl NcclComm {
-    /// Opens GPU `device` and joins the NCCL world of the MPI job. A
-    /// machine without the NVIDIA driver or NCCL's library gets one error
-    /// naming what is missing (cudarc would panic on its first call).
-    pub fn init(mpi: MpiComm, device: usize) -> Result<NcclComm, CommError> {
+    /// Opens GPU `device` and joins the NCCL world of this process's job:
+    /// the MPI job's when `mpirun` (or another MPI launcher) started it,
+    /// else a world of this process alone, with no MPI: OpenMPI's
+    /// singleton start loads its plugins and may start `orted`, which a
+    /// machine running terse from `cargo xtask bundle` does not have.
+    pub fn start(device: usize) -> Result<NcclComm, CommError> {
+        if let Some(missing) = missing_libraries() {
+            return Err(backend(missing));
+        }
+        NcclComm::init(host_for_nccl()?, device)
+    }
+
+    /// Opens GPU `device` and joins the NCCL world of `host`'s ranks,
+    /// bootstrapped over `host`. A machine without the NVIDIA driver or
+    /// NCCL's library gets one error naming what is missing (cudarc would
+    /// panic on its first call).
+    pub fn init(host: Box<dyn Communicator>, device: usize) -> Result<NcclComm, CommError> {
         if let Some(missing) = missing_libraries() {
             return Err(backend(missing));
         }
@@ -64,121 +85,42 @@ impl NcclComm {
         let uuid = ctx
             .uuid()
             .map_err(|e| backend(format!("GPU {device}'s UUID: {e:?}")))?;
-        one_gpu_each(&mpi, uuid.bytes.map(|b| b as u8), device)?;
+        one_gpu_each(host.as_ref(), uuid.bytes.map(|b| b as u8), device)?;
         let stream = ctx.default_stream();
-        let id = if mpi.rank() == 0 {
+        let id = if host.rank() == 0 {
             Id::new().map_err(|e| backend(format!("ncclGetUniqueId: {e:?}")))?
         } else {
             Id::uninit([0; 128])
         };
         let mut bytes: Vec<u8> = id.internal().iter().map(|&c| c as u8).collect();
-        mpi.broadcast_u8(&mut bytes, 0)?;
+        host.broadcast_u8(&mut bytes, 0)?;
         let mut internal = [0 as std::ffi::c_char; 128];
         for (dst, &b) in internal.iter_mut().zip(&bytes) {
             *dst = b as std::ffi::c_char;
         }
-        let (rank, world) = (mpi.rank(), mpi.world_size());
+        let (rank, world) = (host.rank(), host.world_size());
         let nccl = Comm::from_rank(stream.clone(), rank, world, Id::uninit(internal))
             .map_err(|e| backend(format!("ncclCommInitRank: {e:?}")))?;
         Ok(NcclComm {
             nccl,
             stream,
-            mpi,
+            host,
             meter: TrafficMeter::default(),
             calls: Mutex::new(()),
             deadline: Deadline::new(FIRST_DEADLINE),
         })
     }
 
-    /// [`GpuCollectives`] against the host path: for each of
-    /// [`selfcheck::LENGTHS`], the same integer-valued inputs allreduced,
-    /// all-gathered and sent all-to-all from GPU buffers and from host
-    /// buffers must give the same bits (both are NCCL's); the first
-    /// difference is returned as a message.
-    pub fn check_gpu_buffers(&self) -> Result<(), String> {
-        let (rank, n) = (self.rank(), self.world_size());
-        let values =
-            |len: usize| -> Vec<f32> { (0..len).map(|i| selfcheck::value(rank, i)).collect() };
-        let fail = |e: CommError| e.to_string();
-        for len in selfcheck::LENGTHS {
-            let input = values(len);
-            let bytes: &[u8] = bytemuck::cast_slice(&input);
-            let mut host = input.clone();
-            self.allreduce_f32(&mut host, ReduceOp::Sum).map_err(fail)?;
-            // SAFETY (each call below): `through_gpu` hands over its own
-            // allocations of the lengths given, their writes completed.
-            let gpu = self
-                .through_gpu(bytes, bytes.len(), |send, recv| unsafe {
-                    let f32s = |b: GpuBytes| GpuF32 { ptr: b.ptr, len };
-                    self.allreduce_sum_f32_gpu(f32s(send), f32s(recv))
-                })
-                .map_err(fail)?;
-            same_bits("allreduce", len, bytemuck::cast_slice(&host), &gpu)?;
-
-            let mut host = vec![0u8; n * bytes.len()];
-            self.all_gather_u8(bytes, &mut host).map_err(fail)?;
-            let gpu = self
-                .through_gpu(bytes, host.len(), |send, recv| unsafe {
-                    self.all_gather_gpu(send, recv)
-                })
-                .map_err(fail)?;
-            same_bits("all-gather", len, &host, &gpu)?;
-
-            // A different chunk for every peer, so a misplaced one shows.
-            let input = values(n * len);
-            let bytes: &[u8] = bytemuck::cast_slice(&input);
-            let mut host = vec![0u8; bytes.len()];
-            self.all_to_all_u8(bytes, &mut host).map_err(fail)?;
-            let gpu = self
-                .through_gpu(bytes, host.len(), |send, recv| unsafe {
-                    self.all_to_all_gpu(send, recv)
-                })
-                .map_err(fail)?;
-            same_bits("all-to-all", n * len, &host, &gpu)?;
-        }
-        Ok(())
-    }
-
-    /// `input` through the GPU collective `call` into `out_len` bytes,
-    /// from a send and a receive buffer this communicator allocates.
-    fn through_gpu(
-        &self,
-        input: &[u8],
-        out_len: usize,
-        call: impl FnOnce(GpuBytes, GpuBytes) -> Result<(), CommError>,
-    ) -> Result<Vec<u8>, CommError> {
-        let err = |e| backend(format!("{e:?}"));
-        let send = self.upload(if input.is_empty() { &[0] } else { input })?;
-        let recv = self.stream.alloc_zeros::<u8>(out_len.max(1)).map_err(err)?;
-        self.stream.synchronize().map_err(err)?;
-        let (send_ptr, _) = send.device_ptr(&self.stream);
-        let (recv_ptr, _) = recv.device_ptr(&self.stream);
-        call(
-            GpuBytes {
-                ptr: send_ptr,
-                len: input.len(),
-            },
-            GpuBytes {
-                ptr: recv_ptr,
-                len: out_len,
-            },
-        )?;
-        let mut out = vec![0u8; out_len.max(1)];
-        self.stream.memcpy_dtoh(&recv, &mut out).map_err(err)?;
-        self.stream.synchronize().map_err(err)?;
-        out.truncate(out_len);
-        Ok(out)
-    }
-
     fn lock(&self) -> MutexGuard<'_, ()> {
         self.calls.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Runs the cross-rank call check over MPI (a tiny all-gather).
+    /// Runs the cross-rank call check over the host communicator (a tiny
+    /// all-gather).
     fn agree(&self, kind: Collective, root: usize, len: usize) -> Result<(), CommError> {
         let mine = [kind as u32, root as u32, len as u32, (len >> 32) as u32];
-        let mut all = vec![0u32; 4 * self.mpi.world_size()];
-        self.mpi.all_gather_raw(
+        let mut all = vec![0u32; 4 * self.host.world_size()];
+        self.host.all_gather_raw(
             bytemuck::cast_slice(&mine),
             bytemuck::cast_slice_mut(&mut all),
             Width::Word,
@@ -235,6 +177,16 @@ impl NcclComm {
     }
 }
 
+/// The communicator NCCL is bootstrapped over in [`NcclComm::start`]:
+/// MPI's world under an MPI launcher, else this process alone.
+fn host_for_nccl() -> Result<Box<dyn Communicator>, CommError> {
+    Ok(if MpiComm::launched_by_mpirun() {
+        Box::new(MpiComm::init()?)
+    } else {
+        Box::new(SingleRank::new())
+    })
+}
+
 /// Runs `calls` between `ncclGroupStart` and `ncclGroupEnd`, ending the
 /// group on every path and returning the end's error, where grouped
 /// point-to-point calls report theirs (cudarc's `Group` unwraps it in its
@@ -246,33 +198,6 @@ fn grouped(calls: impl FnOnce() -> Result<(), CommError>) -> Result<(), CommErro
     let queued = calls();
     let ended = group_end().map_err(|e| backend(format!("ncclGroupEnd: {e:?}")));
     queued.and(ended.map(drop))
-}
-
-/// What this machine lacks to run NCCL, in one line; `None` when libcuda
-/// and libnccl both load.
-pub fn missing_libraries() -> Option<String> {
-    // SAFETY: each only tries to open the library by its names.
-    let (driver, nccl) = unsafe {
-        (
-            cudarc::driver::sys::is_culib_present(),
-            cudarc::nccl::sys::is_culib_present(),
-        )
-    };
-    let mut missing = Vec::new();
-    if !driver {
-        missing.push(
-            "no NVIDIA driver (libcuda.so was not found; in a container the host's driver must \
-             be mounted, e.g. `docker run --gpus all`)",
-        );
-    }
-    if !nccl {
-        missing.push(
-            "no NCCL library (libnccl.so.2 was not found: `pip install nvidia-nccl-cu12` (or \
-             `-cu13`) and put its `nvidia/nccl/lib` in LD_LIBRARY_PATH, or install NCCL, \
-             e.g. Debian's libnccl2)",
-        );
-    }
-    (!missing.is_empty()).then(|| format!("--comm nccl cannot start: {}", missing.join("; ")))
 }
 
 /// A buffer of another owner (cubecl's memory pool) at a device address, as
@@ -457,33 +382,17 @@ impl NcclComm {
     }
 }
 
-/// The first f32 at which the GPU path's output differs from the host
-/// path's, as the self-check's message.
-fn same_bits(what: &str, len: usize, host: &[u8], gpu: &[u8]) -> Result<(), String> {
-    // Byte vectors need not be aligned for f32: read them word by word.
-    let floats = |b: &[u8]| -> Vec<f32> { bytemuck::pod_collect_to_vec(b) };
-    let (host, gpu) = (floats(host), floats(gpu));
-    match (0..host.len()).find(|&i| host[i].to_bits() != gpu[i].to_bits()) {
-        None => Ok(()),
-        Some(i) => Err(format!(
-            "{what} of {len} f32 from GPU buffers: element {i} is {} on the GPU and {} through \
-             the host",
-            gpu[i], host[i]
-        )),
-    }
-}
-
 fn len_of(header: &[u32]) -> usize {
     header[2] as usize | ((header[3] as usize) << 32)
 }
 
 impl Communicator for NcclComm {
     fn rank(&self) -> usize {
-        self.mpi.rank()
+        self.host.rank()
     }
 
     fn world_size(&self) -> usize {
-        self.mpi.world_size()
+        self.host.world_size()
     }
 
     fn backend(&self) -> &'static str {
@@ -495,11 +404,11 @@ impl Communicator for NcclComm {
     }
 
     fn abort(&self, reason: &str) {
-        self.mpi.abort(reason);
+        self.host.abort(reason);
     }
 
     fn set_deadline(&self, timeout: Duration) {
-        self.mpi.set_deadline(timeout);
+        self.host.set_deadline(timeout);
         self.deadline.set(timeout);
     }
 
@@ -562,10 +471,8 @@ impl Communicator for NcclComm {
         let c = send.len() / n;
         let err = |e| backend(format!("{e:?}"));
         let device_send = self.upload(send)?;
-        // (At least one byte each: the driver refuses an allocation of
-        // none.)
         let mut parts = (0..n)
-            .map(|_| self.stream.alloc_zeros::<u8>(c.max(1)).map_err(err))
+            .map(|_| self.stream.alloc_zeros::<u8>(c).map_err(err))
             .collect::<Result<Vec<_>, _>>()?;
         // NCCL has no all-to-all: grouped point-to-point calls, as PyTorch
         // does.
@@ -577,16 +484,14 @@ impl Communicator for NcclComm {
             }
             for (peer, part) in parts.iter_mut().enumerate() {
                 self.nccl
-                    .recv(&mut part.slice_mut(..c), peer as i32)
+                    .recv(part, peer as i32)
                     .map_err(|e| backend(format!("ncclRecv: {e:?}")))?;
             }
             Ok(())
         })?;
         self.finish("ncclSend/ncclRecv")?;
-        for (part, out) in parts.iter().zip(recv.chunks_mut(c.max(1))) {
-            self.stream
-                .memcpy_dtoh(&part.slice(..c), out)
-                .map_err(err)?;
+        for (part, out) in parts.iter().zip(recv.chunks_mut(c)) {
+            self.stream.memcpy_dtoh(part, out).map_err(err)?;
         }
         self.stream.synchronize().map_err(err)
     }

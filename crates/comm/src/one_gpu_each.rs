@@ -4,16 +4,20 @@
 //! around them). Every rank shares its GPU's UUID first, and all refuse
 //! the job naming the two ranks and what to do.
 
-use crate::{CommError, Communicator, MpiComm};
+use crate::{CommError, Communicator};
 
 /// Refuses, on every rank, a job in which two processes opened the same
 /// GPU (by its UUID): NCCL takes one GPU per process and would fail in
 /// `ncclCommInitRank` with an unexplained `ncclInvalidUsage` — e.g. more
 /// `mpirun` processes on a node than it has GPUs, which `cuda:N` wraps
 /// around.
-pub(crate) fn one_gpu_each(mpi: &MpiComm, uuid: [u8; 16], device: usize) -> Result<(), CommError> {
-    let mut all = vec![0u8; GPU_RECORD * mpi.world_size()];
-    mpi.all_gather_u8(&gpu_record(uuid, device), &mut all)?;
+pub(crate) fn one_gpu_each(
+    host: &dyn Communicator,
+    uuid: [u8; 16],
+    device: usize,
+) -> Result<(), CommError> {
+    let mut all = vec![0u8; GPU_RECORD * host.world_size()];
+    host.all_gather_u8(&gpu_record(uuid, device), &mut all)?;
     match shared_gpu(&all) {
         None => Ok(()),
         Some((first, second, gpu)) => Err(CommError::Backend {

@@ -153,7 +153,7 @@ fn on_nccl(
             ),
         });
     }
-    let comm = terse_comm::NcclComm::init(MpiComm::init()?, gpu)?;
+    let comm = terse_comm::NcclComm::start(gpu)?;
     on_process_world(&comm, config, launch, trainer, predictions)
 }
 

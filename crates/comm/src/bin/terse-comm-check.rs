@@ -31,7 +31,8 @@ struct Args {
     #[arg(long)]
     fail_rank: Option<usize>,
     /// Check the NCCL backend instead (one GPU per process: the one of its
-    /// node-local rank; needs libcuda and libnccl.so.2)
+    /// node-local rank; needs libcuda and NCCL as libnccl.so). Started without
+    /// mpirun, a world of one that needs no MPI
     #[arg(long)]
     nccl: bool,
 }
@@ -85,8 +86,9 @@ fn run_mpi(args: &Args) -> ExitCode {
 
 #[cfg(feature = "nccl")]
 fn run_nccl(args: &Args) -> ExitCode {
-    let comm = terse_comm::MpiComm::init()
-        .and_then(|mpi| terse_comm::NcclComm::init(mpi, terse_comm::MpiComm::node_local_rank()));
+    // Under mpirun, bootstrapped over MPI; started alone, a world of one
+    // with no MPI (a bundle's machine lacks OpenMPI's plugins).
+    let comm = terse_comm::NcclComm::start(terse_comm::MpiComm::node_local_rank());
     match comm {
         Ok(comm) => {
             if check(&comm, args).is_err() {

@@ -24,8 +24,8 @@ struct Args {
     /// case compares two host paths; for checking this program).
     #[arg(long, default_value = "cuda")]
     device: DeviceChoice,
-    /// The communicator under check: `nccl` (one process, MPI's singleton
-    /// world), or `local` (for checking this program: two host paths).
+    /// The communicator under check: `nccl` (a world of this process
+    /// alone, bootstrapped without MPI), or `local` (for checking this program: two host paths).
     #[arg(long, value_enum, default_value_t = Under::Nccl)]
     comm: Under,
 }
@@ -61,11 +61,11 @@ fn main() -> ExitCode {
                 DeviceChoice::Cuda(index) => DeviceChoice::gpu_of_process(index),
                 _ => MpiComm::node_local_rank(),
             };
-            // Before MPI starts: what is missing, in one line.
+            // What is missing, in one line, before the GPU is opened.
             if let Some(missing) = terse_comm::nccl_missing_libraries() {
                 return fail(&format!("--comm nccl cannot start: {missing}"));
             }
-            match MpiComm::init().and_then(|mpi| NcclComm::init(mpi, gpu)) {
+            match NcclComm::start(gpu) {
                 Ok(nccl) if nccl.world_size() != 1 => {
                     return fail("runs in a world of one: start it without mpirun, or -np 1");
                 }
