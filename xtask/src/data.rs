@@ -34,6 +34,17 @@ pub enum DataCommand {
     },
     /// List every dataset with its size, license and whether it is in the cache
     List,
+    /// Copy datasets out of the cache (fetching what it lacks) into a
+    /// directory laid out as a cache, for a machine without network
+    /// (`TERSE_CACHE=DIR` there), e.g. `--to /tmp/c sotu minilm:tokenizer.json`
+    Copy {
+        /// The directory to fill (created if missing)
+        #[arg(long, value_name = "DIR")]
+        to: String,
+        /// Datasets as `data list` names them, each alone or as NAME:FILE
+        #[arg(value_name = "NAME[:FILE]", required = true)]
+        wanted: Vec<String>,
+    },
     /// Build BERT pre-training shards from the corpora (options: `cargo xtask
     /// data shards --help`), e.g. `--out shards/128 --max-seq 128 --seed 1`
     #[command(disable_help_flag = true)]
@@ -50,6 +61,10 @@ impl DataCommand {
         match self {
             DataCommand::Fetch { name } => vec!["fetch".into(), name.clone()],
             DataCommand::List => vec!["list".into()],
+            DataCommand::Copy { to, wanted } => ["copy".to_string(), "--to".into(), to.clone()]
+                .into_iter()
+                .chain(wanted.iter().cloned())
+                .collect(),
             DataCommand::Shards { args } => std::iter::once("shards".to_string())
                 .chain(args.iter().cloned())
                 .collect(),
@@ -85,6 +100,22 @@ mod tests {
         let argv = ["data", "shards", "--max-seq", "512", "--help"];
         let Args { command } = testing::parsed_as!(Data, &argv);
         assert_eq!(command.terse_data_args(), argv[1..]);
+    }
+
+    #[test]
+    fn copy_forwards_its_directory_and_datasets() {
+        let argv = [
+            "data",
+            "copy",
+            "--to",
+            "/tmp/c",
+            "sotu",
+            "minilm:tokenizer.json",
+        ];
+        let Args { command } = testing::parsed_as!(Data, &argv);
+        assert_eq!(command.terse_data_args(), argv[1..]);
+        testing::rejection(&["data", "copy", "--to", "/tmp/c"]);
+        testing::rejection(&["data", "copy", "sotu"]);
     }
 
     #[test]
