@@ -33,7 +33,7 @@ run() {
 # NVRTC and CUDA's headers from PyTorch's wheels when the machine has no
 # toolkit (as the bundle's run.sh finds them), for what runs outside run.sh.
 cuda_from_pytorch_wheels() {
-    local nvidia nvrtc cublas nccl header
+    local nvidia nvrtc cublas nccl links header
     nvidia=$(python3 -c 'import nvidia; print(list(nvidia.__path__)[0])' 2>/dev/null || true)
     [[ -n $nvidia && -d $nvidia ]] || return 0
     nvrtc=$(find "$nvidia" -name 'libnvrtc.so*' -not -name '*builtins*' 2>/dev/null | head -n 1)
@@ -43,12 +43,13 @@ cuda_from_pytorch_wheels() {
     [[ -n $cublas ]] && export LD_LIBRARY_PATH="$LD_LIBRARY_PATH:$(dirname "$cublas")"
     # The NCCL checks (terse-comm-check --nccl, terse-gpu-exchange-check).
     # cudarc opens NCCL as libnccl.so, never by its soname libnccl.so.2,
-    # the only name the wheel installs: a link under the name cudarc opens.
+    # the only name the wheel installs: a link under the name cudarc opens
+    # (as the bundle's run.sh makes).
     nccl=$(find "$nvidia" -name 'libnccl.so.2' 2>/dev/null | head -n 1)
-    if [[ -n $nccl ]]; then
-        mkdir -p /tmp/terse-nccl-link
-        ln -sf "$nccl" /tmp/terse-nccl-link/libnccl.so
-        export LD_LIBRARY_PATH="$LD_LIBRARY_PATH:/tmp/terse-nccl-link"
+    if [[ -n $nccl ]] && ! ldconfig -p 2>/dev/null | grep -q 'libnccl\.so '; then
+        links=$(mktemp -d)
+        ln -s "$nccl" "$links/libnccl.so"
+        export LD_LIBRARY_PATH="$LD_LIBRARY_PATH:$links"
     fi
     if [[ -z ${CUDA_PATH:-} && ! -d /usr/local/cuda ]]; then
         header=$(find "$nvidia" -path '*/include/cuda_fp16.h' 2>/dev/null | head -n 1)

@@ -92,22 +92,26 @@ if [[ $device == cuda* ]]; then
             export LD_LIBRARY_PATH="$LD_LIBRARY_PATH:$(dirname "$cublas")"
             echo "cuBLAS from PyTorch's wheels: $cublas"
         fi
-        # cudarc opens NCCL as libnccl.so (or .so.13, .so.12), never by its
-        # soname libnccl.so.2, the only name the wheel installs: a link
-        # under the name cudarc opens.
-        nccl=$(find "$nvidia" -name 'libnccl.so.2' 2>/dev/null | head -n 1)
-        if [[ -n $nccl ]] && ! ldconfig -p 2>/dev/null | grep -q 'libnccl\.so '; then
-            mkdir -p "$here/lib/nccl"
-            ln -sf "$nccl" "$here/lib/nccl/libnccl.so"
-            export LD_LIBRARY_PATH="$LD_LIBRARY_PATH:$here/lib/nccl"
-            echo "NCCL from PyTorch's wheels: $nccl (as $here/lib/nccl/libnccl.so)"
-        fi
         if [[ -z ${CUDA_PATH:-} && ! -d /usr/local/cuda && ! -d /opt/cuda ]]; then
             header=$(find "$nvidia" -path '*/include/cuda_fp16.h' 2>/dev/null | head -n 1)
             if [[ -n $header ]]; then
                 export CUDA_PATH=$(dirname "$(dirname "$header")")
                 echo "CUDA headers from PyTorch's wheels: CUDA_PATH=$CUDA_PATH"
             fi
+        fi
+    fi
+    # cudarc opens NCCL as libnccl.so (or .so.13, .so.12), never by its
+    # soname libnccl.so.2, the only name PyTorch's wheel and Debian's
+    # libnccl2 install: the one found, linked under the name cudarc opens.
+    if ! ldconfig -p 2>/dev/null | grep -q 'libnccl\.so '; then
+        nccl=""
+        [[ -n $nvidia && -d $nvidia ]] && nccl=$(find "$nvidia" -name 'libnccl.so.2' 2>/dev/null | head -n 1)
+        [[ -z $nccl ]] && nccl=$(ldconfig -p 2>/dev/null | awk '$1 == "libnccl.so.2" { print $NF; exit }')
+        if [[ -n $nccl ]]; then
+            links=$(mktemp -d)
+            ln -s "$nccl" "$links/libnccl.so"
+            export LD_LIBRARY_PATH="$LD_LIBRARY_PATH:$links"
+            echo "NCCL: $nccl (as $links/libnccl.so)"
         fi
     fi
 fi
