@@ -35,25 +35,32 @@ run() {
 cuda_from_pytorch_wheels() {
     local nvidia nvrtc cublas nccl links header
     nvidia=$(python3 -c 'import nvidia; print(list(nvidia.__path__)[0])' 2>/dev/null || true)
-    [[ -n $nvidia && -d $nvidia ]] || return 0
-    nvrtc=$(find "$nvidia" -name 'libnvrtc.so*' -not -name '*builtins*' 2>/dev/null | head -n 1)
-    [[ -n $nvrtc ]] && export LD_LIBRARY_PATH="$LD_LIBRARY_PATH:$(dirname "$nvrtc")"
-    # train.matmul = "cublas" / "cublas_tf32" (model_step --matmul).
-    cublas=$(find "$nvidia" -name 'libcublas.so*' 2>/dev/null | head -n 1)
-    [[ -n $cublas ]] && export LD_LIBRARY_PATH="$LD_LIBRARY_PATH:$(dirname "$cublas")"
+    [[ -d $nvidia ]] || nvidia=""
+    if [[ -n $nvidia ]]; then
+        nvrtc=$(find "$nvidia" -name 'libnvrtc.so*' -not -name '*builtins*' 2>/dev/null | head -n 1)
+        [[ -n $nvrtc ]] && export LD_LIBRARY_PATH="$LD_LIBRARY_PATH:$(dirname "$nvrtc")"
+        # train.matmul = "cublas" / "cublas_tf32" (model_step --matmul).
+        cublas=$(find "$nvidia" -name 'libcublas.so*' 2>/dev/null | head -n 1)
+        [[ -n $cublas ]] && export LD_LIBRARY_PATH="$LD_LIBRARY_PATH:$(dirname "$cublas")"
+        if [[ -z ${CUDA_PATH:-} && ! -d /usr/local/cuda ]]; then
+            header=$(find "$nvidia" -path '*/include/cuda_fp16.h' 2>/dev/null | head -n 1)
+            [[ -n $header ]] && export CUDA_PATH=$(dirname "$(dirname "$header")")
+        fi
+    fi
     # The NCCL checks (terse-comm-check --nccl, terse-gpu-exchange-check).
     # cudarc opens NCCL as libnccl.so, never by its soname libnccl.so.2,
-    # the only name the wheel installs: a link under the name cudarc opens
-    # (as the bundle's run.sh makes).
-    nccl=$(find "$nvidia" -name 'libnccl.so.2' 2>/dev/null | head -n 1)
-    if [[ -n $nccl ]] && ! ldconfig -p 2>/dev/null | grep -q 'libnccl\.so '; then
-        links=$(mktemp -d)
-        ln -s "$nccl" "$links/libnccl.so"
-        export LD_LIBRARY_PATH="$LD_LIBRARY_PATH:$links"
-    fi
-    if [[ -z ${CUDA_PATH:-} && ! -d /usr/local/cuda ]]; then
-        header=$(find "$nvidia" -path '*/include/cuda_fp16.h' 2>/dev/null | head -n 1)
-        [[ -n $header ]] && export CUDA_PATH=$(dirname "$(dirname "$header")")
+    # the only name the wheel and Debian's libnccl2 install: the one found
+    # (the wheel's, else the system's), linked under the name cudarc opens,
+    # as the bundle's run.sh does.
+    if ! ldconfig -p 2>/dev/null | grep -q 'libnccl\.so '; then
+        nccl=""
+        [[ -n $nvidia ]] && nccl=$(find "$nvidia" -name 'libnccl.so.2' 2>/dev/null | head -n 1)
+        [[ -z $nccl ]] && nccl=$(ldconfig -p 2>/dev/null | awk '$1 == "libnccl.so.2" { print $NF; exit }')
+        if [[ -n $nccl ]]; then
+            links=$(mktemp -d)
+            ln -s "$nccl" "$links/libnccl.so"
+            export LD_LIBRARY_PATH="$LD_LIBRARY_PATH:$links"
+        fi
     fi
     return 0
 }

@@ -82,7 +82,8 @@ pub fn check(machine: &dyn Machine, index: usize) -> Result<(), String> {
         missing.push(
             "NVRTC was not found (libnvrtc.so.13 or .so.12): terse's GPU kernels are compiled \
              with it when they first run: `pip install nvidia-cuda-nvrtc-cu12` (or `-cu13`) and \
-             put its `nvidia/cuda_nvrtc/lib` in LD_LIBRARY_PATH, or install a CUDA toolkit"
+             put its lib directory in LD_LIBRARY_PATH (site-packages/nvidia/cuda_nvrtc/lib; \
+             nvidia/cu13/lib for CUDA 13), or install a CUDA toolkit"
                 .to_string(),
         );
     }
@@ -92,8 +93,8 @@ pub fn check(machine: &dyn Machine, index: usize) -> Result<(), String> {
             "no CUDA headers: NVRTC is handed `$CUDA_PATH/include` (default /usr/local/cuda or \
              /opt/cuda, none here), whose {headers} the half-precision and tensor-core kernels \
              include: set CUDA_PATH to a CUDA toolkit (or to a directory whose include/ holds \
-             those headers, e.g. pip's nvidia-cuda-runtime-cu12 under \
-             site-packages/nvidia/cuda_runtime)"
+             those headers, e.g. pip's nvidia-cuda-runtime-cu12's site-packages/nvidia/cuda_runtime, \
+             or -cu13's nvidia/cu13)"
         )),
         Some(root) if !root.join("include").is_dir() => missing.push(format!(
             "no CUDA headers: {} does not exist (NVRTC is handed it, and the half-precision and \
