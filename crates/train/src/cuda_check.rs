@@ -82,7 +82,7 @@ pub fn check(machine: &dyn Machine, index: usize) -> Result<(), String> {
         missing.push(
             "NVRTC was not found (libnvrtc.so.13 or .so.12): terse's GPU kernels are compiled \
              with it when they first run: `pip install nvidia-cuda-nvrtc-cu12` (or `-cu13`) and \
-             put its lib directory in LD_LIBRARY_PATH (site-packages/nvidia/cuda_nvrtc/lib; \
+             put its lib directory in LD_LIBRARY_PATH (site-packages/nvidia/cuda_nvrtc/lib, or \
              nvidia/cu13/lib for CUDA 13), or install a CUDA toolkit"
                 .to_string(),
         );
