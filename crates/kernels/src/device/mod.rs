@@ -6,6 +6,8 @@
 mod cube;
 pub mod cublas;
 mod cuda_memory;
+#[cfg(test)]
+mod cuda_source;
 mod dropout;
 mod half;
 mod layer_norm;

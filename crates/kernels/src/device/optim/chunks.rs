@@ -271,6 +271,21 @@ pub(crate) struct ChunkTable {
     weight_decay: Box<[f32]>,
 }
 
+#[cfg(test)]
+impl ChunkTable {
+    /// What a launch registers for the table (four buffers, none aliased),
+    /// for building kernels without a device ([`crate::device::cuda_source`]).
+    pub(crate) fn compilation_arg() -> ChunkTableCompilationArg {
+        let b = crate::device::cuda_source::buffer;
+        ChunkTableCompilationArg {
+            starts: b(),
+            ends: b(),
+            segment_of: b(),
+            weight_decay: b(),
+        }
+    }
+}
+
 #[cube]
 impl ChunkTable {
     /// This unit's first element of its cube's chunk, and the chunk's end:

@@ -42,3 +42,17 @@ pub use trust::{QueuedTrusts, TrustConstants, lamb_step};
 pub(crate) use trust::{clipped_trust_ratio, trust_ratio};
 pub use uncompressed::{adam_step, sgd_step};
 pub use zero_one_sync::{sync_apply, sync_scale};
+
+/// Every optimizer kernel as CUDA C++ ([`crate::device::cuda_source`]).
+#[cfg(test)]
+pub(crate) fn cuda_sources() -> Vec<(String, String)> {
+    [
+        buffers::cuda_sources(),
+        clip::cuda_sources(),
+        compression_stage::cuda_sources(),
+        trust::cuda_sources(),
+        uncompressed::cuda_sources(),
+        zero_one_sync::cuda_sources(),
+    ]
+    .concat()
+}

@@ -1,0 +1,223 @@
+//! terse's kernels as CUDA C++ compiled by NVRTC, on a machine without a
+//! GPU: the check that they build for the `cuda` device before a GPU
+//! first runs them (lavapipe runs them as WGSL, which proves nothing about
+//! the CUDA source cubecl writes for them).
+//!
+//! Each kernel is built as a launch builds it — the struct
+//! `#[cube(launch_unchecked)]` generates, with the launch's comptime
+//! values — with device properties written out for an H100 (sm_90, as
+//! `vendor/cubecl-cuda/src/runtime.rs` reads them from the driver), expanded
+//! (`define_kernel`), turned into CUDA C++ by cubecl-cuda's own compiler,
+//! and handed to NVRTC with the options cubecl-cuda's `compile_to_ptx`
+//! passes. NVRTC and CUDA's headers come from NVIDIA's wheels (`pip install
+//! nvidia-cuda-nvrtc nvidia-cuda-runtime`): the NVRTC test is ignored
+//! in CI, which has neither; run it with
+//! `TERSE_NVRTC_CUDA=<dir with lib/libnvrtc.so.* and include/>` (e.g.
+//! site-packages/nvidia/cu13) and `LD_LIBRARY_PATH` holding its lib/, as
+//! `results/cuda-kernels-nvrtc/run.sh` does.
+
+use std::ffi::CString;
+use std::sync::Arc;
+
+use cubecl::cuda::compiler::CudaBackend;
+use cubecl::cuda::{CudaCompilationOptions, CudaCompiler, CudaRuntime};
+use cubecl::ir::{DeviceIdentity, HardwareProperties, MemoryDeviceProperties, VectorSize};
+use cubecl::prelude::*;
+use cubecl_runtime::compiler::Compiler;
+use cubecl_runtime::kernel::{CubeKernel, define_kernel};
+use cubecl_runtime::runtime::Runtime as _;
+
+/// An H100's properties as cubecl-cuda's `CudaServer::init` sets them
+/// for compute capability 9.0 (the parts a kernel's expansion reads).
+pub(crate) fn h100() -> Arc<DeviceProperties> {
+    let hardware = HardwareProperties {
+        load_width: 128,
+        vector_register_count: None,
+        plane_size_min: 32,
+        plane_size_max: 32,
+        max_bindings: cubecl::cuda::CUDA_MAX_BINDINGS,
+        max_shared_memory_size: 232_448,
+        max_cube_count: (i32::MAX as u32, 65_535, 65_535),
+        max_units_per_cube: 1024,
+        max_cube_dim: (1024, 1024, 64),
+        num_streaming_multiprocessors: Some(132),
+        num_tensor_cores: Some(4),
+        min_tensor_cores_dim: Some(8),
+        num_cpu_cores: None,
+        last_level_cache_size: None,
+        max_vector_size: VectorSize::MAX,
+        cube_mma_reserved_shared_memory: 0,
+    };
+    let memory = MemoryDeviceProperties::new(20 << 30, 512);
+    let mut properties = DeviceProperties::new(
+        Default::default(),
+        memory,
+        hardware,
+        cubecl::profile::TimingMethod::Device,
+        DeviceIdentity {
+            name: "NVIDIA H100 (written out, no driver)".into(),
+            fingerprint: "ptx_sm90".into(),
+            physical: None,
+        },
+    );
+    cubecl_cpp::register_supported_types(&mut properties);
+    Arc::new(properties)
+}
+
+/// The settings a `launch_unchecked` of 256 units per cube makes.
+pub(crate) fn unchecked() -> KernelSettings {
+    KernelSettings::new(
+        CubeDim::new_1d(256).into(),
+        ExecutionMode::Unchecked,
+        AddressType::U32,
+    )
+}
+
+/// What a slice argument compiles as (not aliased with another).
+pub(crate) fn buffer() -> BufferCompilationArg {
+    BufferCompilationArg { inplace: None }
+}
+
+/// cubecl-cuda's target properties (static, no device).
+pub(crate) fn target() -> Arc<TargetProperties> {
+    Arc::new(CudaRuntime::target_properties())
+}
+
+/// `cuda!(module::Kernel(args…))`: the kernel `#[cube(launch_unchecked)]`
+/// generated as `module::Kernel`, built with `args` (one compilation
+/// argument per runtime parameter — [`buffer`] for a slice, `()` for a
+/// scalar — then the comptime values), named with them, and its CUDA C++.
+macro_rules! cuda {
+    ($module:ident :: $kernel:ident ($($arg:expr),* $(,)?)) => {
+        (
+            stringify!($module($($arg),*)).to_string(),
+            $crate::device::cuda_source::cuda_source($module::$kernel::new(
+                $crate::device::cuda_source::unchecked(),
+                $crate::device::cuda_source::h100(),
+                $crate::device::cuda_source::target(),
+                $($arg),*
+            )),
+        )
+    };
+}
+pub(crate) use cuda;
+
+/// `kernel`'s CUDA C++ as cubecl-cuda writes it for an sm_90 device.
+pub(crate) fn cuda_source(kernel: impl CubeKernel) -> String {
+    let name = kernel.name().to_string();
+    let mut options = CudaCompilationOptions::default();
+    options.cpp.warp_size = 32;
+    let features = &mut options.cpp.supports_features;
+    features.fast_math = true;
+    features.dp4a = true;
+    features.grid_constants = true;
+    features.clusters = true;
+    features.elect_sync = true;
+    features.fast_tanh = true;
+    let definition =
+        define_kernel(&kernel).unwrap_or_else(|e| panic!("{name}: expansion failed: {e}"));
+    CudaCompiler::new(CudaBackend::Cpp)
+        .compile(definition, &options)
+        .unwrap_or_else(|e| panic!("{name}: cubecl's CUDA compiler refused it: {e}"))
+        .to_string()
+}
+
+/// NVRTC's verdict on each of `sources` (name, CUDA C++), with the options
+/// cubecl-cuda's `compile_to_ptx` gives it for an sm_90 device: every
+/// failure's log, or an empty list.
+pub(crate) fn nvrtc_failures(sources: &[(String, String)]) -> Vec<String> {
+    let cuda = std::env::var("TERSE_NVRTC_CUDA").expect(
+        "TERSE_NVRTC_CUDA: a directory with include/ (CUDA's headers) whose lib/ (with \
+         libnvrtc) is on LD_LIBRARY_PATH, e.g. pip's site-packages/nvidia/cu13",
+    );
+    // SAFETY: only opens the library by its names.
+    assert!(
+        unsafe { cudarc::nvrtc::sys::is_culib_present() },
+        "no NVRTC on LD_LIBRARY_PATH"
+    );
+    let options = [
+        "--gpu-architecture=sm_90a".to_string(),
+        format!("--include-path={cuda}/include"),
+        format!("--include-path={cuda}/include/cccl"),
+        "-lineinfo".to_string(),
+    ];
+    let mut failures = Vec::new();
+    for (name, source) in sources {
+        let c_source = CString::new(source.as_str()).expect("no NUL in a source");
+        // SAFETY: NVRTC's program API on a source that outlives the
+        // program; the log is read before the program is dropped.
+        unsafe {
+            let program = cudarc::nvrtc::result::create_program(c_source.as_c_str(), None)
+                .expect("nvrtcCreateProgram");
+            if cudarc::nvrtc::result::compile_program(program, &options).is_err() {
+                let log = cudarc::nvrtc::result::get_program_log(program).expect("the log");
+                let log: Vec<u8> = log.iter().map(|&c| c as u8).collect();
+                failures.push(format!(
+                    "{name}:\n{}\n--- source ---\n{source}",
+                    String::from_utf8_lossy(&log)
+                ));
+            }
+            let _ = cudarc::nvrtc::result::destroy_program(program);
+        }
+    }
+    failures
+}
+
+/// Panics with NVRTC's logs when any of `sources` does not compile.
+pub(crate) fn assert_compiles(sources: &[(String, String)]) {
+    let failures = nvrtc_failures(sources);
+    assert!(
+        failures.is_empty(),
+        "{} of {} kernels do not compile for CUDA:\n{}",
+        failures.len(),
+        sources.len(),
+        failures.join("\n\n")
+    );
+    for (name, _) in sources {
+        println!("compiles: {name}");
+    }
+    println!("{} kernels compile for sm_90 with NVRTC", sources.len());
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::*;
+
+    /// Every kernel of terse-kernels, in the variants its launches make.
+    fn every_kernel() -> Vec<(String, String)> {
+        [
+            dropout::cuda_sources(),
+            half::cuda_sources(),
+            layer_norm::cuda_sources(),
+            mask::cuda_sources(),
+            messages::cuda_sources(),
+            onebit::cuda_sources(),
+            server::cuda_sources(),
+            slamb::cuda_sources(),
+            slamb_trust::cuda_sources(),
+            word_offsets::cuda_sources(),
+            optim::cuda_sources(),
+        ]
+        .concat()
+    }
+
+    #[test]
+    fn every_kernel_becomes_cuda_source() {
+        // No NVRTC needed: the expansion and cubecl-cuda's C++ writer run
+        // for every kernel (a panic in either names the kernel).
+        let sources = every_kernel();
+        assert!(sources.len() >= 60, "{} kernels", sources.len());
+        for (name, source) in &sources {
+            assert!(
+                source.contains("extern \"C\" __global__"),
+                "{name}:\n{source}"
+            );
+        }
+    }
+
+    #[test]
+    #[ignore = "needs NVRTC and CUDA's headers: TERSE_NVRTC_CUDA (see the module's comment)"]
+    fn every_kernel_compiles_with_nvrtc() {
+        super::assert_compiles(&every_kernel());
+    }
+}
