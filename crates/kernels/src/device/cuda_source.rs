@@ -83,24 +83,36 @@ pub(crate) fn target() -> Arc<TargetProperties> {
     Arc::new(CudaRuntime::target_properties())
 }
 
-/// `cuda!(module::Kernel(args…))`: the kernel `#[cube(launch_unchecked)]`
-/// generated as `module::Kernel`, built with `args` (one compilation
-/// argument per runtime parameter — [`buffer`] for a slice, `()` for a
-/// scalar — then the comptime values), named with them, and its CUDA C++.
-macro_rules! cuda {
-    ($module:ident :: $kernel:ident ($($arg:expr),* $(,)?)) => {
-        (
-            stringify!($module($($arg),*)).to_string(),
-            $crate::device::cuda_source::cuda_source($module::$kernel::new(
-                $crate::device::cuda_source::unchecked(),
-                $crate::device::cuda_source::h100(),
-                $crate::device::cuda_source::target(),
-                $($arg),*
-            )),
-        )
+/// `cuda_sources![module::Kernel(args…), …]` defines the file's
+/// `cuda_sources()`: each kernel `#[cube(launch_unchecked)]` generated as
+/// `module::Kernel`, built with `args` — one compilation argument per
+/// runtime parameter (`b()` for a slice, `table()` for the chunk table, `()`
+/// for a scalar), then the comptime values, in the variants its launches
+/// make — named with them, and its CUDA C++.
+macro_rules! cuda_sources {
+    ($($module:ident :: $kernel:ident ($($arg:expr),* $(,)?)),* $(,)?) => {
+        /// The kernels here as CUDA C++ ([`crate::device::cuda_source`]).
+        pub(crate) fn cuda_sources() -> Vec<(String, String)> {
+            #[allow(unused_imports)]
+            use $crate::device::cuda_source::{buffer as b, table};
+            vec![$((
+                stringify!($module($($arg),*)).to_string(),
+                $crate::device::cuda_source::cuda_source($module::$kernel::new(
+                    $crate::device::cuda_source::unchecked(),
+                    $crate::device::cuda_source::h100(),
+                    $crate::device::cuda_source::target(),
+                    $($arg),*
+                )),
+            )),*]
+        }
     };
 }
-pub(crate) use cuda;
+pub(crate) use cuda_sources;
+
+/// What a launch registers for the chunk table.
+pub(crate) fn table() -> <super::optim::ChunkTable as LaunchArg>::CompilationArg {
+    super::optim::ChunkTable::compilation_arg()
+}
 
 /// `kernel`'s CUDA C++ as cubecl-cuda writes it for an sm_90 device.
 pub(crate) fn cuda_source(kernel: impl CubeKernel) -> String {

@@ -52,10 +52,5 @@ pub fn dropout_factors(client: &Client, mask: &SiteMask, out: &Handle, len: usiz
     }
 }
 
-/// The kernels here as CUDA C++, in the variants their launches make
-/// ([`crate::device::cuda_source`]).
 #[cfg(test)]
-pub(crate) fn cuda_sources() -> Vec<(String, String)> {
-    use crate::device::cuda_source::{buffer as b, cuda};
-    vec![cuda!(factors_kernel::FactorsKernel(b(), b(), b(), ()))]
-}
+crate::device::cuda_source::cuda_sources![factors_kernel::FactorsKernel(b(), b(), b(), ()),];

@@ -237,14 +237,9 @@ pub fn mean_f16<E>(
     Some(Ok(widen_f16(client, &gathered, slices.count)))
 }
 
-/// The kernels here as CUDA C++, in the variants their launches make
-/// ([`crate::device::cuda_source`]).
 #[cfg(test)]
-pub(crate) fn cuda_sources() -> Vec<(String, String)> {
-    use crate::device::cuda_source::{buffer as b, cuda};
-    vec![
-        cuda!(round_kernel::RoundKernel(b(), b(), ())),
-        cuda!(own_mean_kernel::OwnMeanKernel(b(), b(), b(), (), ())),
-        cuda!(widen_kernel::WidenKernel(b(), b())),
-    ]
-}
+crate::device::cuda_source::cuda_sources![
+    round_kernel::RoundKernel(b(), b(), ()),
+    own_mean_kernel::OwnMeanKernel(b(), b(), b(), (), ()),
+    widen_kernel::WidenKernel(b(), b()),
+];

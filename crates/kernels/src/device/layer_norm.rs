@@ -105,18 +105,13 @@ pub fn layer_norm_input_grad(
     dx
 }
 
-/// The kernels here as CUDA C++, in the variants their launches make
-/// ([`crate::device::cuda_source`]).
 #[cfg(test)]
-pub(crate) fn cuda_sources() -> Vec<(String, String)> {
-    use crate::device::cuda_source::{buffer as b, cuda};
-    vec![cuda!(input_grad_kernel::InputGradKernel(
-        b(),
-        b(),
-        b(),
-        b(),
-        b(),
-        (),
-        ()
-    ))]
-}
+crate::device::cuda_source::cuda_sources![input_grad_kernel::InputGradKernel(
+    b(),
+    b(),
+    b(),
+    b(),
+    b(),
+    (),
+    ()
+),];

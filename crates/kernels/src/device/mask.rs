@@ -288,39 +288,12 @@ impl DeviceSelection {
     }
 }
 
-/// The kernels here as CUDA C++, in the variants their launches make
-/// ([`crate::device::cuda_source`]).
 #[cfg(test)]
-pub(crate) fn cuda_sources() -> Vec<(String, String)> {
-    use crate::device::cuda_source::{buffer as b, cuda};
-    vec![
-        cuda!(select_kernel::SelectKernel(b(), b(), b(), 109_482_240)),
-        cuda!(select_kernel::SelectKernel(b(), b(), b(), 1_000_003)),
-        cuda!(select_cyclic_kernel::SelectCyclicKernel(
-            b(),
-            b(),
-            b(),
-            109_482_240
-        )),
-        cuda!(select_cyclic_kernel::SelectCyclicKernel(
-            b(),
-            b(),
-            b(),
-            1_000_003
-        )),
-        cuda!(move_selected_kernel::MoveSelectedKernel(
-            b(),
-            b(),
-            b(),
-            b(),
-            true
-        )),
-        cuda!(move_selected_kernel::MoveSelectedKernel(
-            b(),
-            b(),
-            b(),
-            b(),
-            false
-        )),
-    ]
-}
+crate::device::cuda_source::cuda_sources![
+    select_kernel::SelectKernel(b(), b(), b(), 109_482_240),
+    select_kernel::SelectKernel(b(), b(), b(), 1_000_003),
+    select_cyclic_kernel::SelectCyclicKernel(b(), b(), b(), 109_482_240),
+    select_cyclic_kernel::SelectCyclicKernel(b(), b(), b(), 1_000_003),
+    move_selected_kernel::MoveSelectedKernel(b(), b(), b(), b(), true),
+    move_selected_kernel::MoveSelectedKernel(b(), b(), b(), b(), false),
+];

@@ -150,49 +150,10 @@ pub fn decompress_messages(
     }
 }
 
-/// The kernels here as CUDA C++, in the variants their launches make
-/// ([`crate::device::cuda_source`]).
 #[cfg(test)]
-pub(crate) fn cuda_sources() -> Vec<(String, String)> {
-    use crate::device::cuda_source::{buffer as b, cuda};
-    vec![
-        cuda!(pack_kernel::PackKernel(
-            b(),
-            b(),
-            b(),
-            (),
-            (),
-            (),
-            8196,
-            8192,
-            4
-        )),
-        cuda!(pack_kernel::PackKernel(
-            b(),
-            b(),
-            b(),
-            (),
-            (),
-            (),
-            8193,
-            8192,
-            1
-        )),
-        cuda!(decompress_kernel::DecompressKernel(
-            b(),
-            b(),
-            (),
-            262_144,
-            65_536,
-            8196
-        )),
-        cuda!(decompress_kernel::DecompressKernel(
-            b(),
-            b(),
-            (),
-            262_144,
-            262_144,
-            8193
-        )),
-    ]
-}
+crate::device::cuda_source::cuda_sources![
+    pack_kernel::PackKernel(b(), b(), b(), (), (), (), 8196, 8192, 4),
+    pack_kernel::PackKernel(b(), b(), b(), (), (), (), 8193, 8192, 1),
+    decompress_kernel::DecompressKernel(b(), b(), (), 262_144, 65_536, 8196),
+    decompress_kernel::DecompressKernel(b(), b(), (), 262_144, 262_144, 8193),
+];

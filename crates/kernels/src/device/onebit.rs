@@ -302,59 +302,12 @@ pub fn decompress_chunks(
     }
 }
 
-/// The kernels here as CUDA C++, in the variants their launches make
-/// ([`crate::device::cuda_source`]).
 #[cfg(test)]
-pub(crate) fn cuda_sources() -> Vec<(String, String)> {
-    use crate::device::cuda_source::{buffer as b, cuda};
-    vec![
-        cuda!(sign_pack_kernel::SignPackKernel(
-            b(),
-            b(),
-            b(),
-            b(),
-            (),
-            false
-        )),
-        cuda!(sign_pack_kernel::SignPackKernel(
-            b(),
-            b(),
-            b(),
-            b(),
-            (),
-            true
-        )),
-        cuda!(block_scale_kernel::BlockScaleKernel(
-            b(),
-            b(),
-            (),
-            262_144,
-            65_536,
-            false
-        )),
-        cuda!(block_scale_kernel::BlockScaleKernel(
-            b(),
-            b(),
-            (),
-            262_144,
-            262_144,
-            true
-        )),
-        cuda!(quantise_kernel::QuantiseKernel(
-            b(),
-            b(),
-            b(),
-            (),
-            262_144,
-            65_536
-        )),
-        cuda!(decompress_kernel::DecompressKernel(
-            b(),
-            b(),
-            b(),
-            (),
-            262_144,
-            65_536
-        )),
-    ]
-}
+crate::device::cuda_source::cuda_sources![
+    sign_pack_kernel::SignPackKernel(b(), b(), b(), b(), (), false),
+    sign_pack_kernel::SignPackKernel(b(), b(), b(), b(), (), true),
+    block_scale_kernel::BlockScaleKernel(b(), b(), (), 262_144, 65_536, false),
+    block_scale_kernel::BlockScaleKernel(b(), b(), (), 262_144, 262_144, true),
+    quantise_kernel::QuantiseKernel(b(), b(), b(), (), 262_144, 65_536),
+    decompress_kernel::DecompressKernel(b(), b(), b(), (), 262_144, 65_536),
+];

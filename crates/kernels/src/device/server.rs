@@ -114,31 +114,8 @@ pub fn average_and_recompress(
     compress(client, average, server_error, len, block, scale, out);
 }
 
-/// The kernels here as CUDA C++, in the variants their launches make
-/// ([`crate::device::cuda_source`]).
 #[cfg(test)]
-pub(crate) fn cuda_sources() -> Vec<(String, String)> {
-    use crate::device::cuda_source::{buffer as b, cuda};
-    vec![
-        cuda!(average_kernel::AverageKernel(
-            b(),
-            b(),
-            b(),
-            (),
-            4,
-            8196,
-            8192,
-            65_536
-        )),
-        cuda!(average_kernel::AverageKernel(
-            b(),
-            b(),
-            b(),
-            (),
-            1,
-            8193,
-            8192,
-            262_144
-        )),
-    ]
-}
+crate::device::cuda_source::cuda_sources![
+    average_kernel::AverageKernel(b(), b(), b(), (), 4, 8196, 8192, 65_536),
+    average_kernel::AverageKernel(b(), b(), b(), (), 1, 8193, 8192, 262_144),
+];

@@ -225,56 +225,12 @@ pub fn apply(
     }
 }
 
-/// The kernels here as CUDA C++, in the variants their launches make
-/// ([`crate::device::cuda_source`]).
 #[cfg(test)]
-pub(crate) fn cuda_sources() -> Vec<(String, String)> {
-    use crate::device::cuda_source::{buffer as b, cuda};
-    let t = ChunkTable::compilation_arg;
-    vec![
-        cuda!(moments_kernel::MomentsKernel(b(), b(), b(), t(), b())),
-        cuda!(freshness_kernel::FreshnessKernel(b(), b(), b(), ())),
-        cuda!(norms_kernel::NormsKernel(
-            b(),
-            b(),
-            b(),
-            t(),
-            b(),
-            b(),
-            b(),
-            true
-        )),
-        cuda!(norms_kernel::NormsKernel(
-            b(),
-            b(),
-            b(),
-            t(),
-            b(),
-            b(),
-            b(),
-            false
-        )),
-        cuda!(apply_kernel::ApplyKernel(
-            b(),
-            b(),
-            b(),
-            b(),
-            t(),
-            b(),
-            b(),
-            b(),
-            true
-        )),
-        cuda!(apply_kernel::ApplyKernel(
-            b(),
-            b(),
-            b(),
-            b(),
-            t(),
-            b(),
-            b(),
-            b(),
-            false
-        )),
-    ]
-}
+crate::device::cuda_source::cuda_sources![
+    moments_kernel::MomentsKernel(b(), b(), b(), table(), b()),
+    freshness_kernel::FreshnessKernel(b(), b(), b(), ()),
+    norms_kernel::NormsKernel(b(), b(), b(), table(), b(), b(), b(), true),
+    norms_kernel::NormsKernel(b(), b(), b(), table(), b(), b(), b(), false),
+    apply_kernel::ApplyKernel(b(), b(), b(), b(), table(), b(), b(), b(), true),
+    apply_kernel::ApplyKernel(b(), b(), b(), b(), table(), b(), b(), b(), false),
+];

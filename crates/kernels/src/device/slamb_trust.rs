@@ -145,27 +145,8 @@ pub fn trust_ratios(
     phi
 }
 
-/// The kernels here as CUDA C++, in the variants their launches make
-/// ([`crate::device::cuda_source`]).
 #[cfg(test)]
-pub(crate) fn cuda_sources() -> Vec<(String, String)> {
-    use crate::device::cuda_source::{buffer as b, cuda};
-    vec![
-        cuda!(slamb_trust_kernel::SlambTrustKernel(
-            b(),
-            b(),
-            b(),
-            b(),
-            b(),
-            true
-        )),
-        cuda!(slamb_trust_kernel::SlambTrustKernel(
-            b(),
-            b(),
-            b(),
-            b(),
-            b(),
-            false
-        )),
-    ]
-}
+crate::device::cuda_source::cuda_sources![
+    slamb_trust_kernel::SlambTrustKernel(b(), b(), b(), b(), b(), true),
+    slamb_trust_kernel::SlambTrustKernel(b(), b(), b(), b(), b(), false),
+];

@@ -145,21 +145,10 @@ pub fn word_offsets(client: &Client, words: &Handle, n: usize) -> (Handle, usize
     (offsets, total)
 }
 
-/// The kernels here as CUDA C++, in the variants their launches make
-/// ([`crate::device::cuda_source`]).
 #[cfg(test)]
-pub(crate) fn cuda_sources() -> Vec<(String, String)> {
-    use crate::device::cuda_source::{buffer as b, cuda};
-    vec![
-        cuda!(group_counts_kernel::GroupCountsKernel(b(), b(), ())),
-        cuda!(block_scan_kernel::BlockScanKernel(b(), b(), b())),
-        cuda!(top_scan_kernel::TopScanKernel(b(), b(), b())),
-        cuda!(word_offsets_kernel::WordOffsetsKernel(
-            b(),
-            b(),
-            b(),
-            b(),
-            ()
-        )),
-    ]
-}
+crate::device::cuda_source::cuda_sources![
+    group_counts_kernel::GroupCountsKernel(b(), b(), ()),
+    block_scan_kernel::BlockScanKernel(b(), b(), b()),
+    top_scan_kernel::TopScanKernel(b(), b(), b()),
+    word_offsets_kernel::WordOffsetsKernel(b(), b(), b(), b(), ()),
+];

@@ -219,31 +219,13 @@ pub fn scale(client: &Client, x: &Handle, len: usize, factor: f32) {
     }
 }
 
-/// The kernels here as CUDA C++, in the variants their launches make
-/// ([`crate::device::cuda_source`]).
 #[cfg(test)]
-pub(crate) fn cuda_sources() -> Vec<(String, String)> {
-    use crate::device::cuda_source::{buffer as b, cuda};
-    let t = ChunkTable::compilation_arg;
-    vec![
-        cuda!(copy_kernel::CopyKernel(b(), b(), ())),
-        cuda!(copy_or_add_at_kernel::CopyOrAddAtKernel(
-            b(),
-            b(),
-            (),
-            (),
-            true
-        )),
-        cuda!(copy_or_add_at_kernel::CopyOrAddAtKernel(
-            b(),
-            b(),
-            (),
-            (),
-            false
-        )),
-        cuda!(fill_zeros_at_kernel::FillZerosAtKernel(b(), (), ())),
-        cuda!(chunk_sum_kernel::ChunkSumKernel(b(), t(), b(), true)),
-        cuda!(chunk_sum_kernel::ChunkSumKernel(b(), t(), b(), false)),
-        cuda!(scale_kernel::ScaleKernel(b(), b(), ())),
-    ]
-}
+crate::device::cuda_source::cuda_sources![
+    copy_kernel::CopyKernel(b(), b(), ()),
+    copy_or_add_at_kernel::CopyOrAddAtKernel(b(), b(), (), (), true),
+    copy_or_add_at_kernel::CopyOrAddAtKernel(b(), b(), (), (), false),
+    fill_zeros_at_kernel::FillZerosAtKernel(b(), (), ()),
+    chunk_sum_kernel::ChunkSumKernel(b(), table(), b(), true),
+    chunk_sum_kernel::ChunkSumKernel(b(), table(), b(), false),
+    scale_kernel::ScaleKernel(b(), b(), ()),
+];

@@ -83,13 +83,8 @@ pub fn clip_to_norm(client: &Client, x: &Handle, len: usize, squares: &Handle, m
     }
 }
 
-/// The kernels here as CUDA C++, in the variants their launches make
-/// ([`crate::device::cuda_source`]).
 #[cfg(test)]
-pub(crate) fn cuda_sources() -> Vec<(String, String)> {
-    use crate::device::cuda_source::{buffer as b, cuda};
-    vec![
-        cuda!(total_kernel::TotalKernel(b(), b(), ())),
-        cuda!(clip_kernel::ClipKernel(b(), b(), b(), ())),
-    ]
-}
+crate::device::cuda_source::cuda_sources![
+    total_kernel::TotalKernel(b(), b(), ()),
+    clip_kernel::ClipKernel(b(), b(), b(), ()),
+];

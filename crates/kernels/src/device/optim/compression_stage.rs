@@ -350,65 +350,35 @@ pub fn fresh_variance_update(
     );
 }
 
-/// The kernels here as CUDA C++, in the variants their launches make
-/// ([`crate::device::cuda_source`]).
 #[cfg(test)]
-pub(crate) fn cuda_sources() -> Vec<(String, String)> {
-    use crate::device::cuda_source::{buffer as b, cuda};
-    let t = ChunkTable::compilation_arg;
-    vec![
-        cuda!(momentum_kernel::MomentumKernel(b(), b(), t(), b())),
-        cuda!(scaled_momentum_kernel::ScaledMomentumKernel(
-            b(),
-            b(),
-            t(),
-            b(),
-            b()
-        )),
-        cuda!(unscale_masked_kernel::UnscaleMaskedKernel(
-            b(),
-            b(),
-            t(),
-            b(),
-            true
-        )),
-        cuda!(unscale_masked_kernel::UnscaleMaskedKernel(
-            b(),
-            b(),
-            t(),
-            b(),
-            false
-        )),
-        cuda!(fresh_variance_kernel::FreshVarianceKernel(
-            b(),
-            b(),
-            b(),
-            b(),
-            t(),
-            b(),
-            b(),
-            b(),
-            true,
-            true
-        )),
-        cuda!(fresh_variance_kernel::FreshVarianceKernel(
-            b(),
-            b(),
-            b(),
-            b(),
-            t(),
-            b(),
-            b(),
-            b(),
-            false,
-            false
-        )),
-        cuda!(variance_rate_kernel::VarianceRateKernel(
-            b(),
-            b(),
-            b(),
-            b(),
-            b()
-        )),
-    ]
-}
+crate::device::cuda_source::cuda_sources![
+    momentum_kernel::MomentumKernel(b(), b(), table(), b()),
+    scaled_momentum_kernel::ScaledMomentumKernel(b(), b(), table(), b(), b()),
+    unscale_masked_kernel::UnscaleMaskedKernel(b(), b(), table(), b(), true),
+    unscale_masked_kernel::UnscaleMaskedKernel(b(), b(), table(), b(), false),
+    fresh_variance_kernel::FreshVarianceKernel(
+        b(),
+        b(),
+        b(),
+        b(),
+        table(),
+        b(),
+        b(),
+        b(),
+        true,
+        true
+    ),
+    fresh_variance_kernel::FreshVarianceKernel(
+        b(),
+        b(),
+        b(),
+        b(),
+        table(),
+        b(),
+        b(),
+        b(),
+        false,
+        false
+    ),
+    variance_rate_kernel::VarianceRateKernel(b(), b(), b(), b(), b()),
+];

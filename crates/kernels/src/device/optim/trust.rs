@@ -251,13 +251,8 @@ impl std::fmt::Debug for QueuedTrusts {
     }
 }
 
-/// The kernels here as CUDA C++, in the variants their launches make
-/// ([`crate::device::cuda_source`]).
 #[cfg(test)]
-pub(crate) fn cuda_sources() -> Vec<(String, String)> {
-    use crate::device::cuda_source::{buffer as b, cuda};
-    vec![
-        cuda!(trust_kernel::TrustKernel(b(), b(), b(), b(), b(), b())),
-        cuda!(average_trust_kernel::AverageTrustKernel(b(), b(), b(), ())),
-    ]
-}
+crate::device::cuda_source::cuda_sources![
+    trust_kernel::TrustKernel(b(), b(), b(), b(), b(), b()),
+    average_trust_kernel::AverageTrustKernel(b(), b(), b(), ()),
+];

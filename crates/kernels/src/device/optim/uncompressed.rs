@@ -227,56 +227,14 @@ pub fn sgd_step(
     }
 }
 
-/// The kernels here as CUDA C++, in the variants their launches make
-/// ([`crate::device::cuda_source`]).
 #[cfg(test)]
-pub(crate) fn cuda_sources() -> Vec<(String, String)> {
-    use crate::device::cuda_source::{buffer as b, cuda};
-    let t = ChunkTable::compilation_arg;
-    vec![
-        cuda!(adam_kernel::AdamKernel(b(), b(), b(), b(), t(), b(), true)),
-        cuda!(adam_kernel::AdamKernel(b(), b(), b(), b(), t(), b(), false)),
-        cuda!(lamb_norms_kernel::LambNormsKernel(
-            b(),
-            b(),
-            b(),
-            b(),
-            t(),
-            b(),
-            b(),
-            true
-        )),
-        cuda!(lamb_norms_kernel::LambNormsKernel(
-            b(),
-            b(),
-            b(),
-            b(),
-            t(),
-            b(),
-            b(),
-            false
-        )),
-        cuda!(rate_update_kernel::RateUpdateKernel(
-            b(),
-            b(),
-            b(),
-            t(),
-            b(),
-            b(),
-            true,
-            true
-        )),
-        cuda!(rate_update_kernel::RateUpdateKernel(
-            b(),
-            b(),
-            b(),
-            t(),
-            b(),
-            b(),
-            false,
-            false
-        )),
-        cuda!(sgd_kernel::SgdKernel(b(), b(), b(), t(), b(), true)),
-        cuda!(sgd_kernel::SgdKernel(b(), b(), b(), t(), b(), false)),
-    ]
-}
+crate::device::cuda_source::cuda_sources![
+    adam_kernel::AdamKernel(b(), b(), b(), b(), table(), b(), true),
+    adam_kernel::AdamKernel(b(), b(), b(), b(), table(), b(), false),
+    lamb_norms_kernel::LambNormsKernel(b(), b(), b(), b(), table(), b(), b(), true),
+    lamb_norms_kernel::LambNormsKernel(b(), b(), b(), b(), table(), b(), b(), false),
+    rate_update_kernel::RateUpdateKernel(b(), b(), b(), table(), b(), b(), true, true),
+    rate_update_kernel::RateUpdateKernel(b(), b(), b(), table(), b(), b(), false, false),
+    sgd_kernel::SgdKernel(b(), b(), b(), table(), b(), true),
+    sgd_kernel::SgdKernel(b(), b(), b(), table(), b(), false),
+];

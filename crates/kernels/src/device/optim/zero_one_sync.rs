@@ -107,48 +107,10 @@ pub fn sync_apply(
     }
 }
 
-/// The kernels here as CUDA C++, in the variants their launches make
-/// ([`crate::device::cuda_source`]).
 #[cfg(test)]
-pub(crate) fn cuda_sources() -> Vec<(String, String)> {
-    use crate::device::cuda_source::{buffer as b, cuda};
-    let t = ChunkTable::compilation_arg;
-    vec![
-        cuda!(sync_scale_kernel::SyncScaleKernel(
-            b(),
-            b(),
-            b(),
-            t(),
-            b(),
-            true
-        )),
-        cuda!(sync_scale_kernel::SyncScaleKernel(
-            b(),
-            b(),
-            b(),
-            t(),
-            b(),
-            false
-        )),
-        cuda!(sync_apply_kernel::SyncApplyKernel(
-            b(),
-            b(),
-            b(),
-            b(),
-            t(),
-            b(),
-            true,
-            true
-        )),
-        cuda!(sync_apply_kernel::SyncApplyKernel(
-            b(),
-            b(),
-            b(),
-            b(),
-            t(),
-            b(),
-            false,
-            false
-        )),
-    ]
-}
+crate::device::cuda_source::cuda_sources![
+    sync_scale_kernel::SyncScaleKernel(b(), b(), b(), table(), b(), true),
+    sync_scale_kernel::SyncScaleKernel(b(), b(), b(), table(), b(), false),
+    sync_apply_kernel::SyncApplyKernel(b(), b(), b(), b(), table(), b(), true, true),
+    sync_apply_kernel::SyncApplyKernel(b(), b(), b(), b(), table(), b(), false, false),
+];
