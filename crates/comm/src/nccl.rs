@@ -10,7 +10,7 @@
 //! [`GpuCollectives`]; device-resident compression hands NCCL only packed
 //! bits. cudarc loads libcuda and libnccl at run time, so this builds
 //! everywhere (it is in every build of terse); on a machine without them
-//! [`NcclComm::init`] names what is missing.
+//! [`NcclComm::start`] names what is missing.
 
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
@@ -67,6 +67,7 @@ impl NcclComm {
     /// singleton start loads its plugins and may start `orted`, which a
     /// machine running terse from `cargo xtask bundle` does not have.
     pub fn start(device: usize) -> Result<NcclComm, CommError> {
+        // What is missing is said before MPI starts.
         if let Some(missing) = missing_libraries() {
             return Err(backend(missing));
         }
@@ -74,13 +75,8 @@ impl NcclComm {
     }
 
     /// Opens GPU `device` and joins the NCCL world of `host`'s ranks,
-    /// bootstrapped over `host`. A machine without the NVIDIA driver or
-    /// NCCL's library gets one error naming what is missing (cudarc would
-    /// panic on its first call).
-    pub fn init(host: Box<dyn Communicator>, device: usize) -> Result<NcclComm, CommError> {
-        if let Some(missing) = missing_libraries() {
-            return Err(backend(missing));
-        }
+    /// bootstrapped over `host`, once libcuda and libnccl are known to load.
+    fn init(host: Box<dyn Communicator>, device: usize) -> Result<NcclComm, CommError> {
         let ctx = CudaContext::new(device).map_err(|e| backend(format!("GPU {device}: {e:?}")))?;
         let uuid = ctx
             .uuid()

@@ -61,10 +61,8 @@ fn main() -> ExitCode {
                 DeviceChoice::Cuda(index) => DeviceChoice::gpu_of_process(index),
                 _ => MpiComm::node_local_rank(),
             };
-            // What is missing, in one line, before the GPU is opened.
-            if let Some(missing) = terse_comm::nccl_missing_libraries() {
-                return fail(&format!("--comm nccl cannot start: {missing}"));
-            }
+            // A machine without the driver or NCCL is told in one line,
+            // before NCCL opens the GPU.
             match NcclComm::start(gpu) {
                 Ok(nccl) if nccl.world_size() != 1 => {
                     return fail("runs in a world of one: start it without mpirun, or -np 1");
