@@ -9,7 +9,7 @@ use serde::Deserialize;
 use crate::DataError;
 
 /// The manifests, as committed in `data/manifests/`.
-const MANIFESTS: [(&str, &str); 7] = [
+const MANIFESTS: [(&str, &str); 8] = [
     (
         "squad-v1.1.toml",
         include_str!("../../../data/manifests/squad-v1.1.toml"),
@@ -37,6 +37,10 @@ const MANIFESTS: [(&str, &str); 7] = [
     (
         "mnist-5k.toml",
         include_str!("../../../data/manifests/mnist-5k.toml"),
+    ),
+    (
+        "cuda-nvrtc.toml",
+        include_str!("../../../data/manifests/cuda-nvrtc.toml"),
     ),
 ];
 

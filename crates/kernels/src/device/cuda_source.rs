@@ -9,14 +9,15 @@
 //! `vendor/cubecl-cuda/src/runtime.rs` reads them from the driver), expanded
 //! (`define_kernel`), turned into CUDA C++ by cubecl-cuda's own compiler,
 //! and handed to NVRTC with the options cubecl-cuda's `compile_to_ptx`
-//! passes. NVRTC and CUDA's headers come from NVIDIA's wheels (`pip install
-//! nvidia-cuda-nvrtc nvidia-cuda-runtime`): the NVRTC test is ignored
-//! in CI, which has neither; run it with
-//! `TERSE_NVRTC_CUDA=<dir with lib/libnvrtc.so.* and include/>` (e.g.
-//! site-packages/nvidia/cu13) and `LD_LIBRARY_PATH` holding its lib/, as
-//! `results/cuda-kernels-nvrtc/run.sh` does.
+//! passes. NVRTC is the `cuda-nvrtc` dataset (`data/manifests/`: libnvrtc
+//! from PyPI's nvidia-cuda-nvrtc wheel, fetched once into terse's cache and
+//! checked by its SHA-256), so the test runs in CI like any other. The
+//! kernels include no header NVRTC does not carry itself; to compile them
+//! with another CUDA instead, set `TERSE_NVRTC_CUDA` to its directory
+//! (`lib/libnvrtc.so.*`, `include/`), e.g. site-packages/nvidia/cu13.
 
 use std::ffi::CString;
+use std::path::PathBuf;
 use std::sync::Arc;
 
 use cubecl::cuda::compiler::CudaBackend;
@@ -134,25 +135,67 @@ pub(crate) fn cuda_source(kernel: impl CubeKernel) -> String {
         .to_string()
 }
 
+/// Loads NVRTC from `TERSE_NVRTC_CUDA`'s `lib/` or else from the
+/// `cuda-nvrtc` dataset, and returns the CUDA directory its headers would be
+/// under. cudarc opens NVRTC by its library names only; a library already
+/// loaded by path answers to its soname (`libnvrtc.so.13`), so loading both
+/// files by path first makes cudarc's lookup, and NVRTC's own for its
+/// builtins, find these.
+fn load_nvrtc() -> PathBuf {
+    let (cuda, lib) = match std::env::var_os("TERSE_NVRTC_CUDA") {
+        Some(dir) => {
+            let cuda = PathBuf::from(dir);
+            let lib = cuda.join("lib");
+            (cuda, lib)
+        }
+        None => {
+            let lib = terse_data::dataset("cuda-nvrtc").expect("the cuda-nvrtc dataset");
+            (lib.clone(), lib)
+        }
+    };
+    let mut libraries: Vec<PathBuf> = std::fs::read_dir(&lib)
+        .unwrap_or_else(|e| panic!("{}: {e}", lib.display()))
+        .map(|entry| entry.expect("a directory entry").path())
+        .filter(|path| {
+            let name = path.file_name().unwrap_or_default().to_string_lossy();
+            name.starts_with("libnvrtc") && name.contains(".so.")
+        })
+        .collect();
+    // The builtins first: libnvrtc opens them while it loads.
+    libraries.sort_by_key(|path| !path.to_string_lossy().contains("builtins"));
+    assert!(
+        !libraries.is_empty(),
+        "no libnvrtc.so.* in {}",
+        lib.display()
+    );
+    for path in &libraries {
+        // SAFETY: NVIDIA's library, whose initialisers only set up NVRTC;
+        // kept loaded for the process (forgotten), as cudarc keeps its own.
+        let library = unsafe { libloading::Library::new(path) }
+            .unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+        std::mem::forget(library);
+    }
+    // SAFETY: only opens the library by its names.
+    assert!(
+        unsafe { cudarc::nvrtc::sys::is_culib_present() },
+        "NVRTC loaded from {} but not found by cudarc's names",
+        lib.display()
+    );
+    cuda
+}
+
 /// NVRTC's verdict on each of `sources` (name, CUDA C++), with the options
 /// cubecl-cuda's `compile_to_ptx` gives it for an sm_90 device: every
 /// failure's log, or an empty list.
 pub(crate) fn nvrtc_failures(sources: &[(String, String)]) -> Vec<String> {
-    let cuda = std::env::var("TERSE_NVRTC_CUDA").expect(
-        "TERSE_NVRTC_CUDA: a directory with include/ (CUDA's headers) whose lib/ (with \
-         libnvrtc) is on LD_LIBRARY_PATH, e.g. pip's site-packages/nvidia/cu13",
-    );
-    // SAFETY: only opens the library by its names.
-    assert!(
-        unsafe { cudarc::nvrtc::sys::is_culib_present() },
-        "no NVRTC on LD_LIBRARY_PATH"
-    );
-    let options = [
-        "--gpu-architecture=sm_90a".to_string(),
-        format!("--include-path={cuda}/include"),
-        format!("--include-path={cuda}/include/cccl"),
-        "-lineinfo".to_string(),
-    ];
+    let cuda = load_nvrtc();
+    let mut options = vec!["--gpu-architecture=sm_90a".to_string()];
+    for include in ["include", "include/cccl"].map(|dir| cuda.join(dir)) {
+        if include.is_dir() {
+            options.push(format!("--include-path={}", include.display()));
+        }
+    }
+    options.push("-lineinfo".to_string());
     let mut failures = Vec::new();
     for (name, source) in sources {
         let c_source = CString::new(source.as_str()).expect("no NUL in a source");
@@ -228,7 +271,6 @@ mod tests {
     }
 
     #[test]
-    #[ignore = "needs NVRTC and CUDA's headers: TERSE_NVRTC_CUDA (see the module's comment)"]
     fn every_kernel_compiles_with_nvrtc() {
         super::assert_compiles(&every_kernel());
     }
