@@ -44,7 +44,7 @@ shape=(--rows "${ROWS:-4096}" --hidden "${HIDDEN:-768}" --intermediate "${INTERM
     --vocab "${VOCAB:-30522}")
 export XDG_RUNTIME_DIR=/tmp
 export LD_LIBRARY_PATH="$B/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
-cuda_from_pytorch_wheels
+source "$B/cuda_env.sh"
 
 # 1. Each product, each routine; PyTorch on the same products.
 "$B/bin/matmul_routines" --shapes "${shape[@]}" > "$out/shapes.jsonl"

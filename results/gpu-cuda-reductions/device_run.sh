@@ -65,7 +65,7 @@ cat "$work"/bench/terse.jsonl "$work"/bench/pytorch.jsonl > "$out/bench.jsonl" 2
 
 # run.sh's library paths, for the sections below.
 export LD_LIBRARY_PATH="$B/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
-cuda_from_pytorch_wheels
+source "$B/cuda_env.sh"
 
 # 1b. NCCL, never run before: every collective in a world of one (from host
 #     and GPU buffers) against the host path, then the training step's own

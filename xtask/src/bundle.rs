@@ -10,7 +10,9 @@
 //!
 //! The NVIDIA driver, NVRTC, NCCL and CUDA's headers come from the GPU machine:
 //! they belong to its driver and CUDA installation, and `terse` names the
-//! one that is missing (`crates/train/src/cuda_check.rs`).
+//! one that is missing (`crates/train/src/cuda_check.rs`). Where the machine
+//! has them only in PyTorch's pip wheels, the bundle's `cuda_env.sh` (sourced
+//! by `run.sh` and the prepared GPU calls) puts them on the paths.
 
 use std::fs;
 use std::path::{Path, PathBuf};
@@ -30,6 +32,10 @@ pub struct Args {
 
 /// The run script, written as `run.sh`.
 const RUN_SH: &str = include_str!("bundle_run.sh");
+
+/// The CUDA libraries' lookup in PyTorch's wheels, written as `cuda_env.sh`:
+/// sourced by `run.sh` and by the prepared GPU calls (`results/gpu-*/`).
+const CUDA_ENV_SH: &str = include_str!("bundle_cuda_env.sh");
 
 /// Libraries every Linux machine has (the C library and the loader), left
 /// out: a copy from another glibc would not load beside the machine's own.
@@ -123,6 +129,7 @@ pub fn run(args: &Args) -> Result<()> {
     let run_sh = out.join("run.sh");
     fs::write(&run_sh, RUN_SH)?;
     make_executable(&run_sh)?;
+    fs::write(out.join("cuda_env.sh"), CUDA_ENV_SH)?;
     let tarball = out.with_extension("tar.xz");
     let parent = out.parent().unwrap_or(Path::new("."));
     let name = out.file_name().context("a bundle directory name")?;
@@ -262,8 +269,12 @@ mod tests {
             "LD_LIBRARY_PATH",
             "bin/terse-comm-check --nccl",
             "bin/terse-gpu-exchange-check",
+            "source \"$here/cuda_env.sh\"",
         ] {
             assert!(RUN_SH.contains(part), "run.sh lacks {part}");
+        }
+        for part in ["libnvrtc.so", "libcublas.so", "libnccl.so.2", "CUDA_PATH"] {
+            assert!(CUDA_ENV_SH.contains(part), "cuda_env.sh lacks {part}");
         }
     }
 }

@@ -77,43 +77,10 @@ mkdir -p "$out"
 export LD_LIBRARY_PATH="$here/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 export XDG_RUNTIME_DIR=${XDG_RUNTIME_DIR:-/tmp}
 
-# Without a CUDA toolkit, NVRTC and CUDA's headers may still come with
-# PyTorch's pip wheels (site-packages/nvidia/...): use them when found.
-if [[ $device == cuda* ]]; then
-    nvidia=$("$python" -c 'import nvidia, os; print(list(nvidia.__path__)[0])' 2>/dev/null || true)
-    if [[ -n $nvidia && -d $nvidia ]]; then
-        nvrtc=$(find "$nvidia" -name 'libnvrtc.so*' -not -name '*builtins*' 2>/dev/null | head -n 1)
-        if [[ -n $nvrtc ]] && ! ldconfig -p 2>/dev/null | grep -q 'libnvrtc\.so'; then
-            export LD_LIBRARY_PATH="$LD_LIBRARY_PATH:$(dirname "$nvrtc")"
-            echo "NVRTC from PyTorch's wheels: $nvrtc"
-        fi
-        cublas=$(find "$nvidia" -name 'libcublas.so*' 2>/dev/null | head -n 1)
-        if [[ -n $cublas ]] && ! ldconfig -p 2>/dev/null | grep -q 'libcublas\.so'; then
-            export LD_LIBRARY_PATH="$LD_LIBRARY_PATH:$(dirname "$cublas")"
-            echo "cuBLAS from PyTorch's wheels: $cublas"
-        fi
-        if [[ -z ${CUDA_PATH:-} && ! -d /usr/local/cuda && ! -d /opt/cuda ]]; then
-            header=$(find "$nvidia" -path '*/include/cuda_fp16.h' 2>/dev/null | head -n 1)
-            if [[ -n $header ]]; then
-                export CUDA_PATH=$(dirname "$(dirname "$header")")
-                echo "CUDA headers from PyTorch's wheels: CUDA_PATH=$CUDA_PATH"
-            fi
-        fi
-    fi
-    # cudarc opens NCCL as libnccl.so (or .so.13, .so.12), never by its
-    # soname libnccl.so.2, the only name PyTorch's wheel and Debian's
-    # libnccl2 install: the one found, linked under the name cudarc opens.
-    if ! ldconfig -p 2>/dev/null | grep -q 'libnccl\.so '; then
-        nccl=""
-        [[ -n $nvidia && -d $nvidia ]] && nccl=$(find "$nvidia" -name 'libnccl.so.2' 2>/dev/null | head -n 1)
-        [[ -z $nccl ]] && nccl=$(ldconfig -p 2>/dev/null | awk '$1 == "libnccl.so.2" { print $NF; exit }')
-        if [[ -n $nccl ]]; then
-            links=$(mktemp -d)
-            ln -s "$nccl" "$links/libnccl.so"
-            export LD_LIBRARY_PATH="$LD_LIBRARY_PATH:$links"
-            echo "NCCL: $nccl (as $links/libnccl.so)"
-        fi
-    fi
+# Without a CUDA toolkit, NVRTC, cuBLAS, NCCL and CUDA's headers may still
+# come with PyTorch's pip wheels: cuda_env.sh puts what it finds on the paths.
+if [[ $device == cuda* || $nccl_check == 1 ]]; then
+    PYTHON=$python source "$here/cuda_env.sh"
 fi
 
 {
