@@ -19,12 +19,9 @@
 //! A routine that fails on a shape says so on its line and the sweep goes
 //! on.
 //!
-//! Args (after `--`): `--device cuda|wgpu|lavapipe`, `--routines
-//! auto,ordered_double_mma,…` (default: all), `--rows 4096`, `--hidden
-//! 768`, `--intermediate 3072`, `--vocab 30522`, `--reps 10`, `--shapes`
-//! (print the products as JSON lines and stop: what
-//! `benches/pytorch_matmul_shapes.py` times). Prints one JSON line per
-//! (product, routine), each product's operands made once.
+//! Its arguments (after `--` under cargo) are `matmul_routines --help`'s.
+//! Prints one JSON line per (product, routine), each product's operands
+//! made once.
 
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::time::Instant;
@@ -79,61 +76,49 @@ impl Operands {
     }
 }
 
+/// The sweep's arguments, after `--` under cargo.
+#[derive(clap::Parser)]
+#[command(
+    name = "matmul_routines",
+    bin_name = "matmul_routines",
+    about = "Times each of BERT's linear-layer matmuls with each of cubek's routines on a \
+             cubecl device, checked against float64; one JSON line per (product, routine)"
+)]
 struct Args {
+    /// The cubecl device: cuda, cuda:N, wgpu, wgpu:N, lavapipe
+    #[arg(long, default_value = "cpu")]
     device: terse_train::DeviceChoice,
+    /// Routines, comma-separated [default: all that a run can name]
+    #[arg(long, value_name = "LIST", value_delimiter = ',')]
     routines: Vec<String>,
+    /// Rows of the products (batch × seq)
+    #[arg(long, default_value_t = 4096)]
     rows: usize,
+    /// BERT's hidden size
+    #[arg(long, default_value_t = 768)]
     hidden: usize,
+    /// BERT's feed-forward size
+    #[arg(long, default_value_t = 3072)]
     intermediate: usize,
+    /// The vocabulary (the tied MLM decoder's products)
+    #[arg(long, default_value_t = 30522)]
     vocab: usize,
+    /// Timed repetitions of each product
+    #[arg(long, default_value_t = 10)]
     reps: usize,
+    /// Print the products as JSON lines and stop (what benches/pytorch_matmul_shapes.py times)
+    #[arg(long = "shapes")]
     shapes_only: bool,
+    /// Passed by `cargo bench`; ignored
+    #[arg(long, hide = true)]
+    bench: bool,
 }
 
 fn parse() -> Args {
-    let mut args = Args {
-        device: terse_train::DeviceChoice::Cpu,
-        routines: fused::matmul_routine_names().map(str::to_string).collect(),
-        rows: 4096,
-        hidden: 768,
-        intermediate: 3072,
-        vocab: 30522,
-        reps: 10,
-        shapes_only: false,
-    };
-    let argv: Vec<String> = std::env::args().skip(1).collect();
-    let mut i = 0;
-    while i < argv.len() {
-        let value = |i: usize| argv.get(i + 1).cloned().unwrap_or_default();
-        let number = |i: usize| {
-            value(i)
-                .parse::<usize>()
-                .unwrap_or_else(|_| panic!("{} N", argv[i]))
-        };
-        match argv[i].as_str() {
-            "--shapes" => {
-                args.shapes_only = true;
-                i += 1;
-                continue;
-            }
-            "--bench" => {
-                i += 1;
-                continue;
-            }
-            "--device" => {
-                args.device = value(i).parse().unwrap_or_else(|e| panic!("--device: {e}"))
-            }
-            "--routines" => {
-                args.routines = value(i).split(',').map(str::to_string).collect();
-            }
-            "--rows" => args.rows = number(i),
-            "--hidden" => args.hidden = number(i),
-            "--intermediate" => args.intermediate = number(i),
-            "--vocab" => args.vocab = number(i),
-            "--reps" => args.reps = number(i),
-            other => panic!("unknown argument {other}"),
-        }
-        i += 2;
+    use clap::Parser as _;
+    let mut args = Args::parse();
+    if args.routines.is_empty() {
+        args.routines = fused::matmul_routine_names().map(str::to_string).collect();
     }
     args
 }

@@ -28,17 +28,12 @@
 //! buffer, the optimizer and the write-back, so that each phase is charged
 //! its own device time (at the price of the overlap those waits remove).
 //!
-//! Args (after `--`): `--presets mini,base,resnet20`, `--batch 8`, `--seq
-//! 128`, `--resnet-batch 128`, `--warmup 2`, `--steps 5`, `--no-dropout` (to
-//! see what dropout costs), `--quick` (BERT-Tiny, 2 steps: a smoke run),
-//! `--precision fp32|bf16|fp16` (BERT under the trainer's autocast; `tf32`
-//! on CUDA), `--matmul-precision` (before the models, or alone with `--presets ''`: one f32 matmul on the device
-//! against a float64 product on the host, which tells full f32 arithmetic
-//! from TF32 tensor cores; cubek feeds f32 operands to TF32 `cmma` wherever
-//! the device has it, CUDA from sm_80), `--matmul NAME` (the linear
-//! layers' matmuls on a cubecl device launch cubek's routine `NAME`,
-//! `terse_fused::name_linear_matmul`; the line then says which, and how
-//! many products the routine declined to burn's matmul).
+//! Its arguments (after `--` under cargo) are `model_step --help`'s. With
+//! `--matmul-precision`, cubek feeds f32 operands to TF32 `cmma` wherever
+//! the device has it (CUDA from sm_80), which the check's error tells from
+//! full f32; with `--matmul NAME` the line says which routine ran the
+//! linear layers' products (`terse_fused::name_linear_matmul`) and how many
+//! it declined to burn's matmul.
 //! Prints one JSON line per model.
 
 use std::time::Instant;
@@ -64,6 +59,62 @@ enum Bench {
     Resnet20,
 }
 
+/// The benchmark's arguments, after `--` under cargo.
+#[derive(clap::Parser)]
+#[command(
+    name = "model_step",
+    bin_name = "model_step",
+    about = "Times terse's training step (forward, backward, the flat-buffer round trip, \
+             AdamW) and prints one JSON line per model; `cargo xtask bench model` runs it \
+             beside PyTorch"
+)]
+struct Cli {
+    /// Models, comma-separated: BERT presets (tiny, mini, …, base, large, xlarge), resnet20;
+    /// '' for none (with --matmul-precision, the check alone) [default: mini,base,resnet20]
+    #[arg(long, value_name = "LIST")]
+    presets: Option<String>,
+    /// BERT's batch size
+    #[arg(long, default_value_t = 8)]
+    batch: usize,
+    /// BERT's sequence length
+    #[arg(long, default_value_t = 128)]
+    seq: usize,
+    /// ResNet-20's batch size
+    #[arg(long, default_value_t = 128)]
+    resnet_batch: usize,
+    /// Untimed steps first [default: 2, with --quick 1]
+    #[arg(long, value_name = "N")]
+    warmup: Option<usize>,
+    /// Timed steps [default: 5, with --quick 2]
+    #[arg(long, value_name = "N")]
+    steps: Option<usize>,
+    /// A smoke run: BERT-Tiny unless --presets says otherwise, 1 warmup + 2 timed steps
+    #[arg(long)]
+    quick: bool,
+    /// No dropout (to see what dropout costs)
+    #[arg(long)]
+    no_dropout: bool,
+    /// Where the model runs: cpu, wgpu, wgpu:N, lavapipe, cuda, cuda:N
+    #[arg(long, default_value = "cpu")]
+    device: terse_train::DeviceChoice,
+    /// What BERT computes in (train.precision's names): fp32, tf32 (CUDA), bf16, fp16
+    #[arg(long, default_value = "fp32")]
+    precision: terse_train::Precision,
+    /// First, one f32 matmul on the device against a float64 product on the host:
+    /// full f32 arithmetic or TF32 tensor cores
+    #[arg(long)]
+    matmul_precision: bool,
+    /// Wait for the device at the end of each phase, so each is charged its own device time
+    #[arg(long)]
+    sync_phases: bool,
+    /// The linear layers' matmuls launch cubek's routine NAME (a cubecl device only)
+    #[arg(long, value_name = "NAME")]
+    matmul: Option<String>,
+    /// Passed by `cargo bench`; ignored
+    #[arg(long, hide = true)]
+    bench: bool,
+}
+
 struct Args {
     presets: Vec<Bench>,
     resnet_batch: usize,
@@ -84,91 +135,53 @@ struct Args {
     matmul: Option<String>,
 }
 
+/// A `--presets` list: BERT presets by name and `resnet20`.
+fn presets(list: &str) -> Result<Vec<Bench>, String> {
+    list.split(',')
+        .filter(|p| !p.is_empty())
+        .map(|p| match p {
+            "resnet20" => Ok(Bench::Resnet20),
+            p => BertPreset::ALL
+                .into_iter()
+                .find(|q| q.name() == p)
+                .map(Bench::Bert)
+                .ok_or_else(|| {
+                    let names: Vec<&str> = BertPreset::ALL.iter().map(|q| q.name()).collect();
+                    format!(
+                        "--presets: unknown model {p:?} (known: {}, resnet20)",
+                        names.join(", ")
+                    )
+                }),
+        })
+        .collect()
+}
+
 fn parse() -> Args {
-    let mut args = Args {
-        presets: vec![
-            Bench::Bert(BertPreset::Mini),
-            Bench::Bert(BertPreset::Base),
-            Bench::Resnet20,
-        ],
-        resnet_batch: 128,
-        batch: 8,
-        seq: 128,
-        warmup: 2,
-        steps: 5,
-        dropout: true,
-        matmul_precision: false,
-        device: terse_train::DeviceChoice::Cpu,
-        precision: terse_train::Precision::Fp32,
-        sync_phases: false,
-        matmul: None,
+    use clap::Parser as _;
+    let cli = Cli::parse();
+    let default_presets = if cli.quick {
+        "tiny"
+    } else {
+        "mini,base,resnet20"
     };
-    let argv: Vec<String> = std::env::args().skip(1).collect();
-    let mut i = 0;
-    while i < argv.len() {
-        let value = |i: usize| argv.get(i + 1).cloned().unwrap_or_default();
-        match argv[i].as_str() {
-            "--quick" => {
-                args.presets = vec![Bench::Bert(BertPreset::Tiny)];
-                (args.warmup, args.steps) = (1, 2);
-                i += 1;
-                continue;
-            }
-            "--presets" => {
-                // `--presets ''`: no model (with --matmul-precision, the check alone).
-                args.presets = value(i)
-                    .split(',')
-                    .filter(|p| !p.is_empty())
-                    .map(|p| match p {
-                        "resnet20" => Bench::Resnet20,
-                        p => Bench::Bert(
-                            BertPreset::ALL
-                                .into_iter()
-                                .find(|q| q.name() == p)
-                                .unwrap_or_else(|| panic!("unknown preset {p}")),
-                        ),
-                    })
-                    .collect();
-            }
-            "--no-dropout" => {
-                args.dropout = false;
-                i += 1;
-                continue;
-            }
-            "--sync-phases" => {
-                args.sync_phases = true;
-                i += 1;
-                continue;
-            }
-            "--matmul-precision" => {
-                args.matmul_precision = true;
-                i += 1;
-                continue;
-            }
-            "--device" => {
-                args.device = value(i).parse().unwrap_or_else(|e| panic!("--device: {e}"))
-            }
-            "--precision" => {
-                args.precision = value(i)
-                    .parse()
-                    .unwrap_or_else(|e| panic!("--precision: {e}"))
-            }
-            "--matmul" => args.matmul = Some(value(i)),
-            "--batch" => args.batch = value(i).parse().expect("--batch N"),
-            "--seq" => args.seq = value(i).parse().expect("--seq N"),
-            "--resnet-batch" => args.resnet_batch = value(i).parse().expect("--resnet-batch N"),
-            "--warmup" => args.warmup = value(i).parse().expect("--warmup N"),
-            "--steps" => args.steps = value(i).parse().expect("--steps N"),
-            // cargo's own bench flags
-            "--bench" => {
-                i += 1;
-                continue;
-            }
-            other => panic!("unknown argument {other}"),
-        }
-        i += 2;
+    let presets = presets(cli.presets.as_deref().unwrap_or(default_presets)).unwrap_or_else(|e| {
+        eprintln!("model_step: error: {e}");
+        std::process::exit(2)
+    });
+    Args {
+        presets,
+        resnet_batch: cli.resnet_batch,
+        batch: cli.batch,
+        seq: cli.seq,
+        warmup: cli.warmup.unwrap_or(if cli.quick { 1 } else { 2 }),
+        steps: cli.steps.unwrap_or(if cli.quick { 2 } else { 5 }),
+        dropout: !cli.no_dropout,
+        matmul_precision: cli.matmul_precision,
+        device: cli.device,
+        precision: cli.precision,
+        sync_phases: cli.sync_phases,
+        matmul: cli.matmul,
     }
-    args
 }
 
 /// Mean times of the timed steps, in milliseconds.
