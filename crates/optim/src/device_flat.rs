@@ -100,6 +100,17 @@ impl DeviceFlat {
         futures_lite::future::block_on(self.tensor.client.sync()).expect("the device failed");
     }
 
+    /// What the buffer's device holds now, every stream of it: cubecl's
+    /// memory pools' live allocations and the pages they reserve (asked of
+    /// its memory manager; nothing is read from the device and nothing
+    /// waits for it).
+    pub fn device_memory(&self) -> cubecl::MemoryUsage {
+        self.tensor
+            .client
+            .memory_report(cubecl::MemoryScope::Device)
+            .usage()
+    }
+
     /// A copy of the values on the host.
     pub fn to_host(&self) -> Vec<f32> {
         read_f32(&self.tensor.client, &self.tensor.handle, self.len)

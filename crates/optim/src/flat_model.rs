@@ -154,6 +154,15 @@ impl FlatModel {
         }
     }
 
+    /// On a cubecl device, what that device's memory holds now
+    /// ([`DeviceFlat::device_memory`]); `None` on the host.
+    pub fn device_memory(&self) -> Option<cubecl::MemoryUsage> {
+        match &self.storage {
+            Storage::Host { .. } => None,
+            Storage::Device { params, .. } => Some(params.device_memory()),
+        }
+    }
+
     /// The parameters on the host, to set in place (`None` on a device).
     pub fn params_mut(&mut self) -> Option<&mut [f32]> {
         match &mut self.storage {

@@ -63,6 +63,31 @@ pub struct StepRecord {
     /// phase (absent on the CPU).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub host_reads: Option<StepReads>,
+    /// On a cubecl device: rank 0's device memory at the step's end
+    /// (absent on the CPU).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub device_memory_mb: Option<DeviceMemoryMb>,
+}
+
+/// A device's memory as cubecl's memory manager counts it, in MB (10⁶
+/// bytes): what PyTorch calls allocated and reserved memory
+/// (`torch.cuda.memory_allocated`, `memory_reserved`), DeepSpeed's `MA` and
+/// `CA`.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct DeviceMemoryMb {
+    /// Bytes of live allocations (tensors, buffers, optimizer state).
+    pub in_use: f64,
+    /// Bytes of the pages the memory pools hold, live or free for reuse.
+    pub reserved: f64,
+}
+
+impl From<cubecl::MemoryUsage> for DeviceMemoryMb {
+    fn from(usage: cubecl::MemoryUsage) -> Self {
+        Self {
+            in_use: usage.bytes_in_use as f64 / 1e6,
+            reserved: usage.bytes_reserved as f64 / 1e6,
+        }
+    }
 }
 
 /// A step's device → host reads by phase (each waits for the device to
@@ -348,6 +373,7 @@ mod tests {
             skipped: false,
             device_wait_ms: None,
             host_reads: None,
+            device_memory_mb: None,
         };
         let value = serde_json::to_value(&record).unwrap();
         let mut written: Vec<String> = value.as_object().unwrap().keys().cloned().collect();
@@ -397,6 +423,7 @@ mod tests {
                 skipped: false,
                 device_wait_ms: None,
                 host_reads: None,
+                device_memory_mb: None,
             })
             .unwrap()
         };

@@ -25,7 +25,9 @@ use crate::collective_deadline::CollectiveDeadline;
 use crate::logging;
 use crate::loss_scale::{LossScaler, LossScaling};
 use crate::matmul_choice;
-use crate::metrics::{DivergedRecord, EvalRecord, MetricsLog, RunSummary, StepRecord, ms};
+use crate::metrics::{
+    DeviceMemoryMb, DivergedRecord, EvalRecord, MetricsLog, RunSummary, StepRecord, ms,
+};
 use crate::micro_batches::{Lanes, StepPlace, local_gradient};
 use crate::progress::{ProgressLines, step_bar};
 use crate::rank_phase::{self, Phase};
@@ -430,6 +432,7 @@ impl<T: Task> Run<'_, T> {
             skipped: skip,
             device_wait_ms: on_device.then_some(wait_ms),
             host_reads: on_device.then_some(step_reads),
+            device_memory_mb: self.flat.device_memory().map(DeviceMemoryMb::from),
         };
         self.log.line(&record)?;
         self.comm
