@@ -102,6 +102,8 @@ def bench(preset, args):
         scaler.update()
         return out.loss.item()  # waits for the device: the step's time includes its kernels
 
+    if device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats(device)
     for _ in range(args.warmup):
         step()
     if args.profile:
@@ -119,7 +121,18 @@ def bench(preset, args):
         loss = step()
         times.append(time.perf_counter() - t0)
     mean = statistics.fmean(times)
+    # At the step's end, as terse's device_memory_mb: parameters, gradients
+    # (freed only by the next step's zero_grad) and AdamW's state; the peak
+    # includes the activations terse's end-of-step figure does not see.
+    memory = {}
+    if device.type == "cuda":
+        memory["device_memory_mb"] = {
+            "in_use": round(torch.cuda.memory_allocated(device) / 1e6, 3),
+            "reserved": round(torch.cuda.memory_reserved(device) / 1e6, 3),
+            "peak_in_use": round(torch.cuda.max_memory_allocated(device) / 1e6, 3),
+        }
     return {
+        **memory,
         "preset": preset,
         "batch": args.batch,
         "seq": args.seq,

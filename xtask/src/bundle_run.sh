@@ -142,16 +142,20 @@ terse, torch = lines("terse.jsonl"), lines("pytorch.jsonl")
 # Like for like: terse's fp32 matmuls are TF32 on CUDA (sm_80+), so its fp32
 # row meets PyTorch's tf32; each half type meets PyTorch's autocast in it.
 like = {"fp32": "tf32" if device.startswith("cuda") else "fp32", "tf32": "tf32", "bf16": "bf16", "fp16": "fp16"}
-print("preset  batch  precision  terse samples/s  like-for-like torch  samples/s  terse/torch  terse/torch fp32")
+print("preset  batch  precision  terse samples/s  like-for-like torch  samples/s  terse/torch  terse/torch fp32"
+      "  MB in use at step end: terse / torch (torch's peak)")
 for t in terse:
     p = t.get("precision", "fp32")
-    def torch_at(q):
+    def torch_line(q):
         m = [x for x in torch if x["preset"] == t["preset"] and x["batch"] == t["batch"] and x.get("precision") == q]
-        return m[-1]["samples_per_s"] if m else None
+        return m[-1] if m else None
     row = f"{t['preset']:<7} {t['batch']:>5}  {p:<9} {t['samples_per_s']:>16.1f}"
-    same, fp32 = torch_at(like[p]), torch_at("fp32")
-    row += f"  {like[p]:>19}  {same:>9.1f}  {t['samples_per_s'] / same:>10.2f}x" if same else ""
-    row += f"  {t['samples_per_s'] / fp32:>15.2f}x" if fp32 else ""
+    same, fp32 = torch_line(like[p]), torch_line("fp32")
+    row += f"  {like[p]:>19}  {same['samples_per_s']:>9.1f}  {t['samples_per_s'] / same['samples_per_s']:>10.2f}x" if same else ""
+    row += f"  {t['samples_per_s'] / fp32['samples_per_s']:>15.2f}x" if fp32 else ""
+    mine, theirs = t.get("device_memory_mb"), (same or {}).get("device_memory_mb")
+    if mine and theirs:
+        row += f"  {mine['in_use']:.0f} / {theirs['in_use']:.0f} ({theirs['peak_in_use']:.0f})"
     print(row)
 PY
 if [[ $nccl_check == 1 ]]; then

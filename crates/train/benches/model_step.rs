@@ -194,6 +194,9 @@ struct Timings {
     classes: [f64; OpClass::ALL.len()],
     /// Kernel dispatches per timed step by kind, on a cubecl device.
     dispatches: Option<Vec<(DispatchKind, f64)>>,
+    /// The device's memory after the last step, on a cubecl device (the
+    /// trainer's `device_memory_mb`).
+    memory: Option<cubecl::MemoryUsage>,
 }
 
 /// Runs `warmup + steps` training steps of `model` (forward and loss by
@@ -228,6 +231,7 @@ fn time_steps<M: Module>(
         device_wait: 0.0,
         classes: [0.0; OpClass::ALL.len()],
         dispatches: None,
+        memory: None,
     };
     let mut counter = None;
     for step in 0..warmup + steps {
@@ -294,7 +298,9 @@ fn time_steps<M: Module>(
             .map(|(kind, count)| (kind, count as f64 / n))
             .collect()
     });
+    let memory = flat.as_ref().and_then(FlatModel::device_memory);
     Timings {
+        memory,
         step: sums.step / n,
         forward: sums.forward / n,
         backward: sums.backward / n,
@@ -317,7 +323,7 @@ fn report(name: &str, device: &str, batch: usize, extra: &str, t: &Timings) {
         "\"other\": {:.1}",
         t.step - t.device_wait - t.classes.iter().sum::<f64>()
     ));
-    let mut dispatches = t.dispatches.as_ref().map_or(String::new(), |kinds| {
+    let mut device_fields = t.dispatches.as_ref().map_or(String::new(), |kinds| {
         let total: f64 = kinds.iter().map(|(_, n)| n).sum();
         let each: Vec<String> = kinds
             .iter()
@@ -328,8 +334,15 @@ fn report(name: &str, device: &str, batch: usize, extra: &str, t: &Timings) {
             each.join(", ")
         )
     });
+    if let Some(memory) = &t.memory {
+        device_fields += &format!(
+            ", \"device_memory_mb\": {{\"in_use\": {:.3}, \"reserved\": {:.3}}}",
+            memory.bytes_in_use as f64 / 1e6,
+            memory.bytes_reserved as f64 / 1e6
+        );
+    }
     if let Some(name) = fused::named_linear_matmul() {
-        dispatches += &format!(
+        device_fields += &format!(
             ", \"matmul\": \"{name}\", \"matmul_declined\": {}, \"matmul_first_decline\": {:?}",
             fused::declined_matmuls(),
             fused::first_decline_reason().unwrap_or_default()
@@ -339,7 +352,7 @@ fn report(name: &str, device: &str, batch: usize, extra: &str, t: &Timings) {
         "{{\"framework\": \"terse\", \"device\": \"{device}\", \"preset\": \"{name}\", \"batch\": {batch},{extra} \
          \"threads\": {}, \"samples_per_s\": {:.3}, \"step_ms\": {:.1}, \"forward_ms\": {:.1}, \
          \"backward_ms\": {:.1}, \"optimizer_ms\": {:.1}, \"device_wait_ms\": {:.1}, \
-         \"breakdown_ms\": {{{}}}{dispatches}}}",
+         \"breakdown_ms\": {{{}}}{device_fields}}}",
         rayon::current_num_threads(),
         batch as f64 / (t.step / 1e3),
         t.step,
