@@ -15,7 +15,7 @@ mod common;
 use std::path::Path;
 use std::process::Command;
 
-use common::{step_lines, succeeded, workspace};
+use common::{checkpoint, step_lines, succeeded, workspace};
 
 fn pretrain(device: &str, run_dir: &Path, steps: usize) {
     succeeded(
@@ -55,9 +55,7 @@ fn a_device_run_holds_its_state_and_no_more_from_step_to_step() {
         .collect();
     assert_eq!(memory.len(), steps, "{memory:?}");
 
-    let model = run_dir.join(format!(
-        "checkpoints/step-{steps:08}/model-rank-0.safetensors"
-    ));
+    let model = checkpoint(&run_dir, steps as u64).join("model-rank-0.safetensors");
     let parameters_mb = std::fs::metadata(&model).unwrap().len() as f64 / 1e6;
     // Parameters, gradient, Adam's two moments.
     let state_mb = 4.0 * parameters_mb;

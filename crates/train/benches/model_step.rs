@@ -68,11 +68,11 @@ enum Bench {
              AdamW) and prints one JSON line per model; `cargo xtask bench model` runs it \
              beside PyTorch"
 )]
-struct Cli {
+struct Args {
     /// Models, comma-separated: BERT presets (tiny, mini, …, base, large, xlarge), resnet20;
     /// '' for none (with --matmul-precision, the check alone) [default: mini,base,resnet20]
-    #[arg(long, value_name = "LIST")]
-    presets: Option<String>,
+    #[arg(long = "presets", value_name = "LIST", value_parser = presets)]
+    preset_list: Option<Presets>,
     /// BERT's batch size
     #[arg(long, default_value_t = 8)]
     batch: usize,
@@ -83,11 +83,11 @@ struct Cli {
     #[arg(long, default_value_t = 128)]
     resnet_batch: usize,
     /// Untimed steps first [default: 2, with --quick 1]
-    #[arg(long, value_name = "N")]
-    warmup: Option<usize>,
+    #[arg(long = "warmup", value_name = "N")]
+    warmup_steps: Option<usize>,
     /// Timed steps [default: 5, with --quick 2]
-    #[arg(long, value_name = "N")]
-    steps: Option<usize>,
+    #[arg(long = "steps", value_name = "N")]
+    timed_steps: Option<usize>,
     /// A smoke run: BERT-Tiny unless --presets says otherwise, 1 warmup + 2 timed steps
     #[arg(long)]
     quick: bool,
@@ -115,28 +115,12 @@ struct Cli {
     bench: bool,
 }
 
-struct Args {
-    presets: Vec<Bench>,
-    resnet_batch: usize,
-    batch: usize,
-    seq: usize,
-    warmup: usize,
-    steps: usize,
-    dropout: bool,
-    /// `--matmul-precision`: measure the device's f32 matmul error first.
-    matmul_precision: bool,
-    /// `--device`: where the model runs (`cpu`, `wgpu`, `lavapipe`, …).
-    device: terse_train::DeviceChoice,
-    /// `--precision`: what BERT computes in (`train.precision`'s names).
-    precision: terse_train::Precision,
-    /// `--sync-phases`: wait for the device at the end of each phase.
-    sync_phases: bool,
-    /// `--matmul NAME`: the linear layers' matmul routine on a device.
-    matmul: Option<String>,
-}
+/// The models of a `--presets` list.
+#[derive(Debug, Clone)]
+struct Presets(Vec<Bench>);
 
-/// A `--presets` list: BERT presets by name and `resnet20`.
-fn presets(list: &str) -> Result<Vec<Bench>, String> {
+/// Parses a `--presets` list: BERT presets by name and `resnet20`.
+fn presets(list: &str) -> Result<Presets, String> {
     list.split(',')
         .filter(|p| !p.is_empty())
         .map(|p| match p {
@@ -148,39 +132,37 @@ fn presets(list: &str) -> Result<Vec<Bench>, String> {
                 .ok_or_else(|| {
                     let names: Vec<&str> = BertPreset::ALL.iter().map(|q| q.name()).collect();
                     format!(
-                        "--presets: unknown model {p:?} (known: {}, resnet20)",
+                        "unknown model {p:?} (known: {}, resnet20)",
                         names.join(", ")
                     )
                 }),
         })
-        .collect()
+        .collect::<Result<_, _>>()
+        .map(Presets)
 }
 
-fn parse() -> Args {
-    use clap::Parser as _;
-    let cli = Cli::parse();
-    let default_presets = if cli.quick {
-        "tiny"
-    } else {
-        "mini,base,resnet20"
-    };
-    let presets = presets(cli.presets.as_deref().unwrap_or(default_presets)).unwrap_or_else(|e| {
-        eprintln!("model_step: error: {e}");
-        std::process::exit(2)
-    });
-    Args {
-        presets,
-        resnet_batch: cli.resnet_batch,
-        batch: cli.batch,
-        seq: cli.seq,
-        warmup: cli.warmup.unwrap_or(if cli.quick { 1 } else { 2 }),
-        steps: cli.steps.unwrap_or(if cli.quick { 2 } else { 5 }),
-        dropout: !cli.no_dropout,
-        matmul_precision: cli.matmul_precision,
-        device: cli.device,
-        precision: cli.precision,
-        sync_phases: cli.sync_phases,
-        matmul: cli.matmul,
+impl Args {
+    /// The models to time (`--quick`: BERT-Tiny unless `--presets` names others).
+    fn presets(&self) -> Vec<Bench> {
+        match &self.preset_list {
+            Some(Presets(list)) => list.clone(),
+            None if self.quick => vec![Bench::Bert(BertPreset::Tiny)],
+            None => vec![
+                Bench::Bert(BertPreset::Mini),
+                Bench::Bert(BertPreset::Base),
+                Bench::Resnet20,
+            ],
+        }
+    }
+
+    /// Untimed steps first.
+    fn warmup(&self) -> usize {
+        self.warmup_steps.unwrap_or(if self.quick { 1 } else { 2 })
+    }
+
+    /// Timed steps.
+    fn steps(&self) -> usize {
+        self.timed_steps.unwrap_or(if self.quick { 2 } else { 5 })
     }
 }
 
@@ -365,12 +347,13 @@ fn report(name: &str, device: &str, batch: usize, extra: &str, t: &Timings) {
 }
 
 fn main() {
-    let args = parse();
+    let args = <Args as clap::Parser>::parse();
+    let presets = args.presets();
     if let Err(e) = args.precision.check_device(&args.device) {
         eprintln!("model_step: error: {e}");
         std::process::exit(1)
     }
-    if args.precision.half().is_some() && args.presets.contains(&Bench::Resnet20) {
+    if args.precision.half().is_some() && presets.contains(&Bench::Resnet20) {
         eprintln!(
             "model_step: error: --precision {}: BERT only",
             args.precision
@@ -396,7 +379,7 @@ fn main() {
         if args.matmul_precision {
             matmul_precision(&args.device, &device);
         }
-        for bench in &args.presets {
+        for bench in &presets {
             device.seed(0);
             match *bench {
                 Bench::Bert(preset) => bert(&args, preset, &device),
@@ -447,7 +430,7 @@ fn matmul_precision(choice: &terse_train::DeviceChoice, device: &Device) {
 
 fn bert(args: &Args, preset: BertPreset, device: &Device) {
     let mut config = preset.config();
-    if !args.dropout {
+    if args.no_dropout {
         config.hidden_dropout_prob = 0.0;
         config.attention_probs_dropout_prob = 0.0;
     }
@@ -475,8 +458,8 @@ fn bert(args: &Args, preset: BertPreset, device: &Device) {
     let model = BertForPreTraining::new(&config, device);
     let timings = time_steps(
         model,
-        args.warmup,
-        args.steps,
+        args.warmup(),
+        args.steps(),
         !args.device.is_cpu(),
         args.sync_phases,
         |model| {
@@ -511,8 +494,8 @@ fn resnet20(args: &Args, device: &Device) {
     .init(device);
     let timings = time_steps(
         model,
-        args.warmup,
-        args.steps,
+        args.warmup(),
+        args.steps(),
         !args.device.is_cpu(),
         args.sync_phases,
         |model| fused::cross_entropy(model.forward(images.clone()), labels.clone()),
