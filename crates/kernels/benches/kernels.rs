@@ -34,12 +34,39 @@ fn best_of(repeats: usize, mut f: impl FnMut()) -> f64 {
         .fold(f64::INFINITY, f64::min)
 }
 
+/// Where the cubecl kernels are timed.
+#[derive(Clone, Copy, PartialEq, clap::ValueEnum)]
+enum Device {
+    /// Mesa's CPU Vulkan driver
+    Lavapipe,
+    /// The default wgpu adapter (a GPU where there is one)
+    Wgpu,
+}
+
+/// The benchmark's arguments, after `--` under cargo.
+#[derive(clap::Parser)]
+#[command(
+    name = "kernels",
+    bin_name = "kernels",
+    about = "Times the 1-bit compression (sign pack with block scales, error feedback) against a \
+             memcpy of the same bytes on the CPU, and the cubecl kernel on a wgpu device; \
+             `cargo xtask bench kernels` runs it"
+)]
+struct Args {
+    /// A smoke run: 2^22 elements and fewer rounds (2^26 otherwise)
+    #[arg(long)]
+    quick: bool,
+    /// Where the cubecl kernels run
+    #[arg(long, value_enum, default_value = "lavapipe")]
+    device: Device,
+    /// Passed by `cargo bench`; ignored
+    #[arg(long, hide = true)]
+    bench: bool,
+}
+
 fn main() {
-    let args: Vec<String> = std::env::args().collect();
-    let quick = args.iter().any(|a| a == "--quick");
-    let gpu = args
-        .windows(2)
-        .any(|w| w[0] == "--device" && w[1] == "wgpu");
+    let Args { quick, device, .. } = clap::Parser::parse();
+    let gpu = device == Device::Wgpu;
     let d: usize = if quick { 1 << 22 } else { 1 << 26 };
     let repeats = if quick { 3 } else { 5 };
     let rounds = if quick { 5 } else { 21 };

@@ -32,19 +32,47 @@ fn configs() -> Vec<(&'static str, OptimizerConfig)> {
         .collect()
 }
 
+/// Where the device side of the step runs.
+#[derive(Clone, Copy, clap::ValueEnum)]
+enum Where {
+    /// Mesa's CPU Vulkan driver
+    Lavapipe,
+    /// The default wgpu adapter (a GPU where there is one)
+    Wgpu,
+    /// CUDA device 0
+    Cuda,
+}
+
+/// The benchmark's arguments, after `--` under cargo.
+#[derive(clap::Parser)]
+#[command(
+    name = "optim_device",
+    bin_name = "optim_device",
+    about = "Times every registered optimizer's step on a cubecl device beside the same step \
+             on the CPU; `cargo xtask bench optim --device …` runs it"
+)]
+struct Args {
+    /// A smoke run: 1M parameters (10M otherwise) and fewer repeats
+    #[arg(long)]
+    quick: bool,
+    /// Where the device side runs
+    #[arg(long, value_enum, default_value = "lavapipe")]
+    device: Where,
+    /// Passed by `cargo bench`; ignored
+    #[arg(long, hide = true)]
+    bench: bool,
+}
+
 fn main() {
-    let args: Vec<String> = std::env::args().collect();
-    let quick = args.iter().any(|a| a == "--quick");
-    let name = args
-        .iter()
-        .position(|a| a == "--device")
-        .and_then(|i| args.get(i + 1))
-        .map_or("lavapipe", String::as_str);
-    let device = match name {
-        "lavapipe" => Device::wgpu(DeviceKind::Cpu),
-        "wgpu" => Device::wgpu(DeviceKind::DefaultDevice),
-        "cuda" => Device::cuda(0),
-        other => panic!("--device {other}: lavapipe, wgpu or cuda"),
+    let Args {
+        quick,
+        device: place,
+        ..
+    } = clap::Parser::parse();
+    let (name, device) = match place {
+        Where::Lavapipe => ("lavapipe", Device::wgpu(DeviceKind::Cpu)),
+        Where::Wgpu => ("wgpu", Device::wgpu(DeviceKind::DefaultDevice)),
+        Where::Cuda => ("cuda", Device::cuda(0)),
     };
     let layout = bert_layout::layout(if quick { 1_000_000 } else { 10_000_000 });
     let d = layout.len();

@@ -44,19 +44,49 @@ use terse_optim::{
 };
 use terse_rng::SplitMix64;
 
+/// The benchmark's arguments (`--after-warmup` and what follows it are
+/// split off first: its command is not ours to parse).
+#[derive(clap::Parser)]
+#[command(
+    name = "optim_network",
+    bin_name = "optim_network",
+    about = "Steps an optimizer on the ranks of an mpirun job and appends one JSON line per \
+             step (times, bytes sent, bytes on the wire) to --out; `cargo xtask reproduce \
+             comm-volume | bandwidth | step-profile | zero-one-adam` start it on netlab's hosts",
+    after_help = "--after-warmup PROGRAM ARG…  (last) rank 0 runs this command, without a \
+                  shell, after the warmup and settling steps while every rank waits"
+)]
 struct Options {
+    /// Parameters in the BERT-like flat buffer
+    #[arg(long, default_value_t = 110_000_000)]
     elements: usize,
+    /// The optimizer stepped
+    #[arg(long, default_value = "adam", value_parser = ["adam", "onebit_adam", "onebit_lamb", "slamb", "zero_one_adam"])]
     optimizer: String,
+    /// Warmup steps (the 1-bit optimizers freeze after them)
+    #[arg(long, default_value_t = 2)]
     warmup: u64,
+    /// Untimed steps after the warmup
+    #[arg(long, default_value_t = 0)]
     settle: u64,
+    /// Measured steps
+    #[arg(long, default_value_t = 3)]
     steps: u64,
+    /// Where rank 0 appends its JSON lines
+    #[arg(long, value_name = "FILE")]
     out: std::path::PathBuf,
+    /// Copied into every line
+    #[arg(long, default_value = "")]
     label: String,
+    #[arg(skip)]
     after_warmup: Option<Vec<String>>,
+    /// Passed by `cargo bench`; ignored
+    #[arg(long, hide = true)]
+    bench: bool,
 }
 
 fn options() -> Options {
-    let mut args: Vec<String> = std::env::args().skip(1).collect();
+    let mut args: Vec<String> = std::env::args().collect();
     // Everything after `--after-warmup` is its command, not our options.
     let after_warmup = args
         .iter()
@@ -66,31 +96,12 @@ fn options() -> Options {
         .as_ref()
         .is_some_and(|command| command.is_empty())
     {
-        panic!("--after-warmup needs a program (and its arguments) after it");
+        eprintln!("error: --after-warmup needs a program (and its arguments) after it");
+        std::process::exit(2);
     }
-    let value = |name: &str| {
-        args.iter()
-            .position(|a| a == name)
-            .and_then(|i| args.get(i + 1))
-            .cloned()
-    };
-    let number = |name: &str, default: u64| {
-        value(name).map_or(default, |v| {
-            v.parse()
-                .unwrap_or_else(|_| panic!("{name} {v:?} is not a number"))
-        })
-    };
     Options {
-        elements: number("--elements", 110_000_000) as usize,
-        optimizer: value("--optimizer").unwrap_or_else(|| "adam".into()),
-        warmup: number("--warmup", 2),
-        settle: number("--settle", 0),
-        steps: number("--steps", 3),
-        out: value("--out")
-            .expect("--out FILE: where rank 0 appends its JSON lines")
-            .into(),
-        label: value("--label").unwrap_or_default(),
         after_warmup,
+        ..clap::Parser::parse_from(args)
     }
 }
 
