@@ -61,9 +61,10 @@ pub struct RunFlags {
     /// A DeepSpeed ds_config.json read on top of the config: batch sizes,
     /// gradient_clipping, the optimizer (Adam, AdamW, Lamb, OneBitAdam,
     /// OneBitLamb, ZeroOneAdam) and its params, WarmupLR / WarmupDecayLR
-    /// (linear). Keys that change nothing here are listed in one note. Keys
-    /// terse cannot follow are refused by name: fp16/bf16 enabled, ZeRO,
-    /// log warmup. `--set` and the flags above still win
+    /// (linear), and its `fp16` / `bf16` blocks as train.precision (fp16 with
+    /// its loss scaling). Keys that change nothing here are listed in one
+    /// note. Keys terse cannot follow are refused by name: ZeRO stage 1-3,
+    /// Apex AMP, fp16_master_weights_and_grads, log warmup. `--set` and the flags above still win
     #[arg(long, value_name = "DS_CONFIG")]
     pub deepspeed: Option<PathBuf>,
 
