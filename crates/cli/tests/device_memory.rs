@@ -8,14 +8,15 @@
 //! per-step allocation that outlived its step would show here (a 4 MB
 //! buffer leaked per step adds 44 MB over the 12 steps; one kept copy of
 //! the parameters adds a fifth of the total). A CPU step line has no such
-//! field.
+//! field. And a micro-batch too large for the device ends the run with one
+//! error line saying so, not a panic.
 
 mod common;
 
 use std::path::Path;
 use std::process::Command;
 
-use common::{checkpoint, step_lines, succeeded, workspace};
+use common::{checkpoint, step_lines, succeeded, text, workspace};
 
 fn pretrain(device: &str, run_dir: &Path, steps: usize) {
     succeeded(
@@ -85,5 +86,56 @@ fn a_device_run_holds_its_state_and_no_more_from_step_to_step() {
             line.get("device_memory_mb").is_none(),
             "a CPU step line with device memory: {line}"
         );
+    }
+}
+
+/// BERT-Tiny's micro-batch of 3072 sequences of 128 asks lavapipe for
+/// buffers larger than it allows (cubecl's `BufferTooBig`, found when the
+/// step's loss is read): the run ends with terse's one-line error naming
+/// the step, the device, the size and the setting to lower, on one rank
+/// and on each of two local ranks, without a panic or a backtrace.
+#[test]
+fn a_micro_batch_the_device_cannot_hold_is_one_error_line() {
+    let scratch = tempfile::tempdir().unwrap();
+    for ranks in [1usize, 2] {
+        let output = Command::new(env!("CARGO_BIN_EXE_terse"))
+            .env("XDG_RUNTIME_DIR", std::env::temp_dir())
+            .env("RUST_BACKTRACE", "1")
+            .args(["pretrain", "--no-progress", "--config"])
+            .arg("configs/pretrain-bert-tiny.toml")
+            .args([
+                "--device",
+                "lavapipe",
+                "--optimizer",
+                "adam",
+                "--steps",
+                "1",
+            ])
+            .args(["--local-ranks", &ranks.to_string()])
+            .args(["--set", "train.micro_batch=3072", "--set"])
+            .arg(format!("train.global_batch={}", 3072 * ranks))
+            .args(["--set", "task.held_out=0", "--set", "train.eval_every=0"])
+            .arg("--run-dir")
+            .arg(scratch.path().join(format!("ranks-{ranks}")))
+            .current_dir(workspace())
+            .output()
+            .unwrap();
+        let all = text(&output);
+        assert!(!output.status.success(), "{all}");
+        let error = all
+            .lines()
+            .find(|line| line.starts_with("terse: error:"))
+            .unwrap_or_else(|| panic!("no error line: {all}"));
+        let rank = if ranks > 1 { "rank 0: " } else { "" };
+        assert!(
+            error.starts_with(&format!(
+                "terse: error: {rank}in step 1, on lavapipe: tried to allocate one buffer of "
+            )) && error.contains("larger than any the device allows")
+                && error.contains("Lower train.micro_batch (now 3072)"),
+            "{error}"
+        );
+        for noise in ["panicked", "backtrace", "Caused by"] {
+            assert!(!all.contains(noise), "{noise} in: {all}");
+        }
     }
 }

@@ -92,6 +92,9 @@ pub enum TrainError {
         /// The rank.
         rank: usize,
     },
+    /// The device could not allocate what the run asked of it.
+    #[error("{0}")]
+    DeviceOutOfMemory(Box<crate::out_of_memory::OutOfMemory>),
     /// The run was stopped by SIGINT or SIGTERM after writing a checkpoint.
     #[error("stopped by a signal at step {step}; checkpoint written to {}", checkpoint.display())]
     Interrupted {

@@ -15,7 +15,10 @@ use crate::dispatch::{TaskAction, with_task};
 use crate::metrics::RunSummary;
 use crate::run_dir::{self, Existing, RunDirClaim};
 use crate::stuck_ranks::{self, StuckRanks};
-use crate::{DeviceChoice, RunConfig, Task, TrainError, Trainer, logging, rank_phase, signals};
+use crate::trainer::RunOutcome;
+use crate::{
+    DeviceChoice, RunConfig, Task, TrainError, Trainer, logging, out_of_memory, rank_phase, signals,
+};
 
 /// Where and how a run goes, beyond its config.
 #[derive(Debug, Clone)]
@@ -187,7 +190,7 @@ impl TaskAction for TrainOn<'_> {
                 // step was handed to the pool and waited for (a futex wake
                 // and sleep each, hundreds per step). MPI is initialised
                 // SERIALIZED, so any one thread may call it.
-                let outcome = rayon::scope(|_| trainer.run(&task, comm))?;
+                let outcome = rayon::scope(|_| run_reporting_memory(trainer, &task, comm))?;
                 Ok((comm.rank() == 0).then_some(outcome.summary))
             }
             Self::Threads(ranks, trainer) => {
@@ -229,8 +232,24 @@ fn rank_thread<T: Task>(
                 "cannot start rank {rank}'s {threads} threads: {e}"
             )),
         })?;
-    let outcome = pool.install(|| trainer.run(task, comm))?;
+    let outcome = pool.install(|| run_reporting_memory(trainer, task, comm))?;
     Ok((rank == 0).then_some(outcome.summary))
+}
+
+/// `trainer`'s run on `comm`'s rank, a device that ran out of memory
+/// reported as [`TrainError::DeviceOutOfMemory`] instead of a panic.
+fn run_reporting_memory<T: Task>(
+    trainer: &Trainer<'_>,
+    task: &T,
+    comm: &dyn Communicator,
+) -> Result<RunOutcome<T::Model>, TrainError> {
+    let train = &trainer.config.train;
+    out_of_memory::catch(
+        comm.rank(),
+        &train.device.to_string(),
+        train.micro_batch,
+        || trainer.run(task, comm),
+    )
 }
 
 /// Threads of each of `ranks` local ranks: the cores (or

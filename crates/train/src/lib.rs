@@ -32,6 +32,7 @@ mod loss_scale;
 mod matmul_choice;
 pub mod metrics;
 mod micro_batches;
+mod out_of_memory;
 pub mod overrides;
 mod precision;
 mod progress;
