@@ -76,12 +76,37 @@ impl NcclComm {
 
     /// Opens GPU `device` and joins the NCCL world of `host`'s ranks,
     /// bootstrapped over `host`, once libcuda and libnccl are known to load.
+    /// A rank that fails here aborts the job through `host`: the others
+    /// would otherwise wait for it in the bootstrap's collectives (until the
+    /// first deadline) or inside `ncclCommInitRank` (with none).
     fn init(host: Box<dyn Communicator>, device: usize) -> Result<NcclComm, CommError> {
+        let opened = NcclComm::open(host.as_ref(), device);
+        match opened {
+            Ok((nccl, stream)) => Ok(NcclComm {
+                nccl,
+                stream,
+                host,
+                meter: TrafficMeter::default(),
+                calls: Mutex::new(()),
+                deadline: Deadline::new(FIRST_DEADLINE),
+            }),
+            Err(e) => {
+                if host.world_size() > 1 {
+                    host.abort(&format!("starting NCCL: {e}"));
+                }
+                Err(e)
+            }
+        }
+    }
+
+    /// [`NcclComm::init`]'s work: GPU `device`, its stream, the NCCL
+    /// communicator of `host`'s ranks.
+    fn open(host: &dyn Communicator, device: usize) -> Result<(Comm, Arc<CudaStream>), CommError> {
         let ctx = CudaContext::new(device).map_err(|e| backend(format!("GPU {device}: {e:?}")))?;
         let uuid = ctx
             .uuid()
             .map_err(|e| backend(format!("GPU {device}'s UUID: {e:?}")))?;
-        one_gpu_each(host.as_ref(), uuid.bytes.map(|b| b as u8), device)?;
+        one_gpu_each(host, uuid.bytes.map(|b| b as u8), device)?;
         let stream = ctx.default_stream();
         let id = if host.rank() == 0 {
             Id::new().map_err(|e| backend(format!("ncclGetUniqueId: {e:?}")))?
@@ -97,14 +122,7 @@ impl NcclComm {
         let (rank, world) = (host.rank(), host.world_size());
         let nccl = Comm::from_rank(stream.clone(), rank, world, Id::uninit(internal))
             .map_err(|e| backend(format!("ncclCommInitRank: {e:?}")))?;
-        Ok(NcclComm {
-            nccl,
-            stream,
-            host,
-            meter: TrafficMeter::default(),
-            calls: Mutex::new(()),
-            deadline: Deadline::new(FIRST_DEADLINE),
-        })
+        Ok((nccl, stream))
     }
 
     fn lock(&self) -> MutexGuard<'_, ()> {
@@ -370,6 +388,15 @@ impl NcclComm {
         {
             let _calls = self.lock();
             self.agree(kind, 0, len)?;
+            // cudarc's NCCL calls do not make the GPU's context current, and
+            // this thread may have none (cubecl drives the device from its
+            // own thread): NCCL would then queue a world of one's copy on
+            // device 0's default stream, and a blocking group would restore
+            // device 0 and create a context there in every process.
+            self.stream
+                .context()
+                .bind_to_thread()
+                .map_err(|e| backend(format!("binding the GPU's context: {e:?}")))?;
             enqueue(&self.stream)?;
             self.finish(kind.name())?;
         }
