@@ -230,6 +230,11 @@ pub fn matmul_f32(
         (lhs.rows, rhs.cols),
         "the product's shape"
     );
+    // An empty product (never a linear layer's) allocates no operand
+    // cubecl could hand out: burn's matmul makes it.
+    if out.rows == 0 || out.cols == 0 || lhs.cols == 0 {
+        return Err(Declined::Layout);
+    }
     let call = gemm_call(
         (lhs.rows, lhs.cols),
         lhs.strides,
@@ -259,6 +264,13 @@ pub fn matmul_f32(
     });
     let (lhs_at, rhs_at, out_at) = (lhs_at?, rhs_at?, out_at?);
     let stream = out_at.resource().stream;
+    // No stream is CUDA's legacy default stream, which cubecl's
+    // non-blocking streams neither wait for nor are waited for by: the
+    // product would race the kernels around it (only a cubecl-cuda without
+    // vendor/cubecl-cuda's patch hands out no stream).
+    if stream.is_null() {
+        return Err(failed("cubecl's buffer", "resolved on no CUDA stream"));
+    }
     let op = |t: bool| {
         if t {
             blas_sys::cublasOperation_t::CUBLAS_OP_T
@@ -316,6 +328,13 @@ mod tests {
     /// major, `C = op(A)·op(B)`), written out: the independent reading of
     /// what a [`GemmCall`] computes.
     fn reference_sgemm(call: &GemmCall, a: &[f64], b: &[f64], c: &mut [f64]) {
+        // cuBLAS's own checks (CUBLAS_STATUS_INVALID_VALUE otherwise): a
+        // leading dimension at least the rows of the operand as stored.
+        let rows_a = if call.transpose_a { call.k } else { call.m };
+        let rows_b = if call.transpose_b { call.n } else { call.k };
+        assert!(call.lda >= rows_a.max(1), "lda {call:?}");
+        assert!(call.ldb >= rows_b.max(1), "ldb {call:?}");
+        assert!(call.ldc >= call.m.max(1), "ldc {call:?}");
         let at = |i: usize, p: usize| {
             if call.transpose_a {
                 a[p + i * call.lda]
