@@ -79,33 +79,34 @@ pub enum Suite {
     Workers,
 }
 
-/// Runs `bench`.
+/// Runs `bench`, once its flags are known to apply to the suite.
 pub fn run(args: &Args) -> Result<()> {
-    if args.name == Suite::Comm {
-        return run_comm(args.quick);
+    flags_apply(args)?;
+    match (args.name, args.device) {
+        (Suite::Comm, _) => run_comm(args.quick),
+        (Suite::Kernels, device) => {
+            run_kernels(args.quick, device.unwrap_or(KernelDevice::Lavapipe))
+        }
+        (Suite::Model, Some(device)) => run_model_on(args.quick, device),
+        (Suite::Model, None) => {
+            run_model(args.quick, args.python.clone(), args.precision.as_deref())
+        }
+        (Suite::Optim, Some(device)) => run_optim_on(args.quick, device),
+        (Suite::Optim, None) => run_cargo_bench("optim_step", quick_flag(args.quick)),
+        (Suite::Workers, _) => crate::bench_workers::run(args.quick),
     }
-    if args.name == Suite::Kernels {
-        return run_kernels(args.quick, args.device.unwrap_or(KernelDevice::Lavapipe));
-    }
+}
+
+/// Refuses `--device` and `--precision` where the suite has no use for
+/// them, rather than running without them.
+fn flags_apply(args: &Args) -> Result<()> {
     if args.precision.is_some() && (args.name != Suite::Model || args.device.is_some()) {
         bail!("--precision applies to `bench model` on the CPU (beside PyTorch) only");
     }
-    if args.name == Suite::Model {
-        return match args.device {
-            Some(device) => run_model_on(args.quick, device),
-            None => run_model(args.quick, args.python.clone(), args.precision.as_deref()),
-        };
-    }
-    if let (Suite::Optim, Some(device)) = (args.name, args.device) {
-        return run_optim_on(args.quick, device);
-    }
-    if args.device.is_some() {
+    if args.device.is_some() && !matches!(args.name, Suite::Kernels | Suite::Optim | Suite::Model) {
         bail!("--device applies to `bench kernels`, `bench optim` and `bench model` only");
     }
-    if args.name == Suite::Workers {
-        return crate::bench_workers::run(args.quick);
-    }
-    run_cargo_bench("optim_step", quick_flag(args.quick))
+    Ok(())
 }
 
 fn quick_flag(quick: bool) -> &'static [&'static str] {
@@ -404,6 +405,42 @@ mod tests {
         ] {
             let args = testing::parsed_as!(Bench, argv);
             assert_eq!(args.quick, quick, "{argv:?}");
+        }
+    }
+
+    #[test]
+    fn device_and_precision_are_refused_where_they_do_nothing() {
+        for (argv, refused) in [
+            (&["bench", "comm", "--device", "lavapipe"][..], "--device"),
+            (&["bench", "workers", "--device", "wgpu"][..], "--device"),
+            (&["bench", "comm", "--precision", "bf16"][..], "--precision"),
+            (
+                &["bench", "kernels", "--precision", "bf16"][..],
+                "--precision",
+            ),
+            (
+                &[
+                    "bench",
+                    "model",
+                    "--device",
+                    "lavapipe",
+                    "--precision",
+                    "bf16",
+                ][..],
+                "--precision",
+            ),
+        ] {
+            let args = testing::parsed_as!(Bench, argv);
+            let error = super::flags_apply(&args).unwrap_err().to_string();
+            assert!(error.starts_with(refused), "{argv:?}: {error}");
+        }
+        for argv in [
+            &["bench", "kernels", "--device", "wgpu"][..],
+            &["bench", "optim", "--device", "lavapipe"][..],
+            &["bench", "model", "--precision", "bf16"][..],
+        ] {
+            let args = testing::parsed_as!(Bench, argv);
+            assert!(super::flags_apply(&args).is_ok(), "{argv:?}");
         }
     }
 

@@ -25,7 +25,7 @@ pub struct Args {
 #[derive(Debug, Clone, PartialEq, Eq, Subcommand)]
 pub enum DataCommand {
     /// Download one dataset (or all), verify its checksums and store it in the
-    /// cache ($TERSE_CACHE, else ~/.cache/terse); a partial or corrupted file
+    /// cache ($TERSE_CACHE, else $XDG_CACHE_HOME/terse, else ~/.cache/terse); a partial or corrupted file
     /// is fetched again
     Fetch {
         /// A dataset as `data list` names it (one manifest in data/manifests/), or `all`

@@ -44,9 +44,10 @@ pub enum Benchmark {
 /// Options every fine-tuning benchmark takes.
 #[derive(Debug, Clone, PartialEq, Eq, clap::Args)]
 pub struct Common {
-    /// Checkpoint directory to start from (a `pretrain` output or imported
-    /// HuggingFace weights); defaults to the one the config names
-    #[arg(long, value_name = "CHECKPOINT")]
+    /// A HuggingFace-layout directory to start from (config.json and
+    /// model.safetensors: a pre-training run's export/, or HuggingFace's
+    /// weights); defaults to the config's init
+    #[arg(long, value_name = "DIR")]
     pub from: Option<PathBuf>,
 
     #[command(flatten)]

@@ -27,7 +27,7 @@ forwarded! {
     /// Where the output goes, passed to `terse` as is.
     pub struct OutputFlags {
         /// Where `predict` writes (SQuAD: predictions.json, GLUE: a TSV), or `export` (required there)
-        #[arg(long = "out", value_name = "FILE")] out: Option<String>,
+        #[arg(long = "out", value_name = "PATH")] out: Option<String>,
         /// `export` only: fp32 (the master weights as saved) or bf16 (rounded to the nearest bf16)
         #[arg(long = "dtype", value_name = "DTYPE")] dtype: Option<String>,
     }

@@ -56,7 +56,7 @@ pub struct Cli {
 /// The commands; each variant's first doc line is its entry in `--help`.
 #[derive(Debug, Subcommand)]
 enum Command {
-    /// Pre-train BERT with masked LM on N ranks with the chosen optimizer
+    /// Pre-train BERT with masked LM + next sentence on N ranks with the chosen optimizer
     Pretrain(pretrain::Args),
     /// Fine-tune a pre-trained BERT on SQuAD v1.1 or a GLUE task and report its metric
     Finetune(finetune::Args),
@@ -64,7 +64,7 @@ enum Command {
     Train(train::Args),
     /// Score a saved run's checkpoint on its task's held-out data
     Eval(inspect::Args),
-    /// Write a saved run's predictions on its task's held-out data
+    /// Write a saved run's predictions on its task's held-out data (GLUE-style and SQuAD runs)
     Predict(inspect::Args),
     /// Write a checkpoint's model in HuggingFace's layout into --out DIR
     Export(inspect::Args),

@@ -30,10 +30,11 @@ enum Benchmark {
 /// Arguments of `terse finetune glue`.
 #[derive(Debug, clap::Args)]
 struct GlueArgs {
-    /// The task: a stand-in (rt-polarity, imdb, snli) or a GLUE task (cola,
-    /// sst2, mrpc, stsb, qqp, mnli, qnli, rte, wnli); picks the shipped
-    /// config configs/finetune-<TASK>.toml, and must be the task of
-    /// --config when both are given
+    /// The task: a stand-in (rt-polarity, imdb, snli), which picks the
+    /// shipped config configs/finetune-<TASK>.toml, or a GLUE task (cola,
+    /// sst2, mrpc, stsb, qqp, mnli, qnli, rte, wnli), whose data has no
+    /// public download and which therefore needs --config naming your
+    /// TSVs; must be the task of --config when both are given
     #[arg(long, value_name = "NAME")]
     task: Option<String>,
 

@@ -98,9 +98,10 @@ pub struct RunFlags {
     #[arg(long, value_name = "BACKEND", default_value = "auto")]
     pub comm: terse_train::CommChoice,
 
-    /// Ranks as threads of this process, the `local` backend (ignored
-    /// under mpirun, where each process is a rank; `cargo xtask --ranks N`
-    /// means N mpirun processes)
+    /// Ranks as threads of this process, the `local` backend (under
+    /// mpirun, where each process is a rank, `--comm auto` ignores it and
+    /// `mpi` / `nccl` refuse N > 1; `cargo xtask --ranks N` means N mpirun
+    /// processes)
     #[arg(long, value_name = "N", default_value_t = 1)]
     pub local_ranks: usize,
 

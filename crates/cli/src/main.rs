@@ -31,11 +31,12 @@ enum Command {
     Pretrain(pretrain::Args),
     /// Fine-tune a checkpoint on SQuAD or a GLUE task.
     Finetune(finetune::Args),
-    /// Train an image classifier and report its test accuracy after every epoch.
+    /// Train an image classifier and report its test accuracy every
+    /// train.eval_every steps (an epoch in the shipped configs) and at the end.
     Train(train::Args),
     /// Evaluate a checkpoint on its task's held-out data and print the metrics.
     Eval(inspect::Args),
-    /// Write a checkpoint's predictions on its task's held-out data.
+    /// Write a checkpoint's predictions on its task's held-out data (GLUE-style and SQuAD runs).
     Predict(inspect::Args),
     /// Write a checkpoint's model in HuggingFace's layout (with its
     /// tokenizer and labels), as a run's export/ holds it.

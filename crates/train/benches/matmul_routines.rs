@@ -85,9 +85,9 @@ impl Operands {
              cubecl device, checked against float64; one JSON line per (product, routine)"
 )]
 struct Args {
-    /// The cubecl device: cuda, cuda:N, wgpu, wgpu:N, lavapipe
-    #[arg(long, default_value = "cpu")]
-    device: terse_train::DeviceChoice,
+    /// The cubecl device: cuda, cuda:N, wgpu, wgpu:N, lavapipe (needed but with --shapes)
+    #[arg(long, required_unless_present = "shapes_only")]
+    device: Option<terse_train::DeviceChoice>,
     /// Routines, comma-separated [default: all that a run can name]
     #[arg(long, value_name = "LIST", value_delimiter = ',')]
     routines: Vec<String>,
@@ -265,11 +265,14 @@ fn main() {
             std::process::exit(1)
         }
     }
-    if args.device.is_cpu() {
+    let choice = args
+        .device
+        .expect("clap asks for --device without --shapes");
+    if choice.is_cpu() {
         eprintln!("matmul_routines: error: --device: a cubecl device (cuda, wgpu, lavapipe)");
         std::process::exit(1)
     }
-    let device = args.device.open().unwrap_or_else(|e| {
+    let device = choice.open().unwrap_or_else(|e| {
         eprintln!("matmul_routines: error: {e}");
         std::process::exit(1)
     });

@@ -85,7 +85,7 @@ pub struct Scale {
     pub model: Option<String>,
 
     /// `onebit-adam` only: where every variant trains (`train.device`: cpu,
-    /// wgpu, wgpu:N, lavapipe)
+    /// wgpu, wgpu:N, lavapipe, cuda, cuda:N)
     #[arg(long)]
     pub device: Option<String>,
 
