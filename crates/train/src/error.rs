@@ -105,6 +105,12 @@ pub enum TrainError {
     },
 }
 
+impl From<Box<crate::out_of_memory::OutOfMemory>> for TrainError {
+    fn from(shortage: Box<crate::out_of_memory::OutOfMemory>) -> Self {
+        Self::DeviceOutOfMemory(shortage)
+    }
+}
+
 impl TrainError {
     /// Whether the run ended because its loss stopped being a number (on
     /// any rank).

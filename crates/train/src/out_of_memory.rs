@@ -11,16 +11,15 @@
 //! (one buffer larger than the device allows, whatever else is free) and
 //! `IoError::OutOfMemory` (the device has no room left now; CUDA's and
 //! Vulkan's storage report this). [`catch`] runs a rank's run and turns a
-//! panic carrying either into [`TrainError::DeviceOutOfMemory`], naming the
-//! phase (step, evaluation, …), the size asked for and what to lower; any
-//! other panic unwinds as before. Its panic message is not printed: the
-//! error says it.
+//! panic carrying either into an [`OutOfMemory`] error (the trainer's
+//! `TrainError::DeviceOutOfMemory`), naming the phase (step, evaluation,
+//! …), the size asked for and what to lower; any other panic unwinds as
+//! before. Its panic message is not printed: the error says it.
 
 use std::cell::Cell;
 use std::panic::{AssertUnwindSafe, PanicHookInfo};
 use std::sync::Once;
 
-use crate::error::TrainError;
 use crate::rank_phase;
 
 /// What the device could not allocate.
@@ -121,13 +120,13 @@ thread_local! {
 
 /// Runs `run` (rank `rank`'s run on `device` with micro-batches of
 /// `micro_batch`), turning a panic that carries a device memory shortage
-/// into [`TrainError::DeviceOutOfMemory`].
-pub fn catch<R>(
+/// into its error `E` made from an [`OutOfMemory`].
+pub fn catch<R, E: From<Box<OutOfMemory>>>(
     rank: usize,
     device: &str,
     micro_batch: usize,
-    run: impl FnOnce() -> Result<R, TrainError>,
-) -> Result<R, TrainError> {
+    run: impl FnOnce() -> Result<R, E>,
+) -> Result<R, E> {
     quiet_hook();
     let was = CATCHING.replace(true);
     let result = std::panic::catch_unwind(AssertUnwindSafe(run));
@@ -137,7 +136,7 @@ pub fn catch<R>(
         Err(payload) => match message(payload.as_ref()).and_then(Shortage::find) {
             Some(shortage) => {
                 let phase = rank_phase::of(rank);
-                Err(TrainError::DeviceOutOfMemory(Box::new(OutOfMemory {
+                Err(E::from(Box::new(OutOfMemory {
                     shortage,
                     in_step: matches!(phase, Some(rank_phase::Phase::Step(_))),
                     phase: phase.map_or_else(|| "before the run".to_string(), |p| p.to_string()),
@@ -213,7 +212,7 @@ mod tests {
     #[test]
     fn a_shortage_becomes_the_error_and_other_panics_unwind() {
         // A rank no other test marks (the phase table is the process's).
-        let caught = catch(97, "lavapipe", 64, || -> Result<(), TrainError> {
+        let caught = catch(97, "lavapipe", 64, || -> Result<(), Box<OutOfMemory>> {
             rank_phase::enter(97, rank_phase::Phase::Step(3));
             panic!("reading: can't allocate buffer of size: 2147483648\nNo backtrace available")
         })
@@ -225,7 +224,7 @@ mod tests {
              each step accumulates more micro-batches (`--set train.micro_batch=N`)"
         );
         let other = std::panic::catch_unwind(|| {
-            let _ = catch(98, "lavapipe", 64, || -> Result<(), TrainError> {
+            let _ = catch(98, "lavapipe", 64, || -> Result<(), Box<OutOfMemory>> {
                 panic!("something else")
             });
         });
