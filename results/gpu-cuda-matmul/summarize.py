@@ -7,9 +7,12 @@ the products it ran, and for each product the fastest routine.
     python3 summarize.py matmul-routines.jsonl pytorch-matmuls.jsonl \
         [--shapes=shapes.jsonl] [--best]
 
-A routine counts for the step total only if it ran every product itself
-(no failure, nothing declined to burn's matmul) with an error a TF32 or f32
-product can have (rel_error < 2e-3). Every product is the step's (the
+A routine counts for the step total only if every product ran without a
+failure and with an error a TF32 or f32 product can have (rel_error <
+2e-3). A product the routine declined ran as burn's matmul, as it would in
+a run naming the routine, and counts with that time; the line says how
+many were declined, and a routine that declined every product (cuBLAS off
+CUDA) is not a candidate for `--best`. Every product is the step's (the
 `--shapes` file, `matmul_routines --shapes`'s lines), not only those the
 sweep reached: a sweep cut off by its time limit has run the routines
 listed first on the first products only, and none of them is complete. `--best` prints only the name of the
@@ -39,23 +42,26 @@ def main():
     totals = {}
     for name in dict.fromkeys(r["routine"] for r in terse):
         rows = [r for r in terse if r["routine"] == name]
-        ok = [r for r in rows if "ms" in r and r["declined"] == 0 and r["rel_error"] < 2e-3]
+        ok = [r for r in rows if "ms" in r and r["rel_error"] < 2e-3]
         complete = {r["product"] for r in ok} >= set(products)
-        totals[name] = (sum(r["per_step"] * r["ms"] for r in ok), complete, len(products) - len(ok))
-    complete = {n: t for n, (t, c, _) in totals.items() if c}
+        declined = sum(1 for r in ok if r["declined"] > 0)
+        total = sum(r["per_step"] * r["ms"] for r in ok)
+        totals[name] = (total, complete, len(products) - len(ok), declined)
     if "--best" in sys.argv:
-        if complete:
-            print(min(complete, key=complete.get))
+        candidates = {n: t for n, (t, c, _, d) in totals.items() if c and d < len(products)}
+        if candidates:
+            print(min(candidates, key=candidates.get))
         return
     print("step's matmul time (Σ per_step · ms)")
     for mode in dict.fromkeys(r["mode"] for r in torch):
         total = sum(r["per_step"] * r["ms"] for r in torch if r["mode"] == mode)
         print(f"  pytorch {mode:<24} {total:9.2f} ms")
-    for name, (total, whole, missing) in sorted(totals.items(), key=lambda kv: kv[1][0]):
+    for name, (total, whole, missing, declined) in sorted(totals.items(), key=lambda kv: kv[1][0]):
+        note = f"     ({declined} of {len(products)} declined to burn's matmul)" if declined else ""
         if whole:
-            print(f"  terse {name:<26} {total:9.2f} ms")
+            print(f"  terse {name:<26} {total:9.2f} ms{note}")
         else:
-            print(f"  terse {name:<26} {'-':>9}     ({missing} products failed, declined, wrong or not reached)")
+            print(f"  terse {name:<26} {'-':>9}     ({missing} products failed, wrong or not reached)")
     print("\nfastest per product (ms): terse routine | pytorch fp32 | tf32")
     for product in products:
         rows = [r for r in terse if r["product"] == product and "ms" in r

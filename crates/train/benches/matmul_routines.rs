@@ -8,7 +8,10 @@
 //! seq; BERT-base at batch 32, seq 128 by default): per layer the forward
 //! `x·W`, x's gradient `∂y·Wᵀ` and W's gradient `xᵀ·∂y`, the transposes
 //! as views (as the layers pass them), the tied MLM decoder (W stored
-//! `[vocab, hidden]`) on the masked 15% of rows. Each line says how many
+//! `[vocab, hidden]`) on the masked 15% of rows, and the pooler and the
+//! NSP head on one row per sequence (`--sequences`: the step's narrowest
+//! products, k = 2 in the NSP head's x gradient, where cubecl-cuda pads a
+//! `[768, 2]` weight's rows to 4). Each line says how many
 //! times a step runs that product (`per_step`), so a routine's step total
 //! is `Σ per_step · ms`.
 //!
@@ -94,6 +97,9 @@ struct Args {
     /// Rows of the products (batch × seq)
     #[arg(long, default_value_t = 4096)]
     rows: usize,
+    /// Sequences in the batch (the pooler's and the NSP head's rows)
+    #[arg(long, default_value_t = 32)]
+    sequences: usize,
     /// BERT's hidden size
     #[arg(long, default_value_t = 768)]
     hidden: usize,
@@ -166,6 +172,8 @@ fn products(args: &Args) -> Vec<Product> {
     layer_products(&mut out, "ffn down", layers, (r, f, h), false);
     layer_products(&mut out, "mlm transform", 1, (masked, h, h), false);
     layer_products(&mut out, "mlm decoder", 1, (masked, h, args.vocab), true);
+    layer_products(&mut out, "pooler", 1, (args.sequences, h, h), false);
+    layer_products(&mut out, "nsp head", 1, (args.sequences, h, 2), false);
     out
 }
 
