@@ -360,7 +360,11 @@ fn main() {
         );
         std::process::exit(1)
     }
-    if let Err(e) = fused::name_linear_matmul(args.matmul.as_deref()) {
+    if let Err(e) = fused::name_linear_matmul(args.matmul.as_deref()).and_then(|()| {
+        args.matmul.as_deref().map_or(Ok(()), |name| {
+            terse_train::matmul_agrees_with_precision(name, args.precision)
+        })
+    }) {
         eprintln!("model_step: error: --matmul: {e}");
         std::process::exit(1)
     }

@@ -467,5 +467,11 @@ seed = 3
             vulkan.contains("cuBLAS") && vulkan.contains("device lavapipe"),
             "{vulkan}"
         );
+        // A named routine is refused where the precision makes it idle.
+        let half = RunConfig::parse(&with(
+            "device = \"cuda\"\nprecision = \"bf16\"\nmatmul = \"cublas_tf32\"",
+        ))
+        .unwrap_err();
+        assert!(half.contains("leave train.matmul unset"), "{half}");
     }
 }

@@ -4,7 +4,7 @@
 //! the lead rank with, at the end, the products it could not take.
 
 use crate::device::DeviceChoice;
-use crate::{RunConfig, TrainError};
+use crate::{Precision, RunConfig, TrainError};
 
 /// A named routine is one of cubek's, on a cubecl device.
 pub(crate) fn check(cfg: &RunConfig) -> Result<(), String> {
@@ -30,6 +30,27 @@ pub(crate) fn check(cfg: &RunConfig) -> Result<(), String> {
              runs cubek's routines",
             cfg.train.device
         ));
+    }
+    matmul_agrees_with_precision(name, cfg.train.precision)
+}
+
+/// A named routine multiplies f32 operands: under a half precision it
+/// would decline every product to burn's matmul (a run labelled with a
+/// routine it never ran), and cuBLAS's f32 arithmetic contradicts `tf32`.
+pub fn matmul_agrees_with_precision(name: &str, precision: Precision) -> Result<(), String> {
+    if precision.half().is_some() {
+        return Err(format!(
+            "train.matmul = \"{name}\" multiplies f32 operands, and train.precision = \
+             \"{precision}\" hands the linear layers {precision} ones (burn's matmul, cubek's \
+             half-precision tensor-core routine, takes them): leave train.matmul unset"
+        ));
+    }
+    if precision == Precision::Tf32 && name == "cublas" {
+        return Err(
+            "train.matmul = \"cublas\" is cuBLAS's f32 arithmetic, and train.precision = \
+             \"tf32\" asks for TF32 matmuls: name \"cublas_tf32\" (or train.precision = \"fp32\")"
+                .to_string(),
+        );
     }
     Ok(())
 }
@@ -96,6 +117,32 @@ pub(crate) fn log_declined(cfg: &RunConfig) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_named_routine_agrees_with_the_precision() {
+        for name in ["simple_unit", "cublas", "cublas_tf32"] {
+            assert_eq!(matmul_agrees_with_precision(name, Precision::Fp32), Ok(()));
+            for half in [Precision::Bf16, Precision::Fp16] {
+                let why = matmul_agrees_with_precision(name, half).unwrap_err();
+                assert!(
+                    why.contains(&format!("train.matmul = \"{name}\""))
+                        && why.contains(&format!("train.precision = \"{half}\""))
+                        && why.contains("leave train.matmul unset"),
+                    "{why}"
+                );
+            }
+        }
+        assert_eq!(
+            matmul_agrees_with_precision("cublas_tf32", Precision::Tf32),
+            Ok(())
+        );
+        assert_eq!(
+            matmul_agrees_with_precision("simple_tma_mma", Precision::Tf32),
+            Ok(())
+        );
+        let why = matmul_agrees_with_precision("cublas", Precision::Tf32).unwrap_err();
+        assert!(why.contains("name \"cublas_tf32\""), "{why}");
+    }
 
     #[test]
     fn a_cublas_routine_without_libcublas_says_how_to_get_it() {

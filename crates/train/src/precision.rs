@@ -81,7 +81,14 @@ impl Precision {
                  compute capability 8.0 and newer (cubecl 0.11 stages f32 operands as TF32 \
                  and has no strict-f32 switch), as with \"tf32\"; elementwise ops, \
                  reductions, gradients and the optimizer are f32; train.matmul = \"cublas\" \
-                 runs the linear layers' matmuls in f32 through cuBLAS, as PyTorch does"
+                 runs the linear layers' matmuls in f32 through cuBLAS, as PyTorch does \
+                 (attention's two products stay TF32)"
+            )),
+            (Self::Tf32, DeviceChoice::Cuda(_)) => Some(format!(
+                "train.precision = \"tf32\" on {device}: the same as \"fp32\" there (cubecl \
+                 0.11 stages f32 matmul operands as TF32 on compute capability 8.0 and newer \
+                 either way; on older GPUs both are f32); train.matmul = \"cublas_tf32\" runs \
+                 the linear layers' matmuls as cuBLAS's TF32"
             )),
             _ => None,
         }
@@ -130,15 +137,22 @@ mod tests {
     use super::*;
 
     #[test]
-    fn fp32_on_cuda_says_its_matmuls_are_tf32_and_nowhere_else() {
+    fn fp32_and_tf32_on_cuda_say_they_are_one_and_nowhere_else() {
         let note = Precision::Fp32
             .note_on(&DeviceChoice::Cuda(0))
             .expect("a note on cuda");
         assert!(note.contains("TF32") && note.contains("cuda"), "{note}");
+        let note = Precision::Tf32
+            .note_on(&DeviceChoice::Cuda(0))
+            .expect("a note on cuda");
+        assert!(
+            note.contains("the same as \"fp32\"") && note.contains("cublas_tf32"),
+            "{note}"
+        );
         for device in [DeviceChoice::Cpu, DeviceChoice::Lavapipe] {
             assert_eq!(Precision::Fp32.note_on(&device), None);
         }
-        for precision in [Precision::Tf32, Precision::Bf16, Precision::Fp16] {
+        for precision in [Precision::Bf16, Precision::Fp16] {
             assert_eq!(precision.note_on(&DeviceChoice::Cuda(0)), None);
         }
     }
