@@ -40,8 +40,8 @@ if [[ ${BUNDLE_READY:-0} != 1 ]]; then
     rm -rf "$B" && (cd /tmp && tar xJf "$repo/.gpu/terse-gpu-bundle.tar.xz") || exit 1
 fi
 dev=${DEVICE:-cuda} preset=${PRESET:-base} batch=${BATCH:-32}
-shape=(--rows "${ROWS:-4096}" --hidden "${HIDDEN:-768}" --intermediate "${INTERMEDIATE:-3072}"
-    --vocab "${VOCAB:-30522}")
+shape=(--rows "${ROWS:-4096}" --sequences "$batch" --hidden "${HIDDEN:-768}"
+    --intermediate "${INTERMEDIATE:-3072}" --vocab "${VOCAB:-30522}")
 export XDG_RUNTIME_DIR=/tmp
 export LD_LIBRARY_PATH="$B/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 source "$B/cuda_env.sh"
@@ -53,9 +53,18 @@ if [[ $dev == cuda* ]]; then
     run 60 "pytorch matmuls" python3 "$B/benches/pytorch_matmul_shapes.py" "$out/shapes.jsonl" \
         > "$out/pytorch-matmuls.jsonl"
 fi
-routines=${ROUTINES:-cublas,cublas_tf32,auto,simple_cyclic_cmma,simple_cyclic_mma,simple_tma_mma,double_cyclic_mma,double_tma_mma,ordered_double_cmma,ordered_double_mma,specialized_cyclic_mma,specialized_tma_mma}
-run 150 "matmul routines" "$B/bin/matmul_routines" --device "$dev" --routines "$routines" \
-    "${shape[@]}" --reps 10 > "$out/matmul-routines.jsonl" 2> "$out/matmul-routines.stderr"
+# One routine at a time, most likely winners first: compiling a routine's
+# kernels (NVRTC) takes seconds per product, so a sweep cut off by the
+# budget loses only the last routines, each of which either ran every
+# product or is left out, instead of every routine reaching the first
+# products only (what one sweep over all of them, product by product,
+# would leave).
+routines=${ROUTINES:-cublas_tf32,cublas,auto,ordered_double_mma,simple_tma_mma,specialized_tma_mma,double_tma_mma,simple_cyclic_cmma,ordered_double_cmma,simple_cyclic_mma,double_cyclic_mma,specialized_cyclic_mma}
+: > "$out/matmul-routines.jsonl"
+for routine in ${routines//,/ }; do
+    run 60 "matmul routine $routine" "$B/bin/matmul_routines" --device "$dev" --routines "$routine" \
+        "${shape[@]}" --reps 10 >> "$out/matmul-routines.jsonl" 2>> "$out/matmul-routines.stderr"
+done
 # Complete means every product of shapes.jsonl, reached or not.
 python3 "$repo/results/gpu-cuda-matmul/summarize.py" "$out/matmul-routines.jsonl" \
     "$out/pytorch-matmuls.jsonl" --shapes="$out/shapes.jsonl" | tee "$out/summary.txt"
@@ -70,7 +79,8 @@ if [[ -n $best ]]; then
         for matmul in "" "$best"; do
             run 60 "step b$batch ${matmul:-default} (round $round)" "$B/bin/model_step" \
                 --presets "$preset" --batch "$batch" --seq 128 --device "$dev" --warmup 2 --steps 5 \
-                ${matmul:+--matmul "$matmul"} >> "$out/steps.jsonl" 2> /dev/null
+                ${matmul:+--matmul "$matmul"} >> "$out/steps.jsonl" 2> "$out/step.stderr" ||
+                tail -n 3 "$out/step.stderr"
             tail -n 1 "$out/steps.jsonl"
         done
     done

@@ -24,11 +24,20 @@ import sys
 
 
 def lines(path):
+    """The JSON lines of `path`; a line that does not parse (Rust writes a
+    non-finite error as `inf`, which JSON has not) is passed over."""
+    out = []
     try:
         with open(path) as f:
-            return [json.loads(l) for l in f if l.startswith("{")]
+            for line in f:
+                if line.startswith("{"):
+                    try:
+                        out.append(json.loads(line))
+                    except json.JSONDecodeError:
+                        print(f"passed over (not JSON): {line.strip()}", file=sys.stderr)
     except FileNotFoundError:
-        return []
+        pass
+    return out
 
 
 def main():

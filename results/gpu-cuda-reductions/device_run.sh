@@ -62,6 +62,8 @@ finish() {
 bench=(--device "$dev" --presets "$preset" --batches "${BENCH_BATCHES:-32}" --out "$work/bench")
 run 180 "run.sh ${bench[*]}" bash "$B/run.sh" "${bench[@]}"
 cat "$work"/bench/terse.jsonl "$work"/bench/pytorch.jsonl > "$out/bench.jsonl" 2> /dev/null
+# The machine (driver, torch, library paths) in the log, not only the archive.
+cat "$work/bench/machine.txt" 2> /dev/null
 
 # run.sh's library paths, for the sections below.
 export LD_LIBRARY_PATH="$B/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
@@ -140,7 +142,9 @@ mkdir -p /tmp/profile && cd /tmp/profile
 printf '[profiling.logger]\nlevel = "basic"\nfile = "/tmp/profile/cubecl-profile.log"\n' > cubecl.toml
 run 80 "profile b32 ${best:-default matmul}" "$B/bin/model_step" --presets "$preset" --batch 32 \
     --seq 128 --device "$dev" --warmup 2 --steps 2 ${best:+--matmul "$best"} \
-    >> "$work/terse-profiled.jsonl" 2> /dev/null
+    >> "$work/terse-profiled.jsonl" 2> "$work/terse-profiled.stderr" ||
+    tail -n 3 "$work/terse-profiled.stderr"
+cat "$work/terse-profiled.jsonl" 2> /dev/null
 cd /tmp
 [[ -f /tmp/profile/cubecl-profile.log ]] &&
     xz -T0 -6 -c /tmp/profile/cubecl-profile.log > "$work/cubecl-profile.log.xz"
@@ -151,7 +155,8 @@ cd /tmp
 #    optimizer cost against their memory floor.
 run 50 "phases b32" "$B/bin/model_step" --presets "$preset" --batch 32 --seq 128 \
     --device "$dev" --warmup 2 --steps 5 --sync-phases ${best:+--matmul "$best"} \
-    >> "$work/terse-phases.jsonl" 2> /dev/null
+    >> "$work/terse-phases.jsonl" 2> "$work/terse-phases.stderr" ||
+    tail -n 3 "$work/terse-phases.stderr"
 cat "$work/terse-phases.jsonl" 2> /dev/null
 
 # 6. The other optimizers' parity, with burn's matmul, while time is left.
@@ -160,7 +165,10 @@ for o in lamb onebit_adam onebit_lamb slamb; do
 done
 parity /tmp/parity parity
 grep -h "error\|panicked" /tmp/parity*/*.out | head -20
-cp -r /tmp/parity /tmp/parity-routine "$work/" 2> /dev/null
-find "$work" -name '*.safetensors' -delete
+# The runs' logs and metrics, not their checkpoints (GBs to copy past the
+# budget, and parity.py has read them).
+for dir in parity parity-routine; do
+    [[ -d /tmp/$dir ]] && tar -C /tmp --exclude='*.safetensors' -cf - "$dir" | tar -C "$work" -xf -
+done
 section "done"
 finish

@@ -16,7 +16,27 @@ import pathlib
 import sys
 
 import numpy as np
-from safetensors.numpy import load_file
+
+try:
+    from safetensors.numpy import load_file
+except ImportError:  # a machine without safetensors: its format read here
+
+    def load_file(path):
+        """safetensors' layout: an 8-byte little-endian header length, the
+        JSON header (name -> dtype, shape, data_offsets), the raw data."""
+        raw = pathlib.Path(path).read_bytes()
+        size = int.from_bytes(raw[:8], "little")
+        header = json.loads(raw[8 : 8 + size])
+        data = raw[8 + size :]
+        dtypes = {"F32": np.float32, "F16": np.float16, "I64": np.int64, "U32": np.uint32}
+        out = {}
+        for name, entry in header.items():
+            if name == "__metadata__":
+                continue
+            start, end = entry["data_offsets"]
+            out[name] = np.frombuffer(data[start:end], dtype=dtypes[entry["dtype"]]).reshape(entry["shape"])
+        return out
+
 
 runs = pathlib.Path(sys.argv[1])
 STEPS, TOL = 6, 1e-4
@@ -56,19 +76,8 @@ def same(a, b):
     return a.keys() == b.keys() and all(np.array_equal(a[k].view(np.uint32), b[k].view(np.uint32)) for k in a)
 
 
-for optimizer, uncompressed, loss_tol in [
-    ("adam", STEPS, TOL),
-    ("lamb", STEPS, TOL),
-    ("onebit_adam", 3, TOL),
-    ("onebit_lamb", 3, TOL),
-    ("slamb", 0, 1e-3),
-]:
-    cpu_run, dev_run = f"{optimizer}-cpu", f"{optimizer}-cuda"
-    try:
-        cpu, dev = steps(cpu_run), steps(dev_run)
-    except FileNotFoundError as e:
-        print(json.dumps({"optimizer": optimizer, "missing": str(e)}), flush=True)
-        continue
+def compare(optimizer, cpu_run, dev_run, cpu, dev, uncompressed, loss_tol):
+    """The parity record of one optimizer's CPU and device runs."""
     worst = max(abs(d[1] - c[1]) / abs(c[1]) for d, c in zip(dev, cpu)) if dev else None
     record = {
         "optimizer": optimizer,
@@ -98,6 +107,26 @@ for optimizer, uncompressed, loss_tol in [
     if uncompressed:
         ok = ok and record[f"l2_step{uncompressed}"] <= TOL
     record["ok"] = bool(ok)
+    return record
+
+
+for optimizer, uncompressed, loss_tol in [
+    ("adam", STEPS, TOL),
+    ("lamb", STEPS, TOL),
+    ("onebit_adam", 3, TOL),
+    ("onebit_lamb", 3, TOL),
+    ("slamb", 0, 1e-3),
+]:
+    cpu_run, dev_run = f"{optimizer}-cpu", f"{optimizer}-cuda"
+    try:
+        cpu, dev = steps(cpu_run), steps(dev_run)
+    except FileNotFoundError as e:
+        print(json.dumps({"optimizer": optimizer, "missing": str(e)}), flush=True)
+        continue
+    try:
+        record = compare(optimizer, cpu_run, dev_run, cpu, dev, uncompressed, loss_tol)
+    except Exception as e:  # one run cut short must not cost the others' records
+        record = {"optimizer": optimizer, "ok": False, "error": f"{type(e).__name__}: {e}"}
     print(json.dumps(record), flush=True)
 
 # cuda -> cuda resume from step 3: bit-identical steps 4-6 and weights.
@@ -113,5 +142,5 @@ try:
     }
     record["ok"] = record["losses_equal"] and record["weights_identical"]
     print(json.dumps(record), flush=True)
-except FileNotFoundError as e:
-    print(json.dumps({"case": "resume", "missing": str(e)}), flush=True)
+except Exception as e:
+    print(json.dumps({"case": "resume", "ok": False, "error": f"{type(e).__name__}: {e}"}), flush=True)

@@ -7,6 +7,10 @@
 # (default python3) to find the wheels; prints each library it adds.
 
 cuda_env_python=${PYTHON:-python3}
+# The linker's cache, read once: `ldconfig -p | grep -q` under the callers'
+# pipefail fails when grep stops reading early (SIGPIPE), which would call
+# a library the system has missing.
+cuda_env_ldcache=$(ldconfig -p 2>/dev/null || true)
 cuda_env_nvidia=$("$cuda_env_python" -c 'import nvidia, os; print(list(nvidia.__path__)[0])' 2>/dev/null || true)
 [[ -d $cuda_env_nvidia ]] || cuda_env_nvidia=""
 
@@ -17,7 +21,7 @@ cuda_env_add() {
     [[ -n $cuda_env_nvidia ]] || return 0
     found=$(find "$cuda_env_nvidia" -name "$pattern" -not -name '*builtins*' 2>/dev/null | head -n 1)
     [[ -n $found ]] || return 0
-    ldconfig -p 2>/dev/null | grep -q "${pattern%\*}" && return 0
+    [[ $cuda_env_ldcache == *"${pattern%\*}"* ]] && return 0
     echo "$name from PyTorch's wheels: $found"
     [[ ":${LD_LIBRARY_PATH:-}:" == *":$(dirname "$found"):"* ]] && return 0
     export LD_LIBRARY_PATH="${LD_LIBRARY_PATH:+$LD_LIBRARY_PATH:}$(dirname "$found")"
@@ -28,11 +32,19 @@ cuda_env_add NVRTC 'libnvrtc.so*'
 cuda_env_add cuBLAS 'libcublas.so*'
 
 # CUDA's headers, for the kernels that include them (half, tensor cores).
-if [[ -n $cuda_env_nvidia && -z ${CUDA_PATH:-} && ! -d /usr/local/cuda && ! -d /opt/cuda ]]; then
+# cubecl hands NVRTC $CUDA_PATH/include, else /usr/local/cuda's or
+# /opt/cuda's: a runtime-only CUDA image has /usr/local/cuda without
+# headers, so what counts is cuda_fp16.h there, not the directory.
+cuda_env_root=${CUDA_PATH:-}
+[[ -z $cuda_env_root && -d /usr/local/cuda ]] && cuda_env_root=/usr/local/cuda
+[[ -z $cuda_env_root && -d /opt/cuda ]] && cuda_env_root=/opt/cuda
+if [[ -n $cuda_env_nvidia && ! -f $cuda_env_root/include/cuda_fp16.h ]]; then
     cuda_env_header=$(find "$cuda_env_nvidia" -path '*/include/cuda_fp16.h' 2>/dev/null | head -n 1)
     if [[ -n $cuda_env_header ]]; then
         export CUDA_PATH=$(dirname "$(dirname "$cuda_env_header")")
-        echo "CUDA headers from PyTorch's wheels: CUDA_PATH=$CUDA_PATH"
+        cuda_env_why="no CUDA toolkit here"
+        [[ -n $cuda_env_root ]] && cuda_env_why="$cuda_env_root has none"
+        echo "CUDA headers from PyTorch's wheels: CUDA_PATH=$CUDA_PATH ($cuda_env_why)"
     fi
 fi
 
@@ -40,12 +52,12 @@ fi
 # libnccl.so.2, the only name PyTorch's wheel and Debian's libnccl2 install:
 # the one found (the wheel's, else the system's), linked under the name
 # cudarc opens.
-if ! ldconfig -p 2>/dev/null | grep -q 'libnccl\.so '; then
+if [[ $cuda_env_ldcache != *"libnccl.so "* ]]; then
     cuda_env_nccl=""
     [[ -n $cuda_env_nvidia ]] &&
         cuda_env_nccl=$(find "$cuda_env_nvidia" -name 'libnccl.so.2' 2>/dev/null | head -n 1)
     [[ -z $cuda_env_nccl ]] &&
-        cuda_env_nccl=$(ldconfig -p 2>/dev/null | awk '$1 == "libnccl.so.2" { print $NF; exit }')
+        cuda_env_nccl=$(awk '$1 == "libnccl.so.2" { print $NF; exit }' <<< "$cuda_env_ldcache")
     if [[ -n $cuda_env_nccl ]]; then
         cuda_env_links=$(mktemp -d)
         ln -s "$cuda_env_nccl" "$cuda_env_links/libnccl.so"
