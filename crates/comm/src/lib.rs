@@ -41,6 +41,8 @@ pub use local::{DEFAULT_TIMEOUT, LocalComm};
 pub use mpi::MpiComm;
 #[cfg(feature = "nccl")]
 pub use nccl::{NcclComm, missing_libraries as nccl_missing_libraries};
+#[cfg(feature = "nccl")]
+pub use one_gpu_each::gpu_of_process;
 pub use single::SingleRank;
 pub use sparse::{SparseAllreduce, SparseValues, allreduce_mean_f16};
 pub use terse_compress::mask::{HostSparse, Mask, Selection, SparseBuffer};

@@ -2,9 +2,42 @@
 //! the same GPU with a bare `ncclInvalidUsage`, which a job meets when it
 //! starts more processes on a node than the node has GPUs (`cuda:N` wraps
 //! around them). Every rank shares its GPU's UUID first, and all refuse
-//! the job naming the two ranks and what to do.
+//! the job naming the two ranks and what to do. Which GPU a process takes
+//! is [`gpu_of_process`], for the trainer and the check binaries alike.
 
-use crate::{CommError, Communicator};
+use crate::{CommError, Communicator, MpiComm};
+
+/// The GPU this process takes for `cuda:index`: `index` plus its
+/// node-local rank under mpirun, wrapping around the node's GPUs
+/// (PyTorch's `cuda:LOCAL_RANK % device_count`), so that `mpirun -np 8
+/// … --device cuda` on an 8-GPU node puts one process on each GPU,
+/// `cuda:4` with 4 processes takes GPUs 4–7, two processes on a one-GPU
+/// machine share it (NCCL refuses that, and [`one_gpu_each`] says so before
+/// it starts), and a launcher that gives each process one GPU through
+/// `CUDA_VISIBLE_DEVICES` leaves every process on its GPU 0.
+pub fn gpu_of_process(index: usize) -> usize {
+    gpu_for(index, MpiComm::node_local_rank(), visible_gpus())
+}
+
+/// The GPUs the driver shows this process; `None` without a driver (cudarc
+/// would panic opening it) or when it does not start.
+fn visible_gpus() -> Option<usize> {
+    // SAFETY: only tries to open the library by its names.
+    if !unsafe { cudarc::driver::sys::is_culib_present() } {
+        return None;
+    }
+    cudarc::driver::result::init().ok()?;
+    usize::try_from(cudarc::driver::result::device::get_count().ok()?).ok()
+}
+
+/// [`gpu_of_process`] for a node with `devices` GPUs (`None`: unknown): an
+/// index the node lacks is kept, offset, for the error that names it.
+fn gpu_for(index: usize, local_rank: usize, devices: Option<usize>) -> usize {
+    match devices {
+        Some(n) if index < n => (index + local_rank) % n,
+        _ => index + local_rank,
+    }
+}
 
 /// Refuses, on every rank, a job in which two processes opened the same
 /// GPU (by its UUID): NCCL takes one GPU per process and would fail in
@@ -57,6 +90,27 @@ fn shared_gpu(records: &[u8]) -> Option<(usize, usize, u64)> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn each_process_of_a_node_takes_the_gpu_of_its_local_rank() {
+        for (index, local_rank, devices, gpu) in [
+            (0, 0, Some(8), 0),
+            (0, 3, Some(8), 3),
+            (4, 3, Some(8), 7),
+            // Two processes on a one-GPU machine share it.
+            (0, 1, Some(1), 0),
+            (2, 3, Some(4), 1),
+            // A GPU the node lacks stays named for the error.
+            (9, 0, Some(8), 9),
+            (0, 2, None, 2),
+        ] {
+            assert_eq!(
+                gpu_for(index, local_rank, devices),
+                gpu,
+                "cuda:{index}, local rank {local_rank}, {devices:?} GPUs"
+            );
+        }
+    }
 
     #[test]
     fn two_processes_on_one_gpu_are_named() {

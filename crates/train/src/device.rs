@@ -144,27 +144,10 @@ impl DeviceChoice {
         Ok(device)
     }
 
-    /// The GPU this process takes for `cuda:index`: `index` plus its
-    /// node-local rank under mpirun, wrapping around the node's GPUs
-    /// (PyTorch's `cuda:LOCAL_RANK % device_count`), so that `mpirun -np 8
-    /// … --device cuda` on an 8-GPU node puts one process on each GPU,
-    /// `cuda:4` with 4 processes takes GPUs 4–7, and two processes on a
-    /// one-GPU machine share it (over MPI: NCCL refuses two processes on
-    /// one GPU, and terse says so before it starts, `one_gpu_each`).
-    pub fn gpu_of_process(index: usize) -> usize {
-        use cuda_check::Machine as _;
-        let machine = cuda_check::ThisMachine;
-        let devices = machine
-            .has_driver()
-            .then(|| machine.devices().ok())
-            .flatten();
-        gpu_for(index, terse_comm::MpiComm::node_local_rank(), devices)
-    }
-
     /// NVIDIA GPU `index` (offset by the process's node-local rank) through
     /// burn's CUDA backend, once the machine has what it needs.
     fn open_cuda(&self, index: usize) -> Result<Device, TrainError> {
-        let index = Self::gpu_of_process(index);
+        let index = terse_comm::gpu_of_process(index);
         cuda_check::check(&cuda_check::ThisMachine, index).map_err(|e| self.unavailable(e))?;
         let device = Device::cuda(index);
         probe(&device)
@@ -246,40 +229,9 @@ fn probe(device: &Device) -> Result<(), String> {
     }
 }
 
-/// [`DeviceChoice::gpu_of_process`] for a node with `devices` GPUs (`None`:
-/// unknown): an index the node lacks is kept, offset, for the error that
-/// names it.
-fn gpu_for(index: usize, local_rank: usize, devices: Option<usize>) -> usize {
-    match devices {
-        Some(n) if index < n => (index + local_rank) % n,
-        _ => index + local_rank,
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn each_process_of_a_node_takes_the_gpu_of_its_local_rank() {
-        for (index, local_rank, devices, gpu) in [
-            (0, 0, Some(8), 0),
-            (0, 3, Some(8), 3),
-            (4, 3, Some(8), 7),
-            // Two processes on a one-GPU machine share it.
-            (0, 1, Some(1), 0),
-            (2, 3, Some(4), 1),
-            // A GPU the node lacks stays named for the error.
-            (9, 0, Some(8), 9),
-            (0, 2, None, 2),
-        ] {
-            assert_eq!(
-                gpu_for(index, local_rank, devices),
-                gpu,
-                "cuda:{index}, local rank {local_rank}, {devices:?} GPUs"
-            );
-        }
-    }
 
     #[test]
     fn device_names_parse_and_print_back() {

@@ -131,7 +131,7 @@ fn on_process_world(
 }
 
 /// NCCL between the GPUs of an MPI job: each process on the GPU its model
-/// trains on ([`DeviceChoice::gpu_of_process`]), or with the model on
+/// trains on ([`terse_comm::gpu_of_process`]), or with the model on
 /// another device on the GPU of its node-local rank.
 fn on_nccl(
     config: &RunConfig,
@@ -140,7 +140,7 @@ fn on_nccl(
     predictions: &Path,
 ) -> Result<Option<RunSummary>, TrainError> {
     let gpu = match config.train.device {
-        DeviceChoice::Cuda(index) => DeviceChoice::gpu_of_process(index),
+        DeviceChoice::Cuda(index) => terse_comm::gpu_of_process(index),
         _ => MpiComm::node_local_rank(),
     };
     // `--comm auto` picked NCCL; a machine without it is told the way

@@ -84,28 +84,11 @@ fn run_mpi(args: &Args) -> ExitCode {
     }
 }
 
-/// The GPU of this process: its node-local rank, modulo the GPUs it sees
-/// (a launcher that gives each process one GPU through
-/// `CUDA_VISIBLE_DEVICES` leaves every process GPU 0), as the trainer
-/// picks it.
-#[cfg(feature = "nccl")]
-fn local_gpu() -> usize {
-    let local = terse_comm::MpiComm::node_local_rank();
-    // cudarc panics where libcuda is missing: `NcclComm::start` then says so.
-    if terse_comm::nccl_missing_libraries().is_some() {
-        return local;
-    }
-    match cudarc::driver::CudaContext::device_count() {
-        Ok(n) if n > 0 => local % n as usize,
-        _ => local,
-    }
-}
-
 #[cfg(feature = "nccl")]
 fn run_nccl(args: &Args) -> ExitCode {
     // Under mpirun, bootstrapped over MPI; started alone, a world of one
     // with no MPI (a bundle's machine lacks OpenMPI's plugins).
-    let comm = terse_comm::NcclComm::start(local_gpu());
+    let comm = terse_comm::NcclComm::start(terse_comm::gpu_of_process(0));
     match comm {
         Ok(comm) => {
             if check(&comm, args).is_err() {

@@ -58,7 +58,7 @@ fn main() -> ExitCode {
         }
         Under::Nccl => {
             let gpu = match args.device {
-                DeviceChoice::Cuda(index) => DeviceChoice::gpu_of_process(index),
+                DeviceChoice::Cuda(index) => terse_comm::gpu_of_process(index),
                 _ => MpiComm::node_local_rank(),
             };
             // A machine without the driver or NCCL is told in one line,
