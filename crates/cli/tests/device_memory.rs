@@ -18,24 +18,27 @@ use std::process::Command;
 
 use common::{checkpoint, step_lines, succeeded, text, workspace};
 
+/// `terse pretrain` of BERT-Tiny with AdamW on `device` into `run_dir`,
+/// evaluating never; each test adds its sizes.
+fn pretrain_command(device: &str, run_dir: &Path) -> Command {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_terse"));
+    command
+        .env("XDG_RUNTIME_DIR", std::env::temp_dir())
+        .args(["pretrain", "--no-progress", "--config"])
+        .arg("configs/pretrain-bert-tiny.toml")
+        .args(["--device", device, "--optimizer", "adam"])
+        .args(["--set", "train.eval_every=0"])
+        .arg("--run-dir")
+        .arg(run_dir)
+        .current_dir(workspace());
+    command
+}
+
 fn pretrain(device: &str, run_dir: &Path, steps: usize) {
     succeeded(
-        Command::new(env!("CARGO_BIN_EXE_terse"))
-            .env("XDG_RUNTIME_DIR", std::env::temp_dir())
-            .args(["pretrain", "--no-progress", "--config"])
-            .arg("configs/pretrain-bert-tiny.toml")
-            .args(["--device", device, "--optimizer", "adam"])
+        pretrain_command(device, run_dir)
             .args(["--set", &format!("train.steps={steps}")])
-            .args([
-                "--set",
-                "train.eval_every=0",
-                "--set",
-                "train.global_batch=4",
-            ])
-            .args(["--set", "task.max_seq=32"])
-            .arg("--run-dir")
-            .arg(run_dir)
-            .current_dir(workspace()),
+            .args(["--set", "train.global_batch=4", "--set", "task.max_seq=32"]),
     );
 }
 
@@ -98,26 +101,12 @@ fn a_device_run_holds_its_state_and_no_more_from_step_to_step() {
 fn a_micro_batch_the_device_cannot_hold_is_one_error_line() {
     let scratch = tempfile::tempdir().unwrap();
     for ranks in [1usize, 2] {
-        let output = Command::new(env!("CARGO_BIN_EXE_terse"))
-            .env("XDG_RUNTIME_DIR", std::env::temp_dir())
+        let output = pretrain_command("lavapipe", &scratch.path().join(format!("ranks-{ranks}")))
             .env("RUST_BACKTRACE", "1")
-            .args(["pretrain", "--no-progress", "--config"])
-            .arg("configs/pretrain-bert-tiny.toml")
-            .args([
-                "--device",
-                "lavapipe",
-                "--optimizer",
-                "adam",
-                "--steps",
-                "1",
-            ])
-            .args(["--local-ranks", &ranks.to_string()])
+            .args(["--steps", "1", "--local-ranks", &ranks.to_string()])
             .args(["--set", "train.micro_batch=3072", "--set"])
             .arg(format!("train.global_batch={}", 3072 * ranks))
-            .args(["--set", "task.held_out=0", "--set", "train.eval_every=0"])
-            .arg("--run-dir")
-            .arg(scratch.path().join(format!("ranks-{ranks}")))
-            .current_dir(workspace())
+            .args(["--set", "task.held_out=0"])
             .output()
             .unwrap();
         let all = text(&output);
