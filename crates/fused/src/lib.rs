@@ -227,15 +227,35 @@ pub fn attention(
     // the two products run in the half type and the scores' scale, mask
     // and softmax in fp32 (autocast's rule for softmax); in fp32 the casts
     // are no-ops.
+    //
+    // Each head's matrix is copied out of the linear layers' layout once,
+    // into `[batch·heads, seq, head_dim]` (the reshape of the swapped view
+    // is that copy), and the products read only whole heads. Handed the
+    // swapped view instead, cubek's matmul copies it itself (a view whose
+    // batch stride is shorter than its row stride is "highly permuted" to
+    // it) at every product that reads it: k and q again in the backward
+    // pass, the context's gradient twice, and each twice more on a device
+    // without tensor cores, where `Strategy::Auto` copies before trying
+    // its cmma routine and again for the fallback. On lavapipe one pass
+    // forward and backward copied 20 tensors, 16 inside the products; now
+    // 9, none inside them (`tests/device_attention.rs`, `results/dispatches/`).
     let [batch, seq, hidden] = q.dims();
+    let head_dim = hidden / heads;
     let split = |t: Tensor<3>| {
         narrow(t)
-            .reshape([batch, seq, heads, hidden / heads])
+            .reshape([batch, seq, heads, head_dim])
             .swap_dims(1, 2)
+            .reshape([batch * heads, seq, head_dim])
     };
-    let z = widen(split(q).matmul(split(k).swap_dims(2, 3))).mul_scalar(scale)
-        + mask_bias.reshape([batch, 1, 1, seq]);
-    let probs = softmax(z, 3);
+    // The scores stay `[batch·heads, seq, seq]` (the dropout mask's factor
+    // is by position in that row-major order, the same as `[batch, heads,
+    // seq, seq]`'s), the mask bias repeated per head to match.
+    let mask_bias = mask_bias
+        .reshape([batch, 1, 1, seq])
+        .expand([batch, heads, 1, seq])
+        .reshape([batch * heads, 1, seq]);
+    let z = widen(split(q).matmul(split(k).swap_dims(1, 2))).mul_scalar(scale) + mask_bias;
+    let probs = softmax(z, 2);
     let probs = if prob > 0.0 {
         apply_mask(probs, SiteMask::new(prob, key))
     } else {
@@ -243,6 +263,7 @@ pub fn attention(
     };
     narrow(probs)
         .matmul(split(v))
+        .reshape([batch, heads, seq, head_dim])
         .swap_dims(1, 2)
         .reshape([batch, seq, hidden])
 }
