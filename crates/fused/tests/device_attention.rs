@@ -13,7 +13,7 @@ use terse_fused::{self as fused, DropoutStream, with_dropout_stream};
 use terse_kernels::dispatches::DispatchCounter;
 
 mod common;
-use common::{lavapipe, values};
+use common::{lavapipe, padding_bias, values};
 
 /// Held by each test while it runs: the dispatch counter counts the whole
 /// process's launches, so another test's kernels must not land in it.
@@ -34,17 +34,10 @@ fn attend(
             &device,
         )
     };
-    // The second sequence's last third is padding.
-    let bias: Vec<f32> = (0..batch * seq)
-        .map(|i| {
-            if i / seq == 1 && i % seq >= seq - seq / 3 {
-                f32::MIN
-            } else {
-                0.0
-            }
-        })
-        .collect();
-    let bias = Tensor::<2>::from_data(TensorData::new(bias, [batch, seq]), &device);
+    let bias = Tensor::<2>::from_data(
+        TensorData::new(padding_bias(batch, seq), [batch, seq]),
+        &device,
+    );
     let [q, k, v] = [21, 22, 23].map(|seed| tensor(seed).require_grad());
     let w = tensor(24);
     let layer = DropoutConfig::new(prob).init();

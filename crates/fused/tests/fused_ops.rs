@@ -15,6 +15,9 @@ use burn::tensor::{Device, Int, Tensor, TensorData};
 use terse_fused::{self as fused, DropoutStream, SiteMask, with_dropout_stream};
 use terse_rng::SplitMix64;
 
+mod common;
+use common::padding_bias;
+
 fn device() -> Device {
     Device::flex().autodiff()
 }
@@ -256,16 +259,10 @@ fn attention_core_matches_burn_with_padding_and_dropout() {
         ([3, 2, 7, 5], 0.1),
         ([2, 12, 17, 8], 0.1),
     ] {
-        let bias: Vec<f32> = (0..batch * seq)
-            .map(|i| {
-                if i / seq == 1 && i % seq >= seq - seq / 3 {
-                    f32::MIN
-                } else {
-                    0.0
-                }
-            })
-            .collect();
-        let bias = Tensor::<2>::from_data(TensorData::new(bias, [batch, seq]), &device());
+        let bias = Tensor::<2>::from_data(
+            TensorData::new(padding_bias(batch, seq), [batch, seq]),
+            &device(),
+        );
         // q, k, v and the result as the model has them, [b, t, hidden];
         // burn's reference splits the heads.
         let split = |t: Tensor<3>| t.reshape([batch, seq, heads, head_dim]).swap_dims(1, 2);

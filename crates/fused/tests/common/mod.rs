@@ -1,14 +1,16 @@
-//! What the lavapipe tests of the device layers share: the device and
-//! deterministic inputs.
+//! What the tests of terse-fused share: the lavapipe device and
+//! deterministic inputs. (Not every test binary uses every helper.)
 
 use burn::tensor::{Device, DeviceKind, Tensor};
 
 /// Mesa's Vulkan driver on the CPU (needs `XDG_RUNTIME_DIR`).
+#[allow(dead_code)]
 pub fn lavapipe() -> Device {
     Device::wgpu(DeviceKind::Cpu)
 }
 
 /// Deterministic values in [-1, 1), a different sequence per `seed`.
+#[allow(dead_code)]
 pub fn values(n: usize, seed: u32) -> Vec<f32> {
     (0..n)
         .map(|i| {
@@ -33,4 +35,19 @@ pub fn max_error(got: &[f32], want: &[f64]) -> f64 {
         .zip(want)
         .map(|(g, w)| (f64::from(*g) - w).abs() / (1.0 + w.abs()))
         .fold(0.0, f64::max)
+}
+
+/// An attention mask bias `[batch, seq]` (row-major): 0 where attended,
+/// the lowest float on padding, which is the second sequence's last third.
+#[allow(dead_code)]
+pub fn padding_bias(batch: usize, seq: usize) -> Vec<f32> {
+    (0..batch * seq)
+        .map(|i| {
+            if i / seq == 1 && i % seq >= seq - seq / 3 {
+                f32::MIN
+            } else {
+                0.0
+            }
+        })
+        .collect()
 }
