@@ -34,14 +34,17 @@ use crate::reduce_routine::{ParallelReduceOps, rows};
 /// A linear layer with a bias.
 #[backend_extension(Cube, Fusion, Autodiff)]
 pub trait DeviceLinearOps: ParallelReduceOps + NamedMatmulOps {
-    /// `x·W + b` over the last dimension, W `[in, out]`: burn's `linear`,
-    /// or the named routine's product plus the bias.
+    /// `x·W + b` over the last dimension, W `[in, out]`, or stored `[out,
+    /// in]` where `weight_transposed` (the tied MLM decoder): burn's
+    /// `linear`, or the named routine's product plus the bias.
     #[fusion(default)]
     fn biased_linear(
         x: FloatTensor<Self>,
         weight: FloatTensor<Self>,
         bias: FloatTensor<Self>,
+        weight_transposed: bool,
     ) -> FloatTensor<Self> {
+        let weight = in_out::<Self>(weight, weight_transposed);
         if named_linear_matmul().is_none() {
             return Self::linear(x, weight, Some(bias));
         }
@@ -55,7 +58,16 @@ pub trait DeviceLinearOps: ParallelReduceOps + NamedMatmulOps {
     }
 }
 
-/// `∂L/∂x = ∂L/∂y · Wᵀ`, in x's shape.
+/// W as `[in, out]`: itself, or the transposed view of W stored `[out, in]`.
+fn in_out<B: DeviceLinearOps>(weight: FloatTensor<B>, transposed: bool) -> FloatTensor<B> {
+    if transposed {
+        B::float_swap_dims(weight, 0, 1)
+    } else {
+        weight
+    }
+}
+
+/// `∂L/∂x = ∂L/∂y · Wᵀ`, in x's shape, W `[in, out]`.
 fn x_grad<B: DeviceLinearOps>(weight: FloatTensor<B>, grad: FloatTensor<B>) -> FloatTensor<B> {
     if named_linear_matmul().is_none() {
         return B::linear_x_backward(weight, grad);
@@ -80,18 +92,29 @@ impl DeviceLinearOps for CubeBackend {}
 struct LinearBackward;
 
 impl<B: DeviceLinearOps> Backward<B, 3> for LinearBackward {
-    /// x when W's gradient is wanted, W when x's is.
-    type State = (Option<FloatTensor<B>>, Option<FloatTensor<B>>);
+    /// x when W's gradient is wanted, W when x's is, and whether W is
+    /// stored `[out, in]`.
+    type State = (Option<FloatTensor<B>>, Option<FloatTensor<B>>, bool);
 
     fn backward(self, ops: Ops<Self::State, 3>, grads: &mut Gradients, _: &mut Checkpointer) {
         let [node_x, node_weight, node_bias] = ops.parents;
         let grad = grads.consume::<B>(&ops.node);
-        let (x, weight) = ops.state;
+        let (x, weight, transposed) = ops.state;
         if let (Some(node), Some(weight)) = (node_x, weight) {
+            let weight = in_out::<B>(weight, transposed);
             grads.register::<B>(node.id, x_grad::<B>(weight, grad.clone()));
         }
         if let (Some(node), Some(x)) = (node_weight, x) {
-            grads.register::<B>(node.id, weight_grad::<B>(x, grad.clone()));
+            // W's gradient in W's own layout: `∂L/∂yᵀ · x` for W stored
+            // `[out, in]`, where `(xᵀ · ∂L/∂y)ᵀ` would be a transposed
+            // view that the flat gradient buffer then copies out (a
+            // `[vocab, hidden]` copy per step for the tied decoder).
+            let dw = if transposed {
+                weight_grad::<B>(grad.clone(), x)
+            } else {
+                weight_grad::<B>(x, grad.clone())
+            };
+            grads.register::<B>(node.id, dw);
         }
         if let Some(node) = node_bias {
             grads.register::<B>(node.id, B::column_sums(rows::<B>(grad)));
@@ -104,6 +127,7 @@ impl<B: DeviceLinearOps, C: CheckpointStrategy> DeviceLinearOps for Autodiff<B, 
         x: FloatTensor<Self>,
         weight: FloatTensor<Self>,
         bias: FloatTensor<Self>,
+        weight_transposed: bool,
     ) -> FloatTensor<Self> {
         let (want_x, want_weight) = (x.is_tracked(), weight.is_tracked());
         let nodes = [x.node(), weight.node(), bias.node()];
@@ -115,8 +139,9 @@ impl<B: DeviceLinearOps, C: CheckpointStrategy> DeviceLinearOps for Autodiff<B, 
         let kept = (
             want_weight.then(|| x.clone()),
             want_x.then(|| weight.clone()),
+            weight_transposed,
         );
-        let out = B::biased_linear(x, weight, bias.into_primitive());
+        let out = B::biased_linear(x, weight, bias.into_primitive(), weight_transposed);
         match prep {
             OpsKind::Tracked(prep) => prep.finish(kept, out),
             OpsKind::UnTracked(prep) => prep.finish(out),
@@ -124,16 +149,36 @@ impl<B: DeviceLinearOps, C: CheckpointStrategy> DeviceLinearOps for Autodiff<B, 
     }
 }
 
-/// `x·W + b` with W `[in, out]` (or `[out, in]` given as its transpose) as
-/// one [`DeviceLinearOps::biased_linear`] step.
+/// `x·W + b` with W `[in, out]` as one [`DeviceLinearOps::biased_linear`]
+/// step.
 pub(crate) fn linear<const D: usize>(
     x: Tensor<D>,
     weight: Tensor<2>,
     bias: Tensor<1>,
 ) -> Tensor<D> {
+    biased_linear(x, weight, bias, false)
+}
+
+/// `x·Wᵀ + b` with W stored `[out, in]` (the tied MLM decoder) as one
+/// [`DeviceLinearOps::biased_linear`] step, W's gradient in that layout.
+pub(crate) fn linear_transposed<const D: usize>(
+    x: Tensor<D>,
+    weight: Tensor<2>,
+    bias: Tensor<1>,
+) -> Tensor<D> {
+    biased_linear(x, weight, bias, true)
+}
+
+fn biased_linear<const D: usize>(
+    x: Tensor<D>,
+    weight: Tensor<2>,
+    bias: Tensor<1>,
+    weight_transposed: bool,
+) -> Tensor<D> {
     Tensor::from_dispatch(<Dispatch as DeviceLinearOps>::biased_linear(
         x.into_dispatch(),
         weight.into_dispatch(),
         bias.into_dispatch(),
+        weight_transposed,
     ))
 }

@@ -166,15 +166,16 @@ pub fn linear<const D: usize>(x: Tensor<D>, dense: &Linear) -> Tensor<D> {
 }
 
 /// `x·Wᵀ + b` with W stored `[out, in]` — BERT's MLM decoder, tied to the
-/// word embeddings `[vocab, hidden]`; on flex W's gradient is produced in
-/// that layout.
+/// word embeddings `[vocab, hidden]`; on flex and on cubecl devices W's
+/// gradient is produced in that layout (no transposed copy for the flat
+/// gradient buffer).
 pub fn linear_transposed(x: Tensor<2>, weight: Tensor<2>, bias: Tensor<1>) -> Tensor<2> {
     if fp32_on_flex(&x.device()) {
         let op = |x, w, b| <Dispatch as FusedOps>::fused_linear(x, w, b, true);
         return fused3(op, x, weight, bias);
     }
     if !is_flex(&x.device()) {
-        return device_linear::linear(narrow(x), narrow(weight).transpose(), narrow(bias));
+        return device_linear::linear_transposed(narrow(x), narrow(weight), narrow(bias));
     }
     narrow(x).matmul(narrow(weight).transpose()) + narrow(bias).unsqueeze_dim(0)
 }
