@@ -13,6 +13,8 @@
 pub mod analytic;
 mod communicator;
 mod compressed;
+#[cfg(feature = "nccl")]
+mod cuda_driver;
 mod deepspeed_geometry;
 mod error;
 mod gpu_collectives;
@@ -34,6 +36,8 @@ pub mod watchdog;
 
 pub use communicator::{Communicator, HandedValue, ReduceOp, Width};
 pub use compressed::{CompressedAllreduce, CompressionOptions, Geometry};
+#[cfg(feature = "nccl")]
+pub use cuda_driver::{cuda_device_count, cuda_driver_present};
 pub use error::CommError;
 pub use gpu_collectives::{GpuBytes, GpuCollectives, GpuF32};
 pub use local::{DEFAULT_TIMEOUT, LocalComm};

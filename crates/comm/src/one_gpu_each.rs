@@ -5,6 +5,7 @@
 //! the job naming the two ranks and what to do. Which GPU a process takes
 //! is [`gpu_of_process`], for the trainer and the check binaries alike.
 
+use crate::cuda_driver::{cuda_device_count, cuda_driver_present};
 use crate::{CommError, Communicator, MpiComm};
 
 /// The GPU this process takes for `cuda:index`: `index` plus its
@@ -22,12 +23,10 @@ pub fn gpu_of_process(index: usize) -> usize {
 /// The GPUs the driver shows this process; `None` without a driver (cudarc
 /// would panic opening it) or when it does not start.
 fn visible_gpus() -> Option<usize> {
-    // SAFETY: only tries to open the library by its names.
-    if !unsafe { cudarc::driver::sys::is_culib_present() } {
+    if !cuda_driver_present() {
         return None;
     }
-    cudarc::driver::result::init().ok()?;
-    usize::try_from(cudarc::driver::result::device::get_count().ok()?).ok()
+    cuda_device_count().ok()
 }
 
 /// [`gpu_of_process`] for a node with `devices` GPUs (`None`: unknown): an

@@ -35,14 +35,11 @@ pub struct ThisMachine;
 
 impl Machine for ThisMachine {
     fn has_driver(&self) -> bool {
-        // SAFETY: only tries to open the library by its names.
-        unsafe { cudarc::driver::sys::is_culib_present() }
+        terse_comm::cuda_driver_present()
     }
 
     fn devices(&self) -> Result<usize, String> {
-        cudarc::driver::result::init().map_err(|e| e.to_string())?;
-        let count = cudarc::driver::result::device::get_count().map_err(|e| e.to_string())?;
-        Ok(usize::try_from(count).unwrap_or(0))
+        terse_comm::cuda_device_count()
     }
 
     fn has_nvrtc(&self) -> bool {

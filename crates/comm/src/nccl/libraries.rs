@@ -11,13 +11,9 @@
 /// What this machine lacks to run NCCL, in one line; `None` when libcuda
 /// and libnccl both load under the names cudarc opens.
 pub fn missing_libraries() -> Option<String> {
-    // SAFETY: each only tries to open the library by its names.
-    let (driver, nccl) = unsafe {
-        (
-            cudarc::driver::sys::is_culib_present(),
-            cudarc::nccl::sys::is_culib_present(),
-        )
-    };
+    let driver = crate::cuda_driver_present();
+    // SAFETY: only tries to open the library by its names.
+    let nccl = unsafe { cudarc::nccl::sys::is_culib_present() };
     let mut missing = Vec::new();
     if !driver {
         missing.push(
