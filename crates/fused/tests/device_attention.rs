@@ -13,7 +13,7 @@ use terse_fused::{self as fused, DropoutStream, with_dropout_stream};
 use terse_kernels::dispatches::DispatchCounter;
 
 mod common;
-use common::{lavapipe, padding_bias, values};
+use common::{contiguous_copies, lavapipe, padding_bias, values};
 
 /// Held by each test while it runs: the dispatch counter counts the whole
 /// process's launches, so another test's kernels must not land in it.
@@ -55,12 +55,7 @@ fn attend(
         host(k.grad(&grads).unwrap()),
         host(v.grad(&grads).unwrap()),
     ];
-    let copies = counter
-        .by_kernel()
-        .iter()
-        .filter(|(name, _)| name.contains("tensor::contiguous"))
-        .map(|(_, n)| n)
-        .sum();
+    let copies = contiguous_copies(&counter).iter().map(|(_, n)| n).sum();
     (results, copies)
 }
 

@@ -10,7 +10,7 @@ use terse_fused as fused;
 use terse_kernels::dispatches::DispatchCounter;
 
 mod common;
-use common::{lavapipe, values};
+use common::{contiguous_copies, lavapipe, values};
 
 /// The only test in this binary: the dispatch counter counts the whole
 /// process's launches.
@@ -36,11 +36,7 @@ fn the_decoder_weight_gradient_is_read_without_a_copy() {
     assert_eq!(dw.dims(), [vocab, hidden]);
     let read = dw.into_data().try_to_vec::<f32>().unwrap();
     assert_eq!(read.len(), vocab * hidden);
-    let copies: Vec<_> = counter
-        .by_kernel()
-        .into_iter()
-        .filter(|(name, _)| name.contains("tensor::contiguous"))
-        .collect();
+    let copies = contiguous_copies(&counter);
     assert!(
         copies.is_empty(),
         "W's gradient was copied before it could be read: {copies:?}"

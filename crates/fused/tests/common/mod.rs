@@ -2,6 +2,7 @@
 //! deterministic inputs. (Not every test binary uses every helper.)
 
 use burn::tensor::{Device, DeviceKind, Tensor};
+use terse_kernels::dispatches::DispatchCounter;
 
 /// Mesa's Vulkan driver on the CPU (needs `XDG_RUNTIME_DIR`).
 #[allow(dead_code)]
@@ -49,5 +50,17 @@ pub fn padding_bias(batch: usize, seq: usize) -> Vec<f32> {
                 0.0
             }
         })
+        .collect()
+}
+
+/// The launches of cubecl's contiguous copy (`CopyKernel`,
+/// `CopyKernelPack`: a strided tensor made contiguous) that `counter` saw,
+/// by kernel.
+#[allow(dead_code)]
+pub fn contiguous_copies(counter: &DispatchCounter) -> Vec<(&'static str, u64)> {
+    counter
+        .by_kernel()
+        .into_iter()
+        .filter(|(name, _)| name.contains("tensor::contiguous"))
         .collect()
 }
