@@ -16,7 +16,9 @@
 //! - [`attention`]: the core (scores, scale + mask + softmax + dropout,
 //!   context) per (batch, head) on the linear layers' `[batch, seq,
 //!   hidden]` layout, gemm calls at the heads' strides, as one autodiff
-//!   node (`attention_core.rs`);
+//!   node (`attention_core.rs`); on cubecl devices its scale + mask +
+//!   softmax ([`attention_probs`]) one step of one kernel each way
+//!   (`device_softmax.rs`);
 //! - [`conv2d`], [`batch_norm`] (with the ReLU after it), [`add_relu`]:
 //!   ResNet's and VGG's convolution (im2col + one gemm per image), training
 //!   BatchNorm and residual `relu(a + b)`;
@@ -37,6 +39,7 @@ mod device_cross_entropy;
 mod device_gelu;
 mod device_layer_norm;
 mod device_linear;
+mod device_softmax;
 mod embedding;
 mod extension;
 mod gemm_linear;
@@ -239,7 +242,7 @@ pub fn attention(
     // without tensor cores, where `Strategy::Auto` copies before trying
     // its cmma routine and again for the fallback. On lavapipe one pass
     // forward and backward copied 20 tensors, 16 inside the products; now
-    // 9, none inside them (`tests/device_attention.rs`, `results/dispatches/`).
+    // 8, none inside them (`tests/device_attention.rs`, `results/dispatches/`).
     let [batch, seq, hidden] = q.dims();
     let head_dim = hidden / heads;
     let split = |t: Tensor<3>| {
@@ -250,23 +253,44 @@ pub fn attention(
     };
     // The scores stay `[batch·heads, seq, seq]` (the dropout mask's factor
     // is by position in that row-major order, the same as `[batch, heads,
-    // seq, seq]`'s), the mask bias repeated per head to match.
-    let mask_bias = mask_bias
-        .reshape([batch, 1, 1, seq])
-        .expand([batch, heads, 1, seq])
-        .reshape([batch * heads, 1, seq]);
-    let z = widen(split(q).matmul(split(k).swap_dims(1, 2))).mul_scalar(scale) + mask_bias;
-    let probs = softmax(z, 2);
-    let probs = if prob > 0.0 {
-        apply_mask(probs, SiteMask::new(prob, key))
-    } else {
-        probs
-    };
+    // seq, seq]`'s).
+    let z = widen(split(q).matmul(split(k).swap_dims(1, 2)));
+    let probs = attention_probs(z, mask_bias, scale, (prob > 0.0).then_some((prob, key)));
     narrow(probs)
         .matmul(split(v))
         .reshape([batch, heads, seq, head_dim])
         .swap_dims(1, 2)
         .reshape([batch, seq, hidden])
+}
+
+/// Attention probabilities `softmax(z·scale + bias)` over the last axis
+/// of the scores `z` `[batch·heads, seq, keys]` (batch-major), each
+/// sequence's rows biased by its row of `mask_bias` `[batch, keys]` (0 on
+/// tokens, the lowest float on padding), times the factors of the dropout
+/// mask `SiteMask::new(prob, key)` for `dropout = Some((prob, key))` by
+/// position in `z`. On a cubecl device one step, one kernel each way, the
+/// factors hashed where they are used (`device_softmax.rs`); elsewhere
+/// burn's ops on the bias repeated per head, then the mask.
+pub fn attention_probs(
+    z: Tensor<3>,
+    mask_bias: Tensor<2>,
+    scale: f64,
+    dropout: Option<(f32, u64)>,
+) -> Tensor<3> {
+    if !is_flex(&z.device()) {
+        return device_softmax::attention_probs(z, mask_bias, scale, dropout);
+    }
+    let [heads_batch, _, keys] = z.dims();
+    let batch = mask_bias.dims()[0];
+    let mask_bias = mask_bias
+        .reshape([batch, 1, 1, keys])
+        .expand([batch, heads_batch / batch, 1, keys])
+        .reshape([heads_batch, 1, keys]);
+    let probs = softmax(z.mul_scalar(scale) + mask_bias, 2);
+    match dropout {
+        Some((prob, key)) => apply_mask(probs, SiteMask::new(prob, key)),
+        None => probs,
+    }
 }
 
 /// `layer`'s dropout with a counter-based mask: identity outside training

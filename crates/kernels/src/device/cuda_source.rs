@@ -250,6 +250,7 @@ mod tests {
             server::cuda_sources(),
             slamb::cuda_sources(),
             slamb_trust::cuda_sources(),
+            softmax::cuda_sources(),
             word_offsets::cuda_sources(),
             optim::cuda_sources(),
         ]

@@ -12,17 +12,31 @@ use super::cube::{buffer, launch_units, unit_item};
 use super::mask::mix32;
 use terse_compress::dropout::SiteMask;
 
+/// The dropout factor of element `i`: 0, or `keep_scale` (`1/(1 − p)`)
+/// when its hash is at least `threshold` (`SiteMask::parts`' values). Also
+/// computed inside the attention softmax's kernels (`softmax.rs`).
+#[cube]
+pub(crate) fn dropout_factor(
+    i: usize,
+    key0: u32,
+    key1: u32,
+    threshold: u32,
+    keep_scale: f32,
+) -> f32 {
+    let h = mix32(mix32(u32::cast_from(i) + key0) ^ key1);
+    let mut factor = 0.0f32;
+    if h >= threshold {
+        factor = keep_scale;
+    }
+    factor
+}
+
 /// `out[j]` = the factor of element `j`; `keys` is `[key0, key1,
 /// threshold]`, `scale` `[1/(1 − p)]`.
 #[cube(launch_unchecked)]
 fn factors_kernel(keys: &[u32], scale: &[f32], out: &mut [f32], len: usize) {
     let j = unit_item(len);
-    let h = mix32(mix32(u32::cast_from(j) + keys[0]) ^ keys[1]);
-    if h >= keys[2] {
-        out[j] = scale[0];
-    } else {
-        out[j] = 0.0;
-    }
+    out[j] = dropout_factor(j, keys[0], keys[1], keys[2], scale[0]);
 }
 
 /// Writes the factors of elements `0..len` of `mask` into `out` (`len`

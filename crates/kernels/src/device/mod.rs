@@ -18,6 +18,7 @@ pub mod optim;
 mod server;
 pub mod slamb;
 pub mod slamb_trust;
+mod softmax;
 mod word_offsets;
 
 pub use cuda_memory::with_cuda_addresses;
@@ -28,4 +29,5 @@ pub use mask::{DeviceSelection, always_bitmap, select};
 pub use messages::{decompress_messages, pack_messages};
 pub use onebit::{DeviceCompressed, compress, compress_chunks, decompress, decompress_chunks};
 pub use server::{ReceivedCopies, average_and_recompress};
+pub use softmax::{ScoreRows, masked_softmax, masked_softmax_grad};
 pub use word_offsets::word_offsets;

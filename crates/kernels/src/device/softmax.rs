@@ -1,0 +1,316 @@
+//! Attention probabilities with dropout in one kernel each way, one cube
+//! per row of the scores: forward `out = softmax(z·scale + bias)·f` over
+//! the key axis, the bias row (0 on tokens, the lowest float on padding)
+//! shared by the `rows_per_bias` rows of one sequence's heads and queries,
+//! `f` the dropout factor of each element by its position (the CPU's
+//! `SiteMask` hash, as `dropout.rs`'s kernel computes it); backward
+//! `∂z = scale·p·(g·f − Σ g·f·p)`, `p` recomputed from `z` as the forward
+//! pass computed it, so that neither the probabilities nor the factors are
+//! kept between the passes (flash attention's trade: arithmetic for
+//! memory).
+//!
+//! As burn ops under autodiff the forward pass is a scale and a bias add
+//! (on a bias first repeated per head, a copy), a row maximum, the shifted
+//! exponential, a row sum, a division and the dropout's factors and
+//! product, and the backward pass runs back through each: passes over
+//! `[batch·heads, seq, seq]`, the largest activation of a BERT layer. The
+//! arithmetic is flex's fused attention's (`terse-fused`'s
+//! `attention_probs.rs`): the maximum subtracted, the sum's reciprocal
+//! multiplied.
+
+use cubecl::prelude::*;
+use cubecl::server::Handle;
+use terse_compress::dropout::SiteMask;
+
+use super::cube::{CUBE, buffer, cube_reduce, launch_dims};
+use super::dropout::dropout_factor;
+
+/// The cube's row of `z` `[rows, n]` (cube `r`) as where it starts in
+/// `z` and in the bias (row `r / rows_per_bias`); cubes past the last row
+/// terminate.
+#[cube]
+fn this_row(rows: usize, n: usize, rows_per_bias: usize) -> (usize, usize) {
+    let row = CUBE_POS;
+    if row >= rows {
+        terminate!();
+    }
+    (row * n, (row / rows_per_bias) * n)
+}
+
+/// The score `z·scale + bias` of key `j` of the row starting at `base`
+/// in `z` and `bias_base` in the bias.
+#[cube]
+fn score(z: &[f32], bias: &[f32], base: usize, bias_base: usize, j: usize, scale: f32) -> f32 {
+    z[base + j] * scale + bias[bias_base + j]
+}
+
+/// The row's maximum score and the reciprocal of its sum of shifted
+/// exponentials, with which `p_j = exp(score_j − max)·inv`.
+#[cube]
+fn max_and_inverse_sum(
+    z: &[f32],
+    bias: &[f32],
+    base: usize,
+    bias_base: usize,
+    n: usize,
+    scale: f32,
+) -> (f32, f32) {
+    let unit = UNIT_POS as usize;
+    // The lowest finite float, not −∞ (WGSL has no infinite literal): a
+    // score is at least that unless z itself is −∞ or beyond 2^103.
+    let mut largest = f32::min_value();
+    let mut j = unit;
+    while j < n {
+        largest = f32::max(largest, score(z, bias, base, bias_base, j, scale));
+        j += CUBE;
+    }
+    let row_max = cube_reduce(largest, true);
+    let mut sum = 0.0f32;
+    j = unit;
+    while j < n {
+        sum += f32::exp(score(z, bias, base, bias_base, j, scale) - row_max);
+        j += CUBE;
+    }
+    (row_max, 1.0f32 / cube_reduce(sum, false))
+}
+
+/// One cube per row of `z` `[rows, n]`: `out = softmax(z·scale + bias)`
+/// times the dropout factors.
+#[cube(launch_unchecked)]
+#[allow(clippy::too_many_arguments)]
+fn masked_softmax_kernel(
+    z: &[f32],
+    bias: &[f32],
+    out: &mut [f32],
+    rows: usize,
+    n: usize,
+    rows_per_bias: usize,
+    scale: f32,
+    key0: u32,
+    key1: u32,
+    threshold: u32,
+    keep_scale: f32,
+) {
+    let (base, bias_base) = this_row(rows, n, rows_per_bias);
+    let (row_max, inv) = max_and_inverse_sum(z, bias, base, bias_base, n, scale);
+    let mut j = UNIT_POS as usize;
+    while j < n {
+        let i = base + j;
+        let p = f32::exp(score(z, bias, base, bias_base, j, scale) - row_max) * inv;
+        out[i] = p * dropout_factor(i, key0, key1, threshold, keep_scale);
+        j += CUBE;
+    }
+}
+
+/// One cube per row of `[rows, n]`: with `p` recomputed from `z` as the
+/// forward pass computed it and the factors `f`, `∂z = scale·p·(g·f −
+/// Σ g·f·p)`.
+#[cube(launch_unchecked)]
+#[allow(clippy::too_many_arguments)]
+fn masked_softmax_grad_kernel(
+    g: &[f32],
+    z: &[f32],
+    bias: &[f32],
+    dz: &mut [f32],
+    rows: usize,
+    n: usize,
+    rows_per_bias: usize,
+    scale: f32,
+    key0: u32,
+    key1: u32,
+    threshold: u32,
+    keep_scale: f32,
+) {
+    let (base, bias_base) = this_row(rows, n, rows_per_bias);
+    let (row_max, inv) = max_and_inverse_sum(z, bias, base, bias_base, n, scale);
+    let unit = UNIT_POS as usize;
+    let mut dot = 0.0f32;
+    let mut j = unit;
+    while j < n {
+        let i = base + j;
+        let p = f32::exp(score(z, bias, base, bias_base, j, scale) - row_max) * inv;
+        dot += g[i] * dropout_factor(i, key0, key1, threshold, keep_scale) * p;
+        j += CUBE;
+    }
+    let row_dot = cube_reduce(dot, false);
+    j = unit;
+    while j < n {
+        let i = base + j;
+        let p = f32::exp(score(z, bias, base, bias_base, j, scale) - row_max) * inv;
+        let h = g[i] * dropout_factor(i, key0, key1, threshold, keep_scale);
+        dz[i] = scale * p * (h - row_dot);
+        j += CUBE;
+    }
+}
+
+/// Panics naming the first of `buffers` that holds fewer f32 than its
+/// count.
+fn check_lengths(buffers: &[(&str, &Handle, usize)]) {
+    for &(what, handle, len) in buffers {
+        assert!(
+            handle.size_in_used() >= (len * size_of::<f32>()) as u64,
+            "{what}: fewer than {len} f32"
+        );
+    }
+}
+
+/// The scores' shape and scale: `z` `[rows, n]` row-major, row `r` biased
+/// by row `r / rows_per_bias` of the bias `[rows / rows_per_bias, n]`.
+#[derive(Debug, Clone, Copy)]
+pub struct ScoreRows {
+    /// Rows of `z`.
+    pub rows: usize,
+    /// Keys per row.
+    pub n: usize,
+    /// Consecutive rows sharing one bias row (heads × queries).
+    pub rows_per_bias: usize,
+    /// The scores' scale (1/√head_dim).
+    pub scale: f32,
+}
+
+impl ScoreRows {
+    /// Checks the shape against the buffers; the elements of `z`.
+    fn check(&self, z: &Handle, bias: &Handle) -> usize {
+        let ScoreRows {
+            rows,
+            n,
+            rows_per_bias,
+            ..
+        } = *self;
+        assert!(
+            rows_per_bias > 0 && rows.is_multiple_of(rows_per_bias),
+            "{rows} rows do not share bias rows {rows_per_bias} at a time"
+        );
+        let len = rows * n;
+        assert!(
+            u32::try_from(len).is_ok(),
+            "{len} scores: the dropout hash indexes them as u32"
+        );
+        check_lengths(&[("z", z, len), ("bias", bias, rows / rows_per_bias * n)]);
+        len
+    }
+
+    /// `z` and the bias as the kernels take them.
+    ///
+    /// # Safety
+    /// [`Self::check`] passed for these buffers.
+    unsafe fn score_args(&self, z: &Handle, bias: &Handle) -> (BufferArg, BufferArg) {
+        let len = self.rows * self.n;
+        // SAFETY: the caller's contract: `check` measured both.
+        unsafe {
+            (
+                buffer(z, len),
+                buffer(bias, self.rows / self.rows_per_bias * self.n),
+            )
+        }
+    }
+}
+
+/// `softmax(z·scale + bias)` over each row of `z` times `dropout`'s
+/// factors (at probability 0 all 1), the factor of element `i` by its
+/// position in `z`; returns a new buffer of `rows·n` f32.
+///
+/// # Panics
+/// If `rows_per_bias` is 0 or does not divide `rows`, a buffer is shorter
+/// than the shape says, or `rows·n` exceeds u32.
+pub fn masked_softmax(
+    client: &Client,
+    [z, bias]: [&Handle; 2],
+    shape: ScoreRows,
+    dropout: &SiteMask,
+) -> Handle {
+    let len = shape.check(z, bias);
+    let out = client.empty(len.max(1) * size_of::<f32>());
+    if len == 0 {
+        return out;
+    }
+    let (key0, key1, threshold, keep_scale) = dropout.parts();
+    let (count, dim) = launch_dims(client, shape.rows * CUBE);
+    // SAFETY: the lengths are checked above; one cube per row, bounded by
+    // `rows`, each unit's reads and writes by `n` within its row, and the
+    // bias row `r / rows_per_bias` below `rows / rows_per_bias`.
+    unsafe {
+        let (z, bias) = shape.score_args(z, bias);
+        masked_softmax_kernel::launch_unchecked(
+            client,
+            count,
+            dim,
+            z,
+            bias,
+            buffer(&out, len),
+            shape.rows,
+            shape.n,
+            shape.rows_per_bias,
+            shape.scale,
+            key0,
+            key1,
+            threshold,
+            keep_scale,
+        );
+    }
+    out
+}
+
+/// The gradient of [`masked_softmax`]'s `z` from the upstream `g`
+/// `[rows, n]`, the same `z`, bias and dropout (the probabilities
+/// recomputed as the forward pass computed them): `scale·p·(g·f − Σ_row
+/// g·f·p)` in a new buffer of `rows·n` f32.
+///
+/// # Panics
+/// As [`masked_softmax`], or if `g` is shorter than `z`.
+pub fn masked_softmax_grad(
+    client: &Client,
+    [g, z, bias]: [&Handle; 3],
+    shape: ScoreRows,
+    dropout: &SiteMask,
+) -> Handle {
+    let len = shape.check(z, bias);
+    check_lengths(&[("g", g, len)]);
+    let dz = client.empty(len.max(1) * size_of::<f32>());
+    if len == 0 {
+        return dz;
+    }
+    let (key0, key1, threshold, keep_scale) = dropout.parts();
+    let (count, dim) = launch_dims(client, shape.rows * CUBE);
+    // SAFETY: as in `masked_softmax`; `g` and `dz` hold `len` f32.
+    unsafe {
+        let (z, bias) = shape.score_args(z, bias);
+        masked_softmax_grad_kernel::launch_unchecked(
+            client,
+            count,
+            dim,
+            buffer(g, len),
+            z,
+            bias,
+            buffer(&dz, len),
+            shape.rows,
+            shape.n,
+            shape.rows_per_bias,
+            shape.scale,
+            key0,
+            key1,
+            threshold,
+            keep_scale,
+        );
+    }
+    dz
+}
+
+#[cfg(test)]
+crate::device::cuda_source::cuda_sources![
+    masked_softmax_kernel::MaskedSoftmaxKernel(b(), b(), b(), (), (), (), (), (), (), (), ()),
+    masked_softmax_grad_kernel::MaskedSoftmaxGradKernel(
+        b(),
+        b(),
+        b(),
+        b(),
+        (),
+        (),
+        (),
+        (),
+        (),
+        (),
+        (),
+        ()
+    ),
+];
