@@ -33,7 +33,11 @@
 //! the device has it (CUDA from sm_80), which the check's error tells from
 //! full f32; with `--matmul NAME` the line says which routine ran the
 //! linear layers' products (`terse_fused::name_linear_matmul`) and how many
-//! it declined to burn's matmul.
+//! it declined to burn's matmul. `--precision fp16` scales the loss as the
+//! trainer does (dynamic, from 2^16: `LossScaler`), reads the gradient's
+//! norm each step to judge it, unscales it and skips an overflowed update,
+//! as PyTorch's fp16 column runs GradScaler; the line gives the final
+//! scale and the timed steps skipped.
 //! Prints one JSON line per model.
 
 use std::time::Instant;
@@ -51,6 +55,7 @@ use terse_models::{ResnetConfig, ResnetDepth};
 use terse_optim::WithMoments;
 use terse_optim::{AdamConfig, FlatModel, LrSchedule, Optimizer, OptimizerConfig, ParamLayout};
 use terse_rng::SplitMix64;
+use terse_train::{LossScaler, LossScaling};
 
 /// A model the benchmark times.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -97,7 +102,7 @@ struct Args {
     /// Where the model runs: cpu, wgpu, wgpu:N, lavapipe, cuda, cuda:N
     #[arg(long, default_value = "cpu")]
     device: terse_train::DeviceChoice,
-    /// What BERT computes in (train.precision's names): fp32, tf32 (CUDA), bf16, fp16
+    /// What BERT computes in (train.precision's names): fp32, tf32 (CUDA), bf16, fp16 (with the trainer's dynamic loss scaling, as PyTorch's GradScaler: the norm read each step to judge it)
     #[arg(long, default_value = "fp32")]
     precision: terse_train::Precision,
     /// First, one f32 matmul on the device against a float64 product on the host:
@@ -179,17 +184,22 @@ struct Timings {
     /// The device's memory after the last step, on a cubecl device (the
     /// trainer's `device_memory_mb`).
     memory: Option<cubecl::MemoryUsage>,
+    /// fp16: the loss scale after the last step and the timed steps that
+    /// overflowed (skipped, as the trainer skips them).
+    loss_scale: Option<(f64, u64)>,
 }
 
 /// Runs `warmup + steps` training steps of `model` (forward and loss by
 /// `loss`, backward, the trainer's host round trip and an AdamW step) and
 /// returns the mean times of the last `steps`.
+#[allow(clippy::too_many_arguments)]
 fn time_steps<M: Module>(
     mut model: M,
     warmup: usize,
     steps: usize,
     on_cube: bool,
     sync_phases: bool,
+    scales_loss: bool,
     loss: impl Fn(&M) -> Tensor<1>,
 ) -> Timings {
     // `--sync-phases`: the device's queued work done before a phase ends.
@@ -214,7 +224,15 @@ fn time_steps<M: Module>(
         classes: [0.0; OpClass::ALL.len()],
         dispatches: None,
         memory: None,
+        loss_scale: None,
     };
+    // fp16: the trainer's dynamic loss scaling (DeepSpeed's defaults, as
+    // PyTorch's GradScaler: 2^16, halved on an overflow), its cost in the
+    // step as in PyTorch's fp16 column: the loss scaled, the gradient's
+    // norm read to judge the step, the gradient unscaled.
+    let scaling = LossScaling::default();
+    let mut scaler = scales_loss.then(|| LossScaler::new(&scaling));
+    let mut skipped_timed = 0u64;
     let mut counter = None;
     for step in 0..warmup + steps {
         if step == warmup && on_cube {
@@ -231,7 +249,10 @@ fn time_steps<M: Module>(
         }
         let forward = start.elapsed().as_secs_f64() * 1e3;
         let device = loss.device();
-        let mut grads = loss.backward();
+        let mut grads = match &scaler {
+            Some(scaler) => loss.clone().mul_scalar(scaler.scale).backward(),
+            None => loss.backward(),
+        };
         wait(&device);
         let backward = start.elapsed().as_secs_f64() * 1e3 - forward;
         // The trainer's round trip: the gradients into the host buffer, one
@@ -242,7 +263,20 @@ fn time_steps<M: Module>(
             wait(&device);
         });
         op_profile::timed(OpClass::Optimizer, || {
-            flat.step(&mut optimizer, &comm).unwrap();
+            let clean = scaler.as_mut().is_none_or(|scaler| {
+                let clean = flat.grad_sum_of_squares().is_finite();
+                if clean {
+                    flat.scale_grad((1.0 / scaler.scale) as f32);
+                }
+                scaler.update(!clean, &scaling);
+                if !clean && step >= warmup {
+                    skipped_timed += 1;
+                }
+                clean
+            });
+            if clean {
+                flat.step(&mut optimizer, &comm).unwrap();
+            }
             wait(&device);
         });
         model = op_profile::timed(OpClass::FlatRoundTrip, || {
@@ -283,6 +317,7 @@ fn time_steps<M: Module>(
     let memory = flat.as_ref().and_then(FlatModel::device_memory);
     Timings {
         memory,
+        loss_scale: scaler.map(|scaler| (scaler.scale, skipped_timed)),
         step: sums.step / n,
         forward: sums.forward / n,
         backward: sums.backward / n,
@@ -322,6 +357,10 @@ fn report(name: &str, device: &str, batch: usize, extra: &str, t: &Timings) {
             memory.bytes_in_use as f64 / 1e6,
             memory.bytes_reserved as f64 / 1e6
         );
+    }
+    if let Some((scale, skipped)) = t.loss_scale {
+        device_fields +=
+            &format!(", \"loss_scale\": {scale}, \"overflow_skipped_steps\": {skipped}");
     }
     if let Some(name) = fused::named_linear_matmul() {
         device_fields += &format!(
@@ -466,6 +505,7 @@ fn bert(args: &Args, preset: BertPreset, device: &Device) {
         args.steps(),
         !args.device.is_cpu(),
         args.sync_phases,
+        args.precision.scales_loss(),
         |model| {
             // The trainer's autocast (micro_batches.rs): half matmuls under
             // bf16/fp16, none under fp32.
@@ -502,6 +542,7 @@ fn resnet20(args: &Args, device: &Device) {
         args.steps(),
         !args.device.is_cpu(),
         args.sync_phases,
+        false,
         |model| fused::cross_entropy(model.forward(images.clone()), labels.clone()),
     );
     let on = args.device.to_string();
