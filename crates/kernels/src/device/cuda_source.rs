@@ -95,7 +95,7 @@ macro_rules! cuda_sources {
         /// The kernels here as CUDA C++ ([`crate::device::cuda_source`]).
         pub(crate) fn cuda_sources() -> Vec<(String, String)> {
             #[allow(unused_imports)]
-            use $crate::device::cuda_source::{buffer as b, table};
+            use $crate::device::cuda_source::{buffer as b, table, tensors};
             vec![$((
                 stringify!($module($($arg),*)).to_string(),
                 $crate::device::cuda_source::cuda_source($module::$kernel::new(
@@ -109,6 +109,17 @@ macro_rules! cuda_sources {
     };
 }
 pub(crate) use cuda_sources;
+
+/// What a launch registers for `count` 1-D tensors in a sequence.
+pub(crate) fn tensors(count: usize) -> SequenceCompilationArg<OwnedTensor<f32>> {
+    let tensor = TensorCompilationArg {
+        meta: TensorMetaCompilationArg { len: (), rank: () },
+        buffer: buffer(),
+    };
+    SequenceCompilationArg {
+        values: std::iter::repeat_n(tensor, count).collect(),
+    }
+}
 
 /// What a launch registers for the chunk table.
 pub(crate) fn table() -> <super::optim::ChunkTable as LaunchArg>::CompilationArg {

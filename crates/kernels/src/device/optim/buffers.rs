@@ -1,5 +1,6 @@
-//! Whole-buffer utilities: a copy, a copy or sum into a range of a larger
-//! buffer (each parameter's gradient into the flat gradient), a scale, and
+//! Whole-buffer utilities: a copy, copies or sums of several buffers into
+//! ranges of a larger one in one launch (the parameters' gradients into
+//! the flat gradient), a scale, and
 //! the per-segment sums of squares and of absolute values (gradient
 //! clipping, LAMB's pre-normalisation, the auto freeze's ‖v‖₁, 1-bit LAMB's
 //! momentum scales).
@@ -8,7 +9,7 @@ use cubecl::prelude::*;
 use cubecl::server::Handle;
 
 use super::chunks::*;
-use crate::device::cube::{buffer, cube_reduce, launch_units, unit_item};
+use crate::device::cube::{CUBE, buffer, cube_reduce, launch_units, unit_item};
 use crate::host_reads;
 
 /// `y = x` over the first `len` elements (either buffer may be longer).
@@ -18,22 +19,42 @@ fn copy_kernel(x: &[f32], y: &mut [f32], len: usize) {
     y[i] = x[i];
 }
 
-/// `y[offset + i] = x[i]` (`+=` when `accumulate`) for `i < len`. The
-/// offset and count are runtime scalars: one compiled kernel for every
-/// parameter (and `x` may be a view into a longer buffer).
+/// Several buffers copied (added when `accumulate`) into ranges of `y` in
+/// one launch. Source `s` (of `count`, comptime) is copied by cubes
+/// `table[s]..table[s + 1]`, is `table[count + 1 + s]` f32 long and lands
+/// at `y[table[2·count + 1 + s]..]`; its cubes stride over it. Each unit
+/// picks its source once, by its cube (a comptime switch on a value
+/// uniform in the cube): picking it per element made the flat-gradient
+/// round trip 5–8× slower on lavapipe, and so did a grid of as many cubes
+/// for every source as for the longest (lavapipe runs each cube, idle or
+/// not, on a CPU thread).
 #[cube(launch_unchecked)]
-fn copy_or_add_at_kernel(
-    x: &[f32],
+fn gather_at_kernel(
+    sources: &Sequence<OwnedTensor<f32>>,
     y: &mut [f32],
-    offset: usize,
-    len: usize,
+    table: &[u32],
+    #[comptime] count: usize,
     #[comptime] accumulate: bool,
 ) {
-    let i = unit_item(len);
-    if accumulate {
-        y[offset + i] += x[i];
-    } else {
-        y[offset + i] = x[i];
+    let cube = CUBE_POS as u32;
+    #[unroll]
+    for s in 0..count {
+        let (first_cube, end_cube) = (table[s], table[s + 1]);
+        if cube >= first_cube && cube < end_cube {
+            let len = usize::cast_from(table[count + 1 + s]);
+            let offset = usize::cast_from(table[2 * count + 1 + s]);
+            let x = sources.index(s).as_slice();
+            let stride = usize::cast_from(end_cube - first_cube) * CUBE;
+            let mut i = usize::cast_from(cube - first_cube) * CUBE + UNIT_POS as usize;
+            while i < len {
+                if accumulate {
+                    y[offset + i] += x[i];
+                } else {
+                    y[offset + i] = x[i];
+                }
+                i += stride;
+            }
+        }
     }
 }
 
@@ -135,33 +156,87 @@ pub fn copied(client: &Client, x: &Handle, len: usize) -> Handle {
     y
 }
 
-/// `y[offset..offset + len] = x` (`+= x` when `accumulate`): `x` holds
-/// `len` f32, `y` at least `offset + len`. Writes `y` in place, so a
-/// parameter's gradient lands in the flat gradient without a new buffer.
+/// Buffers per [`gather_at`] launch at most: 16, fewer where the device
+/// binds fewer buffers to a kernel (two more are `y` and the table).
+fn sources_per_launch(client: &Client) -> usize {
+    let bindings = client.properties().hardware.max_bindings as usize;
+    bindings.saturating_sub(2).clamp(1, 16)
+}
+
+/// One part of a [`gather_at`]: `len` f32 of `source` for `y[offset..]`.
+#[derive(Debug, Clone)]
+pub struct GatherPart {
+    /// Holds at least `len` f32.
+    pub source: Handle,
+    /// Elements copied.
+    pub len: usize,
+    /// Where they land in `y`.
+    pub offset: usize,
+}
+
+/// Every part's `len` f32 of its `source` into `y[offset..offset + len]`
+/// (added when `accumulate`), in as few launches as the device's bindings
+/// allow ([`sources_per_launch`]) instead of one per part: a training
+/// step's gradients into the flat gradient (one part per parameter: ~200
+/// for BERT-base). The ranges must not overlap.
 ///
 /// # Panics
-/// When `y_len < offset + len`.
-pub fn write_at(
+/// When a range ends past `y_len`, or `y_len` exceeds u32 (the table's
+/// offsets).
+pub fn gather_at(
     client: &Client,
-    x: &Handle,
-    len: usize,
+    parts: &[GatherPart],
     y: &Handle,
     y_len: usize,
-    offset: usize,
     accumulate: bool,
 ) {
-    assert!(offset + len <= y_len, "a range past the buffer's end");
-    if len == 0 {
-        return;
-    }
-    // SAFETY: `x` holds `len` f32 and `y` `y_len` (the caller's contract);
-    // the kernel writes only `offset..offset + len`, within `y_len`.
-    unsafe {
-        launch_units!(
-            client,
-            len,
-            copy_or_add_at_kernel(buffer(x, len), buffer(y, y_len), offset, len, accumulate)
+    assert!(
+        u32::try_from(y_len).is_ok(),
+        "{y_len} elements: offsets are u32"
+    );
+    for part in parts {
+        assert!(
+            part.offset + part.len <= y_len,
+            "a range past the buffer's end"
         );
+    }
+    let parts: Vec<&GatherPart> = parts.iter().filter(|part| part.len > 0).collect();
+    for group in parts.chunks(sources_per_launch(client)) {
+        let count = group.len();
+        // Each source's cubes: enough to keep a GPU's memory busy (an H100
+        // holds ~1,000 such cubes at once), each striding over the rest.
+        let mut table = vec![0u32];
+        for part in group {
+            let cubes = part.len.div_ceil(CUBE).min(1024) as u32;
+            table.push(table[table.len() - 1] + cubes);
+        }
+        let cubes = table[count];
+        table.extend(group.iter().map(|part| part.len as u32));
+        table.extend(group.iter().map(|part| part.offset as u32));
+        let mut sources = SequenceArg::new();
+        for part in group {
+            // SAFETY: `source` holds `len` f32 (the caller's contract), read
+            // as a 1-D contiguous tensor of that length.
+            sources.push(unsafe {
+                TensorArg::from_raw_parts(part.source.clone(), [1usize].into(), [part.len].into())
+            });
+        }
+        let table_handle = client.create_from_slice(u32::as_bytes(&table));
+        // SAFETY: a unit of source `s`'s cubes reads it below its `len`
+        // and writes `y` below `offset + len <= y_len` (checked above); the
+        // table holds `3·count + 1` words; at most 16 × 1,024 cubes.
+        unsafe {
+            gather_at_kernel::launch_unchecked(
+                client,
+                CubeCount::Static(cubes, 1, 1),
+                CubeDim::new_1d(CUBE as u32),
+                sources,
+                buffer(y, y_len),
+                BufferArg::from_raw_parts(table_handle, table.len()),
+                count,
+                accumulate,
+            );
+        }
     }
 }
 
@@ -222,8 +297,8 @@ pub fn scale(client: &Client, x: &Handle, len: usize, factor: f32) {
 #[cfg(test)]
 crate::device::cuda_source::cuda_sources![
     copy_kernel::CopyKernel(b(), b(), ()),
-    copy_or_add_at_kernel::CopyOrAddAtKernel(b(), b(), (), (), true),
-    copy_or_add_at_kernel::CopyOrAddAtKernel(b(), b(), (), (), false),
+    gather_at_kernel::GatherAtKernel(tensors(16), b(), b(), 16, true),
+    gather_at_kernel::GatherAtKernel(tensors(3), b(), b(), 3, false),
     fill_zeros_at_kernel::FillZerosAtKernel(b(), (), ()),
     chunk_sum_kernel::ChunkSumKernel(b(), table(), b(), true),
     chunk_sum_kernel::ChunkSumKernel(b(), table(), b(), false),

@@ -26,8 +26,8 @@ mod uncompressed;
 mod zero_one_sync;
 
 pub use buffers::{
-    QueuedSums, copied, copy, queue_sum_of_squares, scale, sum_of_abs, sum_of_squares, write_at,
-    zero_at,
+    GatherPart, QueuedSums, copied, copy, gather_at, queue_sum_of_squares, scale, sum_of_abs,
+    sum_of_squares, zero_at,
 };
 pub(crate) use chunks::{
     ChunkTable, direction, f32_arg, flags_arg, launch_chunks, segment_reduce, update_moments,
