@@ -25,7 +25,7 @@ fn copy_kernel(x: &[f32], y: &mut [f32], len: usize) {
 /// at `y[table[2·count + 1 + s]..]`; its cubes stride over it. Each unit
 /// picks its source once, by its cube (a comptime switch on a value
 /// uniform in the cube): picking it per element made the flat-gradient
-/// round trip 5–8× slower on lavapipe, and so did a grid of as many cubes
+/// round trip 5–11× slower on lavapipe, and so did a grid of as many cubes
 /// for every source as for the longest (lavapipe runs each cube, idle or
 /// not, on a CPU thread).
 #[cube(launch_unchecked)]
