@@ -263,17 +263,12 @@ fn time_steps<M: Module>(
             wait(&device);
         });
         op_profile::timed(OpClass::Optimizer, || {
-            let clean = scaler.as_mut().is_none_or(|scaler| {
-                let clean = flat.grad_sum_of_squares().is_finite();
-                if clean {
-                    flat.scale_grad((1.0 / scaler.scale) as f32);
-                }
-                scaler.update(!clean, &scaling);
-                if !clean && step >= warmup {
-                    skipped_timed += 1;
-                }
-                clean
-            });
+            let clean = scaler
+                .as_mut()
+                .is_none_or(|scaler| unscale_or_skip(flat, scaler, &scaling));
+            if !clean && step >= warmup {
+                skipped_timed += 1;
+            }
             if clean {
                 flat.step(&mut optimizer, &comm).unwrap();
             }
@@ -302,18 +297,7 @@ fn time_steps<M: Module>(
         }
     }
     let n = steps as f64;
-    let dispatches = counter.map(|counter| {
-        if std::env::var_os("TERSE_BENCH_KERNELS").is_some() {
-            for (kernel, count) in counter.by_kernel() {
-                eprintln!("{:>8.1} per step  {kernel}", count as f64 / n);
-            }
-        }
-        counter
-            .by_kind()
-            .into_iter()
-            .map(|(kind, count)| (kind, count as f64 / n))
-            .collect()
-    });
+    let dispatches = counter.map(|counter| per_step(&counter, n));
     let memory = flat.as_ref().and_then(FlatModel::device_memory);
     Timings {
         memory,
@@ -325,6 +309,33 @@ fn time_steps<M: Module>(
         classes: sums.classes.map(|ms| ms / n),
         dispatches,
     }
+}
+
+/// The dispatches `counter` saw in `steps` steps, per step by kind (and
+/// by kernel on stderr with `TERSE_BENCH_KERNELS`).
+fn per_step(counter: &DispatchCounter, steps: f64) -> Vec<(DispatchKind, f64)> {
+    if std::env::var_os("TERSE_BENCH_KERNELS").is_some() {
+        for (kernel, count) in counter.by_kernel() {
+            eprintln!("{:>8.1} per step  {kernel}", count as f64 / steps);
+        }
+    }
+    counter
+        .by_kind()
+        .into_iter()
+        .map(|(kind, count)| (kind, count as f64 / steps))
+        .collect()
+}
+
+/// fp16, as the trainer: reads the gradient's norm; unscales a finite
+/// gradient and answers true, or answers false (the update is skipped);
+/// the scale moves by the verdict.
+fn unscale_or_skip(flat: &mut FlatModel, scaler: &mut LossScaler, scaling: &LossScaling) -> bool {
+    let clean = flat.grad_sum_of_squares().is_finite();
+    if clean {
+        flat.scale_grad((1.0 / scaler.scale) as f32);
+    }
+    scaler.update(!clean, scaling);
+    clean
 }
 
 /// One JSON line: throughput, the forward / backward / rest split and the
