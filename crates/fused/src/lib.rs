@@ -17,8 +17,8 @@
 //!   context) per (batch, head) on the linear layers' `[batch, seq,
 //!   hidden]` layout, gemm calls at the heads' strides, as one autodiff
 //!   node (`attention_core.rs`); on cubecl devices its scale + mask +
-//!   softmax ([`attention_probs`]) one step of one kernel each way
-//!   (`device_softmax.rs`);
+//!   softmax + dropout ([`attention_probs`]) one step of one kernel each
+//!   way (`device_softmax.rs`);
 //! - [`conv2d`], [`batch_norm`] (with the ReLU after it), [`add_relu`]:
 //!   ResNet's and VGG's convolution (im2col + one gemm per image), training
 //!   BatchNorm and residual `relu(a + b)`;

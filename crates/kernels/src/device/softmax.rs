@@ -219,36 +219,7 @@ pub fn masked_softmax(
     shape: ScoreRows,
     dropout: &SiteMask,
 ) -> Handle {
-    let len = shape.check(z, bias);
-    let out = client.empty(len.max(1) * size_of::<f32>());
-    if len == 0 {
-        return out;
-    }
-    let (key0, key1, threshold, keep_scale) = dropout.parts();
-    let (count, dim) = launch_dims(client, shape.rows * CUBE);
-    // SAFETY: the lengths are checked above; one cube per row, bounded by
-    // `rows`, each unit's reads and writes by `n` within its row, and the
-    // bias row `r / rows_per_bias` below `rows / rows_per_bias`.
-    unsafe {
-        let (z, bias) = shape.score_args(z, bias);
-        masked_softmax_kernel::launch_unchecked(
-            client,
-            count,
-            dim,
-            z,
-            bias,
-            buffer(&out, len),
-            shape.rows,
-            shape.n,
-            shape.rows_per_bias,
-            shape.scale,
-            key0,
-            key1,
-            threshold,
-            keep_scale,
-        );
-    }
-    out
+    launch_rows(client, None, [z, bias], shape, dropout)
 }
 
 /// The gradient of [`masked_softmax`]'s `z` from the upstream `g`
@@ -264,36 +235,78 @@ pub fn masked_softmax_grad(
     shape: ScoreRows,
     dropout: &SiteMask,
 ) -> Handle {
+    launch_rows(client, Some(g), [z, bias], shape, dropout)
+}
+
+/// The forward kernel, or with the upstream gradient `g` the backward
+/// one, into a new buffer of `rows·n` f32.
+fn launch_rows(
+    client: &Client,
+    g: Option<&Handle>,
+    [z, bias]: [&Handle; 2],
+    shape: ScoreRows,
+    dropout: &SiteMask,
+) -> Handle {
     let len = shape.check(z, bias);
-    check_lengths(&[("g", g, len)]);
-    let dz = client.empty(len.max(1) * size_of::<f32>());
+    if let Some(g) = g {
+        check_lengths(&[("g", g, len)]);
+    }
+    let out = client.empty(len.max(1) * size_of::<f32>());
     if len == 0 {
-        return dz;
+        return out;
     }
     let (key0, key1, threshold, keep_scale) = dropout.parts();
     let (count, dim) = launch_dims(client, shape.rows * CUBE);
-    // SAFETY: as in `masked_softmax`; `g` and `dz` hold `len` f32.
+    let ScoreRows {
+        rows,
+        n,
+        rows_per_bias,
+        scale,
+    } = shape;
+    // SAFETY: the lengths are checked above (`g`, `z` and `out` hold `len`
+    // f32); one cube per row, bounded by `rows`, each unit's reads and
+    // writes by `n` within its row, and the bias row `r / rows_per_bias`
+    // below `rows / rows_per_bias`.
     unsafe {
         let (z, bias) = shape.score_args(z, bias);
-        masked_softmax_grad_kernel::launch_unchecked(
-            client,
-            count,
-            dim,
-            buffer(g, len),
-            z,
-            bias,
-            buffer(&dz, len),
-            shape.rows,
-            shape.n,
-            shape.rows_per_bias,
-            shape.scale,
-            key0,
-            key1,
-            threshold,
-            keep_scale,
-        );
+        let out = buffer(&out, len);
+        match g {
+            None => masked_softmax_kernel::launch_unchecked(
+                client,
+                count,
+                dim,
+                z,
+                bias,
+                out,
+                rows,
+                n,
+                rows_per_bias,
+                scale,
+                key0,
+                key1,
+                threshold,
+                keep_scale,
+            ),
+            Some(g) => masked_softmax_grad_kernel::launch_unchecked(
+                client,
+                count,
+                dim,
+                buffer(g, len),
+                z,
+                bias,
+                out,
+                rows,
+                n,
+                rows_per_bias,
+                scale,
+                key0,
+                key1,
+                threshold,
+                keep_scale,
+            ),
+        }
     }
-    dz
+    out
 }
 
 #[cfg(test)]
