@@ -29,7 +29,7 @@ use burn::tensor::{Shape, Tensor};
 use burn_cubecl::kernel::into_contiguous;
 use terse_kernels::device;
 
-use crate::reduce_routine::{ParallelReduceOps, row_means, rows};
+use crate::reduce_routine::{ParallelReduceOps, row_means, rows, same_shape};
 
 /// LayerNorm over the last dimension.
 #[backend_extension(Cube, Fusion, Autodiff)]
@@ -57,11 +57,6 @@ pub trait DeviceLayerNormOps: ParallelReduceOps {
     ) -> FloatTensor<Self> {
         input_grad::<Self>(g, xhat, denom, gamma)
     }
-}
-
-/// The shape of `x`.
-fn same_shape(x: &Shape) -> Shape {
-    x.clone()
 }
 
 impl DeviceLayerNormOps for CubeBackend {

@@ -37,6 +37,8 @@ use burn_cubecl::kernel::into_contiguous;
 use terse_compress::dropout::SiteMask;
 use terse_kernels::device::{self, ScoreRows};
 
+use crate::reduce_routine::same_shape;
+
 /// Attention probabilities from scaled, biased scores, with dropout.
 #[backend_extension(Cube, Fusion, Autodiff)]
 pub trait DeviceSoftmaxOps: Backend {
@@ -71,11 +73,6 @@ pub trait DeviceSoftmaxOps: Backend {
         let mask = SiteMask::new(prob, key);
         softmax_grad_ops::<Self>(g, z, bias, rows_per_bias, scale, &mask)
     }
-}
-
-/// The shape of `x`.
-fn same_shape(x: &Shape) -> Shape {
-    x.clone()
 }
 
 /// `mask`'s factors for every element of `like`, made on the host (the

@@ -47,6 +47,17 @@ pub(crate) unsafe fn buffer(handle: &Handle, len: usize) -> BufferArg {
     unsafe { BufferArg::from_raw_parts(handle.clone(), len) }
 }
 
+/// Panics naming the first of `buffers` (name, handle, count) that holds
+/// fewer f32 than its count: the check before an unchecked launch.
+pub(crate) fn check_lengths(buffers: &[(&str, &Handle, usize)]) {
+    for &(what, handle, len) in buffers {
+        assert!(
+            handle.size_in_used() >= (len * size_of::<f32>()) as u64,
+            "{what}: fewer than {len} f32"
+        );
+    }
+}
+
 /// This unit's item in a launch of one unit per item ([`launch_dims`]):
 /// the units past the last of `len` items terminate here.
 #[cube]

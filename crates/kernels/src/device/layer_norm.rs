@@ -12,7 +12,7 @@
 use cubecl::prelude::*;
 use cubecl::server::Handle;
 
-use super::cube::{CUBE, buffer, launch_dims, reduce_rows};
+use super::cube::{CUBE, buffer, check_lengths, launch_dims, reduce_rows};
 
 /// One cube per row of `[rows, d]`; cubes past the last row terminate.
 #[cube(launch_unchecked)]
@@ -69,18 +69,12 @@ pub fn layer_norm_input_grad(
     d: usize,
 ) -> Handle {
     let n = rows * d;
-    let f = size_of::<f32>() as u64;
-    for (what, handle, len) in [
+    check_lengths(&[
         ("g", g, n),
         ("x̂", xhat, n),
         ("denom", denom, rows),
         ("γ", gamma, d),
-    ] {
-        assert!(
-            handle.size_in_used() >= len as u64 * f,
-            "{what}: fewer than {len} f32"
-        );
-    }
+    ]);
     let dx = client.empty(n.max(1) * size_of::<f32>());
     if n == 0 {
         return dx;

@@ -22,7 +22,7 @@ use cubecl::prelude::*;
 use cubecl::server::Handle;
 use terse_compress::dropout::SiteMask;
 
-use super::cube::{CUBE, buffer, cube_reduce, launch_dims};
+use super::cube::{CUBE, buffer, check_lengths, cube_reduce, launch_dims};
 use super::dropout::dropout_factor;
 
 /// The cube's row of `z` `[rows, n]` (cube `r`) as where it starts in
@@ -140,17 +140,6 @@ fn masked_softmax_grad_kernel(
         let h = g[i] * dropout_factor(i, key0, key1, threshold, keep_scale);
         dz[i] = scale * p * (h - row_dot);
         j += CUBE;
-    }
-}
-
-/// Panics naming the first of `buffers` that holds fewer f32 than its
-/// count.
-fn check_lengths(buffers: &[(&str, &Handle, usize)]) {
-    for &(what, handle, len) in buffers {
-        assert!(
-            handle.size_in_used() >= (len * size_of::<f32>()) as u64,
-            "{what}: fewer than {len} f32"
-        );
     }
 }
 
