@@ -22,6 +22,7 @@ use burn::backend::autodiff::checkpoint::base::Checkpointer;
 use burn::backend::autodiff::checkpoint::strategy::CheckpointStrategy;
 use burn::backend::autodiff::grads::Gradients;
 use burn::backend::autodiff::ops::{Backward, Ops, OpsKind};
+use burn::backend::fusion::custom::TensorSpec;
 use burn::backend::tensor::FloatTensor;
 use burn::backend::wgpu::{CubeBackend, CubeTensor};
 use burn::backend::{DType, Dispatch, TensorMetadata, backend_extension};
@@ -46,6 +47,19 @@ pub trait DeviceLayerNormOps: ParallelReduceOps {
         forward::<Self>(x, gamma, beta, eps).0
     }
 
+    /// LayerNorm of `x` `[n, d]` with γ and β `[d]`: the output `[n, d]`
+    /// with what the backward pass keeps, x̂ `[n, d]` and the rows'
+    /// `sqrt(var + eps)` `[n, 1]`.
+    #[fusion(meta = forward_specs)]
+    fn layer_norm_forward(
+        x: FloatTensor<Self>,
+        gamma: FloatTensor<Self>,
+        beta: FloatTensor<Self>,
+        eps: f64,
+    ) -> (FloatTensor<Self>, FloatTensor<Self>, FloatTensor<Self>) {
+        forward_ops::<Self>(x, gamma, beta, eps)
+    }
+
     /// The input's gradient from the upstream `g` `[n, d]`, the kept x̂
     /// `[n, d]` and denominators `[n, 1]`, and γ `[d]`: `[n, d]`.
     #[fusion(dtype = g, shape = same_shape(g))]
@@ -59,7 +73,50 @@ pub trait DeviceLayerNormOps: ParallelReduceOps {
     }
 }
 
+/// [`DeviceLayerNormOps::layer_norm_forward`]'s outputs for `x` `[n, d]`:
+/// two of its shape and dtype, and `[n, 1]`.
+fn forward_specs(
+    x: &TensorSpec,
+    _: &TensorSpec,
+    _: &TensorSpec,
+    _: &f64,
+) -> (TensorSpec, TensorSpec, TensorSpec) {
+    let rows = TensorSpec::new(Shape::new([x.shape[0], 1]), x.dtype);
+    (x.clone(), x.clone(), rows)
+}
+
 impl DeviceLayerNormOps for CubeBackend {
+    /// One kernel, one cube per row (`terse_kernels::device::
+    /// layer_norm_forward`) for f32; other dtypes take burn's ops.
+    fn layer_norm_forward(
+        x: CubeTensor,
+        gamma: CubeTensor,
+        beta: CubeTensor,
+        eps: f64,
+    ) -> Normalized<Self> {
+        if [&x, &gamma, &beta].iter().any(|t| t.dtype != DType::F32) {
+            return forward_ops::<Self>(x, gamma, beta, eps);
+        }
+        let [x, gamma, beta] = [x, gamma, beta].map(into_contiguous);
+        let (rows, d) = (x.shape()[0], x.shape()[1]);
+        let handles = [&x.handle, &gamma.handle, &beta.handle];
+        let [y, xhat, denom] = device::layer_norm_forward(&x.client, handles, rows, d, eps as f32);
+        let tensor = |handle, shape: [usize; 2]| {
+            CubeTensor::new_contiguous(
+                x.client.clone(),
+                x.device.clone(),
+                Shape::new(shape),
+                handle,
+                DType::F32,
+            )
+        };
+        (
+            tensor(y, [rows, d]),
+            tensor(xhat, [rows, d]),
+            tensor(denom, [rows, 1]),
+        )
+    }
+
     /// One kernel, one cube per row (`terse_kernels::device::
     /// layer_norm_input_grad`) for f32; other dtypes take burn's ops.
     fn layer_norm_input_grad(
@@ -100,17 +157,30 @@ fn input_grad<B: ParallelReduceOps>(
 }
 
 /// LayerNorm's output in `x`'s shape, with x̂ `[n, d]` and the rows'
-/// `sqrt(var + eps)` `[n, 1]` (what the backward pass keeps).
-fn forward<B: ParallelReduceOps>(
+/// `sqrt(var + eps)` `[n, 1]` (what the backward pass keeps), as one
+/// [`DeviceLayerNormOps::layer_norm_forward`].
+fn forward<B: DeviceLayerNormOps>(
     x: FloatTensor<B>,
     gamma: FloatTensor<B>,
     beta: FloatTensor<B>,
     eps: f64,
-) -> (FloatTensor<B>, FloatTensor<B>, FloatTensor<B>) {
+) -> Normalized<B> {
     let shape = x.shape();
-    let (xhat, denom) = normalize::<B>(rows::<B>(x), eps);
-    let y = scale_shift::<B>(xhat.clone(), gamma, beta);
+    let (y, xhat, denom) = B::layer_norm_forward(rows::<B>(x), gamma, beta, eps);
     (B::float_reshape(y, shape), xhat, denom)
+}
+
+/// [`DeviceLayerNormOps::layer_norm_forward`] as burn's ops (the reference
+/// of the kernel, and where it does not run), for `x` `[n, d]`.
+fn forward_ops<B: ParallelReduceOps>(
+    x: FloatTensor<B>,
+    gamma: FloatTensor<B>,
+    beta: FloatTensor<B>,
+    eps: f64,
+) -> Normalized<B> {
+    let (xhat, denom) = normalize::<B>(x, eps);
+    let y = scale_shift::<B>(xhat.clone(), gamma, beta);
+    (y, xhat, denom)
 }
 
 /// `x` `[n, d]` normalised per row, and the rows' `sqrt(var + eps)`
@@ -142,6 +212,9 @@ struct LayerNormBackward;
 /// What the backward pass keeps: x̂ `[n, d]`, the denominators `[n, 1]`
 /// and γ `[d]`.
 type Kept<B> = (FloatTensor<B>, FloatTensor<B>, FloatTensor<B>);
+
+/// LayerNorm's output, x̂ `[n, d]` and the denominators `[n, 1]`.
+type Normalized<B> = (FloatTensor<B>, FloatTensor<B>, FloatTensor<B>);
 
 impl<B: DeviceLayerNormOps> Backward<B, 3> for LayerNormBackward {
     type State = Kept<B>;

@@ -6,12 +6,19 @@
 //! column sums of `r`. GELU (`fused::dense_gelu`) against its exact
 //! derivative.
 
+use std::sync::Mutex;
+
 use burn::nn::{LayerNormConfig, Linear, LinearConfig};
 use burn::tensor::{Device, Tensor, TensorData};
 use terse_fused as fused;
+use terse_kernels::dispatches::DispatchCounter;
 
 mod common;
 use common::{lavapipe, max_error, values, vec_of};
+
+/// Held by each test while it runs: the dispatch counter counts the whole
+/// process's launches.
+static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
 
 fn column_sums(r: &[f32], d: usize) -> Vec<f64> {
     let mut sums = vec![0.0f64; d];
@@ -43,6 +50,7 @@ fn dense(d_in: usize, d_out: usize, device: &Device) -> Linear {
 /// the same device.
 #[test]
 fn linear_bias_gradient_is_the_column_sums_on_the_device() {
+    let _alone = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
     let device = lavapipe().autodiff();
     for (batch, seq, d_in, d_out) in [(32, 128, 8, 768), (3, 7, 5, 37)] {
         let layer = dense(d_in, d_out, &device);
@@ -100,6 +108,7 @@ fn linear_bias_gradient_is_the_column_sums_on_the_device() {
 /// layout equal to burn's ops.
 #[test]
 fn transposed_linear_gradients_on_the_device() {
+    let _alone = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
     let device = lavapipe().autodiff();
     let (rows, d_in, d_out) = (300, 16, 1000);
     let param = |n: &[usize], seed| {
@@ -130,19 +139,23 @@ fn transposed_linear_gradients_on_the_device() {
     assert_eq!(terse.2, burn.2, "W's gradient");
 }
 
-/// `fused::layer_norm` on lavapipe, BERT-base's shape: β's gradient is the
-/// column sums of `∂L/∂y` and γ's those of `∂L/∂y · x̂` (x̂ normalised in
-/// float64); the output and x's gradient are within float rounding of
-/// burn's `LayerNorm`. (burn's own sums, cubek's `Unit` routine, measured
+/// `fused::layer_norm` on lavapipe, BERT-base's shape: the output is
+/// `x̂·γ + β` and β's gradient the column sums of `∂L/∂y`, γ's those of
+/// `∂L/∂y · x̂` (x̂ normalised in float64); the output and x's gradient
+/// are within float rounding of burn's `LayerNorm`. (burn's own sums, cubek's `Unit` routine, measured
 /// 2.8e-5 and 5.5e-5 here; terse's 1.0e-5 and 9.8e-6.)
 #[test]
 fn layer_norm_parameter_gradients_on_the_device() {
+    let _alone = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
     let device = lavapipe().autodiff();
     let (rows, d, eps) = (4096, 768, 1e-12);
     let mut norm = LayerNormConfig::new(d).with_epsilon(eps).init(&device);
     let gamma_values = values(d, 31);
     let gamma = Tensor::<1>::from_data(TensorData::new(gamma_values.clone(), [d]), &device);
     norm.gamma = norm.gamma.map(|_| gamma.require_grad());
+    let beta_values = values(d, 34);
+    let beta = Tensor::<1>::from_data(TensorData::new(beta_values.clone(), [d]), &device);
+    norm.beta = norm.beta.map(|p| p.map(|_| beta.require_grad()));
     let x_values: Vec<f32> = values(rows * d, 32).iter().map(|v| 3.0 * v + 0.5).collect();
     let r_values = values(rows * d, 33);
     // BERT-base's activations, `[batch 32, seq 128, hidden 768]`.
@@ -166,6 +179,7 @@ fn layer_norm_parameter_gradients_on_the_device() {
 
     let mut want_dgamma = vec![0.0f64; d];
     let mut want_dx = vec![0.0f64; rows * d];
+    let mut want_y = vec![0.0f64; rows * d];
     for (row, x) in x_values.chunks(d).enumerate() {
         let mean = x.iter().map(|v| f64::from(*v)).sum::<f64>() / d as f64;
         let var = x
@@ -178,6 +192,7 @@ fn layer_norm_parameter_gradients_on_the_device() {
         let r = &r_values[row * d..(row + 1) * d];
         for j in 0..d {
             want_dgamma[j] += xhat[j] * f64::from(r[j]);
+            want_y[row * d + j] = xhat[j] * f64::from(gamma_values[j]) + f64::from(beta_values[j]);
         }
         // ∂x = (a − mean(a) − x̂·mean(a·x̂)) / denom with a = g·γ.
         let a: Vec<f64> = (0..d)
@@ -189,6 +204,9 @@ fn layer_norm_parameter_gradients_on_the_device() {
             want_dx[row * d + j] = (a[j] - mean_a - xhat[j] * mean_ax) / denom;
         }
     }
+    let err = max_error(&terse.0, &want_y);
+    eprintln!("output: {err:e} from float64");
+    assert!(err < 2e-6, "output: {err:e}");
     let err = max_error(&terse.1, &want_dx);
     eprintln!("x's gradient: {err:e} from float64");
     assert!(err < 2e-5, "x's gradient: {err:e}");
@@ -208,10 +226,40 @@ fn layer_norm_parameter_gradients_on_the_device() {
     close(&terse.1, &burn.1, "x's gradient");
 }
 
+/// LayerNorm's forward pass on a cubecl device is one kernel
+/// (`terse_kernels::device::layer_norm_forward`), with autodiff (training:
+/// x̂ and the denominators kept) and without (evaluation). As burn's ops
+/// under fusion it was four here: two row sums and two fused element-wise
+/// steps.
+#[test]
+fn layer_norm_forward_is_one_kernel() {
+    let _alone = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
+    let (rows, d) = (48, 96);
+    for device in [lavapipe(), lavapipe().autodiff()] {
+        let norm = LayerNormConfig::new(d).init(&device);
+        // γ's and β's fills run before the count (fusion defers them).
+        vec_of(norm.gamma.val());
+        vec_of(norm.beta.as_ref().unwrap().val());
+        let x = Tensor::<2>::from_data(TensorData::new(values(rows * d, 35), [rows, d]), &device);
+        let counter = DispatchCounter::start();
+        let y = fused::layer_norm(x, &norm, 1e-12);
+        vec_of(y);
+        let dispatched = counter.by_kernel();
+        assert_eq!(
+            dispatched.values().sum::<u64>(),
+            1,
+            "{device:?}: {dispatched:?}"
+        );
+        let (name, _) = dispatched.first_key_value().unwrap();
+        assert!(name.contains("layer_norm::forward_kernel"), "{name}");
+    }
+}
+
 /// Without autodiff (evaluation) the op on a cubecl device is burn's
 /// `linear`, bit for bit.
 #[test]
 fn forward_without_autodiff_on_the_device() {
+    let _alone = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
     let device = lavapipe();
     let layer = LinearConfig::new(4, 6).init(&device);
     let x = Tensor::<2>::from_data(TensorData::new(values(12, 41), [3, 4]), &device);
@@ -226,6 +274,7 @@ fn forward_without_autodiff_on_the_device() {
 /// 8.7e-4 off) fails this at 1e-4.
 #[test]
 fn dense_gelu_has_the_exact_derivative_on_the_device() {
+    let _alone = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
     let device = lavapipe().autodiff();
     let (rows, d_in, d_out) = (64, 8, 96);
     let layer = dense(d_in, d_out, &device);

@@ -1,8 +1,15 @@
-//! LayerNorm's input gradient in one kernel: per row, from the upstream
-//! gradient g, the kept x̂ and denominator `sqrt(var + ε)` and γ,
+//! LayerNorm in one kernel each way, one cube per row. Forward: the row's
+//! mean and `sqrt(var + ε)` (biased variance), then `x̂ = (x − mean) /
+//! sqrt(var + ε)` and `y = x̂·γ + β`, with x̂ and the denominator written
+//! for the backward pass. Backward, the input's gradient from the upstream
+//! gradient g, the kept x̂ and denominator and γ:
 //! `∂x = (g·γ − mean(g·γ) − x̂·mean(g·γ·x̂)) / sqrt(var + ε)`.
 //!
-//! As burn ops this closed form is a chain: two products, two row sums
+//! As burn ops the forward pass is two row sums (the mean, then the
+//! variance of the centred row) and the element-wise steps between and
+//! after them, which burn's fusion cannot fuse across the sums: on
+//! lavapipe four dispatches, here one that reads the row three times.
+//! The backward closed form is a chain: two products, two row sums
 //! (their inputs products burn's fusion cannot fold into a reduction it
 //! does not own), the means and three element-wise steps, each a pass over
 //! the `[rows, d]` activations and a dispatch. Here one cube per row reads
@@ -12,7 +19,99 @@
 use cubecl::prelude::*;
 use cubecl::server::Handle;
 
-use super::cube::{CUBE, buffer, check_lengths, launch_dims, reduce_rows};
+use super::cube::{CUBE, buffer, check_lengths, cube_reduce, launch_dims, reduce_rows};
+
+/// One cube per row of `x` `[rows, d]`: `y = x̂·γ + β` with `x̂ = (x −
+/// mean) / denom`, `denom = sqrt(mean((x − mean)²) + eps)` (burn's
+/// arithmetic: the centred row's biased variance); x̂ and the row's denom
+/// kept. Cubes past the last row terminate.
+#[cube(launch_unchecked)]
+#[allow(clippy::too_many_arguments)]
+fn forward_kernel(
+    x: &[f32],
+    gamma: &[f32],
+    beta: &[f32],
+    y: &mut [f32],
+    xhat: &mut [f32],
+    denom: &mut [f32],
+    rows: usize,
+    d: usize,
+    eps: f32,
+) {
+    let row = CUBE_POS;
+    if row >= rows {
+        terminate!();
+    }
+    let unit = UNIT_POS as usize;
+    let base = row * d;
+    let width = f32::cast_from(d);
+    let mut sum = 0.0f32;
+    let mut j = unit;
+    while j < d {
+        sum += x[base + j];
+        j += CUBE;
+    }
+    let mean = cube_reduce(sum, false) / width;
+    let mut squares = 0.0f32;
+    j = unit;
+    while j < d {
+        let centred = x[base + j] - mean;
+        squares += centred * centred;
+        j += CUBE;
+    }
+    let root = f32::sqrt(cube_reduce(squares, false) / width + eps);
+    if unit == 0 {
+        denom[row] = root;
+    }
+    j = unit;
+    while j < d {
+        let normalised = (x[base + j] - mean) / root;
+        xhat[base + j] = normalised;
+        y[base + j] = normalised * gamma[j] + beta[j];
+        j += CUBE;
+    }
+}
+
+/// LayerNorm of `rows` rows of `d` (`x` `rows·d` f32 row by row, γ and β
+/// `d`): new buffers `[y, x̂, denom]` of `rows·d`, `rows·d` and `rows` f32.
+///
+/// # Panics
+/// If a buffer is shorter than that.
+pub fn layer_norm_forward(
+    client: &Client,
+    [x, gamma, beta]: [&Handle; 3],
+    rows: usize,
+    d: usize,
+    eps: f32,
+) -> [Handle; 3] {
+    let n = rows * d;
+    check_lengths(&[("x", x, n), ("γ", gamma, d), ("β", beta, d)]);
+    let [y, xhat, denom] = [n, n, rows].map(|len| client.empty(len.max(1) * size_of::<f32>()));
+    if n == 0 {
+        return [y, xhat, denom];
+    }
+    let (count, dim) = launch_dims(client, rows * CUBE);
+    // SAFETY: the inputs' lengths are checked above and the outputs made
+    // to size; one cube per row, bounded by `rows`, each unit's reads and
+    // writes by `d` within its row.
+    unsafe {
+        forward_kernel::launch_unchecked(
+            client,
+            count,
+            dim,
+            buffer(x, n),
+            buffer(gamma, d),
+            buffer(beta, d),
+            buffer(&y, n),
+            buffer(&xhat, n),
+            buffer(&denom, rows),
+            rows,
+            d,
+            eps,
+        );
+    }
+    [y, xhat, denom]
+}
 
 /// One cube per row of `[rows, d]`; cubes past the last row terminate.
 #[cube(launch_unchecked)]
@@ -100,12 +199,7 @@ pub fn layer_norm_input_grad(
 }
 
 #[cfg(test)]
-crate::device::cuda_source::cuda_sources![input_grad_kernel::InputGradKernel(
-    b(),
-    b(),
-    b(),
-    b(),
-    b(),
-    (),
-    ()
-),];
+crate::device::cuda_source::cuda_sources![
+    forward_kernel::ForwardKernel(b(), b(), b(), b(), b(), b(), (), (), ()),
+    input_grad_kernel::InputGradKernel(b(), b(), b(), b(), b(), (), ()),
+];
