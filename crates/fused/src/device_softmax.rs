@@ -31,12 +31,13 @@ use burn::backend::ops::FloatTensorOps;
 use burn::backend::tensor::FloatTensor;
 use burn::backend::wgpu::{CubeBackend, CubeTensor};
 use burn::backend::{Backend, DType, Dispatch, TensorMetadata, backend_extension};
-use burn::tensor::{FloatDType, Shape, Tensor, TensorData};
+use burn::tensor::{FloatDType, Shape, Tensor};
 use burn_cubecl::cubecl::server::Handle;
 use burn_cubecl::kernel::into_contiguous;
 use terse_compress::dropout::SiteMask;
 use terse_kernels::device::{self, ScoreRows};
 
+use crate::device_dropout::host_factors;
 use crate::reduce_routine::same_shape;
 
 /// Attention probabilities from scaled, biased scores, with dropout.
@@ -73,15 +74,6 @@ pub trait DeviceSoftmaxOps: Backend {
         let mask = SiteMask::new(prob, key);
         softmax_grad_ops::<Self>(g, z, bias, rows_per_bias, scale, &mask)
     }
-}
-
-/// `mask`'s factors for every element of `like`, made on the host (the
-/// reference; the kernels hash them where they use them).
-fn host_factors<B: Backend>(like: &FloatTensor<B>, mask: &SiteMask) -> FloatTensor<B> {
-    let shape = like.shape();
-    let factors: Vec<f32> = (0..shape.num_elements()).map(|j| mask.factor(j)).collect();
-    let data = TensorData::new(factors, shape).convert_dtype(like.dtype());
-    B::float_from_data(data, &like.device())
 }
 
 /// `softmax(z·scale + bias)` as burn's ops (the kernel's arithmetic:
@@ -291,7 +283,7 @@ pub(crate) fn attention_probs(
 
 #[cfg(test)]
 mod tests {
-    use burn::tensor::{Device, DeviceKind};
+    use burn::tensor::{Device, DeviceKind, TensorData};
 
     use super::*;
 

@@ -36,6 +36,7 @@ mod bias_gelu;
 mod conv2d;
 mod cross_entropy;
 mod device_cross_entropy;
+mod device_dropout;
 mod device_gelu;
 mod device_layer_norm;
 mod device_linear;
@@ -301,14 +302,36 @@ pub fn dropout<const D: usize>(x: Tensor<D>, layer: &Dropout) -> Tensor<D> {
         return x;
     };
     let prob = layer.prob as f32;
-    if is_flex(&device) && is_f32(&x) {
-        return Tensor::from_dispatch(<Dispatch as FusedOps>::fused_dropout(
-            x.into_dispatch(),
-            prob,
-            key,
-        ));
+    if is_f32(&x) {
+        if is_flex(&device) {
+            return Tensor::from_dispatch(<Dispatch as FusedOps>::fused_dropout(
+                x.into_dispatch(),
+                prob,
+                key,
+            ));
+        }
+        return device_dropout::dropped(x, None, prob, key);
     }
     apply_mask(x, SiteMask::new(prob, key))
+}
+
+/// `layer`'s dropout of `x` widened to f32, plus the f32 `residual`: a
+/// residual block's sum. On a cubecl device with `x` in f32 one step, one
+/// kernel each way, no factors kept (`device_dropout.rs`); otherwise
+/// [`dropout`] (in `x`'s type, then widened) and the sum.
+pub fn dropout_add<const D: usize>(
+    x: Tensor<D>,
+    residual: Tensor<D>,
+    layer: &Dropout,
+) -> Tensor<D> {
+    let device = x.device();
+    if is_flex(&device) || !is_f32(&x) {
+        return widen(dropout(x, layer)) + residual;
+    }
+    match site(layer, &device) {
+        Some(key) => device_dropout::dropped(x, Some(residual), layer.prob as f32, key),
+        None => x + residual,
+    }
 }
 
 /// `x` times `mask`'s factors, made on a cubecl device by a kernel (on any
