@@ -96,7 +96,8 @@ fn a_device_run_holds_its_state_and_no_more_from_step_to_step() {
 /// buffers larger than it allows (cubecl's `BufferTooBig`, found when the
 /// step's loss is read): the run ends with terse's one-line error naming
 /// the step, the device, the size and the setting to lower, on one rank
-/// and on each of two local ranks, without a panic or a backtrace.
+/// and on each of two local ranks, without a panic or a backtrace. (On
+/// CUDA the device's memory in all follows its name; WebGPU states none.)
 #[test]
 fn a_micro_batch_the_device_cannot_hold_is_one_error_line() {
     let scratch = tempfile::tempdir().unwrap();

@@ -14,6 +14,7 @@
 use std::fmt;
 use std::str::FromStr;
 
+use burn::backend::DispatchDevice;
 use burn::tensor::{Device, DeviceKind, Tensor};
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
@@ -103,10 +104,8 @@ impl DeviceChoice {
     pub fn open(&self) -> Result<Device, TrainError> {
         let kind = match self {
             Self::Cpu => return Ok(Device::flex()),
-            Self::Wgpu => DeviceKind::DefaultDevice,
-            Self::WgpuDiscrete(index) => DeviceKind::DiscreteGpu(*index),
-            Self::Lavapipe => DeviceKind::Cpu,
             Self::Cuda(index) => return self.open_cuda(*index),
+            _ => self.wgpu_kind(),
         };
         let found = adapters();
         let fits = |info: &&Adapter| match self {
@@ -142,6 +141,36 @@ impl DeviceChoice {
             self.unavailable(format!("the adapter failed to start: {reason}{HOW}"))
         })?;
         Ok(device)
+    }
+
+    /// The kind of wgpu adapter a wgpu choice names (`DefaultDevice` for
+    /// the others, which never ask).
+    fn wgpu_kind(&self) -> DeviceKind {
+        match self {
+            Self::WgpuDiscrete(index) => DeviceKind::DiscreteGpu(*index),
+            Self::Lavapipe => DeviceKind::Cpu,
+            _ => DeviceKind::DefaultDevice,
+        }
+    }
+
+    /// The device's memory in all as cubecl states it (CUDA's
+    /// `cuDeviceTotalMem`), for messages such as the out-of-memory line;
+    /// `None` on the CPU and where the runtime states none (wgpu: WebGPU
+    /// has no figure, and cubecl reads Vulkan's heaps only in its `spirv`
+    /// build, which terse does not use). Asks the
+    /// device's client, which a run has started already (nothing is
+    /// allocated, nothing waits for the device).
+    pub fn memory_capacity(&self) -> Option<u64> {
+        let device = match self {
+            Self::Cpu => return None,
+            Self::Cuda(index) => Device::cuda(terse_comm::gpu_of_process(*index)),
+            _ => Device::wgpu(self.wgpu_kind()),
+        };
+        match device.as_dispatch() {
+            DispatchDevice::Cube(cube) => cube.client().properties().memory.max_memory(),
+            #[allow(unreachable_patterns)] // flex is not a choice here, but is a variant
+            _ => None,
+        }
     }
 
     /// NVIDIA GPU `index` (offset by the process's node-local rank) through
@@ -252,6 +281,15 @@ mod tests {
         assert!(error.contains("unknown device `gpu3`") && error.contains("lavapipe"));
         let error = "cuda:x".parse::<DeviceChoice>().unwrap_err();
         assert!(error.contains("cuda:N"), "{error}");
+    }
+
+    /// The CPU has no device memory to state, and wgpu's runtime states
+    /// none (lavapipe here); CUDA's is `cuDeviceTotalMem`, which only a
+    /// GPU machine can show.
+    #[test]
+    fn memory_capacity_only_where_the_runtime_states_it() {
+        assert_eq!(DeviceChoice::Cpu.memory_capacity(), None);
+        assert_eq!(DeviceChoice::Lavapipe.memory_capacity(), None);
     }
 
     /// This machine has no NVIDIA driver (CI's neither): the real lookup

@@ -248,6 +248,7 @@ fn run_reporting_memory<T: Task>(
         comm.rank(),
         &train.device.to_string(),
         train.micro_batch,
+        || train.device.memory_capacity(),
         || trainer.run(task, comm),
     )
 }

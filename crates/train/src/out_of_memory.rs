@@ -88,13 +88,19 @@ pub struct OutOfMemory {
     pub in_step: bool,
     /// The device (`train.device`).
     pub device: String,
+    /// The device's memory in all, where its runtime states it.
+    pub capacity: Option<u64>,
     /// `train.micro_batch`.
     pub micro_batch: usize,
 }
 
 impl std::fmt::Display for OutOfMemory {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{}, on {}: {}", self.phase, self.device, self.shortage)?;
+        write!(f, "{}, on {}", self.phase, self.device)?;
+        if let Some(capacity) = self.capacity {
+            write!(f, " ({} in all)", gigabytes(capacity))?;
+        }
+        write!(f, ": {}", self.shortage)?;
         if self.in_step {
             write!(
                 f,
@@ -120,11 +126,13 @@ thread_local! {
 
 /// Runs `run` (rank `rank`'s run on `device` with micro-batches of
 /// `micro_batch`), turning a panic that carries a device memory shortage
-/// into its error `E` made from an [`OutOfMemory`].
+/// into its error `E` made from an [`OutOfMemory`], with the device's
+/// memory in all from `capacity` (asked only then).
 pub fn catch<R, E: From<Box<OutOfMemory>>>(
     rank: usize,
     device: &str,
     micro_batch: usize,
+    capacity: impl FnOnce() -> Option<u64>,
     run: impl FnOnce() -> Result<R, E>,
 ) -> Result<R, E> {
     quiet_hook();
@@ -141,6 +149,7 @@ pub fn catch<R, E: From<Box<OutOfMemory>>>(
                     in_step: matches!(phase, Some(rank_phase::Phase::Step(_))),
                     phase: phase.map_or_else(|| "before the run".to_string(), |p| p.to_string()),
                     device: device.to_string(),
+                    capacity: capacity(),
                     micro_batch,
                 })))
             }
@@ -178,6 +187,33 @@ mod tests {
     use super::*;
     use cubecl::server::IoError;
 
+    /// The line names the device's memory in all where its runtime states
+    /// it (CUDA's `cuDeviceTotalMem`), as PyTorch's "GPU 0 has a total
+    /// capacity of …" does, and leaves it out where none is stated.
+    #[test]
+    fn the_line_states_the_device_s_memory_where_known() {
+        let line = |capacity| {
+            OutOfMemory {
+                shortage: Shortage::OutOfMemory(3 << 30),
+                phase: "in step 7".into(),
+                in_step: true,
+                device: "cuda:1".into(),
+                capacity,
+                micro_batch: 64,
+            }
+            .to_string()
+        };
+        assert!(
+            line(Some(85_031_714_816)).starts_with(
+                "in step 7, on cuda:1 (79.19 GiB in all): out of memory: tried to allocate 3.00 GiB. \
+                 Lower train.micro_batch (now 64)"
+            ),
+            "{}",
+            line(Some(85_031_714_816))
+        );
+        assert!(line(None).starts_with("in step 7, on cuda:1: out of memory"));
+    }
+
     /// cubecl's own errors, formatted as burn's panic carries them.
     #[test]
     fn finds_cubecl_s_two_shortages() {
@@ -212,10 +248,16 @@ mod tests {
     #[test]
     fn a_shortage_becomes_the_error_and_other_panics_unwind() {
         // A rank no other test marks (the phase table is the process's).
-        let caught = catch(97, "lavapipe", 64, || -> Result<(), Box<OutOfMemory>> {
-            rank_phase::enter(97, rank_phase::Phase::Step(3));
-            panic!("reading: can't allocate buffer of size: 2147483648\nNo backtrace available")
-        })
+        let caught = catch(
+            97,
+            "lavapipe",
+            64,
+            || None,
+            || -> Result<(), Box<OutOfMemory>> {
+                rank_phase::enter(97, rank_phase::Phase::Step(3));
+                panic!("reading: can't allocate buffer of size: 2147483648\nNo backtrace available")
+            },
+        )
         .unwrap_err();
         assert_eq!(
             caught.to_string(),
@@ -224,9 +266,13 @@ mod tests {
              each step accumulates more micro-batches (`--set train.micro_batch=N`)"
         );
         let other = std::panic::catch_unwind(|| {
-            let _ = catch(98, "lavapipe", 64, || -> Result<(), Box<OutOfMemory>> {
-                panic!("something else")
-            });
+            let _ = catch(
+                98,
+                "lavapipe",
+                64,
+                || None,
+                || -> Result<(), Box<OutOfMemory>> { panic!("something else") },
+            );
         });
         assert!(other.is_err());
         assert!(!CATCHING.get());
