@@ -4,8 +4,8 @@
 //! read per sequence and the dropout factors `f` hashed where they are
 //! used, and its backward pass `∂z = scale·p·(g·f − Σ g·f·p)` with `p`
 //! recomputed from the kept scores, one kernel each way for f32
-//! (`terse_kernels::device::masked_softmax`, `masked_softmax_grad`: one
-//! cube per row).
+//! (`terse_kernels::device::masked_softmax`, `masked_softmax_grad`: a
+//! segment of a cube's units per row, two rows per cube at seq 128).
 //!
 //! burn's `softmax` is composed of ops (a detached maximum, the shifted
 //! exponential, a sum, a division) that autodiff runs back one by one; the

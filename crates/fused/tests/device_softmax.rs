@@ -128,6 +128,7 @@ fn attention_probs_match_float64() {
         ([3, 2, 16, 16], Some((0.5, 8))),
         ([2, 1, 5, 300], Some((0.1, 9))),
         ([2, 2, 3, 1], None),
+        ([1, 3, 5, 40], Some((0.2, 11))),
         ([2, 4, 128, 128], Some((0.1, u64::MAX - 3))),
     ];
     for (shape, dropout) in cases {

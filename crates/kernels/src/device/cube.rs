@@ -110,6 +110,38 @@ pub(crate) fn reduce_rows(
     }
 }
 
+/// The sum (or with `max`, maximum) of `value` over each segment of
+/// `width` consecutive units (a power of two up to [`CUBE`]), every unit
+/// getting its segment's; every unit of the cube must call. The order is
+/// [`reduce_rows`]'s within the segment: strides `width/2`, …, 1. A row of
+/// at most `width` values reduced here gives the bits [`cube_reduce`] gives
+/// it with the other units holding the identity (0, or the lowest float),
+/// whose folds leave each value as it is (0 + x = x up to the sign of a
+/// zero; max(x, lowest) = x).
+#[cube]
+pub(crate) fn segment_reduce(value: f32, #[comptime] width: usize, #[comptime] max: bool) -> f32 {
+    let mut shared = Shared::<[f32]>::new_slice(CUBE);
+    let unit = UNIT_POS as usize;
+    let lane = unit % width;
+    shared[unit] = value;
+    sync_cube();
+    let levels = comptime!(width.trailing_zeros() as usize);
+    #[unroll]
+    for level in 1..comptime!(levels + 1) {
+        let stride = comptime!(width >> level);
+        if lane < stride {
+            let (a, b) = (shared[unit], shared[unit + stride]);
+            if max {
+                shared[unit] = f32::max(a, b);
+            } else {
+                shared[unit] = a + b;
+            }
+        }
+        sync_cube();
+    }
+    shared[unit - lane]
+}
+
 /// The cube's sum (or with `max`, maximum) of each unit's `value`, in
 /// [`reduce_rows`]'s order; every unit gets it, and every unit must call.
 #[cube]

@@ -1,5 +1,7 @@
-//! Attention probabilities with dropout in one kernel each way, one cube
-//! per row of the scores: forward `out = softmax(z·scale + bias)·f` over
+//! Attention probabilities with dropout in one kernel each way, each row
+//! of the scores taken by a segment of a cube's units (as many as the
+//! row's keys rounded up to a power of two, 32 to 256: two rows per cube
+//! at seq 128, [`segment_width`]): forward `out = softmax(z·scale + bias)·f` over
 //! the key axis, the bias row (0 on tokens, the lowest float on padding)
 //! shared by the `rows_per_bias` rows of one sequence's heads and queries,
 //! `f` the dropout factor of each element by its position (the CPU's
@@ -22,19 +24,33 @@ use cubecl::prelude::*;
 use cubecl::server::Handle;
 use terse_compress::dropout::SiteMask;
 
-use super::cube::{CUBE, buffer, check_lengths, cube_reduce, launch_dims};
+use super::cube::{CUBE, buffer, check_lengths, launch_dims, segment_reduce};
 use super::dropout::dropout_factor;
 
-/// The cube's row of `z` `[rows, n]` (cube `r`) as where it starts in
-/// `z` and in the bias (row `r / rows_per_bias`); cubes past the last row
-/// terminate.
+/// This unit's row of `z` `[rows, n]`, each row taken by a segment of
+/// `width` consecutive units (`CUBE / width` rows per cube): where the
+/// row starts in `z` and in the bias (row `r / rows_per_bias`), the
+/// unit's lane in its segment, and how many keys it covers (0 for a
+/// segment past the last row, whose units still join the cube's
+/// reductions). Cubes wholly past the last row terminate.
 #[cube]
-fn this_row(rows: usize, n: usize, rows_per_bias: usize) -> (usize, usize) {
-    let row = CUBE_POS;
-    if row >= rows {
+fn this_row(
+    rows: usize,
+    n: usize,
+    rows_per_bias: usize,
+    #[comptime] width: usize,
+) -> (usize, usize, usize, usize) {
+    let first = CUBE_POS * comptime!(CUBE / width);
+    if first >= rows {
         terminate!();
     }
-    (row * n, (row / rows_per_bias) * n)
+    let unit = UNIT_POS as usize;
+    let row = first + unit / width;
+    let mut keys = n;
+    if row >= rows {
+        keys = 0;
+    }
+    (row * n, (row / rows_per_bias) * n, unit % width, keys)
 }
 
 /// The score `z·scale + bias` of key `j` of the row starting at `base`
@@ -45,37 +61,40 @@ fn score(z: &[f32], bias: &[f32], base: usize, bias_base: usize, j: usize, scale
 }
 
 /// The row's maximum score and the reciprocal of its sum of shifted
-/// exponentials, with which `p_j = exp(score_j − max)·inv`.
+/// exponentials, with which `p_j = exp(score_j − max)·inv`; the unit
+/// covers keys `lane, lane + width, …` below `keys`.
 #[cube]
+#[allow(clippy::too_many_arguments)]
 fn max_and_inverse_sum(
     z: &[f32],
     bias: &[f32],
     base: usize,
     bias_base: usize,
-    n: usize,
+    lane: usize,
+    keys: usize,
     scale: f32,
+    #[comptime] width: usize,
 ) -> (f32, f32) {
-    let unit = UNIT_POS as usize;
     // The lowest finite float, not −∞ (WGSL has no infinite literal): a
     // score is at least that unless z itself is −∞ or beyond 2^103.
     let mut largest = f32::min_value();
-    let mut j = unit;
-    while j < n {
+    let mut j = lane;
+    while j < keys {
         largest = f32::max(largest, score(z, bias, base, bias_base, j, scale));
-        j += CUBE;
+        j += width;
     }
-    let row_max = cube_reduce(largest, true);
+    let row_max = segment_reduce(largest, width, true);
     let mut sum = 0.0f32;
-    j = unit;
-    while j < n {
+    j = lane;
+    while j < keys {
         sum += f32::exp(score(z, bias, base, bias_base, j, scale) - row_max);
-        j += CUBE;
+        j += width;
     }
-    (row_max, 1.0f32 / cube_reduce(sum, false))
+    (row_max, 1.0f32 / segment_reduce(sum, width, false))
 }
 
-/// One cube per row of `z` `[rows, n]`: `out = softmax(z·scale + bias)`
-/// times the dropout factors.
+/// One segment of `width` units per row of `z` `[rows, n]`: `out =
+/// softmax(z·scale + bias)` times the dropout factors.
 #[cube(launch_unchecked)]
 #[allow(clippy::too_many_arguments)]
 fn masked_softmax_kernel(
@@ -90,21 +109,22 @@ fn masked_softmax_kernel(
     key1: u32,
     threshold: u32,
     keep_scale: f32,
+    #[comptime] width: usize,
 ) {
-    let (base, bias_base) = this_row(rows, n, rows_per_bias);
-    let (row_max, inv) = max_and_inverse_sum(z, bias, base, bias_base, n, scale);
-    let mut j = UNIT_POS as usize;
-    while j < n {
+    let (base, bias_base, lane, keys) = this_row(rows, n, rows_per_bias, width);
+    let (row_max, inv) = max_and_inverse_sum(z, bias, base, bias_base, lane, keys, scale, width);
+    let mut j = lane;
+    while j < keys {
         let i = base + j;
         let p = f32::exp(score(z, bias, base, bias_base, j, scale) - row_max) * inv;
         out[i] = p * dropout_factor(i, key0, key1, threshold, keep_scale);
-        j += CUBE;
+        j += width;
     }
 }
 
-/// One cube per row of `[rows, n]`: with `p` recomputed from `z` as the
-/// forward pass computed it and the factors `f`, `∂z = scale·p·(g·f −
-/// Σ g·f·p)`.
+/// One segment of `width` units per row of `[rows, n]`: with `p`
+/// recomputed from `z` as the forward pass computed it and the factors
+/// `f`, `∂z = scale·p·(g·f − Σ g·f·p)`.
 #[cube(launch_unchecked)]
 #[allow(clippy::too_many_arguments)]
 fn masked_softmax_grad_kernel(
@@ -120,26 +140,26 @@ fn masked_softmax_grad_kernel(
     key1: u32,
     threshold: u32,
     keep_scale: f32,
+    #[comptime] width: usize,
 ) {
-    let (base, bias_base) = this_row(rows, n, rows_per_bias);
-    let (row_max, inv) = max_and_inverse_sum(z, bias, base, bias_base, n, scale);
-    let unit = UNIT_POS as usize;
+    let (base, bias_base, lane, keys) = this_row(rows, n, rows_per_bias, width);
+    let (row_max, inv) = max_and_inverse_sum(z, bias, base, bias_base, lane, keys, scale, width);
     let mut dot = 0.0f32;
-    let mut j = unit;
-    while j < n {
+    let mut j = lane;
+    while j < keys {
         let i = base + j;
         let p = f32::exp(score(z, bias, base, bias_base, j, scale) - row_max) * inv;
         dot += g[i] * dropout_factor(i, key0, key1, threshold, keep_scale) * p;
-        j += CUBE;
+        j += width;
     }
-    let row_dot = cube_reduce(dot, false);
-    j = unit;
-    while j < n {
+    let row_dot = segment_reduce(dot, width, false);
+    j = lane;
+    while j < keys {
         let i = base + j;
         let p = f32::exp(score(z, bias, base, bias_base, j, scale) - row_max) * inv;
         let h = g[i] * dropout_factor(i, key0, key1, threshold, keep_scale);
         dz[i] = scale * p * (h - row_dot);
-        j += CUBE;
+        j += width;
     }
 }
 
@@ -227,6 +247,14 @@ pub fn masked_softmax_grad(
     launch_rows(client, Some(g), [z, bias], shape, dropout)
 }
 
+/// The units per row for rows of `n` keys: the power of two that holds
+/// them, at least 32 (a warp) and at most a cube. A cube takes `CUBE /
+/// width` rows: at BERT's seq 128 two, where one row per cube left half
+/// its units idle through every reduction.
+fn segment_width(n: usize) -> usize {
+    n.next_power_of_two().clamp(32, CUBE)
+}
+
 /// The forward kernel, or with the upstream gradient `g` the backward
 /// one, into a new buffer of `rows·n` f32.
 fn launch_rows(
@@ -245,7 +273,8 @@ fn launch_rows(
         return out;
     }
     let (key0, key1, threshold, keep_scale) = dropout.parts();
-    let (count, dim) = launch_dims(client, shape.rows * CUBE);
+    let width = segment_width(shape.n);
+    let (count, dim) = launch_dims(client, shape.rows.div_ceil(CUBE / width) * CUBE);
     let ScoreRows {
         rows,
         n,
@@ -253,9 +282,10 @@ fn launch_rows(
         scale,
     } = shape;
     // SAFETY: the lengths are checked above (`g`, `z` and `out` hold `len`
-    // f32); one cube per row, bounded by `rows`, each unit's reads and
-    // writes by `n` within its row, and the bias row `r / rows_per_bias`
-    // below `rows / rows_per_bias`.
+    // f32); one segment of `width` units per row, a segment past the last
+    // row covering no keys, each unit's reads and writes bounded by `n`
+    // within its row, and the bias row `r / rows_per_bias` below `rows /
+    // rows_per_bias`.
     unsafe {
         let (z, bias) = shape.score_args(z, bias);
         let out = buffer(&out, len);
@@ -275,6 +305,7 @@ fn launch_rows(
                 key1,
                 threshold,
                 keep_scale,
+                width,
             ),
             Some(g) => masked_softmax_grad_kernel::launch_unchecked(
                 client,
@@ -292,6 +323,7 @@ fn launch_rows(
                 key1,
                 threshold,
                 keep_scale,
+                width,
             ),
         }
     }
@@ -300,7 +332,7 @@ fn launch_rows(
 
 #[cfg(test)]
 crate::device::cuda_source::cuda_sources![
-    masked_softmax_kernel::MaskedSoftmaxKernel(b(), b(), b(), (), (), (), (), (), (), (), ()),
+    masked_softmax_kernel::MaskedSoftmaxKernel(b(), b(), b(), (), (), (), (), (), (), (), (), 128),
     masked_softmax_grad_kernel::MaskedSoftmaxGradKernel(
         b(),
         b(),
@@ -313,6 +345,7 @@ crate::device::cuda_source::cuda_sources![
         (),
         (),
         (),
-        ()
+        (),
+        256
     ),
 ];
