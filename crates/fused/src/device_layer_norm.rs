@@ -30,11 +30,14 @@ use burn::tensor::{Shape, Tensor};
 use burn_cubecl::kernel::into_contiguous;
 use terse_kernels::device;
 
+use terse_compress::dropout::SiteMask;
+
+use crate::device_dropout::DeviceDropoutOps;
 use crate::reduce_routine::{ParallelReduceOps, row_means, rows, same_shape};
 
 /// LayerNorm over the last dimension.
 #[backend_extension(Cube, Fusion, Autodiff)]
-pub trait DeviceLayerNormOps: ParallelReduceOps {
+pub trait DeviceLayerNormOps: ParallelReduceOps + DeviceDropoutOps {
     /// `(x − mean) / sqrt(var + eps) · γ + β` over the last dimension of
     /// `x`, γ and β `[d]`.
     #[fusion(default)]
@@ -58,6 +61,45 @@ pub trait DeviceLayerNormOps: ParallelReduceOps {
         eps: f64,
     ) -> (FloatTensor<Self>, FloatTensor<Self>, FloatTensor<Self>) {
         forward_ops::<Self>(x, gamma, beta, eps)
+    }
+
+    /// `norm_scale_shift` of `x·f + residual` (of one shape; `f` the
+    /// factors of `SiteMask::new(prob, key)` by position): a post-LN
+    /// block's `LayerNorm(dropout(x) + residual)`, the sum neither a
+    /// dispatch nor a tensor on a cubecl device.
+    #[fusion(default)]
+    #[allow(clippy::too_many_arguments)]
+    fn dropout_add_norm(
+        x: FloatTensor<Self>,
+        residual: FloatTensor<Self>,
+        gamma: FloatTensor<Self>,
+        beta: FloatTensor<Self>,
+        eps: f64,
+        prob: f32,
+        key: u64,
+    ) -> FloatTensor<Self> {
+        let shape = x.shape();
+        let (x, residual) = (rows::<Self>(x), rows::<Self>(residual));
+        let (y, _, _) =
+            Self::dropout_add_layer_norm_forward(x, residual, gamma, beta, eps, prob, key);
+        Self::float_reshape(y, shape)
+    }
+
+    /// [`DeviceLayerNormOps::layer_norm_forward`] of `x·f + residual`
+    /// (`x`, `residual` `[n, d]`).
+    #[fusion(meta = dropout_add_forward_specs)]
+    #[allow(clippy::too_many_arguments)]
+    fn dropout_add_layer_norm_forward(
+        x: FloatTensor<Self>,
+        residual: FloatTensor<Self>,
+        gamma: FloatTensor<Self>,
+        beta: FloatTensor<Self>,
+        eps: f64,
+        prob: f32,
+        key: u64,
+    ) -> (FloatTensor<Self>, FloatTensor<Self>, FloatTensor<Self>) {
+        let sum = Self::dropped_add(x, residual, prob, key);
+        forward_ops::<Self>(sum, gamma, beta, eps)
     }
 
     /// The input's gradient from the upstream `g` `[n, d]`, the kept x̂
@@ -85,6 +127,64 @@ fn forward_specs(
     (x.clone(), x.clone(), rows)
 }
 
+/// [`DeviceLayerNormOps::dropout_add_layer_norm_forward`]'s outputs: as
+/// [`forward_specs`].
+#[allow(clippy::too_many_arguments)]
+fn dropout_add_forward_specs(
+    x: &TensorSpec,
+    _: &TensorSpec,
+    gamma: &TensorSpec,
+    beta: &TensorSpec,
+    eps: &f64,
+    _: &f32,
+    _: &u64,
+) -> (TensorSpec, TensorSpec, TensorSpec) {
+    forward_specs(x, gamma, beta, eps)
+}
+
+/// The kernel's outputs for `x` `[rows, d]` (with `residual`, of `x·f +
+/// r`), or `None` where the inputs are not all f32 (burn's ops run then).
+fn kernel_forward(
+    x: &CubeTensor,
+    residual: Option<(&CubeTensor, SiteMask)>,
+    gamma: &CubeTensor,
+    beta: &CubeTensor,
+    eps: f64,
+) -> Option<Normalized<CubeBackend>> {
+    let r = residual.as_ref().map(|(r, _)| *r);
+    if [Some(x), r, Some(gamma), Some(beta)]
+        .into_iter()
+        .flatten()
+        .any(|t| t.dtype != DType::F32)
+    {
+        return None;
+    }
+    let [x, gamma, beta] = [x, gamma, beta].map(|t| into_contiguous(t.clone()));
+    let r = r.map(|r| into_contiguous(r.clone()));
+    let (rows, d) = (x.shape()[0], x.shape()[1]);
+    let handles = [&x.handle, &gamma.handle, &beta.handle];
+    let residual = r
+        .as_ref()
+        .zip(residual.as_ref())
+        .map(|(r, (_, mask))| (&r.handle, mask));
+    let [y, xhat, denom] =
+        device::layer_norm_forward(&x.client, handles, residual, rows, d, eps as f32);
+    let tensor = |handle, shape: [usize; 2]| {
+        CubeTensor::new_contiguous(
+            x.client.clone(),
+            x.device.clone(),
+            Shape::new(shape),
+            handle,
+            DType::F32,
+        )
+    };
+    Some((
+        tensor(y, [rows, d]),
+        tensor(xhat, [rows, d]),
+        tensor(denom, [rows, 1]),
+    ))
+}
+
 impl DeviceLayerNormOps for CubeBackend {
     /// One kernel, one cube per row (`terse_kernels::device::
     /// layer_norm_forward`) for f32; other dtypes take burn's ops.
@@ -94,27 +194,25 @@ impl DeviceLayerNormOps for CubeBackend {
         beta: CubeTensor,
         eps: f64,
     ) -> Normalized<Self> {
-        if [&x, &gamma, &beta].iter().any(|t| t.dtype != DType::F32) {
-            return forward_ops::<Self>(x, gamma, beta, eps);
-        }
-        let [x, gamma, beta] = [x, gamma, beta].map(into_contiguous);
-        let (rows, d) = (x.shape()[0], x.shape()[1]);
-        let handles = [&x.handle, &gamma.handle, &beta.handle];
-        let [y, xhat, denom] = device::layer_norm_forward(&x.client, handles, rows, d, eps as f32);
-        let tensor = |handle, shape: [usize; 2]| {
-            CubeTensor::new_contiguous(
-                x.client.clone(),
-                x.device.clone(),
-                Shape::new(shape),
-                handle,
-                DType::F32,
-            )
-        };
-        (
-            tensor(y, [rows, d]),
-            tensor(xhat, [rows, d]),
-            tensor(denom, [rows, 1]),
-        )
+        kernel_forward(&x, None, &gamma, &beta, eps)
+            .unwrap_or_else(|| forward_ops::<Self>(x, gamma, beta, eps))
+    }
+
+    /// The same kernel, the sum formed in its first pass, for f32.
+    fn dropout_add_layer_norm_forward(
+        x: CubeTensor,
+        residual: CubeTensor,
+        gamma: CubeTensor,
+        beta: CubeTensor,
+        eps: f64,
+        prob: f32,
+        key: u64,
+    ) -> Normalized<Self> {
+        let mask = SiteMask::new(prob, key);
+        kernel_forward(&x, Some((&residual, mask)), &gamma, &beta, eps).unwrap_or_else(|| {
+            let sum = Self::dropped_add(x, residual, prob, key);
+            forward_ops::<Self>(sum, gamma, beta, eps)
+        })
     }
 
     /// One kernel, one cube per row (`terse_kernels::device::
@@ -216,30 +314,101 @@ type Kept<B> = (FloatTensor<B>, FloatTensor<B>, FloatTensor<B>);
 /// LayerNorm's output, x̂ `[n, d]` and the denominators `[n, 1]`.
 type Normalized<B> = (FloatTensor<B>, FloatTensor<B>, FloatTensor<B>);
 
+/// From the upstream `grad`, those of γ, β and the normalised input (in
+/// `grad`'s shape) that `wanted` asks for, in that order.
+fn norm_backward<B: DeviceLayerNormOps>(
+    grad: FloatTensor<B>,
+    (xhat, denom, gamma): Kept<B>,
+    wanted: [bool; 3],
+) -> [Option<FloatTensor<B>>; 3] {
+    let shape = grad.shape();
+    let g = rows::<B>(grad);
+    let dgamma = wanted[0].then(|| B::column_sums(B::float_mul(g.clone(), xhat.clone())));
+    let dbeta = wanted[1].then(|| B::column_sums(g.clone()));
+    let dx =
+        wanted[2].then(|| B::float_reshape(B::layer_norm_input_grad(g, xhat, denom, gamma), shape));
+    [dgamma, dbeta, dx]
+}
+
 impl<B: DeviceLayerNormOps> Backward<B, 3> for LayerNormBackward {
     type State = Kept<B>;
 
     fn backward(self, ops: Ops<Self::State, 3>, grads: &mut Gradients, _: &mut Checkpointer) {
-        let [node_x, node_gamma, node_beta] = ops.parents;
         let grad = grads.consume::<B>(&ops.node);
-        let shape = grad.shape();
-        let g = rows::<B>(grad);
-        let (xhat, denom, gamma) = ops.state;
-        if let Some(node) = node_beta {
-            grads.register::<B>(node.id, B::column_sums(g.clone()));
+        let [x, gamma, beta] = ops.parents;
+        let wanted = [gamma.is_some(), beta.is_some(), x.is_some()];
+        let computed = norm_backward::<B>(grad, ops.state, wanted);
+        for (node, grad) in [gamma, beta, x].into_iter().zip(computed) {
+            if let (Some(node), Some(grad)) = (node, grad) {
+                grads.register::<B>(node.id, grad);
+            }
         }
-        if let Some(node) = node_gamma {
-            let g_xhat = B::float_mul(g.clone(), xhat.clone());
-            grads.register::<B>(node.id, B::column_sums(g_xhat));
-        }
-        if let Some(node) = node_x {
-            let dx = B::layer_norm_input_grad(g, xhat, denom, gamma);
-            grads.register::<B>(node.id, B::float_reshape(dx, shape));
+    }
+}
+
+/// The backward pass of `dropout_add_norm`: the sum's gradient `∂s` (the
+/// residual's), and `∂s·f` for `x`.
+#[derive(Debug)]
+struct DropoutAddNormBackward;
+
+impl<B: DeviceLayerNormOps> Backward<B, 4> for DropoutAddNormBackward {
+    /// What `LayerNormBackward` keeps, and the mask's probability and key.
+    type State = (Kept<B>, f32, u64);
+
+    fn backward(self, ops: Ops<Self::State, 4>, grads: &mut Gradients, _: &mut Checkpointer) {
+        let grad = grads.consume::<B>(&ops.node);
+        let [x, residual, gamma, beta] = ops.parents;
+        let (kept, prob, key) = ops.state;
+        let input = x.is_some() || residual.is_some();
+        let wanted = [gamma.is_some(), beta.is_some(), input];
+        let [dgamma, dbeta, ds] = norm_backward::<B>(grad, kept, wanted);
+        let dx = x
+            .is_some()
+            .then(|| B::dropped(ds.clone().unwrap(), prob, key));
+        for (node, grad) in [gamma, beta, x, residual]
+            .into_iter()
+            .zip([dgamma, dbeta, dx, ds])
+        {
+            if let (Some(node), Some(grad)) = (node, grad) {
+                grads.register::<B>(node.id, grad);
+            }
         }
     }
 }
 
 impl<B: DeviceLayerNormOps, C: CheckpointStrategy> DeviceLayerNormOps for Autodiff<B, C> {
+    fn dropout_add_norm(
+        x: FloatTensor<Self>,
+        residual: FloatTensor<Self>,
+        gamma: FloatTensor<Self>,
+        beta: FloatTensor<Self>,
+        eps: f64,
+        prob: f32,
+        key: u64,
+    ) -> FloatTensor<Self> {
+        let nodes = [x.node(), residual.node(), gamma.node(), beta.node()];
+        let prep = DropoutAddNormBackward
+            .prepare::<C>(nodes)
+            .compute_bound()
+            .stateful();
+        let shape = x.shape();
+        let gamma = gamma.into_primitive();
+        let (y, xhat, denom) = B::dropout_add_layer_norm_forward(
+            rows::<B>(x.into_primitive()),
+            rows::<B>(residual.into_primitive()),
+            gamma.clone(),
+            beta.into_primitive(),
+            eps,
+            prob,
+            key,
+        );
+        let y = B::float_reshape(y, shape);
+        match prep {
+            OpsKind::Tracked(prep) => prep.finish(((xhat, denom, gamma), prob, key), y),
+            OpsKind::UnTracked(prep) => prep.finish(y),
+        }
+    }
+
     fn norm_scale_shift(
         x: FloatTensor<Self>,
         gamma: FloatTensor<Self>,
@@ -278,5 +447,29 @@ pub(crate) fn layer_norm<const D: usize>(
         gamma.into_dispatch(),
         beta.into_dispatch(),
         eps,
+    ))
+}
+
+/// LayerNorm of `x·f + residual` over the last dimension with γ, β and
+/// `eps` (`f` the factors of `SiteMask::new(prob, key)` by position), as
+/// one [`DeviceLayerNormOps::dropout_add_norm`] step.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn dropout_add_layer_norm<const D: usize>(
+    x: Tensor<D>,
+    residual: Tensor<D>,
+    gamma: Tensor<1>,
+    beta: Tensor<1>,
+    eps: f64,
+    prob: f32,
+    key: u64,
+) -> Tensor<D> {
+    Tensor::from_dispatch(<Dispatch as DeviceLayerNormOps>::dropout_add_norm(
+        x.into_dispatch(),
+        residual.into_dispatch(),
+        gamma.into_dispatch(),
+        beta.into_dispatch(),
+        eps,
+        prob,
+        key,
     ))
 }

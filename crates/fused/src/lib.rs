@@ -357,6 +357,36 @@ fn apply_mask<const D: usize>(x: Tensor<D>, mask: SiteMask) -> Tensor<D> {
     (widen(x) * factors).cast(dtype)
 }
 
+/// `layer_norm(dropout_add(x, residual, dropout), norm, eps)`: a post-LN
+/// residual block's end. On a cubecl device with `x` in f32 one step, one
+/// kernel forward, the sum formed inside and not kept
+/// (`device_layer_norm.rs`); otherwise the two.
+pub fn dropout_add_layer_norm<const D: usize>(
+    x: Tensor<D>,
+    residual: Tensor<D>,
+    dropout: &Dropout,
+    norm: &LayerNorm,
+    eps: f64,
+) -> Tensor<D> {
+    let device = x.device();
+    let beta = match &norm.beta {
+        Some(beta) if !is_flex(&device) && is_f32(&x) && is_f32(&residual) => beta.val(),
+        _ => return layer_norm(dropout_add(x, residual, dropout), norm, eps),
+    };
+    match site(dropout, &device) {
+        Some(key) => device_layer_norm::dropout_add_layer_norm(
+            x,
+            residual,
+            norm.gamma.val(),
+            beta,
+            eps,
+            dropout.prob as f32,
+            key,
+        ),
+        None => layer_norm(x + residual, norm, eps),
+    }
+}
+
 /// `relu(a + b)`, a residual block's end: one pass each way on flex
 /// ([`add_relu_forward`], [`add_relu_backward`]), burn's ops elsewhere.
 pub fn add_relu<const D: usize>(a: Tensor<D>, b: Tensor<D>) -> Tensor<D> {

@@ -316,3 +316,82 @@ fn dense_gelu_has_the_exact_derivative_on_the_device() {
     assert!(y_err < 1e-5, "GELU's output: {y_err:e}");
     assert!(dx_err < 1e-5, "x's gradient through GELU: {dx_err:e}");
 }
+
+/// `fused::dropout_add_layer_norm`, a post-LN block's LayerNorm of
+/// `dropout(x) + r`, on lavapipe: one kernel forward, the sum formed inside
+/// it, and the output and the gradients of x, r, γ and β bit for bit those
+/// of the two steps it replaces (`fused::dropout_add`, then
+/// `fused::layer_norm`, each checked against flex and float64 by its own
+/// test).
+#[test]
+fn dropout_add_layer_norm_is_one_kernel_with_the_two_steps_bits() {
+    use burn::nn::DropoutConfig;
+    use terse_fused::{DropoutStream, with_dropout_stream};
+    let _alone = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
+    let device = lavapipe().autodiff();
+    let (rows, d, eps) = (3 * 37, 96, 1e-12);
+    let dropout = DropoutConfig::new(0.1).init();
+    let mut norm = LayerNormConfig::new(d).with_epsilon(eps).init(&device);
+    let gamma = Tensor::<1>::from_data(TensorData::new(values(d, 51), [d]), &device);
+    let beta = Tensor::<1>::from_data(TensorData::new(values(d, 52), [d]), &device);
+    norm.gamma = norm.gamma.map(|_| gamma.require_grad());
+    norm.beta = norm.beta.map(|p| p.map(|_| beta.require_grad()));
+    vec_of(norm.gamma.val());
+    vec_of(norm.beta.as_ref().unwrap().val());
+    let shape = [3, rows / 3, d];
+    let tensor = |seed| {
+        let values: Vec<f32> = values(rows * d, seed)
+            .iter()
+            .map(|v| 2.0 * v + 0.3)
+            .collect();
+        Tensor::<3>::from_data(TensorData::new(values, shape), &device)
+    };
+    let w = tensor(55);
+    vec_of(w.clone());
+    let run = |fused_step: bool| {
+        let (x, r) = (tensor(53).require_grad(), tensor(54).require_grad());
+        vec_of(x.clone());
+        vec_of(r.clone());
+        let counter = DispatchCounter::start();
+        let y = with_dropout_stream(DropoutStream::new(3, 5, 1, 0), || {
+            if fused_step {
+                fused::dropout_add_layer_norm(x.clone(), r.clone(), &dropout, &norm, eps)
+            } else {
+                fused::layer_norm(
+                    fused::dropout_add(x.clone(), r.clone(), &dropout),
+                    &norm,
+                    eps,
+                )
+            }
+        });
+        let y_host = vec_of(y.clone());
+        let forward = counter.by_kernel();
+        let grads = (y * w.clone()).sum().backward();
+        let grad = |t: &Tensor<3>| vec_of(t.grad(&grads).unwrap());
+        let dgamma = vec_of(norm.gamma.grad(&grads).unwrap());
+        let dbeta = vec_of(norm.beta.as_ref().unwrap().grad(&grads).unwrap());
+        ([y_host, grad(&x), grad(&r), dgamma, dbeta], forward)
+    };
+    let (fused_values, forward) = run(true);
+    let (two_steps, two_steps_forward) = run(false);
+    println!("forward: {forward:?}\ntwo steps: {two_steps_forward:?}");
+    for (what, (a, b)) in [
+        "output",
+        "x's gradient",
+        "r's gradient",
+        "γ's gradient",
+        "β's gradient",
+    ]
+    .iter()
+    .zip(fused_values.iter().zip(&two_steps))
+    {
+        assert_eq!(a, b, "{what}");
+    }
+    assert!(fused_values[1].contains(&0.0), "no element dropped");
+    assert_eq!(forward.values().sum::<u64>(), 1, "{forward:?}");
+    assert_eq!(
+        two_steps_forward.values().sum::<u64>(),
+        2,
+        "{two_steps_forward:?}"
+    );
+}

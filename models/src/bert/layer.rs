@@ -95,6 +95,19 @@ impl BertResidual {
         fused::dropout_add(fused::linear(h, &self.dense), residual, &self.dropout)
     }
 
+    /// LayerNorm of [`Self::project_add`]: a post-LN block's end, one
+    /// step on a cubecl device in fp32 (`fused::dropout_add_layer_norm`).
+    fn project_add_norm(&self, h: Tensor<3>, residual: Tensor<3>) -> Tensor<3> {
+        let projected = fused::linear(h, &self.dense);
+        fused::dropout_add_layer_norm(
+            projected,
+            residual,
+            &self.dropout,
+            &self.layer_norm,
+            self.layer_norm_eps,
+        )
+    }
+
     fn norm(&self, x: Tensor<3>) -> Tensor<3> {
         fused::layer_norm(x, &self.layer_norm, self.layer_norm_eps)
     }
@@ -149,20 +162,18 @@ impl BertLayer {
     pub fn forward(&self, x: Tensor<3>, mask_bias: Tensor<2>) -> Tensor<3> {
         let attn = &self.attention.output;
         let ffn = &self.output;
-        let feed_forward = |h: Tensor<3>, residual: Tensor<3>| {
-            ffn.project_add(fused::dense_gelu(h, &self.intermediate.dense), residual)
-        };
+        let expand = |h: Tensor<3>| fused::dense_gelu(h, &self.intermediate.dense);
         if self.pre_ln {
             let h = self
                 .attention
                 .self_attention
                 .forward(attn.norm(x.clone()), mask_bias);
             let x = attn.project_add(h, x);
-            feed_forward(ffn.norm(x.clone()), x)
+            ffn.project_add(expand(ffn.norm(x.clone())), x)
         } else {
             let h = self.attention.self_attention.forward(x.clone(), mask_bias);
-            let x = attn.norm(attn.project_add(h, x));
-            ffn.norm(feed_forward(x.clone(), x))
+            let x = attn.project_add_norm(h, x);
+            ffn.project_add_norm(expand(x.clone()), x)
         }
     }
 }

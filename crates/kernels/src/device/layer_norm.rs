@@ -1,7 +1,10 @@
 //! LayerNorm in one kernel each way, one cube per row. Forward: the row's
 //! mean and `sqrt(var + ε)` (biased variance), then `x̂ = (x − mean) /
 //! sqrt(var + ε)` and `y = x̂·γ + β`, with x̂ and the denominator written
-//! for the backward pass. Backward, the input's gradient from the upstream
+//! for the backward pass; optionally of a residual block's sum `x·f + r`
+//! (`f` the dropout factors, hashed here: a post-LN transformer's
+//! `LayerNorm(dropout(h) + r)`), so that the sum is neither a dispatch nor
+//! a tensor. Backward, the input's gradient from the upstream
 //! gradient g, the kept x̂ and denominator and γ:
 //! `∂x = (g·γ − mean(g·γ) − x̂·mean(g·γ·x̂)) / sqrt(var + ε)`.
 //!
@@ -19,16 +22,23 @@
 use cubecl::prelude::*;
 use cubecl::server::Handle;
 
-use super::cube::{CUBE, buffer, check_lengths, cube_reduce, launch_dims, reduce_rows};
+use terse_compress::dropout::SiteMask;
 
-/// One cube per row of `x` `[rows, d]`: `y = x̂·γ + β` with `x̂ = (x −
-/// mean) / denom`, `denom = sqrt(mean((x − mean)²) + eps)` (burn's
-/// arithmetic: the centred row's biased variance); x̂ and the row's denom
-/// kept. Cubes past the last row terminate.
+use super::cube::{CUBE, buffer, check_lengths, cube_reduce, launch_dims, reduce_rows};
+use super::dropout::dropout_factor;
+
+/// One cube per row of `x` `[rows, d]`: `y = x̂·γ + β` with `x̂ = (s −
+/// mean) / denom`, `denom = sqrt(mean((s − mean)²) + eps)` (burn's
+/// arithmetic: the centred row's biased variance) for `s = x`, or with
+/// `residual` `s = x·f + r` (`f` the dropout factor of the element's
+/// position); x̂ and the row's denom kept. The first pass leaves `s` in
+/// `y`, which the later passes read back (each unit its own elements) and
+/// the last overwrites. Cubes past the last row terminate.
 #[cube(launch_unchecked)]
 #[allow(clippy::too_many_arguments)]
 fn forward_kernel(
     x: &[f32],
+    r: &[f32],
     gamma: &[f32],
     beta: &[f32],
     y: &mut [f32],
@@ -37,6 +47,11 @@ fn forward_kernel(
     rows: usize,
     d: usize,
     eps: f32,
+    key0: u32,
+    key1: u32,
+    threshold: u32,
+    keep_scale: f32,
+    #[comptime] residual: bool,
 ) {
     let row = CUBE_POS;
     if row >= rows {
@@ -48,14 +63,22 @@ fn forward_kernel(
     let mut sum = 0.0f32;
     let mut j = unit;
     while j < d {
-        sum += x[base + j];
+        let i = base + j;
+        if residual {
+            let s = x[i] * dropout_factor(i, key0, key1, threshold, keep_scale) + r[i];
+            y[i] = s;
+            sum += s;
+        } else {
+            sum += x[i];
+        }
         j += CUBE;
     }
     let mean = cube_reduce(sum, false) / width;
     let mut squares = 0.0f32;
     j = unit;
     while j < d {
-        let centred = x[base + j] - mean;
+        let i = base + j;
+        let centred = if residual { y[i] - mean } else { x[i] - mean };
         squares += centred * centred;
         j += CUBE;
     }
@@ -65,41 +88,63 @@ fn forward_kernel(
     }
     j = unit;
     while j < d {
-        let normalised = (x[base + j] - mean) / root;
-        xhat[base + j] = normalised;
-        y[base + j] = normalised * gamma[j] + beta[j];
+        let i = base + j;
+        let centred = if residual { y[i] - mean } else { x[i] - mean };
+        let normalised = centred / root;
+        xhat[i] = normalised;
+        y[i] = normalised * gamma[j] + beta[j];
         j += CUBE;
     }
 }
 
 /// LayerNorm of `rows` rows of `d` (`x` `rows·d` f32 row by row, γ and β
-/// `d`): new buffers `[y, x̂, denom]` of `rows·d`, `rows·d` and `rows` f32.
+/// `d`), or with `residual = Some((r, mask))` of `x·f + r` (`r` `rows·d`,
+/// `f` `mask`'s factor of each element by its position): new buffers `[y,
+/// x̂, denom]` of `rows·d`, `rows·d` and `rows` f32.
 ///
 /// # Panics
-/// If a buffer is shorter than that.
+/// If a buffer is shorter than that, or `rows·d` exceeds u32 with a
+/// residual (the dropout hash's index).
 pub fn layer_norm_forward(
     client: &Client,
     [x, gamma, beta]: [&Handle; 3],
+    residual: Option<(&Handle, &SiteMask)>,
     rows: usize,
     d: usize,
     eps: f32,
 ) -> [Handle; 3] {
     let n = rows * d;
     check_lengths(&[("x", x, n), ("γ", gamma, d), ("β", beta, d)]);
+    if let Some((r, _)) = residual {
+        check_lengths(&[("residual", r, n)]);
+        assert!(
+            u32::try_from(n).is_ok(),
+            "{n} elements: the dropout hash indexes them as u32"
+        );
+    }
     let [y, xhat, denom] = [n, n, rows].map(|len| client.empty(len.max(1) * size_of::<f32>()));
     if n == 0 {
         return [y, xhat, denom];
     }
+    // Without a residual the kernel reads neither `r` nor the mask.
+    let unread = client.empty(size_of::<f32>());
+    let (r, r_len, mask) = match residual {
+        Some((r, mask)) => (r, n, mask.parts()),
+        None => (&unread, 1, (0, 0, 0, 1.0)),
+    };
+    let (key0, key1, threshold, keep_scale) = mask;
     let (count, dim) = launch_dims(client, rows * CUBE);
     // SAFETY: the inputs' lengths are checked above and the outputs made
-    // to size; one cube per row, bounded by `rows`, each unit's reads and
-    // writes by `d` within its row.
+    // to size (`r` is read only with a residual, when it holds `n`); one
+    // cube per row, bounded by `rows`, each unit's reads and writes by `d`
+    // within its row.
     unsafe {
         forward_kernel::launch_unchecked(
             client,
             count,
             dim,
             buffer(x, n),
+            buffer(r, r_len),
             buffer(gamma, d),
             buffer(beta, d),
             buffer(&y, n),
@@ -108,6 +153,11 @@ pub fn layer_norm_forward(
             rows,
             d,
             eps,
+            key0,
+            key1,
+            threshold,
+            keep_scale,
+            residual.is_some(),
         );
     }
     [y, xhat, denom]
@@ -200,6 +250,22 @@ pub fn layer_norm_input_grad(
 
 #[cfg(test)]
 crate::device::cuda_source::cuda_sources![
-    forward_kernel::ForwardKernel(b(), b(), b(), b(), b(), b(), (), (), ()),
+    forward_kernel::ForwardKernel(
+        b(),
+        b(),
+        b(),
+        b(),
+        b(),
+        b(),
+        b(),
+        (),
+        (),
+        (),
+        (),
+        (),
+        (),
+        (),
+        true
+    ),
     input_grad_kernel::InputGradKernel(b(), b(), b(), b(), b(), (), ()),
 ];
