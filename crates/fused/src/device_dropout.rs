@@ -16,11 +16,13 @@ use burn::backend::autodiff::checkpoint::base::Checkpointer;
 use burn::backend::autodiff::checkpoint::strategy::CheckpointStrategy;
 use burn::backend::autodiff::grads::Gradients;
 use burn::backend::autodiff::ops::{Backward, Ops, OpsKind, binary, unary};
+use burn::backend::fusion::custom::TensorSpec;
 use burn::backend::ops::FloatTensorOps;
 use burn::backend::tensor::FloatTensor;
 use burn::backend::wgpu::{CubeBackend, CubeTensor};
 use burn::backend::{Backend, DType, Dispatch, TensorMetadata, backend_extension};
 use burn::tensor::{Tensor, TensorData};
+use burn_cubecl::cubecl::ir::{ElemType, FloatKind};
 use burn_cubecl::kernel::into_contiguous;
 use terse_compress::dropout::SiteMask;
 use terse_kernels::device;
@@ -37,15 +39,54 @@ pub trait DeviceDropoutOps: Backend {
         Self::float_mul(x, factors)
     }
 
-    /// [`DeviceDropoutOps::dropped`] plus `residual` (of `x`'s shape).
-    #[fusion(dtype = x, shape = same_shape(x))]
+    /// [`DeviceDropoutOps::dropped`] plus `residual` (of `x`'s shape), in
+    /// the residual's type. A half `x` is dropped in f32, rounded to its
+    /// type once and widened (mixed precision's `widen(dropout(x)) + r`).
+    #[fusion(dtype = residual, shape = same_shape(x))]
     fn dropped_add(
         x: FloatTensor<Self>,
         residual: FloatTensor<Self>,
         prob: f32,
         key: u64,
     ) -> FloatTensor<Self> {
-        Self::float_add(Self::dropped(x, prob, key), residual)
+        let (dtype, wide) = (x.dtype(), residual.dtype());
+        if dtype == wide {
+            return Self::float_add(Self::dropped(x, prob, key), residual);
+        }
+        let x = Self::float_cast(x, wide.into());
+        let factors = host_factors::<Self>(&x, &SiteMask::new(prob, key));
+        let dropped = Self::float_cast(Self::float_mul(x, factors), dtype.into());
+        Self::float_add(Self::float_cast(dropped, wide.into()), residual)
+    }
+
+    /// The gradient of [`DeviceDropoutOps::dropped_add`]'s half `x` (of
+    /// type `dtype`) from the upstream `g` of the residual's type:
+    /// `dtype(wide(dtype(g))·f)`, the widening's gradient rounded first.
+    #[fusion(meta = half_grad_spec)]
+    fn dropped_half_grad(
+        g: FloatTensor<Self>,
+        dtype: DType,
+        prob: f32,
+        key: u64,
+    ) -> FloatTensor<Self> {
+        let wide = g.dtype();
+        let g = Self::float_cast(Self::float_cast(g, dtype.into()), wide.into());
+        let factors = host_factors::<Self>(&g, &SiteMask::new(prob, key));
+        Self::float_cast(Self::float_mul(g, factors), dtype.into())
+    }
+}
+
+/// [`DeviceDropoutOps::dropped_half_grad`]'s output: `g`'s shape in `dtype`.
+fn half_grad_spec(g: &TensorSpec, dtype: &DType, _: &f32, _: &u64) -> TensorSpec {
+    TensorSpec::new(g.shape.clone(), *dtype)
+}
+
+/// cubecl's name for a half float type, `None` for any other.
+fn half_elem(dtype: DType) -> Option<ElemType> {
+    match dtype {
+        DType::F16 => Some(ElemType::Float(FloatKind::F16)),
+        DType::BF16 => Some(ElemType::Float(FloatKind::BF16)),
+        _ => None,
     }
 }
 
@@ -99,8 +140,44 @@ impl DeviceDropoutOps for CubeBackend {
     }
 
     fn dropped_add(x: CubeTensor, residual: CubeTensor, prob: f32, key: u64) -> CubeTensor {
-        launch(&x, Some(&residual), prob, key)
-            .unwrap_or_else(|| Self::float_add(Self::dropped(x, prob, key), residual))
+        if let Some(y) = launch(&x, Some(&residual), prob, key) {
+            return y;
+        }
+        match half_elem(x.dtype) {
+            Some(half) if residual.dtype == DType::F32 => {
+                let (x, r) = (into_contiguous(x), into_contiguous(residual));
+                let (len, shape) = (x.shape().num_elements(), x.shape());
+                let mask = SiteMask::new(prob, key);
+                let y =
+                    device::dropped_half(&x.client, &mask, &x.handle, half, Some(&r.handle), len);
+                CubeTensor::new_contiguous(x.client, x.device, shape, y, DType::F32)
+            }
+            _ => {
+                let (dtype, wide) = (x.dtype, residual.dtype);
+                let x = Self::float_cast(x, wide.into());
+                let factors = host_factors::<Self>(&x, &SiteMask::new(prob, key));
+                let dropped = Self::float_cast(Self::float_mul(x, factors), dtype.into());
+                Self::float_add(Self::float_cast(dropped, wide.into()), residual)
+            }
+        }
+    }
+
+    fn dropped_half_grad(g: CubeTensor, dtype: DType, prob: f32, key: u64) -> CubeTensor {
+        match half_elem(dtype) {
+            Some(half) if g.dtype == DType::F32 => {
+                let g = into_contiguous(g);
+                let (len, shape) = (g.shape().num_elements(), g.shape());
+                let mask = SiteMask::new(prob, key);
+                let dx = device::dropped_half(&g.client, &mask, &g.handle, half, None, len);
+                CubeTensor::new_contiguous(g.client, g.device, shape, dx, dtype)
+            }
+            _ => {
+                let wide = g.dtype;
+                let g = Self::float_cast(Self::float_cast(g, dtype.into()), wide.into());
+                let factors = host_factors::<Self>(&g, &SiteMask::new(prob, key));
+                Self::float_cast(Self::float_mul(g, factors), dtype.into())
+            }
+        }
     }
 }
 
@@ -119,15 +196,19 @@ impl<B: DeviceDropoutOps> Backward<B, 1> for DroppedBackward {
 }
 
 impl<B: DeviceDropoutOps> Backward<B, 2> for DroppedBackward {
-    type State = (f32, u64);
+    /// The mask, and `x`'s type when it is not the residual's.
+    type State = (f32, u64, Option<DType>);
 
     fn backward(self, ops: Ops<Self::State, 2>, grads: &mut Gradients, _: &mut Checkpointer) {
-        let (prob, key) = ops.state;
+        let (prob, key, half) = ops.state;
         binary::<B, _, _>(
             ops.parents,
             ops.node,
             grads,
-            |g| B::dropped(g, prob, key),
+            |g| match half {
+                Some(dtype) => B::dropped_half_grad(g, dtype, prob, key),
+                None => B::dropped(g, prob, key),
+            },
             |g| g,
         );
     }
@@ -155,9 +236,11 @@ impl<B: DeviceDropoutOps, C: CheckpointStrategy> DeviceDropoutOps for Autodiff<B
         let prep = <DroppedBackward as Backward<B, 2>>::prepare::<C>(DroppedBackward, nodes)
             .compute_bound()
             .stateful();
-        let y = B::dropped_add(x.into_primitive(), residual.into_primitive(), prob, key);
+        let (x, residual) = (x.into_primitive(), residual.into_primitive());
+        let half = (x.dtype() != residual.dtype()).then(|| x.dtype());
+        let y = B::dropped_add(x, residual, prob, key);
         match prep {
-            OpsKind::Tracked(prep) => prep.finish((prob, key), y),
+            OpsKind::Tracked(prep) => prep.finish((prob, key, half), y),
             OpsKind::UnTracked(prep) => prep.finish(y),
         }
     }

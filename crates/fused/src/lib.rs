@@ -316,21 +316,22 @@ pub fn dropout<const D: usize>(x: Tensor<D>, layer: &Dropout) -> Tensor<D> {
 }
 
 /// `layer`'s dropout of `x` widened to f32, plus the f32 `residual`: a
-/// residual block's sum. On a cubecl device with `x` in f32 one step, one
-/// kernel each way, no factors kept (`device_dropout.rs`); otherwise
-/// [`dropout`] (in `x`'s type, then widened) and the sum.
+/// residual block's sum. On a cubecl device one step, one kernel each way,
+/// no factors kept (`device_dropout.rs`; a half `x` dropped in f32 and
+/// rounded once, as [`dropout`] does); otherwise [`dropout`] (in `x`'s
+/// type, then widened) and the sum.
 pub fn dropout_add<const D: usize>(
     x: Tensor<D>,
     residual: Tensor<D>,
     layer: &Dropout,
 ) -> Tensor<D> {
     let device = x.device();
-    if is_flex(&device) || !is_f32(&x) {
+    if is_flex(&device) || !is_f32(&residual) {
         return widen(dropout(x, layer)) + residual;
     }
     match site(layer, &device) {
         Some(key) => device_dropout::dropped(x, Some(residual), layer.prob as f32, key),
-        None => x + residual,
+        None => widen(x) + residual,
     }
 }
 

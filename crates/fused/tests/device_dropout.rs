@@ -178,3 +178,66 @@ fn dropout_add_keeps_no_factors_for_the_backward_pass() {
     assert!(fused_sum <= 1.05, "fused: {fused_sum:.2}");
     assert!(with_factors >= 1.95, "with the factors: {with_factors:.2}");
 }
+
+/// Under mixed precision a residual block adds a half projection's dropout
+/// to the f32 residual stream: `fused::dropout_add` of an fp16 `x` on
+/// lavapipe is one kernel forward and one for x's gradient (the factors
+/// hashed inside; none made or kept), and equals flex's
+/// `widen(dropout(x)) + r` bit for bit: the output, x's fp16 gradient
+/// (`fp16(f32(fp16(g))·f)`) and r's.
+#[test]
+fn a_half_dropout_add_is_one_kernel_each_way_with_the_cpus_bits() {
+    use burn::tensor::FloatDType;
+    let _alone = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
+    let layer = DropoutConfig::new(0.1).init();
+    let n = 3 * 1001;
+    let wave = |k: f32| -> Vec<f32> { (0..n).map(|i| 3.0 * (i as f32 * k).sin()).collect() };
+    let (x_values, r_values, w_values) = (wave(0.37), wave(0.11), wave(0.73));
+    let run = |device: &Device| {
+        let device = device.clone().autodiff();
+        let tensor = |values: &[f32]| {
+            Tensor::<2>::from_data(TensorData::new(values.to_vec(), [3, 1001]), &device)
+        };
+        let x = tensor(&x_values).cast(FloatDType::F16).require_grad();
+        let r = tensor(&r_values).require_grad();
+        let w = tensor(&w_values);
+        x.clone().into_data();
+        let stream = DropoutStream::new(3, 5, 1, 0);
+        let forward = DispatchCounter::start();
+        let y = with_dropout_stream(stream, || fused::dropout_add(x.clone(), r.clone(), &layer));
+        let y_host = y.clone().into_data().try_to_vec::<f32>().unwrap();
+        let forward = forward.by_kernel();
+        let loss = (y * w).sum();
+        loss.clone().into_data();
+        let backward = DispatchCounter::start();
+        let grads = loss.backward();
+        let dx = x.grad(&grads).unwrap().cast(FloatDType::F32);
+        let dr = r.grad(&grads).unwrap();
+        let host = |t: Tensor<2>| t.into_data().try_to_vec::<f32>().unwrap();
+        (y_host, host(dx), host(dr), forward, backward.by_kernel())
+    };
+    let cpu = run(&Device::flex());
+    let dev = run(&Device::wgpu(DeviceKind::Cpu));
+    assert_eq!(dev.0, cpu.0, "forward");
+    assert_eq!(dev.1, cpu.1, "x's gradient");
+    assert_eq!(dev.2, cpu.2, "the residual's gradient");
+    let dropped = cpu.1.iter().filter(|v| **v == 0.0).count();
+    assert!((200..400).contains(&dropped), "{dropped} of {n} dropped");
+    let (forward, backward) = (&dev.3, &dev.4);
+    println!("forward: {forward:#?}\nbackward: {backward:#?}");
+    assert_eq!(forward.len(), 1, "forward: {forward:?}");
+    assert!(
+        forward
+            .keys()
+            .all(|name| name.contains("DroppedHalfAddKernel"))
+    );
+    let named = |part: &str| -> u64 {
+        backward
+            .iter()
+            .filter(|(name, _)| name.contains(part))
+            .map(|(_, n)| n)
+            .sum()
+    };
+    assert_eq!(named("DroppedHalfGradKernel"), 1, "backward: {backward:?}");
+    assert_eq!(named("Factors"), 0, "backward: {backward:?}");
+}

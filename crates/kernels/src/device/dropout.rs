@@ -74,6 +74,127 @@ fn dropped_add_kernel(
     y[i] = x[i] * dropout_factor(i, key0, key1, threshold, keep_scale) + r[i];
 }
 
+/// `y = f32(F(f32(x)·f)) + r` for a half activation `x` of type `F`:
+/// dropped in f32 and rounded to its type once (as PyTorch's dropout of a
+/// half tensor), then widened for the f32 residual stream and added.
+#[cube(launch_unchecked)]
+#[allow(clippy::too_many_arguments)]
+fn dropped_half_add_kernel<F: Float>(
+    x: &[F],
+    r: &[f32],
+    y: &mut [f32],
+    len: usize,
+    key0: u32,
+    key1: u32,
+    threshold: u32,
+    keep_scale: f32,
+    #[define(F)] _half: ElemType,
+) {
+    let i = unit_item(len);
+    let dropped =
+        F::cast_from(f32::cast_from(x[i]) * dropout_factor(i, key0, key1, threshold, keep_scale));
+    y[i] = f32::cast_from(dropped) + r[i];
+}
+
+/// The gradient of [`dropped_half_add_kernel`]'s `x` from the f32 upstream
+/// `g`: `F(f32(F(g))·f)`, the widening's gradient rounded to `F` first.
+#[cube(launch_unchecked)]
+#[allow(clippy::too_many_arguments)]
+fn dropped_half_grad_kernel<F: Float>(
+    g: &[f32],
+    dx: &mut [F],
+    len: usize,
+    key0: u32,
+    key1: u32,
+    threshold: u32,
+    keep_scale: f32,
+    #[define(F)] _half: ElemType,
+) {
+    let i = unit_item(len);
+    let narrowed = f32::cast_from(F::cast_from(g[i]));
+    dx[i] = F::cast_from(narrowed * dropout_factor(i, key0, key1, threshold, keep_scale));
+}
+
+/// For `x` of the half type `half` (`len` elements): with `residual`
+/// (`len` f32) a new buffer of `len` f32, `f32(half(f32(x)·f)) + r`;
+/// without, the gradient of that for `x` from the f32 upstream `x`, a new
+/// buffer of `len` elements of `half`, `half(f32(half(g))·f)`.
+///
+/// # Panics
+/// When a buffer is shorter, `half` is not a float type, or `len` does
+/// not fit the kernel's u32 element index.
+pub fn dropped_half(
+    client: &Client,
+    mask: &SiteMask,
+    x: &Handle,
+    half: cubecl::ir::ElemType,
+    residual: Option<&Handle>,
+    len: usize,
+) -> Handle {
+    assert!(
+        u32::try_from(len).is_ok(),
+        "{len} elements: indices are u32"
+    );
+    assert!(
+        matches!(half, cubecl::ir::ElemType::Float(_)),
+        "{half:?} is not a float type"
+    );
+    let half_bytes = half.size();
+    let (input_bytes, output_bytes) = match residual {
+        Some(_) => (half_bytes, size_of::<f32>()),
+        None => (size_of::<f32>(), half_bytes),
+    };
+    assert!(
+        x.size_in_used() >= (len * input_bytes) as u64,
+        "x: fewer than {len} elements"
+    );
+    if let Some(residual) = residual {
+        check_lengths(&[("residual", residual, len)]);
+    }
+    let y = client.empty(len.max(1) * output_bytes);
+    if len == 0 {
+        return y;
+    }
+    let (key0, key1, threshold, scale) = mask.parts();
+    // SAFETY: `x` holds `len` elements of its type and `residual` `len`
+    // f32 (checked above), `y` `len` of the output's (made to size); the
+    // kernels bound every access by `len`.
+    unsafe {
+        match residual {
+            Some(r) => launch_units!(
+                client,
+                len,
+                dropped_half_add_kernel(
+                    buffer(x, len),
+                    buffer(r, len),
+                    buffer(&y, len),
+                    len,
+                    key0,
+                    key1,
+                    threshold,
+                    scale,
+                    half
+                )
+            ),
+            None => launch_units!(
+                client,
+                len,
+                dropped_half_grad_kernel(
+                    buffer(x, len),
+                    buffer(&y, len),
+                    len,
+                    key0,
+                    key1,
+                    threshold,
+                    scale,
+                    half
+                )
+            ),
+        }
+    }
+    y
+}
+
 /// A new buffer of `len` f32: element `j` of `x` times its factor in
 /// `mask`, plus element `j` of `residual` when given (`x` and `residual`
 /// hold at least `len` f32).
@@ -164,9 +285,36 @@ pub fn dropout_factors(client: &Client, mask: &SiteMask, out: &Handle, len: usiz
     }
 }
 
+// The half kernels are listed with f32, whose source needs no CUDA header:
+// with bf16 or f16 NVRTC needs `cuda_bf16.h`/`cuda_fp16.h` from CUDA's
+// runtime headers, which the `cuda-nvrtc` dataset does not carry (a GPU
+// machine's NVRTC finds them through the bundle's `cuda_env.sh`). With
+// bf16 they compiled here for sm_90 with the nvidia-cuda-runtime 13.5.37
+// wheel's headers (`TERSE_NVRTC_CUDA=<its nvidia/cu13>`), stop 87.
 #[cfg(test)]
 crate::device::cuda_source::cuda_sources![
     factors_kernel::FactorsKernel(b(), b(), b(), ()),
     dropped_kernel::DroppedKernel(b(), b(), (), (), (), (), ()),
     dropped_add_kernel::DroppedAddKernel(b(), b(), b(), (), (), (), (), ()),
+    dropped_half_add_kernel::DroppedHalfAddKernel(
+        b(),
+        b(),
+        b(),
+        (),
+        (),
+        (),
+        (),
+        (),
+        cubecl::ir::ElemType::Float(cubecl::ir::FloatKind::F32)
+    ),
+    dropped_half_grad_kernel::DroppedHalfGradKernel(
+        b(),
+        b(),
+        (),
+        (),
+        (),
+        (),
+        (),
+        cubecl::ir::ElemType::Float(cubecl::ir::FloatKind::F32)
+    ),
 ];
