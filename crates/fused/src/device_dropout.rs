@@ -49,14 +49,7 @@ pub trait DeviceDropoutOps: Backend {
         prob: f32,
         key: u64,
     ) -> FloatTensor<Self> {
-        let (dtype, wide) = (x.dtype(), residual.dtype());
-        if dtype == wide {
-            return Self::float_add(Self::dropped(x, prob, key), residual);
-        }
-        let x = Self::float_cast(x, wide.into());
-        let factors = host_factors::<Self>(&x, &SiteMask::new(prob, key));
-        let dropped = Self::float_cast(Self::float_mul(x, factors), dtype.into());
-        Self::float_add(Self::float_cast(dropped, wide.into()), residual)
+        dropped_add_ops::<Self>(x, residual, prob, key)
     }
 
     /// The gradient of [`DeviceDropoutOps::dropped_add`]'s half `x` (of
@@ -69,11 +62,39 @@ pub trait DeviceDropoutOps: Backend {
         prob: f32,
         key: u64,
     ) -> FloatTensor<Self> {
-        let wide = g.dtype();
-        let g = Self::float_cast(Self::float_cast(g, dtype.into()), wide.into());
-        let factors = host_factors::<Self>(&g, &SiteMask::new(prob, key));
-        Self::float_cast(Self::float_mul(g, factors), dtype.into())
+        dropped_half_grad_ops::<Self>(g, dtype, prob, key)
     }
+}
+
+/// [`DeviceDropoutOps::dropped_add`] as burn's ops, the factors made on
+/// the host (the reference, and where the kernels do not run).
+fn dropped_add_ops<B: DeviceDropoutOps>(
+    x: FloatTensor<B>,
+    residual: FloatTensor<B>,
+    prob: f32,
+    key: u64,
+) -> FloatTensor<B> {
+    let (dtype, wide) = (x.dtype(), residual.dtype());
+    if dtype == wide {
+        return B::float_add(B::dropped(x, prob, key), residual);
+    }
+    let x = B::float_cast(x, wide.into());
+    let factors = host_factors::<B>(&x, &SiteMask::new(prob, key));
+    let dropped = B::float_cast(B::float_mul(x, factors), dtype.into());
+    B::float_add(B::float_cast(dropped, wide.into()), residual)
+}
+
+/// [`DeviceDropoutOps::dropped_half_grad`] as burn's ops, likewise.
+fn dropped_half_grad_ops<B: Backend>(
+    g: FloatTensor<B>,
+    dtype: DType,
+    prob: f32,
+    key: u64,
+) -> FloatTensor<B> {
+    let wide = g.dtype();
+    let g = B::float_cast(B::float_cast(g, dtype.into()), wide.into());
+    let factors = host_factors::<B>(&g, &SiteMask::new(prob, key));
+    B::float_cast(B::float_mul(g, factors), dtype.into())
 }
 
 /// [`DeviceDropoutOps::dropped_half_grad`]'s output: `g`'s shape in `dtype`.
@@ -152,13 +173,7 @@ impl DeviceDropoutOps for CubeBackend {
                     device::dropped_half(&x.client, &mask, &x.handle, half, Some(&r.handle), len);
                 CubeTensor::new_contiguous(x.client, x.device, shape, y, DType::F32)
             }
-            _ => {
-                let (dtype, wide) = (x.dtype, residual.dtype);
-                let x = Self::float_cast(x, wide.into());
-                let factors = host_factors::<Self>(&x, &SiteMask::new(prob, key));
-                let dropped = Self::float_cast(Self::float_mul(x, factors), dtype.into());
-                Self::float_add(Self::float_cast(dropped, wide.into()), residual)
-            }
+            _ => dropped_add_ops::<Self>(x, residual, prob, key),
         }
     }
 
@@ -171,12 +186,7 @@ impl DeviceDropoutOps for CubeBackend {
                 let dx = device::dropped_half(&g.client, &mask, &g.handle, half, None, len);
                 CubeTensor::new_contiguous(g.client, g.device, shape, dx, dtype)
             }
-            _ => {
-                let wide = g.dtype;
-                let g = Self::float_cast(Self::float_cast(g, dtype.into()), wide.into());
-                let factors = host_factors::<Self>(&g, &SiteMask::new(prob, key));
-                Self::float_cast(Self::float_mul(g, factors), dtype.into())
-            }
+            _ => dropped_half_grad_ops::<Self>(g, dtype, prob, key),
         }
     }
 }

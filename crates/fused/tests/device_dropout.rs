@@ -6,10 +6,13 @@
 use std::sync::Mutex;
 
 use burn::nn::DropoutConfig;
-use burn::tensor::{Device, DeviceKind, Tensor, TensorData};
+use burn::tensor::{Device, DeviceKind, FloatDType, Tensor, TensorData};
 use terse_fused::{self as fused, DropoutStream, SiteMask, with_dropout_stream};
 use terse_kernels::dispatches::DispatchCounter;
 use terse_kernels::tensor;
+
+mod common;
+use common::bytes_in_use;
 
 /// Held by each test while it runs: the dispatch counter counts the whole
 /// process's launches.
@@ -63,54 +66,56 @@ fn dropout_masks_on_the_device_are_the_cpus() {
     assert!((300..500).contains(&dropped), "{dropped} of 3996 dropped");
 }
 
-/// `fused::dropout_add` (a residual block's `dropout(x) + r`) on lavapipe
-/// equals flex's dropout and sum bit for bit, forward and both gradients,
-/// and dispatches one kernel forward and one backward for the pair
-/// (the factors hashed inside; no factors kernel, no separate product or
-/// sum). The loss `Σ y·w` makes x's gradient `w·f` and r's `w`.
-#[test]
-fn dropout_add_is_one_kernel_each_way_with_the_cpus_bits() {
-    let _alone = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
+/// Kernel launches by name.
+type Dispatched = std::collections::BTreeMap<&'static str, u64>;
+
+/// `fused::dropout_add(x, r)` on `device` under autodiff with `x` in
+/// `dtype` and r in f32, and the loss `Σ y·w`: the output, x's gradient
+/// (as f32) and r's, and the kernels dispatched forward (up to the output
+/// read back) and backward.
+fn dropout_add_on(device: &Device, dtype: FloatDType) -> ([Vec<f32>; 3], [Dispatched; 2]) {
     let layer = DropoutConfig::new(0.1).init();
-    let n = 3 * 1001;
-    let wave = |k: f32| -> Vec<f32> { (0..n).map(|i| (i as f32 * k).sin()).collect() };
-    let (x_values, r_values, w_values) = (wave(0.37), wave(0.11), wave(0.73));
-    let run = |device: &Device| {
-        let device = device.clone().autodiff();
-        let tensor = |values: &[f32]| {
-            Tensor::<2>::from_data(TensorData::new(values.to_vec(), [3, 1001]), &device)
-        };
-        let x = tensor(&x_values).require_grad();
-        let r = tensor(&r_values).require_grad();
-        let w = tensor(&w_values);
-        let stream = DropoutStream::new(3, 5, 1, 0);
-        let forward = DispatchCounter::start();
-        let y = with_dropout_stream(stream, || fused::dropout_add(x.clone(), r.clone(), &layer));
-        let y_host = y.clone().into_data().try_to_vec::<f32>().unwrap();
-        let forward = forward.by_kernel();
-        let loss = (y * w).sum();
-        loss.clone().into_data();
-        let backward = DispatchCounter::start();
-        let grads = loss.backward();
-        let host = |t: Tensor<2>| t.into_data().try_to_vec::<f32>().unwrap();
-        let (dx, dr) = (host(x.grad(&grads).unwrap()), host(r.grad(&grads).unwrap()));
-        (y_host, dx, dr, forward, backward.by_kernel())
+    let device = device.clone().autodiff();
+    let tensor = |k: f32| {
+        let values: Vec<f32> = (0..3 * 1001).map(|i| 3.0 * (i as f32 * k).sin()).collect();
+        Tensor::<2>::from_data(TensorData::new(values, [3, 1001]), &device)
     };
-    let cpu = run(&Device::flex());
-    let dev = run(&Device::wgpu(DeviceKind::Cpu));
-    assert_eq!(dev.0, cpu.0, "forward");
-    assert_eq!(dev.1, cpu.1, "x's gradient");
-    assert_eq!(dev.2, cpu.2, "the residual's gradient");
-    assert_eq!(
-        dev.2, w_values,
-        "the residual's gradient is the upstream one"
-    );
-    let dropped = cpu.1.iter().filter(|v| **v == 0.0).count();
-    assert!((200..400).contains(&dropped), "{dropped} of {n} dropped");
-    let (forward, backward) = (&dev.3, &dev.4);
+    let x = tensor(0.37).cast(dtype).require_grad();
+    let (r, w) = (tensor(0.11).require_grad(), tensor(0.73));
+    x.clone().into_data();
+    let stream = DropoutStream::new(3, 5, 1, 0);
+    let forward = DispatchCounter::start();
+    let y = with_dropout_stream(stream, || fused::dropout_add(x.clone(), r.clone(), &layer));
+    let host = |t: Tensor<2>| t.into_data().try_to_vec::<f32>().unwrap();
+    let y_host = host(y.clone());
+    let forward = forward.by_kernel();
+    let loss = (y * w).sum();
+    loss.clone().into_data();
+    let backward = DispatchCounter::start();
+    let grads = loss.backward();
+    let dx = host(x.grad(&grads).unwrap().cast(FloatDType::F32));
+    let dr = host(r.grad(&grads).unwrap());
+    ([y_host, dx, dr], [forward, backward.by_kernel()])
+}
+
+/// `fused::dropout_add` on lavapipe with `x` in `dtype` equals flex's
+/// `widen(dropout(x)) + r` bit for bit (the output and both gradients) and
+/// dispatches `forward_kernel` alone forward and one `backward_kernel` for
+/// x's gradient, no factors kernel.
+fn dropout_add_matches_flex(dtype: FloatDType, forward_kernel: &str, backward_kernel: &str) {
+    let (cpu, _) = dropout_add_on(&Device::flex(), dtype);
+    let (dev, [forward, backward]) = dropout_add_on(&Device::wgpu(DeviceKind::Cpu), dtype);
+    for (what, (dev, cpu)) in ["forward", "x's gradient", "the residual's gradient"]
+        .iter()
+        .zip(dev.iter().zip(&cpu))
+    {
+        assert_eq!(dev, cpu, "{dtype:?}: {what}");
+    }
+    let dropped = cpu[1].iter().filter(|v| **v == 0.0).count();
+    assert!((200..400).contains(&dropped), "{dropped} of 3003 dropped");
     println!("forward: {forward:#?}\nbackward: {backward:#?}");
     assert_eq!(forward.len(), 1, "forward: {forward:?}");
-    assert!(forward.keys().all(|name| name.contains("DroppedAddKernel")));
+    assert!(forward.keys().all(|name| name.ends_with(forward_kernel)));
     let named = |part: &str| -> u64 {
         backward
             .iter()
@@ -118,19 +123,34 @@ fn dropout_add_is_one_kernel_each_way_with_the_cpus_bits() {
             .map(|(_, n)| n)
             .sum()
     };
-    assert_eq!(named("DroppedKernel"), 1, "backward: {backward:?}");
+    assert_eq!(named(backward_kernel), 1, "backward: {backward:?}");
     assert_eq!(named("Factors"), 0, "backward: {backward:?}");
 }
 
-/// Bytes in use on lavapipe (cubecl's memory manager, every stream; reads
-/// nothing from the device).
-fn bytes_in_use() -> u64 {
-    use burn_cubecl::cubecl::{self, MemoryScope, device::WgpuDevice, device::WgpuDeviceKind};
-    cubecl::Device::Wgpu(WgpuDevice::new(WgpuDeviceKind::Cpu))
-        .client()
-        .memory_report(MemoryScope::Device)
-        .usage()
-        .bytes_in_use
+/// `fused::dropout_add` (a residual block's `dropout(x) + r`) on lavapipe
+/// equals flex's dropout and sum bit for bit, forward and both gradients,
+/// and dispatches one kernel forward and one backward for the pair (the
+/// factors hashed inside; no factors kernel, no separate product or sum).
+/// The loss `Σ y·w` makes x's gradient `w·f` and r's `w`.
+#[test]
+fn dropout_add_is_one_kernel_each_way_with_the_cpus_bits() {
+    let _alone = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
+    dropout_add_matches_flex(FloatDType::F32, "::DroppedAddKernel", "::DroppedKernel");
+}
+
+/// Under mixed precision a residual block adds a half projection's dropout
+/// to the f32 residual stream: `fused::dropout_add` of an fp16 `x` on
+/// lavapipe is one kernel forward and one for x's gradient, and equals
+/// flex bit for bit: the output, x's fp16 gradient (`fp16(f32(fp16(g))·f)`)
+/// and r's.
+#[test]
+fn a_half_dropout_add_is_one_kernel_each_way_with_the_cpus_bits() {
+    let _alone = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
+    dropout_add_matches_flex(
+        FloatDType::F16,
+        "::DroppedHalfAddKernel",
+        "DroppedHalfGradKernel",
+    );
 }
 
 /// What a residual block's `dropout(x) + r` leaves alive on lavapipe until
@@ -177,67 +197,4 @@ fn dropout_add_keeps_no_factors_for_the_backward_pass() {
     );
     assert!(fused_sum <= 1.05, "fused: {fused_sum:.2}");
     assert!(with_factors >= 1.95, "with the factors: {with_factors:.2}");
-}
-
-/// Under mixed precision a residual block adds a half projection's dropout
-/// to the f32 residual stream: `fused::dropout_add` of an fp16 `x` on
-/// lavapipe is one kernel forward and one for x's gradient (the factors
-/// hashed inside; none made or kept), and equals flex's
-/// `widen(dropout(x)) + r` bit for bit: the output, x's fp16 gradient
-/// (`fp16(f32(fp16(g))·f)`) and r's.
-#[test]
-fn a_half_dropout_add_is_one_kernel_each_way_with_the_cpus_bits() {
-    use burn::tensor::FloatDType;
-    let _alone = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
-    let layer = DropoutConfig::new(0.1).init();
-    let n = 3 * 1001;
-    let wave = |k: f32| -> Vec<f32> { (0..n).map(|i| 3.0 * (i as f32 * k).sin()).collect() };
-    let (x_values, r_values, w_values) = (wave(0.37), wave(0.11), wave(0.73));
-    let run = |device: &Device| {
-        let device = device.clone().autodiff();
-        let tensor = |values: &[f32]| {
-            Tensor::<2>::from_data(TensorData::new(values.to_vec(), [3, 1001]), &device)
-        };
-        let x = tensor(&x_values).cast(FloatDType::F16).require_grad();
-        let r = tensor(&r_values).require_grad();
-        let w = tensor(&w_values);
-        x.clone().into_data();
-        let stream = DropoutStream::new(3, 5, 1, 0);
-        let forward = DispatchCounter::start();
-        let y = with_dropout_stream(stream, || fused::dropout_add(x.clone(), r.clone(), &layer));
-        let y_host = y.clone().into_data().try_to_vec::<f32>().unwrap();
-        let forward = forward.by_kernel();
-        let loss = (y * w).sum();
-        loss.clone().into_data();
-        let backward = DispatchCounter::start();
-        let grads = loss.backward();
-        let dx = x.grad(&grads).unwrap().cast(FloatDType::F32);
-        let dr = r.grad(&grads).unwrap();
-        let host = |t: Tensor<2>| t.into_data().try_to_vec::<f32>().unwrap();
-        (y_host, host(dx), host(dr), forward, backward.by_kernel())
-    };
-    let cpu = run(&Device::flex());
-    let dev = run(&Device::wgpu(DeviceKind::Cpu));
-    assert_eq!(dev.0, cpu.0, "forward");
-    assert_eq!(dev.1, cpu.1, "x's gradient");
-    assert_eq!(dev.2, cpu.2, "the residual's gradient");
-    let dropped = cpu.1.iter().filter(|v| **v == 0.0).count();
-    assert!((200..400).contains(&dropped), "{dropped} of {n} dropped");
-    let (forward, backward) = (&dev.3, &dev.4);
-    println!("forward: {forward:#?}\nbackward: {backward:#?}");
-    assert_eq!(forward.len(), 1, "forward: {forward:?}");
-    assert!(
-        forward
-            .keys()
-            .all(|name| name.contains("DroppedHalfAddKernel"))
-    );
-    let named = |part: &str| -> u64 {
-        backward
-            .iter()
-            .filter(|(name, _)| name.contains(part))
-            .map(|(_, n)| n)
-            .sum()
-    };
-    assert_eq!(named("DroppedHalfGradKernel"), 1, "backward: {backward:?}");
-    assert_eq!(named("Factors"), 0, "backward: {backward:?}");
 }

@@ -15,7 +15,7 @@ use terse_kernels::dispatches::DispatchCounter;
 use terse_kernels::tensor::device_dropout_factors;
 
 mod common;
-use common::{lavapipe, padding_bias, values, vec_of};
+use common::{bytes_in_use, lavapipe, padding_bias, values, vec_of};
 
 /// Kernel launches by name.
 type Dispatched = BTreeMap<&'static str, u64>;
@@ -173,17 +173,6 @@ fn attention_probs_are_one_kernel_each_way() {
     assert_eq!(count(&backward, "Reduce"), 0, "backward: {backward:?}");
     assert_eq!(count(&backward, "contiguous"), 0, "backward: {backward:?}");
     assert_eq!(count(&backward, "Factors"), 0, "backward: {backward:?}");
-}
-
-/// Bytes in use on lavapipe (cubecl's memory manager, every stream; reads
-/// nothing from the device).
-fn bytes_in_use() -> u64 {
-    use burn_cubecl::cubecl::{self, MemoryScope, device::WgpuDevice, device::WgpuDeviceKind};
-    cubecl::Device::Wgpu(WgpuDevice::new(WgpuDeviceKind::Cpu))
-        .client()
-        .memory_report(MemoryScope::Device)
-        .usage()
-        .bytes_in_use
 }
 
 /// What the forward pass leaves alive on the device until its backward

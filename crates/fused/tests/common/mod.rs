@@ -64,3 +64,15 @@ pub fn contiguous_copies(counter: &DispatchCounter) -> Vec<(&'static str, u64)> 
         .filter(|(name, _)| name.contains("tensor::contiguous"))
         .collect()
 }
+
+/// Bytes in use on lavapipe (cubecl's memory manager, every stream; reads
+/// nothing from the device).
+#[allow(dead_code)]
+pub fn bytes_in_use() -> u64 {
+    use burn_cubecl::cubecl::{self, MemoryScope, device::WgpuDevice, device::WgpuDeviceKind};
+    cubecl::Device::Wgpu(WgpuDevice::new(WgpuDeviceKind::Cpu))
+        .client()
+        .memory_report(MemoryScope::Device)
+        .usage()
+        .bytes_in_use
+}

@@ -74,6 +74,37 @@ fn dropped_add_kernel(
     y[i] = x[i] * dropout_factor(i, key0, key1, threshold, keep_scale) + r[i];
 }
 
+/// What [`dropped`] and [`dropped_half`] check and make before a launch:
+/// `x` holds `len` elements of `x_bytes` each and `residual` (if any) `len`
+/// f32; the output buffer of `len` elements of `y_bytes`, and the mask's
+/// parts, `None` when there is nothing to launch.
+///
+/// # Panics
+/// When a buffer is shorter, or `len` does not fit the kernels' u32
+/// element index.
+fn prepare(
+    client: &Client,
+    mask: &SiteMask,
+    (x, x_bytes): (&Handle, usize),
+    residual: Option<&Handle>,
+    len: usize,
+    y_bytes: usize,
+) -> (Handle, Option<(u32, u32, u32, f32)>) {
+    assert!(
+        u32::try_from(len).is_ok(),
+        "{len} elements: indices are u32"
+    );
+    assert!(
+        x.size_in_used() >= (len * x_bytes) as u64,
+        "x: fewer than {len} elements"
+    );
+    if let Some(residual) = residual {
+        check_lengths(&[("residual", residual, len)]);
+    }
+    let y = client.empty(len.max(1) * y_bytes);
+    (y, (len > 0).then(|| mask.parts()))
+}
+
 /// `y = f32(F(f32(x)·f)) + r` for a half activation `x` of type `F`:
 /// dropped in f32 and rounded to its type once (as PyTorch's dropout of a
 /// half tensor), then widened for the f32 residual stream and added.
@@ -132,32 +163,19 @@ pub fn dropped_half(
     len: usize,
 ) -> Handle {
     assert!(
-        u32::try_from(len).is_ok(),
-        "{len} elements: indices are u32"
-    );
-    assert!(
         matches!(half, cubecl::ir::ElemType::Float(_)),
         "{half:?} is not a float type"
     );
-    let half_bytes = half.size();
     let (input_bytes, output_bytes) = match residual {
-        Some(_) => (half_bytes, size_of::<f32>()),
-        None => (size_of::<f32>(), half_bytes),
+        Some(_) => (half.size(), size_of::<f32>()),
+        None => (size_of::<f32>(), half.size()),
     };
-    assert!(
-        x.size_in_used() >= (len * input_bytes) as u64,
-        "x: fewer than {len} elements"
-    );
-    if let Some(residual) = residual {
-        check_lengths(&[("residual", residual, len)]);
-    }
-    let y = client.empty(len.max(1) * output_bytes);
-    if len == 0 {
+    let (y, parts) = prepare(client, mask, (x, input_bytes), residual, len, output_bytes);
+    let Some((key0, key1, threshold, scale)) = parts else {
         return y;
-    }
-    let (key0, key1, threshold, scale) = mask.parts();
-    // SAFETY: `x` holds `len` elements of its type and `residual` `len`
-    // f32 (checked above), `y` `len` of the output's (made to size); the
+    };
+    // SAFETY: `x` holds `len` elements of its type, `residual` `len` f32
+    // and `y` `len` of the output's (`prepare` checked and made them); the
     // kernels bound every access by `len`.
     unsafe {
         match residual {
@@ -209,21 +227,13 @@ pub fn dropped(
     residual: Option<&Handle>,
     len: usize,
 ) -> Handle {
-    assert!(
-        u32::try_from(len).is_ok(),
-        "{len} elements: indices are u32"
-    );
-    check_lengths(&[("x", x, len)]);
-    if let Some(residual) = residual {
-        check_lengths(&[("residual", residual, len)]);
-    }
-    let y = client.empty(len.max(1) * size_of::<f32>());
-    if len == 0 {
+    let f32_bytes = size_of::<f32>();
+    let (y, parts) = prepare(client, mask, (x, f32_bytes), residual, len, f32_bytes);
+    let Some((key0, key1, threshold, scale)) = parts else {
         return y;
-    }
-    let (key0, key1, threshold, scale) = mask.parts();
-    // SAFETY: `x`, `residual` and `y` hold `len` f32 (checked above, `y`
-    // made to size); the kernels bound every access by `len`.
+    };
+    // SAFETY: `x`, `residual` and `y` hold `len` f32 (`prepare` checked
+    // and made them); the kernels bound every access by `len`.
     unsafe {
         match residual {
             Some(r) => launch_units!(
