@@ -169,8 +169,7 @@ impl DeviceDropoutOps for CubeBackend {
                 let (x, r) = (into_contiguous(x), into_contiguous(residual));
                 let (len, shape) = (x.shape().num_elements(), x.shape());
                 let mask = SiteMask::new(prob, key);
-                let y =
-                    device::dropped_half(&x.client, &mask, &x.handle, half, Some(&r.handle), len);
+                let y = device::dropped_half_add(&x.client, &mask, &x.handle, half, &r.handle, len);
                 CubeTensor::new_contiguous(x.client, x.device, shape, y, DType::F32)
             }
             _ => dropped_add_ops::<Self>(x, residual, prob, key),
@@ -183,7 +182,7 @@ impl DeviceDropoutOps for CubeBackend {
                 let g = into_contiguous(g);
                 let (len, shape) = (g.shape().num_elements(), g.shape());
                 let mask = SiteMask::new(prob, key);
-                let dx = device::dropped_half(&g.client, &mask, &g.handle, half, None, len);
+                let dx = device::dropped_half_grad(&g.client, &mask, &g.handle, half, len);
                 CubeTensor::new_contiguous(g.client, g.device, shape, dx, dtype)
             }
             _ => dropped_half_grad_ops::<Self>(g, dtype, prob, key),

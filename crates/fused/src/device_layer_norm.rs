@@ -28,9 +28,8 @@ use burn::backend::wgpu::{CubeBackend, CubeTensor};
 use burn::backend::{DType, Dispatch, TensorMetadata, backend_extension};
 use burn::tensor::{Shape, Tensor};
 use burn_cubecl::kernel::into_contiguous;
-use terse_kernels::device;
-
 use terse_compress::dropout::SiteMask;
+use terse_kernels::device;
 
 use crate::device_dropout::DeviceDropoutOps;
 use crate::reduce_routine::{ParallelReduceOps, row_means, rows, same_shape};
@@ -98,8 +97,7 @@ pub trait DeviceLayerNormOps: ParallelReduceOps + DeviceDropoutOps {
         prob: f32,
         key: u64,
     ) -> (FloatTensor<Self>, FloatTensor<Self>, FloatTensor<Self>) {
-        let sum = Self::dropped_add(x, residual, prob, key);
-        forward_ops::<Self>(sum, gamma, beta, eps)
+        dropout_add_forward_ops::<Self>(x, residual, gamma, beta, eps, prob, key)
     }
 
     /// The input's gradient from the upstream `g` `[n, d]`, the kept x̂
@@ -160,13 +158,10 @@ fn kernel_forward(
         return None;
     }
     let [x, gamma, beta] = [x, gamma, beta].map(|t| into_contiguous(t.clone()));
-    let r = r.map(|r| into_contiguous(r.clone()));
+    let residual = residual.map(|(r, mask)| (into_contiguous(r.clone()), mask));
     let (rows, d) = (x.shape()[0], x.shape()[1]);
     let handles = [&x.handle, &gamma.handle, &beta.handle];
-    let residual = r
-        .as_ref()
-        .zip(residual.as_ref())
-        .map(|(r, (_, mask))| (&r.handle, mask));
+    let residual = residual.as_ref().map(|(r, mask)| (&r.handle, mask));
     let [y, xhat, denom] =
         device::layer_norm_forward(&x.client, handles, residual, rows, d, eps as f32);
     let tensor = |handle, shape: [usize; 2]| {
@@ -210,8 +205,7 @@ impl DeviceLayerNormOps for CubeBackend {
     ) -> Normalized<Self> {
         let mask = SiteMask::new(prob, key);
         kernel_forward(&x, Some((&residual, mask)), &gamma, &beta, eps).unwrap_or_else(|| {
-            let sum = Self::dropped_add(x, residual, prob, key);
-            forward_ops::<Self>(sum, gamma, beta, eps)
+            dropout_add_forward_ops::<Self>(x, residual, gamma, beta, eps, prob, key)
         })
     }
 
@@ -279,6 +273,22 @@ fn forward_ops<B: ParallelReduceOps>(
     let (xhat, denom) = normalize::<B>(x, eps);
     let y = scale_shift::<B>(xhat.clone(), gamma, beta);
     (y, xhat, denom)
+}
+
+/// [`DeviceLayerNormOps::dropout_add_layer_norm_forward`] as two steps:
+/// the dropout's sum, then [`forward_ops`] (the reference of the kernel,
+/// and where it does not run).
+#[allow(clippy::too_many_arguments)]
+fn dropout_add_forward_ops<B: DeviceLayerNormOps>(
+    x: FloatTensor<B>,
+    residual: FloatTensor<B>,
+    gamma: FloatTensor<B>,
+    beta: FloatTensor<B>,
+    eps: f64,
+    prob: f32,
+    key: u64,
+) -> Normalized<B> {
+    forward_ops::<B>(B::dropped_add(x, residual, prob, key), gamma, beta, eps)
 }
 
 /// `x` `[n, d]` normalised per row, and the rows' `sqrt(var + eps)`

@@ -74,7 +74,11 @@ fn dropped_add_kernel(
     y[i] = x[i] * dropout_factor(i, key0, key1, threshold, keep_scale) + r[i];
 }
 
-/// What [`dropped`] and [`dropped_half`] check and make before a launch:
+/// The bytes of an f32.
+const F32_BYTES: usize = size_of::<f32>();
+
+/// What [`dropped`], [`dropped_half_add`] and [`dropped_half_grad`] check
+/// and make before a launch:
 /// `x` holds `len` elements of `x_bytes` each and `residual` (if any) `len`
 /// f32; the output buffer of `len` elements of `y_bytes`, and the mask's
 /// parts, `None` when there is nothing to launch.
@@ -146,71 +150,105 @@ fn dropped_half_grad_kernel<F: Float>(
     dx[i] = F::cast_from(narrowed * dropout_factor(i, key0, key1, threshold, keep_scale));
 }
 
-/// For `x` of the half type `half` (`len` elements): with `residual`
-/// (`len` f32) a new buffer of `len` f32, `f32(half(f32(x)·f)) + r`;
-/// without, the gradient of that for `x` from the f32 upstream `x`, a new
-/// buffer of `len` elements of `half`, `half(f32(half(g))·f)`.
+/// A new buffer of `len` f32, `f32(half(f32(x)·f)) + r`: `x` holds `len`
+/// elements of the half type `half`, `residual` `len` f32.
 ///
 /// # Panics
 /// When a buffer is shorter, `half` is not a float type, or `len` does
 /// not fit the kernel's u32 element index.
-pub fn dropped_half(
+pub fn dropped_half_add(
     client: &Client,
     mask: &SiteMask,
     x: &Handle,
     half: cubecl::ir::ElemType,
-    residual: Option<&Handle>,
+    residual: &Handle,
     len: usize,
 ) -> Handle {
+    let half_bytes = half_size(half);
+    let (y, parts) = prepare(
+        client,
+        mask,
+        (x, half_bytes),
+        Some(residual),
+        len,
+        F32_BYTES,
+    );
+    let Some((key0, key1, threshold, scale)) = parts else {
+        return y;
+    };
+    // SAFETY: `x` holds `len` elements of `half`, `residual` and `y` `len`
+    // f32 (`prepare` checked and made them); the kernel bounds every
+    // access by `len`.
+    unsafe {
+        launch_units!(
+            client,
+            len,
+            dropped_half_add_kernel(
+                buffer(x, len),
+                buffer(residual, len),
+                buffer(&y, len),
+                len,
+                key0,
+                key1,
+                threshold,
+                scale,
+                half
+            )
+        );
+    }
+    y
+}
+
+/// The gradient of [`dropped_half_add`]'s `x` from the f32 upstream `g`
+/// (`len` f32): a new buffer of `len` elements of `half`,
+/// `half(f32(half(g))·f)`.
+///
+/// # Panics
+/// As [`dropped_half_add`].
+pub fn dropped_half_grad(
+    client: &Client,
+    mask: &SiteMask,
+    g: &Handle,
+    half: cubecl::ir::ElemType,
+    len: usize,
+) -> Handle {
+    let half_bytes = half_size(half);
+    let (dx, parts) = prepare(client, mask, (g, F32_BYTES), None, len, half_bytes);
+    let Some((key0, key1, threshold, scale)) = parts else {
+        return dx;
+    };
+    // SAFETY: `g` holds `len` f32 and `dx` `len` elements of `half`
+    // (`prepare` checked and made them); the kernel bounds every access
+    // by `len`.
+    unsafe {
+        launch_units!(
+            client,
+            len,
+            dropped_half_grad_kernel(
+                buffer(g, len),
+                buffer(&dx, len),
+                len,
+                key0,
+                key1,
+                threshold,
+                scale,
+                half
+            )
+        );
+    }
+    dx
+}
+
+/// The bytes of an element of the float type `half`.
+///
+/// # Panics
+/// When `half` is not a float type.
+fn half_size(half: cubecl::ir::ElemType) -> usize {
     assert!(
         matches!(half, cubecl::ir::ElemType::Float(_)),
         "{half:?} is not a float type"
     );
-    let (input_bytes, output_bytes) = match residual {
-        Some(_) => (half.size(), size_of::<f32>()),
-        None => (size_of::<f32>(), half.size()),
-    };
-    let (y, parts) = prepare(client, mask, (x, input_bytes), residual, len, output_bytes);
-    let Some((key0, key1, threshold, scale)) = parts else {
-        return y;
-    };
-    // SAFETY: `x` holds `len` elements of its type, `residual` `len` f32
-    // and `y` `len` of the output's (`prepare` checked and made them); the
-    // kernels bound every access by `len`.
-    unsafe {
-        match residual {
-            Some(r) => launch_units!(
-                client,
-                len,
-                dropped_half_add_kernel(
-                    buffer(x, len),
-                    buffer(r, len),
-                    buffer(&y, len),
-                    len,
-                    key0,
-                    key1,
-                    threshold,
-                    scale,
-                    half
-                )
-            ),
-            None => launch_units!(
-                client,
-                len,
-                dropped_half_grad_kernel(
-                    buffer(x, len),
-                    buffer(&y, len),
-                    len,
-                    key0,
-                    key1,
-                    threshold,
-                    scale,
-                    half
-                )
-            ),
-        }
-    }
-    y
+    half.size()
 }
 
 /// A new buffer of `len` f32: element `j` of `x` times its factor in
@@ -227,8 +265,7 @@ pub fn dropped(
     residual: Option<&Handle>,
     len: usize,
 ) -> Handle {
-    let f32_bytes = size_of::<f32>();
-    let (y, parts) = prepare(client, mask, (x, f32_bytes), residual, len, f32_bytes);
+    let (y, parts) = prepare(client, mask, (x, F32_BYTES), residual, len, F32_BYTES);
     let Some((key0, key1, threshold, scale)) = parts else {
         return y;
     };

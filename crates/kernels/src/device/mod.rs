@@ -22,7 +22,7 @@ mod softmax;
 mod word_offsets;
 
 pub use cuda_memory::with_cuda_addresses;
-pub use dropout::{dropout_factors, dropped, dropped_half};
+pub use dropout::{dropout_factors, dropped, dropped_half_add, dropped_half_grad};
 pub use half::{mean_f16, round_to_f16, widen_f16};
 pub use layer_norm::{layer_norm_forward, layer_norm_input_grad};
 pub use mask::{DeviceSelection, always_bitmap, select};
