@@ -138,6 +138,71 @@ fn a_run_directory_belongs_to_one_run() {
     assert_eq!(steps, [1, 2, 3], "the earlier run's step lines are gone");
 }
 
+/// A small tmpfs mounted at `mount` for the life of the returned guard, or
+/// `None` (printing why) where this process may not mount one.
+fn small_disk<'a>(mount: &'a Path, size: &str) -> Option<impl Drop + use<'a>> {
+    std::fs::create_dir_all(mount).unwrap();
+    let mounted = Command::new("mount")
+        .args(["-t", "tmpfs", "-o", &format!("size={size}"), "tmpfs"])
+        .arg(mount)
+        .output();
+    if !mounted.is_ok_and(|o| o.status.success()) {
+        println!("skipped: cannot mount a tmpfs here (not root, or no mount(8))");
+        return None;
+    }
+    struct Unmount<'a>(&'a Path);
+    impl Drop for Unmount<'_> {
+        fn drop(&mut self) {
+            let _ = Command::new("umount").arg(self.0).status();
+        }
+    }
+    Some(Unmount(mount))
+}
+
+/// A disk that holds this checkpoint but not the next: the warning comes a
+/// checkpoint interval ahead, naming the step, the sizes and where, and
+/// not before; the run then stops at that step as the warning said. Needs
+/// root, as the full-disk case does.
+#[test]
+fn a_disk_too_small_for_the_next_checkpoint_is_named_ahead() {
+    let scratch = tempfile::tempdir().unwrap();
+    let mount = scratch.path().join("disk");
+    // BERT-Tiny's checkpoint on one rank (1-bit LAMB), 68 MiB: 150 MB
+    // hold two (the first leaves 82 MiB free, the second 14) but not three.
+    let Some(_unmount) = small_disk(&mount, "150m") else {
+        return;
+    };
+    let run_dir = mount.join("run");
+    let message = exits_1(
+        "a disk too small for the next checkpoint",
+        &mut terse(&run_dir, 3, &["--set", "train.checkpoint_every=1"]),
+    );
+    let warnings: Vec<&str> = message
+        .lines()
+        .filter(|l| l.contains("will not fit"))
+        .collect();
+    assert_eq!(warnings.len(), 1, "{message}");
+    let warning = warnings[0];
+    println!("{warning}");
+    assert!(
+        warning.contains("warning")
+            && warning.contains(
+                "the next checkpoint (step 3) will not fit: it needs about 68.0 MiB where \
+                 rank 0 writes it ("
+            )
+            && warning.contains("continues from step 2"),
+        "{warning}"
+    );
+    let at = |needle: &str| {
+        message
+            .find(needle)
+            .unwrap_or_else(|| panic!("{needle}: {message}"))
+    };
+    assert!(at("step 2/3") < at("will not fit") && at("will not fit") < at("step 3/3"));
+    assert!(message.contains("No space left on device"), "{message}");
+    assert!(common::checkpoint(&run_dir, 2).exists());
+}
+
 /// A checkpoint that does not fit on the disk: the run ends with an error
 /// naming the file, leaves no checkpoint that looks whole, and the next run
 /// there removes the half-written one. Needs root to mount a small tmpfs;
@@ -146,24 +211,11 @@ fn a_run_directory_belongs_to_one_run() {
 fn a_full_disk_during_a_checkpoint_fails_cleanly() {
     let scratch = tempfile::tempdir().unwrap();
     let mount = scratch.path().join("disk");
-    std::fs::create_dir_all(&mount).unwrap();
     // BERT-Tiny's checkpoint: 17.7 MB of weights and 35.5 MB of optimizer
     // state; 24 MB holds the run's logs and config but not the checkpoint.
-    let mounted = Command::new("mount")
-        .args(["-t", "tmpfs", "-o", "size=24m", "tmpfs"])
-        .arg(&mount)
-        .output();
-    if !mounted.is_ok_and(|o| o.status.success()) {
-        println!("skipped: cannot mount a tmpfs here (not root, or no mount(8))");
+    let Some(_unmount) = small_disk(&mount, "24m") else {
         return;
-    }
-    struct Unmount<'a>(&'a Path);
-    impl Drop for Unmount<'_> {
-        fn drop(&mut self) {
-            let _ = Command::new("umount").arg(self.0).status();
-        }
-    }
-    let _unmount = Unmount(&mount);
+    };
     let run_dir = mount.join("run");
     let message = exits_1(
         "disk full during a checkpoint",

@@ -69,7 +69,8 @@ impl std::fmt::Display for Shortage {
     }
 }
 
-fn gigabytes(bytes: u64) -> String {
+/// `bytes` in GiB from 1 GiB on, else in MiB.
+pub(crate) fn gigabytes(bytes: u64) -> String {
     if bytes >= 1 << 30 {
         format!("{:.2} GiB", bytes as f64 / f64::from(1u32 << 30))
     } else {

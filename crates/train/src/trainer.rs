@@ -35,6 +35,7 @@ use crate::ready_gradient::{ReadyGradient, ready_gradient};
 use crate::step_order::StepOrder;
 use crate::step_reads::StepReadCounter;
 use crate::task::Task;
+use crate::trainer_checkpoints::next_checkpoint;
 use crate::{RunConfig, TrainError, signals};
 
 /// Serialises seeding + parameter initialisation across the threads of one
@@ -108,6 +109,9 @@ impl Trainer<'_> {
                         step: t,
                         checkpoint: dir,
                     });
+                }
+                if let Some(next) = next_checkpoint(t, every, self.config.train.steps) {
+                    checkpoint::warn_if_next_will_not_fit(&dir, t, next, comm)?;
                 }
             }
             let eval_every = self.config.train.eval_every;

@@ -109,3 +109,31 @@ impl Trainer<'_> {
         Ok((model, Some(meta)))
     }
 }
+
+/// The step of the checkpoint after step `t`'s, for checkpoints every
+/// `every` steps (0: none but the last) in a run of `steps`: none after the
+/// last step.
+pub(crate) fn next_checkpoint(t: u64, every: u64, steps: u64) -> Option<u64> {
+    if t >= steps {
+        return None;
+    }
+    if every == 0 {
+        return Some(steps);
+    }
+    Some(((t / every + 1) * every).min(steps))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::next_checkpoint;
+
+    #[test]
+    fn the_next_checkpoint_is_the_next_multiple_or_the_last_step() {
+        assert_eq!(next_checkpoint(40, 40, 100), Some(80));
+        assert_eq!(next_checkpoint(80, 40, 100), Some(100));
+        assert_eq!(next_checkpoint(100, 40, 100), None);
+        // A signal's checkpoint between the multiples.
+        assert_eq!(next_checkpoint(13, 5, 30), Some(15));
+        assert_eq!(next_checkpoint(13, 0, 30), Some(30));
+    }
+}

@@ -19,6 +19,7 @@
 //! cannot: a file damaged afterwards is refused, naming it.
 
 mod agree;
+mod room;
 mod write;
 
 use std::collections::BTreeMap;
@@ -31,6 +32,7 @@ use serde::{Deserialize, Serialize};
 use crate::{LossScaler, RunConfig, TrainError};
 
 pub use agree::{agree_on_latest, verify_own};
+pub use room::warn_if_next_will_not_fit;
 pub use write::{clear_own, write};
 
 const FORMAT: &str = "terse-checkpoint";

@@ -1,0 +1,238 @@
+//! Whether the disk holds the next checkpoint. A checkpoint that does not
+//! fit stops the run with ENOSPC at its step (`write.rs` leaves the last
+//! whole one, and `--resume` continues from it); this says so a checkpoint
+//! interval ahead, while there is still time to free space. After each
+//! checkpoint every rank measures the step directory as it sees it (all
+//! ranks' files on a filesystem the nodes share, its node's on a disk of
+//! each node) and the space free on its filesystem; the next checkpoint is
+//! written while the [`KEEP`](super::KEEP) newest are still there, so it
+//! needs about that much again.
+
+use std::ffi::CString;
+use std::fs;
+use std::os::unix::ffi::OsStrExt;
+use std::path::Path;
+
+use terse_comm::Communicator;
+
+use crate::TrainError;
+use crate::out_of_memory::gigabytes;
+
+/// One rank's reading: the checkpoint's bytes on its filesystem and the
+/// bytes free there (for an unprivileged writer), in MiB as the ranks
+/// exchange them (`u32::MAX` where the free space could not be read).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Reading {
+    checkpoint_mib: u32,
+    free_mib: u32,
+}
+
+impl Reading {
+    fn of(dir: &Path) -> Self {
+        Reading {
+            checkpoint_mib: mib_up(dir_bytes(dir)),
+            free_mib: free_bytes(dir).map_or(u32::MAX, mib_down),
+        }
+    }
+
+    /// Whether the next checkpoint, as large as this one, will not fit.
+    /// No margin: a warning says "will not fit" only where the sizes say
+    /// so (the logs grow by kilobytes between checkpoints).
+    fn short(self) -> bool {
+        self.free_mib < self.checkpoint_mib
+    }
+}
+
+/// After the checkpoint `dir` of step `step`, with the next one due at step
+/// `next`: collectively, every rank's reading; rank 0 logs one warning
+/// naming the ranks whose filesystem will not hold the next checkpoint.
+pub fn warn_if_next_will_not_fit(
+    dir: &Path,
+    step: u64,
+    next: u64,
+    comm: &dyn Communicator,
+) -> Result<(), TrainError> {
+    let own = Reading::of(dir);
+    let mut all = vec![0u32; 2 * comm.world_size()];
+    comm.all_gather_u32(&[own.checkpoint_mib, own.free_mib], &mut all)?;
+    if comm.rank() != 0 {
+        return Ok(());
+    }
+    let readings: Vec<Reading> = all
+        .chunks_exact(2)
+        .map(|r| Reading {
+            checkpoint_mib: r[0],
+            free_mib: r[1],
+        })
+        .collect();
+    if let Some(warning) = warning(&readings, dir, step, next) {
+        tracing::warn!("{warning}");
+    }
+    Ok(())
+}
+
+/// The warning for `readings` (one per rank), if any rank is short: the
+/// short ranks, and the tightest one's numbers.
+fn warning(readings: &[Reading], dir: &Path, step: u64, next: u64) -> Option<String> {
+    let short: Vec<usize> = (0..readings.len())
+        .filter(|&r| readings[r].short())
+        .collect();
+    let worst = *short.iter().min_by_key(|&&r| {
+        i64::from(readings[r].free_mib) - i64::from(readings[r].checkpoint_mib)
+    })?;
+    let Reading {
+        checkpoint_mib,
+        free_mib,
+    } = readings[worst];
+    let mib = |m: u32| gigabytes(u64::from(m) << 20);
+    let checkpoints = dir.parent().unwrap_or(dir).display();
+    Some(format!(
+        "the next checkpoint (step {next}) will not fit: it needs about {} where {} {} \
+         it ({checkpoints}), and {} is free there{}; free space before step {next}, or the \
+         run stops there with an error and `--resume` continues from step {step}",
+        mib(checkpoint_mib),
+        ranks_text(&short),
+        if short.len() == 1 { "writes" } else { "write" },
+        mib(free_mib),
+        // Ranks that read the same are most likely on one filesystem.
+        if short.iter().any(|&r| readings[r] != readings[worst]) {
+            format!(" (rank {worst}'s filesystem, the fullest)")
+        } else {
+            String::new()
+        },
+    ))
+}
+
+/// `[0, 1, 2, 5]` as "ranks 0–2, 5"; `[3]` as "rank 3".
+fn ranks_text(ranks: &[usize]) -> String {
+    let mut runs: Vec<String> = Vec::new();
+    let mut i = 0;
+    while i < ranks.len() {
+        let mut j = i;
+        while j + 1 < ranks.len() && ranks[j + 1] == ranks[j] + 1 {
+            j += 1;
+        }
+        runs.push(if j == i {
+            ranks[i].to_string()
+        } else {
+            format!("{}–{}", ranks[i], ranks[j])
+        });
+        i = j + 1;
+    }
+    let word = if ranks.len() == 1 { "rank" } else { "ranks" };
+    format!("{word} {}", runs.join(", "))
+}
+
+/// The bytes of the files in `dir` (a step directory holds no others).
+fn dir_bytes(dir: &Path) -> u64 {
+    let Ok(entries) = fs::read_dir(dir) else {
+        return 0;
+    };
+    entries
+        .filter_map(Result::ok)
+        .filter_map(|e| e.metadata().ok())
+        .filter(|m| m.is_file())
+        .map(|m| m.len())
+        .sum()
+}
+
+/// The bytes an unprivileged writer may still use on `path`'s filesystem
+/// (statvfs's `f_bavail` blocks of `f_frsize` bytes).
+fn free_bytes(path: &Path) -> Option<u64> {
+    let c_path = CString::new(path.as_os_str().as_bytes()).ok()?;
+    let mut stat = std::mem::MaybeUninit::<libc::statvfs>::uninit();
+    // SAFETY: a NUL-terminated path and a buffer statvfs fills on success.
+    let status = unsafe { libc::statvfs(c_path.as_ptr(), stat.as_mut_ptr()) };
+    if status != 0 {
+        return None;
+    }
+    // SAFETY: statvfs returned 0, so it filled the buffer.
+    let stat = unsafe { stat.assume_init() };
+    Some(stat.f_bavail.saturating_mul(stat.f_frsize))
+}
+
+fn mib_up(bytes: u64) -> u32 {
+    u32::try_from(bytes.div_ceil(1 << 20)).unwrap_or(u32::MAX)
+}
+
+fn mib_down(bytes: u64) -> u32 {
+    u32::try_from(bytes >> 20).unwrap_or(u32::MAX)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn reading(checkpoint_mib: u32, free_mib: u32) -> Reading {
+        Reading {
+            checkpoint_mib,
+            free_mib,
+        }
+    }
+
+    #[test]
+    fn short_is_less_free_space_than_the_checkpoint() {
+        assert!(!reading(1000, 1000).short());
+        assert!(reading(1000, 999).short());
+        assert!(reading(1000, 10).short());
+        assert!(!reading(0, 0).short(), "no checkpoint files seen");
+        assert!(!reading(1000, u32::MAX).short(), "free space unknown");
+    }
+
+    #[test]
+    fn one_line_names_the_short_ranks_and_the_fullest_filesystem() {
+        let dir = Path::new("runs/x/checkpoints/step-00000040");
+        let enough = reading(1600, 90_000);
+        assert_eq!(warning(&[enough, enough], dir, 40, 80), None);
+        let line = warning(
+            &[
+                reading(1600, 1200),
+                enough,
+                reading(1600, 300),
+                reading(1600, 1000),
+            ],
+            dir,
+            40,
+            80,
+        )
+        .unwrap();
+        assert_eq!(
+            line,
+            "the next checkpoint (step 80) will not fit: it needs about 1.56 GiB where \
+             ranks 0, 2–3 write it (runs/x/checkpoints), and 300.0 MiB is free there \
+             (rank 2's filesystem, the fullest); free space before step 80, or the run \
+             stops there with an error and `--resume` continues from step 40"
+        );
+        let shared = warning(&[reading(187, 113), reading(187, 113)], dir, 1, 2).unwrap();
+        assert!(
+            shared
+                .contains("ranks 0–1 write it (runs/x/checkpoints), and 113.0 MiB is free there;"),
+            "{shared}"
+        );
+        let one = warning(&[enough, reading(100, 20)], dir, 5, 10).unwrap();
+        assert!(
+            one.contains("about 100.0 MiB where rank 1 writes it")
+                && one.contains("20.0 MiB is free there;"),
+            "{one}"
+        );
+    }
+
+    #[test]
+    fn rank_lists_fold_runs() {
+        assert_eq!(ranks_text(&[3]), "rank 3");
+        assert_eq!(ranks_text(&[0, 1, 2, 5, 7, 8]), "ranks 0–2, 5, 7–8");
+    }
+
+    #[test]
+    fn the_free_space_and_a_directorys_files_are_read() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("a"), vec![0u8; 3 << 20]).unwrap();
+        std::fs::write(dir.path().join("b"), vec![0u8; 1]).unwrap();
+        std::fs::create_dir(dir.path().join("sub")).unwrap();
+        assert_eq!(dir_bytes(dir.path()), (3 << 20) + 1);
+        assert_eq!(mib_up(dir_bytes(dir.path())), 4);
+        let free = free_bytes(dir.path()).unwrap();
+        assert!(free > 0);
+        assert_eq!(free_bytes(&dir.path().join("missing")), None);
+    }
+}
