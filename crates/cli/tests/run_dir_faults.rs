@@ -167,8 +167,9 @@ fn small_disk<'a>(mount: &'a Path, size: &str) -> Option<impl Drop + use<'a>> {
 fn a_disk_too_small_for_the_next_checkpoint_is_named_ahead() {
     let scratch = tempfile::tempdir().unwrap();
     let mount = scratch.path().join("disk");
-    // BERT-Tiny's checkpoint on one rank (1-bit LAMB), 68 MiB: 150 MB
-    // hold two (the first leaves 82 MiB free, the second 14) but not three.
+    // BERT-Tiny's checkpoint on one rank (1-bit LAMB), 68 MiB: 17.7 MB of
+    // weights and 53.2 MB of optimizer state. 150 MB hold two (the first
+    // leaves 82 MiB free, the second 14) but not three.
     let Some(_unmount) = small_disk(&mount, "150m") else {
         return;
     };
@@ -211,7 +212,7 @@ fn a_disk_too_small_for_the_next_checkpoint_is_named_ahead() {
 fn a_full_disk_during_a_checkpoint_fails_cleanly() {
     let scratch = tempfile::tempdir().unwrap();
     let mount = scratch.path().join("disk");
-    // BERT-Tiny's checkpoint: 17.7 MB of weights and 35.5 MB of optimizer
+    // BERT-Tiny's checkpoint: 17.7 MB of weights and 53.2 MB of optimizer
     // state; 24 MB holds the run's logs and config but not the checkpoint.
     let Some(_unmount) = small_disk(&mount, "24m") else {
         return;
