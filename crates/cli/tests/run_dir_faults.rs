@@ -204,6 +204,41 @@ fn a_disk_too_small_for_the_next_checkpoint_is_named_ahead() {
     assert!(common::checkpoint(&run_dir, 2).exists());
 }
 
+/// A disk too small for even the first checkpoint: said before step 1,
+/// from the sizes of the model and the optimizer state, rather than when
+/// the checkpoint's step comes (hours in, on a real run).
+#[test]
+fn a_first_checkpoint_that_will_not_fit_is_named_before_step_1() {
+    let scratch = tempfile::tempdir().unwrap();
+    let mount = scratch.path().join("disk");
+    let Some(_unmount) = small_disk(&mount, "60m") else {
+        return;
+    };
+    let run_dir = mount.join("run");
+    let message = exits_1(
+        "a disk too small for the first checkpoint",
+        &mut terse(&run_dir, 3, &["--set", "train.checkpoint_every=2"]),
+    );
+    let warning = message
+        .lines()
+        .find(|l| l.contains("will not fit"))
+        .unwrap_or_else(|| panic!("no warning: {message}"));
+    println!("{warning}");
+    // 17.7 MB of weights and 53.2 MB of optimizer state: 67.7 MiB.
+    assert!(
+        warning.contains(
+            "the first checkpoint (step 2) will not fit: it needs about 68.0 MiB where \
+             rank 0 writes it ("
+        ) && warning.contains("there is no checkpoint to resume from"),
+        "{warning}"
+    );
+    assert!(
+        message.find("will not fit") < message.find("step 1/3"),
+        "{message}"
+    );
+    assert!(message.contains("No space left on device"), "{message}");
+}
+
 /// A checkpoint that does not fit on the disk: the run ends with an error
 /// naming the file, leaves no checkpoint that looks whole, and the next run
 /// there removes the half-written one. Needs root to mount a small tmpfs;

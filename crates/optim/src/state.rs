@@ -79,6 +79,15 @@ impl Optimizer {
         })
     }
 
+    /// The bytes of the tensors [`Optimizer::save`] writes (the file adds
+    /// its header): what a checkpoint's optimizer file holds, known before
+    /// the first one is written.
+    pub fn state_bytes(&mut self) -> u64 {
+        let floats: usize = self.rule.state().iter().map(|(_, b)| b.len()).sum();
+        let scalars: usize = self.rule.scalars().iter().map(|(_, v)| v.len()).sum();
+        4 * floats as u64 + 8 * scalars as u64
+    }
+
     /// Replaces this optimizer's state and step with those saved in `path`.
     ///
     /// Refused, with the difference named, when the file was written by

@@ -80,6 +80,7 @@ impl Trainer<'_> {
         comm: &dyn Communicator,
     ) -> Result<RunOutcome<T::Model>, TrainError> {
         let (mut run, mut model) = self.prepare(task, comm)?;
+        self.warn_if_checkpoint_will_not_fit(&model, &mut run.optimizer, run.start_step, comm)?;
         run.evaluate_before(&model)?;
         // Ranks reach this point one after another (local ranks set up in
         // turn, ~60 ms apart for BERT-Tiny and up to 0.8 s): starting step 1

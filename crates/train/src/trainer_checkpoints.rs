@@ -3,6 +3,7 @@
 
 use std::path::{Path, PathBuf};
 
+use burn::module::Module;
 use burn::store::{ModuleSnapshot, SafetensorsStore};
 use terse_comm::Communicator;
 use terse_optim::Optimizer;
@@ -44,6 +45,24 @@ impl Trainer<'_> {
                 Ok(())
             },
         )
+    }
+
+    /// Before step 1 of a run that starts after step `start`: a warning
+    /// from rank 0 where the next checkpoint's files (the model's fp32
+    /// parameters and the optimizer state) will not fit on the disk.
+    pub(crate) fn warn_if_checkpoint_will_not_fit<M: Module>(
+        &self,
+        model: &M,
+        optimizer: &mut Optimizer,
+        start: u64,
+        comm: &dyn Communicator,
+    ) -> Result<(), TrainError> {
+        let train = &self.config.train;
+        let Some(next) = next_checkpoint(start, train.checkpoint_every, train.steps) else {
+            return Ok(());
+        };
+        let bytes = 4 * model.num_params() as u64 + optimizer.state_bytes();
+        checkpoint::warn_if_first_will_not_fit(self.run_dir, start, next, bytes, comm)
     }
 
     /// `dir` as the checkpoint to continue from: it must exist, and when it

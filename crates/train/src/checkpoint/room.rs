@@ -1,12 +1,19 @@
 //! Whether the disk holds the next checkpoint. A checkpoint that does not
 //! fit stops the run with ENOSPC at its step (`write.rs` leaves the last
-//! whole one, and `--resume` continues from it); this says so a checkpoint
-//! interval ahead, while there is still time to free space. After each
-//! checkpoint every rank measures the step directory as it sees it (all
-//! ranks' files on a filesystem the nodes share, its node's on a disk of
-//! each node) and the space free on its filesystem; the next checkpoint is
-//! written while the [`KEEP`](super::KEEP) newest are still there, so it
-//! needs about that much again.
+//! whole one, and `--resume` continues from it); this says so ahead, while
+//! there is still time to free space:
+//!
+//! - before step 1, from the size the model and the optimizer state will
+//!   have, times the ranks that write onto the same filesystem (each rank
+//!   leaves a marker in the checkpoints directory and counts those it
+//!   sees): a first checkpoint hours away is named at once;
+//! - after each checkpoint, from the step directory as each rank sees it
+//!   (all ranks' files on a filesystem the nodes share, its node's on a
+//!   disk of each node). The next checkpoint is written while the
+//!   [`KEEP`](super::KEEP) newest are still there, so it needs about that
+//!   much again.
+//!
+//! The ranks exchange their readings; rank 0 logs one warning line.
 
 use std::ffi::CString;
 use std::fs;
@@ -28,13 +35,6 @@ struct Reading {
 }
 
 impl Reading {
-    fn of(dir: &Path) -> Self {
-        Reading {
-            checkpoint_mib: mib_up(dir_bytes(dir)),
-            free_mib: free_bytes(dir).map_or(u32::MAX, mib_down),
-        }
-    }
-
     /// Whether the next checkpoint, as large as this one, will not fit.
     /// No margin: a warning says "will not fit" only where the sizes say
     /// so (the logs grow by kilobytes between checkpoints).
@@ -44,15 +44,51 @@ impl Reading {
 }
 
 /// After the checkpoint `dir` of step `step`, with the next one due at step
-/// `next`: collectively, every rank's reading; rank 0 logs one warning
-/// naming the ranks whose filesystem will not hold the next checkpoint.
+/// `next`: collectively, every rank's reading of `dir`; rank 0 warns when
+/// some rank's filesystem will not hold another checkpoint of its size.
 pub fn warn_if_next_will_not_fit(
     dir: &Path,
     step: u64,
     next: u64,
     comm: &dyn Communicator,
 ) -> Result<(), TrainError> {
-    let own = Reading::of(dir);
+    let own = Reading {
+        checkpoint_mib: mib_up(dir_bytes(dir)),
+        free_mib: free_mib(dir),
+    };
+    let checkpoints = dir.parent().unwrap_or(dir);
+    report(own, checkpoints, next, Some(step), comm)
+}
+
+/// Before step 1 of a run that starts after step `start` (0: a fresh
+/// run), with its next checkpoint due at step `next`: collectively, each
+/// rank's `bytes` of checkpoint files (the model and the optimizer state)
+/// times the ranks writing onto its filesystem, against the space free
+/// there; rank 0 warns where it will not fit.
+pub fn warn_if_first_will_not_fit(
+    run_dir: &Path,
+    start: u64,
+    next: u64,
+    bytes: u64,
+    comm: &dyn Communicator,
+) -> Result<(), TrainError> {
+    let checkpoints = super::checkpoints_dir(run_dir);
+    let sharing = ranks_sharing(&checkpoints, comm)?;
+    let own = Reading {
+        checkpoint_mib: mib_up(bytes.saturating_mul(sharing as u64)),
+        free_mib: free_mib(&checkpoints),
+    };
+    report(own, &checkpoints, next, (start > 0).then_some(start), comm)
+}
+
+/// Gathers every rank's reading; rank 0 logs the warning, if any.
+fn report(
+    own: Reading,
+    checkpoints: &Path,
+    next: u64,
+    resume_from: Option<u64>,
+    comm: &dyn Communicator,
+) -> Result<(), TrainError> {
     let mut all = vec![0u32; 2 * comm.world_size()];
     comm.all_gather_u32(&[own.checkpoint_mib, own.free_mib], &mut all)?;
     if comm.rank() != 0 {
@@ -65,15 +101,49 @@ pub fn warn_if_next_will_not_fit(
             free_mib: r[1],
         })
         .collect();
-    if let Some(warning) = warning(&readings, dir, step, next) {
+    if let Some(warning) = warning(&readings, checkpoints, next, resume_from) {
         tracing::warn!("{warning}");
     }
     Ok(())
 }
 
+/// How many ranks write onto the filesystem of `dir` (created if need
+/// be): each rank leaves a marker named by a token of rank 0's and its
+/// rank, and counts the markers of that token it sees. 1 where the marker
+/// cannot be written (the checkpoint will say why).
+fn ranks_sharing(dir: &Path, comm: &dyn Communicator) -> Result<usize, TrainError> {
+    let mut token = [std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.subsec_nanos())
+        ^ std::process::id()];
+    comm.broadcast_u32(&mut token, 0)?;
+    let prefix = format!(".present-{:08x}.rank-", token[0]);
+    let marker = dir.join(format!("{prefix}{}", comm.rank()));
+    let written = fs::create_dir_all(dir).and_then(|()| fs::write(&marker, b""));
+    comm.barrier()?;
+    let seen = fs::read_dir(dir).map_or(0, |entries| {
+        entries
+            .filter_map(Result::ok)
+            .filter(|e| e.file_name().to_string_lossy().starts_with(&prefix))
+            .count()
+    });
+    comm.barrier()?;
+    if written.is_ok() {
+        let _ = fs::remove_file(&marker);
+    }
+    Ok(seen.max(1))
+}
+
 /// The warning for `readings` (one per rank), if any rank is short: the
-/// short ranks, and the tightest one's numbers.
-fn warning(readings: &[Reading], dir: &Path, step: u64, next: u64) -> Option<String> {
+/// short ranks, and the tightest one's numbers. `resume_from`: the step a
+/// resume would continue from (none: no checkpoint yet, `next` is the
+/// first).
+fn warning(
+    readings: &[Reading],
+    checkpoints: &Path,
+    next: u64,
+    resume_from: Option<u64>,
+) -> Option<String> {
     let short: Vec<usize> = (0..readings.len())
         .filter(|&r| readings[r].short())
         .collect();
@@ -85,14 +155,18 @@ fn warning(readings: &[Reading], dir: &Path, step: u64, next: u64) -> Option<Str
         free_mib,
     } = readings[worst];
     let mib = |m: u32| gigabytes(u64::from(m) << 20);
-    let checkpoints = dir.parent().unwrap_or(dir).display();
+    let (which, then) = match resume_from {
+        Some(step) => ("next", format!("`--resume` continues from step {step}")),
+        None => ("first", "there is no checkpoint to resume from".to_string()),
+    };
     Some(format!(
-        "the next checkpoint (step {next}) will not fit: it needs about {} where {} {} \
-         it ({checkpoints}), and {} is free there{}; free space before step {next}, or the \
-         run stops there with an error and `--resume` continues from step {step}",
+        "the {which} checkpoint (step {next}) will not fit: it needs about {} where {} {} \
+         it ({}), and {} is free there{}; free space before step {next}, or the run stops \
+         there with an error and {then}",
         mib(checkpoint_mib),
         ranks_text(&short),
         if short.len() == 1 { "writes" } else { "write" },
+        checkpoints.display(),
         mib(free_mib),
         // Ranks that read the same are most likely on one filesystem.
         if short.iter().any(|&r| readings[r] != readings[worst]) {
@@ -151,6 +225,11 @@ fn free_bytes(path: &Path) -> Option<u64> {
     Some(stat.f_bavail.saturating_mul(stat.f_frsize))
 }
 
+/// The MiB free on `path`'s filesystem; `u32::MAX` where unknown.
+fn free_mib(path: &Path) -> u32 {
+    free_bytes(path).map_or(u32::MAX, mib_down)
+}
+
 fn mib_up(bytes: u64) -> u32 {
     u32::try_from(bytes.div_ceil(1 << 20)).unwrap_or(u32::MAX)
 }
@@ -181,9 +260,9 @@ mod tests {
 
     #[test]
     fn one_line_names_the_short_ranks_and_the_fullest_filesystem() {
-        let dir = Path::new("runs/x/checkpoints/step-00000040");
+        let dir = Path::new("runs/x/checkpoints");
         let enough = reading(1600, 90_000);
-        assert_eq!(warning(&[enough, enough], dir, 40, 80), None);
+        assert_eq!(warning(&[enough, enough], dir, 80, Some(40)), None);
         let line = warning(
             &[
                 reading(1600, 1200),
@@ -192,8 +271,8 @@ mod tests {
                 reading(1600, 1000),
             ],
             dir,
-            40,
             80,
+            Some(40),
         )
         .unwrap();
         assert_eq!(
@@ -203,18 +282,44 @@ mod tests {
              (rank 2's filesystem, the fullest); free space before step 80, or the run \
              stops there with an error and `--resume` continues from step 40"
         );
-        let shared = warning(&[reading(187, 113), reading(187, 113)], dir, 1, 2).unwrap();
+        let shared = warning(&[reading(187, 113), reading(187, 113)], dir, 2, Some(1)).unwrap();
         assert!(
             shared
                 .contains("ranks 0–1 write it (runs/x/checkpoints), and 113.0 MiB is free there;"),
             "{shared}"
         );
-        let one = warning(&[enough, reading(100, 20)], dir, 5, 10).unwrap();
-        assert!(
-            one.contains("about 100.0 MiB where rank 1 writes it")
-                && one.contains("20.0 MiB is free there;"),
-            "{one}"
+        let one = warning(&[enough, reading(100, 20)], dir, 1000, None).unwrap();
+        assert_eq!(
+            one,
+            "the first checkpoint (step 1000) will not fit: it needs about 100.0 MiB where \
+             rank 1 writes it (runs/x/checkpoints), and 20.0 MiB is free there; free space \
+             before step 1000, or the run stops there with an error and there is no \
+             checkpoint to resume from"
         );
+    }
+
+    #[test]
+    fn the_ranks_on_a_filesystem_are_counted_and_leave_no_marker() {
+        use std::time::Duration;
+        use terse_comm::LocalComm;
+        // Ranks 0 and 1 share a directory, rank 2 has its own (a disk of
+        // its node).
+        let shared = tempfile::tempdir().unwrap();
+        let own = tempfile::tempdir().unwrap();
+        let counts = LocalComm::run(3, Duration::from_secs(10), |comm| {
+            let dir = if comm.rank() < 2 {
+                shared.path()
+            } else {
+                own.path()
+            };
+            ranks_sharing(&dir.join("checkpoints"), comm).unwrap()
+        });
+        let counts: Vec<usize> = counts.into_iter().map(Result::unwrap).collect();
+        assert_eq!(counts, [2, 2, 1]);
+        for dir in [shared.path(), own.path()] {
+            let left = fs::read_dir(dir.join("checkpoints")).unwrap().count();
+            assert_eq!(left, 0, "a marker was left in {}", dir.display());
+        }
     }
 
     #[test]
