@@ -157,7 +157,8 @@ fn earlier_run(dir: &Path) -> Result<Option<String>, TrainError> {
 
 /// Removes the `.step-N.rank-R.tmp` directories of checkpoints whose writing was
 /// cut short (a kill, a full disk): only a run holding the lock may, since
-/// a running one writes into them.
+/// a running one writes into them. So too the ranks' markers of a run
+/// killed while it counted them (`checkpoint/room.rs`).
 fn remove_stale_temporaries(dir: &Path) -> Result<(), TrainError> {
     let checkpoints = checkpoint::checkpoints_dir(dir);
     let Ok(entries) = fs::read_dir(&checkpoints) else {
@@ -166,7 +167,9 @@ fn remove_stale_temporaries(dir: &Path) -> Result<(), TrainError> {
     for entry in entries {
         let path = entry.map_err(io(&checkpoints))?.path();
         let name = path.file_name().and_then(|n| n.to_str()).unwrap_or("");
-        if name.starts_with(".step-") && name.ends_with(".tmp") {
+        if name.starts_with(checkpoint::MARKER) {
+            remove(&path)?;
+        } else if name.starts_with(".step-") && name.ends_with(".tmp") {
             tracing::info!(
                 "removing {}: a checkpoint an earlier run did not finish",
                 path.display()
@@ -272,7 +275,11 @@ mod tests {
         fs::create_dir_all(&tmp).unwrap();
         fs::write(tmp.join("model-rank-0.safetensors"), "half").unwrap();
         fs::write(dir.path().join("config.toml"), "[task]").unwrap();
+        // A rank's marker a run killed while counting them left.
+        let marker = checkpoint::checkpoints_dir(dir.path()).join(".present-0badcafe.rank-1");
+        fs::write(&marker, "").unwrap();
         drop(claim(dir.path(), Existing::Refuse).unwrap());
         assert!(!tmp.exists());
+        assert!(!marker.exists());
     }
 }

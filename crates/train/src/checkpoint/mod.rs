@@ -32,6 +32,7 @@ use serde::{Deserialize, Serialize};
 use crate::{LossScaler, RunConfig, TrainError};
 
 pub use agree::{agree_on_latest, verify_own};
+pub(crate) use room::MARKER;
 pub use room::{warn_if_first_will_not_fit, warn_if_next_will_not_fit};
 pub use write::{clear_own, write};
 

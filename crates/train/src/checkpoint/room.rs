@@ -107,6 +107,10 @@ fn report(
     Ok(())
 }
 
+/// The start of a marker's name ([`ranks_sharing`]); one a killed run left
+/// is removed with its half-written checkpoints (`run_dir.rs`).
+pub(crate) const MARKER: &str = ".present-";
+
 /// How many ranks write onto the filesystem of `dir` (created if need
 /// be): each rank leaves a marker named by a token of rank 0's and its
 /// rank, and counts the markers of that token it sees. 1 where the marker
@@ -117,7 +121,7 @@ fn ranks_sharing(dir: &Path, comm: &dyn Communicator) -> Result<usize, TrainErro
         .map_or(0, |d| d.subsec_nanos())
         ^ std::process::id()];
     comm.broadcast_u32(&mut token, 0)?;
-    let prefix = format!(".present-{:08x}.rank-", token[0]);
+    let prefix = format!("{MARKER}{:08x}.rank-", token[0]);
     let marker = dir.join(format!("{prefix}{}", comm.rank()));
     let written = fs::create_dir_all(dir).and_then(|()| fs::write(&marker, b""));
     comm.barrier()?;
