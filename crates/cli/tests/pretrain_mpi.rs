@@ -2,7 +2,8 @@
 //! SOTU corpus with 1-bit LAMB, on 2 OpenMPI ranks (`mpirun`) through the
 //! warmup (12 steps) into the compression stage.
 //!
-//! - the ranks end with bit-identical weights, the loss falls, compression
+//! - the ranks end with bit-identical weights (one model file on disk, the
+//!   second rank's a hard link of the first's), the loss falls, compression
 //!   sends far fewer bytes than the warmup, and 2 threads (`--ranks 2`) give
 //!   the same weights as 2 processes;
 //! - `kill -9` of the whole job after a checkpoint in the compression stage,
@@ -147,6 +148,23 @@ fn uninterrupted(whole: &Path) -> Vec<(String, Vec<u8>)> {
     );
     let weights = final_weights(whole, 0);
     assert!(final_weights(whole, 1) == weights, "ranks disagree");
+    // On one filesystem the ranks keep one copy of what they write alike:
+    // rank 1's model file is rank 0's under a second name; 1-bit LAMB's
+    // error buffers are each rank's own, so its optimizer files are two.
+    let inode = |name: &str| {
+        use std::os::unix::fs::MetadataExt;
+        std::fs::metadata(checkpoint(whole, STEPS).join(name))
+            .unwrap()
+            .ino()
+    };
+    assert_eq!(
+        inode("model-rank-0.safetensors"),
+        inode("model-rank-1.safetensors")
+    );
+    assert_ne!(
+        inode("optimizer-rank-0.safetensors"),
+        inode("optimizer-rank-1.safetensors")
+    );
     every_rank_logged(whole);
     weights
 }

@@ -70,6 +70,12 @@ pub fn sha256_file(path: &Path) -> Result<String, DataError> {
     Ok(format!("{:x}", hasher.finalize()))
 }
 
+/// Lower-case hex SHA-256 of bytes in memory (as [`sha256_file`] of a
+/// file holding them).
+pub fn sha256_bytes(bytes: &[u8]) -> String {
+    format!("{:x}", Sha256::digest(bytes))
+}
+
 /// Whether `path` exists with the given SHA-256.
 pub(crate) fn verified(path: &Path, sha256: &str) -> Result<bool, DataError> {
     if !path.exists() {

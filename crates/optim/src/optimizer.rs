@@ -127,6 +127,13 @@ impl Optimizer {
         self.rule.params_replicated()
     }
 
+    /// Whether every step leaves the optimizer state the same bits on
+    /// every rank (AdamW, LAMB, SGD): its saved file does not name a rank,
+    /// and one copy serves every rank.
+    pub fn state_replicated(&self) -> bool {
+        self.rule.state_replicated()
+    }
+
     /// One step on flat buffers of a cubecl device: `x` the parameters, `g`
     /// this rank's local gradient (overwritten by the allreduce). The
     /// optimizer state moves there at the first and stays; only the

@@ -94,4 +94,8 @@ impl FlatOptimizer for Sgd {
     fn params_replicated(&self) -> bool {
         true
     }
+
+    fn state_replicated(&self) -> bool {
+        true
+    }
 }

@@ -1,8 +1,8 @@
 //! Optimizer state on disk: one safetensors file whose tensors are the flat
 //! state buffers named by role (`m`, `v`, ...) and whose metadata holds the
-//! step (the schedule position), the optimizer's config, the schedule and the
-//! parameter layout, so a resume can refuse anything that would not continue
-//! the same run.
+//! step (the schedule position), the optimizer's config, the schedule, the
+//! parameter layout and, for a state that is each rank's own, the rank, so
+//! a resume can refuse anything that would not continue the same run.
 
 use std::borrow::Cow;
 use std::collections::HashMap;
@@ -21,19 +21,37 @@ const SCALAR: &str = "scalar.";
 
 impl Optimizer {
     /// Writes the state to `path` atomically (a temporary file in the same
-    /// directory, synced, then renamed over `path`).
+    /// directory, synced, then renamed over `path`): [`Optimizer::to_bytes`].
+    pub fn save(&mut self, path: &Path) -> Result<(), OptimError> {
+        let bytes = self.to_bytes().map_err(|reason| bad(path, reason))?;
+        let tmp = temp_path(path);
+        let io = |source| OptimError::Io {
+            path: tmp.clone(),
+            source,
+        };
+        let mut file = fs::File::create(&tmp).map_err(io)?;
+        file.write_all(&bytes).map_err(io)?;
+        file.sync_all().map_err(io)?;
+        fs::rename(&tmp, path).map_err(|source| OptimError::Io {
+            path: path.to_path_buf(),
+            source,
+        })
+    }
+
+    /// The state as the safetensors file [`Optimizer::load`] reads: the
+    /// flat state buffers by role, the scalars, and the metadata. Errors
+    /// are the reason only (the caller names the file).
     ///
     /// After steps split between ranks that share cores, every rank must
     /// first call [`Optimizer::sync_state`]; a partial state is refused.
-    pub fn save(&mut self, path: &Path) -> Result<(), OptimError> {
+    pub fn to_bytes(&mut self) -> Result<Vec<u8>, String> {
         if self.rule.state_is_partial() {
-            return Err(bad(
-                path,
+            return Err(
                 "the state is current only in this rank's part (call sync_state on every rank first)"
                     .into(),
-            ));
+            );
         }
-        let metadata = self.metadata()?;
+        let metadata = self.metadata().map_err(|e| e.to_string())?;
         let scalars: Vec<(String, Vec<f64>)> = self
             .rule
             .scalars()
@@ -52,31 +70,17 @@ impl Optimizer {
             .map(|(role, values)| {
                 let view =
                     TensorView::new(Dtype::F32, vec![values.len()], bytemuck::cast_slice(values))
-                        .map_err(|e| bad(path, format!("tensor `{role}`: {e}")))?;
+                        .map_err(|e| format!("tensor `{role}`: {e}"))?;
                 Ok((role.to_string(), view))
             })
-            .collect::<Result<Vec<_>, OptimError>>()?;
+            .collect::<Result<Vec<_>, String>>()?;
         for (name, values) in &scalars {
             let view =
                 TensorView::new(Dtype::F64, vec![values.len()], bytemuck::cast_slice(values))
-                    .map_err(|e| bad(path, format!("tensor `{name}`: {e}")))?;
+                    .map_err(|e| format!("tensor `{name}`: {e}"))?;
             views.push((name.clone(), view));
         }
-        let bytes =
-            safetensors::serialize(views, Some(metadata)).map_err(|e| bad(path, e.to_string()))?;
-
-        let tmp = temp_path(path);
-        let io = |source| OptimError::Io {
-            path: tmp.clone(),
-            source,
-        };
-        let mut file = fs::File::create(&tmp).map_err(io)?;
-        file.write_all(&bytes).map_err(io)?;
-        file.sync_all().map_err(io)?;
-        fs::rename(&tmp, path).map_err(|source| OptimError::Io {
-            path: path.to_path_buf(),
-            source,
-        })
+        safetensors::serialize(views, Some(metadata)).map_err(|e| e.to_string())
     }
 
     /// The bytes of the tensors [`Optimizer::save`] writes (the file adds
@@ -197,7 +201,7 @@ impl Optimizer {
             .iter()
             .map(|s| (s.path.as_str(), s.shape.as_slice()))
             .collect();
-        Ok(HashMap::from([
+        let mut metadata = HashMap::from([
             ("format".to_string(), FORMAT.to_string()),
             ("format_version".to_string(), FORMAT_VERSION.to_string()),
             ("optimizer".to_string(), self.config.name().to_string()),
@@ -206,8 +210,14 @@ impl Optimizer {
             ("schedule".to_string(), to_json(&self.schedule)?),
             ("layout".to_string(), to_json(&shapes)?),
             ("world_size".to_string(), self.world_size.to_string()),
-            ("rank".to_string(), self.rank.to_string()),
-        ]))
+        ]);
+        // A state that is each rank's own loads into that rank only; one
+        // alike on every rank into any (and then ranks' files are the same
+        // bytes, which ranks on one filesystem store once).
+        if !self.rule.state_replicated() {
+            metadata.insert("rank".to_string(), self.rank.to_string());
+        }
+        Ok(metadata)
     }
 }
 

@@ -115,6 +115,16 @@ pub trait FlatOptimizer: Send {
         false
     }
 
+    /// Whether the state is the same bits on every rank after every step
+    /// (derived from allreduced quantities only): its checkpoint file is
+    /// then any rank's, written without the rank, and ranks on one
+    /// filesystem keep one copy of it. The compressed rules' error buffers
+    /// are each rank's own, and SLAMB's state follows its ranks' own
+    /// parameters, so the default is no.
+    fn state_replicated(&self) -> bool {
+        false
+    }
+
     /// Called once after the last step (SLAMB averages the parameters, 0/1
     /// Adam synchronises its pending local steps).
     fn finish(&mut self, ctx: &StepContext, x: &mut FlatMut) -> CommTime {

@@ -83,4 +83,8 @@ impl<C: MomentRule> FlatOptimizer for TwoMoments<C> {
     fn params_replicated(&self) -> bool {
         true
     }
+
+    fn state_replicated(&self) -> bool {
+        true
+    }
 }

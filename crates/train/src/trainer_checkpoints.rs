@@ -8,7 +8,7 @@ use burn::store::{ModuleSnapshot, SafetensorsStore};
 use terse_comm::Communicator;
 use terse_optim::Optimizer;
 
-use crate::checkpoint::{self, model_file, optimizer_file};
+use crate::checkpoint::{self, RankFile, model_file, optimizer_file};
 use crate::loss_scale::LossScaler;
 use crate::{TrainError, Trainer};
 
@@ -32,17 +32,32 @@ impl Trainer<'_> {
             scaler,
             self.config,
             comm,
-            |dir| {
-                let path = dir.join(model_file(rank));
-                let mut store = SafetensorsStore::from_file(&path);
+            || {
+                let bad = |name: String, reason: String| TrainError::Checkpoint {
+                    path: checkpoint::checkpoints_dir(self.run_dir).join(name),
+                    reason,
+                };
+                let mut store = SafetensorsStore::from_bytes(None);
                 model
                     .save_into(&mut store)
-                    .map_err(|e| TrainError::Checkpoint {
-                        path: path.clone(),
-                        reason: e.to_string(),
-                    })?;
-                optimizer.save(&dir.join(optimizer_file(rank)))?;
-                Ok(())
+                    .map_err(|e| bad(model_file(rank), e.to_string()))?;
+                let model_bytes = store
+                    .get_bytes()
+                    .map_err(|e| bad(model_file(rank), e.to_string()))?;
+                drop(store);
+                let optimizer_bytes = optimizer
+                    .to_bytes()
+                    .map_err(|reason| bad(optimizer_file(rank), reason))?;
+                Ok(vec![
+                    RankFile {
+                        name: model_file,
+                        bytes: checkpoint::canonical_safetensors(model_bytes),
+                    },
+                    RankFile {
+                        name: optimizer_file,
+                        bytes: checkpoint::canonical_safetensors(optimizer_bytes),
+                    },
+                ])
             },
         )
     }
@@ -61,7 +76,19 @@ impl Trainer<'_> {
         let Some(next) = next_checkpoint(start, train.checkpoint_every, train.steps) else {
             return Ok(());
         };
-        let bytes = 4 * model.num_params() as u64 + optimizer.state_bytes();
+        let (model_bytes, state_bytes) = (4 * model.num_params() as u64, optimizer.state_bytes());
+        // What ranks on one filesystem write alike they store once.
+        let mut bytes = checkpoint::Sizes::default();
+        for (size, alike) in [
+            (model_bytes, optimizer.params_replicated()),
+            (state_bytes, optimizer.state_replicated()),
+        ] {
+            if alike {
+                bytes.once += size;
+            } else {
+                bytes.per_rank += size;
+            }
+        }
         checkpoint::warn_if_first_will_not_fit(self.run_dir, start, next, bytes, comm)
     }
 

@@ -14,7 +14,7 @@ use std::time::Duration;
 
 use terse_comm::Communicator;
 use terse_comm::LocalComm;
-use terse_train::checkpoint::{self, model_file, record_file};
+use terse_train::checkpoint::{self, RankFile, model_file, optimizer_file, record_file};
 use terse_train::{RunConfig, TrainError};
 
 const RANKS: usize = 3;
@@ -29,22 +29,36 @@ fn payload(rank: usize, step: u64) -> Vec<u8> {
     format!("rank {rank} at step {step}").into_bytes()
 }
 
-/// Writes step `step` on every rank; rank `failing` (if any) cannot.
+/// Writes step `step` on every rank, each its model file of [`payload`];
+/// rank `failing` (if any) cannot.
 fn write_step(
     dirs: &[PathBuf],
     config: &RunConfig,
     step: u64,
     failing: Option<usize>,
 ) -> Vec<Result<PathBuf, TrainError>> {
+    write_files(dirs, config, step, |rank| {
+        if failing == Some(rank) {
+            return Err(TrainError::Batch("injected".into()));
+        }
+        Ok(vec![RankFile {
+            name: model_file,
+            bytes: payload(rank, step),
+        }])
+    })
+}
+
+/// Writes step `step` on every rank, each the files `files(rank)` gives.
+fn write_files(
+    dirs: &[PathBuf],
+    config: &RunConfig,
+    step: u64,
+    files: impl Fn(usize) -> Result<Vec<RankFile>, TrainError> + Sync,
+) -> Vec<Result<PathBuf, TrainError>> {
     LocalComm::run(RANKS, Duration::from_secs(30), |comm| {
         let rank = comm.rank();
-        checkpoint::write(&dirs[rank], step, "warmup", None, config, comm, |dir| {
-            if failing == Some(rank) {
-                return Err(TrainError::Batch("injected".into()));
-            }
-            let path = dir.join(model_file(rank));
-            std::fs::write(&path, payload(rank, step)).unwrap();
-            Ok(())
+        checkpoint::write(&dirs[rank], step, "warmup", None, config, comm, || {
+            files(rank)
         })
     })
     .into_iter()
@@ -140,23 +154,43 @@ fn each_node_commits_its_own_files_and_a_resume_agrees_on_a_step_all_hold() {
     }
     assert_eq!(agree(&dirs, &config), vec![Ok(Some(12)); RANKS]);
 
-    // Rank 1 cannot write step 16: every rank fails, the others naming it;
-    // nothing of step 16 is committed and the resume stays at step 12.
-    let results = write_step(&dirs, &config, 16, Some(1));
-    let errors: Vec<String> = results
-        .into_iter()
-        .map(|r| r.unwrap_err().to_string())
-        .collect();
-    assert!(errors[1].contains("injected"), "{errors:?}");
-    for rank in [0, 2] {
-        assert!(
-            errors[rank]
-                .contains("rank 1 failed: could not write its files of the checkpoint of step 16"),
-            "{errors:?}"
-        );
+    // Rank 1 cannot serialise step 16, then cannot write it (a file where
+    // its temporary directory goes): every rank fails, the others naming
+    // it; nothing of step 16 is committed and the resume stays at step 12.
+    let blocked = checkpoint::checkpoints_dir(&dirs[1]).join(".step-00000016.rank-1.tmp");
+    for (failing, own_error, others_error) in [
+        (
+            Some(1),
+            "injected",
+            "could not serialise its checkpoint of step 16",
+        ),
+        (
+            None,
+            "Not a directory",
+            "could not write its files of the checkpoint of step 16",
+        ),
+    ] {
+        if failing.is_none() {
+            std::fs::write(&blocked, "in the way").unwrap();
+        }
+        let results = write_step(&dirs, &config, 16, failing);
+        let errors: Vec<String> = results
+            .into_iter()
+            .map(|r| r.unwrap_err().to_string())
+            .collect();
+        assert!(errors[1].contains(own_error), "{errors:?}");
+        for rank in [0, 2] {
+            assert!(
+                errors[rank].contains(&format!("rank 1 failed: {others_error}")),
+                "{errors:?}"
+            );
+        }
+        assert!(!step_dir(&dirs[0], 16).join("trainer.json").exists());
+        if failing.is_none() {
+            std::fs::remove_file(&blocked).unwrap();
+        }
+        assert_eq!(agree(&dirs, &config), vec![Ok(Some(12)); RANKS]);
     }
-    assert!(!step_dir(&dirs[0], 16).join("trainer.json").exists());
-    assert_eq!(agree(&dirs, &config), vec![Ok(Some(12)); RANKS]);
 
     // A damaged file of rank 2: it names the file, the others name rank 2.
     std::fs::write(step_dir(&dirs[2], 12).join(model_file(2)), "damaged").unwrap();
@@ -248,4 +282,86 @@ fn a_fresh_run_clears_each_nodes_leftovers_and_keeps_its_own_steps() {
         );
     }
     assert_eq!(agree(&dirs, &config), vec![Ok(None); RANKS]);
+}
+
+#[test]
+fn ranks_on_one_filesystem_keep_one_copy_of_the_files_they_write_alike() {
+    use std::os::unix::fs::MetadataExt;
+    let scratch = tempfile::tempdir().unwrap();
+    // Ranks 0 and 1 share a filesystem, rank 2 has a disk of its own.
+    let shared = scratch.path().join("shared/run");
+    let dirs = vec![shared.clone(), shared, scratch.path().join("node2/run")];
+    let config = config();
+    // The model alike on every rank; the optimizer file alike on ranks 0
+    // and 2 only (rank 1's error buffers, say, differ).
+    let model = |step: u64| format!("model at step {step}").into_bytes();
+    let optimizer = |rank: usize, step: u64| {
+        let whose = if rank == 1 { 1 } else { 0 };
+        format!("optimizer {whose} at step {step}").into_bytes()
+    };
+    for step in [4, 8, 12] {
+        let results = write_files(&dirs, &config, step, |rank| {
+            Ok(vec![
+                RankFile {
+                    name: model_file,
+                    bytes: model(step),
+                },
+                RankFile {
+                    name: optimizer_file,
+                    bytes: optimizer(rank, step),
+                },
+            ])
+        });
+        for result in results {
+            result.unwrap();
+        }
+    }
+    let inode = |rank: usize, step: u64, name: fn(usize) -> String| {
+        let path = step_dir(&dirs[rank], step).join(name(rank));
+        assert_eq!(
+            std::fs::read(&path).unwrap(),
+            if name(0) == model_file(0) {
+                model(step)
+            } else {
+                optimizer(rank, step)
+            },
+            "{}",
+            path.display()
+        );
+        let meta = std::fs::metadata(&path).unwrap();
+        (meta.ino(), meta.nlink())
+    };
+    for step in [8, 12] {
+        // Rank 1's model file is rank 0's, one file with two names; its
+        // optimizer file is its own.
+        assert_eq!(inode(1, step, model_file), inode(0, step, model_file));
+        assert_eq!(inode(0, step, model_file).1, 2, "step {step}");
+        assert_ne!(
+            inode(1, step, optimizer_file),
+            inode(0, step, optimizer_file)
+        );
+        assert_eq!(inode(1, step, optimizer_file).1, 1);
+        // Rank 2 sees neither of the others' files: it wrote both.
+        assert_eq!(inode(2, step, model_file).1, 1);
+        assert_eq!(inode(2, step, optimizer_file).1, 1);
+    }
+    assert!(!step_dir(&dirs[0], 4).exists(), "step 4 pruned");
+    assert_eq!(
+        names(&checkpoint::checkpoints_dir(&dirs[0])),
+        ["step-00000008", "step-00000012"],
+        "no temporaries or markers left"
+    );
+    // Each rank's record lists its own name with the file's checksum: a
+    // resume verifies every rank's files as before.
+    let verified = LocalComm::run(RANKS, Duration::from_secs(30), |comm| {
+        let dir = checkpoint::agree_on_latest(&dirs[comm.rank()], comm)
+            .unwrap()
+            .unwrap();
+        checkpoint::verify_own(&dir, &config, comm)
+            .map(|record| (record.meta.step, record.files.len()))
+            .map_err(|e| e.to_string())
+    });
+    for result in verified {
+        assert_eq!(result.unwrap(), Ok((12, 2)));
+    }
 }

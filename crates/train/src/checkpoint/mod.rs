@@ -20,6 +20,8 @@
 
 mod agree;
 mod room;
+mod shared_copies;
+mod sharing;
 mod write;
 
 use std::collections::BTreeMap;
@@ -32,8 +34,10 @@ use serde::{Deserialize, Serialize};
 use crate::{LossScaler, RunConfig, TrainError};
 
 pub use agree::{agree_on_latest, verify_own};
-pub(crate) use room::MARKER;
-pub use room::{warn_if_first_will_not_fit, warn_if_next_will_not_fit};
+pub use room::{Sizes, warn_if_first_will_not_fit, warn_if_next_will_not_fit};
+pub use shared_copies::{RankFile, canonical_safetensors};
+pub(crate) use sharing::MARKER;
+use sharing::ranks_sharing;
 pub use write::{clear_own, write};
 
 const FORMAT: &str = "terse-checkpoint";

@@ -4,9 +4,9 @@
 //! there is still time to free space:
 //!
 //! - before step 1, from the size the model and the optimizer state will
-//!   have, times the ranks that write onto the same filesystem (each rank
-//!   leaves a marker in the checkpoints directory and counts those it
-//!   sees): a first checkpoint hours away is named at once;
+//!   have, what is each rank's own times the ranks that write onto the same
+//!   filesystem (`sharing.rs`), what is alike on every rank once
+//!   (`shared_copies.rs`): a first checkpoint hours away is named at once;
 //! - after each checkpoint, from the step directory as each rank sees it
 //!   (all ranks' files on a filesystem the nodes share, its node's on a
 //!   disk of each node). The next checkpoint is written while the
@@ -60,22 +60,41 @@ pub fn warn_if_next_will_not_fit(
     report(own, checkpoints, next, Some(step), comm)
 }
 
+/// A rank's checkpoint files by how ranks on one filesystem store them.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Sizes {
+    /// Bytes alike on every rank (the model where every step leaves the
+    /// parameters the same bits, a state alike on every rank): stored once
+    /// per filesystem (`shared_copies.rs`).
+    pub once: u64,
+    /// Bytes that are each rank's own: stored by every rank.
+    pub per_rank: u64,
+}
+
+impl Sizes {
+    /// The bytes `ranks` ranks writing onto one filesystem store there.
+    fn on_filesystem_of(self, ranks: usize) -> u64 {
+        self.once
+            .saturating_add(self.per_rank.saturating_mul(ranks as u64))
+    }
+}
+
 /// Before step 1 of a run that starts after step `start` (0: a fresh
-/// run), with its next checkpoint due at step `next`: collectively, each
-/// rank's `bytes` of checkpoint files (the model and the optimizer state)
-/// times the ranks writing onto its filesystem, against the space free
-/// there; rank 0 warns where it will not fit.
+/// run), with its next checkpoint due at step `next`: collectively, what
+/// the ranks writing onto each rank's filesystem store there of checkpoint
+/// files of `bytes` each (the model and the optimizer state), against the
+/// space free there; rank 0 warns where it will not fit.
 pub fn warn_if_first_will_not_fit(
     run_dir: &Path,
     start: u64,
     next: u64,
-    bytes: u64,
+    bytes: Sizes,
     comm: &dyn Communicator,
 ) -> Result<(), TrainError> {
     let checkpoints = super::checkpoints_dir(run_dir);
-    let sharing = ranks_sharing(&checkpoints, comm)?;
+    let sharing = super::ranks_sharing(&checkpoints, comm)?.len();
     let own = Reading {
-        checkpoint_mib: mib_up(bytes.saturating_mul(sharing as u64)),
+        checkpoint_mib: mib_up(bytes.on_filesystem_of(sharing)),
         free_mib: free_mib(&checkpoints),
     };
     report(own, &checkpoints, next, (start > 0).then_some(start), comm)
@@ -105,37 +124,6 @@ fn report(
         tracing::warn!("{warning}");
     }
     Ok(())
-}
-
-/// The start of a marker's name ([`ranks_sharing`]); one a killed run left
-/// is removed with its half-written checkpoints (`run_dir.rs`).
-pub(crate) const MARKER: &str = ".present-";
-
-/// How many ranks write onto the filesystem of `dir` (created if need
-/// be): each rank leaves a marker named by a token of rank 0's and its
-/// rank, and counts the markers of that token it sees. 1 where the marker
-/// cannot be written (the checkpoint will say why).
-fn ranks_sharing(dir: &Path, comm: &dyn Communicator) -> Result<usize, TrainError> {
-    let mut token = [std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.subsec_nanos())
-        ^ std::process::id()];
-    comm.broadcast_u32(&mut token, 0)?;
-    let prefix = format!("{MARKER}{:08x}.rank-", token[0]);
-    let marker = dir.join(format!("{prefix}{}", comm.rank()));
-    let written = fs::create_dir_all(dir).and_then(|()| fs::write(&marker, b""));
-    comm.barrier()?;
-    let seen = fs::read_dir(dir).map_or(0, |entries| {
-        entries
-            .filter_map(Result::ok)
-            .filter(|e| e.file_name().to_string_lossy().starts_with(&prefix))
-            .count()
-    });
-    comm.barrier()?;
-    if written.is_ok() {
-        let _ = fs::remove_file(&marker);
-    }
-    Ok(seen.max(1))
 }
 
 /// The warning for `readings` (one per rank), if any rank is short: the
@@ -201,15 +189,19 @@ fn ranks_text(ranks: &[usize]) -> String {
     format!("{word} {}", runs.join(", "))
 }
 
-/// The bytes of the files in `dir` (a step directory holds no others).
+/// The bytes of the files in `dir` (a step directory holds no others),
+/// each file once however many names it has there (ranks on one
+/// filesystem share the files they write alike, `shared_copies.rs`).
 fn dir_bytes(dir: &Path) -> u64 {
+    use std::os::unix::fs::MetadataExt;
     let Ok(entries) = fs::read_dir(dir) else {
         return 0;
     };
+    let mut seen = std::collections::HashSet::new();
     entries
         .filter_map(Result::ok)
         .filter_map(|e| e.metadata().ok())
-        .filter(|m| m.is_file())
+        .filter(|m| m.is_file() && seen.insert((m.dev(), m.ino())))
         .map(|m| m.len())
         .sum()
 }
@@ -303,27 +295,13 @@ mod tests {
     }
 
     #[test]
-    fn the_ranks_on_a_filesystem_are_counted_and_leave_no_marker() {
-        use std::time::Duration;
-        use terse_comm::LocalComm;
-        // Ranks 0 and 1 share a directory, rank 2 has its own (a disk of
-        // its node).
-        let shared = tempfile::tempdir().unwrap();
-        let own = tempfile::tempdir().unwrap();
-        let counts = LocalComm::run(3, Duration::from_secs(10), |comm| {
-            let dir = if comm.rank() < 2 {
-                shared.path()
-            } else {
-                own.path()
-            };
-            ranks_sharing(&dir.join("checkpoints"), comm).unwrap()
-        });
-        let counts: Vec<usize> = counts.into_iter().map(Result::unwrap).collect();
-        assert_eq!(counts, [2, 2, 1]);
-        for dir in [shared.path(), own.path()] {
-            let left = fs::read_dir(dir.join("checkpoints")).unwrap().count();
-            assert_eq!(left, 0, "a marker was left in {}", dir.display());
-        }
+    fn what_ranks_write_alike_is_counted_once_per_filesystem() {
+        let sizes = Sizes {
+            once: 100,
+            per_rank: 7,
+        };
+        assert_eq!(sizes.on_filesystem_of(1), 107);
+        assert_eq!(sizes.on_filesystem_of(4), 128);
     }
 
     #[test]
@@ -338,6 +316,8 @@ mod tests {
         std::fs::write(dir.path().join("a"), vec![0u8; 3 << 20]).unwrap();
         std::fs::write(dir.path().join("b"), vec![0u8; 1]).unwrap();
         std::fs::create_dir(dir.path().join("sub")).unwrap();
+        // A second name of a file takes no more room.
+        std::fs::hard_link(dir.path().join("a"), dir.path().join("a-again")).unwrap();
         assert_eq!(dir_bytes(dir.path()), (3 << 20) + 1);
         assert_eq!(mib_up(dir_bytes(dir.path())), 4);
         let free = free_bytes(dir.path()).unwrap();

@@ -2,14 +2,19 @@
 //! files: what works on a filesystem every node shares and on a disk of
 //! each node alike.
 //!
-//! 1. Every rank writes its files into its own hidden temporary directory
-//!    (`.step-N.rank-R.tmp`), syncs them, records their SHA-256 in
-//!    `rank-R.json`, and renames them into the step's directory, the record
-//!    last: the record is the rank's commit.
-//! 2. The ranks all-gather whether they committed; only if all did, rank 0
+//! 1. Every rank serialises its files and learns which ranks write onto
+//!    its filesystem (`sharing.rs`) and which of its files a lower rank
+//!    there writes alike (`shared_copies.rs`).
+//! 2. Into its own hidden temporary directory (`.step-N.rank-R.tmp`) each
+//!    rank writes and syncs the files no lower rank writes alike; once all
+//!    have, it hard-links the others from that rank's temporary directory.
+//! 3. Each rank records its files' SHA-256 in `rank-R.json` and renames
+//!    them into the step's directory, the record last: the record is the
+//!    rank's commit.
+//! 4. The ranks all-gather whether they committed; only if all did, rank 0
 //!    writes `trainer.json`, the step's commit, and the ranks agree on that
 //!    too, so every rank returns the same outcome.
-//! 3. Each rank removes its own files of the steps it no longer keeps.
+//! 5. Each rank removes its own files of the steps it no longer keeps.
 //!
 //! A crash anywhere leaves the previous step committed on every rank, and
 //! a step whose `trainer.json` exists committed on every rank.
@@ -20,15 +25,16 @@ use std::path::{Path, PathBuf};
 
 use terse_comm::{CommError, Communicator};
 
+use super::shared_copies::{RankFile, link_or_write, link_sources, write_synced};
 use super::{
-    CheckpointMeta, KEEP, META, RankRecord, checkpoints_dir, entries, held, io, record_file,
-    sha256_file, step_dir, step_dirs,
+    CheckpointMeta, KEEP, META, RankRecord, checkpoints_dir, held, io, ranks_sharing, record_file,
+    step_dir, step_dirs,
 };
 use crate::{LossScaler, RunConfig, TrainError};
 
 /// Writes one checkpoint collectively: every rank calls it with its own
-/// `write_files` (which writes that rank's files into the directory it is
-/// given). Returns the checkpoint's path once every rank has committed it.
+/// `files` (which serialises that rank's files). Returns the checkpoint's
+/// path once every rank has committed it.
 pub fn write(
     run_dir: &Path,
     step: u64,
@@ -36,12 +42,36 @@ pub fn write(
     loss_scaler: Option<LossScaler>,
     config: &RunConfig,
     comm: &dyn Communicator,
-    write_files: impl FnOnce(&Path) -> Result<(), TrainError>,
+    files: impl FnOnce() -> Result<Vec<RankFile>, TrainError>,
 ) -> Result<PathBuf, TrainError> {
     let rank = comm.rank();
     let done = step_dir(run_dir, step);
     let meta = CheckpointMeta::new(step, stage, loss_scaler, comm.world_size(), config);
-    let own = commit_own(run_dir, &done, rank, &meta, write_files);
+    let files = all_succeeded(comm, files(), || {
+        format!("could not serialise its checkpoint of step {step}")
+    })?;
+    let digests: Vec<String> = files
+        .iter()
+        .map(|file| terse_data::fetch::sha256_bytes(&file.bytes))
+        .collect();
+    let sharing = ranks_sharing(&checkpoints_dir(run_dir), comm)?;
+    let sources = link_sources(comm, &sharing, &digests)?;
+    let tmp = temporary(run_dir, step, rank);
+    let written = write_unshared(&tmp, rank, &files, &sources);
+    all_succeeded(comm, written, || {
+        format!("could not write its files of the checkpoint of step {step}")
+    })?;
+    let linked = link_shared(run_dir, step, &tmp, rank, &files, &sources);
+    all_succeeded(comm, linked, || {
+        format!("could not write its files of the checkpoint of step {step}")
+    })?;
+    let names: BTreeMap<String, String> = files
+        .iter()
+        .map(|file| (file.name)(rank))
+        .zip(digests)
+        .collect();
+    drop(files);
+    let own = commit_own(run_dir, &done, rank, &meta, &tmp, names);
     all_succeeded(comm, own, || {
         format!("could not write its files of the checkpoint of step {step}")
     })?;
@@ -55,6 +85,46 @@ pub fn write(
     })?;
     prune_own(run_dir, rank, step)?;
     Ok(done)
+}
+
+/// A fresh temporary directory `tmp` holding, written and synced, those of
+/// this rank's `files` no lower rank writes alike (`sources[j]` none).
+fn write_unshared(
+    tmp: &Path,
+    rank: usize,
+    files: &[RankFile],
+    sources: &[Option<usize>],
+) -> Result<(), TrainError> {
+    if tmp.exists() {
+        fs::remove_dir_all(tmp).map_err(io(tmp))?;
+    }
+    fs::create_dir_all(tmp).map_err(io(tmp))?;
+    for (file, source) in files.iter().zip(sources) {
+        if source.is_none() {
+            write_synced(&tmp.join((file.name)(rank)), &file.bytes)?;
+        }
+    }
+    Ok(())
+}
+
+/// The rest of this rank's files into `tmp`: each a hard link of the copy
+/// its source rank wrote into its temporary directory (or written here,
+/// where that cannot be linked).
+fn link_shared(
+    run_dir: &Path,
+    step: u64,
+    tmp: &Path,
+    rank: usize,
+    files: &[RankFile],
+    sources: &[Option<usize>],
+) -> Result<(), TrainError> {
+    for (file, source) in files.iter().zip(sources) {
+        if let Some(source) = *source {
+            let from = temporary(run_dir, step, source).join((file.name)(source));
+            link_or_write(&from, &tmp.join((file.name)(rank)), &file.bytes)?;
+        }
+    }
+    Ok(())
 }
 
 /// Ends a step of a collective operation: `own` is this rank's outcome; the
@@ -90,25 +160,16 @@ fn temporary(run_dir: &Path, step: u64, rank: usize) -> PathBuf {
     checkpoints_dir(run_dir).join(format!(".step-{step:08}.rank-{rank}.tmp"))
 }
 
-/// Writes and commits this rank's files of a step into `done`.
+/// Commits this rank's files of a step, written into `tmp` with the
+/// SHA-256 of each by name (`files`), into `done`.
 fn commit_own(
     run_dir: &Path,
     done: &Path,
     rank: usize,
     meta: &CheckpointMeta,
-    write_files: impl FnOnce(&Path) -> Result<(), TrainError>,
+    tmp: &Path,
+    files: BTreeMap<String, String>,
 ) -> Result<(), TrainError> {
-    let tmp = temporary(run_dir, meta.step, rank);
-    if tmp.exists() {
-        fs::remove_dir_all(&tmp).map_err(io(&tmp))?;
-    }
-    fs::create_dir_all(&tmp).map_err(io(&tmp))?;
-    write_files(&tmp)?;
-    let mut files = BTreeMap::new();
-    for (name, path) in entries(&tmp)? {
-        sync(&path)?;
-        files.insert(name, sha256_file(&path)?);
-    }
     let record = RankRecord {
         meta: meta.clone(),
         rank,
@@ -137,7 +198,7 @@ fn commit_own(
         fs::rename(tmp.join(name), &to).map_err(io(&to))?;
     }
     sync(done)?;
-    fs::remove_dir(&tmp).map_err(io(&tmp))?;
+    fs::remove_dir(tmp).map_err(io(tmp))?;
     let parent = checkpoints_dir(run_dir);
     sync(&parent)
 }
