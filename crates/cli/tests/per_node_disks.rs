@@ -115,6 +115,7 @@ fn each_node_keeps_its_own_checkpoints_and_a_resume_agrees_on_a_step_both_hold()
         holds(&whole, 0, STEPS),
         [
             "model-rank-0.safetensors",
+            "optimizer-own-rank-0.safetensors",
             "optimizer-rank-0.safetensors",
             "rank-0.json",
             "trainer.json"
@@ -124,6 +125,7 @@ fn each_node_keeps_its_own_checkpoints_and_a_resume_agrees_on_a_step_both_hold()
         holds(&whole, 1, STEPS),
         [
             "model-rank-1.safetensors",
+            "optimizer-own-rank-1.safetensors",
             "optimizer-rank-1.safetensors",
             "rank-1.json"
         ],

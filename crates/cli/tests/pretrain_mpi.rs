@@ -3,7 +3,8 @@
 //! warmup (12 steps) into the compression stage.
 //!
 //! - the ranks end with bit-identical weights (one model file on disk, the
-//!   second rank's a hard link of the first's), the loss falls, compression
+//!   second rank's a hard link of the first's, and one file of the
+//!   moments; the error buffers each rank's own), the loss falls, compression
 //!   sends far fewer bytes than the warmup, and 2 threads (`--ranks 2`) give
 //!   the same weights as 2 processes;
 //! - `kill -9` of the whole job after a checkpoint in the compression stage,
@@ -149,8 +150,8 @@ fn uninterrupted(whole: &Path) -> Vec<(String, Vec<u8>)> {
     let weights = final_weights(whole, 0);
     assert!(final_weights(whole, 1) == weights, "ranks disagree");
     // On one filesystem the ranks keep one copy of what they write alike:
-    // rank 1's model file is rank 0's under a second name; 1-bit LAMB's
-    // error buffers are each rank's own, so its optimizer files are two.
+    // rank 1's model file and its file of 1-bit LAMB's moments are rank
+    // 0's under second names; the error buffers are each rank's own.
     let inode = |name: &str| {
         use std::os::unix::fs::MetadataExt;
         std::fs::metadata(checkpoint(whole, STEPS).join(name))
@@ -161,9 +162,13 @@ fn uninterrupted(whole: &Path) -> Vec<(String, Vec<u8>)> {
         inode("model-rank-0.safetensors"),
         inode("model-rank-1.safetensors")
     );
-    assert_ne!(
+    assert_eq!(
         inode("optimizer-rank-0.safetensors"),
         inode("optimizer-rank-1.safetensors")
+    );
+    assert_ne!(
+        inode("optimizer-own-rank-0.safetensors"),
+        inode("optimizer-own-rank-1.safetensors")
     );
     every_rank_logged(whole);
     weights
@@ -230,16 +235,17 @@ fn killed_and_resumed(killed: &Path, whole: &Path, weights: &[(String, Vec<u8>)]
     }
 }
 
-/// Step 3: Damage: one flipped byte in a rank's optimizer state of `whole`.
+/// Step 3: Damage: one flipped byte in rank 1's own optimizer state (its
+/// error buffers) of `whole`.
 fn damage_is_refused(whole: &Path) {
-    let damaged = checkpoint(whole, STEPS).join("optimizer-rank-1.safetensors");
+    let damaged = checkpoint(whole, STEPS).join("optimizer-own-rank-1.safetensors");
     let mut bytes = std::fs::read(&damaged).unwrap();
     let middle = bytes.len() / 2;
     bytes[middle] ^= 0x01;
     std::fs::write(&damaged, bytes).unwrap();
     let message = refused(&mut terse(2, whole, &["--resume", "--steps", "35"]));
     assert!(
-        message.contains("optimizer-rank-1.safetensors") && message.contains("corrupted"),
+        message.contains("optimizer-own-rank-1.safetensors") && message.contains("corrupted"),
         "{message}"
     );
 }

@@ -33,6 +33,11 @@ pub(crate) struct ErrorFeedback {
 }
 
 impl ErrorFeedback {
+    /// The state roles the errors are saved as: each rank's own (its
+    /// worker error is of its gradient, its server error of its chunk).
+    pub(crate) const ROLES: crate::OwnState =
+        crate::OwnState::Roles(&["worker_error", "server_error"]);
+
     /// The 1-bit compressed mean over ranks of `buf` (`len` f32 on `like`'s
     /// device) with these errors, kept on that device: every phase runs as
     /// device kernels and the messages stay there too (terse-kernels'

@@ -74,7 +74,7 @@ pub use registry::{OPTIMIZER_NAMES, OptimizerConfig};
 pub use schedule::LrSchedule;
 pub use sgd::{Sgd, SgdConfig};
 pub use slamb::{MaskKind, SlambCompat, SlambConfig};
-pub use step::{CommTime, FlatOptimizer, Stage, StepContext, StepReport};
+pub use step::{CommTime, FlatOptimizer, OwnState, Stage, StepContext, StepReport};
 pub use storage::{Flat, FlatMut};
 pub use swap::Swapped;
 pub use zero_one_adam::ZeroOneAdamConfig;

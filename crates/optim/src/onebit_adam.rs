@@ -287,6 +287,10 @@ impl FlatOptimizer for OneBitAdam {
         self.freeze.scalars()
     }
 
+    fn own_state(&self) -> crate::OwnState {
+        crate::kept_out::ErrorFeedback::ROLES
+    }
+
     fn params_replicated(&self) -> bool {
         true
     }

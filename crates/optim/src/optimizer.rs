@@ -7,7 +7,8 @@ use terse_comm::Communicator;
 
 use crate::step::{CommTime, FlatOptimizer, StepContext};
 use crate::{
-    DeviceFlat, FlatMut, LrSchedule, OptimError, OptimizerConfig, ParamLayout, Stage, StepReport,
+    DeviceFlat, FlatMut, LrSchedule, OptimError, OptimizerConfig, OwnState, ParamLayout, Stage,
+    StepReport,
 };
 
 /// A configured optimizer bound to one parameter layout: the update rule, its
@@ -127,11 +128,11 @@ impl Optimizer {
         self.rule.params_replicated()
     }
 
-    /// Whether every step leaves the optimizer state the same bits on
-    /// every rank (AdamW, LAMB, SGD): its saved file does not name a rank,
-    /// and one copy serves every rank.
-    pub fn state_replicated(&self) -> bool {
-        self.rule.state_replicated()
+    /// Which of the state is each rank's own (the rest is the same bits on
+    /// every rank): none under AdamW, LAMB and SGD, the error buffers
+    /// under 1-bit Adam and 1-bit LAMB, all of it otherwise.
+    pub fn own_state(&self) -> OwnState {
+        self.rule.own_state()
     }
 
     /// One step on flat buffers of a cubecl device: `x` the parameters, `g`

@@ -95,7 +95,7 @@ impl FlatOptimizer for Sgd {
         true
     }
 
-    fn state_replicated(&self) -> bool {
-        true
+    fn own_state(&self) -> crate::OwnState {
+        crate::OwnState::Nothing
     }
 }

@@ -1,8 +1,12 @@
-//! Optimizer state on disk: one safetensors file whose tensors are the flat
+//! Optimizer state on disk: safetensors files whose tensors are the flat
 //! state buffers named by role (`m`, `v`, ...) and whose metadata holds the
 //! step (the schedule position), the optimizer's config, the schedule, the
-//! parameter layout and, for a state that is each rank's own, the rank, so
-//! a resume can refuse anything that would not continue the same run.
+//! parameter layout and, in a file of state that is one rank's own, the
+//! rank, so a resume can refuse anything that would not continue the same
+//! run. [`Optimizer::save`] writes one file; a checkpoint keeps what is
+//! alike on every rank apart from what is each rank's own
+//! ([`Optimizer::to_checkpoint_bytes`]), so that ranks on one filesystem
+//! can store the first once.
 
 use std::borrow::Cow;
 use std::collections::HashMap;
@@ -12,18 +16,34 @@ use std::path::{Path, PathBuf};
 
 use safetensors::{Dtype, SafeTensors, tensor::TensorView};
 
-use crate::{OptimError, Optimizer};
+use crate::{OptimError, Optimizer, OwnState};
 
 const FORMAT: &str = "terse-optimizer";
 const FORMAT_VERSION: &str = "2";
 /// Prefix of the f64 tensors holding [`crate::FlatOptimizer::scalars`].
 const SCALAR: &str = "scalar.";
 
+/// Which part of the state a file holds.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Part {
+    /// All of it: [`Optimizer::save`]'s one file.
+    Whole,
+    /// The roles alike on every rank, and the scalars.
+    Alike,
+    /// The roles that are each rank's own.
+    Own,
+}
+
 impl Optimizer {
-    /// Writes the state to `path` atomically (a temporary file in the same
-    /// directory, synced, then renamed over `path`): [`Optimizer::to_bytes`].
+    /// Writes the whole state to `path` atomically (a temporary file in the
+    /// same directory, synced, then renamed over `path`).
+    ///
+    /// After steps split between ranks that share cores, every rank must
+    /// first call [`Optimizer::sync_state`]; a partial state is refused.
     pub fn save(&mut self, path: &Path) -> Result<(), OptimError> {
-        let bytes = self.to_bytes().map_err(|reason| bad(path, reason))?;
+        let bytes = self
+            .serialise(Part::Whole)
+            .map_err(|reason| bad(path, reason))?;
         let tmp = temp_path(path);
         let io = |source| OptimError::Io {
             path: tmp.clone(),
@@ -38,31 +58,80 @@ impl Optimizer {
         })
     }
 
-    /// The state as the safetensors file [`Optimizer::load`] reads: the
-    /// flat state buffers by role, the scalars, and the metadata. Errors
-    /// are the reason only (the caller names the file).
-    ///
-    /// After steps split between ranks that share cores, every rank must
-    /// first call [`Optimizer::sync_state`]; a partial state is refused.
-    pub fn to_bytes(&mut self) -> Result<Vec<u8>, String> {
+    /// The state as a checkpoint keeps it, as the bytes of safetensors
+    /// files [`Optimizer::load_parts`] reads: where part of it is each
+    /// rank's own ([`OwnState::Roles`]: the compressed rules' error
+    /// buffers), the rest (the moments, the scalars) in the first file,
+    /// which then names no rank, and that part in the second; otherwise
+    /// the whole state in one. The first file is then the same bytes on
+    /// every rank whose state is alike, which ranks sharing a filesystem
+    /// store once. Errors are the reason only (the caller names the file).
+    pub fn to_checkpoint_bytes(&mut self) -> Result<(Vec<u8>, Option<Vec<u8>>), String> {
+        match self.rule.own_state() {
+            OwnState::Roles(_) => Ok((
+                self.serialise(Part::Alike)?,
+                Some(self.serialise(Part::Own)?),
+            )),
+            OwnState::Nothing | OwnState::All => Ok((self.serialise(Part::Whole)?, None)),
+        }
+    }
+
+    /// The bytes of the tensors a checkpoint's optimizer files hold (the
+    /// files add their headers), as `(alike on every rank, each rank's
+    /// own)`: known before the first checkpoint is written.
+    pub fn state_bytes(&mut self) -> (u64, u64) {
+        let own = self.rule.own_state();
+        let scalars: usize = self.rule.scalars().iter().map(|(_, v)| v.len()).sum();
+        let (mut alike, mut own_bytes) = (8 * scalars as u64, 0);
+        for (role, buffer) in self.rule.state() {
+            if own.is_own(role) {
+                own_bytes += 4 * buffer.len() as u64;
+            } else {
+                alike += 4 * buffer.len() as u64;
+            }
+        }
+        match own {
+            OwnState::All => (0, alike + own_bytes),
+            _ => (alike, own_bytes),
+        }
+    }
+
+    /// A file of `part` of the state: its roles' flat buffers, the scalars
+    /// with the alike part, and the metadata (the rank where the file is
+    /// one rank's).
+    fn serialise(&mut self, part: Part) -> Result<Vec<u8>, String> {
         if self.rule.state_is_partial() {
             return Err(
                 "the state is current only in this rank's part (call sync_state on every rank first)"
                     .into(),
             );
         }
-        let metadata = self.metadata().map_err(|e| e.to_string())?;
-        let scalars: Vec<(String, Vec<f64>)> = self
-            .rule
-            .scalars()
-            .into_iter()
-            .map(|(role, values)| (format!("{SCALAR}{role}"), values))
-            .collect();
+        let own = self.rule.own_state();
+        let names_rank = match part {
+            Part::Whole => own != OwnState::Nothing,
+            Part::Alike => false,
+            Part::Own => true,
+        };
+        let metadata = self.metadata(names_rank).map_err(|e| e.to_string())?;
+        let scalars: Vec<(String, Vec<f64>)> = if part == Part::Own {
+            Vec::new()
+        } else {
+            self.rule
+                .scalars()
+                .into_iter()
+                .map(|(role, values)| (format!("{SCALAR}{role}"), values))
+                .collect()
+        };
         // State kept on a device is copied to the host (it stays there too).
         let state: Vec<(&'static str, Cow<'_, [f32]>)> = self
             .rule
             .state()
             .into_iter()
+            .filter(|(role, _)| match part {
+                Part::Whole => true,
+                Part::Alike => !own.is_own(role),
+                Part::Own => own.is_own(role),
+            })
             .map(|(role, buffer)| (role, buffer.read()))
             .collect();
         let mut views = state
@@ -83,25 +152,124 @@ impl Optimizer {
         safetensors::serialize(views, Some(metadata)).map_err(|e| e.to_string())
     }
 
-    /// The bytes of the tensors [`Optimizer::save`] writes (the file adds
-    /// its header): what a checkpoint's optimizer file holds, known before
-    /// the first one is written.
-    pub fn state_bytes(&mut self) -> u64 {
-        let floats: usize = self.rule.state().iter().map(|(_, b)| b.len()).sum();
-        let scalars: usize = self.rule.scalars().iter().map(|(_, v)| v.len()).sum();
-        4 * floats as u64 + 8 * scalars as u64
-    }
-
-    /// Replaces this optimizer's state and step with those saved in `path`.
+    /// Replaces this optimizer's state and step with those saved in `path`
+    /// ([`Optimizer::save`]'s file).
     ///
     /// Refused, with the difference named, when the file was written by
     /// another optimizer, config, schedule or parameter layout.
     pub fn load(&mut self, path: &Path) -> Result<(), OptimError> {
-        let bytes = fs::read(path).map_err(|source| OptimError::Io {
-            path: path.to_path_buf(),
-            source,
-        })?;
-        let (_, header) = SafeTensors::read_metadata(&bytes)
+        self.load_parts(&[path])
+    }
+
+    /// Replaces this optimizer's state and step with those saved in the
+    /// files `paths` ([`Optimizer::to_checkpoint_bytes`]'s, or one whole
+    /// file): each tensor is read from the first file that has it.
+    ///
+    /// Refused, with the file and the difference named, when a file was
+    /// written by another optimizer, config, schedule, parameter layout or
+    /// rank, when the files were saved at different steps, or when a
+    /// tensor is in none of them.
+    pub fn load_parts(&mut self, paths: &[&Path]) -> Result<(), OptimError> {
+        let first = *paths.first().expect("at least one file");
+        let mut files = Vec::with_capacity(paths.len());
+        for &path in paths {
+            let bytes = fs::read(path).map_err(|source| OptimError::Io {
+                path: path.to_path_buf(),
+                source,
+            })?;
+            let step = self.check_header(path, &bytes)?;
+            files.push((path, bytes, step));
+        }
+        let step = files[0].2;
+        if let Some((path, _, other)) = files.iter().find(|(_, _, s)| *s != step) {
+            return Err(bad(
+                path,
+                format!(
+                    "saved at step {other}, {} at step {step}: parts of two different saves",
+                    first.display()
+                ),
+            ));
+        }
+        let tensors = files
+            .iter()
+            .map(|(path, bytes, _)| {
+                SafeTensors::deserialize(bytes).map_err(|e| bad(path, e.to_string()))
+            })
+            .collect::<Result<Vec<_>, OptimError>>()?;
+        // A tensor and the file it is in.
+        let find = |name: &str| {
+            tensors
+                .iter()
+                .zip(paths)
+                .find_map(|(t, &path)| Some((path, t.tensor(name).ok()?)))
+        };
+        let missing = |name: &str| {
+            let within = if paths.len() == 1 {
+                String::new()
+            } else {
+                format!(
+                    " (nor in {})",
+                    paths[1..]
+                        .iter()
+                        .map(|p| p.display().to_string())
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                )
+            };
+            bad(first, format!("missing state tensor `{name}`{within}"))
+        };
+        for (role, target) in self.rule.state() {
+            let (path, view) = find(role).ok_or_else(|| missing(role))?;
+            let len = target.len();
+            if view.dtype() != Dtype::F32 || view.shape() != [len] {
+                return Err(bad(
+                    path,
+                    format!(
+                        "state tensor `{role}` is {:?} {:?}, expected F32 [{len}]",
+                        view.dtype(),
+                        view.shape()
+                    ),
+                ));
+            }
+            let values: Vec<f32> = view
+                .data()
+                .chunks_exact(4)
+                .map(|raw| f32::from_le_bytes([raw[0], raw[1], raw[2], raw[3]]))
+                .collect();
+            target.write(&values);
+        }
+        self.rule.state_loaded();
+        for (role, _) in self.rule.scalars() {
+            let name = format!("{SCALAR}{role}");
+            let (path, view) = find(&name).ok_or_else(|| missing(&name))?;
+            if view.dtype() != Dtype::F64 || view.shape().len() != 1 {
+                return Err(bad(
+                    path,
+                    format!(
+                        "state tensor `{name}` is {:?} {:?}, expected F64 [n]",
+                        view.dtype(),
+                        view.shape()
+                    ),
+                ));
+            }
+            let values = view
+                .data()
+                .chunks_exact(8)
+                .map(|raw| f64::from_le_bytes(raw.try_into().expect("8 bytes")))
+                .collect();
+            self.rule
+                .set_scalars(role, values)
+                .map_err(|detail| bad(path, format!("state tensor `{name}`: {detail}")))?;
+        }
+        self.t = step;
+        Ok(())
+    }
+
+    /// Checks a saved file's metadata against this optimizer: the format,
+    /// the optimizer, its config, schedule and layout, and the rank where
+    /// the file names one. Returns the step it was saved at.
+    fn check_header(&self, path: &Path, bytes: &[u8]) -> Result<u64, OptimError> {
+        let (_, header) = SafeTensors::read_metadata(bytes)
             .map_err(|e| bad(path, format!("not safetensors: {e}")))?;
         let meta = header.metadata().clone().unwrap_or_default();
         let field = |key: &str| {
@@ -129,7 +297,9 @@ impl Optimizer {
                 ),
             ));
         }
-        for (key, ours) in self.metadata()? {
+        // A file that names a rank is that rank's; one that names none is
+        // alike on every rank.
+        for (key, ours) in self.metadata(meta.contains_key("rank"))? {
             if matches!(key.as_str(), "step") {
                 continue;
             }
@@ -138,63 +308,14 @@ impl Optimizer {
                 return Err(bad(path, describe_difference(&key, theirs, &ours)));
             }
         }
-        let step: u64 = field("step")?
+        field("step")?
             .parse()
-            .map_err(|e| bad(path, format!("metadata `step`: {e}")))?;
-
-        let tensors = SafeTensors::deserialize(&bytes).map_err(|e| bad(path, e.to_string()))?;
-        for (role, target) in self.rule.state() {
-            let view = tensors
-                .tensor(role)
-                .map_err(|_| bad(path, format!("missing state tensor `{role}`")))?;
-            let len = target.len();
-            if view.dtype() != Dtype::F32 || view.shape() != [len] {
-                return Err(bad(
-                    path,
-                    format!(
-                        "state tensor `{role}` is {:?} {:?}, expected F32 [{len}]",
-                        view.dtype(),
-                        view.shape()
-                    ),
-                ));
-            }
-            let values: Vec<f32> = view
-                .data()
-                .chunks_exact(4)
-                .map(|raw| f32::from_le_bytes([raw[0], raw[1], raw[2], raw[3]]))
-                .collect();
-            target.write(&values);
-        }
-        self.rule.state_loaded();
-        for (role, _) in self.rule.scalars() {
-            let name = format!("{SCALAR}{role}");
-            let view = tensors
-                .tensor(&name)
-                .map_err(|_| bad(path, format!("missing state tensor `{name}`")))?;
-            if view.dtype() != Dtype::F64 || view.shape().len() != 1 {
-                return Err(bad(
-                    path,
-                    format!(
-                        "state tensor `{name}` is {:?} {:?}, expected F64 [n]",
-                        view.dtype(),
-                        view.shape()
-                    ),
-                ));
-            }
-            let values = view
-                .data()
-                .chunks_exact(8)
-                .map(|raw| f64::from_le_bytes(raw.try_into().expect("8 bytes")))
-                .collect();
-            self.rule
-                .set_scalars(role, values)
-                .map_err(|detail| bad(path, format!("state tensor `{name}`: {detail}")))?;
-        }
-        self.t = step;
-        Ok(())
+            .map_err(|e| bad(path, format!("metadata `step`: {e}")))
     }
 
-    fn metadata(&self) -> Result<HashMap<String, String>, OptimError> {
+    /// The metadata of a saved file; `names_rank`: with this rank (a file
+    /// of state that is this rank's own).
+    fn metadata(&self, names_rank: bool) -> Result<HashMap<String, String>, OptimError> {
         let shapes: Vec<(&str, &[usize])> = self
             .layout
             .segments()
@@ -211,10 +332,7 @@ impl Optimizer {
             ("layout".to_string(), to_json(&shapes)?),
             ("world_size".to_string(), self.world_size.to_string()),
         ]);
-        // A state that is each rank's own loads into that rank only; one
-        // alike on every rank into any (and then ranks' files are the same
-        // bytes, which ranks on one filesystem store once).
-        if !self.rule.state_replicated() {
+        if names_rank {
             metadata.insert("rank".to_string(), self.rank.to_string());
         }
         Ok(metadata)

@@ -115,14 +115,14 @@ pub trait FlatOptimizer: Send {
         false
     }
 
-    /// Whether the state is the same bits on every rank after every step
-    /// (derived from allreduced quantities only): its checkpoint file is
-    /// then any rank's, written without the rank, and ranks on one
-    /// filesystem keep one copy of it. The compressed rules' error buffers
-    /// are each rank's own, and SLAMB's state follows its ranks' own
-    /// parameters, so the default is no.
-    fn state_replicated(&self) -> bool {
-        false
+    /// Which of the state is each rank's own, the rest being the same bits
+    /// on every rank after every step (derived from allreduced quantities
+    /// only). A checkpoint keeps the two apart, and ranks on one filesystem
+    /// store the rest once. SLAMB's state follows its ranks' own
+    /// parameters, as 0/1 Adam's does between synchronisations, so the
+    /// default is all of it.
+    fn own_state(&self) -> OwnState {
+        OwnState::All
     }
 
     /// Called once after the last step (SLAMB averages the parameters, 0/1
@@ -159,4 +159,27 @@ pub struct StepReport {
     pub traffic: terse_comm::Traffic,
     /// Which stage the step was in.
     pub stage: Stage,
+}
+
+/// Which of a rule's state is each rank's own ([`FlatOptimizer::own_state`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OwnState {
+    /// None of it: every rank holds the same bits (AdamW, LAMB, SGD).
+    Nothing,
+    /// These roles (the compressed rules' error buffers); the rest is
+    /// alike on every rank.
+    Roles(&'static [&'static str]),
+    /// All of it.
+    All,
+}
+
+impl OwnState {
+    /// Whether the state buffer `role` is each rank's own.
+    pub fn is_own(self, role: &str) -> bool {
+        match self {
+            OwnState::Nothing => false,
+            OwnState::Roles(roles) => roles.contains(&role),
+            OwnState::All => true,
+        }
+    }
 }

@@ -84,7 +84,7 @@ impl<C: MomentRule> FlatOptimizer for TwoMoments<C> {
         true
     }
 
-    fn state_replicated(&self) -> bool {
-        true
+    fn own_state(&self) -> crate::OwnState {
+        crate::OwnState::Nothing
     }
 }

@@ -1,6 +1,7 @@
 //! The compressed optimizers' checkpoints, traffic and the eps-inside fix:
-//! resume in every stage continues bit-identically, a checkpoint of another
-//! world size or optimizer is refused, compression cuts the bytes per step as
+//! resume in every stage continues bit-identically, a checkpoint keeps each
+//! rank's own state (the error buffers) apart from the state alike on every
+//! rank, a checkpoint of another world size or optimizer is refused, compression cuts the bytes per step as
 //! ALGORITHMS.md says, and eps inside the root bounds the update that a
 //! shared 1-bit scale forces on coordinates with a tiny frozen variance.
 
@@ -103,6 +104,122 @@ fn resuming_with_another_world_size_or_optimizer_is_refused() {
         message.contains("saved by optimizer `onebit_adam`"),
         "{message}"
     );
+}
+
+/// Rank `rank`'s checkpoint files of `config` after `steps` steps on 2
+/// ranks: `(alike, own)` as [`Optimizer::to_checkpoint_bytes`] gives them.
+fn checkpoint_bytes(config: &OptimizerConfig, steps: u64) -> Vec<(Vec<u8>, Option<Vec<u8>>)> {
+    let layout = layout();
+    LocalComm::run(2, Duration::from_secs(120), |comm| {
+        let schedule = LrSchedule::Constant { lr: LR };
+        let mut opt = Optimizer::new(config.clone(), schedule, layout.clone(), comm).unwrap();
+        let mut x = initial(&layout);
+        for t in 1..=steps {
+            let mut g = gradient(&layout, comm.rank(), t);
+            opt.step_flat(&mut x, &mut g, comm).unwrap();
+        }
+        opt.sync_state(comm).unwrap();
+        opt.to_checkpoint_bytes().unwrap()
+    })
+    .into_iter()
+    .map(|r| r.unwrap())
+    .collect()
+}
+
+/// A safetensors file's metadata and its tensors by name.
+type Parsed = (
+    std::collections::HashMap<String, String>,
+    std::collections::BTreeMap<String, Vec<u8>>,
+);
+
+fn parsed(bytes: &[u8]) -> Parsed {
+    let (_, header) = safetensors::SafeTensors::read_metadata(bytes).unwrap();
+    let tensors = safetensors::SafeTensors::deserialize(bytes).unwrap();
+    let data = tensors
+        .tensors()
+        .into_iter()
+        .map(|(name, view)| (name, view.data().to_vec()))
+        .collect();
+    (header.metadata().clone().unwrap_or_default(), data)
+}
+
+#[test]
+fn a_checkpoint_keeps_each_ranks_own_state_apart_from_the_state_alike_on_every_rank() {
+    // 1-bit Adam in its compression stage: the moments and scalars alike on
+    // both ranks, in a file that names no rank; the error buffers each
+    // rank's own, in a file that names it.
+    let config = OptimizerConfig::OnebitAdam(adam_config());
+    let files = checkpoint_bytes(&config, 14);
+    let (alike0, alike1) = (parsed(&files[0].0), parsed(&files[1].0));
+    let own0 = parsed(files[0].1.as_ref().expect("an own part"));
+    let own1 = parsed(files[1].1.as_ref().expect("an own part"));
+    assert_eq!(alike0.1, alike1.1, "the moments differ between ranks");
+    let names = |p: &Parsed| p.1.keys().cloned().collect::<Vec<_>>();
+    assert_eq!(
+        names(&alike0),
+        ["m", "scalar.freeze_history", "scalar.freeze_step", "v"]
+    );
+    assert_eq!(names(&own0), ["server_error", "worker_error"]);
+    assert!(!alike0.0.contains_key("rank"));
+    assert_eq!((&own0.0["rank"][..], &own1.0["rank"][..]), ("0", "1"));
+    assert_ne!(
+        own0.1, own1.1,
+        "the errors are alike: the test shows nothing"
+    );
+
+    let scratch = tempfile::tempdir().unwrap();
+    let write = |name: &str, bytes: &[u8]| {
+        let path = scratch.path().join(name);
+        std::fs::write(&path, bytes).unwrap();
+        path
+    };
+    let alike = write("alike.safetensors", &files[0].0);
+    let own = write("own-0.safetensors", files[0].1.as_ref().unwrap());
+    let other_rank = write("own-1.safetensors", files[1].1.as_ref().unwrap());
+    let earlier = checkpoint_bytes(&config, 13);
+    let earlier_own = write("own-0-step-13.safetensors", earlier[0].1.as_ref().unwrap());
+    let refusal = |parts: &[&std::path::Path]| {
+        // Rank 0 of 2, as the files were written.
+        let result = LocalComm::run(2, Duration::from_secs(30), |comm| {
+            let schedule = LrSchedule::Constant { lr: LR };
+            let mut opt = Optimizer::new(config.clone(), schedule, layout(), comm).unwrap();
+            if comm.rank() == 0 {
+                opt.load_parts(parts).map_err(|e| e.to_string())
+            } else {
+                Ok(())
+            }
+        });
+        result.into_iter().next().unwrap().unwrap()
+    };
+    refusal(&[&alike, &own]).unwrap();
+    let message = refusal(&[&alike]).unwrap_err();
+    assert!(
+        message.contains("missing state tensor `worker_error`"),
+        "{message}"
+    );
+    let message = refusal(&[&alike, &other_rank]).unwrap_err();
+    assert!(
+        message.contains("own-1.safetensors") && message.contains("the rank changed"),
+        "{message}"
+    );
+    let message = refusal(&[&alike, &earlier_own]).unwrap_err();
+    assert!(
+        message.contains("saved at step 13") && message.contains("at step 14"),
+        "{message}"
+    );
+
+    // AdamW's whole state is alike on every rank: one file naming no rank.
+    // SLAMB's is each rank's own: one file naming it.
+    let adam = OptimizerConfig::Adam(terse_optim::AdamConfig::default());
+    for (rank, (bytes, own)) in checkpoint_bytes(&adam, 3).into_iter().enumerate() {
+        assert!(own.is_none());
+        assert!(!parsed(&bytes).0.contains_key("rank"), "rank {rank}");
+    }
+    let slamb = OptimizerConfig::Slamb(SlambConfig::default());
+    for (rank, (bytes, own)) in checkpoint_bytes(&slamb, 3).into_iter().enumerate() {
+        assert!(own.is_none());
+        assert_eq!(parsed(&bytes).0["rank"], rank.to_string());
+    }
 }
 
 /// Bytes sent per step by rank 0 of a 4-rank world on one 2^18-element

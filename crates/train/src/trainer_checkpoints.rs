@@ -8,7 +8,7 @@ use burn::store::{ModuleSnapshot, SafetensorsStore};
 use terse_comm::Communicator;
 use terse_optim::Optimizer;
 
-use crate::checkpoint::{self, RankFile, model_file, optimizer_file};
+use crate::checkpoint::{self, RankFile, model_file, optimizer_file, optimizer_own_file};
 use crate::loss_scale::LossScaler;
 use crate::{TrainError, Trainer};
 
@@ -45,19 +45,26 @@ impl Trainer<'_> {
                     .get_bytes()
                     .map_err(|e| bad(model_file(rank), e.to_string()))?;
                 drop(store);
-                let optimizer_bytes = optimizer
-                    .to_bytes()
+                let (alike, own) = optimizer
+                    .to_checkpoint_bytes()
                     .map_err(|reason| bad(optimizer_file(rank), reason))?;
-                Ok(vec![
+                let mut files = vec![
                     RankFile {
                         name: model_file,
                         bytes: checkpoint::canonical_safetensors(model_bytes),
                     },
                     RankFile {
                         name: optimizer_file,
-                        bytes: checkpoint::canonical_safetensors(optimizer_bytes),
+                        bytes: checkpoint::canonical_safetensors(alike),
                     },
-                ])
+                ];
+                if let Some(own) = own {
+                    files.push(RankFile {
+                        name: optimizer_own_file,
+                        bytes: checkpoint::canonical_safetensors(own),
+                    });
+                }
+                Ok(files)
             },
         )
     }
@@ -76,18 +83,17 @@ impl Trainer<'_> {
         let Some(next) = next_checkpoint(start, train.checkpoint_every, train.steps) else {
             return Ok(());
         };
-        let (model_bytes, state_bytes) = (4 * model.num_params() as u64, optimizer.state_bytes());
         // What ranks on one filesystem write alike they store once.
-        let mut bytes = checkpoint::Sizes::default();
-        for (size, alike) in [
-            (model_bytes, optimizer.params_replicated()),
-            (state_bytes, optimizer.state_replicated()),
-        ] {
-            if alike {
-                bytes.once += size;
-            } else {
-                bytes.per_rank += size;
-            }
+        let model_bytes = 4 * model.num_params() as u64;
+        let (alike, own) = optimizer.state_bytes();
+        let mut bytes = checkpoint::Sizes {
+            once: alike,
+            per_rank: own,
+        };
+        if optimizer.params_replicated() {
+            bytes.once += model_bytes;
+        } else {
+            bytes.per_rank += model_bytes;
         }
         checkpoint::warn_if_first_will_not_fit(self.run_dir, start, next, bytes, comm)
     }
@@ -143,7 +149,12 @@ impl Trainer<'_> {
         };
         let meta = checkpoint::verify_own(&dir, self.config, comm)?.meta;
         checkpoint::load_model(&mut model, &dir.join(model_file(comm.rank())))?;
-        optimizer.load(&dir.join(optimizer_file(comm.rank())))?;
+        let mut parts = vec![dir.join(optimizer_file(comm.rank()))];
+        let own = dir.join(optimizer_own_file(comm.rank()));
+        if own.exists() {
+            parts.push(own);
+        }
+        optimizer.load_parts(&parts.iter().map(PathBuf::as_path).collect::<Vec<_>>())?;
         if comm.rank() == 0 {
             tracing::info!(
                 "resumed from {} (step {}, {})",

@@ -279,6 +279,10 @@ impl FlatOptimizer for OneBitLamb {
         self.freeze.stage(t)
     }
 
+    fn own_state(&self) -> crate::OwnState {
+        crate::kept_out::ErrorFeedback::ROLES
+    }
+
     fn params_replicated(&self) -> bool {
         true
     }

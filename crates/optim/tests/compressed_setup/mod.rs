@@ -57,20 +57,28 @@ pub fn gradient(layout: &ParamLayout, rank: usize, t: u64) -> Vec<f32> {
     scaled(layout, || 0.3 + rng.normal())
 }
 
-/// Saves rank `comm`'s state of `opt` into `dir` (gathered whole first:
-/// local ranks may split it) and replaces `opt` with a `fresh` optimizer
-/// that loads it.
+/// Saves rank `comm`'s state of `opt` into `dir` as a checkpoint keeps it
+/// (gathered whole first: local ranks may split it): `rank<r>.safetensors`
+/// and, where part of the state is the rank's own, `rank<r>-own.safetensors`.
+/// Then replaces `opt` with a `fresh` optimizer that loads them.
 pub fn reload_through(
     dir: &std::path::Path,
     opt: &mut Optimizer,
     comm: &LocalComm,
     fresh: impl Fn() -> Optimizer,
 ) {
-    let path = dir.join(format!("rank{}.safetensors", comm.rank()));
+    let alike = dir.join(format!("rank{}.safetensors", comm.rank()));
+    let own_path = dir.join(format!("rank{}-own.safetensors", comm.rank()));
     opt.sync_state(comm).unwrap();
-    opt.save(&path).unwrap();
+    let (bytes, own) = opt.to_checkpoint_bytes().unwrap();
+    std::fs::write(&alike, bytes).unwrap();
+    let mut parts = vec![alike.as_path()];
+    if let Some(own) = own {
+        std::fs::write(&own_path, own).unwrap();
+        parts.push(&own_path);
+    }
     *opt = fresh();
-    opt.load(&path).unwrap();
+    opt.load_parts(&parts).unwrap();
 }
 
 pub fn adam_config() -> OneBitAdamConfig {

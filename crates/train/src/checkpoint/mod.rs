@@ -112,6 +112,12 @@ pub fn optimizer_file(rank: usize) -> String {
     format!("optimizer-rank-{rank}.safetensors")
 }
 
+/// A rank's file of the optimizer state that is its own (the compressed
+/// rules' error buffers), where [`optimizer_file`] holds the rest.
+pub fn optimizer_own_file(rank: usize) -> String {
+    format!("optimizer-own-rank-{rank}.safetensors")
+}
+
 /// A rank's record of its files in a checkpoint.
 pub fn record_file(rank: usize) -> String {
     format!("rank-{rank}.json")

@@ -270,7 +270,11 @@ pub(super) fn remove_own(dir: &Path, rank: usize) -> Result<(), TrainError> {
     }
     names.push(record_file(rank));
     names.extend(listed);
-    names.extend([super::model_file(rank), super::optimizer_file(rank)]);
+    names.extend([
+        super::model_file(rank),
+        super::optimizer_file(rank),
+        super::optimizer_own_file(rank),
+    ]);
     for name in names {
         let path = dir.join(&name);
         match fs::remove_file(&path) {
