@@ -15,6 +15,11 @@ use crate::{TrainError, Trainer};
 impl Trainer<'_> {
     /// The checkpoint of step `t` (the data's position: fp16's skipped
     /// steps consumed their batch but did not step the optimizer).
+    ///
+    /// Each file is serialised in memory first (the model once more than
+    /// before, the optimizer state as before): its SHA-256 tells the ranks
+    /// on one filesystem which files they hold alike before any is written
+    /// (`checkpoint::write`).
     pub(crate) fn save<M: ModuleSnapshot>(
         &self,
         model: &M,

@@ -1,7 +1,9 @@
 //! Checkpoints: directories `checkpoints/step-NNNNNNNN/` of a run holding
 //! every rank's module (`model-rank-R.safetensors`, burn's own names, buffers
-//! included) and optimizer state (`optimizer-rank-R.safetensors`: every flat
-//! state tensor, error buffers included), every rank's record of them
+//! included) and optimizer state (`optimizer-rank-R.safetensors`: the flat
+//! state tensors; where part of the state is each rank's own, the 1-bit
+//! rules' error buffers, that part in `optimizer-own-rank-R.safetensors`
+//! and the rest naming no rank), every rank's record of them
 //! (`rank-R.json`: the SHA-256 of each of its files, with the step's
 //! description), and rank 0's `trainer.json`: the step, the stage, the world
 //! size and the resolved config, written once every rank has committed its
@@ -13,6 +15,8 @@
 //!
 //! Each rank writes and commits only its own files ([`write`]), so the run
 //! directory may be one filesystem all nodes share or a disk of each node;
+//! ranks on one filesystem keep one copy of the files they write alike
+//! (`shared_copies.rs`: hard links, each rank's name listed in its record);
 //! a resume continues from the newest step every rank holds, each rank
 //! checking only its own files ([`agree`]). A crash at any moment leaves
 //! every rank's previous step whole. The checksums catch what a rename
