@@ -10,7 +10,11 @@
 //!   `--resume`: the ranks agree on the newest step both hold and end
 //!   bit-identical to the uninterrupted run;
 //! - a node that lost its newest commit: the resume continues from the step
-//!   before, which both hold.
+//!   before, which both hold;
+//! - with 2 ranks to a node (4 ranks), each node keeps one copy of what its
+//!   ranks write alike (the model, 1-bit LAMB's moments: one file, two
+//!   names), each rank its own error buffers, and no file is shared across
+//!   nodes.
 
 mod common;
 
@@ -26,15 +30,25 @@ const STEPS: u64 = 12;
 /// `mpirun -np 2 terse pretrain …` with node `r`'s directory
 /// (`nodes/node<r>`) mounted at `nodes/run` for rank `r`.
 fn job(nodes: &Path, extra: &[&str]) -> Command {
+    job_of(nodes, 2, 1, extra)
+}
+
+/// `mpirun -np <ranks> terse pretrain …`, `per_node` ranks to a node: rank
+/// `r` sees node `r / per_node`'s directory at `nodes/run`.
+fn job_of(nodes: &Path, ranks: usize, per_node: usize, extra: &[&str]) -> Command {
     let mut command = Command::new("mpirun");
     command
-        .args(["--allow-run-as-root", "--oversubscribe", "-np", "2"])
-        .args(["-x", "RAYON_NUM_THREADS=1", "-x", "NODES"])
+        .args(["--allow-run-as-root", "--oversubscribe", "-np"])
+        .arg(ranks.to_string())
+        .args(["-x", "RAYON_NUM_THREADS=1", "-x", "NODES", "-x", "PER_NODE"])
         .env("NODES", nodes)
+        .env("PER_NODE", per_node.to_string())
         .args(["unshare", "--mount", "--propagation", "private", "sh", "-c"])
         // The paths travel as the environment and arguments, never as
         // part of the script.
-        .arg(r#"mount --bind "$NODES/node$OMPI_COMM_WORLD_RANK" "$NODES/run" && exec "$@""#)
+        .arg(
+            r#"mount --bind "$NODES/node$((OMPI_COMM_WORLD_RANK / PER_NODE))" "$NODES/run" && exec "$@""#,
+        )
         .arg("sh")
         .arg(env!("CARGO_BIN_EXE_terse"))
         .args(["pretrain", "--no-progress", "--config"])
@@ -204,4 +218,64 @@ fn each_node_keeps_its_own_checkpoints_and_a_resume_agrees_on_a_step_both_hold()
     assert!(output.status.success(), "{message}");
     assert!(message.contains("step-00000008 (step 8"), "{message}");
     assert!(weights(&whole, 1, 16) == weights(&whole, 0, 16));
+}
+
+#[test]
+fn two_ranks_to_a_node_keep_one_copy_on_each_node_of_what_they_write_alike() {
+    use std::os::unix::fs::MetadataExt;
+    let scratch = tempfile::tempdir().unwrap();
+    if !can_mount(scratch.path()) {
+        println!("skipped: cannot bind-mount in a mount namespace here (not root, or no unshare)");
+        return;
+    }
+    let nodes = nodes(scratch.path(), "pairs");
+    let output = job_of(&nodes, 4, 2, &["--set", "train.steps=4"])
+        .output()
+        .expect("mpirun starts");
+    assert!(output.status.success(), "{}", text(&output));
+    let file = |node: usize, name: String| {
+        let meta = std::fs::metadata(
+            common::checkpoint(&nodes.join(format!("node{node}")), 4).join(&name),
+        )
+        .unwrap_or_else(|e| panic!("node {node}: {name}: {e}"));
+        (meta.dev(), meta.ino(), meta.nlink())
+    };
+    for node in 0..2 {
+        let (a, b) = (2 * node, 2 * node + 1);
+        let mut want: Vec<String> = [a, b]
+            .iter()
+            .flat_map(|r| {
+                [
+                    format!("model-rank-{r}.safetensors"),
+                    format!("optimizer-own-rank-{r}.safetensors"),
+                    format!("optimizer-rank-{r}.safetensors"),
+                    format!("rank-{r}.json"),
+                ]
+            })
+            .collect();
+        if node == 0 {
+            want.push("trainer.json".into());
+        }
+        want.sort();
+        assert_eq!(holds(&nodes, node, 4), want, "node {node}");
+        for role in ["model", "optimizer"] {
+            let first = file(node, format!("{role}-rank-{a}.safetensors"));
+            assert_eq!(first, file(node, format!("{role}-rank-{b}.safetensors")));
+            assert_eq!(first.2, 2, "node {node}: {role} has its two ranks' names");
+        }
+        let own = |r: usize| file(node, format!("optimizer-own-rank-{r}.safetensors"));
+        assert_ne!(
+            own(a),
+            own(b),
+            "node {node}: the error buffers are each rank's"
+        );
+        assert_eq!(own(a).2, 1);
+    }
+    let model = |node: usize, rank: usize| {
+        common::tensors(
+            &common::checkpoint(&nodes.join(format!("node{node}")), 4)
+                .join(format!("model-rank-{rank}.safetensors")),
+        )
+    };
+    assert!(model(0, 0) == model(1, 3), "the nodes' ranks disagree");
 }
