@@ -6,7 +6,8 @@
 //!   names hard links of rank 0's (the files' headers are written in one
 //!   key order: before, the writers' hash-map order made two processes'
 //!   files of the same state differ);
-//! - the step directory then takes half the room two copies took;
+//! - the step directory then takes half the room two copies took, and each
+//!   rank's log line says what it wrote and what it linked;
 //! - `--resume` from the older checkpoint, each rank loading its own name
 //!   of the one file, ends bit-identical to the uninterrupted run.
 //!
@@ -76,6 +77,16 @@ fn adamw_ranks_on_one_filesystem_keep_one_copy_of_each_checkpoint_file() {
             (one_copy..one_copy + 2).contains(&mib),
             "step {step}: {mib} MiB on disk, one copy is {one_copy} MiB"
         );
+    }
+    // Each rank logs what it wrote and what it linked: rank 1 wrote nothing.
+    let log = std::fs::read_to_string(run.join("terse.log")).unwrap();
+    for (rank, what) in [(0, "linked 0.0 MiB"), (1, "wrote 0.0 MiB")] {
+        let line = log
+            .lines()
+            .find(|l| l.contains(&format!("DEBUG rank {rank}: checkpoint of step 4 in ")))
+            .unwrap_or_else(|| panic!("no checkpoint line of rank {rank} in\n{log}"));
+        assert!(line.contains(what), "{line}");
+        assert!(line.contains("ranks 0–1 on this filesystem"), "{line}");
     }
     let last = tensors(&checkpoint(&run, 4).join("model-rank-1.safetensors"));
 

@@ -170,7 +170,7 @@ fn warning(
 }
 
 /// `[0, 1, 2, 5]` as "ranks 0–2, 5"; `[3]` as "rank 3".
-fn ranks_text(ranks: &[usize]) -> String {
+pub(super) fn ranks_text(ranks: &[usize]) -> String {
     let mut runs: Vec<String> = Vec::new();
     let mut i = 0;
     while i < ranks.len() {

@@ -110,13 +110,15 @@ pub fn canonical_safetensors(mut bytes: Vec<u8>) -> Vec<u8> {
 /// `to` as a hard link of rank `source`'s copy `from` (in its temporary
 /// directory, written and synced before this is called), or, where that
 /// cannot be (another filesystem after all, a file that is not there or
-/// not `bytes.len()` long), `bytes` written and synced there.
-pub(super) fn link_or_write(from: &Path, to: &Path, bytes: &[u8]) -> Result<(), TrainError> {
+/// not `bytes.len()` long), `bytes` written and synced there. Whether it
+/// was linked.
+pub(super) fn link_or_write(from: &Path, to: &Path, bytes: &[u8]) -> Result<bool, TrainError> {
     let same_size = fs::metadata(from).is_ok_and(|m| m.len() == bytes.len() as u64);
     if same_size && fs::hard_link(from, to).is_ok() {
-        return Ok(());
+        return Ok(true);
     }
-    write_synced(to, bytes)
+    write_synced(to, bytes)?;
+    Ok(false)
 }
 
 /// `bytes` written to `path` and synced.
@@ -234,16 +236,16 @@ mod tests {
         let ino = |p: &Path| fs::metadata(p).unwrap().ino();
 
         let linked = dir.path().join("linked");
-        link_or_write(&source, &linked, b"abc").unwrap();
+        assert!(link_or_write(&source, &linked, b"abc").unwrap());
         assert_eq!(ino(&linked), ino(&source));
 
         let other = dir.path().join("other-size");
-        link_or_write(&source, &other, b"abcd").unwrap();
+        assert!(!link_or_write(&source, &other, b"abcd").unwrap());
         assert_ne!(ino(&other), ino(&source));
         assert_eq!(fs::read(&other).unwrap(), b"abcd");
 
         let missing = dir.path().join("from-missing");
-        link_or_write(&dir.path().join("nothing"), &missing, b"xyz").unwrap();
+        assert!(!link_or_write(&dir.path().join("nothing"), &missing, b"xyz").unwrap());
         assert_eq!(fs::read(&missing).unwrap(), b"xyz");
     }
 }

@@ -30,6 +30,7 @@ use super::{
     CheckpointMeta, KEEP, META, RankRecord, checkpoints_dir, held, io, ranks_sharing, record_file,
     step_dir, step_dirs,
 };
+use crate::out_of_memory::gigabytes;
 use crate::{LossScaler, RunConfig, TrainError};
 
 /// Writes one checkpoint collectively: every rank calls it with its own
@@ -45,6 +46,7 @@ pub fn write(
     files: impl FnOnce() -> Result<Vec<RankFile>, TrainError>,
 ) -> Result<PathBuf, TrainError> {
     let rank = comm.rank();
+    let started = std::time::Instant::now();
     let done = step_dir(run_dir, step);
     let meta = CheckpointMeta::new(step, stage, loss_scaler, comm.world_size(), config);
     let files = all_succeeded(comm, files(), || {
@@ -62,7 +64,7 @@ pub fn write(
         format!("could not write its files of the checkpoint of step {step}")
     })?;
     let linked = link_shared(run_dir, step, &tmp, rank, &files, &sources);
-    all_succeeded(comm, linked, || {
+    let linked = all_succeeded(comm, linked, || {
         format!("could not write its files of the checkpoint of step {step}")
     })?;
     let names: BTreeMap<String, String> = files
@@ -70,6 +72,7 @@ pub fn write(
         .map(|file| (file.name)(rank))
         .zip(digests)
         .collect();
+    let written = files.iter().map(|f| f.bytes.len() as u64).sum::<u64>() - linked;
     drop(files);
     let own = commit_own(run_dir, &done, rank, &meta, &tmp, names);
     all_succeeded(comm, own, || {
@@ -84,6 +87,14 @@ pub fn write(
         format!("could not commit the checkpoint of step {step} ({META})")
     })?;
     prune_own(run_dir, rank, step)?;
+    tracing::debug!(
+        "checkpoint of step {step} in {:.2} s: wrote {}, linked {} of lower ranks' copies \
+         ({} on this filesystem)",
+        started.elapsed().as_secs_f64(),
+        gigabytes(written),
+        gigabytes(linked),
+        super::room::ranks_text(&sharing),
+    );
     Ok(done)
 }
 
@@ -109,7 +120,7 @@ fn write_unshared(
 
 /// The rest of this rank's files into `tmp`: each a hard link of the copy
 /// its source rank wrote into its temporary directory (or written here,
-/// where that cannot be linked).
+/// where that cannot be linked). The bytes linked.
 fn link_shared(
     run_dir: &Path,
     step: u64,
@@ -117,14 +128,17 @@ fn link_shared(
     rank: usize,
     files: &[RankFile],
     sources: &[Option<usize>],
-) -> Result<(), TrainError> {
+) -> Result<u64, TrainError> {
+    let mut linked = 0;
     for (file, source) in files.iter().zip(sources) {
         if let Some(source) = *source {
             let from = temporary(run_dir, step, source).join((file.name)(source));
-            link_or_write(&from, &tmp.join((file.name)(rank)), &file.bytes)?;
+            if link_or_write(&from, &tmp.join((file.name)(rank)), &file.bytes)? {
+                linked += file.bytes.len() as u64;
+            }
         }
     }
-    Ok(())
+    Ok(linked)
 }
 
 /// Ends a step of a collective operation: `own` is this rank's outcome; the
