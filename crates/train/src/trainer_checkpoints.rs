@@ -152,13 +152,16 @@ impl Trainer<'_> {
             }
             return Ok((model, None));
         };
-        let meta = checkpoint::verify_own(&dir, self.config, comm)?.meta;
+        let record = checkpoint::verify_own(&dir, self.config, comm)?;
         checkpoint::load_model(&mut model, &dir.join(model_file(comm.rank())))?;
+        // The rank's own optimizer state, where its record lists it (the
+        // files it verified, not a leftover beside them).
         let mut parts = vec![dir.join(optimizer_file(comm.rank()))];
-        let own = dir.join(optimizer_own_file(comm.rank()));
-        if own.exists() {
-            parts.push(own);
+        let own = optimizer_own_file(comm.rank());
+        if record.files.contains_key(&own) {
+            parts.push(dir.join(own));
         }
+        let meta = record.meta;
         optimizer.load_parts(&parts.iter().map(PathBuf::as_path).collect::<Vec<_>>())?;
         if comm.rank() == 0 {
             tracing::info!(
