@@ -277,4 +277,80 @@ mod tests {
             assert!(CUDA_ENV_SH.contains(part), "cuda_env.sh lacks {part}");
         }
     }
+
+    /// `cuda_env.sh` sourced by bash with PyTorch's wheels as `files`
+    /// (paths under site-packages/nvidia, each an empty file) and a
+    /// `CUDA_PATH` without headers: what it prints, and the headers of the
+    /// four that `$CUDA_PATH/include` then holds.
+    fn cuda_env_with_wheels(files: &[&str]) -> (String, Vec<&'static str>) {
+        let scratch = tempfile::tempdir().unwrap();
+        let nvidia = scratch.path().join("site-packages/nvidia");
+        for file in files {
+            let path = nvidia.join(file);
+            std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+            std::fs::write(path, "").unwrap();
+        }
+        // The interpreter the script asks where the wheels are.
+        let python = scratch.path().join("python");
+        std::fs::write(&python, format!("#!/bin/sh\necho {}\n", nvidia.display())).unwrap();
+        make_executable(&python).unwrap();
+        let script = scratch.path().join("cuda_env.sh");
+        std::fs::write(&script, CUDA_ENV_SH).unwrap();
+        let no_headers = scratch.path().join("cuda");
+        std::fs::create_dir_all(no_headers.join("include")).unwrap();
+        let output = std::process::Command::new("bash")
+            .arg("-c")
+            .arg("set -euo pipefail; source \"$1\"; echo \"CUDA_PATH=$CUDA_PATH\"")
+            .arg("bash")
+            .arg(&script)
+            .env("PYTHON", &python)
+            .env("CUDA_PATH", &no_headers)
+            .output()
+            .unwrap();
+        let stdout = String::from_utf8_lossy(&output.stdout).to_string();
+        assert!(
+            output.status.success(),
+            "{stdout}{}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+        let root = stdout
+            .lines()
+            .last()
+            .unwrap()
+            .trim_start_matches("CUDA_PATH=")
+            .to_string();
+        let held = ["cuda_fp16.h", "cuda_bf16.h", "mma.h", "crt/mma.h"]
+            .into_iter()
+            .filter(|header| Path::new(&root).join("include").join(header).is_file())
+            .collect();
+        (stdout, held)
+    }
+
+    #[test]
+    fn cuda_env_finds_the_headers_in_either_cuda_s_wheels() {
+        let all = vec!["cuda_fp16.h", "cuda_bf16.h", "mma.h", "crt/mma.h"];
+        // CUDA 13: nvidia-cuda-runtime and nvidia-cuda-crt in one include/.
+        let cu13 = [
+            "cu13/include/cuda_fp16.h",
+            "cu13/include/cuda_bf16.h",
+            "cu13/include/mma.h",
+        ];
+        let (said, held) = cuda_env_with_wheels(&[&cu13[..], &["cu13/include/crt/mma.h"]].concat());
+        assert_eq!(held, all, "{said}");
+        assert!(said.contains("/nvidia/cu13 ("), "{said}");
+        // CUDA 12: nvidia-cuda-runtime-cu12's and nvidia-cuda-nvcc-cu12's
+        // directories, linked into one include/.
+        let (said, held) = cuda_env_with_wheels(&[
+            "cuda_runtime/include/cuda_fp16.h",
+            "cuda_runtime/include/cuda_bf16.h",
+            "cuda_runtime/include/mma.h",
+            "cuda_nvcc/include/crt/mma.h",
+        ]);
+        assert_eq!(held, all, "{said}");
+        assert!(said.contains("linked into one include/"), "{said}");
+        // No crt/mma.h anywhere: the runtime's headers, and what to install.
+        let (said, held) = cuda_env_with_wheels(&cu13);
+        assert_eq!(held, &all[..3], "{said}");
+        assert!(said.contains("pip install nvidia-cuda-crt"), "{said}");
+    }
 }

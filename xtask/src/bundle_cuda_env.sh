@@ -31,20 +31,48 @@ cuda_env_add() {
 cuda_env_add NVRTC 'libnvrtc.so*'
 cuda_env_add cuBLAS 'libcublas.so*'
 
-# CUDA's headers, for the kernels that include them (half, tensor cores).
-# cubecl hands NVRTC $CUDA_PATH/include, else /usr/local/cuda's or
-# /opt/cuda's: a runtime-only CUDA image has /usr/local/cuda without
-# headers, so what counts is cuda_fp16.h there, not the directory.
+# CUDA's headers, for the kernels that include them: cuda_fp16.h and
+# cuda_bf16.h (half kernels), mma.h (tensor-core matmuls: f32 as TF32 from
+# sm_80, bf16, fp16) and crt/mma.h, which mma.h includes. cubecl hands NVRTC
+# $CUDA_PATH/include, else /usr/local/cuda's or /opt/cuda's: a runtime-only
+# CUDA image has /usr/local/cuda without headers, so what counts is the
+# four files there, not the directory. Of the wheels, CUDA 13's
+# nvidia-cuda-runtime and nvidia-cuda-crt share nvidia/cu13/include; CUDA
+# 12's nvidia-cuda-runtime-cu12 (nvidia/cuda_runtime/include) and
+# nvidia-cuda-nvcc-cu12 (nvidia/cuda_nvcc/include/crt) are linked into one
+# include/ here.
+cuda_env_headers="cuda_fp16.h cuda_bf16.h mma.h crt/mma.h"
+# cuda_env_has_headers DIR: whether DIR/include holds all four.
+cuda_env_has_headers() {
+    local header
+    for header in $cuda_env_headers; do
+        [[ -f $1/include/$header ]] || return 1
+    done
+}
 cuda_env_root=${CUDA_PATH:-}
 [[ -z $cuda_env_root && -d /usr/local/cuda ]] && cuda_env_root=/usr/local/cuda
 [[ -z $cuda_env_root && -d /opt/cuda ]] && cuda_env_root=/opt/cuda
-if [[ -n $cuda_env_nvidia && ! -f $cuda_env_root/include/cuda_fp16.h ]]; then
+if [[ -n $cuda_env_nvidia ]] && ! cuda_env_has_headers "$cuda_env_root"; then
+    cuda_env_why="no CUDA toolkit here"
+    [[ -n $cuda_env_root ]] && cuda_env_why="$cuda_env_root lacks some of $cuda_env_headers"
     cuda_env_header=$(find "$cuda_env_nvidia" -path '*/include/cuda_fp16.h' 2>/dev/null | head -n 1)
+    cuda_env_crt=$(find "$cuda_env_nvidia" -path '*/include/crt/mma.h' 2>/dev/null | head -n 1)
     if [[ -n $cuda_env_header ]]; then
-        export CUDA_PATH=$(dirname "$(dirname "$cuda_env_header")")
-        cuda_env_why="no CUDA toolkit here"
-        [[ -n $cuda_env_root ]] && cuda_env_why="$cuda_env_root has none"
+        cuda_env_include=$(dirname "$cuda_env_header")
+        if [[ -z $cuda_env_crt || -f $cuda_env_include/crt/mma.h ]]; then
+            export CUDA_PATH=$(dirname "$cuda_env_include")
+        else
+            cuda_env_merged=$(mktemp -d)
+            mkdir "$cuda_env_merged/include"
+            ln -s "$cuda_env_include"/* "$cuda_env_merged/include/"
+            rm -f "$cuda_env_merged/include/crt"
+            ln -s "$(dirname "$cuda_env_crt")" "$cuda_env_merged/include/crt"
+            export CUDA_PATH=$cuda_env_merged
+            cuda_env_why="$cuda_env_why; $cuda_env_include and $(dirname "$cuda_env_crt") linked into one include/"
+        fi
         echo "CUDA headers from PyTorch's wheels: CUDA_PATH=$CUDA_PATH ($cuda_env_why)"
+        [[ -n $cuda_env_crt ]] ||
+            echo "no crt/mma.h in PyTorch's wheels (the tensor-core kernels' mma.h includes it): pip install nvidia-cuda-crt (CUDA 13) or nvidia-cuda-nvcc-cu12 (CUDA 12)"
     fi
 fi
 

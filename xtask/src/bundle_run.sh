@@ -27,7 +27,9 @@ number goes to DIR as it is measured:
   --device   where terse runs [cuda]; cuda needs the NVIDIA driver, NVRTC
              (libnvrtc.so.12/.13 on LD_LIBRARY_PATH, e.g. pip's
              nvidia-cuda-nvrtc-cu12) and CUDA's headers ($CUDA_PATH/include,
-             default /usr/local/cuda); terse names whichever is missing
+             default /usr/local/cuda: cuda_fp16.h, cuda_bf16.h, mma.h,
+             crt/mma.h; cuda_env.sh takes them from PyTorch's wheels where
+             the toolkit lacks them); terse names whichever is missing
   --presets  BERT presets, comma-separated [base]
   --batches  batch sizes [8 32]
   --precisions  what terse computes in (train.precision's names: fp32, tf32,

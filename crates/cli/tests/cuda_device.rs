@@ -4,8 +4,10 @@
 //! burn's CUDA backend (which panics on a missing library) is touched. The
 //! NVRTC and header lookups are the real ones: a library named
 //! `libnvrtc.so.12` on `LD_LIBRARY_PATH` (an empty one, built here: the
-//! lookup only opens it) and a `CUDA_PATH` with an `include/` directory
-//! take those parts off the line, leaving the driver.
+//! lookup only opens it) and a `CUDA_PATH` whose `include/` holds the four
+//! headers (empty files: the check looks for them, NVRTC never reads them
+//! here) take those parts off the line, leaving the driver; one header
+//! missing is named.
 
 mod common;
 
@@ -57,17 +59,30 @@ fn cuda_without_a_driver_names_each_missing_part_in_one_line() {
     let libs = scratch.path().join("lib");
     let cuda = scratch.path().join("cuda");
     std::fs::create_dir_all(&libs).unwrap();
-    std::fs::create_dir_all(cuda.join("include")).unwrap();
+    std::fs::create_dir_all(cuda.join("include/crt")).unwrap();
+    // The three headers of CUDA 13's nvidia-cuda-runtime wheel: the
+    // fourth, crt/mma.h (nvidia-cuda-crt), is named as missing.
+    for header in ["cuda_fp16.h", "cuda_bf16.h", "mma.h"] {
+        std::fs::write(cuda.join("include").join(header), "").unwrap();
+    }
     let built = Command::new("cc")
         .args(["-shared", "-x", "c", "/dev/null", "-o"])
         .arg(libs.join("libnvrtc.so.12"))
         .status()
         .expect("cc (the C compiler Rust links with) starts");
     assert!(built.success());
-    let found = error_line(&terse_on_cuda(
-        &scratch.path().join("found"),
-        &[("LD_LIBRARY_PATH", &libs), ("CUDA_PATH", &cuda)],
-    ));
+    let env: [(&str, &Path); 2] = [("LD_LIBRARY_PATH", &libs), ("CUDA_PATH", &cuda)];
+    let no_crt = error_line(&terse_on_cuda(&scratch.path().join("no-crt"), &env));
+    println!("crt/mma.h missing: {no_crt}");
+    assert!(
+        no_crt.contains(&format!(
+            "no CUDA headers crt/mma.h in {}",
+            cuda.join("include").display()
+        )) && no_crt.contains("pip install nvidia-cuda-runtime nvidia-cuda-crt"),
+        "{no_crt}"
+    );
+    std::fs::write(cuda.join("include/crt/mma.h"), "").unwrap();
+    let found = error_line(&terse_on_cuda(&scratch.path().join("found"), &env));
     println!("NVRTC and headers found: {found}");
     assert!(found.contains("no NVIDIA driver"), "{found}");
     assert!(!found.contains("NVRTC"), "{found}");

@@ -9,7 +9,7 @@ use serde::Deserialize;
 use crate::DataError;
 
 /// The manifests, as committed in `data/manifests/`.
-const MANIFESTS: [(&str, &str); 8] = [
+const MANIFESTS: [(&str, &str); 10] = [
     (
         "squad-v1.1.toml",
         include_str!("../../../data/manifests/squad-v1.1.toml"),
@@ -41,6 +41,14 @@ const MANIFESTS: [(&str, &str); 8] = [
     (
         "cuda-nvrtc.toml",
         include_str!("../../../data/manifests/cuda-nvrtc.toml"),
+    ),
+    (
+        "cuda-headers.toml",
+        include_str!("../../../data/manifests/cuda-headers.toml"),
+    ),
+    (
+        "cuda-crt-headers.toml",
+        include_str!("../../../data/manifests/cuda-crt-headers.toml"),
     ),
 ];
 

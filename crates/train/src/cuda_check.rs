@@ -13,9 +13,23 @@
 
 use std::path::PathBuf;
 
-/// The headers cubecl's half-precision and tensor-core kernels include
-/// (f32 kernels include none, but NVRTC is handed the directory anyway).
-pub const HEADERS: [&str; 3] = ["cuda_fp16.h", "cuda_bf16.h", "mma.h"];
+/// The headers under the CUDA directory's `include/` that cubecl's kernels
+/// include: `cuda_fp16.h` and `cuda_bf16.h` (fp16 and bf16 kernels), `mma.h`
+/// (the tensor-core matmuls: every f32 matmul on sm_80 and newer, which
+/// cubek stages as TF32, and bf16's and fp16's), and `crt/mma.h`, which
+/// `mma.h` includes. A toolkit has all four; of pip's wheels, CUDA 13's
+/// nvidia-cuda-runtime has the first three and nvidia-cuda-crt the fourth,
+/// both under site-packages/nvidia/cu13/include, while CUDA 12's split
+/// them between nvidia-cuda-runtime-cu12 (nvidia/cuda_runtime/include) and
+/// nvidia-cuda-nvcc-cu12 (nvidia/cuda_nvcc/include/crt). A missing one is
+/// otherwise a panic inside cubecl at the first kernel that includes it.
+pub const HEADERS: [&str; 4] = ["cuda_fp16.h", "cuda_bf16.h", "mma.h", "crt/mma.h"];
+
+/// How to get [`HEADERS`], for the error line.
+const HOW_TO_GET_HEADERS: &str = "set CUDA_PATH to a CUDA toolkit, or to pip's site-packages/\
+nvidia/cu13 after `pip install nvidia-cuda-runtime nvidia-cuda-crt` (CUDA 13), or to a directory \
+whose include/ links CUDA 12's nvidia-cuda-runtime-cu12 and nvidia-cuda-nvcc-cu12 headers into one, \
+as the GPU bundle's cuda_env.sh does";
 
 /// What a CUDA run asks of the machine; [`ThisMachine`] answers for this
 /// one, tests answer for machines this one is not.
@@ -88,17 +102,28 @@ pub fn check(machine: &dyn Machine, index: usize) -> Result<(), String> {
     match machine.cuda_path() {
         None => missing.push(format!(
             "no CUDA headers: NVRTC is handed `$CUDA_PATH/include` (default /usr/local/cuda or \
-             /opt/cuda, none here), whose {headers} the half-precision and tensor-core kernels \
-             include: set CUDA_PATH to a CUDA toolkit (or to a directory whose include/ holds \
-             those headers, e.g. pip's nvidia-cuda-runtime-cu12's site-packages/nvidia/cuda_runtime, \
-             or -cu13's nvidia/cu13)"
+             /opt/cuda, none here), whose {headers} terse's kernels include: {HOW_TO_GET_HEADERS}"
         )),
         Some(root) if !root.join("include").is_dir() => missing.push(format!(
-            "no CUDA headers: {} does not exist (NVRTC is handed it, and the half-precision and \
-             tensor-core kernels include its {headers}): point CUDA_PATH at a CUDA toolkit",
+            "no CUDA headers: {} does not exist (NVRTC is handed it, and terse's kernels include \
+             its {headers}): {HOW_TO_GET_HEADERS}",
             root.join("include").display()
         )),
-        Some(_) => {}
+        Some(root) => {
+            let include = root.join("include");
+            let absent: Vec<&str> = HEADERS
+                .into_iter()
+                .filter(|header| !include.join(header).is_file())
+                .collect();
+            if !absent.is_empty() {
+                missing.push(format!(
+                    "no CUDA headers {} in {} (NVRTC is handed it, and terse's kernels include \
+                     {headers}): {HOW_TO_GET_HEADERS}",
+                    absent.join(", "),
+                    include.display()
+                ));
+            }
+        }
     }
     if missing.is_empty() {
         Ok(())
@@ -144,10 +169,19 @@ mod tests {
         }
     }
 
+    /// A CUDA directory whose `include/` holds `headers` (empty files).
+    fn cuda_root(headers: &[&str]) -> tempfile::TempDir {
+        let root = tempfile::tempdir().unwrap();
+        std::fs::create_dir_all(root.path().join("include/crt")).unwrap();
+        for header in headers {
+            std::fs::write(root.path().join("include").join(header), "").unwrap();
+        }
+        root
+    }
+
     #[test]
     fn each_missing_part_is_named_with_how_to_get_it() {
-        let root = tempfile::tempdir().unwrap();
-        std::fs::create_dir(root.path().join("include")).unwrap();
+        let root = cuda_root(&HEADERS);
         assert_eq!(check(&complete(root.path()), 1), Ok(()));
 
         // The error of the complete machine with one answer changed.
@@ -191,6 +225,22 @@ mod tests {
             no_include.contains("include does not exist"),
             "{no_include}"
         );
+        // CUDA 13's runtime wheel alone: crt/mma.h (nvidia-cuda-crt) missing.
+        let runtime_only = cuda_root(&["cuda_fp16.h", "cuda_bf16.h", "mma.h"]);
+        let no_crt = check(&complete(runtime_only.path()), 0).unwrap_err();
+        assert!(
+            no_crt.starts_with(&format!(
+                "no CUDA headers crt/mma.h in {}",
+                runtime_only.path().join("include").display()
+            )) && no_crt.contains("pip install nvidia-cuda-runtime nvidia-cuda-crt"),
+            "{no_crt}"
+        );
+        let only_bf16 = cuda_root(&["cuda_bf16.h"]);
+        let three = check(&complete(only_bf16.path()), 0).unwrap_err();
+        assert!(
+            three.starts_with("no CUDA headers cuda_fp16.h, mma.h, crt/mma.h in "),
+            "{three}"
+        );
         for line in [
             no_driver,
             not_started,
@@ -198,6 +248,8 @@ mod tests {
             no_nvrtc,
             no_headers,
             no_include,
+            no_crt,
+            three,
         ] {
             assert_eq!(line.lines().count(), 1, "{line}");
         }

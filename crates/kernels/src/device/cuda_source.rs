@@ -11,10 +11,14 @@
 //! and handed to NVRTC with the options cubecl-cuda's `compile_to_ptx`
 //! passes. NVRTC is the `cuda-nvrtc` dataset (`data/manifests/`: libnvrtc
 //! from PyPI's nvidia-cuda-nvrtc wheel, fetched once into terse's cache and
-//! checked by its SHA-256), so the test runs in CI like any other. The
-//! kernels include no header NVRTC does not carry itself; to compile them
-//! with another CUDA instead, set `TERSE_NVRTC_CUDA` to its directory
-//! (`lib/libnvrtc.so.*`, `include/`), e.g. site-packages/nvidia/cu13.
+//! checked by its SHA-256), so the test runs in CI like any other. The f32
+//! kernels include no header NVRTC does not carry itself; the bf16 and fp16
+//! ones include `cuda_bf16.h`/`cuda_fp16.h`, and tensor-core kernels
+//! `mma.h`, which includes `crt/mma.h`: those come from the `cuda-headers`
+//! and `cuda-crt-headers` datasets (PyPI's nvidia-cuda-runtime and
+//! nvidia-cuda-crt wheels), laid out as a toolkit's `include/` for NVRTC.
+//! To compile with another CUDA instead, set `TERSE_NVRTC_CUDA` to its
+//! directory (`lib/libnvrtc.so.*`, `include/`), e.g. site-packages/nvidia/cu13.
 
 use std::ffi::CString;
 use std::path::PathBuf;
@@ -62,6 +66,16 @@ pub(crate) fn h100() -> Arc<DeviceProperties> {
         },
     );
     cubecl_cpp::register_supported_types(&mut properties);
+    // The tensor-core tiles cubecl-cuda's runtime registers for sm_90 (its
+    // wmma compiler's list), which cubek's matmuls are built from.
+    let arch = cubecl_cpp::cuda::arch::CudaArchitecture {
+        version: 90,
+        tensor_cores: true,
+    };
+    cubecl_cpp::shared::register_wmma_features(
+        cubecl_cpp::cuda::mma::CudaCmmaCompiler::Cpp.supported_cmma_combinations(&arch),
+        &mut properties,
+    );
     Arc::new(properties)
 }
 
@@ -97,7 +111,11 @@ macro_rules! cuda_sources {
             #[allow(unused_imports)]
             use $crate::device::cuda_source::{buffer as b, table, tensors};
             vec![$((
-                stringify!($module($($arg),*)).to_string(),
+                // On one line, however rustfmt broke the arguments.
+                stringify!($module($($arg),*))
+                    .split_whitespace()
+                    .collect::<Vec<_>>()
+                    .join(" "),
                 $crate::device::cuda_source::cuda_source($module::$kernel::new(
                     $crate::device::cuda_source::unchecked(),
                     $crate::device::cuda_source::h100(),
@@ -147,8 +165,8 @@ pub(crate) fn cuda_source(kernel: impl CubeKernel) -> String {
 }
 
 /// Loads NVRTC from `TERSE_NVRTC_CUDA`'s `lib/` or else from the
-/// `cuda-nvrtc` dataset, and returns the CUDA directory its headers would be
-/// under. cudarc opens NVRTC by its library names only; a library already
+/// `cuda-nvrtc` dataset, and returns the CUDA directory whose `include/`
+/// NVRTC is to be handed (`TERSE_NVRTC_CUDA`, or else [`dataset_headers`]). cudarc opens NVRTC by its library names only; a library already
 /// loaded by path answers to its soname (`libnvrtc.so.13`), so loading both
 /// files by path first makes cudarc's lookup, and NVRTC's own for its
 /// builtins, find these.
@@ -161,7 +179,7 @@ fn load_nvrtc() -> PathBuf {
         }
         None => {
             let lib = terse_data::dataset("cuda-nvrtc").expect("the cuda-nvrtc dataset");
-            (lib.clone(), lib)
+            (dataset_headers(), lib)
         }
     };
     let mut libraries: Vec<PathBuf> = std::fs::read_dir(&lib)
@@ -193,6 +211,40 @@ fn load_nvrtc() -> PathBuf {
         lib.display()
     );
     cuda
+}
+
+/// A CUDA directory whose `include/` holds the `cuda-headers` dataset's
+/// files and, as `include/crt/`, the `cuda-crt-headers` dataset's, as a
+/// toolkit (or the CUDA 13 wheels, which share `nvidia/cu13/include/`)
+/// lays them out: symbolic links (the datasets' directories are flat) in a
+/// temporary directory named by the cache's path, made where missing, so
+/// that test processes share it and a run leaves nothing new behind.
+fn dataset_headers() -> PathBuf {
+    use std::hash::{Hash, Hasher};
+    let headers = terse_data::dataset("cuda-headers").expect("the cuda-headers dataset");
+    let crt = terse_data::dataset("cuda-crt-headers").expect("the cuda-crt-headers dataset");
+    let mut hasher = std::collections::hash_map::DefaultHasher::new();
+    headers.hash(&mut hasher);
+    let root = std::env::temp_dir().join(format!("terse-cuda-headers-{:016x}", hasher.finish()));
+    let include = root.join("include");
+    std::fs::create_dir_all(&include).unwrap_or_else(|e| panic!("{}: {e}", include.display()));
+    let link = |from: PathBuf, to: PathBuf| match std::os::unix::fs::symlink(&from, &to) {
+        Err(e) if e.kind() != std::io::ErrorKind::AlreadyExists => {
+            panic!("{} -> {}: {e}", to.display(), from.display())
+        }
+        _ => {}
+    };
+    for entry in std::fs::read_dir(&headers).expect("the headers' directory") {
+        let path = entry.expect("a directory entry").path();
+        if path.extension().is_some_and(|e| e == "h" || e == "hpp") {
+            link(
+                path.clone(),
+                include.join(path.file_name().expect("a name")),
+            );
+        }
+    }
+    link(crt, include.join("crt"));
+    root
 }
 
 /// NVRTC's verdict on each of `sources` (name, CUDA C++), with the options
@@ -245,6 +297,62 @@ pub(crate) fn assert_compiles(sources: &[(String, String)]) {
     println!("{} kernels compile for sm_90 with NVRTC", sources.len());
 }
 
+/// A tensor-core product of one 16 × 16 tile (`k` deep) in `I`, as
+/// cubek's matmuls make them for f32 (staged as TF32 on sm_80 and newer)
+/// and for bf16 and fp16: terse's kernels make none, but its `cuda` runs
+/// do, and their source includes `mma.h` (and that `crt/mma.h`), the
+/// headers the test's NVRTC must find as a GPU machine's does.
+#[cube(launch_unchecked)]
+fn tensor_core_kernel<I: Float>(
+    lhs: &[I],
+    rhs: &[I],
+    out: &mut [f32],
+    #[comptime] k: usize,
+    #[define(I)] _input: ElemType,
+) {
+    let a = cmma::Matrix::<I>::from_slice(
+        cmma::MatrixIdent::A,
+        16usize,
+        16usize,
+        k,
+        cmma::MatrixLayout::RowMajor,
+        lhs,
+        k as u32,
+    );
+    let b = cmma::Matrix::<I>::from_slice(
+        cmma::MatrixIdent::B,
+        16usize,
+        16usize,
+        k,
+        cmma::MatrixLayout::RowMajor,
+        rhs,
+        16,
+    );
+    let c = cmma::Matrix::<f32>::from_value(
+        cmma::MatrixIdent::Accumulator,
+        16usize,
+        16usize,
+        k,
+        cmma::MatrixLayout::Undefined,
+        0.0,
+    );
+    cmma::execute(&a, &b, &c, &c);
+    cmma::store(out, &c, 16, cmma::MatrixLayout::RowMajor);
+}
+
+mod tensor_core {
+    use cubecl::ir::{ElemType, FloatKind};
+
+    use super::tensor_core_kernel;
+
+    // TF32 tiles are 8 deep, bf16 and fp16 ones 16 (CUDA's wmma shapes).
+    super::cuda_sources![
+        tensor_core_kernel::TensorCoreKernel(b(), b(), b(), 8, ElemType::Float(FloatKind::TF32)),
+        tensor_core_kernel::TensorCoreKernel(b(), b(), b(), 16, ElemType::Float(FloatKind::BF16)),
+        tensor_core_kernel::TensorCoreKernel(b(), b(), b(), 16, ElemType::Float(FloatKind::F16)),
+    ];
+}
+
 #[cfg(test)]
 mod tests {
     use super::super::*;
@@ -264,6 +372,7 @@ mod tests {
             softmax::cuda_sources(),
             word_offsets::cuda_sources(),
             optim::cuda_sources(),
+            super::tensor_core::cuda_sources(),
         ]
         .concat()
     }

@@ -332,12 +332,9 @@ pub fn dropout_factors(client: &Client, mask: &SiteMask, out: &Handle, len: usiz
     }
 }
 
-// The half kernels are listed with f32, whose source needs no CUDA header:
-// with bf16 or f16 NVRTC needs `cuda_bf16.h`/`cuda_fp16.h` from CUDA's
-// runtime headers, which the `cuda-nvrtc` dataset does not carry (a GPU
-// machine's NVRTC finds them through the bundle's `cuda_env.sh`). With
-// bf16 they compiled here for sm_90 with the nvidia-cuda-runtime 13.5.37
-// wheel's headers (`TERSE_NVRTC_CUDA=<its nvidia/cu13>`), stop 87.
+// The half kernels in each element type a run makes them with: bf16 and
+// fp16 (`train.precision`, whose sources include `cuda_bf16.h` and
+// `cuda_fp16.h`, the `cuda-headers` dataset in the test) and f32.
 #[cfg(test)]
 crate::device::cuda_source::cuda_sources![
     factors_kernel::FactorsKernel(b(), b(), b(), ()),
@@ -345,6 +342,38 @@ crate::device::cuda_source::cuda_sources![
     dropped_add_kernel::DroppedAddKernel(b(), b(), b(), (), (), (), (), ()),
     dropped_half_add_kernel::DroppedHalfAddKernel(
         b(),
+        b(),
+        b(),
+        (),
+        (),
+        (),
+        (),
+        (),
+        cubecl::ir::ElemType::Float(cubecl::ir::FloatKind::F32)
+    ),
+    dropped_half_add_kernel::DroppedHalfAddKernel(
+        b(),
+        b(),
+        b(),
+        (),
+        (),
+        (),
+        (),
+        (),
+        cubecl::ir::ElemType::Float(cubecl::ir::FloatKind::BF16)
+    ),
+    dropped_half_add_kernel::DroppedHalfAddKernel(
+        b(),
+        b(),
+        b(),
+        (),
+        (),
+        (),
+        (),
+        (),
+        cubecl::ir::ElemType::Float(cubecl::ir::FloatKind::F16)
+    ),
+    dropped_half_grad_kernel::DroppedHalfGradKernel(
         b(),
         b(),
         (),
@@ -362,6 +391,16 @@ crate::device::cuda_source::cuda_sources![
         (),
         (),
         (),
-        cubecl::ir::ElemType::Float(cubecl::ir::FloatKind::F32)
+        cubecl::ir::ElemType::Float(cubecl::ir::FloatKind::BF16)
+    ),
+    dropped_half_grad_kernel::DroppedHalfGradKernel(
+        b(),
+        b(),
+        (),
+        (),
+        (),
+        (),
+        (),
+        cubecl::ir::ElemType::Float(cubecl::ir::FloatKind::F16)
     ),
 ];
