@@ -56,17 +56,17 @@ impl Trainer<'_> {
                 let mut files = vec![
                     RankFile {
                         name: model_file,
-                        bytes: checkpoint::canonical_safetensors(model_bytes),
+                        bytes: model_bytes,
                     },
                     RankFile {
                         name: optimizer_file,
-                        bytes: checkpoint::canonical_safetensors(alike),
+                        bytes: alike,
                     },
                 ];
                 if let Some(own) = own {
                     files.push(RankFile {
                         name: optimizer_own_file,
-                        bytes: checkpoint::canonical_safetensors(own),
+                        bytes: own,
                     });
                 }
                 Ok(files)

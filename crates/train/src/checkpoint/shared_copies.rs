@@ -80,7 +80,7 @@ pub(super) fn link_sources(
 /// maps, so two ranks' files of the same state differed in their first
 /// kilobyte and never matched. Bytes that are not safetensors are returned
 /// as they are.
-pub fn canonical_safetensors(mut bytes: Vec<u8>) -> Vec<u8> {
+pub(super) fn canonical_safetensors(mut bytes: Vec<u8>) -> Vec<u8> {
     let Some(len) = bytes
         .get(..8)
         .map(|n| u64::from_le_bytes(n.try_into().expect("8")))

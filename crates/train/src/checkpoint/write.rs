@@ -25,7 +25,9 @@ use std::path::{Path, PathBuf};
 
 use terse_comm::{CommError, Communicator};
 
-use super::shared_copies::{RankFile, link_or_write, link_sources, write_synced};
+use super::shared_copies::{
+    RankFile, canonical_safetensors, link_or_write, link_sources, write_synced,
+};
 use super::{
     CheckpointMeta, KEEP, META, RankRecord, checkpoints_dir, held, io, ranks_sharing, record_file,
     step_dir, step_dirs,
@@ -49,9 +51,14 @@ pub fn write(
     let started = std::time::Instant::now();
     let done = step_dir(run_dir, step);
     let meta = CheckpointMeta::new(step, stage, loss_scaler, comm.world_size(), config);
-    let files = all_succeeded(comm, files(), || {
+    let mut files = all_succeeded(comm, files(), || {
         format!("could not serialise its checkpoint of step {step}")
     })?;
+    // Safetensors headers in one key order, so that files of the same
+    // tensors are the same bytes on every rank (and link below).
+    for file in &mut files {
+        file.bytes = canonical_safetensors(std::mem::take(&mut file.bytes));
+    }
     let digests: Vec<String> = files
         .iter()
         .map(|file| terse_data::fetch::sha256_bytes(&file.bytes))
