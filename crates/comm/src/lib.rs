@@ -37,7 +37,7 @@ pub mod watchdog;
 pub use communicator::{Communicator, HandedValue, ReduceOp, Width};
 pub use compressed::{CompressedAllreduce, CompressionOptions, Geometry};
 #[cfg(feature = "nccl")]
-pub use cuda_driver::{cuda_device_count, cuda_driver_present};
+pub use cuda_driver::{CudaGpu, cuda_device_count, cuda_driver_present, cuda_gpu};
 pub use error::CommError;
 pub use gpu_collectives::{GpuBytes, GpuCollectives, GpuF32};
 pub use local::{DEFAULT_TIMEOUT, LocalComm};

@@ -280,10 +280,13 @@ fn main() {
         eprintln!("matmul_routines: error: --device: a cubecl device (cuda, wgpu, lavapipe)");
         std::process::exit(1)
     }
-    let device = choice.open().unwrap_or_else(|e| {
-        eprintln!("matmul_routines: error: {e}");
-        std::process::exit(1)
-    });
+    // The routines time f32 operands.
+    let device = choice
+        .open(terse_train::Precision::Fp32)
+        .unwrap_or_else(|e| {
+            eprintln!("matmul_routines: error: {e}");
+            std::process::exit(1)
+        });
     for p in &products {
         let operands = Operands::new(p, &device);
         for routine in &args.routines {

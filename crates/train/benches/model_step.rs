@@ -421,7 +421,7 @@ fn main() {
     terse_train::allocator::tune_for_training();
     let device = args
         .device
-        .open()
+        .open(args.precision)
         .unwrap_or_else(|e| {
             eprintln!("model_step: error: {e}");
             std::process::exit(1)

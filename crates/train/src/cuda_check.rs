@@ -13,6 +13,10 @@
 
 use std::path::PathBuf;
 
+use terse_comm::CudaGpu;
+
+use crate::Precision;
+
 /// The headers under the CUDA directory's `include/` that cubecl's kernels
 /// include: `cuda_fp16.h` and `cuda_bf16.h` (fp16 and bf16 kernels), `mma.h`
 /// (the tensor-core matmuls: every f32 matmul on sm_80 and newer, which
@@ -23,7 +27,25 @@ use std::path::PathBuf;
 /// them between nvidia-cuda-runtime-cu12 (nvidia/cuda_runtime/include) and
 /// nvidia-cuda-nvcc-cu12 (nvidia/cuda_nvcc/include/crt). A missing one is
 /// otherwise a panic inside cubecl at the first kernel that includes it.
+/// An fp32 run on a GPU older than compute capability 8.0 includes none of
+/// them ([`headers_needed`]).
 pub const HEADERS: [&str; 4] = ["cuda_fp16.h", "cuda_bf16.h", "mma.h", "crt/mma.h"];
+
+/// The [`HEADERS`] a run in `precision` on `gpu` compiles against.
+/// cubecl's CUDA C++ includes a header only for a kernel that uses its
+/// types (cubecl-cpp 0.11 `cuda/ty.rs`: `mma.h` for tensor-core tiles and
+/// TF32, `cuda_fp16.h` / `cuda_bf16.h` for the half types). Before compute
+/// capability 8.0 (V100, T4: the papers' GPUs) cubecl registers no TF32,
+/// so an fp32 (or `tf32`, the same there) run's matmuls take no tile and
+/// none of its kernels has a half type: it needs none of them. Every other
+/// run needs all four (fp16's tiles include `mma.h`, whose `crt/mma.h`
+/// includes both half headers), as does any run on a GPU the driver did
+/// not describe.
+pub fn headers_needed(gpu: Option<&CudaGpu>, precision: Precision) -> &'static [&'static str] {
+    let f32_without_tiles = matches!(precision, Precision::Fp32 | Precision::Tf32)
+        && gpu.is_some_and(|gpu| !gpu.has_tf32_and_bf16());
+    if f32_without_tiles { &[] } else { &HEADERS }
+}
 
 /// How to get [`HEADERS`], for the error line.
 const HOW_TO_GET_HEADERS: &str = "set CUDA_PATH to a CUDA toolkit, or to pip's site-packages/\
@@ -38,6 +60,9 @@ pub trait Machine {
     fn has_driver(&self) -> bool;
     /// The driver's start-up (`cuInit`), and the number of devices it sees.
     fn devices(&self) -> Result<usize, String>;
+    /// Device `index`'s name and compute capability (once [`Self::devices`]
+    /// has counted it).
+    fn gpu(&self, index: usize) -> Result<CudaGpu, String>;
     /// Whether NVRTC (`libnvrtc.so`) can be opened.
     fn has_nvrtc(&self) -> bool;
     /// The CUDA installation cubecl would hand NVRTC, if any.
@@ -56,6 +81,10 @@ impl Machine for ThisMachine {
         terse_comm::cuda_device_count()
     }
 
+    fn gpu(&self, index: usize) -> Result<CudaGpu, String> {
+        terse_comm::cuda_gpu(index)
+    }
+
     fn has_nvrtc(&self) -> bool {
         // SAFETY: only tries to open the library by its names.
         unsafe { cudarc::nvrtc::sys::is_culib_present() }
@@ -66,10 +95,12 @@ impl Machine for ThisMachine {
     }
 }
 
-/// `Ok` when CUDA device `index` can run terse's kernels on `machine`;
-/// otherwise everything that is missing and how to get it, in one line.
-pub fn check(machine: &dyn Machine, index: usize) -> Result<(), String> {
+/// `Ok` when CUDA device `index` can run terse's kernels in `precision` on
+/// `machine`; otherwise everything that is missing and how to get it, in
+/// one line.
+pub fn check(machine: &dyn Machine, index: usize, precision: Precision) -> Result<(), String> {
     let mut missing = Vec::new();
+    let mut gpu = None;
     if !machine.has_driver() {
         missing.push(
             "no NVIDIA driver: libcuda.so was not found (install the NVIDIA driver: in a \
@@ -86,9 +117,28 @@ pub fn check(machine: &dyn Machine, index: usize) -> Result<(), String> {
                 "no CUDA device {index}: the driver sees {count} (devices are numbered from 0, \
                  and CUDA_VISIBLE_DEVICES may hide some)"
             )),
-            Ok(_) => {}
+            Ok(_) => match machine.gpu(index) {
+                Ok(found) => gpu = Some(found),
+                Err(e) => missing.push(format!(
+                    "the driver did not describe CUDA device {index} ({e})"
+                )),
+            },
         }
     }
+    if let Some(gpu) = gpu.as_ref().filter(|gpu| !gpu.has_tf32_and_bf16())
+        && precision == Precision::Bf16
+    {
+        // cubecl would compile bf16 for it all the same, as float
+        // arithmetic behind every operation and matmuls without tensor
+        // cores: a run far slower than fp16's, which PyTorch's autocast
+        // starts without a word.
+        missing.push(format!(
+            "train.precision = \"bf16\" needs bf16 tensor cores, compute capability 8.0 \
+                 or newer (A100, H100, …): CUDA device {index} is {gpu}; its half precision is \
+                 fp16 (`--precision fp16`, with dynamic loss scaling)"
+        ));
+    }
+    let needed = headers_needed(gpu.as_ref(), precision);
     if !machine.has_nvrtc() {
         missing.push(
             "NVRTC was not found (libnvrtc.so.13 or .so.12): terse's GPU kernels are compiled \
@@ -98,12 +148,20 @@ pub fn check(machine: &dyn Machine, index: usize) -> Result<(), String> {
                 .to_string(),
         );
     }
-    let headers = HEADERS.join(", ");
+    let headers = needed.join(", ");
     match machine.cuda_path() {
+        // cubecl asks for a CUDA directory before every compile, headers
+        // or not.
+        None if needed.is_empty() => missing.push(format!(
+            "no CUDA directory: cubecl 0.11 stops at its first kernel without one, although \
+             this {precision} run on a GPU without TF32 includes no CUDA header: set CUDA_PATH \
+             to a CUDA toolkit, or to any directory"
+        )),
         None => missing.push(format!(
             "no CUDA headers: NVRTC is handed `$CUDA_PATH/include` (default /usr/local/cuda or \
              /opt/cuda, none here), whose {headers} terse's kernels include: {HOW_TO_GET_HEADERS}"
         )),
+        Some(_) if needed.is_empty() => {}
         Some(root) if !root.join("include").is_dir() => missing.push(format!(
             "no CUDA headers: {} does not exist (NVRTC is handed it, and terse's kernels include \
              its {headers}): {HOW_TO_GET_HEADERS}",
@@ -111,8 +169,9 @@ pub fn check(machine: &dyn Machine, index: usize) -> Result<(), String> {
         )),
         Some(root) => {
             let include = root.join("include");
-            let absent: Vec<&str> = HEADERS
-                .into_iter()
+            let absent: Vec<&str> = needed
+                .iter()
+                .copied()
                 .filter(|header| !include.join(header).is_file())
                 .collect();
             if !absent.is_empty() {
@@ -141,6 +200,7 @@ mod tests {
     struct Answers {
         driver: bool,
         devices: Result<usize, String>,
+        gpu: CudaGpu,
         nvrtc: bool,
         cuda_path: Option<PathBuf>,
     }
@@ -152,6 +212,9 @@ mod tests {
         fn devices(&self) -> Result<usize, String> {
             self.devices.clone()
         }
+        fn gpu(&self, _: usize) -> Result<CudaGpu, String> {
+            Ok(self.gpu.clone())
+        }
         fn has_nvrtc(&self) -> bool {
             self.nvrtc
         }
@@ -160,10 +223,18 @@ mod tests {
         }
     }
 
+    fn gpu(name: &str, capability: (u32, u32)) -> CudaGpu {
+        CudaGpu {
+            name: name.into(),
+            capability,
+        }
+    }
+
     fn complete(root: &std::path::Path) -> Answers {
         Answers {
             driver: true,
             devices: Ok(2),
+            gpu: gpu("NVIDIA H100 80GB HBM3", (9, 0)),
             nvrtc: true,
             cuda_path: Some(root.to_path_buf()),
         }
@@ -182,13 +253,13 @@ mod tests {
     #[test]
     fn each_missing_part_is_named_with_how_to_get_it() {
         let root = cuda_root(&HEADERS);
-        assert_eq!(check(&complete(root.path()), 1), Ok(()));
+        assert_eq!(check(&complete(root.path()), 1, Precision::Fp32), Ok(()));
 
         // The error of the complete machine with one answer changed.
         let error = |change: fn(&mut Answers), index| {
             let mut machine = complete(root.path());
             change(&mut machine);
-            check(&machine, index).unwrap_err()
+            check(&machine, index, Precision::Fp32).unwrap_err()
         };
         let no_driver = error(|m| m.driver = false, 0);
         assert!(
@@ -220,14 +291,14 @@ mod tests {
             "{no_headers}"
         );
         let empty = tempfile::tempdir().unwrap();
-        let no_include = check(&complete(empty.path()), 0).unwrap_err();
+        let no_include = check(&complete(empty.path()), 0, Precision::Fp32).unwrap_err();
         assert!(
             no_include.contains("include does not exist"),
             "{no_include}"
         );
         // CUDA 13's runtime wheel alone: crt/mma.h (nvidia-cuda-crt) missing.
         let runtime_only = cuda_root(&["cuda_fp16.h", "cuda_bf16.h", "mma.h"]);
-        let no_crt = check(&complete(runtime_only.path()), 0).unwrap_err();
+        let no_crt = check(&complete(runtime_only.path()), 0, Precision::Fp32).unwrap_err();
         assert!(
             no_crt.starts_with(&format!(
                 "no CUDA headers crt/mma.h in {}",
@@ -236,7 +307,7 @@ mod tests {
             "{no_crt}"
         );
         let only_bf16 = cuda_root(&["cuda_bf16.h"]);
-        let three = check(&complete(only_bf16.path()), 0).unwrap_err();
+        let three = check(&complete(only_bf16.path()), 0, Precision::Fp32).unwrap_err();
         assert!(
             three.starts_with("no CUDA headers cuda_fp16.h, mma.h, crt/mma.h in "),
             "{three}"
@@ -260,10 +331,11 @@ mod tests {
         let nothing = Answers {
             driver: false,
             devices: Err("unused".into()),
+            gpu: gpu("unused", (0, 0)),
             nvrtc: false,
             cuda_path: None,
         };
-        let error = check(&nothing, 0).unwrap_err();
+        let error = check(&nothing, 0, Precision::Fp32).unwrap_err();
         let parts: Vec<&str> = error
             .split("; ")
             .map(|p| &p[..p.find(':').unwrap()])
@@ -277,5 +349,73 @@ mod tests {
             ]
         );
         assert_eq!(error.lines().count(), 1);
+    }
+
+    /// What a run needs follows the GPU and the precision: before compute
+    /// capability 8.0 fp32 needs no header and bf16 is refused, naming the
+    /// GPU and fp16; from 8.0 every precision needs all four headers.
+    #[test]
+    fn a_gpu_without_tf32_needs_no_header_for_fp32_and_refuses_bf16() {
+        let v100 = gpu("Tesla V100-SXM2-32GB", (7, 0));
+        let t4 = gpu("Tesla T4", (7, 5));
+        let a100 = gpu("NVIDIA A100-SXM4-80GB", (8, 0));
+        for older in [&v100, &t4] {
+            assert!(headers_needed(Some(older), Precision::Fp32).is_empty());
+            assert!(headers_needed(Some(older), Precision::Tf32).is_empty());
+            assert_eq!(headers_needed(Some(older), Precision::Fp16), HEADERS);
+        }
+        for precision in Precision::ALL {
+            assert_eq!(headers_needed(Some(&a100), precision), HEADERS);
+            // A GPU the driver did not describe: all four, as before.
+            assert_eq!(headers_needed(None, precision), HEADERS);
+        }
+
+        // The CUDA 13 runtime wheel alone (no crt/mma.h), on a V100.
+        let runtime_only = cuda_root(&["cuda_fp16.h", "cuda_bf16.h", "mma.h"]);
+        let on = |gpu: &CudaGpu, root: Option<&std::path::Path>, precision| {
+            let mut machine = complete(runtime_only.path());
+            machine.gpu = gpu.clone();
+            machine.cuda_path = root.map(std::path::Path::to_path_buf);
+            check(&machine, 0, precision)
+        };
+        let wheel = Some(runtime_only.path());
+        assert_eq!(on(&v100, wheel, Precision::Fp32), Ok(()));
+        assert_eq!(on(&t4, wheel, Precision::Tf32), Ok(()));
+        let empty = tempfile::tempdir().unwrap();
+        assert_eq!(on(&v100, Some(empty.path()), Precision::Fp32), Ok(()));
+        let fp16 = on(&v100, wheel, Precision::Fp16).unwrap_err();
+        assert!(fp16.starts_with("no CUDA headers crt/mma.h in "), "{fp16}");
+        let a100_fp32 = on(&a100, wheel, Precision::Fp32).unwrap_err();
+        assert!(
+            a100_fp32.starts_with("no CUDA headers crt/mma.h in "),
+            "{a100_fp32}"
+        );
+
+        // cubecl still stops without a CUDA directory.
+        let no_root = on(&v100, None, Precision::Fp32).unwrap_err();
+        assert!(
+            no_root.starts_with("no CUDA directory:")
+                && no_root.contains("includes no CUDA header"),
+            "{no_root}"
+        );
+
+        let bf16 = on(&v100, wheel, Precision::Bf16).unwrap_err();
+        assert!(
+            bf16.starts_with("train.precision = \"bf16\" needs bf16 tensor cores")
+                && bf16.contains("CUDA device 0 is Tesla V100-SXM2-32GB, compute capability 7.0")
+                && bf16.contains("--precision fp16"),
+            "{bf16}"
+        );
+        // ... and the missing crt/mma.h beside it, in the same line.
+        assert!(bf16.contains("; no CUDA headers crt/mma.h"), "{bf16}");
+        assert_eq!(bf16.lines().count(), 1);
+        assert_eq!(
+            on(&a100, Some(root_with_all().path()), Precision::Bf16),
+            Ok(())
+        );
+    }
+
+    fn root_with_all() -> tempfile::TempDir {
+        cuda_root(&HEADERS)
     }
 }

@@ -18,7 +18,7 @@ use burn::backend::DispatchDevice;
 use burn::tensor::{Device, DeviceKind, Tensor};
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
-use crate::{TrainError, cuda_check};
+use crate::{Precision, TrainError, cuda_check};
 
 /// The device a run trains on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -99,12 +99,13 @@ impl DeviceChoice {
         *self == Self::Cpu
     }
 
-    /// The device, checked to work: a wgpu adapter that is missing or fails
-    /// to start is an error naming the choice, not a panic.
-    pub fn open(&self) -> Result<Device, TrainError> {
+    /// The device, checked to work for a run in `precision`: a wgpu adapter
+    /// that is missing or fails to start, or a GPU lacking what the run's
+    /// kernels need, is an error naming the choice, not a panic.
+    pub fn open(&self, precision: Precision) -> Result<Device, TrainError> {
         let kind = match self {
             Self::Cpu => return Ok(Device::flex()),
-            Self::Cuda(index) => return self.open_cuda(*index),
+            Self::Cuda(index) => return self.open_cuda(*index, precision),
             _ => self.wgpu_kind(),
         };
         let found = adapters();
@@ -175,9 +176,10 @@ impl DeviceChoice {
 
     /// NVIDIA GPU `index` (offset by the process's node-local rank) through
     /// burn's CUDA backend, once the machine has what it needs.
-    fn open_cuda(&self, index: usize) -> Result<Device, TrainError> {
+    fn open_cuda(&self, index: usize, precision: Precision) -> Result<Device, TrainError> {
         let index = terse_comm::gpu_of_process(index);
-        cuda_check::check(&cuda_check::ThisMachine, index).map_err(|e| self.unavailable(e))?;
+        cuda_check::check(&cuda_check::ThisMachine, index, precision)
+            .map_err(|e| self.unavailable(e))?;
         let device = Device::cuda(index);
         probe(&device)
             .map_err(|reason| self.unavailable(format!("the GPU failed to start: {reason}")))?;
@@ -302,7 +304,10 @@ mod tests {
             !cuda_check::ThisMachine.has_driver(),
             "this test is for machines without an NVIDIA driver (CI's)"
         );
-        let error = DeviceChoice::Cuda(0).open().unwrap_err().to_string();
+        let error = DeviceChoice::Cuda(0)
+            .open(Precision::Fp32)
+            .unwrap_err()
+            .to_string();
         assert!(
             error.starts_with(
                 "invalid run setting `train.device`: `cuda` cannot be used: no NVIDIA driver"

@@ -149,7 +149,7 @@ impl Trainer<'_> {
         rank_phase::enter(rank, Phase::SetUp);
         self.open_run_dir(rank, world)?;
 
-        let device = cfg.train.device.open()?.autodiff();
+        let device = cfg.train.device.open(cfg.train.precision)?.autodiff();
         matmul_choice::name_for_run(cfg)?;
         let (mut model, mut flat) = {
             let _turn = INIT.lock().unwrap_or_else(|p| p.into_inner());

@@ -41,7 +41,8 @@ fn main() -> ExitCode {
     if args.device.is_cpu() {
         return fail("--device cpu has no GPU buffers: use cuda (or wgpu/lavapipe)");
     }
-    let device = match args.device.open() {
+    // The exchanges move f32 buffers; no model is computed.
+    let device = match args.device.open(terse_train::Precision::Fp32) {
         Ok(device) => device,
         Err(e) => return fail(&e.to_string()),
     };
