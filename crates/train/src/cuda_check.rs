@@ -134,8 +134,8 @@ pub fn check(machine: &dyn Machine, index: usize, precision: Precision) -> Resul
         // starts without a word.
         missing.push(format!(
             "train.precision = \"bf16\" needs bf16 tensor cores, compute capability 8.0 \
-                 or newer (A100, H100, …): CUDA device {index} is {gpu}; its half precision is \
-                 fp16 (`--precision fp16`, with dynamic loss scaling)"
+             or newer (A100, H100, …): CUDA device {index} is {gpu}; its half precision is \
+             fp16 (`--precision fp16`, with dynamic loss scaling)"
         ));
     }
     let needed = headers_needed(gpu.as_ref(), precision);
