@@ -35,7 +35,7 @@ pub const HEADERS: [&str; 4] = ["cuda_fp16.h", "cuda_bf16.h", "mma.h", "crt/mma.
 /// cubecl's CUDA C++ includes a header only for a kernel that uses its
 /// types (cubecl-cpp 0.11 `cuda/ty.rs`: `mma.h` for tensor-core tiles and
 /// TF32, `cuda_fp16.h` / `cuda_bf16.h` for the half types). Before compute
-/// capability 8.0 (V100, T4: the papers' GPUs) cubecl registers no TF32,
+/// capability 8.0 (the papers' V100s, or a T4) cubecl registers no TF32,
 /// so an fp32 (or `tf32`, the same there) run's matmuls take no tile and
 /// none of its kernels has a half type: it needs none of them. Every other
 /// run needs all four (fp16's tiles include `mma.h`, whose `crt/mma.h`
