@@ -410,12 +410,8 @@ mod tests {
         assert!(bf16.contains("; no CUDA headers crt/mma.h"), "{bf16}");
         assert_eq!(bf16.lines().count(), 1);
         assert_eq!(
-            on(&a100, Some(root_with_all().path()), Precision::Bf16),
+            on(&a100, Some(cuda_root(&HEADERS).path()), Precision::Bf16),
             Ok(())
         );
-    }
-
-    fn root_with_all() -> tempfile::TempDir {
-        cuda_root(&HEADERS)
     }
 }
