@@ -28,6 +28,35 @@ pub struct Args {
     /// Where to write the bundle directory (its `.tar.xz` goes beside it)
     #[arg(long, value_name = "DIR", default_value = "target/terse-gpu-bundle")]
     pub out: PathBuf,
+    /// How hard xz packs the `.tar.xz`: `small` (34 MB, about 3.5 minutes
+    /// of one core: a lent GPU takes the bundle with the whole working tree,
+    /// 64 MiB at most) or `fast` (62 MB in about 13 s on two cores: CI,
+    /// which extracts it and runs it on lavapipe)
+    #[arg(long, value_enum, default_value = "small")]
+    pub archive: Archive,
+}
+
+/// How the bundle's `.tar.xz` is compressed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Archive {
+    /// xz's preset 9 with a 192 MiB dictionary and its x86 filter, one thread
+    Small,
+    /// xz's preset 1 with its x86 filter, on every core
+    Fast,
+}
+
+impl Archive {
+    /// xz's options (`XZ_OPT`). Small: the x86 filter makes calls
+    /// position-independent and a dictionary wider than one binary finds
+    /// the code the binaries share (burn, cubecl): 28 → 19 MB on three of
+    /// them (stop 81); one thread, since xz's threads each take a block of
+    /// three dictionaries, more than the whole bundle.
+    fn xz_options(self) -> &'static str {
+        match self {
+            Archive::Small => "-T1 --x86 --lzma2=preset=9,dict=192MiB",
+            Archive::Fast => "-T0 --x86 --lzma2=preset=1",
+        }
+    }
 }
 
 /// The run script, written as `run.sh`.
@@ -135,13 +164,7 @@ pub fn run(args: &Args) -> Result<()> {
     let name = out.file_name().context("a bundle directory name")?;
     crate::finish::finish(
         Command::new("tar")
-            // Small before fast: a lent GPU takes the bundle with the whole
-            // working tree, 64 MiB at most (results/gpu-call-tree.sh). The
-            // x86 filter makes calls position-independent and a dictionary
-            // wider than one binary finds the code the binaries share
-            // (burn, cubecl): 28 → 19 MB on three of them (stop 81), a few
-            // minutes of one core.
-            .env("XZ_OPT", "-T1 --x86 --lzma2=preset=9,dict=192MiB")
+            .env("XZ_OPT", args.archive.xz_options())
             .arg("-C")
             .arg(parent)
             .arg("-cJf")
