@@ -341,7 +341,11 @@ fn unscale_or_skip(flat: &mut FlatModel, scaler: &mut LossScaler, scaling: &Loss
 /// One JSON line: throughput, the forward / backward / rest split and the
 /// per-class breakdown ("other": the step less every timed class and the
 /// wait at its end).
-fn report(name: &str, device: &str, batch: usize, extra: &str, t: &Timings) {
+fn report(name: &str, device: &terse_train::DeviceChoice, batch: usize, extra: &str, t: &Timings) {
+    // Which GPU (or adapter) the numbers are of, beside the choice's name.
+    let hardware = device
+        .hardware()
+        .map_or(String::new(), |name| format!(" \"hardware\": {name:?},"));
     let mut breakdown: Vec<String> = OpClass::ALL
         .iter()
         .zip(t.classes)
@@ -381,7 +385,7 @@ fn report(name: &str, device: &str, batch: usize, extra: &str, t: &Timings) {
         );
     }
     println!(
-        "{{\"framework\": \"terse\", \"device\": \"{device}\", \"preset\": \"{name}\", \"batch\": {batch},{extra} \
+        "{{\"framework\": \"terse\", \"device\": \"{device}\",{hardware} \"preset\": \"{name}\", \"batch\": {batch},{extra} \
          \"threads\": {}, \"samples_per_s\": {:.3}, \"step_ms\": {:.1}, \"forward_ms\": {:.1}, \
          \"backward_ms\": {:.1}, \"optimizer_ms\": {:.1}, \"device_wait_ms\": {:.1}, \
          \"breakdown_ms\": {{{}}}{device_fields}}}",
@@ -526,9 +530,8 @@ fn bert(args: &Args, preset: BertPreset, device: &Device) {
             })
         },
     );
-    let on = args.device.to_string();
     let extra = format!(" \"seq\": {t}, \"precision\": \"{}\",", args.precision);
-    report(preset.name(), &on, b, &extra, &timings);
+    report(preset.name(), &args.device, b, &extra, &timings);
 }
 
 fn resnet20(args: &Args, device: &Device) {
@@ -556,6 +559,11 @@ fn resnet20(args: &Args, device: &Device) {
         false,
         |model| fused::cross_entropy(model.forward(images.clone()), labels.clone()),
     );
-    let on = args.device.to_string();
-    report("resnet20", &on, b, " \"image\": [3, 32, 32],", &timings);
+    report(
+        "resnet20",
+        &args.device,
+        b,
+        " \"image\": [3, 32, 32],",
+        &timings,
+    );
 }

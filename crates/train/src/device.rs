@@ -158,17 +158,44 @@ impl DeviceChoice {
     /// `cuDeviceTotalMem`), for messages such as the out-of-memory line;
     /// `None` on the CPU and where the runtime states none (wgpu: WebGPU
     /// has no figure, and cubecl reads Vulkan's heaps only in its `spirv`
-    /// build, which terse does not use). Asks the
-    /// device's client, which a run has started already (nothing is
-    /// allocated, nothing waits for the device).
+    /// build, which terse does not use).
     pub fn memory_capacity(&self) -> Option<u64> {
+        self.cube_properties(|properties| properties.memory.max_memory())
+            .flatten()
+    }
+
+    /// The hardware behind this choice, for the run's log: the adapter
+    /// as wgpu names it (`llvmpipe (LLVM 15.0.6, 256 bits)`), a CUDA GPU
+    /// by its name and compute capability (`NVIDIA H100 80GB HBM3,
+    /// compute capability 9.0`, which says whether its matmuls have TF32
+    /// and bf16); `None` on the CPU. On CUDA this process's GPU: with
+    /// several ranks on a node each has its own.
+    pub fn hardware(&self) -> Option<String> {
+        match self {
+            Self::Cpu => None,
+            // cudarc panics on a driver it cannot open.
+            Self::Cuda(_) if !terse_comm::cuda_driver_present() => None,
+            Self::Cuda(index) => terse_comm::cuda_gpu(terse_comm::gpu_of_process(*index))
+                .ok()
+                .map(|gpu| gpu.to_string()),
+            _ => self.cube_properties(|properties| properties.identity.name.clone()),
+        }
+    }
+
+    /// `read` of the device's properties as its cubecl client holds them;
+    /// `None` on the CPU. Asks the client, which a run has started already
+    /// (nothing is allocated, nothing waits for the device).
+    fn cube_properties<T>(
+        &self,
+        read: impl FnOnce(&cubecl::prelude::DeviceProperties) -> T,
+    ) -> Option<T> {
         let device = match self {
             Self::Cpu => return None,
             Self::Cuda(index) => Device::cuda(terse_comm::gpu_of_process(*index)),
             _ => Device::wgpu(self.wgpu_kind()),
         };
         match device.as_dispatch() {
-            DispatchDevice::Cube(cube) => cube.client().properties().memory.max_memory(),
+            DispatchDevice::Cube(cube) => Some(read(cube.client().properties())),
             #[allow(unreachable_patterns)] // flex is not a choice here, but is a variant
             _ => None,
         }
@@ -292,6 +319,18 @@ mod tests {
     fn memory_capacity_only_where_the_runtime_states_it() {
         assert_eq!(DeviceChoice::Cpu.memory_capacity(), None);
         assert_eq!(DeviceChoice::Lavapipe.memory_capacity(), None);
+    }
+
+    #[test]
+    fn the_hardware_is_named_as_its_runtime_names_it() {
+        assert_eq!(DeviceChoice::Cpu.hardware(), None);
+        let lavapipe = DeviceChoice::Lavapipe
+            .hardware()
+            .expect("lavapipe has a name");
+        assert!(lavapipe.starts_with("llvmpipe"), "{lavapipe}");
+        // No driver here: nothing to name, and no error either (the device
+        // check has said what is missing before a run logs this).
+        assert_eq!(DeviceChoice::Cuda(0).hardware(), None);
     }
 
     /// This machine has no NVIDIA driver (CI's neither): the real lookup

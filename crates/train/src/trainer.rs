@@ -538,8 +538,14 @@ impl<T: Task> Run<'_, T> {
 /// Where a device run's state lives, and what its precision means there,
 /// as the lead rank logs it.
 fn log_device(cfg: &RunConfig) {
+    let hardware = cfg
+        .train
+        .device
+        .hardware()
+        .map(|name| format!(" ({name})"))
+        .unwrap_or_default();
     tracing::info!(
-        "{} steps on {}: flat parameters, gradient and optimizer state on the device",
+        "{} steps on {}{hardware}: flat parameters, gradient and optimizer state on the device",
         cfg.optimizer.name(),
         cfg.train.device
     );
