@@ -3,6 +3,10 @@
 //! config, named for the process before the model is built, and logged by
 //! the lead rank with, at the end, the products it could not take.
 
+use std::path::Path;
+
+use terse_kernels::device::BARRIER_HEADERS;
+
 use crate::device::DeviceChoice;
 use crate::{Precision, RunConfig, TrainError};
 
@@ -67,10 +71,45 @@ fn cublas_missing(name: &str) -> Option<String> {
     })
 }
 
+/// What a TMA routine's kernels include ([`BARRIER_HEADERS`]) that CUDA's
+/// `include` directory lacks, said before the run starts (NVRTC would fail
+/// at the first product). `cuda/barrier` is CCCL's, which cubecl also
+/// finds in `include/cccl` (a CUDA 13 toolkit's and pip's layout). Other
+/// routines' asynchronous loads may wait on barriers too; which do has not
+/// been worked out.
+fn barrier_headers_missing(name: &str, include: Option<&Path>) -> Option<String> {
+    let include = include.filter(|_| name.contains("tma"))?;
+    let found = |header: &str| {
+        include.join(header).is_file() || include.join("cccl").join(header).is_file()
+    };
+    let absent: Vec<&str> = BARRIER_HEADERS
+        .into_iter()
+        .filter(|header| !found(header))
+        .collect();
+    (!absent.is_empty()).then(|| {
+        format!(
+            "train.matmul = \"{name}\": its TMA loads wait on barriers, whose kernels include \
+             {} from CUDA's headers, and {} lacks {}: set CUDA_PATH to a CUDA toolkit, or \
+             `pip install nvidia-cuda-cccl` beside nvidia-cuda-runtime (CUDA 13, \
+             CUDA_PATH=site-packages/nvidia/cu13), or leave train.matmul unset",
+            BARRIER_HEADERS.join(", "),
+            include.display(),
+            absent.join(", ")
+        )
+    })
+}
+
 /// Names the run's routine (or burn's own matmul) for the process: every
 /// rank of the process names the same one.
 pub(crate) fn name_for_run(cfg: &RunConfig) -> Result<(), TrainError> {
-    if let Some(reason) = cfg.train.matmul.as_deref().and_then(cublas_missing) {
+    let include = matches!(cfg.train.device, DeviceChoice::Cuda(_))
+        .then(cubecl::cuda::install::cuda_path)
+        .flatten()
+        .map(|root| root.join("include"));
+    let name = cfg.train.matmul.as_deref();
+    if let Some(reason) = name.and_then(|name| {
+        cublas_missing(name).or_else(|| barrier_headers_missing(name, include.as_deref()))
+    }) {
         return Err(TrainError::InvalidRun {
             field: "train.matmul",
             reason,
@@ -142,6 +181,47 @@ mod tests {
         );
         let why = matmul_agrees_with_precision("cublas", Precision::Tf32).unwrap_err();
         assert!(why.contains("name \"cublas_tf32\""), "{why}");
+    }
+
+    #[test]
+    fn a_tma_routine_names_the_barrier_headers_cuda_lacks() {
+        let root = tempfile::tempdir().unwrap();
+        let include = root.path();
+        let write = |header: &str| {
+            let path = include.join(header);
+            std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+            std::fs::write(path, "").unwrap();
+        };
+        // pip's runtime headers without CCCL: cooperative groups, no barrier.
+        write("cooperative_groups.h");
+        write("cooperative_groups/memcpy_async.h");
+        let why = barrier_headers_missing("simple_tma_mma", Some(include)).unwrap();
+        assert!(
+            why.starts_with("train.matmul = \"simple_tma_mma\"")
+                && why.contains(&format!("{} lacks cuda/barrier:", include.display()))
+                && why.contains("nvidia-cuda-cccl"),
+            "{why}"
+        );
+        // Routines without TMA, and a device without a CUDA directory (its
+        // own check names that), are not judged.
+        assert_eq!(
+            barrier_headers_missing("simple_cyclic_cmma", Some(include)),
+            None
+        );
+        assert_eq!(barrier_headers_missing("double_tma_mma", None), None);
+        // CCCL where cubecl also looks: include/cccl.
+        write("cccl/cuda/barrier");
+        for name in [
+            "simple_tma_cmma",
+            "simple_tma_mma",
+            "double_tma_mma",
+            "specialized_tma_mma",
+        ] {
+            assert_eq!(barrier_headers_missing(name, Some(include)), None, "{name}");
+        }
+        std::fs::remove_file(include.join("cooperative_groups.h")).unwrap();
+        let why = barrier_headers_missing("specialized_tma_mma", Some(include)).unwrap();
+        assert!(why.contains("lacks cooperative_groups.h:"), "{why}");
     }
 
     #[test]

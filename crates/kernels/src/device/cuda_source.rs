@@ -353,6 +353,23 @@ mod tensor_core {
     ];
 }
 
+/// An asynchronous copy into shared memory that completes on a barrier:
+/// what a TMA routine's loads are made of, as far as its includes go.
+#[cube(launch_unchecked)]
+fn barrier_kernel(input: &[f32], output: &mut [f32]) {
+    let barrier = cubecl::prelude::barrier::Barrier::local();
+    let mut staged = Shared::new_slice(1usize);
+    barrier.memcpy_async(&input[2..3], &mut staged[..1]);
+    barrier.arrive_and_wait();
+    output[0] = staged[0];
+}
+
+mod barrier {
+    use super::barrier_kernel;
+
+    super::cuda_sources![barrier_kernel::BarrierKernel(b(), b())];
+}
+
 #[cfg(test)]
 mod tests {
     use super::super::*;
@@ -394,5 +411,16 @@ mod tests {
     #[test]
     fn every_kernel_compiles_with_nvrtc() {
         super::assert_compiles(&every_kernel());
+    }
+
+    #[test]
+    fn a_barrier_kernel_includes_the_barrier_headers() {
+        let sources = super::barrier::cuda_sources();
+        let includes: Vec<&str> = sources[0]
+            .1
+            .lines()
+            .filter_map(|line| line.strip_prefix("#include <")?.strip_suffix('>'))
+            .collect();
+        assert_eq!(includes, BARRIER_HEADERS, "{}", sources[0].1);
     }
 }

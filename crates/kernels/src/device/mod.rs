@@ -31,3 +31,19 @@ pub use onebit::{DeviceCompressed, compress, compress_chunks, decompress, decomp
 pub use server::{ReceivedCopies, average_and_recompress};
 pub use softmax::{ScoreRows, masked_softmax, masked_softmax_grad};
 pub use word_offsets::word_offsets;
+
+/// The CUDA headers a kernel with a cubecl `Barrier` includes (cubecl-cpp's
+/// `cuda/ty.rs`), as every kernel of cubek's TMA matmul routines has one (a
+/// TMA load completes on a barrier, `cuda/tma.rs`): `cuda/barrier` is
+/// CCCL's, the others the CUDA runtime's. terse's own kernels have none.
+/// Checked against a barrier kernel's source (`cuda_source.rs`); the header datasets have no
+/// CCCL, so NVRTC does not compile it here (by hand, stop 92: with pip's
+/// CUDA 13.5 runtime and crt headers NVRTC stops at
+/// `cooperative_groups/memcpy_async.h`, without CCCL at
+/// `cuda/std/type_traits`, and with nvidia-cuda-cccl 13.3.5 it compiles,
+/// opening 510 header files, 483 of them CCCL's).
+pub const BARRIER_HEADERS: [&str; 3] = [
+    "cooperative_groups/memcpy_async.h",
+    "cooperative_groups.h",
+    "cuda/barrier",
+];
