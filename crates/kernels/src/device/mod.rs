@@ -36,9 +36,9 @@ pub use word_offsets::word_offsets;
 /// `cuda/ty.rs`), as every kernel of cubek's TMA matmul routines has one (a
 /// TMA load completes on a barrier, `cuda/tma.rs`): `cuda/barrier` is
 /// CCCL's, the others the CUDA runtime's. terse's own kernels have none.
-/// Checked against a barrier kernel's source (`cuda_source.rs`); the header datasets have no
-/// CCCL, so NVRTC does not compile it here (by hand, stop 92: with pip's
-/// CUDA 13.5 runtime and crt headers NVRTC stops at
+/// Checked against a barrier kernel's source (`cuda_source.rs`); the header
+/// datasets have no CCCL, so NVRTC does not compile it here (by hand, stop
+/// 92: with pip's CUDA 13.5 runtime and crt headers NVRTC stops at
 /// `cooperative_groups/memcpy_async.h`, without CCCL at
 /// `cuda/std/type_traits`, and with nvidia-cuda-cccl 13.3.5 it compiles,
 /// opening 510 header files, 483 of them CCCL's).
