@@ -301,10 +301,24 @@ mod tests {
         }
     }
 
+    /// The headers NVRTC may be asked for: the four every run may include,
+    /// then the cooperative groups and CCCL's barrier that a TMA matmul
+    /// routine's kernels include (`terse_kernels::device::BARRIER_HEADERS`).
+    const HEADERS: [&str; 7] = [
+        "cuda_fp16.h",
+        "cuda_bf16.h",
+        "mma.h",
+        "crt/mma.h",
+        "cooperative_groups/memcpy_async.h",
+        "cooperative_groups.h",
+        "cuda/barrier",
+    ];
+
     /// `cuda_env.sh` sourced by bash with PyTorch's wheels as `files`
     /// (paths under site-packages/nvidia, each an empty file) and a
-    /// `CUDA_PATH` without headers: what it prints, and the headers of the
-    /// four that `$CUDA_PATH/include` then holds.
+    /// `CUDA_PATH` without headers: what it prints, and those of
+    /// [`HEADERS`] that cubecl then finds in `$CUDA_PATH/include` (or, as
+    /// cubecl also looks, its `cccl/`).
     fn cuda_env_with_wheels(files: &[&str]) -> (String, Vec<&'static str>) {
         let scratch = tempfile::tempdir().unwrap();
         let nvidia = scratch.path().join("site-packages/nvidia");
@@ -342,38 +356,65 @@ mod tests {
             .unwrap()
             .trim_start_matches("CUDA_PATH=")
             .to_string();
-        let held = ["cuda_fp16.h", "cuda_bf16.h", "mma.h", "crt/mma.h"]
+        let include = Path::new(&root).join("include");
+        let held = HEADERS
             .into_iter()
-            .filter(|header| Path::new(&root).join("include").join(header).is_file())
+            .filter(|header| {
+                include.join(header).is_file() || include.join("cccl").join(header).is_file()
+            })
             .collect();
         (stdout, held)
     }
 
     #[test]
     fn cuda_env_finds_the_headers_in_either_cuda_s_wheels() {
-        let all = vec!["cuda_fp16.h", "cuda_bf16.h", "mma.h", "crt/mma.h"];
-        // CUDA 13: nvidia-cuda-runtime and nvidia-cuda-crt in one include/.
+        let all = HEADERS.to_vec();
+        // CUDA 13: nvidia-cuda-runtime, nvidia-cuda-crt and
+        // nvidia-cuda-cccl in one include/ (CCCL in its cccl/).
         let cu13 = [
             "cu13/include/cuda_fp16.h",
             "cu13/include/cuda_bf16.h",
             "cu13/include/mma.h",
+            "cu13/include/cooperative_groups/memcpy_async.h",
+            "cu13/include/cooperative_groups.h",
         ];
-        let (said, held) = cuda_env_with_wheels(&[&cu13[..], &["cu13/include/crt/mma.h"]].concat());
+        let cu13_crt = "cu13/include/crt/mma.h";
+        let cu13_cccl = "cu13/include/cccl/cuda/barrier";
+        let (said, held) = cuda_env_with_wheels(&[&cu13[..], &[cu13_crt, cu13_cccl]].concat());
         assert_eq!(held, all, "{said}");
         assert!(said.contains("/nvidia/cu13 ("), "{said}");
-        // CUDA 12: nvidia-cuda-runtime-cu12's and nvidia-cuda-nvcc-cu12's
-        // directories, linked into one include/.
-        let (said, held) = cuda_env_with_wheels(&[
+        assert!(!said.contains("pip install"), "{said}");
+        // CUDA 12: nvidia-cuda-runtime-cu12's, nvidia-cuda-nvcc-cu12's and
+        // nvidia-cuda-cccl-cu12's directories, linked into one include/.
+        let cu12 = [
             "cuda_runtime/include/cuda_fp16.h",
             "cuda_runtime/include/cuda_bf16.h",
             "cuda_runtime/include/mma.h",
-            "cuda_nvcc/include/crt/mma.h",
-        ]);
+            "cuda_runtime/include/cooperative_groups/memcpy_async.h",
+            "cuda_runtime/include/cooperative_groups.h",
+        ];
+        let cu12_crt = "cuda_nvcc/include/crt/mma.h";
+        let cu12_cccl = "cuda_cccl/include/cuda/barrier";
+        let (said, held) = cuda_env_with_wheels(&[&cu12[..], &[cu12_crt, cu12_cccl]].concat());
         assert_eq!(held, all, "{said}");
-        assert!(said.contains("linked into one include/"), "{said}");
-        // No crt/mma.h anywhere: the runtime's headers, and what to install.
-        let (said, held) = cuda_env_with_wheels(&cu13);
-        assert_eq!(held, &all[..3], "{said}");
+        assert!(
+            said.contains("/cuda_nvcc/include/crt, ") && said.contains("/cuda_cccl/include linked"),
+            "{said}"
+        );
+        // CCCL alone beside the runtime (PyTorch's CUDA 12 wheels have no
+        // nvcc): linked too, and crt/mma.h named as missing.
+        let (said, held) = cuda_env_with_wheels(&[&cu12[..], &[cu12_cccl]].concat());
+        let without_crt: Vec<&str> = all.iter().copied().filter(|h| *h != "crt/mma.h").collect();
+        assert_eq!(held, without_crt, "{said}");
         assert!(said.contains("pip install nvidia-cuda-crt"), "{said}");
+        // Neither crt/mma.h nor CCCL: the runtime's headers, and what to
+        // install for each.
+        let (said, held) = cuda_env_with_wheels(&cu13);
+        assert_eq!(held, [&all[..3], &all[4..6]].concat(), "{said}");
+        assert!(
+            said.contains("pip install nvidia-cuda-crt")
+                && said.contains("pip install nvidia-cuda-cccl (CUDA 13) or nvidia-cuda-cccl-cu12"),
+            "{said}"
+        );
     }
 }

@@ -40,7 +40,11 @@ cuda_env_add cuBLAS 'libcublas.so*'
 # nvidia-cuda-runtime and nvidia-cuda-crt share nvidia/cu13/include; CUDA
 # 12's nvidia-cuda-runtime-cu12 (nvidia/cuda_runtime/include) and
 # nvidia-cuda-nvcc-cu12 (nvidia/cuda_nvcc/include/crt) are linked into one
-# include/ here.
+# include/ here. CCCL (cuda/barrier, which train.matmul's TMA routines
+# include beside the runtime's cooperative groups) is found where cubecl
+# looks, include/ or include/cccl/: CUDA 13's nvidia-cuda-cccl installs it
+# into nvidia/cu13/include/cccl, CUDA 12's nvidia-cuda-cccl-cu12 into
+# nvidia/cuda_cccl/include, whose entries are linked into that include/ too.
 cuda_env_headers="cuda_fp16.h cuda_bf16.h mma.h crt/mma.h"
 # cuda_env_has_headers DIR: whether DIR/include holds all four.
 cuda_env_has_headers() {
@@ -55,24 +59,46 @@ cuda_env_root=${CUDA_PATH:-}
 if [[ -n $cuda_env_nvidia ]] && ! cuda_env_has_headers "$cuda_env_root"; then
     cuda_env_why="no CUDA toolkit here"
     [[ -n $cuda_env_root ]] && cuda_env_why="$cuda_env_root lacks some of $cuda_env_headers"
-    cuda_env_header=$(find "$cuda_env_nvidia" -path '*/include/cuda_fp16.h' 2>/dev/null | head -n 1)
-    cuda_env_crt=$(find "$cuda_env_nvidia" -path '*/include/crt/mma.h' 2>/dev/null | head -n 1)
+    cuda_env_header=$(find "$cuda_env_nvidia" -path '*/include/cuda_fp16.h' 2>/dev/null | head -n 1 || true)
+    cuda_env_crt=$(find "$cuda_env_nvidia" -path '*/include/crt/mma.h' 2>/dev/null | head -n 1 || true)
+    cuda_env_cccl=$(find "$cuda_env_nvidia" -path '*/cuda/barrier' 2>/dev/null | head -n 1 || true)
     if [[ -n $cuda_env_header ]]; then
         cuda_env_include=$(dirname "$cuda_env_header")
-        if [[ -z $cuda_env_crt || -f $cuda_env_include/crt/mma.h ]]; then
+        # What the runtime's include/ lacks and a wheel has elsewhere.
+        cuda_env_crt_dir=""
+        [[ -n $cuda_env_crt && ! -f $cuda_env_include/crt/mma.h ]] &&
+            cuda_env_crt_dir=$(dirname "$cuda_env_crt")
+        cuda_env_cccl_dir=""
+        [[ -n $cuda_env_cccl ]] && cuda_env_cccl_dir=$(dirname "$(dirname "$cuda_env_cccl")")
+        [[ $cuda_env_cccl_dir == "$cuda_env_include" || $cuda_env_cccl_dir == "$cuda_env_include/cccl" ]] &&
+            cuda_env_cccl_dir=""
+        if [[ -z $cuda_env_crt_dir && -z $cuda_env_cccl_dir ]]; then
             export CUDA_PATH=$(dirname "$cuda_env_include")
         else
             cuda_env_merged=$(mktemp -d)
             mkdir "$cuda_env_merged/include"
             ln -s "$cuda_env_include"/* "$cuda_env_merged/include/"
-            rm -f "$cuda_env_merged/include/crt"
-            ln -s "$(dirname "$cuda_env_crt")" "$cuda_env_merged/include/crt"
+            cuda_env_linked=$cuda_env_include
+            if [[ -n $cuda_env_crt_dir ]]; then
+                rm -f "$cuda_env_merged/include/crt"
+                ln -s "$cuda_env_crt_dir" "$cuda_env_merged/include/crt"
+                cuda_env_linked="$cuda_env_linked, $cuda_env_crt_dir"
+            fi
+            if [[ -n $cuda_env_cccl_dir ]]; then
+                for cuda_env_entry in "$cuda_env_cccl_dir"/*; do
+                    [[ -e $cuda_env_merged/include/$(basename "$cuda_env_entry") ]] ||
+                        ln -s "$cuda_env_entry" "$cuda_env_merged/include/"
+                done
+                cuda_env_linked="$cuda_env_linked, $cuda_env_cccl_dir"
+            fi
             export CUDA_PATH=$cuda_env_merged
-            cuda_env_why="$cuda_env_why; $cuda_env_include and $(dirname "$cuda_env_crt") linked into one include/"
+            cuda_env_why="$cuda_env_why; $cuda_env_linked linked into one include/"
         fi
         echo "CUDA headers from PyTorch's wheels: CUDA_PATH=$CUDA_PATH ($cuda_env_why)"
         [[ -n $cuda_env_crt ]] ||
             echo "no crt/mma.h in PyTorch's wheels (the tensor-core kernels' mma.h includes it): pip install nvidia-cuda-crt (CUDA 13) or nvidia-cuda-nvcc-cu12 (CUDA 12)"
+        [[ -n $cuda_env_cccl ]] ||
+            echo "no cuda/barrier (CCCL) in PyTorch's wheels (only train.matmul's TMA routines include it): pip install nvidia-cuda-cccl (CUDA 13) or nvidia-cuda-cccl-cu12 (CUDA 12)"
     fi
 fi
 

@@ -287,9 +287,29 @@ fn main() {
             eprintln!("matmul_routines: error: {e}");
             std::process::exit(1)
         });
+    // A routine this machine lacks a part for (cuBLAS, a TMA routine's
+    // barrier headers) fails each product with the trainer's reason, where
+    // it would fail inside NVRTC or fall back to burn's matmul.
+    let lacks: Vec<Option<String>> = args
+        .routines
+        .iter()
+        .map(|routine| terse_train::matmul_machine_lacks(routine, &choice))
+        .collect();
+    for (routine, why) in args.routines.iter().zip(&lacks) {
+        if let Some(why) = why {
+            eprintln!("matmul_routines: {routine} not timed: {why}");
+        }
+    }
     for p in &products {
         let operands = Operands::new(p, &device);
-        for routine in &args.routines {
+        for (routine, lacks) in args.routines.iter().zip(&lacks) {
+            if let Some(why) = lacks {
+                println!(
+                    "{{\"routine\": \"{routine}\", {}, \"failed\": {why:?}}}",
+                    p.fields()
+                );
+                continue;
+            }
             fused::name_linear_matmul(Some(routine)).expect("checked above");
             println!(
                 "{}",

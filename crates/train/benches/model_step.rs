@@ -414,9 +414,12 @@ fn main() {
         );
         std::process::exit(1)
     }
+    // The trainer's checks of `train.matmul`: the precision, and what the
+    // machine lacks for the routine (cuBLAS, a TMA routine's headers).
     if let Err(e) = fused::name_linear_matmul(args.matmul.as_deref()).and_then(|()| {
         args.matmul.as_deref().map_or(Ok(()), |name| {
-            terse_train::matmul_agrees_with_precision(name, args.precision)
+            terse_train::matmul_agrees_with_precision(name, args.precision)?;
+            terse_train::matmul_machine_lacks(name, &args.device).map_or(Ok(()), Err)
         })
     }) {
         eprintln!("model_step: error: --matmul: {e}");

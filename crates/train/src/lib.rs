@@ -61,7 +61,7 @@ pub use error::TrainError;
 pub use inspect::{evaluate_checkpoint, export_checkpoint, load_checkpoint, predict_checkpoint};
 pub use launch::{Launch, train};
 pub use loss_scale::{LossScaler, LossScaling, Overflow};
-pub use matmul_choice::matmul_agrees_with_precision;
+pub use matmul_choice::{matmul_agrees_with_precision, matmul_machine_lacks};
 pub use overrides::Override;
 pub use precision::Precision;
 pub use task::Task;

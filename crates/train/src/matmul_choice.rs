@@ -99,17 +99,24 @@ fn barrier_headers_missing(name: &str, include: Option<&Path>) -> Option<String>
     })
 }
 
+/// What this machine lacks for routine `name` on a `cuda` device (cuBLAS,
+/// the barrier headers), in one line; None where it has all, and on other
+/// devices (which decline cuBLAS's products and have no TMA). The trainer,
+/// `bench model`'s `--matmul` and the matmul sweep ask it before any kernel
+/// compiles.
+pub fn matmul_machine_lacks(name: &str, device: &DeviceChoice) -> Option<String> {
+    if !matches!(device, DeviceChoice::Cuda(_)) {
+        return None;
+    }
+    let include = cubecl::cuda::install::cuda_path().map(|root| root.join("include"));
+    cublas_missing(name).or_else(|| barrier_headers_missing(name, include.as_deref()))
+}
+
 /// Names the run's routine (or burn's own matmul) for the process: every
 /// rank of the process names the same one.
 pub(crate) fn name_for_run(cfg: &RunConfig) -> Result<(), TrainError> {
-    let include = matches!(cfg.train.device, DeviceChoice::Cuda(_))
-        .then(cubecl::cuda::install::cuda_path)
-        .flatten()
-        .map(|root| root.join("include"));
     let name = cfg.train.matmul.as_deref();
-    if let Some(reason) = name.and_then(|name| {
-        cublas_missing(name).or_else(|| barrier_headers_missing(name, include.as_deref()))
-    }) {
+    if let Some(reason) = name.and_then(|name| matmul_machine_lacks(name, &cfg.train.device)) {
         return Err(TrainError::InvalidRun {
             field: "train.matmul",
             reason,
@@ -222,6 +229,23 @@ mod tests {
         std::fs::remove_file(include.join("cooperative_groups.h")).unwrap();
         let why = barrier_headers_missing("specialized_tma_mma", Some(include)).unwrap();
         assert!(why.contains("lacks cooperative_groups.h:"), "{why}");
+    }
+
+    #[test]
+    fn only_a_cuda_device_is_judged_for_what_the_machine_lacks() {
+        // Off CUDA a cuBLAS routine declines its products to burn's matmul
+        // and TMA is not available: nothing to lack.
+        for device in [DeviceChoice::Lavapipe, DeviceChoice::Wgpu] {
+            for name in ["cublas", "cublas_tf32", "simple_tma_mma", "simple_unit"] {
+                assert_eq!(matmul_machine_lacks(name, &device), None, "{name}");
+            }
+        }
+        let cuda = DeviceChoice::Cuda(0);
+        assert_eq!(matmul_machine_lacks("simple_unit", &cuda), None);
+        if !terse_fused::cublas_present() {
+            let why = matmul_machine_lacks("cublas", &cuda).unwrap();
+            assert!(why.contains("cuBLAS was not found"), "{why}");
+        }
     }
 
     #[test]
