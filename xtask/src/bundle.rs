@@ -162,6 +162,15 @@ pub fn run(args: &Args) -> Result<()> {
     let tarball = out.with_extension("tar.xz");
     let parent = out.parent().unwrap_or(Path::new("."));
     let name = out.file_name().context("a bundle directory name")?;
+    // The small archive's xz runs minutes on one core without a word.
+    println!(
+        "bundle: packing {} ({})",
+        tarball.display(),
+        match args.archive {
+            Archive::Small => "--archive small: about 3.5 minutes of one core",
+            Archive::Fast => "--archive fast: seconds",
+        }
+    );
     crate::finish::finish(
         Command::new("tar")
             .env("XZ_OPT", args.archive.xz_options())
