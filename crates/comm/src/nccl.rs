@@ -19,13 +19,16 @@ use cudarc::driver::{
     CudaContext, CudaSlice, CudaStream, DevicePtr, DevicePtrMut, DeviceRepr, DeviceSlice,
     SyncOnDrop, ValidAsZeroBits, sys::CUdeviceptr,
 };
+use cudarc::nccl::result::NcclError;
 use cudarc::nccl::{Comm, Id, NcclType, group_end, group_start};
 
+mod failure;
 mod gpu_buffers_check;
 mod libraries;
 
 pub use libraries::missing_libraries;
 
+use self::failure::nccl_failed;
 use crate::communicator::{Width, record};
 use crate::one_gpu_each::one_gpu_each;
 use crate::traffic::{Collective, TrafficMeter};
@@ -109,7 +112,7 @@ impl NcclComm {
         one_gpu_each(host, uuid.bytes.map(|b| b as u8), device)?;
         let stream = ctx.default_stream();
         let id = if host.rank() == 0 {
-            Id::new().map_err(|e| backend(format!("ncclGetUniqueId: {e:?}")))?
+            Id::new().map_err(|e| nccl_failed("ncclGetUniqueId", &e))?
         } else {
             Id::uninit([0; 128])
         };
@@ -121,7 +124,7 @@ impl NcclComm {
         }
         let (rank, world) = (host.rank(), host.world_size());
         let nccl = Comm::from_rank(stream.clone(), rank, world, Id::uninit(internal))
-            .map_err(|e| backend(format!("ncclCommInitRank: {e:?}")))?;
+            .map_err(|e| nccl_failed("ncclCommInitRank", &e))?;
         Ok((nccl, stream))
     }
 
@@ -168,18 +171,18 @@ impl NcclComm {
 
     /// Runs the NCCL call `op` (named `call` in its error) from `send` into
     /// a new device buffer as long as `out`, and copies that into `out`.
-    fn on_device<T: DeviceRepr + ValidAsZeroBits + NcclType + Copy, R, E: std::fmt::Debug>(
+    fn on_device<T: DeviceRepr + ValidAsZeroBits + NcclType + Copy, R>(
         &self,
         send: CudaSlice<T>,
         out: &mut [T],
         call: &'static str,
-        op: impl FnOnce(&Comm, &CudaSlice<T>, &mut CudaSlice<T>) -> Result<R, E>,
+        op: impl FnOnce(&Comm, &CudaSlice<T>, &mut CudaSlice<T>) -> Result<R, NcclError>,
     ) -> Result<(), CommError> {
         let mut recv = self
             .stream
             .alloc_zeros::<T>(out.len())
             .map_err(|e| backend(format!("{e:?}")))?;
-        op(&self.nccl, &send, &mut recv).map_err(|e| backend(format!("{call}: {e:?}")))?;
+        op(&self.nccl, &send, &mut recv).map_err(|e| nccl_failed(call, &e))?;
         // Before the copy, which would wait for NCCL without a deadline.
         self.finish(call)?;
         self.stream
@@ -208,9 +211,9 @@ fn host_for_nccl() -> Result<Box<dyn Communicator>, CommError> {
 /// inside the group leaves the others launched, unmatched on the peers:
 /// as after a timeout, the job is to be aborted.
 fn grouped(calls: impl FnOnce() -> Result<(), CommError>) -> Result<(), CommError> {
-    group_start().map_err(|e| backend(format!("ncclGroupStart: {e:?}")))?;
+    group_start().map_err(|e| nccl_failed("ncclGroupStart", &e))?;
     let queued = calls();
-    let ended = group_end().map_err(|e| backend(format!("ncclGroupEnd: {e:?}")));
+    let ended = group_end().map_err(|e| nccl_failed("ncclGroupEnd", &e));
     queued.and(ended.map(drop))
 }
 
@@ -282,7 +285,7 @@ impl GpuCollectives for NcclComm {
             self.nccl
                 .all_reduce(&input, &mut out, &cudarc::nccl::ReduceOp::Sum)
                 .map(drop)
-                .map_err(|e| backend(format!("ncclAllReduce: {e:?}")))
+                .map_err(|e| nccl_failed("ncclAllReduce", &e))
         })?;
         Ok(())
     }
@@ -304,13 +307,13 @@ impl GpuCollectives for NcclComm {
                     let part = Borrowed::<u8>::bytes(send, peer * c, c, stream);
                     self.nccl
                         .send(&part, peer as i32)
-                        .map_err(|e| backend(format!("ncclSend: {e:?}")))?;
+                        .map_err(|e| nccl_failed("ncclSend", &e))?;
                 }
                 for peer in 0..n {
                     let mut part = Borrowed::<u8>::bytes(recv, peer * c, c, stream);
                     self.nccl
                         .recv(&mut part, peer as i32)
-                        .map_err(|e| backend(format!("ncclRecv: {e:?}")))?;
+                        .map_err(|e| nccl_failed("ncclRecv", &e))?;
                 }
                 Ok(())
             })
@@ -331,7 +334,7 @@ impl GpuCollectives for NcclComm {
             self.nccl
                 .all_gather(&input, &mut out)
                 .map(drop)
-                .map_err(|e| backend(format!("ncclAllGather: {e:?}")))
+                .map_err(|e| nccl_failed("ncclAllGather", &e))
         })
     }
 }
@@ -388,17 +391,23 @@ impl NcclComm {
         {
             let _calls = self.lock();
             self.agree(kind, 0, len)?;
-            // cudarc's NCCL calls do not make the GPU's context current, and
-            // this thread may have none (cubecl drives the device from its
-            // own thread): NCCL would then queue a world of one's copy on
-            // device 0's default stream, and a blocking group would restore
-            // device 0 and create a context there in every process.
-            self.stream
-                .context()
-                .bind_to_thread()
-                .map_err(|e| backend(format!("binding the GPU's context: {e:?}")))?;
-            enqueue(&self.stream)?;
-            self.finish(kind.name())?;
+            // Nothing to move (an empty SLAMB selection, the self-check's
+            // empty lengths): no call, as on the host path; NCCL before
+            // 2.12.10 failed zero-byte sends and receives.
+            if bytes > 0 {
+                // cudarc's NCCL calls do not make the GPU's context current,
+                // and this thread may have none (cubecl drives the device
+                // from its own thread): NCCL would then queue a world of
+                // one's copy on device 0's default stream, and a blocking
+                // group would restore device 0 and create a context there
+                // in every process.
+                self.stream
+                    .context()
+                    .bind_to_thread()
+                    .map_err(|e| backend(format!("binding the GPU's context: {e:?}")))?;
+                enqueue(&self.stream)?;
+                self.finish(kind.name())?;
+            }
         }
         record(self, kind, 0, bytes, start);
         Ok(())
@@ -503,12 +512,12 @@ impl Communicator for NcclComm {
             for peer in 0..n {
                 self.nccl
                     .send(&device_send.slice(peer * c..(peer + 1) * c), peer as i32)
-                    .map_err(|e| backend(format!("ncclSend: {e:?}")))?;
+                    .map_err(|e| nccl_failed("ncclSend", &e))?;
             }
             for (peer, part) in parts.iter_mut().enumerate() {
                 self.nccl
                     .recv(part, peer as i32)
-                    .map_err(|e| backend(format!("ncclRecv: {e:?}")))?;
+                    .map_err(|e| nccl_failed("ncclRecv", &e))?;
             }
             Ok(())
         })?;
