@@ -13,7 +13,8 @@
 #      PyTorch's torch.mm on the same products in fp32, tf32 and bf16;
 #   2. the fastest complete routine on the whole BERT-base batch-32 step
 #      (model_step --matmul NAME) against the default, alternating, twice
-#      each, beside which run.sh's PyTorch step numbers are the reference.
+#      each (ROUNDS), beside which run.sh's PyTorch step numbers are the
+#      reference; the sweep leaves these runs their time (STEP_S each).
 # Runs as section 2 of results/gpu-cuda-reductions/device_run.sh (the one
 # call a session's 15 minutes of device time fit), or alone. The fastest
 # complete routine's name goes to $OUT/best-routine.txt. Run from the repository root with
@@ -28,9 +29,10 @@ repo=$(pwd)
 out=${OUT:-/tmp/out}
 mkdir -p "$out"
 exec > >(tee -a "$out/log.txt") 2>&1
+tee_pid=$!
 exec 3>&1
 start=$(date +%s)
-budget=${BUDGET_S:-300}
+budget=${BUDGET_S:-420}
 source "$repo/results/gpu-run-helpers.sh"
 
 B=/tmp/terse-gpu-bundle
@@ -59,10 +61,21 @@ fi
 # product or is left out, instead of every routine reaching the first
 # products only (what one sweep over all of them, product by product,
 # would leave).
+# The whole-step runs of part 2 keep their time (ROUNDS x 2 runs of STEP_S):
+# the sweep alone used to fill the budget (a routine at most 60 s, twelve
+# of them), which left part 2 skipped, and part 2 is what picks a routine.
 routines=${ROUTINES:-cublas_tf32,cublas,auto,ordered_double_mma,simple_tma_mma,specialized_tma_mma,double_tma_mma,simple_cyclic_cmma,ordered_double_cmma,simple_cyclic_mma,double_cyclic_mma,specialized_cyclic_mma}
+rounds=${ROUNDS:-2} step_s=${STEP_S:-50}
+kept=$((rounds * 2 * step_s))
 : > "$out/matmul-routines.jsonl"
 for routine in ${routines//,/ }; do
-    run 60 "matmul routine $routine" "$B/bin/matmul_routines" --device "$dev" --routines "$routine" \
+    room=$(($(left) - kept))
+    if ((room < 15)); then
+        echo "SKIPPED (budget; ${kept}s kept for the whole-step runs): matmul routine $routine" >&3
+        continue
+    fi
+    ((room > 60)) && room=60
+    run "$room" "matmul routine $routine" "$B/bin/matmul_routines" --device "$dev" --routines "$routine" \
         "${shape[@]}" --reps 10 >> "$out/matmul-routines.jsonl" 2>> "$out/matmul-routines.stderr"
 done
 # Complete means every product of shapes.jsonl, reached or not.
@@ -75,9 +88,9 @@ best=$(python3 "$repo/results/gpu-cuda-matmul/summarize.py" "$out/matmul-routine
 echo "fastest complete routine: ${best:-none}"
 echo "${best}" > "$out/best-routine.txt"
 if [[ -n $best ]]; then
-    for round in $(seq 1 "${ROUNDS:-2}"); do
+    for round in $(seq 1 "$rounds"); do
         for matmul in "" "$best"; do
-            run 60 "step b$batch ${matmul:-default} (round $round)" "$B/bin/model_step" \
+            run "$step_s" "step b$batch ${matmul:-default} (round $round)" "$B/bin/model_step" \
                 --presets "$preset" --batch "$batch" --seq 128 --device "$dev" --warmup 2 --steps 5 \
                 ${matmul:+--matmul "$matmul"} >> "$out/steps.jsonl" 2> "$out/step.stderr" ||
                 tail -n 3 "$out/step.stderr"
@@ -86,3 +99,7 @@ if [[ -n $best ]]; then
     done
 fi
 section "done"
+# Everything printed reaches log.txt before the script returns (the
+# calling script prints that file next).
+exec 1>&- 2>&- 3>&-
+wait "$tee_pid"
