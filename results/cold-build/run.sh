@@ -4,9 +4,12 @@
 set -u
 export XDG_RUNTIME_DIR=/tmp
 unset CARGO_TARGET_DIR
+# The repository measured: this checkout's (run from inside it), or REPO.
+repo=${REPO:-$(git rev-parse --show-toplevel)}
+mkdir -p /tmp/cold
 for which in new old; do
   rev=$([ $which = new ] && echo "${NEW:-eb78e44}" || echo "${OLD:-4a2d585^}")
-  git clone -q /work/main /tmp/cold/$which && cd /tmp/cold/$which && git checkout -q $rev
+  git clone -q "$repo" /tmp/cold/$which && cd /tmp/cold/$which && git checkout -q $rev
   echo "== $which $(git log --oneline -1 | cut -c1-60) start $(date -u +%T)"
   s=$(date +%s)
   CARGO_TARGET_DIR=/tmp/cold/$which-target cargo build -q -p xtask 2>&1 | tail -3
