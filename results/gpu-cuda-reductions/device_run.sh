@@ -59,7 +59,11 @@ finish() {
 
 # 1. terse beside PyTorch (run.sh finds NVRTC, NCCL and CUDA's headers in
 #    PyTorch's wheels when the machine has no toolkit).
-bench=(--device "$dev" --presets "$preset" --batches "${BENCH_BATCHES:-32}" --out "$work/bench")
+# Each row within 75 s (a hung terse bf16 row cannot take PyTorch's bf16 and
+# fp16 rows with it); run.sh runs terse's fp32 row and PyTorch's fp32 and
+# tf32 first, the pair the call is for.
+bench=(--device "$dev" --presets "$preset" --batches "${BENCH_BATCHES:-32}"
+    --row-limit "${ROW_LIMIT_S:-75}" --out "$work/bench")
 run 180 "run.sh ${bench[*]}" bash "$B/run.sh" "${bench[@]}"
 cat "$work"/bench/terse.jsonl "$work"/bench/pytorch.jsonl > "$out/bench.jsonl" 2> /dev/null
 # The machine (driver, torch, library paths) in the log, not only the archive.

@@ -310,6 +310,98 @@ mod tests {
         }
     }
 
+    /// `run.sh --device cuda` with stub binaries: a `model_step` that hangs
+    /// in bf16 and a Python that has "torch" and prints a row for each
+    /// precision. Each terse row is followed by the PyTorch rows it is
+    /// compared with, the hung row is stopped at `--row-limit` and named,
+    /// and every PyTorch row still runs.
+    #[test]
+    fn the_run_script_pairs_the_rows_and_stops_one_past_its_limit() {
+        let scratch = tempfile::tempdir().unwrap();
+        let bundle = scratch.path();
+        let write = |name: &str, text: &str| {
+            let path = bundle.join(name);
+            std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+            std::fs::write(&path, text).unwrap();
+            make_executable(&path).unwrap();
+        };
+        write("run.sh", RUN_SH);
+        write("cuda_env.sh", CUDA_ENV_SH);
+        write("benches/pytorch_bert_step.py", "");
+        // Both stubs print the row of the precision they are given.
+        let row = r#"while [ $# -gt 0 ]; do [ "$1" = --precision ] && p=$2; shift; done
+echo "{\"preset\": \"base\", \"batch\": 32, \"precision\": \"$p\", \"samples_per_s\": 1.0}""#;
+        write(
+            "bin/model_step",
+            &format!(
+                "#!/bin/sh\ncase \"$*\" in *--matmul-precision*) echo '{{}}'; exit 0 ;; \
+                 *'--precision bf16'*) exec sleep 30 ;; esac\n{row}\n"
+            ),
+        );
+        let python = bundle.join("python");
+        std::fs::write(
+            &python,
+            format!(
+                "#!/bin/sh\ncase \"$1\" in -c) case \"$2\" in *nvidia*) exit 1 ;; esac; exit 0 ;; \
+                 -) cat > /dev/null; exit 0 ;; esac\n{row}\n"
+            ),
+        )
+        .unwrap();
+        make_executable(&python).unwrap();
+        let out = bundle.join("out");
+        let started = std::time::Instant::now();
+        let output = Command::new("bash")
+            .arg(bundle.join("run.sh"))
+            .args(["--device", "cuda", "--batches", "32", "--row-limit", "2"])
+            .arg("--python")
+            .arg(&python)
+            .arg("--out")
+            .arg(&out)
+            .output()
+            .unwrap();
+        let said = String::from_utf8_lossy(&output.stdout).to_string()
+            + &String::from_utf8_lossy(&output.stderr);
+        assert!(started.elapsed().as_secs() < 20, "{said}");
+        // The hung row failed the run, and nothing else did.
+        assert_eq!(output.status.code(), Some(1), "{said}");
+        let rows: Vec<&str> = said
+            .lines()
+            .filter_map(|line| line.strip_prefix("== "))
+            .collect();
+        assert_eq!(
+            rows,
+            [
+                "terse on cuda, batch 32, fp32",
+                "PyTorch on cuda, batch 32, fp32",
+                "PyTorch on cuda, batch 32, tf32",
+                "terse on cuda, batch 32, bf16",
+                "PyTorch on cuda, batch 32, bf16",
+                "PyTorch on cuda, batch 32, fp16",
+            ],
+            "{said}"
+        );
+        let read = |name: &str| std::fs::read_to_string(out.join(name)).unwrap_or_default();
+        assert_eq!(
+            read("timed-out.txt"),
+            "terse batch 32 bf16: stopped after 2 s (--row-limit)\n"
+        );
+        assert_eq!(read("terse.jsonl").lines().count(), 1, "{said}");
+        let torch = read("pytorch.jsonl");
+        for precision in ["fp32", "tf32", "bf16", "fp16"] {
+            assert!(torch.contains(&format!("\"{precision}\"")), "{torch}");
+        }
+        // A limit that is not whole seconds is refused before any row.
+        let refused = Command::new("bash")
+            .arg(bundle.join("run.sh"))
+            .args(["--row-limit", "1.5"])
+            .output()
+            .unwrap();
+        assert_eq!(refused.status.code(), Some(2));
+        assert!(
+            String::from_utf8_lossy(&refused.stderr).contains("--row-limit takes whole seconds")
+        );
+    }
+
     /// The headers NVRTC may be asked for: the four every run may include,
     /// then the cooperative groups and CCCL's barrier that a TMA matmul
     /// routine's kernels include (`terse_kernels::device::BARRIER_HEADERS`).

@@ -8,13 +8,16 @@ usage() {
     cat <<'EOF'
 usage: run.sh [--device cuda|cuda:N|wgpu|lavapipe] [--presets base] [--batches "8 32"]
               [--precisions "fp32 bf16"] [--python PYTHON] [--out DIR] [--quick]
-              [--nccl-check]
+              [--row-limit S] [--nccl-check]
 
 Times terse's training step (bin/model_step) on the device for each batch
-size and precision, then PyTorch's (benches/pytorch_bert_step.py, if PYTHON
+size and precision, and PyTorch's (benches/pytorch_bert_step.py, if PYTHON
 has torch and transformers) on CUDA in fp32 (TF32 off), tf32, bf16 autocast
-and fp16 autocast with GradScaler, and prints terse beside each. Every
-number goes to DIR as it is measured:
+and fp16 autocast with GradScaler, and prints terse beside each. Each of
+terse's rows is followed by the PyTorch rows it is compared with (fp32:
+fp32 and tf32; bf16: bf16; ...), the rest of PyTorch's after, so that a
+run cut short keeps whole pairs. Every number goes to DIR as it is
+measured:
   terse.jsonl          one line per (preset, batch, precision): samples/s,
                        the forward/backward/optimizer split, kernel
                        dispatches per step by kind
@@ -41,6 +44,10 @@ number goes to DIR as it is measured:
   --python   a Python with torch and transformers [python3]
   --out      where the numbers go [$OUT, else ./out]
   --quick    BERT-Tiny, batch 8, 1 warmup + 2 timed steps (a smoke run)
+  --row-limit  seconds each row (one framework, batch and precision) may
+             take, kernel compilation and model set-up included; a row
+             past it is stopped, named in timed-out.txt, and the rest still
+             run [no limit]
   --nccl-check  last, `bin/terse-comm-check --nccl` on the GPU of this
              process (a world of one: every collective through NCCL, from
              host and from GPU buffers, against the host path bit for bit),
@@ -55,7 +62,7 @@ EOF
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 device=cuda presets=base batches="8 32" precisions="" python=python3 out=${OUT:-./out} quick=0
-nccl_check=0
+nccl_check=0 row_limit=""
 while [[ $# -gt 0 ]]; do
     case $1 in
         -h|--help) usage; exit 0 ;;
@@ -67,9 +74,14 @@ while [[ $# -gt 0 ]]; do
         --out) out=$2; shift 2 ;;
         --quick) quick=1; presets=tiny; batches=8; shift ;;
         --nccl-check) nccl_check=1; shift ;;
+        --row-limit) row_limit=$2; shift 2 ;;
         *) echo "run.sh: unknown argument $1 (see --help)" >&2; exit 2 ;;
     esac
 done
+if [[ -n $row_limit && ! $row_limit =~ ^[1-9][0-9]*$ ]]; then
+    echo "run.sh: --row-limit takes whole seconds, not '$row_limit'" >&2
+    exit 2
+fi
 if [[ -z $precisions ]]; then
     if [[ $device == cuda* ]]; then precisions="fp32 bf16"; else precisions=fp32; fi
 fi
@@ -99,40 +111,87 @@ failed=0
 # sm_80+, full f32 elsewhere): the column to compare terse with.
 "$here/bin/model_step" --matmul-precision --presets '' --device "$device" 2> /dev/null |
     tee "$out/matmul-precision.json"
-for batch in $batches; do
-    for precision in $precisions; do
-        echo "== terse on $device, batch $batch, $precision"
-        kernels="$out/terse-kernels-b$batch-$precision.txt"
-        if ! TERSE_BENCH_KERNELS=1 "$here/bin/model_step" --presets "$presets" --batch "$batch" \
-            --seq 128 --device "$device" --precision "$precision" "${steps[@]}" \
-            >> "$out/terse.jsonl" 2> "$kernels"; then
-            # A precision the device lacks is refused in one line before any
-            # work: recorded, not a failure of the run.
-            if grep -q "cannot run on device" "$kernels"; then
-                grep "cannot run on device" "$kernels" | tee -a "$out/terse-refused.txt" >&2
-                continue
-            fi
-            echo "terse failed on $device (batch $batch, $precision):" >&2
-            grep -v "per step" "$kernels" | tail -5 >&2
-            failed=1
-        fi
-        tail -n 1 "$out/terse.jsonl"
-    done
-done
+# row NAME COMMAND...: one row, within --row-limit when one is given (KILL
+# 5 s after TERM); a row past it is named in timed-out.txt.
+row() {
+    local name=$1 status
+    shift
+    if [[ -z $row_limit ]]; then
+        "$@"
+        return
+    fi
+    timeout -k 5 "$row_limit" "$@"
+    status=$?
+    if [[ $status == 124 || $status == 137 ]]; then
+        echo "$name: stopped after $row_limit s (--row-limit)" | tee -a "$out/timed-out.txt" >&2
+    fi
+    return $status
+}
 
+terse_row() {
+    local batch=$1 precision=$2
+    echo "== terse on $device, batch $batch, $precision"
+    local kernels="$out/terse-kernels-b$batch-$precision.txt"
+    if ! row "terse batch $batch $precision" env TERSE_BENCH_KERNELS=1 "$here/bin/model_step" \
+        --presets "$presets" --batch "$batch" --seq 128 --device "$device" \
+        --precision "$precision" "${steps[@]}" >> "$out/terse.jsonl" 2> "$kernels"; then
+        # A precision the device lacks is refused in one line before any
+        # work: recorded, not a failure of the run.
+        if grep -q "cannot run on device" "$kernels"; then
+            grep "cannot run on device" "$kernels" | tee -a "$out/terse-refused.txt" >&2
+            return
+        fi
+        echo "terse failed on $device (batch $batch, $precision):" >&2
+        grep -v "per step" "$kernels" | tail -5 >&2
+        failed=1
+        return
+    fi
+    tail -n 1 "$out/terse.jsonl"
+}
+
+torch_row() {
+    local batch=$1 precision=$2
+    echo "== PyTorch on cuda, batch $batch, $precision"
+    if ! row "PyTorch batch $batch $precision" "$python" "$here/benches/pytorch_bert_step.py" \
+        --presets "$presets" --batch "$batch" --seq 128 --device cuda \
+        --precision "$precision" "${steps[@]}" | tee -a "$out/pytorch.jsonl"; then
+        echo "PyTorch failed on cuda (batch $batch, $precision)" >&2
+        failed=1
+    fi
+}
+
+with_torch=0
 if [[ $device == cuda* ]] && "$python" -c 'import torch, transformers' 2>/dev/null; then
-    torch_steps=("${steps[@]}")
-    for batch in $batches; do
-        for precision in fp32 tf32 bf16 fp16; do
-            echo "== PyTorch on cuda, batch $batch, $precision"
-            "$python" "$here/benches/pytorch_bert_step.py" --presets "$presets" \
-                --batch "$batch" --seq 128 --device cuda --precision "$precision" \
-                "${torch_steps[@]}" | tee -a "$out/pytorch.jsonl"
-        done
-    done
+    with_torch=1
 else
     echo "(no PyTorch comparison: --device is not cuda, or $python lacks torch/transformers)"
 fi
+# The PyTorch rows each of terse's is compared with: terse's fp32 matmuls
+# are TF32 on CUDA sm_80+, so its fp32 row meets both fp32 and tf32.
+compared_with() {
+    case $1 in
+        fp32) echo "fp32 tf32" ;;
+        *) echo "$1" ;;
+    esac
+}
+for batch in $batches; do
+    torch_done=" "
+    for precision in $precisions; do
+        terse_row "$batch" "$precision"
+        [[ $with_torch == 1 ]] || continue
+        for theirs in $(compared_with "$precision"); do
+            [[ $torch_done == *" $theirs "* ]] && continue
+            torch_row "$batch" "$theirs"
+            torch_done+="$theirs "
+        done
+    done
+    [[ $with_torch == 1 ]] || continue
+    for theirs in fp32 tf32 bf16 fp16; do
+        [[ $torch_done == *" $theirs "* ]] && continue
+        torch_row "$batch" "$theirs"
+        torch_done+="$theirs "
+    done
+done
 
 "$python" - "$out" "$device" <<'PY' 2>/dev/null || true
 import json, pathlib, sys
