@@ -28,14 +28,22 @@ pub(crate) fn check(cfg: &RunConfig) -> Result<(), String> {
              lavapipe, cuda); device cpu multiplies with flex's own matmul"
         ));
     }
-    if terse_fused::is_cublas_routine(name) && !matches!(cfg.train.device, DeviceChoice::Cuda(_)) {
-        return Err(format!(
-            "train.matmul = \"{name}\" is NVIDIA's cuBLAS, for device cuda (cuda:N); device {} \
-             runs cubek's routines",
-            cfg.train.device
-        ));
+    if let Some(why) = cublas_off_cuda(name, &cfg.train.device) {
+        return Err(why);
     }
     matmul_agrees_with_precision(name, cfg.train.precision)
+}
+
+/// A cuBLAS routine named for a device other than `cuda`: there cuBLAS
+/// declines every product to burn's matmul, and a run or a benchmark row
+/// would carry a routine it never ran.
+fn cublas_off_cuda(name: &str, device: &DeviceChoice) -> Option<String> {
+    (terse_fused::is_cublas_routine(name) && !matches!(device, DeviceChoice::Cuda(_))).then(|| {
+        format!(
+            "train.matmul = \"{name}\" is NVIDIA's cuBLAS, for device cuda (cuda:N); device \
+             {device} runs cubek's routines"
+        )
+    })
 }
 
 /// A named routine multiplies f32 operands: under a half precision it
@@ -99,14 +107,15 @@ fn barrier_headers_missing(name: &str, include: Option<&Path>) -> Option<String>
     })
 }
 
-/// What this machine lacks for routine `name` on a `cuda` device (cuBLAS,
-/// the barrier headers), in one line; None where it has all, and on other
-/// devices (which decline cuBLAS's products and have no TMA). The trainer,
-/// `bench model`'s `--matmul` and the matmul sweep ask it before any kernel
-/// compiles.
+/// What this machine lacks for routine `name` on `device`, in one line:
+/// on `cuda` cuBLAS or the barrier headers; elsewhere cuBLAS itself (a
+/// cuBLAS routine runs on `cuda` only; other devices have no TMA, and a
+/// TMA routine declines there to burn's matmul, as the sweep records).
+/// None where it has all. The trainer, `bench model`'s `--matmul` and the
+/// matmul sweep ask it before any kernel compiles.
 pub fn matmul_machine_lacks(name: &str, device: &DeviceChoice) -> Option<String> {
     if !matches!(device, DeviceChoice::Cuda(_)) {
-        return None;
+        return cublas_off_cuda(name, device);
     }
     let include = cubecl::cuda::install::cuda_path().map(|root| root.join("include"));
     cublas_missing(name).or_else(|| barrier_headers_missing(name, include.as_deref()))
@@ -232,12 +241,21 @@ mod tests {
     }
 
     #[test]
-    fn only_a_cuda_device_is_judged_for_what_the_machine_lacks() {
-        // Off CUDA a cuBLAS routine declines its products to burn's matmul
-        // and TMA is not available: nothing to lack.
+    fn only_cuda_is_judged_for_headers_and_only_cuda_has_cublas() {
+        // Off CUDA TMA is not available (a TMA routine declines to burn's
+        // matmul, and the sweep says so): no headers to lack. cuBLAS is
+        // refused there in one line.
         for device in [DeviceChoice::Lavapipe, DeviceChoice::Wgpu] {
-            for name in ["cublas", "cublas_tf32", "simple_tma_mma", "simple_unit"] {
+            for name in ["simple_tma_mma", "simple_unit"] {
                 assert_eq!(matmul_machine_lacks(name, &device), None, "{name}");
+            }
+            for name in ["cublas", "cublas_tf32"] {
+                let why = matmul_machine_lacks(name, &device).expect(name);
+                assert!(
+                    why.contains(&format!("\"{name}\" is NVIDIA's cuBLAS, for device cuda"))
+                        && why.contains(&format!("device {device} runs cubek's")),
+                    "{why}"
+                );
             }
         }
         let cuda = DeviceChoice::Cuda(0);
