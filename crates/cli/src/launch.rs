@@ -32,7 +32,7 @@ pub struct RunFlags {
     /// autocast; parameters, gradients and optimizer states stay fp32; fp16
     /// with DeepSpeed's dynamic loss scaling, train.loss_scaling). A device
     /// without it refuses the run (cpu: fp32, bf16, fp16; wgpu and
-    /// lavapipe: fp32; cuda: all, its fp32 matmuls already TF32 unless
+    /// lavapipe: fp32, and fp16 where the adapter has shader-f16; cuda: all, its fp32 matmuls already TF32 unless
     /// train.matmul = "cublas" names cuBLAS's f32 products). Sets
     /// train.precision; a resume may change it
     #[arg(long, value_name = "PRECISION")]

@@ -141,6 +141,13 @@ impl DeviceChoice {
         probe(&device).map_err(|reason| {
             self.unavailable(format!("the adapter failed to start: {reason}{HOW}"))
         })?;
+        if precision == Precision::Fp16 {
+            let f16 = cubecl::ir::ElemType::Float(cubecl::ir::FloatKind::F16);
+            let has = self.cube_properties(|properties| properties.supports_type(f16));
+            if let Some(why) = fp16_missing(has, || self.hardware()) {
+                return Err(self.unavailable(why));
+            }
+        }
         Ok(device)
     }
 
@@ -219,6 +226,19 @@ impl DeviceChoice {
             reason: format!("`{self}` cannot be used: {reason}"),
         }
     }
+}
+
+/// Why a wgpu adapter cannot run `train.precision = "fp16"`, given whether
+/// cubecl registered f16 for it (it does where the adapter has WebGPU's
+/// `shader-f16`; `None`: no cubecl client), else `None`.
+fn fp16_missing(has_f16: Option<bool>, adapter: impl FnOnce() -> Option<String>) -> Option<String> {
+    (has_f16 != Some(true)).then(|| {
+        format!(
+            "train.precision = \"fp16\" needs the adapter's shader-f16 feature, which {} \
+             lacks: it computes in fp32 (train.precision = \"fp32\")",
+            adapter().unwrap_or_else(|| "this adapter".into())
+        )
+    })
 }
 
 /// What a machine needs for `wgpu`, said with every error.
@@ -310,6 +330,24 @@ mod tests {
         assert!(error.contains("unknown device `gpu3`") && error.contains("lavapipe"));
         let error = "cuda:x".parse::<DeviceChoice>().unwrap_err();
         assert!(error.contains("cuda:N"), "{error}");
+    }
+
+    /// lavapipe has shader-f16 (an fp16 run opens it); an adapter without
+    /// it refuses fp16 by name (no such adapter here: the decision alone).
+    #[test]
+    fn fp16_on_wgpu_needs_the_adapter_s_shader_f16() {
+        DeviceChoice::Lavapipe.open(Precision::Fp16).unwrap();
+        assert_eq!(fp16_missing(Some(true), || None), None);
+        let why = fp16_missing(Some(false), || Some("SomeGPU".into())).unwrap();
+        assert!(
+            why.contains("needs the adapter's shader-f16 feature, which SomeGPU lacks"),
+            "{why}"
+        );
+        assert!(
+            fp16_missing(None, || None)
+                .unwrap()
+                .contains("this adapter lacks")
+        );
     }
 
     /// The CPU has no device memory to state, and wgpu's runtime states

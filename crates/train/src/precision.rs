@@ -50,9 +50,10 @@ impl Precision {
     /// The precisions `device` computes in, and why it lacks the others.
     /// flex (this CPU) has bf16 and fp16 matmuls and arithmetic in burn
     /// 0.22 but no TF32; wgpu's Vulkan has no bf16 arithmetic in cubecl
-    /// 0.11, and its fp16 (an adapter feature) is checked for one linear
-    /// layer on lavapipe (`crates/fused/tests/autocast.rs`), not for the
-    /// model; CUDA has all four.
+    /// 0.11, and fp16 where the adapter has `shader-f16` (asked when the
+    /// device opens, `DeviceChoice::open`; lavapipe has it, and its fp16
+    /// runs follow fp32's losses, `crates/cli/tests/mixed_precision.rs`);
+    /// CUDA has all four.
     pub fn supported_on(device: &DeviceChoice) -> (&'static [Precision], &'static str) {
         match device {
             DeviceChoice::Cpu => (
@@ -60,10 +61,9 @@ impl Precision {
                 "TF32 is a tensor-core format of NVIDIA GPUs",
             ),
             DeviceChoice::Wgpu | DeviceChoice::WgpuDiscrete(_) | DeviceChoice::Lavapipe => (
-                &[Self::Fp32],
-                "cubecl 0.11 has bf16 and TF32 arithmetic only on CUDA; fp16 needs the \
-                 adapter's shader-f16 and terse has checked it on lavapipe for a linear layer \
-                 only, not for the whole model",
+                &[Self::Fp32, Self::Fp16],
+                "cubecl 0.11 has bf16 and TF32 arithmetic only on CUDA; fp16 where the \
+                 adapter has shader-f16",
             ),
             DeviceChoice::Cuda(_) => (&Self::ALL, ""),
         }
@@ -158,22 +158,21 @@ mod tests {
     }
 
     #[test]
-    fn lavapipe_refuses_the_half_types_naming_the_device_and_what_it_has() {
-        let err = Precision::Bf16
-            .check_device(&DeviceChoice::Lavapipe)
-            .unwrap_err();
-        assert!(err.contains("bf16") && err.contains("lavapipe"), "{err}");
-        assert!(err.contains("computes in fp32 ("), "{err}");
-        assert!(
-            Precision::Fp16
-                .check_device(&DeviceChoice::Lavapipe)
-                .is_err()
-        );
-        assert!(
-            Precision::Fp32
-                .check_device(&DeviceChoice::Lavapipe)
-                .is_ok()
-        );
+    fn wgpu_refuses_bf16_and_tf32_naming_the_device_and_what_it_has() {
+        for device in [DeviceChoice::Lavapipe, DeviceChoice::Wgpu] {
+            for refused in [Precision::Bf16, Precision::Tf32] {
+                let err = refused.check_device(&device).unwrap_err();
+                assert!(
+                    err.contains(&format!("\"{refused}\" cannot run on device {device}")),
+                    "{err}"
+                );
+                assert!(err.contains("computes in fp32, fp16 ("), "{err}");
+            }
+            // fp16 then depends on the adapter (`DeviceChoice::open`).
+            for allowed in [Precision::Fp32, Precision::Fp16] {
+                allowed.check_device(&device).unwrap();
+            }
+        }
     }
 
     #[test]
