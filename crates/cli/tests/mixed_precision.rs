@@ -26,7 +26,7 @@
 
 mod common;
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use common::{checkpoint, step_lines, tensors, text, workspace, worst_relative};
@@ -90,6 +90,26 @@ fn half_precision_runs_follow_the_fp32_losses() {
     }
 }
 
+/// A small BERT-Tiny run on one rank (one micro-batch of 2 sequences of
+/// 32 tokens a step, no evaluation) on `device` in `precision`, with
+/// `extra` arguments, in `root/name`: lavapipe takes seconds a step.
+fn small_run(root: &Path, name: &str, device: &str, precision: &str, extra: &[&str]) -> PathBuf {
+    let dir = root.join(name);
+    let mut args = vec!["--device", device, "--precision", precision];
+    for setting in [
+        "train.global_batch=2",
+        "train.micro_batch=2",
+        "train.eval_every=0",
+        "task.max_seq=32",
+    ] {
+        args.extend(["--set", setting]);
+    }
+    args.extend(extra);
+    let tmp = std::env::temp_dir();
+    run_ok(&dir, &args, &[("XDG_RUNTIME_DIR", tmp.to_str().unwrap())]);
+    dir
+}
+
 /// fp16 on lavapipe (its adapter has shader-f16): the cubecl path of a
 /// half-precision run — the kernels, the autocast and the loss scaling a
 /// bf16 run on CUDA takes, in the other half type — follows the CPU's fp32
@@ -100,27 +120,9 @@ fn half_precision_runs_follow_the_fp32_losses() {
 #[test]
 fn fp16_on_lavapipe_follows_the_cpu_s_fp32_losses() {
     let scratch = tempfile::tempdir().unwrap();
-    let small = [
-        "--steps",
-        "4",
-        "--set",
-        "train.global_batch=2",
-        "--set",
-        "train.micro_batch=2",
-        "--set",
-        "train.eval_every=0",
-        "--set",
-        "task.max_seq=32",
-    ];
-    let tmp = std::env::temp_dir();
-    let run = |device: &str, precision: &str| {
-        let dir = scratch.path().join(format!("{device}-{precision}"));
-        let args = [&["--device", device, "--precision", precision][..], &small].concat();
-        run_ok(&dir, &args, &[("XDG_RUNTIME_DIR", tmp.to_str().unwrap())]);
-        dir
-    };
-    let fp32 = losses(&run("cpu", "fp32"));
-    let dir = run("lavapipe", "fp16");
+    let steps = ["--steps", "4"];
+    let fp32 = losses(&small_run(scratch.path(), "cpu", "cpu", "fp32", &steps));
+    let dir = small_run(scratch.path(), "lavapipe", "lavapipe", "fp16", &steps);
     let fp16 = losses(&dir);
     let worst = worst_relative(&fp16, &fp32);
     eprintln!("fp16 on lavapipe: worst relative loss difference from the CPU's fp32 {worst:e}");
@@ -144,32 +146,15 @@ fn fp16_on_lavapipe_follows_the_cpu_s_fp32_losses() {
 #[test]
 fn a_real_fp16_overflow_on_lavapipe_skips_the_step_as_on_the_cpu() {
     let scratch = tempfile::tempdir().unwrap();
-    let tmp = std::env::temp_dir();
-    let run = |device: &str| {
-        let dir = scratch.path().join(device);
-        let args = [
-            "--device",
-            device,
-            "--precision",
-            "fp16",
-            "--steps",
-            "3",
-            "--set",
-            "train.loss_scaling={ initial_scale_power = 30 }",
-            "--set",
-            "train.checkpoint_every=3",
-            "--set",
-            "train.global_batch=2",
-            "--set",
-            "train.micro_batch=2",
-            "--set",
-            "train.eval_every=0",
-            "--set",
-            "task.max_seq=32",
-        ];
-        run_ok(&dir, &args, &[("XDG_RUNTIME_DIR", tmp.to_str().unwrap())]);
-        dir
-    };
+    let overflowing = [
+        "--steps",
+        "3",
+        "--set",
+        "train.loss_scaling={ initial_scale_power = 30 }",
+        "--set",
+        "train.checkpoint_every=3",
+    ];
+    let run = |device: &str| small_run(scratch.path(), device, device, "fp16", &overflowing);
     let (cpu, lavapipe) = (run("cpu"), run("lavapipe"));
     let tried: Vec<(f64, bool)> = step_lines(&lavapipe)
         .iter()
