@@ -335,7 +335,8 @@ echo "{\"preset\": \"base\", \"batch\": 32, \"precision\": \"$p\", \"samples_per
             "bin/model_step",
             &format!(
                 "#!/bin/sh\ncase \"$*\" in *--matmul-precision*) echo '{{}}'; exit 0 ;; \
-                 *'--precision bf16'*) exec sleep 30 ;; esac\n{row}\n"
+                 *'--precision bf16'*) exec sleep 30 ;; esac\n\
+                 [ -n \"${{STUB_MARK:-}}\" ] && {{ sleep 3; touch \"$STUB_MARK\"; }}\n{row}\n"
             ),
         );
         let python = bundle.join("python");
@@ -400,6 +401,25 @@ echo "{\"preset\": \"base\", \"batch\": 32, \"precision\": \"$p\", \"samples_per
         assert!(
             String::from_utf8_lossy(&refused.stderr).contains("--row-limit takes whole seconds")
         );
+        // A caller's own limit (the GPU call's `timeout` around run.sh)
+        // stops the row running then too: the stub's fp32 row, 3 s long
+        // (its mark written at the end), is cut at 1 s with run.sh, and
+        // no mark appears after.
+        let mark = bundle.join("row-ran-on");
+        let cut = Command::new("timeout")
+            .args(["-k", "1", "1", "bash"])
+            .arg(bundle.join("run.sh"))
+            .args(["--device", "cuda", "--batches", "32", "--row-limit", "20"])
+            .arg("--python")
+            .arg(&python)
+            .arg("--out")
+            .arg(bundle.join("cut"))
+            .env("STUB_MARK", &mark)
+            .output()
+            .unwrap();
+        assert_eq!(cut.status.code(), Some(124));
+        std::thread::sleep(std::time::Duration::from_secs(4));
+        assert!(!mark.exists(), "the row went on after run.sh was stopped");
     }
 
     /// The headers NVRTC may be asked for: the four every run may include,

@@ -112,7 +112,10 @@ failed=0
 "$here/bin/model_step" --matmul-precision --presets '' --device "$device" 2> /dev/null |
     tee "$out/matmul-precision.json"
 # row NAME COMMAND...: one row, within --row-limit when one is given (KILL
-# 5 s after TERM); a row past it is named in timed-out.txt.
+# 5 s after TERM); a row past it is named in timed-out.txt. --foreground
+# keeps the row in run.sh's process group: a caller's own timeout (the GPU
+# call's 180 s) or Ctrl-C then stops the row with run.sh, where timeout's
+# own group would leave it running on the GPU beside whatever comes next.
 row() {
     local name=$1 status
     shift
@@ -120,7 +123,7 @@ row() {
         "$@"
         return
     fi
-    timeout -k 5 "$row_limit" "$@"
+    timeout --foreground -k 5 "$row_limit" "$@"
     status=$?
     if [[ $status == 124 || $status == 137 ]]; then
         echo "$name: stopped after $row_limit s (--row-limit)" | tee -a "$out/timed-out.txt" >&2

@@ -144,8 +144,11 @@ impl DeviceChoice {
         if precision == Precision::Fp16 {
             let f16 = cubecl::ir::ElemType::Float(cubecl::ir::FloatKind::F16);
             let has = self.cube_properties(|properties| properties.supports_type(f16));
-            if let Some(why) = fp16_missing(has, || self.hardware()) {
-                return Err(self.unavailable(why));
+            if let Some(reason) = fp16_missing(has, self, || self.hardware()) {
+                return Err(TrainError::InvalidRun {
+                    field: "train.precision",
+                    reason,
+                });
             }
         }
         Ok(device)
@@ -228,15 +231,21 @@ impl DeviceChoice {
     }
 }
 
-/// Why a wgpu adapter cannot run `train.precision = "fp16"`, given whether
-/// cubecl registered f16 for it (it does where the adapter has WebGPU's
-/// `shader-f16`; `None`: no cubecl client), else `None`.
-fn fp16_missing(has_f16: Option<bool>, adapter: impl FnOnce() -> Option<String>) -> Option<String> {
+/// Why wgpu `device` cannot run `train.precision = "fp16"`, given whether
+/// cubecl registered f16 for its adapter (it does where the adapter has
+/// WebGPU's `shader-f16`; `None`: no cubecl client), else `None`. Worded
+/// as `Precision::check_device`'s refusals ("cannot run on device"), which
+/// the bundle's run.sh records as refused rather than failed.
+fn fp16_missing(
+    has_f16: Option<bool>,
+    device: &DeviceChoice,
+    adapter: impl FnOnce() -> Option<String>,
+) -> Option<String> {
     (has_f16 != Some(true)).then(|| {
         format!(
-            "train.precision = \"fp16\" needs the adapter's shader-f16 feature, which {} \
-             lacks: it computes in fp32 (train.precision = \"fp32\")",
-            adapter().unwrap_or_else(|| "this adapter".into())
+            "train.precision = \"fp16\" cannot run on device {device}, whose adapter ({}) \
+             lacks WebGPU's shader-f16: it computes in fp32 (train.precision = \"fp32\")",
+            adapter().unwrap_or_else(|| "unnamed".into())
         )
     })
 }
@@ -337,17 +346,18 @@ mod tests {
     #[test]
     fn fp16_on_wgpu_needs_the_adapter_s_shader_f16() {
         DeviceChoice::Lavapipe.open(Precision::Fp16).unwrap();
-        assert_eq!(fp16_missing(Some(true), || None), None);
-        let why = fp16_missing(Some(false), || Some("SomeGPU".into())).unwrap();
+        let wgpu = DeviceChoice::Wgpu;
+        assert_eq!(fp16_missing(Some(true), &wgpu, || None), None);
+        let why = fp16_missing(Some(false), &wgpu, || Some("SomeGPU".into())).unwrap();
         assert!(
-            why.contains("needs the adapter's shader-f16 feature, which SomeGPU lacks"),
+            why.contains(
+                "\"fp16\" cannot run on device wgpu, whose adapter (SomeGPU) lacks WebGPU's \
+                 shader-f16"
+            ),
             "{why}"
         );
-        assert!(
-            fp16_missing(None, || None)
-                .unwrap()
-                .contains("this adapter lacks")
-        );
+        let why = fp16_missing(None, &wgpu, || None).unwrap();
+        assert!(why.contains("(unnamed)"), "{why}");
     }
 
     /// The CPU has no device memory to state, and wgpu's runtime states
