@@ -59,9 +59,9 @@ finish() {
 
 # 1. terse beside PyTorch (run.sh finds NVRTC, NCCL and CUDA's headers in
 #    PyTorch's wheels when the machine has no toolkit).
-# Each row within 75 s (a hung terse bf16 row cannot take PyTorch's bf16 and
-# fp16 rows with it); run.sh runs terse's fp32 row and PyTorch's fp32 and
-# tf32 first, the pair the call is for.
+# Each row within 75 s (KILL 5 s after): a hung terse bf16 row costs at most
+# 80 s of the section's 180, not all that is left of it; run.sh runs terse's
+# fp32 row and PyTorch's fp32 and tf32 first, the pair the call is for.
 bench=(--device "$dev" --presets "$preset" --batches "${BENCH_BATCHES:-32}"
     --row-limit "${ROW_LIMIT_S:-75}" --out "$work/bench")
 run 180 "run.sh ${bench[*]}" bash "$B/run.sh" "${bench[@]}"

@@ -339,16 +339,14 @@ echo "{\"preset\": \"base\", \"batch\": 32, \"precision\": \"$p\", \"samples_per
                  [ -n \"${{STUB_MARK:-}}\" ] && {{ sleep 3; touch \"$STUB_MARK\"; }}\n{row}\n"
             ),
         );
-        let python = bundle.join("python");
-        std::fs::write(
-            &python,
-            format!(
+        write(
+            "python",
+            &format!(
                 "#!/bin/sh\ncase \"$1\" in -c) case \"$2\" in *nvidia*) exit 1 ;; esac; exit 0 ;; \
                  -) cat > /dev/null; exit 0 ;; esac\n{row}\n"
             ),
-        )
-        .unwrap();
-        make_executable(&python).unwrap();
+        );
+        let python = bundle.join("python");
         let out = bundle.join("out");
         let started = std::time::Instant::now();
         let output = Command::new("bash")

@@ -163,6 +163,14 @@ torch_row() {
     fi
 }
 
+# torch_once BATCH PRECISION: PyTorch's row, unless this batch had it
+# (torch_done, reset per batch).
+torch_once() {
+    [[ $torch_done == *" $2 "* ]] && return
+    torch_done+="$2 "
+    torch_row "$1" "$2"
+}
+
 with_torch=0
 if [[ $device == cuda* ]] && "$python" -c 'import torch, transformers' 2>/dev/null; then
     with_torch=1
@@ -183,16 +191,12 @@ for batch in $batches; do
         terse_row "$batch" "$precision"
         [[ $with_torch == 1 ]] || continue
         for theirs in $(compared_with "$precision"); do
-            [[ $torch_done == *" $theirs "* ]] && continue
-            torch_row "$batch" "$theirs"
-            torch_done+="$theirs "
+            torch_once "$batch" "$theirs"
         done
     done
     [[ $with_torch == 1 ]] || continue
     for theirs in fp32 tf32 bf16 fp16; do
-        [[ $torch_done == *" $theirs "* ]] && continue
-        torch_row "$batch" "$theirs"
-        torch_done+="$theirs "
+        torch_once "$batch" "$theirs"
     done
 done
 
