@@ -3,8 +3,8 @@
 //! `train.collective_timeout_s`, or a deadline that follows the step time.
 //!
 //! The automatic deadline has to outlast every wait a healthy run has: the
-//! other ranks wait for rank 0's evaluations and checkpoints inside the
-//! next step's first collective, so a rank's slowest step so far (those
+//! ranks wait for each other's share of an evaluation, and for rank 0's
+//! checkpoints inside the next step's first collective, so a rank's slowest step so far (those
 //! waits included) times ten, never under ten minutes; before the first
 //! step (data preparation, the evaluation before training) thirty minutes.
 

@@ -39,6 +39,7 @@ mod progress;
 mod rank_phase;
 mod ready_gradient;
 pub mod run_dir;
+mod shared_evaluation;
 pub mod signals;
 mod step_order;
 mod step_reads;

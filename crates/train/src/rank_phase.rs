@@ -15,13 +15,13 @@ pub enum Phase {
     SetUp,
     /// Reading the checkpoint it continues from.
     Resume,
-    /// Rank 0's evaluation before the first step.
+    /// The evaluation before the first step (each rank its share).
     EvaluateBefore,
     /// Inside step `t` (forward, backward, the optimizer's collectives).
     Step(u64),
     /// Writing the checkpoint of step `t`.
     Checkpoint(u64),
-    /// Rank 0's evaluation after step `t`.
+    /// The evaluation after step `t` (each rank its share).
     Evaluate(u64),
     /// After the last step: the final evaluation and the export.
     Finish,

@@ -33,14 +33,52 @@ pub trait Task: Sync {
         device: &Device,
     ) -> Result<Tensor<1>, TrainError>;
 
-    /// The task's metrics on its held-out data (run by rank 0).
+    /// How many batches the held-out evaluation is cut into (0: the task
+    /// has none). Each is evaluated apart ([`Task::eval_batch`]), so the
+    /// ranks of a run share them (`shared_evaluation.rs`).
+    fn eval_batches(&self) -> usize {
+        0
+    }
+
+    /// Held-out batch `batch`'s outputs (predictions, losses, gold labels):
+    /// the numbers [`Task::eval_metrics`] scores, each one an f32 exactly,
+    /// so that they move between ranks unchanged; the same whichever rank
+    /// computes them.
+    fn eval_batch(
+        &self,
+        model: &Self::Model,
+        batch: usize,
+        device: &Device,
+    ) -> Result<Vec<f32>, TrainError> {
+        let _ = (model, batch, device);
+        Ok(Vec::new())
+    }
+
+    /// The task's metrics from every held-out batch's outputs, in batch
+    /// order.
+    fn eval_metrics(&self, outputs: &[Vec<f32>]) -> Result<Vec<(String, f64)>, TrainError> {
+        let _ = outputs;
+        Ok(Vec::new())
+    }
+
+    /// Every held-out batch's outputs, evaluated here.
+    fn eval_outputs(
+        &self,
+        model: &Self::Model,
+        device: &Device,
+    ) -> Result<Vec<Vec<f32>>, TrainError> {
+        (0..self.eval_batches())
+            .map(|batch| self.eval_batch(model, batch, device))
+            .collect()
+    }
+
+    /// The task's metrics on its held-out data, every batch evaluated here.
     fn evaluate(
         &self,
         model: &Self::Model,
         device: &Device,
     ) -> Result<Vec<(String, f64)>, TrainError> {
-        let _ = (model, device);
-        Ok(Vec::new())
+        self.eval_metrics(&self.eval_outputs(model, device)?)
     }
 
     /// Writes the predictions on the held-out data to `path` (rank 0) and
@@ -67,4 +105,17 @@ pub trait Task: Sync {
         let _ = (model, dir);
         Ok(())
     }
+}
+
+/// `value` (a token id, a class, a count) as one of [`Task::eval_batch`]'s
+/// f32 outputs, which hold integers exactly below 2^24.
+///
+/// # Panics
+/// Beyond ±2^24: it would arrive as another integer.
+pub(crate) fn exact_f32(value: i64) -> f32 {
+    assert!(
+        value.unsigned_abs() <= 1 << 24,
+        "{value} is not exactly an f32"
+    );
+    value as f32
 }

@@ -32,6 +32,7 @@ use crate::micro_batches::{Lanes, StepPlace, local_gradient};
 use crate::progress::{ProgressLines, step_bar};
 use crate::rank_phase::{self, Phase};
 use crate::ready_gradient::{ReadyGradient, ready_gradient};
+use crate::shared_evaluation::evaluate_shared;
 use crate::step_order::StepOrder;
 use crate::step_reads::StepReadCounter;
 use crate::task::Task;
@@ -116,7 +117,7 @@ impl Trainer<'_> {
                 }
             }
             let eval_every = self.config.train.eval_every;
-            if run.lead && !last && eval_every > 0 && t.is_multiple_of(eval_every) {
+            if !last && eval_every > 0 && t.is_multiple_of(eval_every) {
                 run.evaluate(&model, t)?;
             }
         }
@@ -227,7 +228,6 @@ impl Trainer<'_> {
             comm,
             rank,
             world,
-            lead,
             order,
             device,
             flat,
@@ -280,7 +280,6 @@ struct Run<'r, T: Task> {
     comm: &'r dyn Communicator,
     rank: usize,
     world: usize,
-    lead: bool,
     order: StepOrder,
     device: Device,
     flat: FlatModel,
@@ -301,17 +300,26 @@ struct Run<'r, T: Task> {
 }
 
 impl<T: Task> Run<'_, T> {
+    /// The held-out metrics on the lead rank (`None` on the others), every
+    /// rank evaluating its share of the batches (`shared_evaluation.rs`).
+    fn evaluate_shared(&self, model: &T::Model) -> Result<Option<Vec<(String, f64)>>, TrainError> {
+        let device = self.device.clone().inner();
+        let (task, comm) = (self.task, self.comm);
+        self.bar
+            .suspend(|| evaluate_shared(task, &model.valid(), &device, comm))
+    }
+
     /// The starting point's evaluation, for comparison (pretrained weights
-    /// and an untrained head, or random weights): lead rank, fresh runs.
+    /// and an untrained head, or random weights): fresh runs, every rank
+    /// its share, the lead rank logging it.
     fn evaluate_before(&mut self, model: &T::Model) -> Result<(), TrainError> {
-        if !(self.lead && self.start_step == 0 && self.config.train.eval_every > 0) {
+        if !(self.start_step == 0 && self.config.train.eval_every > 0) {
             return Ok(());
         }
         rank_phase::enter(self.rank, Phase::EvaluateBefore);
-        let device = self.device.clone().inner();
-        let eval = self
-            .bar
-            .suspend(|| self.task.evaluate(&model.valid(), &device))?;
+        let Some(eval) = self.evaluate_shared(model)? else {
+            return Ok(());
+        };
         self.bar
             .suspend(|| tracing::info!("before training: {}", render_eval(&eval)));
         self.summary.eval_before = eval.clone();
@@ -496,28 +504,28 @@ impl<T: Task> Run<'_, T> {
         Ok(self.flat.write_into(model)?)
     }
 
-    /// The held-out evaluation after step `t` (lead rank).
+    /// The held-out evaluation after step `t`: every rank its share, the
+    /// lead rank logging it.
     fn evaluate(&mut self, model: &T::Model, t: u64) -> Result<(), TrainError> {
         rank_phase::enter(self.rank, Phase::Evaluate(t));
-        let device = self.device.clone().inner();
-        let eval = self
-            .bar
-            .suspend(|| self.task.evaluate(&model.valid(), &device))?;
+        let Some(eval) = self.evaluate_shared(model)? else {
+            return Ok(());
+        };
         self.bar
             .suspend(|| tracing::info!("step {t}: {}", render_eval(&eval)));
         self.log.line(&EvalRecord { step: t, eval })
     }
 
-    /// The end of the run: the lead rank's final evaluation and the export
-    /// into `export_dir`; the other ranks wait for them in a collective,
+    /// The end of the run: the final evaluation (every rank its share) and
+    /// the lead rank's export into `export_dir`; the other ranks wait for
+    /// it in a collective,
     /// under the deadline (a rank 0 stuck there is named instead of leaving
     /// the job waiting in the transport's shutdown).
     fn finish(mut self, model: &T::Model, export_dir: &Path) -> Result<RunSummary, TrainError> {
-        if self.lead {
+        let eval = self.evaluate_shared(model)?;
+        if let Some(eval) = eval {
             matmul_choice::log_declined(self.config);
-            self.summary.eval = self
-                .task
-                .evaluate(&model.valid(), &self.device.clone().inner())?;
+            self.summary.eval = eval;
             self.log.line(&EvalRecord {
                 step: self.config.train.steps,
                 eval: self.summary.eval.clone(),

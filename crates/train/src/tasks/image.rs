@@ -16,7 +16,7 @@ use terse_data::{
 use terse_models::{ImageClassifier, ImageModelVisitor};
 
 use crate::dispatch::TaskAction;
-use crate::task::Task;
+use crate::task::{Task, exact_f32};
 use crate::{RunConfig, TaskConfig, TrainError};
 
 /// An image-classification task of a run.
@@ -165,6 +165,9 @@ fn labels(set: &ImageSet, indices: &[usize], device: &Device) -> Tensor<1, Int> 
     Tensor::from_data(TensorData::new(values, [indices.len()]), device)
 }
 
+/// Test images per evaluation batch.
+const EVAL_BATCH: usize = 256;
+
 impl<M: ImageClassifier> Task for ImageTask<M> {
     type Model = M;
 
@@ -190,14 +193,23 @@ impl<M: ImageClassifier> Task for ImageTask<M> {
             .forward(model.logits(x), y))
     }
 
-    fn evaluate(&self, model: &M, device: &Device) -> Result<Vec<(String, f64)>, TrainError> {
-        let (mut predictions, mut gold) = (Vec::new(), Vec::new());
-        let all: Vec<usize> = (0..self.test.len()).collect();
-        for chunk in all.chunks(256) {
-            let x = self.images(&self.test, chunk, 0, false, device)?;
-            predictions.extend(model.logits(x).argmax(1).into_data().iter::<i64>());
-            gold.extend(chunk.iter().map(|&i| i64::from(self.test.labels[i])));
-        }
+    /// Batches of 256 test images.
+    fn eval_batches(&self) -> usize {
+        self.test.len().div_ceil(EVAL_BATCH)
+    }
+
+    /// The predicted classes of test batch `batch`.
+    fn eval_batch(&self, model: &M, batch: usize, device: &Device) -> Result<Vec<f32>, TrainError> {
+        let first = batch * EVAL_BATCH;
+        let chunk: Vec<usize> = (first..(first + EVAL_BATCH).min(self.test.len())).collect();
+        let x = self.images(&self.test, &chunk, 0, false, device)?;
+        let predicted = model.logits(x).argmax(1).into_data();
+        Ok(predicted.iter::<i64>().map(exact_f32).collect())
+    }
+
+    fn eval_metrics(&self, outputs: &[Vec<f32>]) -> Result<Vec<(String, f64)>, TrainError> {
+        let predictions: Vec<i64> = outputs.iter().flatten().map(|&c| c as i64).collect();
+        let gold: Vec<i64> = self.test.labels.iter().map(|&l| i64::from(l)).collect();
         Ok(vec![(
             "test_accuracy".into(),
             terse_eval::accuracy(&predictions, &gold),

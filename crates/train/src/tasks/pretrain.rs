@@ -10,7 +10,7 @@
 use std::path::{Path, PathBuf};
 
 use burn::module::Module;
-use burn::tensor::{Device, Tensor};
+use burn::tensor::{Device, Tensor, TensorData};
 use terse_comm::Communicator;
 use terse_data::pretrain::{
     PretrainConfig, PretrainExample, ShardSet, build_shards, corpus_fingerprint, read_corpus,
@@ -21,7 +21,7 @@ use terse_models::bert::{BertConfig, BertForPreTraining, save_hf};
 
 use super::export::copy_tokenizer;
 use crate::batch::pretrain_batch;
-use crate::task::Task;
+use crate::task::{Task, exact_f32};
 use crate::{RunConfig, TaskConfig, TrainError};
 
 /// The pre-training task of a run.
@@ -217,6 +217,9 @@ fn build(
     Ok(())
 }
 
+/// Held-out examples per evaluation batch.
+const EVAL_BATCH: usize = 32;
+
 impl Task for PretrainTask {
     type Model = BertForPreTraining;
 
@@ -241,53 +244,74 @@ impl Task for PretrainTask {
         Ok(model.loss(&out, batch.mlm_labels, batch.nsp_labels))
     }
 
+    /// Batches of 32 held-out examples.
+    fn eval_batches(&self) -> usize {
+        (self.shards.len() - self.train).div_ceil(EVAL_BATCH)
+    }
+
+    /// `[loss, m, m predicted tokens, m masked tokens, the predicted
+    /// next-sentence labels, the gold ones]` of held-out batch `batch`.
+    fn eval_batch(
+        &self,
+        model: &Self::Model,
+        batch: usize,
+        device: &Device,
+    ) -> Result<Vec<f32>, TrainError> {
+        let first = self.train + batch * EVAL_BATCH;
+        let examples = self.examples_at(first..(first + EVAL_BATCH).min(self.shards.len()))?;
+        let batch = pretrain_batch(&examples, self.pad_id, device)?;
+        let out = model.forward(batch.input, batch.masked_positions);
+        let loss = model
+            .loss(&out, batch.mlm_labels.clone(), batch.nsp_labels.clone())
+            .into_scalar::<f32>();
+        let ids = |ids: TensorData| ids.iter::<i64>().map(exact_f32).collect::<Vec<f32>>();
+        let mlm = ids(batch.mlm_labels.into_data());
+        let mut outputs = vec![loss, exact_f32(mlm.len() as i64)];
+        outputs.extend(ids(out.mlm_logits.argmax(1).into_data()));
+        outputs.extend(mlm);
+        outputs.extend(ids(out.nsp_logits.argmax(1).into_data()));
+        outputs.extend(ids(batch.nsp_labels.into_data()));
+        Ok(outputs)
+    }
+
     /// Loss and masked-LM / next-sentence accuracy on the held-out examples,
     /// and the masked-LM baseline a model must beat to have learned more
     /// than word frequencies: `mlm_majority_accuracy`, the accuracy of always
     /// answering the held-out set's most frequent masked token (the best any
     /// unigram predictor can score there; it depends on the data only).
-    fn evaluate(
-        &self,
-        model: &Self::Model,
-        device: &Device,
-    ) -> Result<Vec<(String, f64)>, TrainError> {
-        let (mut loss, mut batches) = (0.0, 0usize);
-        let (mut mlm_hit, mut mlm_all, mut nsp_hit, mut nsp_all) = (0usize, 0usize, 0usize, 0usize);
-        let mut targets: std::collections::HashMap<i64, usize> = Default::default();
-        let held: Vec<usize> = (self.train..self.shards.len()).collect();
-        for chunk in held.chunks(32) {
-            let examples = self.examples_at(chunk.iter().copied())?;
-            let batch = pretrain_batch(&examples, self.pad_id, device)?;
-            let out = model.forward(batch.input, batch.masked_positions);
-            loss += f64::from(
-                model
-                    .loss(&out, batch.mlm_labels.clone(), batch.nsp_labels.clone())
-                    .into_scalar::<f32>(),
-            );
-            batches += 1;
-            let count = |logits: Tensor<2>, labels: Tensor<1, burn::tensor::Int>| {
-                let predicted: Vec<i64> = logits.argmax(1).into_data().iter::<i64>().collect();
-                let labels: Vec<i64> = labels.into_data().iter::<i64>().collect();
-                let hits = predicted
-                    .iter()
-                    .zip(&labels)
-                    .filter(|(p, l)| p == l)
-                    .count();
-                (hits, labels.len())
-            };
-            for label in batch.mlm_labels.clone().into_data().iter::<i64>() {
-                *targets.entry(label).or_default() += 1;
-            }
-            let (h, a) = count(out.mlm_logits, batch.mlm_labels);
-            (mlm_hit, mlm_all) = (mlm_hit + h, mlm_all + a);
-            let (h, a) = count(out.nsp_logits, batch.nsp_labels);
-            (nsp_hit, nsp_all) = (nsp_hit + h, nsp_all + a);
-        }
-        if batches == 0 {
+    fn eval_metrics(&self, outputs: &[Vec<f32>]) -> Result<Vec<(String, f64)>, TrainError> {
+        if outputs.is_empty() {
             return Ok(Vec::new());
         }
+        let (mut loss, mut mlm_hit, mut mlm_all, mut nsp_hit, mut nsp_all) =
+            (0.0, 0usize, 0usize, 0usize, 0usize);
+        let mut targets: std::collections::HashMap<i64, usize> = Default::default();
+        let hits = |predicted: &[f32], gold: &[f32]| -> usize {
+            predicted.iter().zip(gold).filter(|(p, g)| p == g).count()
+        };
+        for batch in outputs {
+            let malformed = || TrainError::Batch("a malformed held-out batch's outputs".into());
+            let (&batch_loss, rest) = batch.split_first().ok_or_else(malformed)?;
+            let (&m, rest) = rest.split_first().ok_or_else(malformed)?;
+            let m = m as usize;
+            if rest.len() < 2 * m || !(rest.len() - 2 * m).is_multiple_of(2) {
+                return Err(malformed());
+            }
+            let (mlm, nsp) = rest.split_at(2 * m);
+            let (mlm_predicted, mlm_gold) = mlm.split_at(m);
+            let (nsp_predicted, nsp_gold) = nsp.split_at(nsp.len() / 2);
+            loss += f64::from(batch_loss);
+            for &token in mlm_gold {
+                *targets.entry(token as i64).or_default() += 1;
+            }
+            (mlm_hit, mlm_all) = (mlm_hit + hits(mlm_predicted, mlm_gold), mlm_all + m);
+            (nsp_hit, nsp_all) = (
+                nsp_hit + hits(nsp_predicted, nsp_gold),
+                nsp_all + nsp_gold.len(),
+            );
+        }
         Ok(vec![
-            ("held_out_loss".into(), loss / batches as f64),
+            ("held_out_loss".into(), loss / outputs.len() as f64),
             (
                 "mlm_accuracy".into(),
                 mlm_hit as f64 / mlm_all.max(1) as f64,

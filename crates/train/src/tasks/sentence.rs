@@ -24,7 +24,7 @@ use super::export::copy_tokenizer;
 use super::pick;
 use super::weights::Weights;
 use crate::batch::classification_batch;
-use crate::task::Task;
+use crate::task::{Task, exact_f32};
 use crate::{RunConfig, TaskConfig, TrainError};
 
 /// A fine-tuning task on sentence(-pair) classification or regression.
@@ -161,6 +161,9 @@ impl SentenceTask {
     }
 }
 
+/// Held-out examples per evaluation batch.
+const EVAL_BATCH: usize = 64;
+
 impl Task for SentenceTask {
     type Model = BertForSequenceClassification;
 
@@ -192,12 +195,32 @@ impl Task for SentenceTask {
         }
     }
 
-    fn evaluate(
+    /// Batches of 64 held-out examples.
+    fn eval_batches(&self) -> usize {
+        self.dev.len().div_ceil(EVAL_BATCH)
+    }
+
+    /// Held-out batch `batch`'s predicted scores (one label) or classes.
+    fn eval_batch(
         &self,
         model: &Self::Model,
+        batch: usize,
         device: &Device,
-    ) -> Result<Vec<(String, f64)>, TrainError> {
-        let (classes, gold_classes, scores, gold_scores) = self.outputs(model, device)?;
+    ) -> Result<Vec<f32>, TrainError> {
+        let first = batch * EVAL_BATCH;
+        let chunk = &self.dev[first..(first + EVAL_BATCH).min(self.dev.len())];
+        let batch = classification_batch(chunk, self.pad_id, device)?;
+        let out = model.forward(batch.input);
+        Ok(if self.labels == 1 {
+            out.into_data().iter::<f32>().collect()
+        } else {
+            let classes = out.argmax(1).into_data();
+            classes.iter::<i64>().map(exact_f32).collect()
+        })
+    }
+
+    fn eval_metrics(&self, outputs: &[Vec<f32>]) -> Result<Vec<(String, f64)>, TrainError> {
+        let (classes, gold_classes, scores, gold_scores) = self.scored(outputs)?;
         let outputs = if self.labels == 1 {
             GlueOutputs::Scores {
                 predictions: &scores,
@@ -224,7 +247,8 @@ impl Task for SentenceTask {
         device: &Device,
         path: &Path,
     ) -> Result<usize, TrainError> {
-        let (classes, gold_classes, scores, gold_scores) = self.outputs(model, device)?;
+        let outputs = self.eval_outputs(model, device)?;
+        let (classes, gold_classes, scores, gold_scores) = self.scored(&outputs)?;
         let mut text = String::from("index\tprediction\tlabel\n");
         if self.labels == 1 {
             for (i, (p, g)) in scores.iter().zip(&gold_scores).enumerate() {
@@ -257,27 +281,21 @@ impl Task for SentenceTask {
 type Outputs = (Vec<u32>, Vec<u32>, Vec<f64>, Vec<f64>);
 
 impl SentenceTask {
-    fn outputs(
-        &self,
-        model: &BertForSequenceClassification,
-        device: &Device,
-    ) -> Result<Outputs, TrainError> {
-        let (mut classes, mut gold_classes) = (Vec::new(), Vec::new());
-        let (mut scores, mut gold_scores) = (Vec::new(), Vec::new());
-        for chunk in self.dev.chunks(64) {
-            let batch = classification_batch(chunk, self.pad_id, device)?;
-            let out = model.forward(batch.input);
-            if self.labels == 1 {
-                scores.extend(out.into_data().iter::<f32>().map(f64::from));
-            } else {
-                classes.extend(out.argmax(1).into_data().iter::<i64>().map(|c| c as u32));
-            }
-            for feature in chunk {
-                match feature.label {
-                    Some(Label::Class(c)) => gold_classes.push(c),
-                    Some(Label::Score(s)) => gold_scores.push(f64::from(s)),
-                    None => return Err(TrainError::Batch("held-out examples need labels".into())),
-                }
+    /// The held-out batches' outputs ([`Task::eval_batch`]) beside the gold
+    /// labels.
+    fn scored(&self, outputs: &[Vec<f32>]) -> Result<Outputs, TrainError> {
+        let predicted = outputs.iter().flatten().copied();
+        let (classes, scores) = if self.labels == 1 {
+            (Vec::new(), predicted.map(f64::from).collect())
+        } else {
+            (predicted.map(|c| c as u32).collect(), Vec::new())
+        };
+        let (mut gold_classes, mut gold_scores) = (Vec::new(), Vec::new());
+        for feature in &self.dev {
+            match feature.label {
+                Some(Label::Class(c)) => gold_classes.push(c),
+                Some(Label::Score(s)) => gold_scores.push(f64::from(s)),
+                None => return Err(TrainError::Batch("held-out examples need labels".into())),
             }
         }
         Ok((classes, gold_classes, scores, gold_scores))

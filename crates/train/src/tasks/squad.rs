@@ -100,6 +100,9 @@ impl SquadTask {
     }
 }
 
+/// Dev features per evaluation batch.
+const EVAL_BATCH: usize = 32;
+
 impl Task for SquadTask {
     type Model = BertForQuestionAnswering;
 
@@ -124,14 +127,32 @@ impl Task for SquadTask {
         Ok(model.loss(start, end, batch.start_positions, batch.end_positions))
     }
 
-    /// Exact match and F1 (percent) on the dev questions; writes
-    /// `predictions.json`.
-    fn evaluate(
+    /// Batches of 32 dev features.
+    fn eval_batches(&self) -> usize {
+        self.dev.len().div_ceil(EVAL_BATCH)
+    }
+
+    /// Dev batch `batch`'s start logits, row after row, then its end
+    /// logits.
+    fn eval_batch(
         &self,
         model: &Self::Model,
+        batch: usize,
         device: &Device,
-    ) -> Result<Vec<(String, f64)>, TrainError> {
-        self.answer(model, device, &self.predictions)
+    ) -> Result<Vec<f32>, TrainError> {
+        let first = batch * EVAL_BATCH;
+        let chunk = &self.dev[first..(first + EVAL_BATCH).min(self.dev.len())];
+        let batch = squad_batch(chunk, self.pad_id, device)?;
+        let (start, end) = model.forward(batch.input);
+        let mut logits: Vec<f32> = start.into_data().iter::<f32>().collect();
+        logits.extend(end.into_data().iter::<f32>());
+        Ok(logits)
+    }
+
+    /// Exact match and F1 (percent) on the dev questions; writes
+    /// `predictions.json`.
+    fn eval_metrics(&self, outputs: &[Vec<f32>]) -> Result<Vec<(String, f64)>, TrainError> {
+        self.answer(outputs, &self.predictions)
     }
 
     /// `predictions.json` (question id → answer) at `path`.
@@ -141,7 +162,8 @@ impl Task for SquadTask {
         device: &Device,
         path: &Path,
     ) -> Result<usize, TrainError> {
-        self.answer(model, device, path)?;
+        let outputs = self.eval_outputs(model, device)?;
+        self.answer(&outputs, path)?;
         Ok(self.dev_questions.len())
     }
 
@@ -152,26 +174,29 @@ impl Task for SquadTask {
 }
 
 impl SquadTask {
-    /// Answers every dev question, writes them to `path` and scores them.
-    fn answer(
-        &self,
-        model: &BertForQuestionAnswering,
-        device: &Device,
-        path: &Path,
-    ) -> Result<Vec<(String, f64)>, TrainError> {
-        let mut logits: Vec<(Vec<f32>, Vec<f32>)> = Vec::with_capacity(self.dev.len());
-        for chunk in self.dev.chunks(32) {
-            let batch = squad_batch(chunk, self.pad_id, device)?;
-            let (start, end) = model.forward(batch.input);
-            let [rows, seq] = start.dims();
-            let start: Vec<f32> = start.into_data().iter::<f32>().collect();
-            let end: Vec<f32> = end.into_data().iter::<f32>().collect();
-            for r in 0..rows {
-                logits.push((
-                    start[r * seq..(r + 1) * seq].to_vec(),
-                    end[r * seq..(r + 1) * seq].to_vec(),
-                ));
-            }
+    /// Answers every dev question from the dev batches' logits
+    /// ([`Task::eval_batch`]), writes them to `path` and scores them.
+    fn answer(&self, outputs: &[Vec<f32>], path: &Path) -> Result<Vec<(String, f64)>, TrainError> {
+        if outputs.len() != self.eval_batches() {
+            return Err(TrainError::Batch(format!(
+                "logits of {} dev batches for {}",
+                outputs.len(),
+                self.eval_batches()
+            )));
+        }
+        let mut logits: Vec<(&[f32], &[f32])> = Vec::with_capacity(self.dev.len());
+        for (batch, output) in outputs.iter().enumerate() {
+            let rows = EVAL_BATCH.min(self.dev.len() - batch * EVAL_BATCH);
+            let (start, end) = output.split_at(output.len() / 2);
+            let seq = (start.len() / rows).max(1);
+            logits.extend(start.chunks_exact(seq).zip(end.chunks_exact(seq)));
+        }
+        if logits.len() != self.dev.len() {
+            return Err(TrainError::Batch(format!(
+                "logits of {} dev features for {}",
+                logits.len(),
+                self.dev.len()
+            )));
         }
         let questions: Vec<QuestionContext<'_>> = self
             .dev_questions
