@@ -17,18 +17,25 @@ use crate::task::Task;
 type LeadMetrics = Option<Vec<(String, f64)>>;
 
 /// The task's metrics on the lead rank (`None` on the others), every rank
-/// evaluating its share of the batches. A collective: every rank calls it.
-/// A rank whose share fails returns its error and the others
-/// [`CommError::PeerFailed`] naming it, instead of waiting for it.
+/// evaluating its share of the batches where `models_agree` (every rank
+/// holds the same parameters), the lead rank all of them otherwise (SLAMB's
+/// and 0/1 Adam's ranks step their own parameters between averagings, and
+/// the lead rank's model is the one evaluated, as `terse eval` evaluates
+/// rank 0's checkpoint). A collective where shared: every rank calls it
+/// with the same `models_agree`. A rank whose share fails returns its
+/// error and the others [`CommError::PeerFailed`] naming it, instead of
+/// waiting for it.
 pub(crate) fn evaluate_shared<T: Task>(
     task: &T,
     model: &T::Model,
     device: &Device,
     comm: &dyn Communicator,
+    models_agree: bool,
 ) -> Result<LeadMetrics, TrainError> {
     let (rank, world) = (comm.rank(), comm.world_size());
-    if world == 1 || task.eval_batches() == 0 {
-        // Nothing to share (every rank knows the batches from the data).
+    if world == 1 || !models_agree || task.eval_batches() == 0 {
+        // Nothing to share, or nothing that may be (every rank knows the
+        // batches from the data, and `models_agree` from the run).
         return if rank == 0 {
             task.evaluate(model, device).map(Some)
         } else {
@@ -173,11 +180,15 @@ mod tests {
         }
     }
 
-    fn shared(task: &Batches, ranks: usize) -> Vec<Result<LeadMetrics, TrainError>> {
+    fn shared(
+        task: &Batches,
+        ranks: usize,
+        models_agree: bool,
+    ) -> Vec<Result<LeadMetrics, TrainError>> {
         let device = Device::flex();
         let model = task.init(&device).unwrap();
         LocalComm::run(ranks, Duration::from_secs(20), |comm| {
-            evaluate_shared(task, &model, &device, comm)
+            evaluate_shared(task, &model, &device, comm, models_agree)
         })
         .into_iter()
         .map(|rank| rank.expect("no rank panics"))
@@ -192,7 +203,7 @@ mod tests {
                 failing: None,
                 evaluated: Mutex::new(Vec::new()),
             };
-            let results = shared(&task, ranks);
+            let results = shared(&task, ranks, true);
             let mut evaluated = task.evaluated.into_inner().unwrap();
             evaluated.sort();
             assert_eq!(evaluated, (0..7).collect::<Vec<_>>(), "{ranks} ranks");
@@ -213,7 +224,7 @@ mod tests {
             failing: Some(4),
             evaluated: Mutex::new(Vec::new()),
         };
-        let results = shared(&task, 3);
+        let results = shared(&task, 3, true);
         let text = |r: &Result<_, TrainError>| r.as_ref().err().map(ToString::to_string);
         assert_eq!(text(&results[1]).as_deref(), Some("cannot batch: batch 4"));
         for rank in [0, 2] {
@@ -239,5 +250,19 @@ mod tests {
                 .collect()
         };
         assert_eq!(bits(&back), bits(&outputs));
+    }
+
+    #[test]
+    fn ranks_whose_models_differ_leave_the_evaluation_to_the_lead() {
+        let task = Batches {
+            count: 5,
+            failing: None,
+            evaluated: Mutex::new(Vec::new()),
+        };
+        let results = shared(&task, 3, false);
+        // Rank 0 alone evaluated, in order, every batch.
+        assert_eq!(task.evaluated.into_inner().unwrap(), [0, 1, 2, 3, 4]);
+        assert_eq!(results[0].as_ref().unwrap().as_ref().unwrap().len(), 5);
+        assert!(results[1..].iter().all(|r| matches!(r, Ok(None))));
     }
 }

@@ -32,12 +32,13 @@ use crate::micro_batches::{Lanes, StepPlace, local_gradient};
 use crate::progress::{ProgressLines, step_bar};
 use crate::rank_phase::{self, Phase};
 use crate::ready_gradient::{ReadyGradient, ready_gradient};
-use crate::shared_evaluation::evaluate_shared;
 use crate::step_order::StepOrder;
 use crate::step_reads::StepReadCounter;
 use crate::task::Task;
 use crate::trainer_checkpoints::next_checkpoint;
 use crate::{RunConfig, TrainError, signals};
+
+mod evaluation;
 
 /// Serialises seeding + parameter initialisation across the threads of one
 /// process: burn draws initial weights from its one device generator.
@@ -300,33 +301,6 @@ struct Run<'r, T: Task> {
 }
 
 impl<T: Task> Run<'_, T> {
-    /// The held-out metrics on the lead rank (`None` on the others), every
-    /// rank evaluating its share of the batches (`shared_evaluation.rs`).
-    fn evaluate_shared(&self, model: &T::Model) -> Result<Option<Vec<(String, f64)>>, TrainError> {
-        let device = self.device.clone().inner();
-        let (task, comm) = (self.task, self.comm);
-        self.bar
-            .suspend(|| evaluate_shared(task, &model.valid(), &device, comm))
-    }
-
-    /// The starting point's evaluation, for comparison (pretrained weights
-    /// and an untrained head, or random weights): fresh runs, every rank
-    /// its share, the lead rank logging it.
-    fn evaluate_before(&mut self, model: &T::Model) -> Result<(), TrainError> {
-        if !(self.start_step == 0 && self.config.train.eval_every > 0) {
-            return Ok(());
-        }
-        rank_phase::enter(self.rank, Phase::EvaluateBefore);
-        let Some(eval) = self.evaluate_shared(model)? else {
-            return Ok(());
-        };
-        self.bar
-            .suspend(|| tracing::info!("before training: {}", render_eval(&eval)));
-        self.summary.eval_before = eval.clone();
-        self.log.line(&EvalRecord { step: 0, eval })?;
-        Ok(())
-    }
-
     /// Step `t`: this rank's gradient over its share of the batch, the
     /// clipping, the optimizer's step (which owns the step's
     /// communication), the stepped parameters written into the model, and
@@ -504,25 +478,13 @@ impl<T: Task> Run<'_, T> {
         Ok(self.flat.write_into(model)?)
     }
 
-    /// The held-out evaluation after step `t`: every rank its share, the
-    /// lead rank logging it.
-    fn evaluate(&mut self, model: &T::Model, t: u64) -> Result<(), TrainError> {
-        rank_phase::enter(self.rank, Phase::Evaluate(t));
-        let Some(eval) = self.evaluate_shared(model)? else {
-            return Ok(());
-        };
-        self.bar
-            .suspend(|| tracing::info!("step {t}: {}", render_eval(&eval)));
-        self.log.line(&EvalRecord { step: t, eval })
-    }
-
-    /// The end of the run: the final evaluation (every rank its share) and
-    /// the lead rank's export into `export_dir`; the other ranks wait for
-    /// it in a collective,
-    /// under the deadline (a rank 0 stuck there is named instead of leaving
-    /// the job waiting in the transport's shutdown).
+    /// The end of the run: the final evaluation (every rank its share where
+    /// the ranks' parameters agree) and the lead rank's export into
+    /// `export_dir`; the other ranks wait for it in a collective, under the
+    /// deadline (a rank 0 stuck there is named instead of leaving the job
+    /// waiting in the transport's shutdown).
     fn finish(mut self, model: &T::Model, export_dir: &Path) -> Result<RunSummary, TrainError> {
-        let eval = self.evaluate_shared(model)?;
+        let eval = self.evaluate_shared(model, false)?;
         if let Some(eval) = eval {
             matmul_choice::log_declined(self.config);
             self.summary.eval = eval;

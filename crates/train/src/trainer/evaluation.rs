@@ -1,0 +1,67 @@
+//! The trainer's held-out evaluations: before step 1, every
+//! `train.eval_every` steps and at the end, each shared between the ranks
+//! where their parameters agree (`shared_evaluation.rs`), the lead rank
+//! logging it.
+
+use burn::module::Module;
+
+use super::{Run, render_eval};
+use crate::TrainError;
+use crate::metrics::EvalRecord;
+use crate::rank_phase::{self, Phase};
+use crate::shared_evaluation::evaluate_shared;
+use crate::task::Task;
+
+impl<T: Task> Run<'_, T> {
+    /// The starting point's evaluation, for comparison (pretrained weights
+    /// and an untrained head, or random weights): fresh runs.
+    pub(super) fn evaluate_before(&mut self, model: &T::Model) -> Result<(), TrainError> {
+        if self.start_step == 0 && self.config.train.eval_every > 0 {
+            return self.evaluate(model, 0);
+        }
+        Ok(())
+    }
+
+    /// The held-out evaluation after step `t` (0: before step 1 of a fresh
+    /// run, every rank's parameters the same): every rank its share where
+    /// the ranks' parameters agree, the lead rank logging it.
+    pub(super) fn evaluate(&mut self, model: &T::Model, t: u64) -> Result<(), TrainError> {
+        let fresh = t == 0;
+        let phase = if fresh {
+            Phase::EvaluateBefore
+        } else {
+            Phase::Evaluate(t)
+        };
+        rank_phase::enter(self.rank, phase);
+        let Some(eval) = self.evaluate_shared(model, fresh)? else {
+            return Ok(());
+        };
+        let when = if fresh {
+            "before training".to_string()
+        } else {
+            format!("step {t}")
+        };
+        self.bar
+            .suspend(|| tracing::info!("{when}: {}", render_eval(&eval)));
+        if fresh {
+            self.summary.eval_before = eval.clone();
+        }
+        self.log.line(&EvalRecord { step: t, eval })
+    }
+
+    /// The held-out metrics on the lead rank (`None` on the others), every
+    /// rank evaluating its share of the batches (`shared_evaluation.rs`)
+    /// where all hold the same parameters: always before step 1
+    /// (`fresh`), otherwise unless the optimizer's ranks step their own.
+    pub(super) fn evaluate_shared(
+        &self,
+        model: &T::Model,
+        fresh: bool,
+    ) -> Result<Option<Vec<(String, f64)>>, TrainError> {
+        let device = self.device.clone().inner();
+        let (task, comm) = (self.task, self.comm);
+        let models_agree = fresh || self.optimizer.params_replicated();
+        self.bar
+            .suspend(|| evaluate_shared(task, &model.valid(), &device, comm, models_agree))
+    }
+}
