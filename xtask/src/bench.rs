@@ -51,6 +51,14 @@ pub struct Args {
     /// same precision (fp16 with its GradScaler); ResNet-20 is left out
     #[arg(long, value_name = "PRECISION", value_parser = ["fp32", "bf16", "fp16"])]
     pub precision: Option<String>,
+
+    /// `bench model --device`: then the device's steps once more with every
+    /// kernel timed on the device (model_step --kernel-times): the step's
+    /// kernel time by kind (matmul, elementwise, reduce, copy, other) in its
+    /// line, the costliest kernels on stderr; checked to time every dispatch
+    /// once and to fit in the step
+    #[arg(long)]
+    pub kernel_times: bool,
 }
 
 /// The device `bench kernels` launches the cubecl kernels on.
@@ -87,7 +95,7 @@ pub fn run(args: &Args) -> Result<()> {
         (Suite::Kernels, device) => {
             run_kernels(args.quick, device.unwrap_or(KernelDevice::Lavapipe))
         }
-        (Suite::Model, Some(device)) => run_model_on(args.quick, device),
+        (Suite::Model, Some(device)) => run_model_on(args.quick, device, args.kernel_times),
         (Suite::Model, None) => {
             run_model(args.quick, args.python.clone(), args.precision.as_deref())
         }
@@ -105,6 +113,9 @@ fn flags_apply(args: &Args) -> Result<()> {
     }
     if args.device.is_some() && !matches!(args.name, Suite::Kernels | Suite::Optim | Suite::Model) {
         bail!("--device applies to `bench kernels`, `bench optim` and `bench model` only");
+    }
+    if args.kernel_times && (args.name != Suite::Model || args.device.is_none()) {
+        bail!("--kernel-times applies to `bench model --device` only");
     }
     Ok(())
 }
@@ -154,7 +165,7 @@ fn run_kernels(quick: bool, device: KernelDevice) -> Result<()> {
     run_cargo_bench("kernels", &args)
 }
 
-/// The terse side (`crates/train/benches/model_step.rs`: BERT mini and
+/// The terse side (`crates/train/benches/model_step/`: BERT mini and
 /// base, ResNet-20), then the same steps in PyTorch
 /// (`benches/pytorch_bert_step.py`, `benches/pytorch_resnet_step.py`) in
 /// the same run; prints terse ÷ PyTorch per model and appends every line,
@@ -244,17 +255,23 @@ fn model_step() -> Result<std::process::Command> {
 }
 
 /// `bench model --device D`: the terse training step on the CPU and on
-/// `device`, each as its own run of `model_step`, and the ratio.
-fn run_model_on(quick: bool, device: KernelDevice) -> Result<()> {
+/// `device`, each as its own run of `model_step`, and the ratio; with
+/// `kernel_times` a third run on `device` times each kernel and is checked
+/// ([`kernel_times_hold`]).
+fn run_model_on(quick: bool, device: KernelDevice, kernel_times: bool) -> Result<()> {
     let name = match device {
         KernelDevice::Lavapipe => "lavapipe",
         KernelDevice::Wgpu => "wgpu",
         KernelDevice::Cuda => "cuda",
     };
     let presets = if quick { "tiny" } else { "mini,base" };
-    let mut lines = Vec::new();
-    for on in ["cpu", name] {
-        lines.extend(capture_lines(
+    // With --kernel-times the device's steps a third time, timed kernel by
+    // kernel: the table's rates are the untimed runs', whatever timing
+    // costs (three round trips to cubecl's server per launch).
+    let timed_run = kernel_times.then_some((name, true));
+    let (mut lines, mut untimed) = (Vec::new(), 0);
+    for (on, timed) in [("cpu", false), (name, false)].into_iter().chain(timed_run) {
+        let run = capture_lines(
             model_step()?
                 .args(["--presets", presets, "--batch", "8", "--seq", "128"])
                 .args(["--device", on])
@@ -262,9 +279,31 @@ fn run_model_on(quick: bool, device: KernelDevice) -> Result<()> {
                     &["--warmup", "1", "--steps", "2"][..]
                 } else {
                     &[][..]
+                })
+                .args(if timed {
+                    &["--kernel-times"][..]
+                } else {
+                    &[][..]
                 }),
             "the model_step benchmark",
-        )?);
+        )?;
+        if timed {
+            // A timed run that printed nothing (or fewer models) would
+            // otherwise pass unchecked.
+            if run.is_empty() || run.len() != untimed {
+                bail!(
+                    "model_step --kernel-times printed {} lines for the {untimed} of the \
+                     untimed run on {name}",
+                    run.len()
+                );
+            }
+            run.iter().try_for_each(kernel_times_hold)?;
+        } else {
+            if on != "cpu" {
+                untimed = run.len();
+            }
+            lines.extend(run);
+        }
     }
     let rate = |line: &serde_json::Value| line["samples_per_s"].as_f64().unwrap_or(f64::NAN);
     println!("model      cpu samples/s   {name} samples/s   {name} ÷ cpu");
@@ -282,6 +321,36 @@ fn run_model_on(quick: bool, device: KernelDevice) -> Result<()> {
                 rate(other) / rate(cpu)
             );
         }
+    }
+    Ok(())
+}
+
+/// A `--kernel-times` line's times are whole and fit: every dispatch of
+/// the step timed once (or counted unmeasured) and the kernels' time within
+/// the step's (one queue runs them one after another inside it; 5% for the
+/// clocks' difference). A timing lost or counted twice fails it.
+fn kernel_times_hold(line: &serde_json::Value) -> Result<()> {
+    let number = |key: &str| {
+        line[key]
+            .as_f64()
+            .with_context(|| format!("model_step's line has no {key}: {line}"))
+    };
+    line["kernel_ms_by_kind"]
+        .as_object()
+        .context("no kernel_ms_by_kind")?;
+    let (total, step) = (number("kernel_ms_per_step")?, number("step_ms")?);
+    let timed = number("kernels_timed_per_step")? + number("kernels_unmeasured_per_step")?;
+    // Printed with one decimal: a kernel missing in 2 or 5 steps moves the
+    // count by at least 0.2.
+    let dispatched = number("dispatches_per_step")?;
+    if (timed - dispatched).abs() > 0.06 {
+        bail!(
+            "{timed} kernels timed per step for {dispatched} dispatched (a measurement \
+             cubecl refused or lost is in neither): {line}"
+        );
+    }
+    if !(total > 0.0 && total <= 1.05 * step) {
+        bail!("{total:.2} ms of kernels in a {step:.1} ms step: {line}");
     }
     Ok(())
 }
@@ -429,6 +498,11 @@ mod tests {
                 ][..],
                 "--precision",
             ),
+            (&["bench", "model", "--kernel-times"][..], "--kernel-times"),
+            (
+                &["bench", "optim", "--device", "lavapipe", "--kernel-times"][..],
+                "--kernel-times",
+            ),
         ] {
             let args = testing::parsed_as!(Bench, argv);
             let error = super::flags_apply(&args).unwrap_err().to_string();
@@ -438,6 +512,7 @@ mod tests {
             &["bench", "kernels", "--device", "wgpu"][..],
             &["bench", "optim", "--device", "lavapipe"][..],
             &["bench", "model", "--precision", "bf16"][..],
+            &["bench", "model", "--device", "lavapipe", "--kernel-times"][..],
         ] {
             let args = testing::parsed_as!(Bench, argv);
             assert!(super::flags_apply(&args).is_ok(), "{argv:?}");
@@ -449,6 +524,53 @@ mod tests {
         let message = testing::rejection(&["bench", "models"]);
         for valid in ["kernels", "optim", "comm"] {
             assert!(message.contains(valid), "{valid} not listed:\n{message}");
+        }
+    }
+
+    /// A device line of `model_step --kernel-times` shaped like stop 95's
+    /// (BERT-Tiny on lavapipe), one launch unmeasured, with `change`
+    /// applied.
+    fn kernel_line(change: impl FnOnce(&mut serde_json::Value)) -> serde_json::Value {
+        let mut line = serde_json::json!({
+            "step_ms": 6664.9, "dispatches_per_step": 213.0,
+            "kernel_ms_per_step": 6477.1,
+            "kernel_ms_by_kind": {"matmul": 4739.92, "reduce": 235.92, "copy": 76.21,
+                                  "elementwise": 789.58, "other": 635.47},
+            "kernels_timed_per_step": 212.0, "kernels_unmeasured_per_step": 1.0,
+        });
+        change(&mut line);
+        line
+    }
+
+    #[test]
+    fn kernel_times_must_cover_every_dispatch_once_and_fit_in_the_step() {
+        assert!(super::kernel_times_hold(&kernel_line(|_| ())).is_ok());
+        for (change, why) in [
+            (
+                (|l: &mut serde_json::Value| l["kernels_timed_per_step"] = 424.0.into())
+                    as fn(&mut serde_json::Value),
+                "timed per step",
+            ),
+            (
+                |l| l["kernels_unmeasured_per_step"] = 0.0.into(),
+                "timed per step",
+            ),
+            (
+                |l| {
+                    l["kernel_ms_per_step"] = 12954.2.into();
+                    l["kernel_ms_by_kind"]["matmul"] = 11217.02.into();
+                },
+                "in a 6664.9 ms step",
+            ),
+            (
+                |l| l["kernel_ms_by_kind"] = "none".into(),
+                "kernel_ms_by_kind",
+            ),
+        ] {
+            let error = super::kernel_times_hold(&kernel_line(change))
+                .unwrap_err()
+                .to_string();
+            assert!(error.contains(why), "{why}: {error}");
         }
     }
 }

@@ -264,6 +264,11 @@ fn make_executable(path: &Path) -> Result<()> {
     Ok(())
 }
 
+/// `run.sh`'s tests, with stub binaries (this file's limit).
+#[cfg(test)]
+#[path = "bundle_run_tests.rs"]
+mod run_script_tests;
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -288,136 +293,6 @@ mod tests {
         );
         assert!(is_system("libc.so.6") && is_system("libm.so.6"));
         assert!(!is_system("libmpi.so.40") && !is_system("libhwloc.so.15"));
-    }
-
-    #[test]
-    fn the_run_script_has_help_and_runs_both_frameworks() {
-        assert!(RUN_SH.starts_with("#!/usr/bin/env bash"));
-        for part in [
-            "--help",
-            "bin/model_step",
-            "pytorch_bert_step.py",
-            "--precision",
-            "LD_LIBRARY_PATH",
-            "bin/terse-comm-check --nccl",
-            "bin/terse-gpu-exchange-check",
-            "source \"$here/cuda_env.sh\"",
-        ] {
-            assert!(RUN_SH.contains(part), "run.sh lacks {part}");
-        }
-        for part in ["libnvrtc.so", "libcublas.so", "libnccl.so.2", "CUDA_PATH"] {
-            assert!(CUDA_ENV_SH.contains(part), "cuda_env.sh lacks {part}");
-        }
-    }
-
-    /// `run.sh --device cuda` with stub binaries: a `model_step` that hangs
-    /// in bf16 and a Python that has "torch" and prints a row for each
-    /// precision. Each terse row is followed by the PyTorch rows it is
-    /// compared with, the hung row is stopped at `--row-limit` and named,
-    /// and every PyTorch row still runs.
-    #[test]
-    fn the_run_script_pairs_the_rows_and_stops_one_past_its_limit() {
-        let scratch = tempfile::tempdir().unwrap();
-        let bundle = scratch.path();
-        let write = |name: &str, text: &str| {
-            let path = bundle.join(name);
-            std::fs::create_dir_all(path.parent().unwrap()).unwrap();
-            std::fs::write(&path, text).unwrap();
-            make_executable(&path).unwrap();
-        };
-        write("run.sh", RUN_SH);
-        write("cuda_env.sh", CUDA_ENV_SH);
-        write("benches/pytorch_bert_step.py", "");
-        // Both stubs print the row of the precision they are given.
-        let row = r#"while [ $# -gt 0 ]; do [ "$1" = --precision ] && p=$2; shift; done
-echo "{\"preset\": \"base\", \"batch\": 32, \"precision\": \"$p\", \"samples_per_s\": 1.0}""#;
-        write(
-            "bin/model_step",
-            &format!(
-                "#!/bin/sh\ncase \"$*\" in *--matmul-precision*) echo '{{}}'; exit 0 ;; \
-                 *'--precision bf16'*) exec sleep 30 ;; esac\n\
-                 [ -n \"${{STUB_MARK:-}}\" ] && {{ sleep 3; touch \"$STUB_MARK\"; }}\n{row}\n"
-            ),
-        );
-        write(
-            "python",
-            &format!(
-                "#!/bin/sh\ncase \"$1\" in -c) case \"$2\" in *nvidia*) exit 1 ;; esac; exit 0 ;; \
-                 -) cat > /dev/null; exit 0 ;; esac\n{row}\n"
-            ),
-        );
-        let python = bundle.join("python");
-        let out = bundle.join("out");
-        let started = std::time::Instant::now();
-        let output = Command::new("bash")
-            .arg(bundle.join("run.sh"))
-            .args(["--device", "cuda", "--batches", "32", "--row-limit", "2"])
-            .arg("--python")
-            .arg(&python)
-            .arg("--out")
-            .arg(&out)
-            .output()
-            .unwrap();
-        let said = String::from_utf8_lossy(&output.stdout).to_string()
-            + &String::from_utf8_lossy(&output.stderr);
-        assert!(started.elapsed().as_secs() < 20, "{said}");
-        // The hung row failed the run, and nothing else did.
-        assert_eq!(output.status.code(), Some(1), "{said}");
-        let rows: Vec<&str> = said
-            .lines()
-            .filter_map(|line| line.strip_prefix("== "))
-            .collect();
-        assert_eq!(
-            rows,
-            [
-                "terse on cuda, batch 32, fp32",
-                "PyTorch on cuda, batch 32, fp32",
-                "PyTorch on cuda, batch 32, tf32",
-                "terse on cuda, batch 32, bf16",
-                "PyTorch on cuda, batch 32, bf16",
-                "PyTorch on cuda, batch 32, fp16",
-            ],
-            "{said}"
-        );
-        let read = |name: &str| std::fs::read_to_string(out.join(name)).unwrap_or_default();
-        assert_eq!(
-            read("timed-out.txt"),
-            "terse batch 32 bf16: stopped after 2 s (--row-limit)\n"
-        );
-        assert_eq!(read("terse.jsonl").lines().count(), 1, "{said}");
-        let torch = read("pytorch.jsonl");
-        for precision in ["fp32", "tf32", "bf16", "fp16"] {
-            assert!(torch.contains(&format!("\"{precision}\"")), "{torch}");
-        }
-        // A limit that is not whole seconds is refused before any row.
-        let refused = Command::new("bash")
-            .arg(bundle.join("run.sh"))
-            .args(["--row-limit", "1.5"])
-            .output()
-            .unwrap();
-        assert_eq!(refused.status.code(), Some(2));
-        assert!(
-            String::from_utf8_lossy(&refused.stderr).contains("--row-limit takes whole seconds")
-        );
-        // A caller's own limit (the GPU call's `timeout` around run.sh)
-        // stops the row running then too: the stub's fp32 row, 3 s long
-        // (its mark written at the end), is cut at 1 s with run.sh, and
-        // no mark appears after.
-        let mark = bundle.join("row-ran-on");
-        let cut = Command::new("timeout")
-            .args(["-k", "1", "1", "bash"])
-            .arg(bundle.join("run.sh"))
-            .args(["--device", "cuda", "--batches", "32", "--row-limit", "20"])
-            .arg("--python")
-            .arg(&python)
-            .arg("--out")
-            .arg(bundle.join("cut"))
-            .env("STUB_MARK", &mark)
-            .output()
-            .unwrap();
-        assert_eq!(cut.status.code(), Some(124));
-        std::thread::sleep(std::time::Duration::from_secs(4));
-        assert!(!mark.exists(), "the row went on after run.sh was stopped");
     }
 
     /// The headers NVRTC may be asked for: the four every run may include,

@@ -8,7 +8,7 @@ usage() {
     cat <<'EOF'
 usage: run.sh [--device cuda|cuda:N|wgpu|lavapipe] [--presets base] [--batches "8 32"]
               [--precisions "fp32 bf16"] [--python PYTHON] [--out DIR] [--quick]
-              [--row-limit S] [--nccl-check]
+              [--row-limit S] [--kernel-times] [--nccl-check]
 
 Times terse's training step (bin/model_step) on the device for each batch
 size and precision, and PyTorch's (benches/pytorch_bert_step.py, if PYTHON
@@ -23,6 +23,7 @@ measured:
                        dispatches per step by kind
   terse-kernels-*.txt  dispatches per step by kernel
   pytorch.jsonl        one line per (preset, batch, precision)
+  terse-kernel-times.jsonl, terse-kernel-times-*.txt  with --kernel-times
   machine.txt          nvidia-smi, the bundle's binaries, torch's version
   matmul-precision.json  an f32 matmul on the device against float64: TF32
                        (relative error ~1e-4..1e-3) or full f32 (~1e-6)
@@ -48,6 +49,15 @@ measured:
              take, kernel compilation and model set-up included; a row
              past it is stopped, named in timed-out.txt, and the rest still
              run [no limit]
+  --kernel-times  after every row, terse's steps once more per batch and
+             precision with each kernel timed on the device (model_step
+             --kernel-times, 1 warmup + 2 steps): kernel milliseconds per
+             step by kind in terse-kernel-times.jsonl, the costliest
+             kernels in terse-kernel-times-b<batch>-<precision>.txt. Apart
+             from the timed rows (timing adds three round trips to
+             cubecl's server per launch), and after PyTorch's, so a run cut short keeps the
+             comparison. While the GPU waits for the host a kernel's
+             window also holds its launch: an upper bound then
   --nccl-check  last, `bin/terse-comm-check --nccl` on the GPU of this
              process (a world of one: every collective through NCCL, from
              host and from GPU buffers, against the host path bit for bit),
@@ -62,7 +72,7 @@ EOF
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 device=cuda presets=base batches="8 32" precisions="" python=python3 out=${OUT:-./out} quick=0
-nccl_check=0 row_limit=""
+nccl_check=0 row_limit="" kernel_times=0
 while [[ $# -gt 0 ]]; do
     case $1 in
         -h|--help) usage; exit 0 ;;
@@ -74,6 +84,7 @@ while [[ $# -gt 0 ]]; do
         --out) out=$2; shift 2 ;;
         --quick) quick=1; presets=tiny; batches=8; shift ;;
         --nccl-check) nccl_check=1; shift ;;
+        --kernel-times) kernel_times=1; shift ;;
         --row-limit) row_limit=$2; shift 2 ;;
         *) echo "run.sh: unknown argument $1 (see --help)" >&2; exit 2 ;;
     esac
@@ -150,6 +161,26 @@ terse_row() {
         return
     fi
     tail -n 1 "$out/terse.jsonl"
+    ran+=("$batch $precision")
+}
+
+# kernel_times_row BATCH PRECISION: terse's steps with every kernel timed
+# on the device, apart from the timed rows.
+kernel_times_row() {
+    local batch=$1 precision=$2
+    echo "== terse kernel times on $device, batch $batch, $precision"
+    local kernels="$out/terse-kernel-times-b$batch-$precision.txt"
+    if ! row "terse kernel times batch $batch $precision" "$here/bin/model_step" \
+        --presets "$presets" --batch "$batch" --seq 128 --device "$device" \
+        --precision "$precision" --warmup 1 --steps 2 --kernel-times \
+        >> "$out/terse-kernel-times.jsonl" 2> "$kernels"; then
+        echo "terse's kernel times failed on $device (batch $batch, $precision):" >&2
+        tail -5 "$kernels" >&2
+        failed=1
+        return
+    fi
+    tail -n 1 "$out/terse-kernel-times.jsonl"
+    grep " ms per step " "$kernels" | cut -c 1-150
 }
 
 torch_row() {
@@ -185,6 +216,7 @@ compared_with() {
         *) echo "$1" ;;
     esac
 }
+ran=()
 for batch in $batches; do
     torch_done=" "
     for precision in $precisions; do
@@ -226,6 +258,12 @@ for t in terse:
         row += f"  {mine['in_use']:.0f} / {theirs['in_use']:.0f} ({theirs['peak_in_use']:.0f})"
     print(row)
 PY
+if [[ $kernel_times == 1 ]]; then
+    [[ ${#ran[@]} == 0 ]] && echo "(--kernel-times: no row of terse's ran, nothing to time)" >&2
+    for pair in ${ran[@]+"${ran[@]}"}; do
+        kernel_times_row $pair
+    done
+fi
 if [[ $nccl_check == 1 ]]; then
     # A world of one without mpirun (bootstrapped without MPI, which on a
     # bare machine would lack OpenMPI's plugins): NCCL on this process's

@@ -17,7 +17,10 @@
 //! kernel dispatches are counted by kind (matmul, elementwise, reduce,
 //! copy, other: `terse_kernels::dispatches`), a proxy for launch overhead
 //! that lavapipe measures without a GPU; `TERSE_BENCH_KERNELS=1` lists them
-//! per kernel on stderr. There the device runs behind the host (burn
+//! per kernel on stderr. With `--kernel-times` each of them is also timed on
+//! the device (`DispatchCounter::start_timed`): the per-op breakdown on a
+//! cubecl device, by kind (`kernel_ms_by_kind`), where the host-timed
+//! classes of `breakdown_ms` see only the queueing. There the device runs behind the host (burn
 //! queues work): a step reads its loss once, after the update is queued,
 //! as the trainer does and as PyTorch's script ends its step with
 //! `loss.item()`, so the step's time includes its own device work and
@@ -49,7 +52,7 @@ use terse_fused::{
     self as fused,
     op_profile::{self, OpClass},
 };
-use terse_kernels::dispatches::{DispatchCounter, DispatchKind};
+use terse_kernels::dispatches::{DispatchCounter, DispatchKind, KernelTimes};
 use terse_models::bert::{BertForPreTraining, BertInput, BertPreset};
 use terse_models::{ResnetConfig, ResnetDepth};
 use terse_optim::WithMoments;
@@ -115,6 +118,12 @@ struct Args {
     /// The linear layers' matmuls launch cubek's routine NAME (a cubecl device only)
     #[arg(long, value_name = "NAME")]
     matmul: Option<String>,
+    /// Also time every kernel of the timed steps on the device (a cubecl device only): the step's
+    /// kernel time by kind in the JSON line (kernel_ms_by_kind), the costliest kernels on stderr.
+    /// Two timestamps around each kernel, read after the steps, so the kernels still run back to
+    /// back; on a wgpu adapter without timestamp queries the host times each with a wait
+    #[arg(long)]
+    kernel_times: bool,
     /// Passed by `cargo bench`; ignored
     #[arg(long, hide = true)]
     bench: bool,
@@ -171,6 +180,36 @@ impl Args {
     }
 }
 
+/// What the timed steps watch on a cubecl device.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Watch {
+    /// Nothing (the CPU).
+    Nothing,
+    /// Kernel dispatches, counted.
+    Dispatches,
+    /// Dispatches, counted and timed (`--kernel-times`).
+    KernelTimes,
+}
+
+impl Watch {
+    /// What watches the timed steps' launches.
+    fn counter(self) -> Option<DispatchCounter> {
+        match self {
+            Watch::Nothing => None,
+            Watch::Dispatches => Some(DispatchCounter::start()),
+            Watch::KernelTimes => Some(DispatchCounter::start_timed()),
+        }
+    }
+
+    fn of(args: &Args) -> Self {
+        match (args.device.is_cpu(), args.kernel_times) {
+            (true, _) => Self::Nothing,
+            (false, false) => Self::Dispatches,
+            (false, true) => Self::KernelTimes,
+        }
+    }
+}
+
 /// Mean times of the timed steps, in milliseconds.
 struct Timings {
     step: f64,
@@ -181,12 +220,34 @@ struct Timings {
     classes: [f64; OpClass::ALL.len()],
     /// Kernel dispatches per timed step by kind, on a cubecl device.
     dispatches: Option<Vec<(DispatchKind, f64)>>,
+    /// `--kernel-times`: the timed steps' kernel times (totals).
+    kernel_times: Option<KernelTimes>,
+    /// Timed steps.
+    steps: f64,
     /// The device's memory after the last step, on a cubecl device (the
     /// trainer's `device_memory_mb`).
     memory: Option<cubecl::MemoryUsage>,
     /// fp16: the loss scale after the last step and the timed steps that
     /// overflowed (skipped, as the trainer skips them).
     loss_scale: Option<(f64, u64)>,
+}
+
+impl Timings {
+    /// Nothing summed yet over `steps` timed steps.
+    fn zero(steps: f64) -> Self {
+        Timings {
+            step: 0.0,
+            forward: 0.0,
+            backward: 0.0,
+            device_wait: 0.0,
+            classes: [0.0; OpClass::ALL.len()],
+            dispatches: None,
+            kernel_times: None,
+            steps,
+            memory: None,
+            loss_scale: None,
+        }
+    }
 }
 
 /// Runs `warmup + steps` training steps of `model` (forward and loss by
@@ -197,7 +258,7 @@ fn time_steps<M: Module>(
     mut model: M,
     warmup: usize,
     steps: usize,
-    on_cube: bool,
+    watch: Watch,
     sync_phases: bool,
     scales_loss: bool,
     loss: impl Fn(&M) -> Tensor<1>,
@@ -216,16 +277,7 @@ fn time_steps<M: Module>(
     // Gathered after the first forward pass: burn initialises parameters
     // lazily, on first use.
     let mut flat: Option<FlatModel> = None;
-    let mut sums = Timings {
-        step: 0.0,
-        forward: 0.0,
-        backward: 0.0,
-        device_wait: 0.0,
-        classes: [0.0; OpClass::ALL.len()],
-        dispatches: None,
-        memory: None,
-        loss_scale: None,
-    };
+    let mut sums = Timings::zero(steps as f64);
     // fp16: the trainer's dynamic loss scaling (DeepSpeed's defaults, as
     // PyTorch's GradScaler: 2^16, halved on an overflow), its cost in the
     // step as in PyTorch's fp16 column: the loss scaled, the gradient's
@@ -235,10 +287,10 @@ fn time_steps<M: Module>(
     let mut skipped_timed = 0u64;
     let mut counter = None;
     for step in 0..warmup + steps {
-        if step == warmup && on_cube {
+        if step == warmup {
             // The timed steps' dispatches (the warmup's autotuning and
             // first-use copies left out).
-            counter = Some(DispatchCounter::start());
+            counter = watch.counter();
         }
         op_profile::start();
         let start = Instant::now();
@@ -297,6 +349,10 @@ fn time_steps<M: Module>(
         }
     }
     let n = steps as f64;
+    let kernel_times = counter
+        .as_ref()
+        .filter(|_| watch == Watch::KernelTimes)
+        .map(DispatchCounter::kernel_times);
     let dispatches = counter.map(|counter| per_step(&counter, n));
     let memory = flat.as_ref().and_then(FlatModel::device_memory);
     Timings {
@@ -308,6 +364,8 @@ fn time_steps<M: Module>(
         device_wait: sums.device_wait / n,
         classes: sums.classes.map(|ms| ms / n),
         dispatches,
+        kernel_times,
+        steps: n,
     }
 }
 
@@ -338,73 +396,19 @@ fn unscale_or_skip(flat: &mut FlatModel, scaler: &mut LossScaler, scaling: &Loss
     clean
 }
 
-/// One JSON line: throughput, the forward / backward / rest split and the
-/// per-class breakdown ("other": the step less every timed class and the
-/// wait at its end).
-fn report(name: &str, device: &terse_train::DeviceChoice, batch: usize, extra: &str, t: &Timings) {
-    // Which GPU (or adapter) the numbers are of, beside the choice's name.
-    let hardware = device
-        .hardware()
-        .map_or(String::new(), |name| format!(" \"hardware\": {name:?},"));
-    let mut breakdown: Vec<String> = OpClass::ALL
-        .iter()
-        .zip(t.classes)
-        .map(|(class, ms)| format!("\"{}\": {ms:.1}", class.name()))
-        .collect();
-    breakdown.push(format!(
-        "\"other\": {:.1}",
-        t.step - t.device_wait - t.classes.iter().sum::<f64>()
-    ));
-    let mut device_fields = t.dispatches.as_ref().map_or(String::new(), |kinds| {
-        let total: f64 = kinds.iter().map(|(_, n)| n).sum();
-        let each: Vec<String> = kinds
-            .iter()
-            .map(|(kind, n)| format!("\"{}\": {n:.1}", kind.name()))
-            .collect();
-        format!(
-            ", \"dispatches_per_step\": {total:.1}, \"dispatches_by_kind\": {{{}}}",
-            each.join(", ")
-        )
-    });
-    if let Some(memory) = &t.memory {
-        device_fields += &format!(
-            ", \"device_memory_mb\": {{\"in_use\": {:.3}, \"reserved\": {:.3}}}",
-            memory.bytes_in_use as f64 / 1e6,
-            memory.bytes_reserved as f64 / 1e6
-        );
-    }
-    if let Some((scale, skipped)) = t.loss_scale {
-        device_fields +=
-            &format!(", \"loss_scale\": {scale}, \"overflow_skipped_steps\": {skipped}");
-    }
-    if let Some(name) = fused::named_linear_matmul() {
-        device_fields += &format!(
-            ", \"matmul\": \"{name}\", \"matmul_declined\": {}, \"matmul_first_decline\": {:?}",
-            fused::declined_matmuls(),
-            fused::first_decline_reason().unwrap_or_default()
-        );
-    }
-    println!(
-        "{{\"framework\": \"terse\", \"device\": \"{device}\",{hardware} \"preset\": \"{name}\", \"batch\": {batch},{extra} \
-         \"threads\": {}, \"samples_per_s\": {:.3}, \"step_ms\": {:.1}, \"forward_ms\": {:.1}, \
-         \"backward_ms\": {:.1}, \"optimizer_ms\": {:.1}, \"device_wait_ms\": {:.1}, \
-         \"breakdown_ms\": {{{}}}{device_fields}}}",
-        rayon::current_num_threads(),
-        batch as f64 / (t.step / 1e3),
-        t.step,
-        t.forward,
-        t.backward,
-        t.step - t.forward - t.backward - t.device_wait,
-        t.device_wait,
-        breakdown.join(", "),
-    );
-}
+mod report;
+
+use report::report;
 
 fn main() {
     let args = <Args as clap::Parser>::parse();
     let presets = args.presets();
     if let Err(e) = args.precision.check_device(&args.device) {
         eprintln!("model_step: error: {e}");
+        std::process::exit(1)
+    }
+    if args.kernel_times && args.device.is_cpu() {
+        eprintln!("model_step: error: --kernel-times: a cubecl device only (wgpu, lavapipe, cuda)");
         std::process::exit(1)
     }
     if args.precision.half().is_some() && presets.contains(&Bench::Resnet20) {
@@ -521,7 +525,7 @@ fn bert(args: &Args, preset: BertPreset, device: &Device) {
         model,
         args.warmup(),
         args.steps(),
-        !args.device.is_cpu(),
+        Watch::of(args),
         args.sync_phases,
         args.precision.scales_loss(),
         |model| {
@@ -557,7 +561,7 @@ fn resnet20(args: &Args, device: &Device) {
         model,
         args.warmup(),
         args.steps(),
-        !args.device.is_cpu(),
+        Watch::of(args),
         args.sync_phases,
         false,
         |model| fused::cross_entropy(model.forward(images.clone()), labels.clone()),
