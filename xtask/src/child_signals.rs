@@ -15,7 +15,8 @@
 //! kills them one second later (`odls_base_sigkill_timeout`), which cuts a
 //! large model's checkpoint short and hides the ranks' "stopped at step N"
 //! line. Signalled themselves, the ranks agree on a step, checkpoint it and
-//! exit 143, and mpirun reports that status. Only when no rank runs here
+//! end, rank 0 with 143 (the others with 0, so that mpirun does not kill
+//! rank 0 before its line), and mpirun reports that status. Only when no rank runs here
 //! (every host elsewhere) does mpirun get the signal, as SIGTERM.
 
 use std::os::unix::process::CommandExt as _;
