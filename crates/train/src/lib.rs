@@ -36,6 +36,7 @@ mod out_of_memory;
 pub mod overrides;
 mod precision;
 mod progress;
+mod rank_exchange;
 mod rank_phase;
 mod ready_gradient;
 pub mod run_dir;

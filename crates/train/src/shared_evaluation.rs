@@ -8,9 +8,10 @@
 //! held-out sequences) or on one process of many under `mpirun`.
 
 use burn::tensor::Device;
-use terse_comm::{CommError, Communicator};
+use terse_comm::Communicator;
 
 use crate::TrainError;
+use crate::rank_exchange::{all_gather_bytes, all_succeeded};
 use crate::task::Task;
 
 /// Metrics as [`Task::eval_metrics`] names them, on the lead rank.
@@ -23,7 +24,7 @@ type LeadMetrics = Option<Vec<(String, f64)>>;
 /// the lead rank's model is the one evaluated, as `terse eval` evaluates
 /// rank 0's checkpoint). A collective where shared: every rank calls it
 /// with the same `models_agree`. A rank whose share fails returns its
-/// error and the others [`CommError::PeerFailed`] naming it, instead of
+/// error and the others [`terse_comm::CommError::PeerFailed`] naming it, instead of
 /// waiting for it.
 pub(crate) fn evaluate_shared<T: Task>(
     task: &T,
@@ -46,44 +47,19 @@ pub(crate) fn evaluate_shared<T: Task>(
         .step_by(world)
         .map(|batch| task.eval_batch(model, batch, device))
         .collect();
-    let message = mine.as_ref().ok().map(|outputs| encode(outputs));
-    // Every rank's [succeeded, message bytes], so that a failed share ends
-    // the evaluation on every rank at once.
-    let head = message.as_ref().map_or([0, 0], |bytes| {
-        [
-            1,
-            u32::try_from(bytes.len()).expect("under 4 GiB of outputs"),
-        ]
-    });
-    let mut heads = vec![0u32; 2 * world];
-    comm.all_gather_u32(&head, &mut heads)?;
-    mine?;
-    if let Some(failed) = (0..world).find(|&r| heads[2 * r] == 0) {
-        return Err(CommError::PeerFailed {
-            rank: failed,
-            reason: "its share of the held-out evaluation failed".into(),
-        }
-        .into());
-    }
-    let longest = (0..world)
-        .map(|r| heads[2 * r + 1] as usize)
-        .max()
-        .unwrap_or(0);
-    let mut send = message.unwrap_or_default();
-    send.resize(longest, 0);
-    let mut all = vec![0u8; longest * world];
-    comm.all_gather_u8(&send, &mut all)?;
+    // A failed share ends the evaluation on every rank at once.
+    let message = all_succeeded(comm, mine.map(|outputs| encode(&outputs)), || {
+        "its share of the held-out evaluation failed".into()
+    })?;
+    let shares = all_gather_bytes(comm, &message)?;
     if rank != 0 {
         return Ok(None);
     }
-    let shares: Vec<Vec<Vec<f32>>> = all
-        .chunks_exact(longest.max(1))
-        .zip(0..world)
-        .map(|(bytes, r)| decode(&bytes[..heads[2 * r + 1] as usize]))
+    let mut shares: Vec<_> = shares
+        .iter()
+        .map(|bytes| decode(bytes).into_iter())
         .collect();
-    let batches = task.eval_batches();
-    let mut shares: Vec<_> = shares.into_iter().map(Vec::into_iter).collect();
-    let in_order: Vec<Vec<f32>> = (0..batches)
+    let in_order: Vec<Vec<f32>> = (0..task.eval_batches())
         .map(|batch| shares[batch % world].next().expect("every batch evaluated"))
         .collect();
     task.eval_metrics(&in_order).map(Some)

@@ -107,6 +107,13 @@ pub trait Task: Sync {
     }
 }
 
+/// The items (of `len`, cut into batches of `size`) of held-out batch
+/// `batch`: what each task's [`Task::eval_batch`] evaluates.
+pub(crate) fn eval_range(batch: usize, size: usize, len: usize) -> std::ops::Range<usize> {
+    let first = batch * size;
+    first..(first + size).min(len)
+}
+
 /// `value` (a token id, a class, a count) as one of [`Task::eval_batch`]'s
 /// f32 outputs, which hold integers exactly below 2^24.
 ///

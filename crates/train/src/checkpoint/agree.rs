@@ -6,8 +6,9 @@ use std::path::{Path, PathBuf};
 
 use terse_comm::Communicator;
 
-use super::write::{all_succeeded, remove_own, remove_own_temporaries};
+use super::write::{remove_own, remove_own_temporaries};
 use super::{RankRecord, bad, check_compatible, checkpoints_dir, held, step_dir, step_dirs};
+use crate::rank_exchange::{all_gather_bytes, all_succeeded};
 use crate::{RunConfig, TrainError};
 
 /// The newest step every rank holds: rank 0's committed steps (those with
@@ -99,35 +100,15 @@ fn named_step(dir: &Path, record: &RankRecord) -> u64 {
         .unwrap_or(record.meta.step)
 }
 
-/// Every rank's list of steps (ascending), all-gathered: the lengths first,
-/// then the lists padded to the longest.
+/// Every rank's list of steps (ascending), all-gathered.
 fn all_gather_steps(comm: &dyn Communicator, own: &[u64]) -> Result<Vec<Vec<u64>>, TrainError> {
-    let n = comm.world_size();
-    let mut lengths = vec![0u8; 8 * n];
-    comm.all_gather_u8(&(own.len() as u64).to_le_bytes(), &mut lengths)?;
-    let longest = lengths
-        .chunks_exact(8)
-        .map(|b| u64::from_le_bytes(b.try_into().expect("8 bytes")) as usize)
-        .max()
-        .unwrap_or(0);
-    let mut send = vec![0u8; 8 * longest];
-    for (slot, step) in send.chunks_exact_mut(8).zip(own) {
-        slot.copy_from_slice(&step.to_le_bytes());
-    }
-    let mut all = vec![0u8; 8 * longest * n];
-    comm.all_gather_u8(&send, &mut all)?;
-    Ok(all
-        .chunks_exact(8 * longest.max(1))
-        .zip(lengths.chunks_exact(8))
-        .map(|(steps, length)| {
-            let length = u64::from_le_bytes(length.try_into().expect("8 bytes")) as usize;
-            steps
-                .chunks_exact(8)
-                .take(length)
+    let bytes: Vec<u8> = own.iter().flat_map(|step| step.to_le_bytes()).collect();
+    Ok(all_gather_bytes(comm, &bytes)?
+        .iter()
+        .map(|list| {
+            list.chunks_exact(8)
                 .map(|b| u64::from_le_bytes(b.try_into().expect("8 bytes")))
                 .collect()
         })
-        .chain(std::iter::repeat_with(Vec::new))
-        .take(n)
         .collect())
 }

@@ -23,7 +23,7 @@ use std::collections::BTreeMap;
 use std::fs;
 use std::path::{Path, PathBuf};
 
-use terse_comm::{CommError, Communicator};
+use terse_comm::Communicator;
 
 use super::shared_copies::{
     RankFile, canonical_safetensors, link_or_write, link_sources, write_synced,
@@ -33,6 +33,7 @@ use super::{
     step_dir, step_dirs,
 };
 use crate::out_of_memory::gigabytes;
+use crate::rank_exchange::all_succeeded;
 use crate::{LossScaler, RunConfig, TrainError};
 
 /// Writes one checkpoint collectively: every rank calls it with its own
@@ -146,29 +147,6 @@ fn link_shared(
         }
     }
     Ok(linked)
-}
-
-/// Ends a step of a collective operation: `own` is this rank's outcome; the
-/// ranks all-gather whether theirs succeeded, so a failure on any rank is
-/// an error on every rank (naming the first failed rank; `what` says what
-/// it could not do) instead of a wait for a rank that gave up.
-pub(super) fn all_succeeded<T>(
-    comm: &dyn Communicator,
-    own: Result<T, TrainError>,
-    what: impl FnOnce() -> String,
-) -> Result<T, TrainError> {
-    let mut flags = vec![0u8; comm.world_size()];
-    let gathered = comm.all_gather_u8(&[u8::from(own.is_ok())], &mut flags);
-    let value = own?;
-    gathered?;
-    match flags.iter().position(|&ok| ok == 0) {
-        Some(rank) => Err(CommError::PeerFailed {
-            rank,
-            reason: what(),
-        }
-        .into()),
-        None => Ok(value),
-    }
 }
 
 fn sync(path: &Path) -> Result<(), TrainError> {

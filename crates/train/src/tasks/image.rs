@@ -16,7 +16,7 @@ use terse_data::{
 use terse_models::{ImageClassifier, ImageModelVisitor};
 
 use crate::dispatch::TaskAction;
-use crate::task::{Task, exact_f32};
+use crate::task::{Task, eval_range, exact_f32};
 use crate::{RunConfig, TaskConfig, TrainError};
 
 /// An image-classification task of a run.
@@ -200,8 +200,7 @@ impl<M: ImageClassifier> Task for ImageTask<M> {
 
     /// The predicted classes of test batch `batch`.
     fn eval_batch(&self, model: &M, batch: usize, device: &Device) -> Result<Vec<f32>, TrainError> {
-        let first = batch * EVAL_BATCH;
-        let chunk: Vec<usize> = (first..(first + EVAL_BATCH).min(self.test.len())).collect();
+        let chunk: Vec<usize> = eval_range(batch, EVAL_BATCH, self.test.len()).collect();
         let x = self.images(&self.test, &chunk, 0, false, device)?;
         let predicted = model.logits(x).argmax(1).into_data();
         Ok(predicted.iter::<i64>().map(exact_f32).collect())

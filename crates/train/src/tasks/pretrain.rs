@@ -21,7 +21,7 @@ use terse_models::bert::{BertConfig, BertForPreTraining, save_hf};
 
 use super::export::copy_tokenizer;
 use crate::batch::pretrain_batch;
-use crate::task::{Task, exact_f32};
+use crate::task::{Task, eval_range, exact_f32};
 use crate::{RunConfig, TaskConfig, TrainError};
 
 /// The pre-training task of a run.
@@ -257,8 +257,8 @@ impl Task for PretrainTask {
         batch: usize,
         device: &Device,
     ) -> Result<Vec<f32>, TrainError> {
-        let first = self.train + batch * EVAL_BATCH;
-        let examples = self.examples_at(first..(first + EVAL_BATCH).min(self.shards.len()))?;
+        let held = eval_range(batch, EVAL_BATCH, self.shards.len() - self.train);
+        let examples = self.examples_at(held.map(|i| self.train + i))?;
         let batch = pretrain_batch(&examples, self.pad_id, device)?;
         let out = model.forward(batch.input, batch.masked_positions);
         let loss = model

@@ -24,7 +24,7 @@ use super::export::copy_tokenizer;
 use super::pick;
 use super::weights::Weights;
 use crate::batch::classification_batch;
-use crate::task::{Task, exact_f32};
+use crate::task::{Task, eval_range, exact_f32};
 use crate::{RunConfig, TaskConfig, TrainError};
 
 /// A fine-tuning task on sentence(-pair) classification or regression.
@@ -207,8 +207,7 @@ impl Task for SentenceTask {
         batch: usize,
         device: &Device,
     ) -> Result<Vec<f32>, TrainError> {
-        let first = batch * EVAL_BATCH;
-        let chunk = &self.dev[first..(first + EVAL_BATCH).min(self.dev.len())];
+        let chunk = &self.dev[eval_range(batch, EVAL_BATCH, self.dev.len())];
         let batch = classification_batch(chunk, self.pad_id, device)?;
         let out = model.forward(batch.input);
         Ok(if self.labels == 1 {

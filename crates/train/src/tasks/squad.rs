@@ -21,7 +21,7 @@ use super::export::copy_tokenizer;
 use super::pick;
 use super::weights::Weights;
 use crate::batch::squad_batch;
-use crate::task::Task;
+use crate::task::{Task, eval_range};
 use crate::{RunConfig, TaskConfig, TrainError};
 
 /// The SQuAD task of a run.
@@ -140,8 +140,7 @@ impl Task for SquadTask {
         batch: usize,
         device: &Device,
     ) -> Result<Vec<f32>, TrainError> {
-        let first = batch * EVAL_BATCH;
-        let chunk = &self.dev[first..(first + EVAL_BATCH).min(self.dev.len())];
+        let chunk = &self.dev[eval_range(batch, EVAL_BATCH, self.dev.len())];
         let batch = squad_batch(chunk, self.pad_id, device)?;
         let (start, end) = model.forward(batch.input);
         let mut logits: Vec<f32> = start.into_data().iter::<f32>().collect();
@@ -186,7 +185,7 @@ impl SquadTask {
         }
         let mut logits: Vec<(&[f32], &[f32])> = Vec::with_capacity(self.dev.len());
         for (batch, output) in outputs.iter().enumerate() {
-            let rows = EVAL_BATCH.min(self.dev.len() - batch * EVAL_BATCH);
+            let rows = eval_range(batch, EVAL_BATCH, self.dev.len()).len();
             let (start, end) = output.split_at(output.len() / 2);
             let seq = (start.len() / rows).max(1);
             logits.extend(start.chunks_exact(seq).zip(end.chunks_exact(seq)));
