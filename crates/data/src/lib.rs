@@ -18,6 +18,7 @@ pub mod images;
 mod manifest;
 mod minilm;
 pub mod pretrain;
+mod progress;
 pub mod squad;
 mod tar;
 mod tokenizer;

@@ -154,6 +154,17 @@ impl WordPiece {
         })
     }
 
+    /// SHA-256 of the whole tokenizer as `tokenizers` serialises it
+    /// (vocabulary, normaliser and its settings, pre-tokeniser, template):
+    /// what decides every encoding, whichever file it was made from.
+    pub fn fingerprint(&self) -> Result<String, DataError> {
+        let json = self.inner.to_string(false).map_err(|e| DataError::Format {
+            path: self.path.clone(),
+            detail: format!("serialising the tokenizer: {e}"),
+        })?;
+        Ok(crate::fetch::sha256_bytes(json.as_bytes()))
+    }
+
     /// The special tokens' ids.
     pub fn special(&self) -> SpecialIds {
         self.special

@@ -8,7 +8,6 @@
 use std::path::Path;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-use indicatif::{ProgressBar, ProgressStyle};
 use serde::Serialize;
 
 use super::config::PretrainConfig;
@@ -18,6 +17,7 @@ use super::instances::{
 };
 use super::masking::MaskingVocab;
 use super::shard::write_shard;
+use crate::progress::bar;
 use crate::{DataError, WordPiece};
 use terse_rng::SplitMix64;
 
@@ -38,14 +38,6 @@ pub struct BuildSummary {
     pub shards: Vec<(String, usize)>,
     /// Vocabulary size of the tokenizer.
     pub vocab_size: u32,
-}
-
-fn bar(len: usize, what: &str) -> ProgressBar {
-    ProgressBar::new(len as u64).with_style(
-        ProgressStyle::with_template(&format!("{what} [{{bar:30}}] {{pos}}/{{len}} eta {{eta}}"))
-            .expect("a valid template")
-            .progress_chars("=> "),
-    )
 }
 
 /// The word pieces of every sentence, documents without any dropped, on

@@ -149,11 +149,17 @@ impl<'t> SquadFeaturizer<'t> {
         &self.config
     }
 
+    /// The tokenizer.
+    pub fn tokenizer(&self) -> &WordPiece {
+        self.tokenizer
+    }
+
     /// The features of all `examples`, in order (each example's windows in
     /// context order); `SquadFeature::example` indexes `examples`. Labels
     /// come from each example's first answer. A context with no tokens at
     /// all gives no feature (as in `run_squad.py`).
     pub fn featurize(&self, examples: &[SquadExample]) -> Result<Vec<SquadFeature>, DataError> {
+        let progress = crate::progress::bar(examples.len(), "featurizing questions");
         let mut features = Vec::with_capacity(examples.len() * 5 / 4);
         // A paragraph's questions are consecutive and share its `Arc`:
         // tokenize each context once (SQuAD has ~5 questions per paragraph).
@@ -167,7 +173,9 @@ impl<'t> SquadFeaturizer<'t> {
             if let Some(context) = context {
                 self.windows(index, example, context, &mut features)?;
             }
+            progress.inc(1);
         }
+        progress.finish_and_clear();
         Ok(features)
     }
 

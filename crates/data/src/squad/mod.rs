@@ -5,8 +5,11 @@
 //! text is `terse_eval::squad_answers`, which reads the features' offsets
 //! and max-context flags.
 
+mod cache;
 mod features;
 mod reader;
+
+pub use cache::{FeatureSource, cached_features};
 
 pub use features::{SquadFeature, SquadFeatureConfig, SquadFeaturizer};
 pub use reader::{SquadAnswer, SquadExample, parse_squad, read_squad};

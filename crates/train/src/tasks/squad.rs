@@ -9,7 +9,9 @@ use std::path::{Path, PathBuf};
 
 use burn::module::Module;
 use burn::tensor::{Device, Tensor};
-use terse_data::squad::{SquadExample, SquadFeature, SquadFeatureConfig, SquadFeaturizer};
+use terse_data::squad::{
+    FeatureSource, SquadExample, SquadFeature, SquadFeatureConfig, SquadFeaturizer, cached_features,
+};
 use terse_data::{WordPiece, dataset, read_squad};
 use terse_eval::{
     AnswerConfig, FeatureLogits, QuestionContext, SquadGold, evaluate, predict_answers,
@@ -68,15 +70,20 @@ impl SquadTask {
         )?;
         let dir = dataset("squad-v1.1")?;
         let train = if trained {
-            featurizer.featurize(&read_squad(&dir.join("train-v1.1.json"))?)?
+            let file = dir.join("train-v1.1.json");
+            features(&featurizer, &file, &read_squad(&file)?)?
         } else {
             Vec::new()
         };
-        let mut dev_questions = read_squad(&dir.join("dev-v1.1.json"))?;
+        let file = dir.join("dev-v1.1.json");
+        let mut dev_questions = read_squad(&file)?;
+        // The whole file's features are the ones cached; a question's
+        // windows depend on it alone, and come in question order.
+        let mut dev = features(&featurizer, &file, &dev_questions)?;
         if let Some(n) = *dev_limit {
             dev_questions.truncate(n);
+            dev.truncate(dev.partition_point(|f| f.example < n));
         }
-        let dev = featurizer.featurize(&dev_questions)?;
         let task = Self {
             train,
             dev_questions,
@@ -98,6 +105,37 @@ impl SquadTask {
     pub fn sizes(&self) -> (usize, usize, usize) {
         (self.train.len(), self.dev_questions.len(), self.dev.len())
     }
+}
+
+/// The features of `examples`, read from `file`: from the cache where an
+/// earlier run left them (`terse_data::squad::cached_features`).
+fn features(
+    featurizer: &SquadFeaturizer,
+    file: &Path,
+    examples: &[SquadExample],
+) -> Result<Vec<SquadFeature>, TrainError> {
+    let started = std::time::Instant::now();
+    let cache = terse_data::fetch::cache_dir().join("features");
+    let (features, path, source) = cached_features(featurizer, file, examples, &cache)?;
+    let name = file.file_name().unwrap_or_default().to_string_lossy();
+    let seconds = started.elapsed().as_secs_f64();
+    match source {
+        FeatureSource::Cache => tracing::info!(
+            "{} windows of {name} read from {} in {seconds:.1} s",
+            features.len(),
+            path.display()
+        ),
+        FeatureSource::Featurized { kept } => tracing::info!(
+            "{} questions of {name} featurized in {seconds:.1} s{}",
+            examples.len(),
+            if kept {
+                format!(", kept in {}", path.display())
+            } else {
+                String::new()
+            }
+        ),
+    }
+    Ok(features)
 }
 
 /// Dev features per evaluation batch.
