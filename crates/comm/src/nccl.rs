@@ -15,19 +15,18 @@
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
-use cudarc::driver::{
-    CudaContext, CudaSlice, CudaStream, DevicePtr, DevicePtrMut, DeviceRepr, DeviceSlice,
-    SyncOnDrop, ValidAsZeroBits, sys::CUdeviceptr,
-};
+use cudarc::driver::{CudaContext, CudaSlice, CudaStream, DeviceRepr, ValidAsZeroBits};
 use cudarc::nccl::result::NcclError;
 use cudarc::nccl::{Comm, Id, NcclType, group_end, group_start};
 
+mod borrowed;
 mod failure;
 mod gpu_buffers_check;
 mod libraries;
 
 pub use libraries::missing_libraries;
 
+use self::borrowed::Borrowed;
 use self::failure::nccl_failed;
 use crate::communicator::{Width, record};
 use crate::one_gpu_each::one_gpu_each;
@@ -40,18 +39,26 @@ use crate::{
 /// This rank's NCCL communicator, plus the host one it was bootstrapped
 /// from (used for the cross-rank call checks and for aborting).
 pub struct NcclComm {
-    nccl: Comm,
+    /// NCCL's communicator, its lock the lock of every NCCL and CUDA call.
+    /// `None` once NCCL work failed or timed out after it was queued: that
+    /// work may still be running, reading and writing buffers the caller
+    /// frees or reuses next (cubecl's pool hands them to other kernels on
+    /// its own stream, which nothing orders against this one), so the
+    /// communicator is aborted (`ncclCommAbort`, cudarc's `Drop` for
+    /// `Comm`, which ends the kernels still queued), the stream drained,
+    /// and every later call refused.
+    nccl: Mutex<Option<Comm>>,
     stream: Arc<CudaStream>,
     host: Box<dyn Communicator>,
     meter: TrafficMeter,
-    calls: Mutex<()>,
     /// How long a wait for NCCL's work may take (the host part has its
     /// own, set together by [`Communicator::set_deadline`]).
     deadline: Deadline,
 }
 
-// SAFETY: every NCCL and CUDA call goes through the `calls` mutex, and the
-// stream is only used under it.
+// SAFETY: every NCCL and CUDA call goes through the `nccl` mutex, and the
+// stream is only used under it (but for the self-check's buffers, which
+// `check_gpu_buffers` makes on the one thread that runs it).
 unsafe impl Send for NcclComm {}
 // SAFETY: as above.
 unsafe impl Sync for NcclComm {}
@@ -86,11 +93,10 @@ impl NcclComm {
         let opened = NcclComm::open(host.as_ref(), device);
         match opened {
             Ok((nccl, stream)) => Ok(NcclComm {
-                nccl,
+                nccl: Mutex::new(Some(nccl)),
                 stream,
                 host,
                 meter: TrafficMeter::default(),
-                calls: Mutex::new(()),
                 deadline: Deadline::new(FIRST_DEADLINE),
             }),
             Err(e) => {
@@ -128,8 +134,25 @@ impl NcclComm {
         Ok((nccl, stream))
     }
 
-    fn lock(&self) -> MutexGuard<'_, ()> {
-        self.calls.lock().unwrap_or_else(|p| p.into_inner())
+    fn lock(&self) -> MutexGuard<'_, Option<Comm>> {
+        self.nccl.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// `result` of NCCL work queued under `slot`; on an error the
+    /// communicator is aborted first (see the `nccl` field).
+    fn aborted_on_error<R>(
+        &self,
+        slot: &mut Option<Comm>,
+        result: Result<R, CommError>,
+    ) -> Result<R, CommError> {
+        if result.is_err() {
+            drop(slot.take());
+            // The aborted kernels end; what remains queued is the
+            // caller's own copies. An error here adds nothing to the one
+            // returned.
+            let _ = self.stream.synchronize();
+        }
+        result
     }
 
     /// Runs the cross-rank call check over the host communicator (a tiny
@@ -145,9 +168,9 @@ impl NcclComm {
         for (rank, theirs) in all.chunks(4).enumerate().skip(1) {
             if theirs[..2] != all[..2] {
                 return Err(CommError::CallMismatch {
-                    expected: format!("{kind} (root {})", all[1]),
+                    expected: describe(&all[..2]),
                     rank,
-                    actual: format!("collective #{} (root {})", theirs[0], theirs[1]),
+                    actual: describe(theirs),
                 });
             }
             if theirs[2..] != all[2..4] {
@@ -169,10 +192,12 @@ impl NcclComm {
             .map_err(|e| backend(format!("{e:?}")))
     }
 
-    /// Runs the NCCL call `op` (named `call` in its error) from `send` into
-    /// a new device buffer as long as `out`, and copies that into `out`.
+    /// Runs the NCCL call `op` (named `call` in its error) of the
+    /// communicator in `slot` from `send` into a new device buffer as long
+    /// as `out`, and copies that into `out`.
     fn on_device<T: DeviceRepr + ValidAsZeroBits + NcclType + Copy, R>(
         &self,
+        slot: &mut Option<Comm>,
         send: CudaSlice<T>,
         out: &mut [T],
         call: &'static str,
@@ -182,9 +207,12 @@ impl NcclComm {
             .stream
             .alloc_zeros::<T>(out.len())
             .map_err(|e| backend(format!("{e:?}")))?;
-        op(&self.nccl, &send, &mut recv).map_err(|e| nccl_failed(call, &e))?;
-        // Before the copy, which would wait for NCCL without a deadline.
-        self.finish(call)?;
+        let queued = live(slot)
+            .and_then(|nccl| op(nccl, &send, &mut recv).map_err(|e| nccl_failed(call, &e)))
+            // Before the copy, which would wait for NCCL without a deadline.
+            .and_then(|_| self.finish(call));
+        // While `send` and `recv` are held: NCCL may still be using them.
+        self.aborted_on_error(slot, queued)?;
         self.stream
             .memcpy_dtoh(&recv, out)
             .map_err(|e| backend(format!("{e:?}")))?;
@@ -209,7 +237,8 @@ fn host_for_nccl() -> Result<Box<dyn Communicator>, CommError> {
 /// point-to-point calls report theirs (cudarc's `Group` unwraps it in its
 /// `Drop`: a panic, and an abort while unwinding). A call that failed
 /// inside the group leaves the others launched, unmatched on the peers:
-/// as after a timeout, the job is to be aborted.
+/// as after a timeout, the communicator is aborted (`aborted_on_error`)
+/// and so is the job.
 fn grouped(calls: impl FnOnce() -> Result<(), CommError>) -> Result<(), CommError> {
     group_start().map_err(|e| nccl_failed("ncclGroupStart", &e))?;
     let queued = calls();
@@ -217,125 +246,82 @@ fn grouped(calls: impl FnOnce() -> Result<(), CommError>) -> Result<(), CommErro
     queued.and(ended.map(drop))
 }
 
-/// A buffer of another owner (cubecl's memory pool) at a device address, as
-/// cudarc's NCCL calls take one: `len` elements of `T` at `ptr`. The owner
-/// has ordered its writes before the call (see [`GpuCollectives`]), so
-/// nothing waits.
-struct Borrowed<'a, T> {
-    ptr: u64,
-    len: usize,
-    stream: &'a Arc<CudaStream>,
-    element: std::marker::PhantomData<T>,
-}
-
-impl<'a, T> Borrowed<'a, T> {
-    fn new(ptr: u64, len: usize, stream: &'a Arc<CudaStream>) -> Self {
-        Borrowed {
-            ptr,
-            len,
-            stream,
-            element: std::marker::PhantomData,
-        }
-    }
-
-    fn f32(buffer: GpuF32, stream: &'a Arc<CudaStream>) -> Self {
-        Borrowed::new(buffer.ptr, buffer.len, stream)
-    }
-
-    /// `len` bytes from byte `start` of `buffer`.
-    fn bytes(buffer: GpuBytes, start: usize, len: usize, stream: &'a Arc<CudaStream>) -> Self {
-        Borrowed::new(buffer.ptr + start as u64, len, stream)
-    }
-}
-
-impl<T> DeviceSlice<T> for Borrowed<'_, T> {
-    fn len(&self) -> usize {
-        self.len
-    }
-
-    fn stream(&self) -> &Arc<CudaStream> {
-        self.stream
-    }
-}
-
-impl<T> DevicePtr<T> for Borrowed<'_, T> {
-    fn device_ptr<'a>(&'a self, _stream: &'a CudaStream) -> (CUdeviceptr, SyncOnDrop<'a>) {
-        (self.ptr, SyncOnDrop::Sync(None))
-    }
-}
-
-impl<T> DevicePtrMut<T> for Borrowed<'_, T> {
-    fn device_ptr_mut<'a>(&'a mut self, _stream: &'a CudaStream) -> (CUdeviceptr, SyncOnDrop<'a>) {
-        (self.ptr, SyncOnDrop::Sync(None))
-    }
-}
-
 impl GpuCollectives for NcclComm {
     unsafe fn allreduce_sum_f32_gpu(&self, send: GpuF32, recv: GpuF32) -> Result<(), CommError> {
-        if send.len != recv.len {
-            return Err(backend(format!(
-                "allreduce on the GPU of {} f32 into {}",
-                send.len, recv.len
-            )));
-        }
+        let unfit = (send.len != recv.len)
+            .then(|| format!("allreduce on the GPU of {} f32 into {}", send.len, recv.len));
         let bytes = send.len * size_of::<f32>();
-        self.on_gpu(Collective::Allreduce, send.len, bytes, |stream| {
-            let mut out = Borrowed::<f32>::f32(recv, stream);
-            let input = Borrowed::<f32>::f32(send, stream);
-            self.nccl
-                .all_reduce(&input, &mut out, &cudarc::nccl::ReduceOp::Sum)
-                .map(drop)
-                .map_err(|e| nccl_failed("ncclAllReduce", &e))
-        })?;
+        self.on_gpu(
+            Collective::Allreduce,
+            send.len,
+            bytes,
+            unfit,
+            |nccl, stream| {
+                let mut out = Borrowed::<f32>::f32(recv, stream);
+                let input = Borrowed::<f32>::f32(send, stream);
+                nccl.all_reduce(&input, &mut out, &cudarc::nccl::ReduceOp::Sum)
+                    .map(drop)
+                    .map_err(|e| nccl_failed("ncclAllReduce", &e))
+            },
+        )?;
         Ok(())
     }
 
     unsafe fn all_to_all_gpu(&self, send: GpuBytes, recv: GpuBytes) -> Result<(), CommError> {
         let n = self.world_size();
-        if send.len != recv.len || !send.len.is_multiple_of(n) {
-            return Err(backend(format!(
+        let unfit = (send.len != recv.len || !send.len.is_multiple_of(n)).then(|| {
+            format!(
                 "all-to-all on the GPU of {} bytes into {} among {n} ranks",
                 send.len, recv.len
-            )));
-        }
+            )
+        });
         let c = send.len / n;
-        self.on_gpu(Collective::AllToAll, send.len, send.len, |stream| {
-            // NCCL has no all-to-all: grouped point-to-point calls, as
-            // PyTorch does (and as the host path does).
-            grouped(|| {
-                for peer in 0..n {
-                    let part = Borrowed::<u8>::bytes(send, peer * c, c, stream);
-                    self.nccl
-                        .send(&part, peer as i32)
-                        .map_err(|e| nccl_failed("ncclSend", &e))?;
-                }
-                for peer in 0..n {
-                    let mut part = Borrowed::<u8>::bytes(recv, peer * c, c, stream);
-                    self.nccl
-                        .recv(&mut part, peer as i32)
-                        .map_err(|e| nccl_failed("ncclRecv", &e))?;
-                }
-                Ok(())
-            })
-        })
+        self.on_gpu(
+            Collective::AllToAll,
+            send.len,
+            send.len,
+            unfit,
+            |nccl, stream| {
+                // NCCL has no all-to-all: grouped point-to-point calls, as
+                // PyTorch does (and as the host path does).
+                grouped(|| {
+                    for peer in 0..n {
+                        let part = Borrowed::<u8>::bytes(send, peer * c, c, stream);
+                        nccl.send(&part, peer as i32)
+                            .map_err(|e| nccl_failed("ncclSend", &e))?;
+                    }
+                    for peer in 0..n {
+                        let mut part = Borrowed::<u8>::bytes(recv, peer * c, c, stream);
+                        nccl.recv(&mut part, peer as i32)
+                            .map_err(|e| nccl_failed("ncclRecv", &e))?;
+                    }
+                    Ok(())
+                })
+            },
+        )
     }
 
     unsafe fn all_gather_gpu(&self, send: GpuBytes, recv: GpuBytes) -> Result<(), CommError> {
         let n = self.world_size();
-        if recv.len != n * send.len {
-            return Err(backend(format!(
+        let unfit = (recv.len != n * send.len).then(|| {
+            format!(
                 "all-gather on the GPU of {} bytes into {} among {n} ranks",
                 send.len, recv.len
-            )));
-        }
-        self.on_gpu(Collective::AllGather, send.len, send.len, |stream| {
-            let input = Borrowed::<u8>::bytes(send, 0, send.len, stream);
-            let mut out = Borrowed::<u8>::bytes(recv, 0, recv.len, stream);
-            self.nccl
-                .all_gather(&input, &mut out)
-                .map(drop)
-                .map_err(|e| nccl_failed("ncclAllGather", &e))
-        })
+            )
+        });
+        self.on_gpu(
+            Collective::AllGather,
+            send.len,
+            send.len,
+            unfit,
+            |nccl, stream| {
+                let input = Borrowed::<u8>::bytes(send, 0, send.len, stream);
+                let mut out = Borrowed::<u8>::bytes(recv, 0, recv.len, stream);
+                nccl.all_gather(&input, &mut out)
+                    .map(drop)
+                    .map_err(|e| nccl_failed("ncclAllGather", &e))
+            },
+        )
     }
 }
 
@@ -345,8 +331,9 @@ impl NcclComm {
     /// a peer that never enters the collective (dead, stuck, or stopped)
     /// becomes an error naming `op` instead of a wait in
     /// `cuStreamSynchronize` without end. The NCCL work stays queued after
-    /// such an error, still writing its buffers: the communicator is not
-    /// to be used again, and the trainer aborts the job.
+    /// such an error, still writing its buffers: the callers abort the
+    /// communicator before they let go of them (`aborted_on_error`), and
+    /// the trainer aborts the job.
     fn finish(&self, op: &'static str) -> Result<(), CommError> {
         let done = self
             .stream
@@ -379,18 +366,28 @@ impl NcclComm {
     /// for a collective of `kind` over `len` elements (`bytes` bytes) of
     /// GPU memory: the cross-rank check first, the stream synchronised
     /// after (the caller reads the output on its own stream next), counted
-    /// as the host collective of the same kind and size.
+    /// as the host collective of the same kind and size. `unfit`: why this
+    /// rank's buffers do not fit the collective; it still takes part in
+    /// the check, as one that called something else, so that the others
+    /// return at once instead of waiting for it until the deadline.
     fn on_gpu(
         &self,
         kind: Collective,
         len: usize,
         bytes: usize,
-        enqueue: impl FnOnce(&Arc<CudaStream>) -> Result<(), CommError>,
+        unfit: Option<String>,
+        enqueue: impl FnOnce(&Comm, &Arc<CudaStream>) -> Result<(), CommError>,
     ) -> Result<(), CommError> {
         let start = std::time::Instant::now();
         {
-            let _calls = self.lock();
-            self.agree(kind, 0, len)?;
+            let mut slot = self.lock();
+            live(&slot)?;
+            let root = if unfit.is_some() { UNFIT } else { 0 };
+            let agreed = self.agree(kind, root, len);
+            if let Some(why) = unfit {
+                return Err(backend(why));
+            }
+            agreed?;
             // Nothing to move (an empty SLAMB selection, the self-check's
             // empty lengths): no call, as on the host path; NCCL before
             // 2.12.10 failed zero-byte sends and receives.
@@ -405,13 +402,41 @@ impl NcclComm {
                     .context()
                     .bind_to_thread()
                     .map_err(|e| backend(format!("binding the GPU's context: {e:?}")))?;
-                enqueue(&self.stream)?;
-                self.finish(kind.name())?;
+                let queued = live(&slot)
+                    .and_then(|nccl| enqueue(nccl, &self.stream))
+                    .and_then(|()| self.finish(kind.name()));
+                self.aborted_on_error(&mut slot, queued)?;
             }
         }
         record(self, kind, 0, bytes, start);
         Ok(())
     }
+}
+
+/// The root a rank passes to the cross-rank check when its buffers do not
+/// fit the collective (no rank has that many).
+const UNFIT: usize = u32::MAX as usize;
+
+/// A call's `(kind, root)` as the mismatch error names it.
+fn describe(header: &[u32]) -> String {
+    match Collective::ALL.get(header[0] as usize) {
+        Some(kind) if header[1] as usize == UNFIT => {
+            format!("{kind} with buffers that do not fit it (that rank's error says how)")
+        }
+        Some(Collective::Broadcast) => format!("broadcast from rank {}", header[1]),
+        Some(kind) => kind.name().to_string(),
+        None => format!("an unknown collective (#{})", header[0]),
+    }
+}
+
+/// A live communicator, or the refusal of a call after an abort.
+fn live(slot: &Option<Comm>) -> Result<&Comm, CommError> {
+    slot.as_ref().ok_or_else(|| {
+        backend(
+            "NCCL's communicator was aborted after an earlier collective failed or timed out \
+             on this rank; the job has to be restarted",
+        )
+    })
 }
 
 fn len_of(header: &[u32]) -> usize {
@@ -449,14 +474,15 @@ impl Communicator for NcclComm {
     }
 
     fn allreduce_f32_raw(&self, buf: &mut [f32], op: ReduceOp) -> Result<(), CommError> {
-        let _calls = self.lock();
+        let mut slot = self.lock();
+        live(&slot)?;
         self.agree(Collective::Allreduce, 0, buf.len())?;
         if buf.is_empty() {
             // Nothing to move; the driver refuses an allocation of none.
             return Ok(());
         }
         let send = self.upload(buf)?;
-        self.on_device(send, buf, "ncclAllReduce", |nccl, send, recv| {
+        self.on_device(&mut slot, send, buf, "ncclAllReduce", |nccl, send, recv| {
             nccl.all_reduce(send, recv, &cudarc::nccl::ReduceOp::Sum)
         })?;
         if op == ReduceOp::Mean {
@@ -467,33 +493,40 @@ impl Communicator for NcclComm {
     }
 
     fn broadcast_raw(&self, buf: &mut [u8], width: Width, root: usize) -> Result<(), CommError> {
-        let _calls = self.lock();
+        let mut slot = self.lock();
+        live(&slot)?;
         self.agree(Collective::Broadcast, root, buf.len() / width.bytes())?;
         if buf.is_empty() {
             // Nothing to move; the driver refuses an allocation of none.
             return Ok(());
         }
         let send = self.upload(buf)?;
-        self.on_device(send, buf, "ncclBroadcast", |nccl, send, recv| {
+        self.on_device(&mut slot, send, buf, "ncclBroadcast", |nccl, send, recv| {
             nccl.broadcast(Some(send), recv, root as i32)
         })
     }
 
     fn all_gather_raw(&self, send: &[u8], recv: &mut [u8], width: Width) -> Result<(), CommError> {
-        let _calls = self.lock();
+        let mut slot = self.lock();
+        live(&slot)?;
         self.agree(Collective::AllGather, 0, send.len() / width.bytes())?;
         if send.is_empty() {
             // Nothing to move; the driver refuses an allocation of none.
             return Ok(());
         }
         let send = self.upload(send)?;
-        self.on_device(send, recv, "ncclAllGather", |nccl, send, recv| {
-            nccl.all_gather(send, recv)
-        })
+        self.on_device(
+            &mut slot,
+            send,
+            recv,
+            "ncclAllGather",
+            |nccl, send, recv| nccl.all_gather(send, recv),
+        )
     }
 
     fn all_to_all_raw(&self, send: &[u8], recv: &mut [u8], width: Width) -> Result<(), CommError> {
-        let _calls = self.lock();
+        let mut slot = self.lock();
+        live(&slot)?;
         self.agree(Collective::AllToAll, 0, send.len() / width.bytes())?;
         if send.is_empty() {
             // Nothing to move; the driver refuses an allocation of none.
@@ -508,20 +541,23 @@ impl Communicator for NcclComm {
             .collect::<Result<Vec<_>, _>>()?;
         // NCCL has no all-to-all: grouped point-to-point calls, as PyTorch
         // does.
-        grouped(|| {
-            for peer in 0..n {
-                self.nccl
-                    .send(&device_send.slice(peer * c..(peer + 1) * c), peer as i32)
-                    .map_err(|e| nccl_failed("ncclSend", &e))?;
-            }
-            for (peer, part) in parts.iter_mut().enumerate() {
-                self.nccl
-                    .recv(part, peer as i32)
-                    .map_err(|e| nccl_failed("ncclRecv", &e))?;
-            }
-            Ok(())
-        })?;
-        self.finish("ncclSend/ncclRecv")?;
+        let queued = live(&slot)
+            .and_then(|nccl| {
+                grouped(|| {
+                    for peer in 0..n {
+                        nccl.send(&device_send.slice(peer * c..(peer + 1) * c), peer as i32)
+                            .map_err(|e| nccl_failed("ncclSend", &e))?;
+                    }
+                    for (peer, part) in parts.iter_mut().enumerate() {
+                        nccl.recv(part, peer as i32)
+                            .map_err(|e| nccl_failed("ncclRecv", &e))?;
+                    }
+                    Ok(())
+                })
+            })
+            .and_then(|()| self.finish("ncclSend/ncclRecv"));
+        // While the device buffers are held: NCCL may still be using them.
+        self.aborted_on_error(&mut slot, queued)?;
         for (part, out) in parts.iter().zip(recv.chunks_mut(c)) {
             self.stream.memcpy_dtoh(part, out).map_err(err)?;
         }
@@ -529,7 +565,33 @@ impl Communicator for NcclComm {
     }
 
     fn barrier_raw(&self) -> Result<(), CommError> {
-        let _calls = self.lock();
+        let _slot = self.lock();
         self.agree(Collective::Barrier, 0, 0)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_check_names_rank_0_s_call_and_a_rank_with_unfit_buffers() {
+        let broadcast = [Collective::Broadcast as u32, 2];
+        assert_eq!(describe(&broadcast), "broadcast from rank 2");
+        assert_eq!(describe(&[Collective::AllGather as u32, 0]), "all_gather");
+        assert_eq!(
+            describe(&[Collective::AllToAll as u32, UNFIT as u32]),
+            "all_to_all with buffers that do not fit it (that rank's error says how)"
+        );
+        assert_eq!(describe(&[9, 0]), "an unknown collective (#9)");
+    }
+
+    #[test]
+    fn an_aborted_communicator_refuses_every_call() {
+        let error = live(&None).unwrap_err().to_string();
+        assert!(
+            error.contains("aborted after an earlier collective"),
+            "{error}"
+        );
     }
 }
