@@ -36,12 +36,10 @@ fn the_run_script_pairs_the_rows_and_stops_one_past_its_limit() {
     let scratch = tempfile::tempdir().unwrap();
     let bundle = scratch.path();
     let write = |name: &str, text: &str| write_executable(bundle, name, text);
-    write("run.sh", RUN_SH);
-    write("cuda_env.sh", CUDA_ENV_SH);
-    write("benches/pytorch_bert_step.py", "");
     // Both stubs print the row of the precision they are given.
     let row = r#"while [ $# -gt 0 ]; do [ "$1" = --precision ] && p=$2; shift; done
 echo "{\"preset\": \"base\", \"batch\": 32, \"precision\": \"$p\", \"samples_per_s\": 1.0}""#;
+    let python = with_torch(bundle, row);
     write(
         "bin/model_step",
         &format!(
@@ -50,25 +48,9 @@ echo "{\"preset\": \"base\", \"batch\": 32, \"precision\": \"$p\", \"samples_per
                  [ -n \"${{STUB_MARK:-}}\" ] && {{ sleep 3; touch \"$STUB_MARK\"; }}\n{row}\n"
         ),
     );
-    write(
-        "python",
-        &format!(
-            "#!/bin/sh\ncase \"$1\" in -c) case \"$2\" in *nvidia*) exit 1 ;; esac; exit 0 ;; \
-                 -) cat > /dev/null; exit 0 ;; esac\n{row}\n"
-        ),
-    );
-    let python = bundle.join("python");
     let out = bundle.join("out");
     let started = std::time::Instant::now();
-    let output = Command::new("bash")
-        .arg(bundle.join("run.sh"))
-        .args(["--device", "cuda", "--batches", "32", "--row-limit", "2"])
-        .arg("--python")
-        .arg(&python)
-        .arg("--out")
-        .arg(&out)
-        .output()
-        .unwrap();
+    let output = run_cuda(bundle, &python, &["--batches", "32", "--row-limit", "2"]);
     let said = said(&output);
     assert!(started.elapsed().as_secs() < 20, "{said}");
     // The hung row failed the run, and nothing else did.
@@ -125,12 +107,76 @@ echo "{\"preset\": \"base\", \"batch\": 32, \"precision\": \"$p\", \"samples_per
     assert!(!mark.exists(), "the row went on after run.sh was stopped");
 }
 
+/// `run.sh` for CUDA in `bundle` with a stub Python that has "torch" (no
+/// GPU of its own) and runs PyTorch's rows as the shell script `row`;
+/// returns that Python.
+fn with_torch(bundle: &Path, row: &str) -> std::path::PathBuf {
+    write_executable(bundle, "run.sh", RUN_SH);
+    write_executable(bundle, "cuda_env.sh", CUDA_ENV_SH);
+    write_executable(bundle, "benches/pytorch_bert_step.py", "");
+    write_executable(
+        bundle,
+        "python",
+        &format!(
+            "#!/bin/sh\ncase \"$1\" in -c) case \"$2\" in *nvidia*) exit 1 ;; esac; exit 0 ;; \
+                 -) cat > /dev/null; exit 0 ;; esac\n{row}\n"
+        ),
+    );
+    bundle.join("python")
+}
+
+/// `run.sh --device cuda ARGS --python PYTHON --out BUNDLE/out`.
+fn run_cuda(bundle: &Path, python: &Path, args: &[&str]) -> std::process::Output {
+    Command::new("bash")
+        .arg(bundle.join("run.sh"))
+        .args(["--device", "cuda"])
+        .args(args)
+        .arg("--python")
+        .arg(python)
+        .arg("--out")
+        .arg(bundle.join("out"))
+        .output()
+        .unwrap()
+}
+
 /// `text` as the executable `name` under `bundle`.
 fn write_executable(bundle: &Path, name: &str, text: &str) {
     let path = bundle.join(name);
     std::fs::create_dir_all(path.parent().unwrap()).unwrap();
     std::fs::write(&path, text).unwrap();
     make_executable(&path).unwrap();
+}
+
+/// `run.sh --device cuda` with a Python whose tf32 row fails: the run
+/// fails and names the row, and PyTorch's other rows still run (the row's
+/// own status, not that of the `tee` it is piped through).
+#[test]
+fn a_failed_pytorch_row_fails_the_run_and_the_others_still_run() {
+    let scratch = tempfile::tempdir().unwrap();
+    let bundle = scratch.path();
+    let row = r#"while [ $# -gt 0 ]; do [ "$1" = --precision ] && p=$2; shift; done
+[ "$p" = tf32 ] && { echo "CUDA out of memory" >&2; exit 3; }
+echo "{\"preset\": \"base\", \"batch\": 8, \"precision\": \"$p\", \"samples_per_s\": 1.0}""#;
+    let python = with_torch(bundle, row);
+    write_executable(
+        bundle,
+        "bin/model_step",
+        &format!(
+            "#!/bin/sh\ncase \"$*\" in *--matmul-precision*) echo '{{}}'; exit 0 ;; esac\n{row}\n"
+        ),
+    );
+    let out = bundle.join("out");
+    let output = run_cuda(bundle, &python, &["--batches", "8", "--precisions", "fp32"]);
+    let said = said(&output);
+    assert_eq!(output.status.code(), Some(1), "{said}");
+    assert!(
+        said.contains("PyTorch failed on cuda (batch 8, tf32)"),
+        "{said}"
+    );
+    let torch = std::fs::read_to_string(out.join("pytorch.jsonl")).unwrap();
+    for precision in ["fp32", "bf16", "fp16"] {
+        assert!(torch.contains(&format!("\"{precision}\"")), "{torch}");
+    }
 }
 
 /// `run.sh --kernel-times` with a stub `model_step` (no PyTorch off
