@@ -93,35 +93,48 @@ fn the_name_changes_with_the_file_the_tokenizer_and_the_windows() {
     small_file(&b, &SMALL.replace("Where did", "Where has"));
     let examples = parse_squad(SMALL, &a).unwrap();
     let tokenizer = tokenizer();
-    let name = |featurizer: &SquadFeaturizer, file: &Path| {
-        let (_, path, _) = cached_features(featurizer, file, &examples, &cache).unwrap();
+    let name = |featurizer: &SquadFeaturizer, file: &Path, examples: &[SquadExample]| {
+        let (_, path, _) = cached_features(featurizer, file, examples, &cache).unwrap();
         path
     };
-    let base = name(&featurizer(&tokenizer), &a);
-    assert_eq!(name(&featurizer(&tokenizer), &a), base);
+    let base = name(&featurizer(&tokenizer), &a, &examples);
+    assert_eq!(name(&featurizer(&tokenizer), &a, &examples), base);
     assert_ne!(
-        name(&featurizer(&tokenizer), &b),
+        name(&featurizer(&tokenizer), &b, &examples),
         base,
         "another file's content"
+    );
+    assert_ne!(
+        name(&featurizer(&tokenizer), &a, &[]),
+        base,
+        "part of a file's questions"
     );
     let narrower = SquadFeatureConfig {
         max_seq: 256,
         ..SquadFeatureConfig::default()
     };
     let other_windows = SquadFeaturizer::new(&tokenizer, narrower).unwrap();
-    assert_ne!(name(&other_windows, &a), base, "other windows");
-    // MiniLM's vocabulary without lowercasing encodes otherwise: another
-    // tokenizer, though its vocabulary file is the same.
-    let vocab = minilm_tokenizer().unwrap().with_file_name("vocab.txt");
-    if vocab.exists() {
-        let cased = WordPiece::from_vocab(&vocab, false).unwrap();
-        let uncased = WordPiece::from_vocab(&vocab, true).unwrap();
-        assert_ne!(
-            name(&featurizer(&cased), &a),
-            name(&featurizer(&uncased), &a),
-            "a tokenizer with other settings"
-        );
-    }
+    assert_ne!(name(&other_windows, &a, &examples), base, "other windows");
+    // One vocabulary file, three tokenizers: lowercasing or not encodes
+    // otherwise, and so does a vocabulary with one more word.
+    let words = "[PAD]\n[UNK]\n[CLS]\n[SEP]\n[MASK]\nwhere\ndid\nthe\ncat\nsit\n?\n";
+    let vocab = dir.path().join("vocab.txt");
+    std::fs::write(&vocab, words).unwrap();
+    let uncased = WordPiece::from_vocab(&vocab, true).unwrap();
+    let cased = WordPiece::from_vocab(&vocab, false).unwrap();
+    let uncased_name = name(&featurizer(&uncased), &a, &examples);
+    assert_ne!(
+        name(&featurizer(&cased), &a, &examples),
+        uncased_name,
+        "not lowercasing"
+    );
+    std::fs::write(&vocab, format!("{words}mat\n")).unwrap();
+    let larger = WordPiece::from_vocab(&vocab, true).unwrap();
+    assert_ne!(
+        name(&featurizer(&larger), &a, &examples),
+        uncased_name,
+        "one more word"
+    );
     assert_eq!(
         tokenizer.fingerprint().unwrap(),
         self::tokenizer().fingerprint().unwrap(),

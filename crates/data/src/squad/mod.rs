@@ -6,6 +6,7 @@
 //! and max-context flags.
 
 mod cache;
+mod feature_file;
 mod features;
 mod reader;
 
