@@ -8,6 +8,7 @@ use burn::module::Module;
 use burn::tensor::Device;
 
 use crate::checkpoint::{self, CheckpointMeta, model_file};
+use crate::eval_progress::EvalProgress;
 use crate::{Task, TrainError};
 
 /// The model of checkpoint (or run directory) `path`, checked against its
@@ -31,14 +32,16 @@ pub fn evaluate_checkpoint<T: Task>(
 ) -> Result<(CheckpointMeta, Vec<(String, f64)>), TrainError> {
     let (model, meta) = load_checkpoint(task, path)?;
     let device = Device::flex();
-    Ok((meta, task.evaluate(&model.valid(), &device)?))
+    let progress = EvalProgress::new(task.eval_batches(), true);
+    Ok((meta, task.evaluate(&model.valid(), &device, &progress)?))
 }
 
 /// Writes the checkpoint's predictions on the task's held-out data to
 /// `out`; returns how many.
 pub fn predict_checkpoint<T: Task>(task: &T, path: &Path, out: &Path) -> Result<usize, TrainError> {
     let (model, _) = load_checkpoint(task, path)?;
-    task.predict(&model.valid(), &Device::flex(), out)
+    let progress = EvalProgress::new(task.eval_batches(), true);
+    task.predict(&model.valid(), &Device::flex(), out, &progress)
 }
 
 /// Writes the checkpoint's model to `out` as the run's own export would

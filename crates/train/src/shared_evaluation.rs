@@ -11,6 +11,7 @@ use burn::tensor::Device;
 use terse_comm::Communicator;
 
 use crate::TrainError;
+use crate::eval_progress::EvalProgress;
 use crate::rank_exchange::{all_gather_bytes, all_succeeded};
 use crate::task::Task;
 
@@ -32,21 +33,31 @@ pub(crate) fn evaluate_shared<T: Task>(
     device: &Device,
     comm: &dyn Communicator,
     models_agree: bool,
+    show_progress: bool,
 ) -> Result<LeadMetrics, TrainError> {
     let (rank, world) = (comm.rank(), comm.world_size());
-    if world == 1 || !models_agree || task.eval_batches() == 0 {
+    let batches = task.eval_batches();
+    if world == 1 || !models_agree || batches == 0 {
         // Nothing to share, or nothing that may be (every rank knows the
         // batches from the data, and `models_agree` from the run).
         return if rank == 0 {
-            task.evaluate(model, device).map(Some)
+            let progress = EvalProgress::new(batches, show_progress);
+            task.evaluate(model, device, &progress).map(Some)
         } else {
             Ok(None)
         };
     }
-    let mine: Result<Vec<Vec<f32>>, TrainError> = (rank..task.eval_batches())
-        .step_by(world)
-        .map(|batch| task.eval_batch(model, batch, device))
+    // Rank 0's share: the others keep pace with it.
+    let share = (rank..batches).step_by(world);
+    let progress = EvalProgress::new(share.len(), show_progress && rank == 0);
+    let mine: Result<Vec<Vec<f32>>, TrainError> = share
+        .map(|batch| {
+            let outputs = task.eval_batch(model, batch, device);
+            progress.batch_done();
+            outputs
+        })
         .collect();
+    drop(progress);
     // A failed share ends the evaluation on every rank at once.
     let message = all_succeeded(comm, mine.map(|outputs| encode(&outputs)), || {
         "its share of the held-out evaluation failed".into()
@@ -164,11 +175,25 @@ mod tests {
         let device = Device::flex();
         let model = task.init(&device).unwrap();
         LocalComm::run(ranks, Duration::from_secs(20), |comm| {
-            evaluate_shared(task, &model, &device, comm, models_agree)
+            evaluate_shared(task, &model, &device, comm, models_agree, false)
         })
         .into_iter()
         .map(|rank| rank.expect("no rank panics"))
         .collect()
+    }
+
+    #[test]
+    fn an_evaluation_counts_each_batch_on_its_progress() {
+        let task = Batches {
+            count: 7,
+            failing: None,
+            evaluated: Mutex::new(Vec::new()),
+        };
+        let device = Device::flex();
+        let model = task.init(&device).unwrap();
+        let progress = EvalProgress::hidden();
+        task.evaluate(&model, &device, &progress).unwrap();
+        assert_eq!(progress.done(), 7);
     }
 
     #[test]

@@ -9,6 +9,7 @@ use burn::store::ModuleSnapshot;
 use burn::tensor::{Device, Tensor};
 
 use crate::TrainError;
+use crate::eval_progress::EvalProgress;
 
 /// What the loop needs from a task: its examples, its model, and a loss.
 pub trait Task: Sync {
@@ -61,14 +62,20 @@ pub trait Task: Sync {
         Ok(Vec::new())
     }
 
-    /// Every held-out batch's outputs, evaluated here.
+    /// Every held-out batch's outputs, evaluated here, each counted on
+    /// `progress`.
     fn eval_outputs(
         &self,
         model: &Self::Model,
         device: &Device,
+        progress: &EvalProgress,
     ) -> Result<Vec<Vec<f32>>, TrainError> {
         (0..self.eval_batches())
-            .map(|batch| self.eval_batch(model, batch, device))
+            .map(|batch| {
+                let outputs = self.eval_batch(model, batch, device);
+                progress.batch_done();
+                outputs
+            })
             .collect()
     }
 
@@ -77,8 +84,9 @@ pub trait Task: Sync {
         &self,
         model: &Self::Model,
         device: &Device,
+        progress: &EvalProgress,
     ) -> Result<Vec<(String, f64)>, TrainError> {
-        self.eval_metrics(&self.eval_outputs(model, device)?)
+        self.eval_metrics(&self.eval_outputs(model, device, progress)?)
     }
 
     /// Writes the predictions on the held-out data to `path` (rank 0) and
@@ -88,8 +96,9 @@ pub trait Task: Sync {
         model: &Self::Model,
         device: &Device,
         path: &Path,
+        progress: &EvalProgress,
     ) -> Result<usize, TrainError> {
-        let _ = (model, device);
+        let _ = (model, device, progress);
         Err(TrainError::InvalidRun {
             field: "task.kind",
             reason: format!(

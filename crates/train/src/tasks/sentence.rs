@@ -24,6 +24,7 @@ use super::export::copy_tokenizer;
 use super::pick;
 use super::weights::Weights;
 use crate::batch::classification_batch;
+use crate::eval_progress::EvalProgress;
 use crate::task::{Task, eval_range, exact_f32};
 use crate::{RunConfig, TaskConfig, TrainError};
 
@@ -245,8 +246,9 @@ impl Task for SentenceTask {
         model: &Self::Model,
         device: &Device,
         path: &Path,
+        progress: &EvalProgress,
     ) -> Result<usize, TrainError> {
-        let outputs = self.eval_outputs(model, device)?;
+        let outputs = self.eval_outputs(model, device, progress)?;
         let (classes, gold_classes, scores, gold_scores) = self.scored(&outputs)?;
         let mut text = String::from("index\tprediction\tlabel\n");
         if self.labels == 1 {

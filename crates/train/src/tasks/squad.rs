@@ -23,6 +23,7 @@ use super::export::copy_tokenizer;
 use super::pick;
 use super::weights::Weights;
 use crate::batch::squad_batch;
+use crate::eval_progress::EvalProgress;
 use crate::task::{Task, eval_range};
 use crate::{RunConfig, TaskConfig, TrainError};
 
@@ -198,8 +199,9 @@ impl Task for SquadTask {
         model: &Self::Model,
         device: &Device,
         path: &Path,
+        progress: &EvalProgress,
     ) -> Result<usize, TrainError> {
-        let outputs = self.eval_outputs(model, device)?;
+        let outputs = self.eval_outputs(model, device, progress)?;
         self.answer(&outputs, path)?;
         Ok(self.dev_questions.len())
     }

@@ -61,7 +61,9 @@ impl<T: Task> Run<'_, T> {
         let device = self.device.clone().inner();
         let (task, comm) = (self.task, self.comm);
         let models_agree = fresh || self.optimizer.params_replicated();
+        // The run shows progress (a bar, or plain lines off a terminal).
+        let show = !self.bar.is_hidden() || self.lines.is_some();
         self.bar
-            .suspend(|| evaluate_shared(task, &model.valid(), &device, comm, models_agree))
+            .suspend(|| evaluate_shared(task, &model.valid(), &device, comm, models_agree, show))
     }
 }
