@@ -11,6 +11,7 @@
 mod cache_copy;
 mod datasets;
 mod error;
+mod feature_cache;
 pub mod fetch;
 pub mod glue;
 mod idx;
@@ -26,6 +27,7 @@ mod tokenizer;
 pub use cache_copy::copy_to_cache;
 pub use datasets::{Presence, dataset, dataset_dir, dataset_files, ensure, ensure_files, presence};
 pub use error::DataError;
+pub use feature_cache::FeatureSource;
 pub use glue::{
     ClassificationFeature, GlueMetric, GlueTask, Label, ReviewSource, SentenceExample,
     encode_classification, read_glue, read_movie_reviews, read_snli, split_dev,

@@ -57,7 +57,7 @@ fn the_dev_set_read_back_is_what_featurizing_gives() {
     assert_eq!(source, FeatureSource::Featurized { kept: true });
     let name = path.file_name().unwrap().to_string_lossy().to_string();
     assert!(
-        name.starts_with("squad-dev_v1_1-seq384-stride128-query64-")
+        name.starts_with("squad-dev-v1_1-seq384-stride128-query64-")
             && name.ends_with(".safetensors"),
         "{name}"
     );

@@ -6,12 +6,14 @@
 
 pub mod csv;
 pub mod encode;
+mod encode_cache;
 pub mod example;
 pub mod standins;
 pub mod task;
 pub mod tsv;
 
 pub use encode::{ClassificationFeature, encode_classification};
+pub use encode_cache::cached_encodings;
 pub use example::{Label, SentenceExample};
 pub use standins::{
     DEV_SPLIT_KEY, ReviewSource, parse_movie_reviews, parse_snli, read_movie_reviews, read_snli,

@@ -10,7 +10,8 @@ mod feature_file;
 mod features;
 mod reader;
 
-pub use cache::{FeatureSource, cached_features};
+pub use crate::feature_cache::FeatureSource;
+pub use cache::cached_features;
 
 pub use features::{SquadFeature, SquadFeatureConfig, SquadFeaturizer};
 pub use reader::{SquadAnswer, SquadExample, parse_squad, read_squad};

@@ -2,6 +2,7 @@
 //! model, evaluates on its held-out data and exports what other tools read.
 //! [`crate::dispatch`] picks one from a run config.
 
+mod cached_features;
 mod export;
 mod image;
 mod pretrain;

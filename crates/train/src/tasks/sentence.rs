@@ -11,7 +11,7 @@ use std::path::Path;
 use burn::module::Module;
 use burn::tensor::{Device, Tensor};
 use terse_data::glue::{
-    ClassificationFeature, GlueTask, Label, ReviewSource, SentenceExample, encode_classification,
+    ClassificationFeature, GlueTask, Label, ReviewSource, SentenceExample, cached_encodings,
     read_glue, read_movie_reviews, read_snli, split_dev,
 };
 use terse_data::{WordPiece, dataset};
@@ -20,6 +20,7 @@ use terse_models::bert::{
     BertConfig, BertForSequenceClassification, classifier_config_keys, save_hf_with_head,
 };
 
+use super::cached_features::log_source;
 use super::export::copy_tokenizer;
 use super::pick;
 use super::weights::Weights;
@@ -132,15 +133,28 @@ impl SentenceTask {
         let (train, dev, label_names, metric) = read_task(task, glue_dir.as_deref())?;
         // One output for regression (STS-B, no class names).
         let labels = label_names.len().max(1);
-        let encode = |examples: &[SentenceExample]| -> Result<Vec<_>, TrainError> {
-            examples
-                .iter()
-                .map(|e| Ok(encode_classification(&tokenizer, e, *max_seq)?))
-                .collect()
+        // From the cache where an earlier run left them
+        // (`terse_data::glue::cached_encodings`).
+        let encode = |examples: &[SentenceExample], split: &str| -> Result<Vec<_>, TrainError> {
+            let started = std::time::Instant::now();
+            let cache = terse_data::fetch::cache_dir().join("features");
+            let name = format!("{task}-{split}");
+            let (features, path, source) =
+                cached_encodings(&tokenizer, examples, *max_seq, &cache, &name)?;
+            let count = format!("{} examples", examples.len());
+            log_source(
+                &name,
+                source,
+                &path,
+                count.clone(),
+                (count, "encoded"),
+                started,
+            );
+            Ok(features)
         };
         let task = Self {
-            train: encode(&train)?,
-            dev: encode(&dev)?,
+            train: encode(&train, "train")?,
+            dev: encode(&dev, "held-out")?,
             labels,
             label_names: label_names.to_vec(),
             metric,

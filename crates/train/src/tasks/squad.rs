@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 use burn::module::Module;
 use burn::tensor::{Device, Tensor};
 use terse_data::squad::{
-    FeatureSource, SquadExample, SquadFeature, SquadFeatureConfig, SquadFeaturizer, cached_features,
+    SquadExample, SquadFeature, SquadFeatureConfig, SquadFeaturizer, cached_features,
 };
 use terse_data::{WordPiece, dataset, read_squad};
 use terse_eval::{
@@ -19,6 +19,7 @@ use terse_eval::{
 };
 use terse_models::bert::{BertForQuestionAnswering, save_hf};
 
+use super::cached_features::log_source;
 use super::export::copy_tokenizer;
 use super::pick;
 use super::weights::Weights;
@@ -118,24 +119,14 @@ fn features(
     let started = std::time::Instant::now();
     let cache = terse_data::fetch::cache_dir().join("features");
     let (features, path, source) = cached_features(featurizer, file, examples, &cache)?;
-    let name = file.file_name().unwrap_or_default().to_string_lossy();
-    let seconds = started.elapsed().as_secs_f64();
-    match source {
-        FeatureSource::Cache => tracing::info!(
-            "{} windows of {name} read from {} in {seconds:.1} s",
-            features.len(),
-            path.display()
-        ),
-        FeatureSource::Featurized { kept } => tracing::info!(
-            "{} questions of {name} featurized in {seconds:.1} s{}",
-            examples.len(),
-            if kept {
-                format!(", kept in {}", path.display())
-            } else {
-                String::new()
-            }
-        ),
-    }
+    log_source(
+        &file.file_name().unwrap_or_default().to_string_lossy(),
+        source,
+        &path,
+        format!("{} windows", features.len()),
+        (format!("{} questions", examples.len()), "featurized"),
+        started,
+    );
     Ok(features)
 }
 

@@ -1,0 +1,292 @@
+//! Tokenized features kept between runs: tokenizing a dataset takes a core
+//! for seconds to minutes (SQuAD's 87,599 training questions ~20 s, a GLUE
+//! task of 400k pairs longer), and every run, resume and rank did it again.
+//! A dataset's features are written once into the cache, as safetensors
+//! of flat little-endian arrays with a CRC-32C and the example count in the
+//! header, and read back by every later run, under a name whose hash covers
+//! everything they depend on: the examples (or their file's content), the
+//! tokenizer as it encodes ([`tokenizer_key`]), the settings, and the code
+//! that makes and stores them (the callers' `include_bytes!` of it).
+//!
+//! Runs started at once (a job's ranks, parallel tests) read under a
+//! shared lock beside the file; the first to find it missing makes it
+//! under the exclusive lock and the others then read what it wrote. A file
+//! that fails its checks is made again; a cache that cannot be written
+//! (read-only, full) costs the time, not the run, and one that can only be
+//! read is still read.
+
+use std::collections::HashMap;
+use std::fs;
+use std::path::Path;
+
+use safetensors::{Dtype, SafeTensors, tensor::TensorView};
+
+use crate::fetch::{io, sha256_bytes};
+use crate::{DataError, WordPiece};
+
+/// Where a run's features came from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FeatureSource {
+    /// Read from the cache.
+    Cache,
+    /// Made by this call; `kept`: written to the cache (a warning says why
+    /// not otherwise).
+    Featurized {
+        /// Whether the cache holds them now.
+        kept: bool,
+    },
+}
+
+/// A text whose encoding covers what a change in `tokenizers` would move:
+/// accents, CJK, punctuation, digits, a long word split into pieces.
+const PROBE: &str = "Zoë's café — 東京, naïve 1.5×! ¿Qué? Antidisestablishmentarianism.";
+
+/// What of `tokenizer` the features depend on: its serialised form
+/// ([`WordPiece::fingerprint`]) and a probe text's ids and offsets, which
+/// also change with the `tokenizers` crate's behaviour.
+pub(crate) fn tokenizer_key(tokenizer: &WordPiece) -> Result<String, DataError> {
+    let probe = tokenizer.encode_plain(PROBE)?;
+    Ok(format!(
+        "{} {:?} {:?}",
+        tokenizer.fingerprint()?,
+        probe.ids,
+        probe.offsets
+    ))
+}
+
+/// `PREFIX-HASH.safetensors`, the hash (16 hex digits) over `key`.
+pub(crate) fn file_name(prefix: &str, key: &str) -> String {
+    let prefix = prefix.replace(|c: char| !c.is_ascii_alphanumeric() && c != '-', "_");
+    format!(
+        "{prefix}-{}.safetensors",
+        &sha256_bytes(key.as_bytes())[..16]
+    )
+}
+
+/// The features in `path` (`read` decodes them from its arrays), or made
+/// by `make` and kept there by `write`, with where they came from.
+pub(crate) fn cached<T>(
+    path: &Path,
+    read: impl Fn(&Path) -> Result<T, DataError>,
+    make: impl FnOnce() -> Result<T, DataError>,
+    write: impl FnOnce(&Path, &T) -> Result<(), String>,
+) -> Result<(T, FeatureSource), DataError> {
+    let lock = open_lock(path);
+    let read = |again: bool| -> Option<T> {
+        if !path.exists() {
+            return None;
+        }
+        let action = if again {
+            "making them again"
+        } else {
+            "making them"
+        };
+        read(path)
+            .inspect_err(|e| tracing::warn!("{e}; {action}"))
+            .ok()
+    };
+    if let Some(lock) = &lock {
+        let _ = lock.lock_shared();
+    }
+    if let Some(features) = read(lock.is_some()) {
+        return Ok((features, FeatureSource::Cache));
+    }
+    let Some(lock) = lock else {
+        return Ok((make()?, FeatureSource::Featurized { kept: false }));
+    };
+    // Another run may have written them between the two locks.
+    let _ = lock.unlock();
+    lock.lock().map_err(io(&path.with_extension("lock")))?;
+    if let Some(features) = read(true) {
+        return Ok((features, FeatureSource::Cache));
+    }
+    let features = make()?;
+    let tmp = path.with_extension("tmp");
+    let kept = write(&tmp, &features).and_then(|()| {
+        fs::rename(&tmp, path).map_err(|e| format!("renaming {}: {e}", tmp.display()))
+    });
+    if let Err(e) = &kept {
+        let _ = fs::remove_file(&tmp);
+        tracing::warn!(
+            "could not keep the features in {}: {e}; the next run makes them again",
+            path.display()
+        );
+    }
+    let source = FeatureSource::Featurized { kept: kept.is_ok() };
+    Ok((features, source))
+}
+
+/// The lock file beside `path`, made where it can be, else opened for
+/// reading (a cache another user made, or on a read-only disk: `flock`
+/// takes either lock on a file opened to read); `None`, with a warning,
+/// where neither works.
+fn open_lock(path: &Path) -> Option<fs::File> {
+    let lock_path = path.with_extension("lock");
+    let dir = path.parent().unwrap_or(Path::new("."));
+    let writable = fs::create_dir_all(dir).and_then(|()| {
+        fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .open(&lock_path)
+    });
+    writable
+        .or_else(|_| fs::File::open(&lock_path))
+        .inspect_err(|e| {
+            tracing::warn!(
+                "no lock for the cached features ({}: {e}); reading them unlocked",
+                lock_path.display()
+            )
+        })
+        .ok()
+}
+
+/// One array of a features file: name, dtype, shape, little-endian bytes.
+pub(crate) type Array<'a> = (&'static str, Dtype, Vec<usize>, &'a [u8]);
+
+/// CRC-32C over the arrays' bytes in name order.
+fn checksum<'a>(arrays: impl IntoIterator<Item = (&'a str, &'a [u8])>) -> String {
+    let mut arrays: Vec<_> = arrays.into_iter().collect();
+    arrays.sort_by_key(|&(name, _)| name);
+    let crc = arrays
+        .iter()
+        .fold(0, |crc, (_, bytes)| crc32c::crc32c_append(crc, bytes));
+    format!("{crc:08x}")
+}
+
+/// Writes `arrays`, the features of `examples` examples in format
+/// `format`, to `path`: synced, readable by every user (a shared
+/// `TERSE_CACHE`).
+pub(crate) fn write_arrays(
+    path: &Path,
+    format: &str,
+    examples: usize,
+    arrays: &[Array<'_>],
+) -> Result<(), String> {
+    let crc = checksum(arrays.iter().map(|(name, _, _, bytes)| (*name, *bytes)));
+    let views = arrays
+        .iter()
+        .map(|(name, dtype, shape, bytes)| {
+            TensorView::new(*dtype, shape.clone(), bytes)
+                .map(|view| (*name, view))
+                .map_err(|e| format!("array `{name}`: {e}"))
+        })
+        .collect::<Result<Vec<_>, String>>()?;
+    let metadata = HashMap::from([
+        ("format".to_string(), format.to_string()),
+        ("examples".to_string(), examples.to_string()),
+        ("crc32c".to_string(), crc),
+    ]);
+    safetensors::serialize_to_file(views, Some(metadata), path).map_err(|e| e.to_string())?;
+    // safetensors writes through a temporary file of mode 0600.
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        fs::set_permissions(path, fs::Permissions::from_mode(0o644)).map_err(|e| e.to_string())?;
+    }
+    fs::File::open(path)
+        .and_then(|f| f.sync_all())
+        .map_err(|e| e.to_string())
+}
+
+/// The arrays of a features file, by name.
+pub(crate) struct Arrays<'a> {
+    tensors: SafeTensors<'a>,
+    path: &'a Path,
+}
+
+impl<'a> Arrays<'a> {
+    /// The bytes of array `name`, checked to be of `dtype`.
+    pub(crate) fn get(&self, name: &str, dtype: Dtype) -> Result<&'a [u8], DataError> {
+        let view = self
+            .tensors
+            .tensor(name)
+            .map_err(|_| bad(self.path, format!("no array `{name}`")))?;
+        if view.dtype() != dtype {
+            return Err(bad(
+                self.path,
+                format!("array `{name}` is {:?}, not {dtype:?}", view.dtype()),
+            ));
+        }
+        Ok(view.data())
+    }
+
+    /// A format error naming the file.
+    pub(crate) fn bad(&self, detail: String) -> DataError {
+        bad(self.path, detail)
+    }
+}
+
+fn bad(path: &Path, detail: String) -> DataError {
+    DataError::Format {
+        path: path.to_path_buf(),
+        detail,
+    }
+}
+
+/// The arrays of the features file at `path`, checked against its CRC-32C,
+/// its format and its example count, handed to `decode`.
+pub(crate) fn read_arrays<T>(
+    path: &Path,
+    format: &str,
+    examples: usize,
+    decode: impl FnOnce(&Arrays<'_>) -> Result<T, DataError>,
+) -> Result<T, DataError> {
+    let bytes = fs::read(path).map_err(io(path))?;
+    let tensors = SafeTensors::deserialize(&bytes).map_err(|e| bad(path, e.to_string()))?;
+    let (_, header) = SafeTensors::read_metadata(&bytes).map_err(|e| bad(path, e.to_string()))?;
+    let field = |name: &str| {
+        header
+            .metadata()
+            .as_ref()
+            .and_then(|m| m.get(name).cloned())
+            .ok_or_else(|| bad(path, format!("no {name} in the header")))
+    };
+    let views = tensors
+        .names()
+        .into_iter()
+        .map(|name| {
+            let view = tensors.tensor(name).map_err(|e| bad(path, e.to_string()))?;
+            Ok((name, view))
+        })
+        .collect::<Result<Vec<_>, DataError>>()?;
+    let (stored, actual) = (
+        field("crc32c")?,
+        checksum(views.iter().map(|(name, view)| (*name, view.data()))),
+    );
+    if stored != actual {
+        return Err(bad(
+            path,
+            format!("CRC-32C {actual}, the header says {stored}"),
+        ));
+    }
+    if field("format")? != format {
+        return Err(bad(path, format!("not a file of {format}")));
+    }
+    let stored = field("examples")?;
+    if stored != examples.to_string() {
+        return Err(bad(
+            path,
+            format!("the features of {stored} examples, not of the {examples} read"),
+        ));
+    }
+    decode(&Arrays { tensors, path })
+}
+
+/// Little-endian u32s.
+pub(crate) fn words(bytes: &[u8]) -> Vec<u32> {
+    bytes
+        .chunks_exact(4)
+        .map(|b| u32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+        .collect()
+}
+
+/// `value` as a file's 32 bits, `reserved` excluded.
+pub(crate) fn narrow(value: usize, what: &str, reserved: Option<u32>) -> Result<[u8; 4], String> {
+    u32::try_from(value)
+        .ok()
+        .filter(|&v| Some(v) != reserved)
+        .map(u32::to_le_bytes)
+        .ok_or_else(|| format!("{what} {value} does not fit the file's 32 bits"))
+}
