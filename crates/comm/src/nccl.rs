@@ -19,6 +19,7 @@ use cudarc::driver::{CudaContext, CudaSlice, CudaStream, DeviceRepr, ValidAsZero
 use cudarc::nccl::result::NcclError;
 use cudarc::nccl::{Comm, Id, NcclType, group_end, group_start};
 
+mod abort;
 mod borrowed;
 mod failure;
 mod gpu_buffers_check;
@@ -26,6 +27,7 @@ mod libraries;
 
 pub use libraries::missing_libraries;
 
+use self::abort::live;
 use self::borrowed::Borrowed;
 use self::failure::nccl_failed;
 use crate::communicator::{Width, record};
@@ -136,23 +138,6 @@ impl NcclComm {
 
     fn lock(&self) -> MutexGuard<'_, Option<Comm>> {
         self.nccl.lock().unwrap_or_else(|p| p.into_inner())
-    }
-
-    /// `result` of NCCL work queued under `slot`; on an error the
-    /// communicator is aborted first (see the `nccl` field).
-    fn aborted_on_error<R>(
-        &self,
-        slot: &mut Option<Comm>,
-        result: Result<R, CommError>,
-    ) -> Result<R, CommError> {
-        if result.is_err() {
-            drop(slot.take());
-            // The aborted kernels end; what remains queued is the
-            // caller's own copies. An error here adds nothing to the one
-            // returned.
-            let _ = self.stream.synchronize();
-        }
-        result
     }
 
     /// Runs the cross-rank call check over the host communicator (a tiny
@@ -427,16 +412,6 @@ fn describe(header: &[u32]) -> String {
         Some(kind) => kind.name().to_string(),
         None => format!("an unknown collective (#{})", header[0]),
     }
-}
-
-/// A live communicator, or the refusal of a call after an abort.
-fn live(slot: &Option<Comm>) -> Result<&Comm, CommError> {
-    slot.as_ref().ok_or_else(|| {
-        backend(
-            "NCCL's communicator was aborted after an earlier collective failed or timed out \
-             on this rank; the job has to be restarted",
-        )
-    })
 }
 
 fn len_of(header: &[u32]) -> usize {
