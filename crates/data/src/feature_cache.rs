@@ -42,15 +42,18 @@ pub enum FeatureSource {
 const PROBE: &str = "Zoë's café — 東京, naïve 1.5×! ¿Qué? Antidisestablishmentarianism.";
 
 /// What of `tokenizer` the features depend on: its serialised form
-/// ([`WordPiece::fingerprint`]) and a probe text's ids and offsets, which
-/// also change with the `tokenizers` crate's behaviour.
+/// ([`WordPiece::fingerprint`]), its special tokens' ids, a probe text's
+/// ids and offsets (which also change with the `tokenizers` crate's
+/// behaviour) and the source of terse's wrapper around it.
 pub(crate) fn tokenizer_key(tokenizer: &WordPiece) -> Result<String, DataError> {
     let probe = tokenizer.encode_plain(PROBE)?;
     Ok(format!(
-        "{} {:?} {:?}",
+        "{} {:?} {:?} {:?} {}",
         tokenizer.fingerprint()?,
+        tokenizer.special(),
         probe.ids,
-        probe.offsets
+        probe.offsets,
+        sha256_bytes(include_bytes!("tokenizer.rs")),
     ))
 }
 
@@ -96,7 +99,15 @@ pub(crate) fn cached<T>(
     };
     // Another run may have written them between the two locks.
     let _ = lock.unlock();
-    lock.lock().map_err(io(&path.with_extension("lock")))?;
+    if let Err(e) = lock.lock() {
+        // A lock file opened only to read, on NFS (where flock is a POSIX
+        // lock), or a filesystem without locks: made here, not kept.
+        tracing::warn!(
+            "cannot lock {} to write ({e}); making the features without keeping them",
+            path.with_extension("lock").display()
+        );
+        return Ok((make()?, FeatureSource::Featurized { kept: false }));
+    }
     if let Some(features) = read(true) {
         return Ok((features, FeatureSource::Cache));
     }
