@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # SQuAD's training windows and SNLI's training pairs: made (the cache file
 # removed first) against read from the cache, alternated three times, each
-# run stopped once its data is ready. The times are terse's own log lines
+# run stopped by `timeout 60` (its data is ready long before; the script
+# takes ~10 minutes). The times are terse's own log lines
 # ("... featurized in N s" / "... read from ... in N s").
 #   bash results/feature-cache/run.sh > results/feature-cache/runs.txt
 set -uo pipefail
