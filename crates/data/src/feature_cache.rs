@@ -13,11 +13,14 @@
 //! under the exclusive lock and the others then read what it wrote. A file
 //! that fails its checks is made again; a cache that cannot be written
 //! (read-only, full) costs the time, not the run, and one that can only be
-//! read is still read.
+//! read is still read. A file's time is its last read; files of the same
+//! dataset and settings (another terse or tokenizer) unread for 30 days are
+//! removed when a new one is made.
 
 use std::collections::HashMap;
 use std::fs;
 use std::path::Path;
+use std::time::{Duration, SystemTime};
 
 use safetensors::{Dtype, SafeTensors, tensor::TensorView};
 
@@ -84,9 +87,16 @@ pub(crate) fn cached<T>(
         } else {
             "making them"
         };
-        read(path)
+        let features = read(path)
             .inspect_err(|e| tracing::warn!("{e}; {action}"))
-            .ok()
+            .ok()?;
+        // Its time is its last use (`remove_unused`); a cache this user
+        // cannot write keeps the time it had.
+        let _ = fs::File::options()
+            .write(true)
+            .open(path)
+            .and_then(|file| file.set_modified(SystemTime::now()));
+        Some(features)
     };
     if let Some(lock) = &lock {
         let _ = lock.lock_shared();
@@ -122,9 +132,54 @@ pub(crate) fn cached<T>(
             "could not keep the features in {}: {e}; the next run makes them again",
             path.display()
         );
+    } else {
+        remove_unused(path);
     }
     let source = FeatureSource::Featurized { kept: kept.is_ok() };
     Ok((features, source))
+}
+
+/// How long a features file may go unused before the next file of the same
+/// dataset and settings made replaces it: files of an older terse or
+/// tokenizer would otherwise stay forever (SQuAD's training windows at seq
+/// 256 are 228 MB).
+const UNUSED: Duration = Duration::from_secs(30 * 24 * 3600);
+
+/// Removes the files beside `path` of the same dataset and settings (its
+/// name but for the hash) that no run has read for [`UNUSED`], and their
+/// locks.
+fn remove_unused(path: &Path) {
+    let (Some(dir), Some(name)) = (path.parent(), path.file_name().and_then(|n| n.to_str())) else {
+        return;
+    };
+    // `PREFIX-` then 16 hex digits and `.safetensors` (`file_name`).
+    let Some(prefix) = name.get(..name.len().saturating_sub(16 + ".safetensors".len())) else {
+        return;
+    };
+    let Ok(entries) = fs::read_dir(dir) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        let other = entry.file_name();
+        let Some(other) = other.to_str() else {
+            continue;
+        };
+        let same_kind = other.strip_prefix(prefix).is_some_and(|rest| {
+            rest.strip_suffix(".safetensors")
+                .is_some_and(|hash| hash.len() == 16 && hash.bytes().all(|b| b.is_ascii_hexdigit()))
+        });
+        let unused = entry
+            .metadata()
+            .and_then(|m| m.modified())
+            .is_ok_and(|time| time.elapsed().is_ok_and(|age| age > UNUSED));
+        if same_kind && other != name && unused {
+            let stale = entry.path();
+            if fs::remove_file(&stale).is_ok() {
+                let _ = fs::remove_file(stale.with_extension("lock"));
+                tracing::info!("removed {}, unused for 30 days", stale.display());
+            }
+        }
+    }
 }
 
 /// The lock file beside `path`, made where it can be, else opened for

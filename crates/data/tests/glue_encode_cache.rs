@@ -93,3 +93,38 @@ fn a_damaged_file_is_encoded_again() {
     assert!(again == made);
     assert_eq!(encode().2, FeatureSource::Cache);
 }
+
+#[test]
+fn files_unused_for_30_days_make_way_for_a_new_one_of_their_kind() {
+    use std::time::{Duration, SystemTime};
+    let days = |n: u64| SystemTime::now() - Duration::from_secs(n * 24 * 3600);
+    let aged = |path: &std::path::Path, at: SystemTime| {
+        let file = std::fs::File::options().write(true).open(path).unwrap();
+        file.set_modified(at).unwrap();
+    };
+    let tokenizer = tokenizer();
+    let dir = tempfile::tempdir().unwrap();
+    let file = |name: &str, unused_days: u64| {
+        let path = dir.path().join(name);
+        std::fs::write(&path, "an older version's").unwrap();
+        aged(&path, days(unused_days));
+        path
+    };
+    // Of this kind (`pairs`, seq 16) but another hash: one unused for 40
+    // days (with its lock), one used yesterday; of another kind, unused.
+    let stale = file("pairs-seq16-0123456789abcdef.safetensors", 40);
+    std::fs::write(stale.with_extension("lock"), "").unwrap();
+    let recent = file("pairs-seq16-fedcba9876543210.safetensors", 1);
+    let other_kind = file("pairs-seq12-0123456789abcdef.safetensors", 40);
+    let examples = vec![pair("A cat sat.", Some("An animal rests."), 0)];
+    let encode = || cached_encodings(&tokenizer, &examples, 16, dir.path(), "pairs").unwrap();
+    let (_, path, source) = encode();
+    assert_eq!(source, FeatureSource::Featurized { kept: true });
+    assert!(!stale.exists() && !stale.with_extension("lock").exists());
+    assert!(recent.exists() && other_kind.exists() && path.exists());
+    // A read is a use: the file's time becomes now.
+    aged(&path, days(40));
+    assert_eq!(encode().2, FeatureSource::Cache);
+    let modified = std::fs::metadata(&path).unwrap().modified().unwrap();
+    assert!(modified > days(1), "the read did not mark the file used");
+}
