@@ -340,6 +340,61 @@ pub(crate) fn read_arrays<T>(
     decode(&Arrays { tensors, path })
 }
 
+/// Tokens as the features files store them, the per-position arrays both
+/// kinds share: ids as little-endian u32, token types as u8.
+#[derive(Default)]
+pub(crate) struct Tokens {
+    /// `input_ids`' bytes.
+    pub(crate) input_ids: Vec<u8>,
+    /// `token_type_ids`' bytes.
+    pub(crate) token_type_ids: Vec<u8>,
+}
+
+impl Tokens {
+    /// Appends one feature's ids and token types.
+    pub(crate) fn push(&mut self, ids: &[u32], types: &[u32]) -> Result<(), String> {
+        self.input_ids
+            .extend(ids.iter().flat_map(|id| id.to_le_bytes()));
+        for &t in types {
+            self.token_type_ids
+                .push(u8::try_from(t).map_err(|_| format!("token type {t} does not fit 8 bits"))?);
+        }
+        Ok(())
+    }
+
+    /// Positions stored.
+    pub(crate) fn positions(&self) -> usize {
+        self.token_type_ids.len()
+    }
+
+    /// The two arrays, for [`write_arrays`].
+    pub(crate) fn arrays(&self) -> [Array<'_>; 2] {
+        let positions = self.positions();
+        [
+            ("input_ids", Dtype::U32, vec![positions], &self.input_ids),
+            (
+                "token_type_ids",
+                Dtype::U8,
+                vec![positions],
+                &self.token_type_ids,
+            ),
+        ]
+    }
+}
+
+/// The ids and token types of positions `span` of a file's `input_ids`
+/// and `token_type_ids` arrays (their lengths checked by the caller).
+pub(crate) fn tokens_at(
+    input_ids: &[u8],
+    token_type_ids: &[u8],
+    span: std::ops::Range<usize>,
+) -> (Vec<u32>, Vec<u32>) {
+    (
+        words(&input_ids[4 * span.start..4 * span.end]),
+        token_type_ids[span].iter().map(|&t| u32::from(t)).collect(),
+    )
+}
+
 /// Little-endian u32s.
 pub(crate) fn words(bytes: &[u8]) -> Vec<u32> {
     bytes

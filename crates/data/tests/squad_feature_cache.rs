@@ -10,7 +10,8 @@
 
 use std::path::{Path, PathBuf};
 
-use terse_data::squad::{FeatureSource, cached_features};
+use terse_data::FeatureSource;
+use terse_data::squad::cached_features;
 use terse_data::{
     SquadExample, SquadFeatureConfig, SquadFeaturizer, WordPiece, dataset, minilm_tokenizer,
     parse_squad, read_squad,

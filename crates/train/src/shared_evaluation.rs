@@ -123,6 +123,16 @@ mod tests {
         evaluated: Mutex<Vec<usize>>,
     }
 
+    impl Batches {
+        fn new(count: usize, failing: Option<usize>) -> Self {
+            Batches {
+                count,
+                failing,
+                evaluated: Mutex::new(Vec::new()),
+            }
+        }
+    }
+
     impl Task for Batches {
         type Model = Linear;
 
@@ -184,11 +194,7 @@ mod tests {
 
     #[test]
     fn an_evaluation_counts_each_batch_on_its_progress() {
-        let task = Batches {
-            count: 7,
-            failing: None,
-            evaluated: Mutex::new(Vec::new()),
-        };
+        let task = Batches::new(7, None);
         let device = Device::flex();
         let model = task.init(&device).unwrap();
         let progress = EvalProgress::hidden();
@@ -199,11 +205,7 @@ mod tests {
     #[test]
     fn each_batch_is_evaluated_once_and_the_lead_scores_them_in_order() {
         for ranks in [1, 3] {
-            let task = Batches {
-                count: 7,
-                failing: None,
-                evaluated: Mutex::new(Vec::new()),
-            };
+            let task = Batches::new(7, None);
             let results = shared(&task, ranks, true);
             let mut evaluated = task.evaluated.into_inner().unwrap();
             evaluated.sort();
@@ -220,11 +222,7 @@ mod tests {
     #[test]
     fn a_rank_whose_share_fails_is_named_on_the_others() {
         // Batch 4 of 5 is rank 1's of 3.
-        let task = Batches {
-            count: 5,
-            failing: Some(4),
-            evaluated: Mutex::new(Vec::new()),
-        };
+        let task = Batches::new(5, Some(4));
         let results = shared(&task, 3, true);
         let text = |r: &Result<_, TrainError>| r.as_ref().err().map(ToString::to_string);
         assert_eq!(text(&results[1]).as_deref(), Some("cannot batch: batch 4"));
@@ -255,11 +253,7 @@ mod tests {
 
     #[test]
     fn ranks_whose_models_differ_leave_the_evaluation_to_the_lead() {
-        let task = Batches {
-            count: 5,
-            failing: None,
-            evaluated: Mutex::new(Vec::new()),
-        };
+        let task = Batches::new(5, None);
         let results = shared(&task, 3, false);
         // Rank 0 alone evaluated, in order, every batch.
         assert_eq!(task.evaluated.into_inner().unwrap(), [0, 1, 2, 3, 4]);

@@ -12,7 +12,9 @@ use sha2::{Digest, Sha256};
 
 use super::encode::{ClassificationFeature, encode_classification};
 use super::example::SentenceExample;
-use crate::feature_cache::{Array, FeatureSource, cached, file_name, tokenizer_key, words};
+use crate::feature_cache::{
+    Array, FeatureSource, Tokens, cached, file_name, tokenizer_key, tokens_at, words,
+};
 use crate::fetch::sha256_bytes;
 use crate::{DataError, WordPiece};
 
@@ -88,26 +90,17 @@ fn texts_digest(examples: &[SentenceExample]) -> String {
 }
 
 fn write_encodings(path: &Path, features: &[ClassificationFeature]) -> Result<(), String> {
-    let (mut length, mut input_ids, mut token_type_ids) = (Vec::new(), Vec::new(), Vec::new());
+    let (mut length, mut tokens) = (Vec::new(), Tokens::default());
     for f in features {
         let n = u32::try_from(f.input_ids.len()).map_err(|_| "an encoding too long".to_string())?;
         length.extend(n.to_le_bytes());
-        input_ids.extend(f.input_ids.iter().flat_map(|id| id.to_le_bytes()));
-        for &t in &f.token_type_ids {
-            token_type_ids
-                .push(u8::try_from(t).map_err(|_| format!("token type {t} does not fit 8 bits"))?);
-        }
+        tokens.push(&f.input_ids, &f.token_type_ids)?;
     }
-    let positions = token_type_ids.len();
+    let [ids, types] = tokens.arrays();
     let arrays: [Array<'_>; 3] = [
         ("length", Dtype::U32, vec![features.len()], &length),
-        ("input_ids", Dtype::U32, vec![positions], &input_ids),
-        (
-            "token_type_ids",
-            Dtype::U8,
-            vec![positions],
-            &token_type_ids,
-        ),
+        ids,
+        types,
     ];
     crate::feature_cache::write_arrays(path, FORMAT, features.len(), &arrays)
 }
@@ -136,9 +129,10 @@ fn read_encodings(
             .map(|(example, &n)| {
                 let span = at..at + n as usize;
                 at = span.end;
+                let (input_ids, token_type_ids) = tokens_at(input_ids, token_type_ids, span);
                 ClassificationFeature {
-                    input_ids: words(&input_ids[4 * span.start..4 * span.end]),
-                    token_type_ids: token_type_ids[span].iter().map(|&t| u32::from(t)).collect(),
+                    input_ids,
+                    token_type_ids,
                     label: example.label,
                 }
             })

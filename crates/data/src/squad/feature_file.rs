@@ -8,7 +8,7 @@ use safetensors::Dtype;
 
 use super::SquadFeature;
 use crate::DataError;
-use crate::feature_cache::{Array, narrow, read_arrays, words, write_arrays};
+use crate::feature_cache::{Array, Tokens, narrow, read_arrays, tokens_at, words, write_arrays};
 
 /// The header's format name.
 const FORMAT: &str = "terse SQuAD features";
@@ -23,8 +23,7 @@ struct Columns {
     length: Vec<u8>,
     start_position: Vec<u8>,
     end_position: Vec<u8>,
-    input_ids: Vec<u8>,
-    token_type_ids: Vec<u8>,
+    tokens: Tokens,
     offsets: Vec<u8>,
     max_context: Vec<u8>,
 }
@@ -39,13 +38,7 @@ impl Columns {
             c.start_position
                 .extend(word(f.start_position, "start position")?);
             c.end_position.extend(word(f.end_position, "end position")?);
-            c.input_ids
-                .extend(f.input_ids.iter().flat_map(|id| id.to_le_bytes()));
-            for &t in &f.token_type_ids {
-                c.token_type_ids.push(
-                    u8::try_from(t).map_err(|_| format!("token type {t} does not fit 8 bits"))?,
-                );
-            }
+            c.tokens.push(&f.input_ids, &f.token_type_ids)?;
             for offset in &f.offsets {
                 match *offset {
                     Some((s, e)) => {
@@ -63,19 +56,15 @@ impl Columns {
 
     fn arrays(&self) -> [Array<'_>; 8] {
         let n = self.example.len() / 4;
-        let positions = self.token_type_ids.len();
+        let positions = self.tokens.positions();
+        let [input_ids, token_type_ids] = self.tokens.arrays();
         [
             ("example", Dtype::U32, vec![n], &self.example),
             ("length", Dtype::U32, vec![n], &self.length),
             ("start_position", Dtype::U32, vec![n], &self.start_position),
             ("end_position", Dtype::U32, vec![n], &self.end_position),
-            ("input_ids", Dtype::U32, vec![positions], &self.input_ids),
-            (
-                "token_type_ids",
-                Dtype::U8,
-                vec![positions],
-                &self.token_type_ids,
-            ),
+            input_ids,
+            token_type_ids,
             ("offsets", Dtype::U32, vec![positions, 2], &self.offsets),
             ("max_context", Dtype::U8, vec![positions], &self.max_context),
         ]
@@ -131,13 +120,11 @@ pub(super) fn read_features(path: &Path, questions: usize) -> Result<Vec<SquadFe
                     length[i]
                 )));
             }
+            let (ids, types) = tokens_at(input_ids, token_type_ids, span.clone());
             features.push(SquadFeature {
                 example: example[i] as usize,
-                input_ids: words(&input_ids[4 * span.start..4 * span.end]),
-                token_type_ids: token_type_ids[span.clone()]
-                    .iter()
-                    .map(|&t| u32::from(t))
-                    .collect(),
+                input_ids: ids,
+                token_type_ids: types,
                 offsets: words(&offsets[8 * span.start..8 * span.end])
                     .chunks_exact(2)
                     .map(|pair| {

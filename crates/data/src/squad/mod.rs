@@ -10,7 +10,6 @@ mod feature_file;
 mod features;
 mod reader;
 
-pub use crate::feature_cache::FeatureSource;
 pub use cache::cached_features;
 
 pub use features::{SquadFeature, SquadFeatureConfig, SquadFeaturizer};
