@@ -52,7 +52,7 @@ pub struct RunFlags {
     pub allow_no_compression: bool,
 
     /// Set any config field, e.g. `--set train.seed=3` or
-    /// `--set 'optimizer={ name = "adam", lr = 1e-3 }'` (TOML values; repeatable,
+    /// `--set 'schedule={ kind = "constant", lr = 1e-3 }'` (TOML values; repeatable,
     /// applied before the flags above, except that with --optimizer a
     /// `--set optimizer.FIELD=…` sets a field of the new optimizer)
     #[arg(long = "set", value_name = "KEY=VALUE", value_parser = Override::parse)]
@@ -99,9 +99,8 @@ pub struct RunFlags {
     pub comm: terse_train::CommChoice,
 
     /// Ranks as threads of this process, the `local` backend (under
-    /// mpirun, where each process is a rank, `--comm auto` ignores it and
-    /// `mpi` / `nccl` refuse N > 1; `cargo xtask --ranks N` means N mpirun
-    /// processes)
+    /// mpirun, where each process is a rank, N > 1 is refused; `cargo xtask
+    /// --ranks N` means N mpirun processes)
     #[arg(long, value_name = "N", default_value_t = 1)]
     pub local_ranks: usize,
 
@@ -192,7 +191,9 @@ impl RunFlags {
             .partition(|o| self.optimizer.is_some() && o.key().starts_with("optimizer."));
         if let Some(ds) = &self.deepspeed {
             // Under the command line's own overrides, which still win.
-            let mut read = deepspeed_overrides(ds)?;
+            // The job's ranks: DeepSpeed resolves its batch sizes with them.
+            let world = terse_comm::MpiComm::mpirun_processes().unwrap_or(self.local_ranks);
+            let mut read = deepspeed_overrides(ds, world)?;
             read.append(&mut before_swap);
             before_swap = read;
         }
@@ -297,10 +298,10 @@ fn default_run_dir(config: &Path, optimizer: &str) -> PathBuf {
 
 /// `--deepspeed FILE` as overrides, what it set and what it left out said
 /// once on stderr.
-fn deepspeed_overrides(path: &Path) -> Result<Vec<Override>> {
+fn deepspeed_overrides(path: &Path, world: usize) -> Result<Vec<Override>> {
     let text =
         std::fs::read_to_string(path).with_context(|| format!("--deepspeed {}", path.display()))?;
-    let read = terse_train::deepspeed_config::translate(&path.display().to_string(), &text)
+    let read = terse_train::deepspeed_config::translate(&path.display().to_string(), &text, world)
         .map_err(|e| anyhow::anyhow!("--deepspeed {e}"))?;
     // The values, not only the keys: what the JSON became in terse's terms.
     let set: Vec<String> = read.overrides.iter().map(Override::to_string).collect();

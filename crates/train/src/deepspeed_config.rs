@@ -23,36 +23,6 @@ pub struct DeepSpeedConfig {
     pub ignored: Vec<String>,
 }
 
-/// DeepSpeed's optimizer `type`s and terse's names for them.
-const OPTIMIZERS: &[(&str, &str)] = &[
-    ("adam", "adam"),
-    ("adamw", "adam"),
-    ("lamb", "lamb"),
-    ("onebitadam", "onebit_adam"),
-    ("onebitlamb", "onebit_lamb"),
-    ("zerooneadam", "zero_one_adam"),
-];
-
-/// 0/1 Adam's schedule params, the same names in both.
-const ZERO_ONE_SCHEDULE: &[&str] = &[
-    "var_freeze_step",
-    "var_update_scaler",
-    "local_step_scaler",
-    "local_step_clipper",
-];
-
-/// Optimizer params that only change name: (DeepSpeed's, terse's).
-const RENAMED: &[(&str, &str)] = &[
-    ("eps", "eps"),
-    ("weight_decay", "weight_decay"),
-    ("max_coeff", "c_max"),
-    ("min_coeff", "c_min"),
-    ("coeff_beta", "beta_3"),
-    ("factor_max", "r_max"),
-    ("factor_min", "r_min"),
-    ("factor_threshold", "r_threshold"),
-];
-
 /// Top-level keys that change nothing in a terse run.
 const HARMLESS: &[(&str, &str)] = &[
     ("steps_per_print", "terse logs every step to metrics.jsonl"),
@@ -65,12 +35,13 @@ const HARMLESS: &[(&str, &str)] = &[
     ),
 ];
 
-/// Reads `text` (the JSON of `path`, for messages) into overrides.
+/// Reads `text` (the JSON of `path`, for messages) into overrides for a
+/// job of `world` ranks (DeepSpeed resolves its batch sizes with it).
 ///
 /// # Errors
 /// Malformed JSON, a key that would change the training in a way terse
 /// cannot follow, or a value of the wrong type, named with the file.
-pub fn translate(path: &str, text: &str) -> Result<DeepSpeedConfig, String> {
+pub fn translate(path: &str, text: &str, world: usize) -> Result<DeepSpeedConfig, String> {
     let root: Value = serde_json::from_str(text).map_err(|e| format!("{path}: {e}"))?;
     let root = root
         .as_object()
@@ -79,19 +50,17 @@ pub fn translate(path: &str, text: &str) -> Result<DeepSpeedConfig, String> {
     let at = |key: &str| format!("{path}: `{key}`");
     for (key, value) in root {
         match key.as_str() {
-            "train_batch_size" => {
-                out.set("train.global_batch", integer(value, &at(key))?);
-            }
-            "train_micro_batch_size_per_gpu" => {
-                out.set("train.micro_batch", integer(value, &at(key))?);
-            }
-            "gradient_accumulation_steps" => out.ignored.push(format!(
-                "{key}: terse derives it from the global batch, the micro-batch and the ranks"
-            )),
+            // Resolved together after the loop (`deepspeed_batch.rs`).
+            "train_batch_size"
+            | "train_micro_batch_size_per_gpu"
+            | "gradient_accumulation_steps" => {}
+            // Absent: DeepSpeed 0.19's default, 1.0 (below).
             "gradient_clipping" => {
                 let norm = number(value, &at(key))?;
                 if norm > 0.0 {
                     out.set("train.max_grad_norm", norm);
+                } else {
+                    out.overrides.push(Override::unset("train.max_grad_norm"));
                 }
             }
             "optimizer" => out.optimizer(path, value)?,
@@ -133,8 +102,19 @@ pub fn translate(path: &str, text: &str) -> Result<DeepSpeedConfig, String> {
             },
         }
     }
+    out.batch(path, root, world)?;
+    if !root.contains_key("gradient_clipping") {
+        // DeepSpeed clips at 1.0 unless told otherwise (its
+        // GRADIENT_CLIPPING_DEFAULT since 0.19.3; 0 turns it off).
+        out.set("train.max_grad_norm", 1.0);
+        out.ignored.push(
+            "gradient_clipping: absent, so DeepSpeed's default 1.0 (train.max_grad_norm = 1.0; \
+             \"gradient_clipping\": 0 turns clipping off)"
+                .into(),
+        );
+    }
     if let Some(scheduler) = root.get("scheduler") {
-        out.scheduler(path, scheduler)?;
+        out.scheduler(path, scheduler, root)?;
     }
     let half = ["fp16", "bf16", "bfloat16"].map(|k| root.get(k).is_some_and(enabled));
     if half.iter().filter(|&&on| on).count() > 1 {
@@ -149,174 +129,21 @@ impl DeepSpeedConfig {
     pub(crate) fn set(&mut self, key: &str, value: impl Into<toml::Value>) {
         self.overrides.push(Override::new(key, value));
     }
+}
 
-    /// `optimizer: { type, params }`: the optimizer table, and a constant
-    /// rate from `params.lr` (a `scheduler` read later replaces it).
-    fn optimizer(&mut self, path: &str, value: &Value) -> Result<(), String> {
-        let at = |key: &str| format!("{path}: `optimizer.{key}`");
-        let kind = type_of(value, &at("type"))?;
-        let lower = kind.to_ascii_lowercase();
-        let Some((_, name)) = OPTIMIZERS.iter().find(|(ds, _)| *ds == lower) else {
-            return Err(format!(
-                "{}: `{kind}`: terse has adam (AdamW), lamb, onebit_adam, onebit_lamb and \
-                 zero_one_adam (DeepSpeed's Adam, AdamW, Lamb, OneBitAdam, OneBitLamb and \
-                 ZeroOneAdam)",
-                at("type")
-            ));
-        };
-        let mut table = toml::Table::new();
-        table.insert("name".into(), (*name).into());
-        // DeepSpeed's 1-bit optimizers: its arithmetic (the compressed
-        // allreduce's geometry, no bias correction), except for the
-        // coordinates no gradient reaches, which DeepSpeed leaves to an
-        // `exp_avg_mask` set in the training script (not in this file).
-        let onebit = name.contains("onebit") || *name == "zero_one_adam";
-        if onebit {
-            table.insert("scale".into(), "deepspeed".into());
-            table.insert("bias_correction".into(), false.into());
-            if *name == "onebit_lamb" {
-                table.insert("decay_blend".into(), true.into());
-            }
-            self.ignored.push(format!(
-                "optimizer: DeepSpeed's exp_avg_mask is set in a training script, not in \
-                 {path}: terse's {name} holds every coordinate with a frozen variance of zero \
-                 still (hold_zero_variance = true), which covers the position-embedding rows \
-                 DeepSpeedExamples masks; for DeepSpeed's exact arithmetic set \
-                 hold_zero_variance = false and momentum_mask = [\"<parameter>[<rows>]\", ...]"
-            ));
-        }
-        let empty = Map::new();
-        let params = match value.get("params") {
-            Some(p) => p
-                .as_object()
-                .ok_or_else(|| format!("{}: expected an object", at("params")))?,
-            None => &empty,
-        };
-        for (key, v) in params {
-            let here = at(&format!("params.{key}"));
-            match key.as_str() {
-                "lr" => self.set(
-                    "schedule",
-                    toml::Table::from_iter([
-                        ("kind".to_string(), toml::Value::from("constant")),
-                        ("lr".to_string(), number(v, &here)?.into()),
-                    ]),
-                ),
-                "betas" => {
-                    let pair = v
-                        .as_array()
-                        .filter(|a| a.len() == 2)
-                        .ok_or_else(|| format!("{here}: expected [beta_1, beta_2]"))?;
-                    table.insert("beta_1".into(), number(&pair[0], &here)?.into());
-                    table.insert("beta_2".into(), number(&pair[1], &here)?.into());
-                }
-                "bias_correction" if onebit => self.ignored.push(format!(
-                    "optimizer.params.{key}: DeepSpeed's {kind} reads it but applies no bias \
-                     correction either way; terse's {name} runs with bias_correction = false"
-                )),
-                key if *name == "zero_one_adam" && ZERO_ONE_SCHEDULE.contains(&key) => {
-                    table.insert(key.into(), integer(v, &here)?.into());
-                }
-                "bias_correction" => {
-                    let on = v
-                        .as_bool()
-                        .ok_or_else(|| format!("{here}: expected true or false"))?;
-                    table.insert("bias_correction".into(), on.into());
-                }
-                "freeze_step" => {
-                    table.insert("freeze_step".into(), integer(v, &here)?.into());
-                }
-                "adam_w_mode" if v.as_bool() == Some(false) => {
-                    return Err(format!(
-                        "{here}: false (L2 in the gradient): terse's Adam decays weights \
-                         decoupled (AdamW) only"
-                    ));
-                }
-                "adam_w_mode" => {}
-                "cuda_aware" | "comm_backend_name" => self.ignored.push(format!(
-                    "optimizer.params.{key}: terse picks its transport with --comm"
-                )),
-                "max_grad_norm" | "eps_inside_sqrt" => self.ignored.push(format!(
-                    "optimizer.params.{key}: DeepSpeed's 1-bit optimizers never read it"
-                )),
-                _ => match RENAMED.iter().find(|(ds, _)| ds == key) {
-                    Some((_, field)) => {
-                        table.insert((*field).into(), number(v, &here)?.into());
-                    }
-                    None => {
-                        return Err(format!("{here}: not a parameter terse's {name} has"));
-                    }
-                },
-            }
-        }
-        self.set("optimizer", table);
-        Ok(())
-    }
-
-    /// `scheduler: { type, params }`: WarmupLR and WarmupDecayLR with a
-    /// linear warmup from 0 (terse's warmups start there).
-    fn scheduler(&mut self, path: &str, value: &Value) -> Result<(), String> {
-        let at = |key: &str| format!("{path}: `scheduler.{key}`");
-        let kind = type_of(value, &at("type"))?;
-        if !matches!(kind, "WarmupLR" | "WarmupDecayLR") {
-            return Err(format!(
-                "{}: `{kind}`: terse maps WarmupLR and WarmupDecayLR (other shapes: set \
-                 [schedule] in the terse config)",
-                at("type")
-            ));
-        }
-        let params = value.get("params").cloned().unwrap_or(Value::Null);
-        let get = |key: &str, default: f64| -> Result<f64, String> {
-            params
-                .get(key)
-                .map_or(Ok(default), |v| number(v, &at(&format!("params.{key}"))))
-        };
-        let warmup_type = params
-            .get("warmup_type")
-            .and_then(Value::as_str)
-            .unwrap_or("log");
-        if warmup_type != "linear" {
-            return Err(format!(
-                "{}: `{warmup_type}` (DeepSpeed's default is log): terse warms up linearly \
-                 only; set \"warmup_type\": \"linear\"",
-                at("params.warmup_type")
-            ));
-        }
-        if get("warmup_min_lr", 0.0)? != 0.0 {
-            return Err(format!(
-                "{}: terse's linear warmups start from 0",
-                at("params.warmup_min_lr")
-            ));
-        }
-        let peak = get("warmup_max_lr", 1e-3)?;
-        let warmup = get("warmup_num_steps", 1000.0)? as i64;
-        let mut table = toml::Table::new();
-        table.insert("peak".into(), peak.into());
-        table.insert("warmup_steps".into(), warmup.into());
-        match kind {
-            // Constant after the warmup: a step decay by 1.
-            "WarmupLR" => {
-                table.insert("kind".into(), "linear_warmup_step_decay".into());
-                table.insert("gamma".into(), 1.0.into());
-                table.insert("decay_every".into(), 1.into());
-            }
-            // WarmupDecayLR: linear decay to 0 at `total_num_steps`.
-            _ => {
-                let total = params
-                    .get("total_num_steps")
-                    .ok_or_else(|| format!("{}: required", at("params.total_num_steps")))
-                    .and_then(|v| integer(v, &at("params.total_num_steps")))?;
-                table.insert("kind".into(), "linear_warmup_linear_decay".into());
-                table.insert("total_steps".into(), total.into());
-            }
-        }
-        self.set("schedule", table);
-        Ok(())
+/// A section's `params` object (none: empty), `at` naming it for errors.
+pub(crate) fn params_of(value: &Value, at: &str) -> Result<Map<String, Value>, String> {
+    match value.get("params") {
+        Some(p) => p
+            .as_object()
+            .cloned()
+            .ok_or_else(|| format!("{at}: expected an object")),
+        None => Ok(Map::new()),
     }
 }
 
 /// A section's `type` string.
-fn type_of<'a>(value: &'a Value, at: &str) -> Result<&'a str, String> {
+pub(crate) fn type_of<'a>(value: &'a Value, at: &str) -> Result<&'a str, String> {
     value
         .get("type")
         .and_then(Value::as_str)
@@ -370,7 +197,7 @@ pub(crate) mod tests {
 
     pub(crate) fn applied(text: &str) -> toml::Table {
         let mut doc = toml::Table::new();
-        for o in translate("ds.json", text).unwrap().overrides {
+        for o in translate("ds.json", text, 1).unwrap().overrides {
             o.apply(&mut doc).unwrap();
         }
         doc
@@ -393,7 +220,7 @@ pub(crate) mod tests {
             bias_correction = false
             c_max = 0.3
             c_min = 0.01
-            freeze_step = 1000
+            freeze_step = 999
             beta_3 = 0.9
             r_max = 4.0
             r_min = 0.5
@@ -405,7 +232,7 @@ pub(crate) mod tests {
         )
         .unwrap();
         assert_eq!(doc, expected);
-        let ignored = translate("ds.json", ONEBIT_LAMB).unwrap().ignored;
+        let ignored = translate("ds.json", ONEBIT_LAMB, 1).unwrap().ignored;
         for key in [
             "steps_per_print",
             "prescale_gradients",
@@ -421,50 +248,9 @@ pub(crate) mod tests {
         }
     }
 
-    /// A 0/1 Adam config in the shape of DeepSpeed's 0/1 Adam tutorial
-    /// (its BERT pre-training settings).
-    #[test]
-    fn zero_one_adam_maps_its_schedule_params() {
-        let json = r#"{"optimizer": {"type": "ZeroOneAdam", "params": {
-            "lr": 4e-4, "weight_decay": 0.01, "bias_correction": false,
-            "var_freeze_step": 12500, "var_update_scaler": 16,
-            "local_step_scaler": 32678, "local_step_clipper": 16,
-            "cuda_aware": false, "comm_backend_name": "nccl"}}}"#;
-        let expected: toml::Table = toml::from_str(
-            r#"
-            [optimizer]
-            name = "zero_one_adam"
-            scale = "deepspeed"
-            bias_correction = false
-            weight_decay = 0.01
-            var_freeze_step = 12500
-            var_update_scaler = 16
-            local_step_scaler = 32678
-            local_step_clipper = 16
-            [schedule]
-            kind = "constant"
-            lr = 0.0004
-            "#,
-        )
-        .unwrap();
-        let doc = applied(json);
-        assert_eq!(doc, expected);
-        let ignored = translate("ds.json", json).unwrap().ignored;
-        assert!(
-            ignored.iter().any(|i| i
-                .starts_with("optimizer.params.bias_correction: DeepSpeed's ZeroOneAdam")
-                && i.contains("bias_correction = false")),
-            "{ignored:?}"
-        );
-        // The mapped table is a valid terse optimizer config.
-        let table = doc["optimizer"].clone();
-        let config: terse_optim::OptimizerConfig = table.try_into().unwrap();
-        config.validate().unwrap();
-    }
-
     #[test]
     fn what_terse_cannot_follow_is_refused_by_name() {
-        for (json, says) in [
+        refused(&[
             (
                 r#"{"amp": {"enabled": true}}"#,
                 "ds.json: `amp`: NVIDIA Apex AMP",
@@ -487,11 +273,11 @@ pub(crate) mod tests {
             ),
             (
                 r#"{"optimizer": {"type": "OneBitAdam", "params": {"var_freeze_step": 5}}}"#,
-                "`optimizer.params.var_freeze_step`: not a parameter terse's onebit_adam has",
+                "`optimizer.params.var_freeze_step`: not a parameter of DeepSpeed's OneBitAdam",
             ),
             (
                 r#"{"optimizer": {"type": "Adam", "params": {"amsgrad": true}}}"#,
-                "`optimizer.params.amsgrad`: not a parameter terse's adam has",
+                "`optimizer.params.amsgrad`: not a parameter of DeepSpeed's Adam that terse's adam has",
             ),
             (
                 r#"{"scheduler": {"type": "WarmupLR", "params": {"warmup_max_lr": 1e-3}}}"#,
@@ -506,42 +292,15 @@ pub(crate) mod tests {
                 "expected a non-negative integer",
             ),
             ("{", "ds.json: EOF"),
-        ] {
-            let error = translate("ds.json", json).unwrap_err();
-            assert!(error.contains(says), "{json}: {error}");
-        }
+        ]);
     }
 
-    #[test]
-    fn warmup_schedulers_become_terse_schedules() {
-        let doc = applied(
-            r#"{"optimizer": {"type": "AdamW", "params": {"lr": 1e-4, "betas": [0.9, 0.98]}},
-                "scheduler": {"type": "WarmupDecayLR", "params": {"warmup_type": "linear",
-                  "warmup_max_lr": 2e-4, "warmup_num_steps": 10, "total_num_steps": 100}}}"#,
-        );
-        let expected: toml::Table = toml::from_str(
-            r#"
-            [optimizer]
-            name = "adam"
-            beta_1 = 0.9
-            beta_2 = 0.98
-            [schedule]
-            kind = "linear_warmup_linear_decay"
-            peak = 2e-4
-            warmup_steps = 10
-            total_steps = 100
-            "#,
-        )
-        .unwrap();
-        assert_eq!(doc, expected);
-        let doc = applied(
-            r#"{"scheduler": {"type": "WarmupLR", "params": {"warmup_type": "linear",
-                 "warmup_max_lr": 3e-4, "warmup_num_steps": 5}}}"#,
-        );
-        assert_eq!(
-            doc["schedule"]["kind"].as_str(),
-            Some("linear_warmup_step_decay")
-        );
-        assert_eq!(doc["schedule"]["gamma"].as_float(), Some(1.0));
+    /// Each `(json, says)`: translated on one rank, refused with an error
+    /// containing `says`.
+    pub(crate) fn refused(cases: &[(&str, &str)]) {
+        for (json, says) in cases {
+            let error = translate("ds.json", json, 1).unwrap_err();
+            assert!(error.contains(says), "{json}: {error}");
+        }
     }
 }

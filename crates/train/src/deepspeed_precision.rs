@@ -88,13 +88,18 @@ mod tests {
             [train]
             precision = "fp16"
             loss_scaling = { initial_scale_power = 12, scale_window = 500, min_scale = 0.5 }
+            max_grad_norm = 1.0
             "#,
         )
         .unwrap();
         assert_eq!(doc, expected);
-        let ignored = translate("ds.json", r#"{"fp16": {"enabled": true, "hysteresis": 2}}"#)
-            .unwrap()
-            .ignored;
+        let ignored = translate(
+            "ds.json",
+            r#"{"fp16": {"enabled": true, "hysteresis": 2}}"#,
+            1,
+        )
+        .unwrap()
+        .ignored;
         assert!(
             ignored.iter().any(|i| i.starts_with("fp16.hysteresis")),
             "{ignored:?}"

@@ -14,7 +14,8 @@
 #[derive(Debug, Clone, PartialEq)]
 pub struct Override {
     path: Vec<String>,
-    value: toml::Value,
+    /// `None`: the key is removed (its default, or none where optional).
+    value: Option<toml::Value>,
 }
 
 impl Override {
@@ -32,7 +33,10 @@ impl Override {
             .ok()
             .and_then(|mut table| table.remove("v"))
             .unwrap_or_else(|| toml::Value::String(value.to_string()));
-        Ok(Self { path, value })
+        Ok(Self {
+            path,
+            value: Some(value),
+        })
     }
 
     /// Sets the value in `document`, creating tables on the way; replacing a
@@ -52,7 +56,14 @@ impl Override {
                 )
             })?;
         }
-        table.insert(last.clone(), self.value.clone());
+        match &self.value {
+            Some(value) => {
+                table.insert(last.clone(), value.clone());
+            }
+            None => {
+                table.remove(last);
+            }
+        }
         Ok(())
     }
 
@@ -60,7 +71,16 @@ impl Override {
     pub fn new(key: &str, value: impl Into<toml::Value>) -> Self {
         Self {
             path: key.split('.').map(str::to_string).collect(),
-            value: value.into(),
+            value: Some(value.into()),
+        }
+    }
+
+    /// The override that removes `key` (dotted): the field's default, or
+    /// none where it is optional (`train.max_grad_norm`: no clipping).
+    pub fn unset(key: &str) -> Self {
+        Self {
+            path: key.split('.').map(str::to_string).collect(),
+            value: None,
         }
     }
 
@@ -74,7 +94,10 @@ impl Override {
 /// = "onebit_lamb", … }`): what `--deepspeed` reports it set.
 impl std::fmt::Display for Override {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{} = {}", self.key(), self.value)
+        match &self.value {
+            Some(value) => write!(f, "{} = {value}", self.key()),
+            None => write!(f, "{} unset", self.key()),
+        }
     }
 }
 
