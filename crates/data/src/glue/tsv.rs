@@ -3,7 +3,9 @@
 //! character), a header line naming the columns — except CoLA's train and
 //! dev files, which have none. Columns are found by header name, so their
 //! order does not matter; every record must have as many fields as the
-//! header, and every label must be one of the task's.
+//! header, and every label must be one of the task's. A leading UTF-8
+//! byte-order mark is dropped, and a file without a single example is
+//! refused.
 
 use std::collections::HashMap;
 use std::path::Path;
@@ -96,7 +98,18 @@ pub fn read_glue(
     parse_glue(&text, &path, task, split)
 }
 
-/// Parses the text of a GLUE TSV file; `path` and `split` name it.
+/// `text` without one leading UTF-8 byte-order mark (U+FEFF). The GLUE
+/// download's MRPC `train.tsv` and `dev.tsv` begin with one, inherited from
+/// `msr_paraphrase_train.txt` (HuggingFace opens GLUE files as `utf-8-sig`);
+/// left in place it glues itself to the first column's name, and the
+/// header then has "\u{feff}Quality" where "Quality" is looked for.
+pub(super) fn strip_bom(text: &str) -> &str {
+    text.strip_prefix('\u{feff}').unwrap_or(text)
+}
+
+/// Parses the text of a GLUE TSV file; `path` and `split` name it. A file
+/// with no example is an error here, naming it, rather than an empty split
+/// that fails far from the file (no batch to fill, no dev score).
 pub fn parse_glue(
     text: &str,
     path: &Path,
@@ -108,7 +121,7 @@ pub fn parse_glue(
         detail: format!("line {line}: {detail}"),
     };
     let layout = layout(task, !split.starts_with("test"));
-    let mut lines = text
+    let mut lines = strip_bom(text)
         .split('\n')
         .map(|l| l.strip_suffix('\r').unwrap_or(l))
         .enumerate();
@@ -180,6 +193,16 @@ pub fn parse_glue(
             text_a: fields[a].to_string(),
             text_b: b.map(|i| fields[i].to_string()),
             label,
+        });
+    }
+    if examples.is_empty() {
+        return Err(DataError::Format {
+            path: path.to_path_buf(),
+            detail: if layout.header {
+                "holds no examples (nothing after its header line)".into()
+            } else {
+                "holds no examples (the file is empty)".into()
+            },
         });
     }
     Ok(examples)

@@ -168,6 +168,8 @@ pub fn corpus_fingerprint(
 }
 
 /// Google's format: one sentence per line, a blank line between documents.
+/// A file with no sentence is refused here, naming it, rather than making
+/// no examples that fail far from the file.
 pub fn read_plain_corpus(path: &Path) -> Result<Vec<Document>, DataError> {
     let text = read(path)?;
     let mut documents = Vec::new();
@@ -191,6 +193,12 @@ pub fn read_plain_corpus(path: &Path) -> Result<Vec<Document>, DataError> {
         documents.push(Document {
             origin: format!("{}:{start}", path.display()),
             sentences,
+        });
+    }
+    if documents.is_empty() {
+        return Err(DataError::Format {
+            path: path.to_path_buf(),
+            detail: "holds no sentences (every line is blank)".into(),
         });
     }
     Ok(documents)
@@ -425,6 +433,22 @@ mod tests {
             ]
         );
         assert!(docs[2].origin.ends_with(":7"), "{}", docs[2].origin);
+    }
+
+    #[test]
+    fn a_plain_corpus_without_sentences_is_refused_naming_it() {
+        for content in ["", "\n  \n\t\n"] {
+            let (_scratch, path) = scratch_file("plain.txt", content);
+            let e = read_plain_corpus(&path).unwrap_err().to_string();
+            assert_eq!(
+                e,
+                format!(
+                    "{}: holds no sentences (every line is blank)",
+                    path.display()
+                ),
+                "{content:?}"
+            );
+        }
     }
 
     #[test]

@@ -8,12 +8,17 @@ use std::path::Path;
 
 use crate::TrainError;
 
-/// Copies `tokenizer` into `dir` as `tokenizer.json` (through a temporary
-/// file renamed over any previous one).
+/// Copies `tokenizer` into `dir` as `tokenizer.json`.
 pub(crate) fn copy_tokenizer(tokenizer: &Path, dir: &Path) -> Result<(), TrainError> {
-    let target = dir.join("tokenizer.json");
-    let partial = dir.join("tokenizer.json.partial");
-    std::fs::copy(tokenizer, &partial)
+    copy_as(tokenizer, dir, "tokenizer.json")
+}
+
+/// Copies `file` into `dir` as `name` (through a temporary file renamed
+/// over any previous one).
+pub(crate) fn copy_as(file: &Path, dir: &Path, name: &str) -> Result<(), TrainError> {
+    let target = dir.join(name);
+    let partial = dir.join(format!("{name}.partial"));
+    std::fs::copy(file, &partial)
         .and_then(|_| std::fs::rename(&partial, &target))
         .map_err(|source| TrainError::Io {
             path: target,

@@ -10,18 +10,17 @@ use std::path::Path;
 
 use burn::module::Module;
 use burn::tensor::{Device, Tensor};
+use terse_data::dataset;
 use terse_data::glue::{
     ClassificationFeature, GlueTask, Label, ReviewSource, SentenceExample, cached_encodings,
     read_glue, read_movie_reviews, read_snli, split_dev,
 };
-use terse_data::{WordPiece, dataset};
 use terse_eval::{GlueMetricKind, GlueOutputs, glue_scores};
 use terse_models::bert::{
     BertConfig, BertForSequenceClassification, classifier_config_keys, save_hf_with_head,
 };
 
 use super::cached_features::log_source;
-use super::export::copy_tokenizer;
 use super::pick;
 use super::weights::Weights;
 use crate::batch::classification_batch;
@@ -129,7 +128,10 @@ impl SentenceTask {
             return Err(invalid("task.kind", "not a GLUE task".into()));
         };
         let weights = Weights::resolve(init, config.model.as_ref())?;
-        let tokenizer = WordPiece::from_tokenizer_json(&weights.tokenizer)?;
+        let tokenizer = weights.tokenizer.load()?;
+        // Before reading the data: a vocabulary or sequence length the model
+        // cannot embed would otherwise fail only at the first step.
+        weights.check_fits(&tokenizer, *max_seq)?;
         let (train, dev, label_names, metric) = read_task(task, glue_dir.as_deref())?;
         // One output for regression (STS-B, no class names).
         let labels = label_names.len().max(1);
@@ -288,7 +290,7 @@ impl Task for SentenceTask {
             &classifier_config_keys(&self.label_names),
             dir,
         )?;
-        copy_tokenizer(&self.weights.tokenizer, dir)
+        self.weights.tokenizer.export(dir)
     }
 }
 

@@ -12,7 +12,7 @@ use burn::tensor::{Device, Tensor};
 use terse_data::squad::{
     SquadExample, SquadFeature, SquadFeatureConfig, SquadFeaturizer, cached_features,
 };
-use terse_data::{WordPiece, dataset, read_squad};
+use terse_data::{dataset, read_squad};
 use terse_eval::{
     AnswerConfig, FeatureLogits, QuestionContext, SquadGold, evaluate, predict_answers,
     write_predictions,
@@ -20,7 +20,6 @@ use terse_eval::{
 use terse_models::bert::{BertForQuestionAnswering, save_hf};
 
 use super::cached_features::log_source;
-use super::export::copy_tokenizer;
 use super::pick;
 use super::weights::Weights;
 use crate::batch::squad_batch;
@@ -61,7 +60,10 @@ impl SquadTask {
             });
         };
         let weights = Weights::resolve(init, config.model.as_ref())?;
-        let tokenizer = WordPiece::from_tokenizer_json(&weights.tokenizer)?;
+        let tokenizer = weights.tokenizer.load()?;
+        // Before featurizing: a vocabulary or window the model cannot embed
+        // would otherwise fail only at the first step.
+        weights.check_fits(&tokenizer, *max_seq)?;
         let featurizer = SquadFeaturizer::new(
             &tokenizer,
             SquadFeatureConfig {
@@ -199,7 +201,7 @@ impl Task for SquadTask {
 
     fn export(&self, model: &Self::Model, dir: &Path) -> Result<(), TrainError> {
         save_hf(&model.clone().valid(), &self.weights.config, dir)?;
-        copy_tokenizer(&self.weights.tokenizer, dir)
+        self.weights.tokenizer.export(dir)
     }
 }
 
