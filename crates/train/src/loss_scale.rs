@@ -135,6 +135,19 @@ impl LossScaler {
         }
     }
 
+    /// A checkpoint's scaler continued under `config`, which a resume may
+    /// change: a static scale it names is the scale from now on (the
+    /// checkpoint's would otherwise stay, never updated), and a dynamic
+    /// scale below a raised `min_scale` starts at that floor (an overflow
+    /// would otherwise end the run at once, at a scale never halved to it).
+    pub fn resumed_under(self, config: &LossScaling) -> Self {
+        let scale = match config.static_scale {
+            Some(scale) => scale,
+            None => self.scale.max(config.min_scale),
+        };
+        Self { scale, ..self }
+    }
+
     /// Records a step: `overflow` when any rank's gradient had an inf or a
     /// NaN (the step is then skipped). Returns what happened on an
     /// overflow, `None` on a clean step.
@@ -245,6 +258,34 @@ fn injected() -> &'static [(u64, usize, bool)] {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A resume under changed loss scaling: its static scale, or the
+    /// dynamic scale raised to a new floor; otherwise the checkpoint's.
+    #[test]
+    fn a_resumed_scaler_follows_the_resumed_run_s_settings() {
+        let saved = LossScaler {
+            scale: 4096.0,
+            iteration: 90,
+            last_overflow: 40,
+            skipped: 3,
+        };
+        let dynamic = LossScaling::default();
+        assert_eq!(saved.resumed_under(&dynamic), saved);
+        let fixed = LossScaling {
+            static_scale: Some(256.0),
+            ..LossScaling::default()
+        };
+        assert_eq!(saved.resumed_under(&fixed).scale, 256.0);
+        let floor = LossScaling {
+            min_scale: 8192.0,
+            ..LossScaling::default()
+        };
+        let raised = saved.resumed_under(&floor);
+        assert_eq!(
+            (raised.scale, raised.iteration, raised.skipped),
+            (8192.0, 90, 3)
+        );
+    }
 
     #[test]
     fn an_overflow_halves_and_a_window_of_clean_steps_doubles() {

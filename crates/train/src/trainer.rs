@@ -186,6 +186,9 @@ impl Trainer<'_> {
             let meta;
             (model, meta) = self.restore(model, &mut optimizer, comm)?;
             resumed = meta;
+            if lead {
+                self.write_config()?;
+            }
             flat.regather(&model)?;
             rank_phase::enter(rank, Phase::SetUp);
         } else {
@@ -198,7 +201,7 @@ impl Trainer<'_> {
             resumed
                 .as_ref()
                 .and_then(|m: &checkpoint::CheckpointMeta| m.loss_scaler)
-                .unwrap_or_else(|| LossScaler::new(&scaling))
+                .map_or_else(|| LossScaler::new(&scaling), |s| s.resumed_under(&scaling))
         });
         if lead {
             log_plan(cfg, world);
@@ -248,7 +251,9 @@ impl Trainer<'_> {
     }
 
     /// Attaches this rank's log to the run directory; the lead rank
-    /// creates it and writes the resolved config there.
+    /// creates it and, starting afresh, writes the resolved config there (a
+    /// resume writes it once its checkpoint is accepted, so that a refused
+    /// `--resume --set …` leaves the run's config as it was).
     fn open_run_dir(&self, rank: usize, world: usize) -> Result<(), TrainError> {
         logging::set_rank(rank);
         logging::attach_run_dir(self.run_dir).map_err(|source| TrainError::Io {
@@ -264,11 +269,19 @@ impl Trainer<'_> {
                 path: self.run_dir.to_path_buf(),
                 source,
             })?;
-            let path = self.run_dir.join("config.toml");
-            std::fs::write(&path, self.config.to_toml())
-                .map_err(|source| TrainError::Io { path, source })?;
+            if !self.resume {
+                self.write_config()?;
+            }
         }
         Ok(())
+    }
+
+    /// The resolved config as the run directory's `config.toml` (the lead
+    /// rank's).
+    fn write_config(&self) -> Result<(), TrainError> {
+        let path = self.run_dir.join("config.toml");
+        std::fs::write(&path, self.config.to_toml())
+            .map_err(|source| TrainError::Io { path, source })
     }
 }
 

@@ -94,7 +94,12 @@ pub fn write(
     all_succeeded(comm, whole, || {
         format!("could not commit the checkpoint of step {step} ({META})")
     })?;
-    prune_own(run_dir, rank, step)?;
+    // The step is committed on every rank by now: a file that cannot be
+    // removed costs disk space, not the run (nor, in a stop, its exit
+    // status), and is removed again at the next checkpoint.
+    if let Err(e) = prune_own(run_dir, rank, step) {
+        tracing::warn!("rank {rank}: could not remove an older checkpoint's files: {e}");
+    }
     tracing::debug!(
         "checkpoint of step {step} in {:.2} s: wrote {}, linked {} of lower ranks' copies \
          ({} on this filesystem)",
