@@ -33,10 +33,20 @@ pub fn command(ranks: usize, executable: &Path, args: &[String]) -> Command {
     command_on(ranks, None, executable, args)
 }
 
+/// The variables a job on other nodes gets from this shell: those of
+/// `RAYON_NUM_THREADS`, `TERSE_CACHE` and `TERSE_LOG` that are `set`.
+fn passed_on(set: impl Fn(&str) -> bool) -> Vec<&'static str> {
+    ["RAYON_NUM_THREADS", "TERSE_CACHE", "TERSE_LOG"]
+        .into_iter()
+        .filter(|var| set(var))
+        .collect()
+}
+
 /// [`command`] on the hosts of an OpenMPI `hostfile` (one line per node,
 /// `node01 slots=8`), or on this machine without one. On this machine each
 /// rank gets cores ÷ ranks rayon threads; across nodes the cores per node
-/// are not known here, so `RAYON_NUM_THREADS` is passed on only if set.
+/// are not known here, so `RAYON_NUM_THREADS` is passed on only if set
+/// (as are `TERSE_CACHE` and `TERSE_LOG`).
 pub fn command_on(
     ranks: usize,
     hostfile: Option<&Path>,
@@ -51,8 +61,11 @@ pub fn command_on(
     match hostfile {
         Some(hostfile) => {
             command.arg("--hostfile").arg(hostfile);
-            if std::env::var_os("RAYON_NUM_THREADS").is_some() {
-                command.args(["-x", "RAYON_NUM_THREADS"]);
+            // OpenMPI hands a remote rank only the variables `-x` names:
+            // the threads, the data cache and the log level set here
+            // would otherwise stop at this node.
+            for var in passed_on(|var| std::env::var_os(var).is_some()) {
+                command.args(["-x", var]);
             }
         }
         None => {
@@ -113,5 +126,16 @@ mod tests {
         );
         assert!(!nodes.get_envs().any(|(k, _)| k == "RAYON_NUM_THREADS"));
         assert_eq!(node_args[node_args.len() - 2..], ["/x/terse", "pretrain"]);
+    }
+
+    /// A data cache set for the job reaches the other nodes' ranks
+    /// (OpenMPI passes on only what `-x` names).
+    #[test]
+    fn the_data_cache_and_log_level_set_here_reach_the_other_nodes() {
+        assert_eq!(
+            passed_on(|var| var != "RAYON_NUM_THREADS"),
+            ["TERSE_CACHE", "TERSE_LOG"]
+        );
+        assert!(passed_on(|_| false).is_empty());
     }
 }

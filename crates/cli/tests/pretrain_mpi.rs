@@ -12,7 +12,9 @@
 //! - a checkpoint with a damaged file, or resumed under another optimizer, is
 //!   refused with a message naming the file or the field;
 //! - SIGTERM stops a run with a checkpoint of the step it reached, and the
-//!   resume again ends bit-identical.
+//!   resume again ends bit-identical;
+//! - ranks with a data cache each (a disk of each node) each make the
+//!   examples in their own.
 
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
@@ -335,4 +337,45 @@ fn two_mpi_ranks_train_agree_resume_after_kill_and_refuse_damage() {
     damage_is_refused(&whole);
     another_optimizer_or_world_is_refused(&killed);
     sigterm_then_resume(&weights);
+}
+
+/// Each rank with a data cache of its own, as ranks on nodes whose caches
+/// are their own disks (the README's multi-node setup): the first rank on
+/// each cache makes the pre-training examples there. Before, only rank 0
+/// made them and rank 1 failed to open its cache's.
+#[test]
+fn ranks_with_a_data_cache_each_make_their_examples_there() {
+    let (scratch, run) = scratch();
+    let datasets = terse_data::fetch::cache_dir().join("datasets");
+    for rank in 0..2 {
+        let cache = scratch.path().join(format!("cache{rank}"));
+        std::fs::create_dir_all(&cache).unwrap();
+        std::os::unix::fs::symlink(&datasets, cache.join("datasets")).unwrap();
+    }
+    let mut command = Command::new("mpirun");
+    command
+        .args(["--allow-run-as-root", "--oversubscribe", "-np", "2"])
+        .args(["-x", "RAYON_NUM_THREADS=1", "-x", "CACHES"])
+        .env("CACHES", scratch.path())
+        // The path travels as the environment, never as part of the script.
+        .args([
+            "sh",
+            "-c",
+            r#"TERSE_CACHE="$CACHES/cache$OMPI_COMM_WORLD_RANK" exec "$@""#,
+        ])
+        .args(["sh", env!("CARGO_BIN_EXE_terse")])
+        .args(["pretrain", "--no-progress", "--config", CONFIG, "--run-dir"])
+        .arg(&run)
+        .args(["--set", "train.steps=2", "--set", "train.eval_every=0"])
+        .current_dir(workspace());
+    succeed(&mut command);
+    for rank in 0..2 {
+        let shards = scratch.path().join(format!("cache{rank}/shards"));
+        let made: Vec<_> = std::fs::read_dir(&shards)
+            .unwrap()
+            .filter_map(Result::ok)
+            .filter(|e| e.path().join("pretrain.json").is_file())
+            .collect();
+        assert_eq!(made.len(), 1, "{}", shards.display());
+    }
 }

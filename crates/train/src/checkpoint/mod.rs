@@ -41,7 +41,7 @@ pub use agree::{agree_on_latest, verify_own};
 pub use room::{Sizes, warn_if_first_will_not_fit, warn_if_next_will_not_fit};
 pub use shared_copies::RankFile;
 pub(crate) use sharing::MARKER;
-use sharing::ranks_sharing;
+pub(crate) use sharing::ranks_sharing;
 pub use write::{clear_own, write};
 
 const FORMAT: &str = "terse-checkpoint";

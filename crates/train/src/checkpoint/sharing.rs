@@ -3,9 +3,10 @@
 //! is a disk of each node. Nothing in a rank's view of a path says which,
 //! so each rank leaves a marker and reads the others'.
 //!
-//! Used to size a checkpoint against the free space (`room.rs`) and to
-//! keep one copy of the files ranks on one filesystem would write alike
-//! (`write.rs`).
+//! Used to size a checkpoint against the free space (`room.rs`), to keep
+//! one copy of the files ranks on one filesystem would write alike
+//! (`write.rs`), and to make pre-training's examples once per data cache
+//! (`tasks/pretrain.rs`).
 
 use std::fs;
 use std::path::Path;

@@ -21,6 +21,7 @@ use terse_models::bert::{BertConfig, BertForPreTraining, save_hf};
 
 use super::export::copy_tokenizer;
 use crate::batch::pretrain_batch;
+use crate::checkpoint::ranks_sharing;
 use crate::task::{Task, eval_range, exact_f32};
 use crate::{RunConfig, TaskConfig, TrainError};
 
@@ -88,9 +89,18 @@ impl PretrainTask {
             tokenizer.vocab_size()
         );
         let shard_dir = terse_data::fetch::cache_dir().join("shards").join(key);
-        // Rank 0 reads the cached examples (which checks every shard's
-        // checksum) or makes them; the other ranks wait, then read them.
-        let checked = if comm.rank() == 0 {
+        // The first rank on each data cache reads the cached examples
+        // (which checks every shard's checksum) or makes them; the other
+        // ranks wait, then read them. A cache of each node (the README's
+        // multi-node setup) has its own first rank; one the nodes share
+        // has rank 0.
+        let sharing = ranks_sharing(
+            shard_dir
+                .parent()
+                .expect("the shards' directory has a parent"),
+            comm,
+        )?;
+        let checked = if sharing.first() == Some(&comm.rank()) {
             Some(cached_or_built(corpus, &tokenizer, &data, &shard_dir)?)
         } else {
             None
@@ -280,51 +290,7 @@ impl Task for PretrainTask {
     /// answering the held-out set's most frequent masked token (the best any
     /// unigram predictor can score there; it depends on the data only).
     fn eval_metrics(&self, outputs: &[Vec<f32>]) -> Result<Vec<(String, f64)>, TrainError> {
-        if outputs.is_empty() {
-            return Ok(Vec::new());
-        }
-        let (mut loss, mut mlm_hit, mut mlm_all, mut nsp_hit, mut nsp_all) =
-            (0.0, 0usize, 0usize, 0usize, 0usize);
-        let mut targets: std::collections::HashMap<i64, usize> = Default::default();
-        let hits = |predicted: &[f32], gold: &[f32]| -> usize {
-            predicted.iter().zip(gold).filter(|(p, g)| p == g).count()
-        };
-        for batch in outputs {
-            let malformed = || TrainError::Batch("a malformed held-out batch's outputs".into());
-            let (&batch_loss, rest) = batch.split_first().ok_or_else(malformed)?;
-            let (&m, rest) = rest.split_first().ok_or_else(malformed)?;
-            let m = m as usize;
-            if rest.len() < 2 * m || !(rest.len() - 2 * m).is_multiple_of(2) {
-                return Err(malformed());
-            }
-            let (mlm, nsp) = rest.split_at(2 * m);
-            let (mlm_predicted, mlm_gold) = mlm.split_at(m);
-            let (nsp_predicted, nsp_gold) = nsp.split_at(nsp.len() / 2);
-            loss += f64::from(batch_loss);
-            for &token in mlm_gold {
-                *targets.entry(token as i64).or_default() += 1;
-            }
-            (mlm_hit, mlm_all) = (mlm_hit + hits(mlm_predicted, mlm_gold), mlm_all + m);
-            (nsp_hit, nsp_all) = (
-                nsp_hit + hits(nsp_predicted, nsp_gold),
-                nsp_all + nsp_gold.len(),
-            );
-        }
-        Ok(vec![
-            ("held_out_loss".into(), loss / outputs.len() as f64),
-            (
-                "mlm_accuracy".into(),
-                mlm_hit as f64 / mlm_all.max(1) as f64,
-            ),
-            (
-                "nsp_accuracy".into(),
-                nsp_hit as f64 / nsp_all.max(1) as f64,
-            ),
-            (
-                "mlm_majority_accuracy".into(),
-                targets.values().copied().max().unwrap_or(0) as f64 / mlm_all.max(1) as f64,
-            ),
-        ])
+        held_out_metrics(outputs)
     }
 
     fn export(&self, model: &Self::Model, dir: &Path) -> Result<(), TrainError> {
@@ -340,5 +306,85 @@ impl Task for PretrainTask {
         // The vocabulary the examples were made with goes with the weights,
         // so fine-tuning from this directory tokenizes the same way.
         copy_tokenizer(&self.tokenizer_file, dir)
+    }
+}
+
+/// The held-out set's metrics from its batches' outputs (`[loss, m,
+/// m predicted, m gold, nsp predicted…, nsp gold…]` each).
+fn held_out_metrics(outputs: &[Vec<f32>]) -> Result<Vec<(String, f64)>, TrainError> {
+    if outputs.is_empty() {
+        return Ok(Vec::new());
+    }
+    let (mut loss, mut mlm_hit, mut mlm_all, mut nsp_hit, mut nsp_all) =
+        (0.0, 0usize, 0usize, 0usize, 0usize);
+    let mut targets: std::collections::HashMap<i64, usize> = Default::default();
+    let hits = |predicted: &[f32], gold: &[f32]| -> usize {
+        predicted.iter().zip(gold).filter(|(p, g)| p == g).count()
+    };
+    for batch in outputs {
+        let malformed = || TrainError::Batch("a malformed held-out batch's outputs".into());
+        let (&batch_loss, rest) = batch.split_first().ok_or_else(malformed)?;
+        let (&m, rest) = rest.split_first().ok_or_else(malformed)?;
+        let m = m as usize;
+        if rest.len() < 2 * m || !(rest.len() - 2 * m).is_multiple_of(2) {
+            return Err(malformed());
+        }
+        let (mlm, nsp) = rest.split_at(2 * m);
+        let (mlm_predicted, mlm_gold) = mlm.split_at(m);
+        let (nsp_predicted, nsp_gold) = nsp.split_at(nsp.len() / 2);
+        // Weighted by the batch's examples: a short last batch (a
+        // held_out that is not a multiple of the batch) counts as
+        // its examples do, not as a whole batch.
+        loss += f64::from(batch_loss) * (nsp_gold.len() as f64);
+        for &token in mlm_gold {
+            *targets.entry(token as i64).or_default() += 1;
+        }
+        (mlm_hit, mlm_all) = (mlm_hit + hits(mlm_predicted, mlm_gold), mlm_all + m);
+        (nsp_hit, nsp_all) = (
+            nsp_hit + hits(nsp_predicted, nsp_gold),
+            nsp_all + nsp_gold.len(),
+        );
+    }
+    Ok(vec![
+        ("held_out_loss".into(), loss / nsp_all.max(1) as f64),
+        (
+            "mlm_accuracy".into(),
+            mlm_hit as f64 / mlm_all.max(1) as f64,
+        ),
+        (
+            "nsp_accuracy".into(),
+            nsp_hit as f64 / nsp_all.max(1) as f64,
+        ),
+        (
+            "mlm_majority_accuracy".into(),
+            targets.values().copied().max().unwrap_or(0) as f64 / mlm_all.max(1) as f64,
+        ),
+    ])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `[loss, m, m predicted, m gold, n predicted, n gold]`.
+    fn batch(loss: f32, mlm: (&[f32], &[f32]), nsp: (&[f32], &[f32])) -> Vec<f32> {
+        let mut out = vec![loss, mlm.0.len() as f32];
+        out.extend(mlm.0.iter().chain(mlm.1).chain(nsp.0).chain(nsp.1));
+        out
+    }
+
+    /// A short last batch counts as its examples: (2·1.0 + 1·4.0) / 3,
+    /// not the batches' mean 2.5.
+    #[test]
+    fn the_held_out_loss_weighs_each_batch_by_its_examples() {
+        let outputs = [
+            batch(1.0, (&[5.0], &[5.0]), (&[0.0, 1.0], &[0.0, 0.0])),
+            batch(4.0, (&[6.0], &[7.0]), (&[1.0], &[1.0])),
+        ];
+        let metrics = held_out_metrics(&outputs).unwrap();
+        let get = |name: &str| metrics.iter().find(|(n, _)| n == name).unwrap().1;
+        assert_eq!(get("held_out_loss"), 2.0);
+        assert_eq!(get("mlm_accuracy"), 0.5);
+        assert!((get("nsp_accuracy") - 2.0 / 3.0).abs() < 1e-12);
     }
 }
