@@ -84,6 +84,21 @@ const SYSTEM: &[&str] = &[
 /// Vulkan loader (the driver's ICD comes with the GPU's driver).
 const OPENED_AT_RUN_TIME: &[&str] = &["libvulkan.so.1"];
 
+/// Refuses an `--out` that exists and is not an earlier bundle (one with
+/// its `run.sh` and `bin/terse`), which replacing would delete: `--out .`
+/// would have removed the checkout.
+fn replaceable(out: &Path) -> Result<()> {
+    let earlier_bundle = out.join("run.sh").is_file() && out.join("bin/terse").is_file();
+    if out.exists() && !earlier_bundle {
+        bail!(
+            "--out {}: exists and is not an earlier bundle (no run.sh and bin/terse), so it is \
+             not replaced; name a new directory",
+            out.display()
+        );
+    }
+    Ok(())
+}
+
 /// Builds the binaries and writes the bundle.
 pub fn run(args: &Args) -> Result<()> {
     let terse = terse_binary::build()?;
@@ -92,6 +107,7 @@ pub fn run(args: &Args) -> Result<()> {
     let model_step = terse_binary::build_bench("model_step")?;
     let matmul_routines = terse_binary::build_bench("matmul_routines")?;
     let out = &args.out;
+    replaceable(out)?;
     if out.exists() {
         fs::remove_dir_all(out).with_context(|| format!("cannot replace {}", out.display()))?;
     }
@@ -272,6 +288,18 @@ mod run_script_tests;
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn only_an_earlier_bundle_is_replaced() {
+        let dir = tempfile::tempdir().unwrap();
+        replaceable(&dir.path().join("new")).unwrap();
+        let error = replaceable(dir.path()).unwrap_err().to_string();
+        assert!(error.contains("is not an earlier bundle"), "{error}");
+        std::fs::create_dir_all(dir.path().join("bin")).unwrap();
+        std::fs::write(dir.path().join("bin/terse"), "").unwrap();
+        std::fs::write(dir.path().join("run.sh"), "").unwrap();
+        replaceable(dir.path()).unwrap();
+    }
 
     #[test]
     fn ldd_lines_are_read_and_the_c_library_left_out() {

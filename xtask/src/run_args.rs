@@ -81,7 +81,7 @@ forwarded! {
         #[arg(long = "precision", value_name = "PRECISION")] precision: Option<String>,
         /// The communicator: auto (the default), local, mpi or nccl
         #[arg(long = "comm", value_name = "BACKEND")] comm: Option<String>,
-        /// Ranks as threads of one process (the `local` communicator), with --ranks 1
+        /// Ranks as threads of one process (the `local` communicator), with --ranks 1 (refused with more)
         #[arg(long = "local-ranks", value_name = "N", value_parser = value_parser!(u32).range(1..))] local_ranks: Option<u32>,
         /// Optimizer steps to run (a resume may extend a run) [default: the config's train.steps]
         #[arg(long = "steps", value_name = "N", value_parser = value_parser!(u64).range(1..))] steps: Option<u64>,

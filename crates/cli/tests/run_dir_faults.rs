@@ -17,6 +17,9 @@ fn terse(run_dir: &Path, steps: u64, extra: &[&str]) -> Command {
         .arg("configs/pretrain-bert-tiny.toml")
         .args(["--set", &format!("train.steps={steps}")])
         .args(["--set", "train.eval_every=0"])
+        // A run long enough to be stopped mid-way goes past the shipped
+        // schedule's 40 steps, which terse refuses (its rate is 0 there).
+        .args(["--set", &format!("schedule.total_steps={}", steps.max(40))])
         .arg("--run-dir")
         .arg(run_dir)
         .args(extra)

@@ -40,6 +40,9 @@ fn job(run_dir: &Path, steps: u64, timeout_s: u64, log: &Path, extra: &[&str]) -
         .args(["--set", &format!("train.steps={steps}")])
         .args(["--set", "train.eval_every=0"])
         .args(["--set", &format!("train.collective_timeout_s={timeout_s}")])
+        // A run long enough to be stopped mid-way goes past the shipped
+        // schedule's 40 steps, which terse refuses (its rate is 0 there).
+        .args(["--set", &format!("schedule.total_steps={}", steps.max(40))])
         .arg("--run-dir")
         .arg(run_dir)
         .args(extra);

@@ -150,6 +150,17 @@ impl LrSchedule {
         }
     }
 
+    /// The step at which the schedule ends (`total_steps`), for the
+    /// schedules that have one.
+    pub fn total_steps(&self) -> Option<u64> {
+        match *self {
+            Self::LinearWarmupPolyDecay { total_steps, .. }
+            | Self::LinearWarmupLinearDecay { total_steps, .. }
+            | Self::Cosine { total_steps, .. } => Some(total_steps),
+            _ => None,
+        }
+    }
+
     /// The step at which warmup ends (0 for schedules without one).
     pub fn warmup_steps(&self) -> u64 {
         match *self {

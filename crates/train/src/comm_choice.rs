@@ -104,8 +104,12 @@ impl CommChoice {
             }
         };
         match self {
-            Self::Auto if on_cuda && mpirun_processes.is_some_and(|n| n > 1) => Ok(Backend::Nccl),
-            Self::Auto if under_mpirun => Ok(Backend::Mpi),
+            // Thread ranks asked for inside an MPI job would be dropped
+            // without a word: refused, as with --comm mpi and nccl.
+            Self::Auto if on_cuda && mpirun_processes.is_some_and(|n| n > 1) => {
+                one_per_process(Backend::Nccl)
+            }
+            Self::Auto if under_mpirun => one_per_process(Backend::Mpi),
             Self::Auto if local_ranks > 1 => Ok(Backend::Threads(local_ranks)),
             Self::Auto => Ok(Backend::Single),
             Self::Local if under_mpirun => Err(refuse(
@@ -178,6 +182,15 @@ mod tests {
             error.contains("--local-ranks 2 asks for threads"),
             "{error}"
         );
+        // `cargo xtask … --ranks 2 --local-ranks 4` once trained on 2.
+        for on_cuda in [false, true] {
+            let placement = Placement {
+                on_cuda,
+                ..placement(4, Some(2))
+            };
+            let error = CommChoice::Auto.backend(placement).unwrap_err().to_string();
+            assert!(error.contains("each process is one rank"), "{error}");
+        }
         assert!(
             "gloo"
                 .parse::<CommChoice>()

@@ -200,24 +200,43 @@ fn is_fp32(precision: &Precision) -> bool {
 
 impl TrainSettings {
     /// Micro-batches per rank per step on `world` ranks, or the error that
-    /// names the fields that do not divide.
+    /// names the fields that do not divide and values that would.
     pub fn accumulation(&self, world: usize) -> Result<usize, TrainError> {
-        let per_rank = self.global_batch / world.max(1);
-        if self.micro_batch == 0
-            || self.global_batch == 0
-            || !self.global_batch.is_multiple_of(world)
-            || !per_rank.is_multiple_of(self.micro_batch)
+        let world = world.max(1);
+        let (global, micro) = (self.global_batch, self.micro_batch);
+        let per_rank = global / world;
+        if micro > 0 && global > 0 && global.is_multiple_of(world) && per_rank.is_multiple_of(micro)
         {
-            return Err(TrainError::InvalidRun {
-                field: "train.global_batch",
-                reason: format!(
-                    "global_batch {} must split into {world} rank(s) × a whole number of \
-                     micro-batches of micro_batch {}",
-                    self.global_batch, self.micro_batch
-                ),
-            });
+            return Ok(per_rank / micro);
         }
-        Ok(per_rank / self.micro_batch)
+        let reason = if micro == 0 || global == 0 {
+            format!("global_batch {global} and micro_batch {micro} must both be at least 1")
+        } else if !global.is_multiple_of(world) {
+            format!(
+                "global_batch {global} does not split evenly into {world} ranks: run on a \
+                 number of ranks that divides {global}, or set train.global_batch to a multiple \
+                 of {}",
+                world * micro
+            )
+        } else {
+            // The largest micro-batch below the configured one that
+            // divides each rank's share: the same step, more accumulation.
+            let fits = (1..=micro.min(per_rank))
+                .rev()
+                .find(|m| per_rank.is_multiple_of(*m))
+                .unwrap_or(1);
+            format!(
+                "global_batch {global} on {world} ranks is {per_rank} examples per rank, not a \
+                 whole number of micro-batches of micro_batch {micro}: set train.micro_batch to \
+                 a divisor of {per_rank} (e.g. --set train.micro_batch={fits}), or \
+                 train.global_batch to a multiple of {}",
+                world * micro
+            )
+        };
+        Err(TrainError::InvalidRun {
+            field: "train.global_batch",
+            reason,
+        })
     }
 }
 
@@ -271,6 +290,20 @@ impl RunConfig {
             .map_err(|e| format!("[schedule]: {e}"))?;
         if self.train.steps == 0 {
             return Err("train.steps: must be at least 1".into());
+        }
+        // Past its end a decaying schedule's rate is 0: those steps
+        // would change nothing (an extended run, `--steps`, forgetting
+        // the schedule).
+        if let Some(total) = self.schedule.total_steps()
+            && self.train.steps > total
+            && self.schedule.lr(total + 1) == 0.0
+        {
+            return Err(format!(
+                "train.steps = {} runs past schedule.total_steps = {total}, after which the \
+                 learning rate is 0 and the model does not change: set schedule.total_steps \
+                 too (e.g. --set schedule.total_steps={}), or train.steps ≤ {total}",
+                self.train.steps, self.train.steps
+            ));
         }
         if let Some(norm) = self.train.max_grad_norm
             && !(norm.is_finite() && norm > 0.0)
@@ -407,6 +440,48 @@ global_batch = 8
 micro_batch = 2
 seed = 3
 "#;
+
+    /// The error says what would split: 8 ranks of BERT-base's 64 with
+    /// micro-batches of 16 are 8 examples each.
+    #[test]
+    fn a_batch_that_does_not_split_names_a_micro_batch_that_would() {
+        let mut config = RunConfig::parse(TINY).unwrap();
+        config.train.global_batch = 64;
+        config.train.micro_batch = 16;
+        assert_eq!(config.train.accumulation(4).unwrap(), 1);
+        let error = config.train.accumulation(8).unwrap_err().to_string();
+        assert!(
+            error.contains("8 examples per rank") && error.contains("train.micro_batch=8"),
+            "{error}"
+        );
+        let error = config.train.accumulation(6).unwrap_err().to_string();
+        assert!(
+            error.contains("does not split evenly into 6 ranks"),
+            "{error}"
+        );
+    }
+
+    /// A decaying schedule's end bounds the steps; one that keeps a rate
+    /// past it (a floor, a constant) does not.
+    #[test]
+    fn steps_past_a_schedule_that_ends_at_zero_are_refused() {
+        let decaying = TINY.replace(
+            "kind = \"constant\"\nlr = 1e-3",
+            "kind = \"linear_warmup_linear_decay\"\npeak = 1e-3\nwarmup_steps = 2\ntotal_steps = 10",
+        );
+        let error = RunConfig::parse(&decaying).unwrap_err();
+        assert!(
+            error.contains("train.steps = 20 runs past schedule.total_steps = 10"),
+            "{error}"
+        );
+        RunConfig::parse(&decaying.replace("total_steps = 10", "total_steps = 20")).unwrap();
+        let floor = TINY.replace(
+            "kind = \"constant\"\nlr = 1e-3",
+            "kind = \"linear_warmup_poly_decay\"\npeak = 1e-3\nwarmup_steps = 2\n\
+             total_steps = 10\npower = 1.0\nend_lr = 1e-5",
+        );
+        RunConfig::parse(&floor).unwrap();
+    }
 
     #[test]
     fn parses_and_names_unknown_fields() {

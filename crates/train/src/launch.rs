@@ -59,7 +59,17 @@ pub fn train(config: &RunConfig, launch: &Launch) -> Result<Option<RunSummary>, 
         mpirun_processes: MpiComm::mpirun_processes(),
         on_cuda: matches!(config.train.device, DeviceChoice::Cuda(_)),
     };
-    match launch.comm.backend(placement)? {
+    let backend = launch.comm.backend(placement)?;
+    // Before the data is prepared (pre-training examples, SQuAD's
+    // windows): a batch that does not split among the ranks would
+    // otherwise be refused only when the trainer starts.
+    let world = match backend {
+        Backend::Threads(ranks) => ranks,
+        Backend::Mpi | Backend::Nccl => placement.mpirun_processes.unwrap_or(1),
+        Backend::Single => 1,
+    };
+    config.train.accumulation(world)?;
+    match backend {
         Backend::Mpi => on_process_world(&MpiComm::init()?, config, launch, &trainer, &predictions),
         Backend::Nccl => on_nccl(config, launch, &trainer, &predictions),
         Backend::Threads(ranks) => {
