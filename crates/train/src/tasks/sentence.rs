@@ -37,6 +37,10 @@ pub struct SentenceTask {
     /// `id2label`.
     label_names: Vec<&'static str>,
     metric: GlueMetricKind,
+    /// The held-out examples' parts in `dev` order, each scored on its
+    /// own, its metrics' names ending in its suffix: MNLI's matched and
+    /// mismatched dev sets (`accuracy`, `accuracy_mm`), else one.
+    dev_parts: Vec<(&'static str, usize)>,
     weights: Weights,
     pad_id: u32,
 }
@@ -132,7 +136,17 @@ impl SentenceTask {
         // Before reading the data: a vocabulary or sequence length the model
         // cannot embed would otherwise fail only at the first step.
         weights.check_fits(&tokenizer, *max_seq)?;
-        let (train, dev, label_names, metric) = read_task(task, glue_dir.as_deref())?;
+        let (train, mut dev, label_names, metric) = read_task(task, glue_dir.as_deref())?;
+        // MNLI is scored on both its dev sets, as GLUE and HF's run_glue
+        // report it: matched, then mismatched.
+        let mut dev_parts = vec![("", dev.len())];
+        if task == "mnli"
+            && let Some(dir) = glue_dir
+        {
+            let mismatched = read_glue(dir, GlueTask::Mnli, "dev_mismatched")?;
+            dev_parts.push(("_mm", mismatched.len()));
+            dev.extend(mismatched);
+        }
         // One output for regression (STS-B, no class names).
         let labels = label_names.len().max(1);
         // From the cache where an earlier run left them
@@ -160,6 +174,7 @@ impl SentenceTask {
             labels,
             label_names: label_names.to_vec(),
             metric,
+            dev_parts,
             weights,
             pad_id: tokenizer.special().pad,
         };
@@ -237,23 +252,42 @@ impl Task for SentenceTask {
 
     fn eval_metrics(&self, outputs: &[Vec<f32>]) -> Result<Vec<(String, f64)>, TrainError> {
         let (classes, gold_classes, scores, gold_scores) = self.scored(outputs)?;
-        let outputs = if self.labels == 1 {
-            GlueOutputs::Scores {
-                predictions: &scores,
-                labels: &gold_scores,
-            }
+        let predicted = if self.labels == 1 {
+            scores.len()
         } else {
-            GlueOutputs::Classes {
-                predictions: &classes,
-                labels: &gold_classes,
-            }
+            classes.len()
         };
-        let scores = glue_scores(self.metric, &outputs)
-            .map_err(|e| TrainError::Batch(format!("scoring the held-out split: {e}")))?;
-        Ok(scores
-            .into_iter()
-            .map(|(name, value)| (name.to_string(), value))
-            .collect())
+        if predicted != self.dev.len() {
+            return Err(TrainError::Batch(format!(
+                "{predicted} held-out predictions for {} examples",
+                self.dev.len()
+            )));
+        }
+        let mut metrics = Vec::new();
+        let mut start = 0;
+        for &(suffix, len) in &self.dev_parts {
+            let part = start..start + len;
+            start += len;
+            let outputs = if self.labels == 1 {
+                GlueOutputs::Scores {
+                    predictions: &scores[part.clone()],
+                    labels: &gold_scores[part],
+                }
+            } else {
+                GlueOutputs::Classes {
+                    predictions: &classes[part.clone()],
+                    labels: &gold_classes[part],
+                }
+            };
+            let scores = glue_scores(self.metric, &outputs)
+                .map_err(|e| TrainError::Batch(format!("scoring the held-out split: {e}")))?;
+            metrics.extend(
+                scores
+                    .into_iter()
+                    .map(|(name, value)| (format!("{name}{suffix}"), value)),
+            );
+        }
+        Ok(metrics)
     }
 
     /// A TSV of the held-out examples: index, prediction, gold label.
@@ -316,5 +350,51 @@ impl SentenceTask {
             }
         }
         Ok((classes, gold_classes, scores, gold_scores))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// MNLI is scored on its matched and its mismatched dev sets apart
+    /// (GLUE's two MNLI numbers): the fixture's matched gold labels are
+    /// neutral, contradiction, entailment, the mismatched ones
+    /// contradiction, contradiction, entailment, so always answering
+    /// contradiction scores 1/3 and 2/3.
+    #[test]
+    fn mnli_is_scored_on_its_matched_and_mismatched_dev_sets() {
+        let glue = Path::new(env!("CARGO_MANIFEST_DIR")).join("../data/tests/fixtures/glue/MNLI");
+        let config = RunConfig::parse(&format!(
+            r#"
+            [task]
+            kind = "glue"
+            task = "mnli"
+            max_seq = 32
+            init = "minilm"
+            glue_dir = "{}"
+            [optimizer]
+            name = "adam"
+            [schedule]
+            kind = "constant"
+            lr = 1e-3
+            [train]
+            steps = 1
+            global_batch = 4
+            micro_batch = 4
+            seed = 1
+            "#,
+            glue.display()
+        ))
+        .unwrap();
+        let task = SentenceTask::prepare(&config).unwrap();
+        assert_eq!(task.dev_parts, [("", 3), ("_mm", 3)]);
+        let contradiction = 0.0;
+        let metrics = task.eval_metrics(&[vec![contradiction; 6]]).unwrap();
+        let names: Vec<&str> = metrics.iter().map(|(n, _)| n.as_str()).collect();
+        assert_eq!(names, ["accuracy", "accuracy_mm"]);
+        assert!((metrics[0].1 - 1.0 / 3.0).abs() < 1e-12, "{metrics:?}");
+        assert!((metrics[1].1 - 2.0 / 3.0).abs() < 1e-12, "{metrics:?}");
+        assert!(task.eval_metrics(&[vec![contradiction; 5]]).is_err());
     }
 }
