@@ -3,7 +3,8 @@
 //! 2 (the last two, steps 4 and 6, are kept); continuing from step 4 into
 //! another run directory ends with the same weights as the uninterrupted
 //! run, and continuing from step 4 inside the original directory (where
-//! step 6 follows) is refused naming it. A checkpoint whose `trainer.json`
+//! step 6 follows), or into a directory with checkpoints of its own, is
+//! refused naming them. A checkpoint whose `trainer.json`
 //! says another layout version is refused by `--resume`, `--resume
 //! CHECKPOINT` and `terse eval`, naming the file and both versions.
 
@@ -83,6 +84,17 @@ fn a_chosen_checkpoint_continues_bit_identically_and_an_overtaken_one_is_refused
         "{message}"
     );
     assert!(message.contains("step-00000006"), "{message}");
+
+    // The branch now has checkpoints of its own: continuing another run's
+    // step 4 there again is refused (a later plain --resume would pick
+    // the branch's newest, not the continuation's).
+    let output = terse(&branch, &["--resume", from.to_str().unwrap()]);
+    assert!(!output.status.success());
+    let message = stderr(&output);
+    assert!(
+        message.contains("holds checkpoints of another run"),
+        "{message}"
+    );
 }
 
 #[test]

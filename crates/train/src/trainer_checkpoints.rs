@@ -151,6 +151,17 @@ impl Trainer<'_> {
                     newer.join(", ")
                 )));
             }
+        } else if let Some((_, newest)) = own.last() {
+            // Another run's checkpoint continued here would write beside
+            // this directory's own, and a later plain --resume (the line a
+            // stop prints) would pick the newest step, perhaps the old
+            // run's.
+            return Err(bad(format!(
+                "{} holds checkpoints of another run (the newest {}): continue into another \
+                 --run-dir, or start this one afresh with --overwrite",
+                self.run_dir.display(),
+                newest.display()
+            )));
         }
         Ok(dir.to_path_buf())
     }
