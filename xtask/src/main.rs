@@ -86,8 +86,31 @@ enum Command {
     Setup,
 }
 
+/// The checkout's root, whose `configs/`, `runs/` and `target/` every
+/// command names by relative paths.
+fn checkout_root() -> std::path::PathBuf {
+    std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
+}
+
+/// Refuses a working directory other than the checkout's root: `cargo
+/// xtask` runs from any directory of the checkout, and from a
+/// subdirectory its shipped configs were "no such config" and its runs
+/// landed in a `runs/` there.
+fn at_checkout_root(cwd: &std::path::Path, root: &std::path::Path) -> Result<()> {
+    let canonical = |p: &std::path::Path| p.canonicalize().unwrap_or_else(|_| p.to_path_buf());
+    if canonical(cwd) != canonical(root) {
+        anyhow::bail!(
+            "cargo xtask runs from the checkout's root, {} (its configs/ and runs/ are taken \
+             from there, as are relative paths on the command line): cd there first",
+            canonical(root).display()
+        );
+    }
+    Ok(())
+}
+
 /// Runs the parsed command.
 fn run(cli: &Cli) -> Result<()> {
+    at_checkout_root(&std::env::current_dir()?, &checkout_root())?;
     match &cli.command {
         Command::Pretrain(args) => pretrain::run(args),
         Command::Finetune(args) => finetune::run(args),
@@ -163,6 +186,16 @@ mod tests {
                 "`{name}` has no real explanation: {line:?}"
             );
         }
+    }
+
+    #[test]
+    fn only_the_checkout_root_is_a_working_directory() {
+        let root = checkout_root();
+        at_checkout_root(&root, &root).unwrap();
+        let error = at_checkout_root(&root.join("crates"), &root)
+            .unwrap_err()
+            .to_string();
+        assert!(error.contains("runs from the checkout's root"), "{error}");
     }
 
     #[test]
