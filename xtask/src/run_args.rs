@@ -91,7 +91,7 @@ forwarded! {
         #[arg(long = "deepspeed", value_name = "DS_CONFIG")] deepspeed: Option<String>,
         /// Set a config field (e.g. `--set train.steps=100`; repeatable)
         #[arg(long = "set", value_name = "KEY=VALUE")] overrides: Vec<String>,
-        /// With --optimizer, run a 1-bit optimizer whose freeze the run never reaches
+        /// With --optimizer or --deepspeed, run a 1-bit optimizer whose freeze the run never reaches
         #[arg(long = "allow-no-compression")] allow_no_compression: bool,
         /// Print the resolved config and exit without loading data or training
         #[arg(long = "print-config")] print_config: bool,

@@ -17,6 +17,8 @@ fn xtask(run_dir: &Path, extra: &[&str]) -> Command {
         .args(["pretrain", "bert-tiny", "--ranks", "2", "--run-dir"])
         .arg(run_dir)
         .args(["--set", "train.steps=60", "--set", "train.eval_every=0"])
+        // Past the shipped schedule's 40 steps, which terse refuses alone.
+        .args(["--set", "schedule.total_steps=60"])
         .args(extra)
         .current_dir(workspace())
         .env("NO_COLOR", "1");
@@ -65,7 +67,10 @@ fn sigterm_to_xtask_stops_every_rank_at_one_checkpointed_step() {
     // xtask binary stands in for `cargo xtask` here).
     assert!(
         line.contains("; resume with: cargo xtask pretrain bert-tiny --ranks 2 --run-dir ")
-            && line.ends_with(" --set train.steps=60 --set train.eval_every=0 --resume"),
+            && line.ends_with(
+                " --set train.steps=60 --set train.eval_every=0 --set schedule.total_steps=60 \
+                 --resume"
+            ),
         "{line}"
     );
     let at: u64 = line

@@ -45,9 +45,10 @@ pub struct RunFlags {
     #[arg(long, value_name = "NAME", value_parser = optimizer_names())]
     pub optimizer: Option<String>,
 
-    /// With --optimizer: run a 1-bit optimizer even when its freeze lies at
-    /// or after the last step (it then never compresses and trains as its
-    /// uncompressed baseline); without it such a run is refused
+    /// With --optimizer or --deepspeed: run a 1-bit optimizer even when its
+    /// freeze lies at or after the last step (it then never compresses and
+    /// trains as its uncompressed baseline); without it such a run is
+    /// refused
     #[arg(long)]
     pub allow_no_compression: bool,
 
@@ -205,13 +206,16 @@ impl RunFlags {
         if let Some(precision) = self.precision {
             before_swap.push(Override::new("train.precision", precision.to_string()));
         }
-        let mut config = RunConfig::load_with(path, &before_swap)?;
+        // An override too, so that the config is checked with the steps
+        // the run takes (against its schedule's end).
         if let Some(steps) = self.steps {
             if steps == 0 {
                 bail!("--steps must be at least 1");
             }
-            config.train.steps = steps;
+            let steps = i64::try_from(steps).context("--steps")?;
+            before_swap.push(Override::new("train.steps", steps));
         }
+        let mut config = RunConfig::load_with(path, &before_swap)?;
         if let Some(name) = &self.optimizer {
             let name = name.replace('-', "_");
             let swapped = config
@@ -247,12 +251,19 @@ impl RunFlags {
                     })?;
             }
         }
-        if let Some(name) = &self.optimizer {
+        // A 1-bit optimizer named on the command line, or by a ds_config
+        // (whose freeze_step defaults to DeepSpeed's 100000).
+        let named = match (&self.optimizer, &self.deepspeed) {
+            (Some(name), _) => Some(format!("--optimizer {name}")),
+            (None, Some(ds)) => Some(format!("--deepspeed {}", ds.display())),
+            (None, None) => None,
+        };
+        if let Some(named) = named {
             let plan = config.optimizer.plan(config.train.steps, &config.schedule);
             if plan.freeze_unreachable && !self.allow_no_compression {
                 bail!(
-                    "--optimizer {name}: {plan}. This run would train as the uncompressed \
-                     baseline under another name. Set a freeze inside the run (e.g. `--set \
+                    "{named}: {plan}. This run would train as the uncompressed baseline under \
+                     another name. Set a freeze inside the run (e.g. `--set \
                      optimizer.freeze_step={}`), or pass --allow-no-compression to run it anyway",
                     (config.train.steps / 5).max(1)
                 );

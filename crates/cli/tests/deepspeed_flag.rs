@@ -37,7 +37,21 @@ fn fp32_copy(dir: &Path) -> PathBuf {
 
 #[test]
 fn the_published_config_trains_in_fp16_with_its_loss_scaling() {
+    // Its freeze (step 1000) lies past BERT-Tiny's 30 steps: refused, the
+    // run would never compress, unless allowed.
     let output = terse(&["--deepspeed", DS_CONFIG, "--print-config"]);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(!output.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("would train as the uncompressed baseline"),
+        "{stderr}"
+    );
+    let output = terse(&[
+        "--deepspeed",
+        DS_CONFIG,
+        "--allow-no-compression",
+        "--print-config",
+    ]);
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(output.status.success(), "{stderr}");
     let resolved: toml::Table = String::from_utf8_lossy(&output.stdout).parse().unwrap();
@@ -59,7 +73,12 @@ fn its_values_reach_the_resolved_config_and_a_run() {
     let scratch = tempfile::tempdir().unwrap();
     let ds = fp32_copy(scratch.path());
     let ds = ds.to_str().unwrap();
-    let output = terse(&["--deepspeed", ds, "--print-config"]);
+    let output = terse(&[
+        "--deepspeed",
+        ds,
+        "--allow-no-compression",
+        "--print-config",
+    ]);
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(output.status.success(), "{stderr}");
     let resolved: toml::Table = String::from_utf8_lossy(&output.stdout).parse().unwrap();

@@ -7,13 +7,13 @@
 //! non-blocking for this; `local` wakes every second), so the deadline and
 //! the signal are checked without a thread of their own.
 //!
-//! The signal does not end the waits inside [`ignoring_stop`]: a stop's
-//! checkpoint is written collectively, and there a rank waits for healthy
-//! ranks for as long as the slowest needs to write (rank 0 writes and
-//! syncs the files the ranks hold alike, gigabytes for BERT-large, while
-//! the others only link them); giving up after [`STOP_GRACE`] would lose
-//! the very checkpoint the signal asked for. Those waits end at the
-//! deadline only.
+//! Inside [`with_checkpoint_grace`] (a checkpoint being written) a signal ends a
+//! wait only after [`CHECKPOINT_GRACE`]: a checkpoint is written
+//! collectively, and there a rank waits for healthy ranks for as long as
+//! the slowest needs to write (rank 0 writes and syncs the files the ranks
+//! hold alike, gigabytes for BERT-large, while the others only link them);
+//! giving up after [`STOP_GRACE`] would lose the very checkpoint the
+//! signal asked for. A rank that hangs there still ends the job, later.
 
 use std::cell::Cell;
 use std::sync::OnceLock;
@@ -23,10 +23,17 @@ use std::time::{Duration, Instant};
 use crate::CommError;
 
 /// How long after a stop signal a rank still waits for the others (but
-/// inside [`ignoring_stop`]): a collective the whole world is in finishes
+/// inside [`with_checkpoint_grace`]): a collective the whole world is in finishes
 /// in far less, and the run then stops at the end of its step with a
 /// checkpoint as usual.
 pub const STOP_GRACE: Duration = Duration::from_secs(10);
+
+/// [`STOP_GRACE`] for the waits of a checkpoint being written
+/// ([`with_checkpoint_grace`]): long enough for rank 0 to write and sync a large
+/// model's files at a slow disk's 100 MB/s (BERT-large with AdamW, about
+/// 4 GB), short enough that a rank hung there still ends the job within
+/// minutes, not at the collective deadline.
+pub const CHECKPOINT_GRACE: Duration = Duration::from_secs(120);
 
 /// A collective's deadline until the trainer sets one from its step time:
 /// generous, as rank 0 may be making a corpus's examples while the others
@@ -49,44 +56,49 @@ pub fn stop_signal() -> Option<i32> {
 }
 
 thread_local! {
-    /// How many [`ignoring_stop`] scopes this thread is in. Per thread, as
+    /// How many [`with_checkpoint_grace`] scopes this thread is in. Per thread, as
     /// the waits are: each rank waits on the thread that called the
     /// collective (its own process under MPI, its own thread under
     /// `local`), so one rank writing its checkpoint leaves the waits of
     /// another rank of the process as they were.
-    static IGNORING_STOP: Cell<u32> = const { Cell::new(0) };
+    static IN_CHECKPOINT: Cell<u32> = const { Cell::new(0) };
 }
 
-/// Runs `f` with the stop signal ignored by this thread's waits: they end
-/// at the collective deadline only, not [`STOP_GRACE`] after a signal (the
-/// trainer's checkpoint writes, whose slowest rank may need far longer
-/// than the grace while every rank is healthy). Scopes nest; the signal
-/// counts again once `f` returns or unwinds.
-pub fn ignoring_stop<R>(f: impl FnOnce() -> R) -> R {
-    let _scope = IgnoringStop::enter();
+/// Runs `f` with this thread's waits giving a stop signal
+/// [`CHECKPOINT_GRACE`] instead of [`STOP_GRACE`] (the trainer's
+/// checkpoint writes, whose slowest rank may need far longer than the
+/// stop grace while every rank is healthy). Scopes nest; the stop grace
+/// applies again once `f` returns or unwinds.
+pub fn with_checkpoint_grace<R>(f: impl FnOnce() -> R) -> R {
+    let _scope = CheckpointScope::enter();
     f()
 }
 
-/// One [`ignoring_stop`] scope of this thread, left when dropped (on
+/// One [`with_checkpoint_grace`] scope of this thread, left when dropped (on
 /// unwinding too, so a panic inside never leaves the signal ignored).
-struct IgnoringStop;
+struct CheckpointScope;
 
-impl IgnoringStop {
+impl CheckpointScope {
     fn enter() -> Self {
-        IGNORING_STOP.with(|depth| depth.set(depth.get() + 1));
-        IgnoringStop
+        IN_CHECKPOINT.with(|depth| depth.set(depth.get() + 1));
+        CheckpointScope
     }
 }
 
-impl Drop for IgnoringStop {
+impl Drop for CheckpointScope {
     fn drop(&mut self) {
-        IGNORING_STOP.with(|depth| depth.set(depth.get().saturating_sub(1)));
+        IN_CHECKPOINT.with(|depth| depth.set(depth.get().saturating_sub(1)));
     }
 }
 
-/// `signal` as this thread's waits see it: none inside [`ignoring_stop`].
-fn heeded(signal: Option<i32>) -> Option<i32> {
-    signal.filter(|_| IGNORING_STOP.with(Cell::get) == 0)
+/// How long after a stop signal this thread's waits go on:
+/// [`CHECKPOINT_GRACE`] inside [`with_checkpoint_grace`], else [`STOP_GRACE`].
+fn grace() -> Duration {
+    if IN_CHECKPOINT.with(Cell::get) == 0 {
+        STOP_GRACE
+    } else {
+        CHECKPOINT_GRACE
+    }
 }
 
 /// A rank's deadline for one collective's wait, settable while it runs
@@ -172,22 +184,22 @@ impl Wait {
         self.timeout
     }
 
-    /// Whether to stop waiting, and why: at the deadline, or
-    /// [`STOP_GRACE`] after this wait first saw a stop signal (never inside
-    /// [`ignoring_stop`]).
+    /// Whether to stop waiting, and why: at the deadline, or the grace
+    /// after this wait first saw a stop signal ([`STOP_GRACE`], or
+    /// [`CHECKPOINT_GRACE`] inside [`with_checkpoint_grace`]).
     pub fn give_up(&mut self) -> Option<GiveUp> {
-        self.decide(Instant::now(), heeded(stop_signal()))
+        self.decide(Instant::now(), stop_signal(), grace())
     }
 
-    /// [`Wait::give_up`] at `now` with `signal` the stop signal heeded:
-    /// apart so that tests need not wait out the grace.
-    fn decide(&mut self, now: Instant, signal: Option<i32>) -> Option<GiveUp> {
+    /// [`Wait::give_up`] at `now` with `signal` the stop signal and `grace`
+    /// the wait after it: apart so that tests need not wait out the grace.
+    fn decide(&mut self, now: Instant, signal: Option<i32>, grace: Duration) -> Option<GiveUp> {
         if now.duration_since(self.start) >= self.timeout {
             return Some(GiveUp::Deadline);
         }
         let signal = signal?;
         let since = *self.signalled_at.get_or_insert(now);
-        (now.duration_since(since) >= STOP_GRACE).then_some(GiveUp::Signal(signal))
+        (now.duration_since(since) >= grace).then_some(GiveUp::Signal(signal))
     }
 }
 
@@ -208,45 +220,47 @@ mod tests {
     }
 
     #[test]
-    fn a_signal_ends_a_wait_after_the_grace_but_not_inside_ignoring_stop() {
+    fn a_signal_ends_a_wait_after_the_grace_and_a_checkpoint_s_wait_after_its_own() {
         const SIGTERM: Option<i32> = Some(15);
         let deadline = Deadline::new(Duration::from_secs(3600));
-        let after_grace = |wait: &Wait| wait.start + STOP_GRACE + Duration::from_secs(1);
+        let after = |wait: &Wait, grace: Duration| wait.start + grace + Duration::from_secs(1);
 
         // Outside: the wait first sees the signal, then gives up once the
-        // grace has passed.
+        // stop grace has passed.
+        assert_eq!(grace(), STOP_GRACE);
         let mut outside = Wait::start(&deadline);
-        assert_eq!(outside.decide(outside.start, heeded(SIGTERM)), None);
-        let later = after_grace(&outside);
+        assert_eq!(outside.decide(outside.start, SIGTERM, grace()), None);
+        let later = after(&outside, STOP_GRACE);
         assert_eq!(
-            outside.decide(later, heeded(SIGTERM)),
+            outside.decide(later, SIGTERM, grace()),
             Some(GiveUp::Signal(15))
         );
 
-        // Inside (nested too): the signal is not seen, only the deadline
-        // ends the wait.
-        ignoring_stop(|| {
-            ignoring_stop(|| assert_eq!(heeded(SIGTERM), None));
+        // Inside (nested too): past the stop grace it still waits, past
+        // the checkpoint's it gives up.
+        with_checkpoint_grace(|| {
+            with_checkpoint_grace(|| assert_eq!(grace(), CHECKPOINT_GRACE));
+            assert_eq!(grace(), CHECKPOINT_GRACE);
             let mut inside = Wait::start(&deadline);
-            assert_eq!(inside.decide(inside.start, heeded(SIGTERM)), None);
-            let later = after_grace(&inside);
-            assert_eq!(inside.decide(later, heeded(SIGTERM)), None);
-            let past_deadline = inside.start + Duration::from_secs(3600);
+            assert_eq!(inside.decide(inside.start, SIGTERM, grace()), None);
+            let later = after(&inside, STOP_GRACE);
+            assert_eq!(inside.decide(later, SIGTERM, grace()), None);
+            let much_later = after(&inside, CHECKPOINT_GRACE);
             assert_eq!(
-                inside.decide(past_deadline, heeded(SIGTERM)),
-                Some(GiveUp::Deadline)
+                inside.decide(much_later, SIGTERM, grace()),
+                Some(GiveUp::Signal(15))
             );
-            // Another thread's waits (another local rank's) still see it.
+            // Another thread's waits (another local rank's) keep the stop
+            // grace.
             std::thread::scope(|s| {
-                s.spawn(|| assert_eq!(heeded(SIGTERM), SIGTERM));
+                s.spawn(|| assert_eq!(grace(), STOP_GRACE));
             });
         });
 
-        // Left, by returning or by unwinding: the signal counts again.
-        assert_eq!(heeded(SIGTERM), SIGTERM);
-        let unwound = std::panic::catch_unwind(|| ignoring_stop::<()>(|| panic!("inside")));
+        // Left, by returning or by unwinding: the stop grace again.
+        assert_eq!(grace(), STOP_GRACE);
+        let unwound = std::panic::catch_unwind(|| with_checkpoint_grace::<()>(|| panic!("inside")));
         assert!(unwound.is_err());
-        assert_eq!(heeded(SIGTERM), SIGTERM);
-        assert_eq!(heeded(None), None);
+        assert_eq!(grace(), STOP_GRACE);
     }
 }

@@ -347,10 +347,11 @@ impl RunConfig {
     }
 
     /// Why a checkpoint written under `saved` cannot be continued under
-    /// `self`, or `None` when it can. Only the number of steps and how often
-    /// to checkpoint or evaluate may change; anything else (model, task,
-    /// optimizer, schedule, batch, seed) would make the resumed run a
-    /// different run.
+    /// `self`, or `None` when it can. Only the number of steps (with the
+    /// schedule's end, to extend a run past it), how often to checkpoint
+    /// or evaluate, and how the same arithmetic runs may change; anything
+    /// else (model, task, optimizer, the schedule's shape, batch, seed)
+    /// would make the resumed run a different run.
     pub fn resume_difference(&self, saved: &RunConfig) -> Option<String> {
         let mut ours = serde_json::to_value(self).expect("serialises");
         let mut theirs = serde_json::to_value(saved).expect("serialises");
@@ -371,6 +372,14 @@ impl RunConfig {
                 ] {
                     train.remove(free);
                 }
+            }
+        }
+        // Extending a run (--steps) past its schedule's end needs a later
+        // end: the steps to come follow the new one, as HF's Trainer's
+        // resumed scheduler does with a larger max_steps.
+        for value in [&mut ours, &mut theirs] {
+            if let Some(schedule) = value.get_mut("schedule").and_then(|t| t.as_object_mut()) {
+                schedule.remove("total_steps");
             }
         }
         first_difference("", &theirs, &ours)
@@ -507,6 +516,21 @@ seed = 3
         let model = RunConfig::parse(&TINY.replace("\"tiny\"", "\"mini\"")).unwrap();
         let why = model.resume_difference(&saved).unwrap();
         assert!(why.starts_with("`model."), "{why}");
+        // A decaying schedule's end moves with an extension; its shape not.
+        let decaying = |total: u64, peak: &str| {
+            RunConfig::parse(&TINY.replace(
+                "kind = \"constant\"\nlr = 1e-3",
+                &format!(
+                    "kind = \"linear_warmup_linear_decay\"\npeak = {peak}\nwarmup_steps = 2\n\
+                     total_steps = {total}"
+                ),
+            ))
+            .unwrap()
+        };
+        let (short, extended) = (decaying(20, "1e-3"), decaying(40, "1e-3"));
+        assert_eq!(extended.resume_difference(&short), None);
+        let why = decaying(20, "2e-3").resume_difference(&short).unwrap();
+        assert!(why.contains("schedule.peak"), "{why}");
     }
 
     #[test]

@@ -147,13 +147,19 @@ impl DeepSpeedConfig {
                 let freeze = self.freeze_step(kind, integer(v, here)?);
                 table.insert("freeze_step".into(), freeze.into());
             }
-            "adam_w_mode" if name == "adam" && v.as_bool() == Some(false) => {
+            // DeepSpeed's AdamW is AdamW whatever adam_w_mode says
+            // (`name == adamw or adam_w_mode`); its Adam follows it.
+            "adam_w_mode" if kind.eq_ignore_ascii_case("adam") && v.as_bool() == Some(false) => {
                 return Err(format!(
                     "{here}: false (L2 in the gradient): terse's Adam decays weights \
                      decoupled (AdamW) only"
                 ));
             }
             "adam_w_mode" if name == "adam" => {}
+            "torch_adam" if name == "adam" => self.ignored.push(format!(
+                "optimizer.params.{key}: torch's AdamW and DeepSpeed's FusedAdam are the same \
+                 arithmetic; terse runs its own"
+            )),
             "cuda_aware" | "comm_backend_name" if onebit => self.ignored.push(format!(
                 "optimizer.params.{key}: terse picks its transport with --comm"
             )),
@@ -208,6 +214,17 @@ impl DeepSpeedConfig {
         params: &Map<String, Value>,
         table: &mut toml::Table,
     ) {
+        // Every DeepSpeed optimizer's constructor defaults lr to 1e-3 (a
+        // `scheduler`, read later, replaces the constant rate).
+        if !params.contains_key("lr") {
+            self.set(
+                "schedule",
+                toml::Table::from_iter([
+                    ("kind".to_string(), toml::Value::from("constant")),
+                    ("lr".to_string(), toml::Value::from(1e-3)),
+                ]),
+            );
+        }
         if matches!(name, "onebit_adam" | "onebit_lamb") && !params.contains_key("freeze_step") {
             let freeze = self.freeze_step(kind, DEEPSPEED_FREEZE_STEP);
             table.insert("freeze_step".into(), freeze.into());
@@ -293,6 +310,12 @@ mod tests {
         assert_eq!(given["optimizer"]["bias_correction"].as_bool(), Some(false));
         assert_eq!(given["optimizer"]["c_max"].as_float(), Some(0.3));
         assert_eq!(given["optimizer"]["eps_mode"].as_str(), Some("inside"));
+        // DeepSpeed's AdamW is AdamW whatever adam_w_mode says.
+        let adamw = applied(
+            r#"{"optimizer": {"type": "AdamW", "params": {"adam_w_mode": false,
+                "torch_adam": true}}}"#,
+        );
+        assert_eq!(adamw["optimizer"]["name"].as_str(), Some("adam"));
         let freeze =
             applied(r#"{"optimizer": {"type": "OneBitAdam", "params": {"freeze_step": 16}}}"#);
         assert_eq!(freeze["optimizer"]["freeze_step"].as_integer(), Some(15));
@@ -322,6 +345,10 @@ mod tests {
             (
                 r#"{"optimizer": {"type": "OneBitLamb", "params": {"adam_w_mode": true}}}"#,
                 "`optimizer.params.adam_w_mode`: not a parameter",
+            ),
+            (
+                r#"{"optimizer": {"type": "Adam", "params": {"adam_w_mode": false}}}"#,
+                "false (L2 in the gradient)",
             ),
         ]);
     }

@@ -75,13 +75,23 @@ impl DeepSpeedConfig {
         }
         // WarmupLR without a peak rises to the optimizer's `lr`;
         // WarmupDecayLR's default is 0.001.
-        let optimizer_lr = root
-            .get("optimizer")
+        // (An optimizer block without `lr` runs at its constructor's
+        // 1e-3; without an optimizer block the lr is the training
+        // script's, which a ds_config alone does not say.)
+        let optimizer = root.get("optimizer");
+        let optimizer_lr = optimizer
             .and_then(|o| o.get("params"))
             .and_then(|p| p.get("lr"))
             .and_then(Value::as_f64);
-        let default_peak = match kind {
-            "WarmupLR" => optimizer_lr.unwrap_or(1e-3),
+        let default_peak = match (kind, optimizer, optimizer_lr) {
+            ("WarmupLR", _, Some(lr)) => lr,
+            ("WarmupLR", None, None) if !params.contains_key("warmup_max_lr") => {
+                return Err(format!(
+                    "{}: WarmupLR without it rises to the optimizer's lr, and {path} has no \
+                     optimizer block to say it: set warmup_max_lr",
+                    at("params.warmup_max_lr")
+                ));
+            }
             _ => 1e-3,
         };
         let peak = get("warmup_max_lr", default_peak)?;
@@ -188,6 +198,20 @@ mod tests {
                   "total_num_steps": 4000}}}"#,
         );
         assert_eq!(decay["schedule"]["peak"].as_float(), Some(1e-3));
+        // An optimizer without lr runs at its constructor's 1e-3, and so
+        // does WarmupLR's peak; without an optimizer block the training
+        // script's lr, which the file does not say, would be the peak.
+        let constant = applied(r#"{"optimizer": {"type": "AdamW"}}"#);
+        assert_eq!(constant["schedule"]["lr"].as_float(), Some(1e-3));
+        let warmup = applied(
+            r#"{"optimizer": {"type": "AdamW"},
+                "scheduler": {"type": "WarmupLR", "params": {"warmup_type": "linear"}}}"#,
+        );
+        assert_eq!(warmup["schedule"]["peak"].as_float(), Some(1e-3));
+        refused(&[(
+            r#"{"scheduler": {"type": "WarmupLR", "params": {"warmup_type": "linear"}}}"#,
+            "has no optimizer block to say it: set warmup_max_lr",
+        )]);
     }
 
     #[test]
@@ -205,12 +229,12 @@ mod tests {
             ),
             (
                 r#"{"scheduler": {"type": "WarmupLR", "params": {"warmup_type": "linear",
-                    "warmup_num_steps": 0}}}"#,
+                    "warmup_max_lr": 1e-3, "warmup_num_steps": 0}}}"#,
                 "must be a positive integer",
             ),
             (
                 r#"{"scheduler": {"type": "WarmupLR", "params": {"warmup_type": "linear",
-                    "warmup_num_steps": 2.5}}}"#,
+                    "warmup_max_lr": 1e-3, "warmup_num_steps": 2.5}}}"#,
                 "expected a non-negative integer",
             ),
         ]);

@@ -21,7 +21,8 @@ static SAYS: AtomicBool = AtomicBool::new(true);
 /// What the first signal prints: written from the handler, so a fixed text
 /// (write(2) is async-signal-safe, formatting is not).
 const ASKED: &[u8] = b"terse: stop requested: the run stops after this step with a checkpoint \
-(ranks that do not arrive within 10 s end it without one); a second signal ends it at once\n";
+(ranks that do not arrive within 10 s, 120 s while a checkpoint is written, end it without one); a \
+second signal ends it at once\n";
 
 extern "C" fn on_signal(signal: libc::c_int) {
     let first = STOP.swap(signal, Ordering::SeqCst) == 0;

@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 use burn::module::Module;
 use burn::store::{ModuleSnapshot, SafetensorsStore};
 use terse_comm::Communicator;
-use terse_comm::watchdog::ignoring_stop;
+use terse_comm::watchdog::with_checkpoint_grace;
 use terse_optim::Optimizer;
 
 use crate::checkpoint::{self, RankFile, model_file, optimizer_file, optimizer_own_file};
@@ -22,14 +22,15 @@ impl Trainer<'_> {
     /// on one filesystem which files they hold alike before any is written
     /// (`checkpoint::write`).
     ///
-    /// Its waits for the other ranks end at the collective deadline only,
-    /// not [`STOP_GRACE`] after a stop signal: the signal's own checkpoint
-    /// is written here, and the ranks that only link rank 0's copies wait
-    /// for it to write and sync gigabytes (BERT-large), far longer than the
-    /// grace, while every rank is healthy. Each rank calls this on the
-    /// thread of its collectives, which is what the guard covers.
+    /// Its waits for the other ranks give a stop signal [`CHECKPOINT_GRACE`]
+    /// (120 s), not [`STOP_GRACE`] (10 s): the signal's own checkpoint is
+    /// written here, and the ranks that only link rank 0's copies wait for
+    /// it to write and sync gigabytes (BERT-large), far longer than 10 s,
+    /// while every rank is healthy. Each rank calls this on the thread of
+    /// its collectives, which is what the guard covers.
     ///
     /// [`STOP_GRACE`]: terse_comm::watchdog::STOP_GRACE
+    /// [`CHECKPOINT_GRACE`]: terse_comm::watchdog::CHECKPOINT_GRACE
     pub(crate) fn save<M: ModuleSnapshot>(
         &self,
         model: &M,
@@ -38,7 +39,7 @@ impl Trainer<'_> {
         scaler: Option<LossScaler>,
         comm: &dyn Communicator,
     ) -> Result<PathBuf, TrainError> {
-        ignoring_stop(|| self.save_collectively(model, optimizer, t, scaler, comm))
+        with_checkpoint_grace(|| self.save_collectively(model, optimizer, t, scaler, comm))
     }
 
     /// [`Trainer::save`]'s work, inside its guard.

@@ -36,7 +36,8 @@ pub struct PretrainTask {
 }
 
 impl PretrainTask {
-    /// Builds (rank 0, once) and opens the examples `config` asks for.
+    /// Builds (the first rank on each data cache, once) and opens the
+    /// examples `config` asks for, the same on every rank.
     pub fn prepare(config: &RunConfig, comm: &dyn Communicator) -> Result<Self, TrainError> {
         let TaskConfig::Pretrain {
             corpus,
@@ -88,7 +89,7 @@ impl PretrainTask {
             config.train.seed,
             tokenizer.vocab_size()
         );
-        let shard_dir = terse_data::fetch::cache_dir().join("shards").join(key);
+        let shard_dir = terse_data::fetch::cache_dir().join("shards").join(&key);
         // The first rank on each data cache reads the cached examples
         // (which checks every shard's checksum) or makes them; the other
         // ranks wait, then read them. A cache of each node (the README's
@@ -110,6 +111,7 @@ impl PretrainTask {
             Some(shards) => shards,
             None => ShardSet::open(&shard_dir)?,
         };
+        same_examples_on_every_rank(comm, &key, shards.len())?;
         let train = shards.len().saturating_sub(*held_out);
         if train == 0 {
             return Err(invalid(
@@ -143,6 +145,43 @@ impl PretrainTask {
             .map(|i| self.shards.get(i).map_err(TrainError::from))
             .collect()
     }
+}
+
+/// Refuses ranks whose examples differ from rank 0's: with a data cache
+/// of each node, nodes whose corpus files or vocabulary differ make
+/// different example sets (another key, another count), and the ranks
+/// would train on different data under one step order without a word.
+fn same_examples_on_every_rank(
+    comm: &dyn Communicator,
+    key: &str,
+    examples: usize,
+) -> Result<(), TrainError> {
+    // FNV-1a: the key names the data; its hash is enough to tell two apart.
+    let hash = key.bytes().fold(0x811c_9dc5u32, |h, b| {
+        (h ^ u32::from(b)).wrapping_mul(0x0100_0193)
+    });
+    let count = u32::try_from(examples).unwrap_or(u32::MAX);
+    let mut all = vec![0u32; 2 * comm.world_size()];
+    comm.all_gather_u32(&[count, hash], &mut all)?;
+    let differing: Vec<String> = all
+        .chunks(2)
+        .enumerate()
+        .filter(|(_, theirs)| *theirs != &all[..2])
+        .map(|(rank, theirs)| format!("rank {rank} has {} examples", theirs[0]))
+        .collect();
+    if differing.is_empty() {
+        return Ok(());
+    }
+    Err(invalid(
+        "task.corpus",
+        format!(
+            "the ranks' pre-training examples differ from rank 0's ({} examples, {key}): {}; \
+             their nodes' corpus files or vocabularies differ: give every node the same data \
+             (cargo xtask data fetch there, or a TERSE_CACHE the nodes share)",
+            all[0],
+            differing.join(", ")
+        ),
+    ))
 }
 
 fn sanitize(name: &str) -> String {
@@ -371,6 +410,32 @@ mod tests {
         let mut out = vec![loss, mlm.0.len() as f32];
         out.extend(mlm.0.iter().chain(mlm.1).chain(nsp.0).chain(nsp.1));
         out
+    }
+
+    /// Ranks with other examples than rank 0's (another count, or another
+    /// key: other corpus files on a node) are refused, every rank naming
+    /// the ones that differ; the same examples everywhere pass.
+    #[test]
+    fn ranks_with_other_examples_than_rank_0_s_are_refused() {
+        use std::time::Duration;
+        use terse_comm::LocalComm;
+        let run = |of_rank: fn(usize) -> (&'static str, usize)| {
+            LocalComm::run(3, Duration::from_secs(10), |comm| {
+                let (key, examples) = of_rank(comm.rank());
+                same_examples_on_every_rank(comm, key, examples).map_err(|e| e.to_string())
+            })
+        };
+        for outcome in run(|_| ("sotu-seq128", 1000)) {
+            outcome.unwrap().unwrap();
+        }
+        for outcome in run(|r| ("sotu-seq128", if r == 2 { 990 } else { 1000 })) {
+            let error = outcome.unwrap().unwrap_err();
+            assert!(error.contains("rank 2 has 990 examples"), "{error}");
+        }
+        for outcome in run(|r| (if r == 1 { "sotu-other" } else { "sotu-seq128" }, 1000)) {
+            let error = outcome.unwrap().unwrap_err();
+            assert!(error.contains("rank 1 has 1000 examples"), "{error}");
+        }
     }
 
     /// A short last batch counts as its examples: (2·1.0 + 1·4.0) / 3,
