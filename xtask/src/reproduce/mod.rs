@@ -24,6 +24,7 @@ mod network;
 mod onebit_adam;
 mod onebit_lamb;
 pub(crate) mod plot;
+mod replay;
 mod report;
 pub(crate) mod runner;
 mod same_settings;

@@ -336,9 +336,9 @@ fn full_claims(logs: &[RunLog], losses: &Losses, steps: u64, freeze: u64) -> Vec
             learned,
             long.is_finite() && gap(long).abs() < gap(onebit).abs(),
             format!(
-                "why 1-bit Adam differs from Adam here: its variance is frozen after \
-                 {freeze} steps; frozen after {} instead, 1-bit Adam ends closer to Adam: \
-                 {} vs {:+.2}%",
+                "frozen after {} steps instead of {freeze}, 1-bit Adam ends closer to Adam: \
+                 {} vs {:+.2}% (a variant with twice the uncompressed warmup: it does not \
+                 tell a variance frozen early from less compression)",
                 2 * freeze,
                 percent_or_diverged(gap(long)),
                 gap(onebit)
