@@ -6,8 +6,9 @@
 //! N workers as local ranks, and write `results/<name>/`: table.md (the
 //! numbers and whether each claim held), plot.png, metrics.jsonl (every
 //! logged line, tagged by run), configs/ (each run's resolved config) and
-//! machine.txt. `--quick` runs a few-minute version into `runs/` instead and
-//! fails unless the direction of every claim holds: the CI check. The
+//! machine.txt. `--quick` runs a few-minute version into `runs/` instead, a
+//! smoke test of the pipeline (its loose checks pass on models that have
+//! barely learned; the claims are the full runs'): the CI check. The
 //! communication and timing measurements (`comm-volume`, `bandwidth`,
 //! `step-profile`) run `optim_network` or `terse` one rank per host of a
 //! shaped netlab network instead, and need root.
@@ -52,7 +53,8 @@ pub struct Args {
     #[arg(value_enum)]
     pub name: Experiment,
 
-    /// A few-minute version that asserts the direction of each claim
+    /// A few-minute smoke test of the pipeline (loose checks that pass on
+    /// barely trained models; the claims are the full run's)
     /// (writes runs/reproduce/<name>-quick/, not results/)
     #[arg(long)]
     pub quick: bool,
