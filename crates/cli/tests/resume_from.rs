@@ -85,6 +85,14 @@ fn a_chosen_checkpoint_continues_bit_identically_and_an_overtaken_one_is_refused
     );
     assert!(message.contains("step-00000006"), "{message}");
 
+    // A run directory where a step's is meant is named as one.
+    let output = terse(&base.join("third"), &["--resume", whole.to_str().unwrap()]);
+    let message = stderr(&output);
+    assert!(
+        !output.status.success() && message.contains("a run directory, not a checkpoint"),
+        "{message}"
+    );
+
     // The branch now has checkpoints of its own: continuing another run's
     // step 4 there again is refused (a later plain --resume would pick
     // the branch's newest, not the continuation's).

@@ -80,7 +80,20 @@ pub fn translate(path: &str, text: &str, world: usize) -> Result<DeepSpeedConfig
                 out.ignored.push(format!("{key}: not enabled"));
             }
             "zero_optimization" => {
-                let stage = value.get("stage").and_then(Value::as_u64).unwrap_or(0);
+                // DeepSpeed reads `true` as stage 1 and a numeric string as
+                // its number (pydantic's lax parsing).
+                let stage = match value {
+                    Value::Bool(on) => u64::from(*on),
+                    _ => match value.get("stage") {
+                        Some(Value::String(text)) => text.trim().parse().map_err(|_| {
+                            format!("{}: `stage` {text:?} is not a ZeRO stage", at(key))
+                        })?,
+                        Some(stage) => stage.as_u64().ok_or_else(|| {
+                            format!("{}: `stage` {stage} is not a ZeRO stage", at(key))
+                        })?,
+                        None => 0,
+                    },
+                };
                 if stage > 0 {
                     return Err(format!(
                         "{}: ZeRO stage {stage}: terse keeps every rank's optimizer state \
@@ -115,6 +128,25 @@ pub fn translate(path: &str, text: &str, world: usize) -> Result<DeepSpeedConfig
     }
     if let Some(scheduler) = root.get("scheduler") {
         out.scheduler(path, scheduler, root)?;
+    }
+    // DeepSpeed asserts that its LAMB optimizers train under dynamic loss
+    // scaling (engine.py: "... requires dynamic loss scaling").
+    let static_scale = root
+        .get("fp16")
+        .filter(|fp16| enabled(fp16))
+        .and_then(|fp16| fp16.get("loss_scale"))
+        .and_then(Value::as_f64)
+        .is_some_and(|scale| scale > 0.0);
+    let lamb = root
+        .get("optimizer")
+        .and_then(|o| o.get("type"))
+        .and_then(Value::as_str)
+        .is_some_and(|kind| kind.to_ascii_lowercase().contains("lamb"));
+    if static_scale && lamb {
+        return Err(format!(
+            "{path}: `fp16.loss_scale`: a static scale, and DeepSpeed's Lamb and OneBitLamb \
+             need fp16's dynamic loss scaling (it refuses this too): set \"loss_scale\": 0"
+        ));
     }
     let half = ["fp16", "bf16", "bfloat16"].map(|k| root.get(k).is_some_and(enabled));
     if half.iter().filter(|&&on| on).count() > 1 {
@@ -266,6 +298,22 @@ pub(crate) mod tests {
             (
                 r#"{"zero_optimization": {"stage": 2}}"#,
                 "ds.json: `zero_optimization`: ZeRO stage 2",
+            ),
+            (
+                r#"{"zero_optimization": {"stage": "3"}}"#,
+                "ds.json: `zero_optimization`: ZeRO stage 3",
+            ),
+            (
+                r#"{"zero_optimization": true}"#,
+                "ds.json: `zero_optimization`: ZeRO stage 1",
+            ),
+            (
+                r#"{"fp16": {"enabled": true, "loss_scale": -1}}"#,
+                "`fp16.loss_scale`: -1",
+            ),
+            (
+                r#"{"optimizer": {"type": "Lamb"}, "fp16": {"enabled": true, "loss_scale": 128}}"#,
+                "need fp16's dynamic loss scaling",
             ),
             (
                 r#"{"optimizer": {"type": "ZeroOneBitAdam", "params": {}}}"#,

@@ -34,6 +34,13 @@ impl DeepSpeedConfig {
                 "enabled" => {}
                 "loss_scale" => {
                     let scale = number(v, &at(field))?;
+                    if scale < 0.0 {
+                        return Err(format!(
+                            "{}: {scale}: 0 is dynamic loss scaling, a positive number a \
+                             static scale (DeepSpeed refuses a negative one too)",
+                            at(field)
+                        ));
+                    }
                     if scale > 0.0 {
                         scaling.insert("static_scale".into(), scale.into());
                     }

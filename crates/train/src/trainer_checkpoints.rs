@@ -138,6 +138,15 @@ impl Trainer<'_> {
         if !dir.is_dir() {
             return Err(bad("no such checkpoint directory".into()));
         }
+        // A run directory (as `terse eval --checkpoint` takes one) where a
+        // step's directory is meant.
+        if checkpoint::checkpoints_dir(dir).is_dir() {
+            return Err(bad(format!(
+                "a run directory, not a checkpoint: --resume alone continues this run's newest \
+                 checkpoint, --resume PATH takes a step's directory ({}/step-…)",
+                checkpoint::checkpoints_dir(dir).display()
+            )));
+        }
         let canonical = |p: &Path| p.canonicalize().unwrap_or_else(|_| p.to_path_buf());
         let own = checkpoint::list(self.run_dir)?;
         if let Some(at) = own.iter().position(|(_, p)| canonical(p) == canonical(dir)) {
@@ -196,6 +205,9 @@ impl Trainer<'_> {
             parts.push(dir.join(own));
         }
         let meta = record.meta;
+        if self.resume_from.is_some() {
+            checkpoint::remove_leftovers_after(self.run_dir, comm.rank(), meta.step)?;
+        }
         optimizer.load_parts(&parts.iter().map(PathBuf::as_path).collect::<Vec<_>>())?;
         if comm.rank() == 0 {
             tracing::info!(

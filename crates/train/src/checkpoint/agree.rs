@@ -54,6 +54,14 @@ pub fn agree_on_latest(
             ),
         ));
     };
+    remove_own_after(run_dir, rank, step, &own)?;
+    Ok(Some(step_dir(run_dir, step)))
+}
+
+/// This rank's files of steps after `step` among those it holds (`own`):
+/// committed by this rank, never by the run, so a later checkpoint of
+/// that step is written afresh.
+fn remove_own_after(run_dir: &Path, rank: usize, step: u64, own: &[u64]) -> Result<(), TrainError> {
     for (newer, dir) in step_dirs(run_dir)? {
         if newer > step && own.contains(&newer) {
             tracing::debug!(
@@ -62,7 +70,18 @@ pub fn agree_on_latest(
             remove_own(&dir, rank)?;
         }
     }
-    Ok(Some(step_dir(run_dir, step)))
+    Ok(())
+}
+
+/// Before continuing from a chosen checkpoint of step `step` (`--resume
+/// PATH`): this rank's leftovers in `run_dir` removed as [`agree_on_latest`]
+/// removes them (temporaries of a write cut short, its files of steps
+/// after `step` that the run never committed), so that pruning later
+/// counts only steps this continuation wrote.
+pub fn remove_leftovers_after(run_dir: &Path, rank: usize, step: u64) -> Result<(), TrainError> {
+    remove_own_temporaries(run_dir, rank)?;
+    let own = held(run_dir, rank)?;
+    remove_own_after(run_dir, rank, step, &own)
 }
 
 /// Where rank 0 holds no committed step, the resume would start from step

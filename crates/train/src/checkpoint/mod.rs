@@ -37,7 +37,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::{LossScaler, RunConfig, TrainError};
 
-pub use agree::{agree_on_latest, verify_own};
+pub use agree::{agree_on_latest, remove_leftovers_after, verify_own};
 pub use room::{Sizes, warn_if_first_will_not_fit, warn_if_next_will_not_fit};
 pub use shared_copies::RankFile;
 pub(crate) use sharing::MARKER;
