@@ -4,9 +4,12 @@
 
 use std::process::{Command, Output};
 
+/// `cargo xtask ARGS` from the checkout's root, where it runs (anywhere
+/// else it refuses to).
 fn xtask(args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_xtask"))
         .args(args)
+        .current_dir(concat!(env!("CARGO_MANIFEST_DIR"), "/.."))
         .env("NO_COLOR", "1")
         .output()
         .expect("the xtask binary runs")
@@ -84,16 +87,26 @@ fn a_model_or_dataset_without_a_config_lists_the_shipped_ones() {
         "terse: configs/train-resnet20-svhn.toml: no such config; models shipped for svhn: \
          none (or pass --config)\n"
     );
-    // From the workspace root, where `cargo xtask` runs and configs/ is.
+    let message = fails(&["train", "alexnet"]);
+    assert!(
+        message.contains("models shipped for fashion-mnist: mlp, resnet20"),
+        "{message}"
+    );
+}
+
+/// From a subdirectory the shipped configs and runs/ are not where its
+/// relative paths point: refused, naming the root.
+#[test]
+fn a_subdirectory_of_the_checkout_is_refused_naming_the_root() {
     let output = Command::new(env!("CARGO_BIN_EXE_xtask"))
         .args(["train", "alexnet"])
-        .current_dir(concat!(env!("CARGO_MANIFEST_DIR"), "/.."))
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
         .output()
         .unwrap();
     let message = stderr(&output);
     assert_eq!(output.status.code(), Some(1), "{message}");
     assert!(
-        message.contains("models shipped for fashion-mnist: mlp, resnet20"),
+        message.contains("cargo xtask runs from the checkout's root"),
         "{message}"
     );
 }
