@@ -72,22 +72,13 @@ impl DeepSpeedConfig {
 
 #[cfg(test)]
 mod tests {
-    use crate::deepspeed_config::translate;
+    use crate::deepspeed_config::tests::applied_on;
 
     /// (global_batch, micro_batch) set, or the error.
     fn resolved(json: &str, world: usize) -> Result<Option<(i64, i64)>, String> {
-        let read = translate("ds.json", json, world)?;
-        let get = |key: &str| {
-            read.overrides.iter().find(|o| o.key() == key).map(|o| {
-                o.to_string()
-                    .rsplit(' ')
-                    .next()
-                    .unwrap()
-                    .parse::<i64>()
-                    .unwrap()
-            })
-        };
-        Ok(get("train.global_batch").zip(get("train.micro_batch")))
+        let doc = applied_on(json, world)?;
+        let get = |key: &str| doc.get("train")?.get(key)?.as_integer();
+        Ok(get("global_batch").zip(get("micro_batch")))
     }
 
     /// DeepSpeed's resolution, worked by hand from

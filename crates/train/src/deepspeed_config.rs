@@ -228,11 +228,17 @@ pub(crate) mod tests {
     }"#;
 
     pub(crate) fn applied(text: &str) -> toml::Table {
+        applied_on(text, 1).unwrap()
+    }
+
+    /// `text`'s overrides on `world` ranks applied to an empty document, or
+    /// the refusal.
+    pub(crate) fn applied_on(text: &str, world: usize) -> Result<toml::Table, String> {
         let mut doc = toml::Table::new();
-        for o in translate("ds.json", text, 1).unwrap().overrides {
+        for o in translate("ds.json", text, world)?.overrides {
             o.apply(&mut doc).unwrap();
         }
-        doc
+        Ok(doc)
     }
 
     #[test]

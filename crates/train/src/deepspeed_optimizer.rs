@@ -46,6 +46,12 @@ const DEEPSPEED_FREEZE_STEP: i64 = 100_000;
 /// (`max_coeff`; terse's LAMB default is the 1-bit LAMB paper's 0.3).
 const DEEPSPEED_MAX_COEFF: f64 = 10.0;
 
+/// Whether terse's optimizer `name` is one of DeepSpeed's compressed ones
+/// (1-bit Adam, 1-bit LAMB, 0/1 Adam).
+fn compresses(name: &str) -> bool {
+    name.contains("onebit") || name == "zero_one_adam"
+}
+
 impl DeepSpeedConfig {
     /// `optimizer: { type, params }`: the optimizer table, and a constant
     /// rate from `params.lr` (a `scheduler` read later replaces it).
@@ -63,7 +69,7 @@ impl DeepSpeedConfig {
         };
         let mut table = toml::Table::new();
         table.insert("name".into(), (*name).into());
-        let onebit = name.contains("onebit") || *name == "zero_one_adam";
+        let onebit = compresses(name);
         if onebit {
             self.onebit_settings(path, name, &mut table);
         }
@@ -106,7 +112,7 @@ impl DeepSpeedConfig {
         here: &str,
         table: &mut toml::Table,
     ) -> Result<(), String> {
-        let onebit = name.contains("onebit") || name == "zero_one_adam";
+        let onebit = compresses(name);
         match key {
             "lr" => self.set(
                 "schedule",

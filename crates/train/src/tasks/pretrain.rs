@@ -22,6 +22,7 @@ use terse_models::bert::{BertConfig, BertForPreTraining, save_hf};
 use super::export::copy_tokenizer;
 use crate::batch::pretrain_batch;
 use crate::checkpoint::ranks_sharing;
+use crate::rank_exchange::all_gather_bytes;
 use crate::task::{Task, eval_range, exact_f32};
 use crate::{RunConfig, TaskConfig, TrainError};
 
@@ -156,18 +157,13 @@ fn same_examples_on_every_rank(
     key: &str,
     examples: usize,
 ) -> Result<(), TrainError> {
-    // FNV-1a: the key names the data; its hash is enough to tell two apart.
-    let hash = key.bytes().fold(0x811c_9dc5u32, |h, b| {
-        (h ^ u32::from(b)).wrapping_mul(0x0100_0193)
-    });
-    let count = u32::try_from(examples).unwrap_or(u32::MAX);
-    let mut all = vec![0u32; 2 * comm.world_size()];
-    comm.all_gather_u32(&[count, hash], &mut all)?;
+    let own = format!("{examples} examples, {key}");
+    let all = all_gather_bytes(comm, own.as_bytes())?;
     let differing: Vec<String> = all
-        .chunks(2)
+        .iter()
         .enumerate()
-        .filter(|(_, theirs)| *theirs != &all[..2])
-        .map(|(rank, theirs)| format!("rank {rank} has {} examples", theirs[0]))
+        .filter(|(_, theirs)| *theirs != &all[0])
+        .map(|(rank, theirs)| format!("rank {rank} has {}", String::from_utf8_lossy(theirs)))
         .collect();
     if differing.is_empty() {
         return Ok(());
@@ -175,10 +171,10 @@ fn same_examples_on_every_rank(
     Err(invalid(
         "task.corpus",
         format!(
-            "the ranks' pre-training examples differ from rank 0's ({} examples, {key}): {}; \
-             their nodes' corpus files or vocabularies differ: give every node the same data \
-             (cargo xtask data fetch there, or a TERSE_CACHE the nodes share)",
-            all[0],
+            "the ranks' pre-training examples differ from rank 0's ({}): {}; their nodes' \
+             corpus files or vocabularies differ: give every node the same data (cargo xtask \
+             data fetch there, or a TERSE_CACHE the nodes share)",
+            String::from_utf8_lossy(&all[0]),
             differing.join(", ")
         ),
     ))

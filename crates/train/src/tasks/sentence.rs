@@ -54,11 +54,16 @@ fn invalid(field: &'static str, reason: String) -> TrainError {
 /// fetch (`read_task` reads each).
 pub const STAND_IN_TASKS: [&str; 3] = ["rt-polarity", "imdb", "snli"];
 
+/// Held-out examples in parts scored apart, each with the suffix of its
+/// metrics' names (MNLI's matched and mismatched dev sets; one part
+/// elsewhere).
+type HeldOut = Vec<(&'static str, Vec<SentenceExample>)>;
+
 /// Train and held-out examples, the class names in label order (none:
 /// regression) and the metric of a task.
 type TaskData = (
     Vec<SentenceExample>,
-    Vec<SentenceExample>,
+    HeldOut,
     &'static [&'static str],
     GlueMetricKind,
 );
@@ -70,7 +75,7 @@ fn read_task(name: &str, glue_dir: Option<&Path>) -> Result<TaskData, TrainError
         let (train, dev) = split_dev(read_movie_reviews(&csv, source)?, 0.1, 1);
         Ok((
             train,
-            dev,
+            vec![("", dev)],
             &["negative", "positive"][..],
             GlueMetricKind::Accuracy,
         ))
@@ -85,7 +90,7 @@ fn read_task(name: &str, glue_dir: Option<&Path>) -> Result<TaskData, TrainError
             // SNLI is read in MNLI's label order.
             Ok((
                 train,
-                dev,
+                vec![("", dev)],
                 GlueTask::Mnli.labels(),
                 GlueMetricKind::Accuracy,
             ))
@@ -101,13 +106,18 @@ fn read_task(name: &str, glue_dir: Option<&Path>) -> Result<TaskData, TrainError
                     ),
                 )
             })?;
-            let dev_split = if task == GlueTask::Mnli {
-                "dev_matched"
+            // MNLI is scored on both its dev sets, as GLUE and HF's
+            // run_glue report it: matched, then mismatched.
+            let dev_splits: &[(&str, &str)] = if task == GlueTask::Mnli {
+                &[("", "dev_matched"), ("_mm", "dev_mismatched")]
             } else {
-                "dev"
+                &[("", "dev")]
             };
             let train = read_glue(dir, task, "train")?;
-            let dev = read_glue(dir, task, dev_split)?;
+            let dev = dev_splits
+                .iter()
+                .map(|&(suffix, split)| Ok((suffix, read_glue(dir, task, split)?)))
+                .collect::<Result<HeldOut, TrainError>>()?;
             let metric = match task {
                 GlueTask::Cola => GlueMetricKind::Matthews,
                 GlueTask::Mrpc | GlueTask::Qqp => GlueMetricKind::F1AndAccuracy,
@@ -136,17 +146,12 @@ impl SentenceTask {
         // Before reading the data: a vocabulary or sequence length the model
         // cannot embed would otherwise fail only at the first step.
         weights.check_fits(&tokenizer, *max_seq)?;
-        let (train, mut dev, label_names, metric) = read_task(task, glue_dir.as_deref())?;
-        // MNLI is scored on both its dev sets, as GLUE and HF's run_glue
-        // report it: matched, then mismatched.
-        let mut dev_parts = vec![("", dev.len())];
-        if task == "mnli"
-            && let Some(dir) = glue_dir
-        {
-            let mismatched = read_glue(dir, GlueTask::Mnli, "dev_mismatched")?;
-            dev_parts.push(("_mm", mismatched.len()));
-            dev.extend(mismatched);
-        }
+        let (train, held_out, label_names, metric) = read_task(task, glue_dir.as_deref())?;
+        let dev_parts: Vec<(&'static str, usize)> = held_out
+            .iter()
+            .map(|(suffix, part)| (*suffix, part.len()))
+            .collect();
+        let dev: Vec<SentenceExample> = held_out.into_iter().flat_map(|(_, part)| part).collect();
         // One output for regression (STS-B, no class names).
         let labels = label_names.len().max(1);
         // From the cache where an earlier run left them
