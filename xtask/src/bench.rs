@@ -105,7 +105,7 @@ pub fn run(args: &Args) -> Result<()> {
     }
 }
 
-/// Refuses `--device` and `--precision` where the suite has no use for
+/// Refuses `--device`, `--precision`, `--python` and `--kernel-times` where the suite has no use for
 /// them, rather than running without them.
 fn flags_apply(args: &Args) -> Result<()> {
     if args.precision.is_some() && (args.name != Suite::Model || args.device.is_some()) {
@@ -113,6 +113,12 @@ fn flags_apply(args: &Args) -> Result<()> {
     }
     if args.device.is_some() && !matches!(args.name, Suite::Kernels | Suite::Optim | Suite::Model) {
         bail!("--device applies to `bench kernels`, `bench optim` and `bench model` only");
+    }
+    if args.python.is_some() && (args.name != Suite::Model || args.device.is_some()) {
+        bail!(
+            "--python applies to `bench model` on the CPU (beside PyTorch) only; on a GPU, \
+             `cargo xtask bundle`'s run.sh times PyTorch beside terse"
+        );
     }
     if args.kernel_times && (args.name != Suite::Model || args.device.is_none()) {
         bail!("--kernel-times applies to `bench model --device` only");
@@ -478,7 +484,7 @@ mod tests {
     }
 
     #[test]
-    fn device_and_precision_are_refused_where_they_do_nothing() {
+    fn flags_are_refused_where_they_do_nothing() {
         for (argv, refused) in [
             (&["bench", "comm", "--device", "lavapipe"][..], "--device"),
             (&["bench", "workers", "--device", "wgpu"][..], "--device"),
@@ -499,6 +505,11 @@ mod tests {
                 "--precision",
             ),
             (&["bench", "model", "--kernel-times"][..], "--kernel-times"),
+            (&["bench", "optim", "--python", "python3"][..], "--python"),
+            (
+                &["bench", "model", "--device", "cuda", "--python", "python3"][..],
+                "--python",
+            ),
             (
                 &["bench", "optim", "--device", "lavapipe", "--kernel-times"][..],
                 "--kernel-times",
@@ -512,6 +523,7 @@ mod tests {
             &["bench", "kernels", "--device", "wgpu"][..],
             &["bench", "optim", "--device", "lavapipe"][..],
             &["bench", "model", "--precision", "bf16"][..],
+            &["bench", "model", "--python", "python3"][..],
             &["bench", "model", "--device", "lavapipe", "--kernel-times"][..],
         ] {
             let args = testing::parsed_as!(Bench, argv);

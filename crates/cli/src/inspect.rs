@@ -97,12 +97,22 @@ pub fn run(args: &Args, action: Action) -> Result<()> {
     if action != Action::Export && args.dtype.is_some() {
         anyhow::bail!("--dtype is for `export` only");
     }
+    if action == Action::Eval && args.out.is_some() {
+        // eval prints its metrics; a path it accepted and never wrote
+        // would leave the user looking for a file.
+        anyhow::bail!("--out is for `predict` and `export`: `eval` prints its metrics");
+    }
     let config = RunConfig::load(&args.config)?;
     // SQuAD writes its predictions while it evaluates: `eval` and `export`
-    // keep them out of the way.
+    // keep them out of the way, in a directory of their own (two evals at
+    // once wrote one fixed temporary file) removed when they end.
+    let scratch = tempfile::Builder::new()
+        .prefix("terse-eval-")
+        .tempdir()
+        .map_err(|e| anyhow::anyhow!("creating a temporary directory: {e}"))?;
     let predictions = match action {
         Action::Predict => args.out.clone().unwrap_or_else(|| "predictions.out".into()),
-        Action::Eval | Action::Export => std::env::temp_dir().join("terse-eval-predictions.json"),
+        Action::Eval | Action::Export => scratch.path().join("predictions.json"),
     };
     let inspect = Inspect { args, action };
     with_task(&config, &SingleRank::new(), &predictions, inspect)?;

@@ -4,6 +4,7 @@
 //! the same files, and the same tensors as the run's export; without
 //! `--out` it says what is missing. `--dtype bf16` writes every weight
 //! rounded to the nearest bf16 and config.json's torch_dtype.
+//! `eval --out` and `--dtype` outside `export` are refused, not ignored.
 
 mod common;
 
@@ -124,4 +125,27 @@ fn a_bf16_export_rounds_every_weight_to_the_nearest_bf16() {
         }
     }
     assert!(checked > 4_000_000, "BERT-Tiny's weights: {checked}");
+}
+
+#[test]
+fn flags_an_action_does_not_use_are_refused_before_anything_loads() {
+    let refusals = [
+        (
+            ["eval", "--out", "metrics.txt"],
+            "--out is for `predict` and `export`",
+        ),
+        (["eval", "--dtype", "bf16"], "--dtype is for `export` only"),
+        (
+            ["predict", "--dtype", "bf16"],
+            "--dtype is for `export` only",
+        ),
+    ];
+    for (args, said) in refusals {
+        let mut all = args.to_vec();
+        all.extend(["--config", "no-such.toml", "--checkpoint", "no-such-dir"]);
+        let refused = terse(&all);
+        let stderr = String::from_utf8_lossy(&refused.stderr);
+        assert!(!refused.status.success(), "{all:?} ran");
+        assert!(stderr.contains(said), "{all:?}: {stderr}");
+    }
 }

