@@ -46,6 +46,12 @@ pub fn translate(path: &str, text: &str, world: usize) -> Result<DeepSpeedConfig
     let root = root
         .as_object()
         .ok_or_else(|| format!("{path}: not a JSON object"))?;
+    if let Some(key) = first_auto(root, "") {
+        return Err(format!(
+            "{path}: `{key}` is \"auto\", a placeholder HuggingFace's Trainer fills in from \
+             its own arguments; terse reads the ds_config alone: write the value"
+        ));
+    }
     let mut out = DeepSpeedConfig::default();
     let at = |key: &str| format!("{path}: `{key}`");
     for (key, value) in root {
@@ -180,6 +186,20 @@ pub(crate) fn type_of<'a>(value: &'a Value, at: &str) -> Result<&'a str, String>
         .get("type")
         .and_then(Value::as_str)
         .ok_or_else(|| format!("{at}: expected a string"))
+}
+
+/// The dotted key of the first `"auto"` value under `object` (HF's
+/// Trainer-integration configs hold them, e.g. `bf16.enabled`: read as
+/// "not enabled" it would train silently in another precision).
+fn first_auto(object: &serde_json::Map<String, Value>, prefix: &str) -> Option<String> {
+    object.iter().find_map(|(key, value)| {
+        let key = format!("{prefix}{key}");
+        match value {
+            Value::String(text) if text == "auto" => Some(key),
+            Value::Object(inner) => first_auto(inner, &format!("{key}.")),
+            _ => None,
+        }
+    })
 }
 
 fn enabled(value: &Value) -> bool {
@@ -346,6 +366,18 @@ pub(crate) mod tests {
                 "expected a non-negative integer",
             ),
             ("{", "ds.json: EOF"),
+            (
+                r#"{"bf16": {"enabled": "auto"}}"#,
+                "`bf16.enabled` is \"auto\", a placeholder HuggingFace's Trainer fills in",
+            ),
+            (
+                r#"{"optimizer": {"type": "AdamW", "params": {"lr": "auto"}}}"#,
+                "`optimizer.params.lr` is \"auto\"",
+            ),
+            (
+                r#"{"train_batch_size": "auto"}"#,
+                "`train_batch_size` is \"auto\"",
+            ),
         ]);
     }
 
