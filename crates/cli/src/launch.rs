@@ -215,7 +215,18 @@ impl RunFlags {
             let steps = i64::try_from(steps).context("--steps")?;
             before_swap.push(Override::new("train.steps", steps));
         }
-        let mut config = RunConfig::load_with(path, &before_swap)?;
+        let mut config = RunConfig::load_with(path, &before_swap).map_err(|e| {
+            let e = anyhow::Error::from(e);
+            match &self.deepspeed {
+                // A setting the ds_config made may be what the check refused.
+                Some(ds) => e.context(format!(
+                    "{} with what --deepspeed {} sets",
+                    path.display(),
+                    ds.display()
+                )),
+                None => e,
+            }
+        })?;
         if let Some(name) = &self.optimizer {
             let name = name.replace('-', "_");
             let swapped = config

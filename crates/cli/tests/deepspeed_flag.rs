@@ -152,3 +152,25 @@ fn its_values_reach_the_resolved_config_and_a_run() {
     assert_eq!(written["train"]["global_batch"].as_integer(), Some(8));
     assert_eq!(written["train"]["max_grad_norm"].as_float(), Some(1.0));
 }
+
+#[test]
+fn a_check_its_settings_fail_names_the_ds_config() {
+    // Its WarmupDecayLR ends at step 10; BERT-Tiny's config runs 30 steps.
+    let scratch = tempfile::tempdir().unwrap();
+    let ds = scratch.path().join("short.json");
+    std::fs::write(
+        &ds,
+        r#"{"optimizer": {"type": "Adam", "params": {"lr": 1e-3}},
+            "scheduler": {"type": "WarmupDecayLR",
+                          "params": {"total_num_steps": 10, "warmup_num_steps": 2,
+                                     "warmup_type": "linear"}}}"#,
+    )
+    .unwrap();
+    let output = terse(&["--deepspeed", ds.to_str().unwrap(), "--print-config"]);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(!output.status.success(), "{stderr}");
+    assert!(
+        stderr.contains(&format!("with what --deepspeed {} sets", ds.display())),
+        "{stderr}"
+    );
+}
