@@ -1,5 +1,7 @@
 //! `run.sh` (`bundle_run.sh`) run by bash with stub binaries: its help,
-//! the order of its rows, `--row-limit` and `--kernel-times`.
+//! the order of its rows, `--row-limit`, `--budget`, `--repeats`,
+//! `--kernel-times`, and what it leaves in `--out` (7 files at most: a lent
+//! GPU's call returns 8).
 
 use std::path::Path;
 use std::process::Command;
@@ -64,20 +66,25 @@ echo "{\"preset\": \"base\", \"batch\": 32, \"precision\": \"$p\", \"samples_per
             "PyTorch on cuda, batch 32, tf32",
             "terse on cuda, batch 32, bf16",
             "PyTorch on cuda, batch 32, bf16",
-            "PyTorch on cuda, batch 32, fp16",
         ],
         "{said}"
     );
     let read = |name: &str| std::fs::read_to_string(out.join(name)).unwrap_or_default();
+    let detail = |name: &str| std::fs::read_to_string(bundle.join("details").join(name));
     assert_eq!(
-        read("timed-out.txt"),
+        detail("timed-out.txt").unwrap(),
         "terse batch 32 bf16: stopped after 2 s (--row-limit)\n"
     );
     assert_eq!(read("terse.jsonl").lines().count(), 1, "{said}");
     let torch = read("pytorch.jsonl");
-    for precision in ["fp32", "tf32", "bf16", "fp16"] {
+    for precision in ["fp32", "tf32", "bf16"] {
         assert!(torch.contains(&format!("\"{precision}\"")), "{torch}");
     }
+    // PyTorch's fp16 row only beside terse's own fp16.
+    assert!(!torch.contains("fp16"), "{torch}");
+    // Everything printed is in log.txt, the rest archived.
+    assert!(read("log.txt").contains("stopped after 2 s"), "{said}");
+    assert!(out.join("details.tar.xz").exists());
     // A limit that is not whole seconds is refused before any row.
     let refused = Command::new("bash")
         .arg(bundle.join("run.sh"))
@@ -85,7 +92,7 @@ echo "{\"preset\": \"base\", \"batch\": 32, \"precision\": \"$p\", \"samples_per
         .output()
         .unwrap();
     assert_eq!(refused.status.code(), Some(2));
-    assert!(String::from_utf8_lossy(&refused.stderr).contains("--row-limit takes whole seconds"));
+    assert!(String::from_utf8_lossy(&refused.stderr).contains("--row-limit takes a whole number"));
     // A caller's own limit (the GPU call's `timeout` around run.sh)
     // stops the row running then too: the stub's fp32 row, 3 s long
     // (its mark written at the end), is cut at 1 s with run.sh, and
@@ -135,6 +142,8 @@ fn run_cuda(bundle: &Path, python: &Path, args: &[&str]) -> std::process::Output
         .arg(python)
         .arg("--out")
         .arg(bundle.join("out"))
+        .arg("--details")
+        .arg(bundle.join("details"))
         .output()
         .unwrap()
 }
@@ -174,7 +183,7 @@ echo "{\"preset\": \"base\", \"batch\": 8, \"precision\": \"$p\", \"samples_per_
         "{said}"
     );
     let torch = std::fs::read_to_string(out.join("pytorch.jsonl")).unwrap();
-    for precision in ["fp32", "bf16", "fp16"] {
+    for precision in ["fp32", "bf16"] {
         assert!(torch.contains(&format!("\"{precision}\"")), "{torch}");
     }
 }
@@ -210,6 +219,8 @@ echo "{\"batch\": $b, \"precision\": \"$p\", \"kernel_times\": $timed}"
         ])
         .arg("--out")
         .arg(&out)
+        .arg("--details")
+        .arg(bundle.join("details"))
         .output()
         .unwrap();
     let said = said(&output);
@@ -227,17 +238,123 @@ echo "{\"batch\": $b, \"precision\": \"$p\", \"kernel_times\": $timed}"
     );
     let read = |name: &str| std::fs::read_to_string(out.join(name)).unwrap_or_default();
     assert!(!read("terse.jsonl").contains("true"), "{said}");
-    let timed = read("terse-kernel-times.jsonl");
+    let detail =
+        |name: &str| std::fs::read_to_string(bundle.join("details").join(name)).unwrap_or_default();
+    let timed = detail("terse-kernel-times.jsonl");
     assert_eq!(
         timed.matches("\"kernel_times\": true").count(),
         2,
         "{timed}"
     );
-    assert!(read("terse-kernel-times-b32-fp32.txt").contains("AdamKernel"));
+    assert!(detail("terse-kernel-times-b32-fp32.txt").contains("AdamKernel"));
     assert!(
         said.contains("ms per step  1.0 launches  AdamKernel"),
         "{said}"
     );
+    // OUT holds what a lent GPU's call returns (8 files at most), the
+    // per-row files archived.
+    let mut kept: Vec<String> = std::fs::read_dir(&out)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    kept.sort();
+    assert_eq!(
+        kept,
+        [
+            "details.tar.xz",
+            "log.txt",
+            "machine.txt",
+            "matmul-precision.json",
+            "summary.txt",
+            "terse.jsonl"
+        ],
+        "{said}"
+    );
+    let listed = Command::new("tar")
+        .arg("-tJf")
+        .arg(out.join("details.tar.xz"))
+        .output()
+        .unwrap();
+    let listed = String::from_utf8_lossy(&listed.stdout);
+    assert!(
+        listed.contains("terse-kernel-times-b32-fp32.txt"),
+        "{listed}"
+    );
+}
+
+/// `--repeats 2`: every row twice, in turns, and the summary's medians
+/// count both; `--budget`: a row that would start past it is skipped and
+/// named; an option without its value is refused.
+#[test]
+fn the_run_script_repeats_rows_and_keeps_to_its_budget() {
+    let scratch = tempfile::tempdir().unwrap();
+    let bundle = scratch.path();
+    let row = r#"while [ $# -gt 0 ]; do case $1 in --batch) b=$2 ;; --precision) p=$2 ;; esac; shift; done
+[ -n "${STUB_SLEEP:-}" ] && sleep "$STUB_SLEEP"
+echo "{\"preset\": \"base\", \"batch\": $b, \"precision\": \"$p\", \"samples_per_s\": 2.0}""#;
+    let python = with_torch(bundle, row);
+    write_executable(
+        bundle,
+        "bin/model_step",
+        &format!(
+            "#!/bin/sh\ncase \"$*\" in *--matmul-precision*) echo '{{}}'; exit 0 ;; esac\n{row}\n"
+        ),
+    );
+    let output = run_cuda(
+        bundle,
+        &python,
+        &["--batches", "32", "--precisions", "fp32", "--repeats", "2"],
+    );
+    let said = said(&output);
+    assert!(output.status.success(), "{said}");
+    let once = [
+        "terse on cuda, batch 32, fp32",
+        "PyTorch on cuda, batch 32, fp32",
+        "PyTorch on cuda, batch 32, tf32",
+        "PyTorch on cuda, batch 32, bf16",
+    ];
+    assert_eq!(rows(&said), [once, once].concat(), "{said}");
+    let summary = std::fs::read_to_string(bundle.join("out/summary.txt")).unwrap();
+    assert!(summary.contains("base       32  fp32"), "{summary}");
+    assert!(summary.contains("2.0 (2)"), "{summary}");
+
+    // Each row takes 2 s against a budget of 1 s: the first starts, the
+    // rest are skipped and named.
+    let budget = Command::new("bash")
+        .arg(bundle.join("run.sh"))
+        .args([
+            "--device",
+            "cuda",
+            "--batches",
+            "32",
+            "--precisions",
+            "fp32",
+        ])
+        .args(["--budget", "1", "--python"])
+        .arg(&python)
+        .arg("--out")
+        .arg(bundle.join("budget"))
+        .arg("--details")
+        .arg(bundle.join("budget-details"))
+        .env("STUB_SLEEP", "2")
+        .output()
+        .unwrap();
+    let said = self::said(&budget);
+    assert!(budget.status.success(), "{said}");
+    assert_eq!(rows(&said), ["terse on cuda, batch 32, fp32"], "{said}");
+    let skipped = std::fs::read_to_string(bundle.join("budget-details/skipped.txt")).unwrap();
+    assert!(
+        skipped.starts_with("PyTorch batch 32 fp32: skipped"),
+        "{skipped}"
+    );
+
+    let refused = Command::new("bash")
+        .arg(bundle.join("run.sh"))
+        .arg("--row-limit")
+        .output()
+        .unwrap();
+    assert_eq!(refused.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&refused.stderr).contains("--row-limit takes a value"));
 }
 
 /// What `run.sh` printed, stdout then stderr.
