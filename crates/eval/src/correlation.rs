@@ -1,6 +1,9 @@
 //! The STS-B metrics: Pearson's and Spearman's correlation (the latter with
-//! average ranks for ties, as scipy). Both are undefined for constant input;
-//! that is an error here rather than scipy's NaN and warning.
+//! average ranks for ties, as scipy). Both are undefined for constant input
+//! or a value that is not finite; that is NaN here, as scipy's `pearsonr`
+//! and `spearmanr` return, so that evaluating a collapsed model (one score
+//! for every pair) reports NaN instead of ending the run. Only a malformed
+//! call (lengths that differ, fewer than 2 samples) is an error.
 
 use crate::EvalError;
 
@@ -12,15 +15,24 @@ fn check(metric: &'static str, x: &[f64], y: &[f64]) -> Result<(), EvalError> {
     if x.len() < 2 {
         return undefined(format!("needs at least 2 samples, got {}", x.len()));
     }
-    if x.iter().chain(y).any(|v| !v.is_finite()) {
-        return undefined("a value is not finite".into());
-    }
     Ok(())
 }
 
-/// Pearson's r, accumulated in f64 around the means.
-pub fn pearson(x: &[f64], y: &[f64]) -> Result<f64, EvalError> {
-    check("pearson", x, y)?;
+/// Whether the correlation of `x` and `y` has no value: a value that is not
+/// finite, or either side constant. Constancy is tested on the values, as
+/// scipy does, not on the sums of squares: the mean of three 0.1s computed
+/// in f64 need not be exactly 0.1, which leaves tiny deviations that would
+/// make a meaningless r.
+fn is_undefined(x: &[f64], y: &[f64]) -> bool {
+    let constant = |v: &[f64]| v.iter().all(|&a| a == v[0]);
+    x.iter().chain(y).any(|v| !v.is_finite()) || constant(x) || constant(y)
+}
+
+/// Pearson's r of checked input, accumulated in f64 around the means.
+fn correlation(x: &[f64], y: &[f64]) -> f64 {
+    if is_undefined(x, y) {
+        return f64::NAN;
+    }
     let n = x.len() as f64;
     let (mx, my) = (x.iter().sum::<f64>() / n, y.iter().sum::<f64>() / n);
     let (mut sxy, mut sxx, mut syy) = (0.0, 0.0, 0.0);
@@ -30,13 +42,18 @@ pub fn pearson(x: &[f64], y: &[f64]) -> Result<f64, EvalError> {
         sxx += dx * dx;
         syy += dy * dy;
     }
+    // Deviations too small to square (they underflow to 0) leave no
+    // variance to divide by.
     if sxx == 0.0 || syy == 0.0 {
-        return Err(EvalError::Undefined {
-            metric: "pearson",
-            detail: "constant input".into(),
-        });
+        return f64::NAN;
     }
-    Ok((sxy / (sxx.sqrt() * syy.sqrt())).clamp(-1.0, 1.0))
+    (sxy / (sxx.sqrt() * syy.sqrt())).clamp(-1.0, 1.0)
+}
+
+/// Pearson's r; NaN where it is undefined (see the module's doc).
+pub fn pearson(x: &[f64], y: &[f64]) -> Result<f64, EvalError> {
+    check("pearson", x, y)?;
+    Ok(correlation(x, y))
 }
 
 /// 1-based ranks, ties sharing the average of their positions.
@@ -60,11 +77,49 @@ pub fn average_ranks(values: &[f64]) -> Vec<f64> {
     ranks
 }
 
-/// Spearman's ρ: Pearson's r of the average ranks.
+/// Spearman's ρ: Pearson's r of the average ranks; NaN where it is
+/// undefined (see the module's doc).
 pub fn spearman(x: &[f64], y: &[f64]) -> Result<f64, EvalError> {
     check("spearman", x, y)?;
-    pearson(&average_ranks(x), &average_ranks(y)).map_err(|_| EvalError::Undefined {
-        metric: "spearman",
-        detail: "constant input".into(),
-    })
+    // Before ranking: a NaN or an infinity gets a finite rank, which would
+    // hide it.
+    if is_undefined(x, y) {
+        return Ok(f64::NAN);
+    }
+    Ok(correlation(&average_ranks(x), &average_ranks(y)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn undefined_correlations_are_nan_and_malformed_calls_errors() {
+        let x = [1.0, 2.0, 3.0, 4.0];
+        // A collapsed model: one score for every pair.
+        assert!(pearson(&[2.5; 4], &x).unwrap().is_nan());
+        assert!(spearman(&[2.5; 4], &x).unwrap().is_nan());
+        assert!(pearson(&x, &[0.0; 4]).unwrap().is_nan());
+        // Equal values whose f64 mean is not quite them (0.1 + 0.1 + 0.1 is
+        // 0.30000000000000004): constant all the same.
+        assert!(pearson(&[0.1; 3], &[1.0, 2.0, 4.0]).unwrap().is_nan());
+        // Not finite on either side (ranked, each would get an ordinary
+        // rank and Spearman a finite ρ).
+        for bad in [f64::NAN, f64::INFINITY, f64::NEG_INFINITY] {
+            let with_bad = [1.0, 2.0, bad, 4.0];
+            assert!(pearson(&with_bad, &x).unwrap().is_nan());
+            assert!(pearson(&x, &with_bad).unwrap().is_nan());
+            assert!(spearman(&with_bad, &x).unwrap().is_nan());
+            assert!(spearman(&x, &with_bad).unwrap().is_nan());
+        }
+        // Still defined: x against (1, 2, 3, 5) is monotone, so ρ = 1 (to
+        // rounding: 5 / (sqrt(5) · sqrt(5)) in f64).
+        let rho = spearman(&x, &[1.0, 2.0, 3.0, 5.0]).unwrap();
+        assert!((rho - 1.0).abs() < 1e-12, "{rho}");
+        // Malformed calls stay errors, as scipy raises for them.
+        let error = pearson(&x, &x[..3]).unwrap_err().to_string();
+        assert_eq!(error, "pearson: 4 predictions for 3 labels");
+        let error = spearman(&[1.0], &[2.0]).unwrap_err().to_string();
+        assert_eq!(error, "spearman: needs at least 2 samples, got 1");
+    }
 }

@@ -22,8 +22,8 @@ pub enum EvalError {
         /// What is wrong and where (line, JSON path or field).
         detail: String,
     },
-    /// Metric input without a defined value (lengths differ, no samples,
-    /// constant input to a correlation).
+    /// Malformed metric input (lengths differ, too few samples); a
+    /// correlation of constant input is NaN, not this.
     #[error("{metric}: {detail}")]
     Undefined {
         /// The metric.

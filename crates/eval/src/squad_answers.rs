@@ -4,17 +4,21 @@
 //! `predictions.json` / `nbest_predictions.json` files.
 //!
 //! The rules are BERT's `run_squad.py` (`write_predictions`): for each
-//! feature the `n_best` highest start and `n_best` highest end logits are
-//! paired; a pair is dropped when either end is outside the context window
-//! (`[CLS]`, the question, `[SEP]`, padding), when the start is not in the
-//! window where that token has the most context, when the end comes before
-//! the start, or when the span is longer than `max_answer` tokens. The score
-//! is `start_logit + end_logit`; the best-scoring pair over all the
-//! question's features wins. Its text is the context's own characters from
-//! the start token's first to the end token's last, so case, accents and
-//! spacing are the context's (the model read a lowercased, accent-stripped
-//! copy). `run_squad.py` instead re-tokenizes and aligns the detokenized
-//! span (`get_final_text`); with character offsets that is unnecessary.
+//! feature the `n_best` highest start and `n_best` highest end logits among
+//! its own positions are paired; a pair is dropped when either end is
+//! outside the context window (`[CLS]`, the question, `[SEP]`), when the
+//! start is not in the window where that token has the most context, when
+//! the end comes before the start, or when the span is longer than
+//! `max_answer` tokens. The score is `start_logit + end_logit`; the
+//! best-scoring pair over all the question's features wins. Its text is the
+//! context's own characters from the start token's first to the end token's
+//! last, so case, accents and spacing are the context's (the model read a
+//! lowercased, accent-stripped copy). `run_squad.py` instead re-tokenizes
+//! and aligns the detokenized span (`get_final_text`); with character
+//! offsets that is unnecessary. It also ranks its fixed padding to
+//! `max_seq_length` among the top logits; terse pads a batch only to its
+//! longest feature, so padding is left out (a feature's answer would
+//! otherwise depend on its batch).
 //!
 //! The inputs are plain slices so that this crate does not depend on
 //! `terse-data`: the trainer builds a [`FeatureLogits`] from each
@@ -107,7 +111,10 @@ pub struct FeatureLogits<'a> {
     /// Per position, whether this feature is the token's max-context window.
     pub max_context: &'a [bool],
     /// Start logits, one per position; may be longer than `offsets`
-    /// (padding), the extra positions being outside the context.
+    /// (padding to the longest feature of its batch). The extra positions
+    /// are not read: among the top `n_best` they would crowd out the
+    /// feature's own, so that its answer would depend on which features
+    /// shared its batch.
     pub start_logits: &'a [f32],
     /// End logits, as many as `start_logits`.
     pub end_logits: &'a [f32],
@@ -148,8 +155,8 @@ struct Span {
 /// The answer to each question (in `questions` order) from its features'
 /// logits. Features may come in any order; a question without features gets
 /// the empty answer. Fails, naming the feature, on an example index out of
-/// range, slices of different lengths, a logit that is not finite, or
-/// offsets outside the context.
+/// range, slices of different lengths, a logit that is not finite at one of
+/// the feature's positions, or offsets outside the context.
 pub fn predict_answers(
     questions: &[QuestionContext<'_>],
     features: &[FeatureLogits<'_>],
@@ -166,17 +173,20 @@ pub fn predict_answers(
             ))
         })?;
         check_feature(f, feature)?;
-        let starts = top_k(feature.start_logits, config.n_best);
-        let ends = top_k(feature.end_logits, config.n_best);
+        // The feature's own positions only (`check_feature` made sure the
+        // logits reach that far): padding is not read.
+        let n = feature.offsets.len();
+        let starts = top_k(&feature.start_logits[..n], config.n_best);
+        let ends = top_k(&feature.end_logits[..n], config.n_best);
         for &s in &starts {
-            let Some(Some(start)) = feature.offsets.get(s) else {
+            let Some(start) = feature.offsets[s] else {
                 continue;
             };
             if !feature.max_context[s] {
                 continue;
             }
             for &e in &ends {
-                let Some(Some(end)) = feature.offsets.get(e) else {
+                let Some(end) = feature.offsets[e] else {
                     continue;
                 };
                 if e < s || e - s + 1 > config.max_answer {
@@ -219,8 +229,9 @@ fn check_feature(f: usize, feature: &FeatureLogits<'_>) -> Result<(), SquadAnswe
             feature.end_logits.len()
         )));
     }
+    // Padding's logits are never read, so they may be anything.
     for (which, logits) in [("start", feature.start_logits), ("end", feature.end_logits)] {
-        if let Some(p) = logits.iter().position(|x| !x.is_finite()) {
+        if let Some(p) = logits[..n].iter().position(|x| !x.is_finite()) {
             return Err(SquadAnswerError::Input(format!(
                 "feature {f}: {which} logit {} at position {p}",
                 logits[p]
@@ -374,4 +385,55 @@ fn write_json(path: &Path, value: &impl Serialize) -> Result<(), SquadAnswerErro
     })?;
     file.sync_all().map_err(io(&tmp))?;
     std::fs::rename(&tmp, path).map_err(io(path))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `[CLS] one two [SEP]` on the context "one two", then two padding
+    /// positions with logits above every real one.
+    const OFFSETS: [Option<(usize, usize)>; 4] = [None, Some((0, 3)), Some((4, 7)), None];
+    const MAX_CONTEXT: [bool; 4] = [false, true, true, false];
+    const START: [f32; 6] = [0., 2., 1., 0., 9., 9.];
+    const END: [f32; 6] = [0., 1., 2., 0., 9., f32::NAN];
+
+    fn answer(positions: usize) -> Prediction {
+        let question = QuestionContext {
+            id: "q",
+            context: "one two",
+        };
+        let feature = FeatureLogits {
+            example: 0,
+            offsets: &OFFSETS,
+            max_context: &MAX_CONTEXT,
+            start_logits: &START[..positions],
+            end_logits: &END[..positions],
+        };
+        let config = AnswerConfig {
+            n_best: 2,
+            max_answer: 30,
+        };
+        predict_answers(&[question], &[feature], &config)
+            .unwrap()
+            .remove(0)
+    }
+
+    #[test]
+    fn padding_after_the_features_positions_does_not_change_its_answer() {
+        // Own positions only: starts "one" (2), "two" (1); ends "two" (2),
+        // "one" (1). Spans "one two" 2 + 2 = 4, "one" 2 + 1 = 3, "two"
+        // 1 + 2 = 3; n_best 2 keeps the first two (stable order).
+        let alone = answer(4);
+        assert_eq!(alone.text, "one two");
+        let texts: Vec<&str> = alone.n_best.iter().map(|c| c.text.as_str()).collect();
+        assert_eq!(texts, ["one two", "one"]);
+        // Padded to 5 and to 6 positions, as in a batch with a longer
+        // feature. Were padding read, its logits 9 would take top-2 slots:
+        // one padded position would leave only "one two" (starts 4 and
+        // "one", ends 4 and "two"), two would leave no valid span at all;
+        // and the NaN end logit at position 5 would be refused.
+        assert_eq!(answer(5), alone);
+        assert_eq!(answer(6), alone);
+    }
 }

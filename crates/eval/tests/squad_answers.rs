@@ -14,7 +14,7 @@ use terse_eval::{
 const CONTEXT: &str = "Paris  CAFÉ, in 1887.";
 
 /// Feature A: `[CLS] q q [SEP] paris cafe , in 1887 . [SEP] [PAD]`; the
-/// padding position has logits but no offset.
+/// padding position has logits but no offset, and is not read.
 const A_OFFSETS: [Option<(usize, usize)>; 11] = [
     None,
     None,
@@ -32,9 +32,10 @@ const A_OFFSETS: [Option<(usize, usize)>; 11] = [
 const A_MAX: [bool; 11] = [
     false, false, false, false, true, true, true, true, true, false, false,
 ];
-// Start top 5: 0 (9, [CLS]), 11 (8, padding), 9 (5, not max-context),
-// 5 (4, cafe), 8 (3, 1887).
-const A_START: [f32; 12] = [9., 0., 0., 0., 1., 4., 0., 0., 3., 5., 0., 8.];
+// Start top 5: 0 (9, [CLS]), 1 (8, question), 9 (5, not max-context),
+// 5 (4, cafe), 8 (3, 1887); padding (8 at 11) is left out, or it would push
+// 1887 out of the top 5.
+const A_START: [f32; 12] = [9., 8., 0., 0., 1., 4., 0., 0., 3., 5., 0., 8.];
 // End top 5: 0 (9), 10 (7, [SEP]), 5 (2, cafe), 8 (1, 1887), 1 (0, question).
 const A_END: [f32; 12] = [9., 0., 0., 0., 0., 2., 0., 0., 1., 0., 7., 0.];
 
@@ -79,8 +80,8 @@ fn probabilities_are(p: &Prediction, want: &[f64]) {
 
 #[test]
 fn only_valid_spans_among_the_top_logits_count() {
-    // n_best 3: the top starts are [CLS], padding and a start that is not
-    // max-context: nothing valid, the empty answer.
+    // n_best 3: the top starts are [CLS], a question token and a start that
+    // is not max-context: nothing valid, the empty answer.
     let p = predict_answers(&[question("q")], &[feature_a()], &config(3, 30)).unwrap();
     assert_eq!(p[0].text, "");
     assert!(p[0].n_best.is_empty());

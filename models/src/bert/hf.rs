@@ -8,6 +8,7 @@
 use std::path::Path;
 
 use burn::module::Module;
+use burn::nn::Linear;
 use burn::store::{BurnToPyTorchAdapter, ModuleSnapshot, PyTorchToBurnAdapter, SafetensorsStore};
 
 use super::{
@@ -24,6 +25,12 @@ pub trait HfBert: Module + ModuleSnapshot + Sized {
     const ARCHITECTURE: &'static str;
     /// The encoder.
     fn encoder(&self) -> &BertModel;
+    /// The sequence classifier's head, whose outputs are classes in an
+    /// order a checkpoint's `config.json` names (`load_hf_labelled` puts
+    /// them in the task's); none for the models without one.
+    fn classifier_mut(&mut self) -> Option<&mut Linear> {
+        None
+    }
 }
 
 impl HfBert for BertModel {
@@ -55,6 +62,9 @@ impl HfBert for BertForSequenceClassification {
     const ARCHITECTURE: &'static str = "BertForSequenceClassification";
     fn encoder(&self) -> &BertModel {
         &self.bert
+    }
+    fn classifier_mut(&mut self) -> Option<&mut Linear> {
+        Some(&mut self.classifier)
     }
 }
 
@@ -91,7 +101,8 @@ impl HfLoadReport {
 /// Loads HuggingFace safetensors into `model`: keys of any of the four
 /// classes are accepted (the `bert.` prefix is added or removed), shapes are
 /// checked, and missing or unused tensors are reported rather than silently
-/// ignored.
+/// ignored. A classifier's head keeps the file's class order, whatever its
+/// `config.json` names: a task's classifier loads with `load_hf_labelled`.
 pub fn load_hf<M: HfBert>(model: &mut M, path: &Path) -> Result<HfLoadReport, ModelError> {
     let prefix = M::ENCODER_PREFIX;
     let mut store = SafetensorsStore::from_file(path)

@@ -6,6 +6,7 @@ mod config;
 mod embeddings;
 mod heads;
 mod hf;
+mod hf_labels;
 mod layer;
 mod model;
 
@@ -19,5 +20,6 @@ pub use hf::{
     HfBert, HfLoadReport, classifier_config_keys, export_in_bf16, load_hf, save_hf,
     save_hf_with_head,
 };
+pub use hf_labels::load_hf_labelled;
 pub use layer::{BertAttention, BertIntermediate, BertLayer, BertResidual, BertSelfAttention};
 pub use model::{BertEncoder, BertInput, BertModel, BertOutput, BertPooler};

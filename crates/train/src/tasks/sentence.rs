@@ -12,8 +12,8 @@ use burn::module::Module;
 use burn::tensor::{Device, Tensor};
 use terse_data::dataset;
 use terse_data::glue::{
-    ClassificationFeature, GlueTask, Label, ReviewSource, SentenceExample, cached_encodings,
-    read_glue, read_movie_reviews, read_snli, split_dev,
+    ClassificationFeature, GlueMetric, GlueTask, Label, ReviewSource, SentenceExample,
+    cached_encodings, read_glue, read_movie_reviews, read_snli, split_dev,
 };
 use terse_eval::{GlueMetricKind, GlueOutputs, glue_scores};
 use terse_models::bert::{
@@ -135,14 +135,22 @@ fn read_task(name: &str, glue_dir: Option<&Path>) -> Result<TaskData, TrainError
                 .iter()
                 .map(|&(suffix, split)| Ok((suffix, read_glue(dir, task, split)?)))
                 .collect::<Result<HeldOut, TrainError>>()?;
-            let metric = match task {
-                GlueTask::Cola => GlueMetricKind::Matthews,
-                GlueTask::Mrpc | GlueTask::Qqp => GlueMetricKind::F1AndAccuracy,
-                GlueTask::Stsb => GlueMetricKind::Correlation,
-                _ => GlueMetricKind::Accuracy,
-            };
-            Ok((train, dev, task.labels(), metric))
+            Ok((train, dev, task.labels(), metric_kind(task)))
         }
+    }
+}
+
+/// The metric family of a GLUE task, from the metrics `GlueTask::metrics`
+/// lists for it (the one place that says what GLUE reports per task:
+/// terse-eval computes the families without knowing the tasks, and
+/// terse-data does not depend on terse-eval). The first metric, the one
+/// the leaderboard ranks by, names the family.
+fn metric_kind(task: GlueTask) -> GlueMetricKind {
+    match task.metrics()[0] {
+        GlueMetric::Mcc => GlueMetricKind::Matthews,
+        GlueMetric::F1 => GlueMetricKind::F1AndAccuracy,
+        GlueMetric::Pearson | GlueMetric::Spearman => GlueMetricKind::Correlation,
+        GlueMetric::Accuracy => GlueMetricKind::Accuracy,
     }
 }
 
@@ -226,11 +234,10 @@ impl Task for SentenceTask {
     }
 
     fn init(&self, device: &Device) -> Result<Self::Model, TrainError> {
-        self.weights.loaded(BertForSequenceClassification::new(
-            self.bert(),
-            self.labels,
-            device,
-        ))
+        self.weights.loaded(
+            BertForSequenceClassification::new(self.bert(), self.labels, device),
+            &self.label_names,
+        )
     }
 
     fn loss(
@@ -312,7 +319,8 @@ impl Task for SentenceTask {
         Ok(metrics)
     }
 
-    /// A TSV of the held-out examples: index, prediction, gold label.
+    /// A TSV of the held-out examples (`predictions_tsv`): index, predicted
+    /// and gold label names (STS-B: scores).
     fn predict(
         &self,
         model: &Self::Model,
@@ -321,17 +329,7 @@ impl Task for SentenceTask {
         progress: &EvalProgress,
     ) -> Result<usize, TrainError> {
         let outputs = self.eval_outputs(model, device, progress)?;
-        let (classes, gold_classes, scores, gold_scores) = self.scored(&outputs)?;
-        let mut text = String::from("index\tprediction\tlabel\n");
-        if self.labels == 1 {
-            for (i, (p, g)) in scores.iter().zip(&gold_scores).enumerate() {
-                text.push_str(&format!("{i}\t{p}\t{g}\n"));
-            }
-        } else {
-            for (i, (p, g)) in classes.iter().zip(&gold_classes).enumerate() {
-                text.push_str(&format!("{i}\t{p}\t{g}\n"));
-            }
-        }
+        let text = self.predictions_tsv(&outputs)?;
         std::fs::write(path, text).map_err(|source| TrainError::Io {
             path: path.to_path_buf(),
             source,
@@ -373,25 +371,50 @@ impl SentenceTask {
         }
         Ok((classes, gold_classes, scores, gold_scores))
     }
+
+    /// The held-out batches' outputs as a TSV: the header `index`,
+    /// `prediction`, `label`, then one line per example. Classes are
+    /// written by name (the task's `label_names`), as HF's run_glue writes
+    /// its predictions: terse's class indices follow its own order, MNLI's
+    /// contradiction, entailment, neutral where HF `datasets` numbers
+    /// entailment, neutral, contradiction, so a bare index is easily
+    /// misread. STS-B's scores, which have no names, are numbers.
+    fn predictions_tsv(&self, outputs: &[Vec<f32>]) -> Result<String, TrainError> {
+        let (classes, gold_classes, scores, gold_scores) = self.scored(outputs)?;
+        let mut text = String::from("index\tprediction\tlabel\n");
+        if self.labels == 1 {
+            for (i, (p, g)) in scores.iter().zip(&gold_scores).enumerate() {
+                text.push_str(&format!("{i}\t{p}\t{g}\n"));
+            }
+            return Ok(text);
+        }
+        let name = |class: u32| match self.label_names.get(class as usize) {
+            Some(&label) => Ok(label),
+            None => Err(TrainError::Batch(format!(
+                "class {class} of a task with {} classes",
+                self.label_names.len()
+            ))),
+        };
+        for (i, (&p, &g)) in classes.iter().zip(&gold_classes).enumerate() {
+            text.push_str(&format!("{i}\t{}\t{}\n", name(p)?, name(g)?));
+        }
+        Ok(text)
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    /// MNLI is scored on its matched and its mismatched dev sets apart
-    /// (GLUE's two MNLI numbers): the fixture's matched gold labels are
-    /// neutral, contradiction, entailment, the mismatched ones
-    /// contradiction, contradiction, entailment, so always answering
-    /// contradiction scores 1/3 and 2/3.
-    #[test]
-    fn mnli_is_scored_on_its_matched_and_mismatched_dev_sets() {
-        let glue = Path::new(env!("CARGO_MANIFEST_DIR")).join("../data/tests/fixtures/glue/MNLI");
+    /// GLUE task `task` prepared from the fixture TSVs in `dir` (under
+    /// terse-data's `tests/fixtures/glue`).
+    fn fixture_task(task: &str, dir: &str) -> SentenceTask {
+        let glue = Path::new(env!("CARGO_MANIFEST_DIR")).join("../data/tests/fixtures/glue");
         let config = RunConfig::parse(&format!(
             r#"
             [task]
             kind = "glue"
-            task = "mnli"
+            task = "{task}"
             max_seq = 32
             init = "minilm"
             glue_dir = "{}"
@@ -406,10 +429,20 @@ mod tests {
             micro_batch = 4
             seed = 1
             "#,
-            glue.display()
+            glue.join(dir).display()
         ))
         .unwrap();
-        let task = SentenceTask::prepare(&config).unwrap();
+        SentenceTask::prepare(&config).unwrap()
+    }
+
+    /// MNLI is scored on its matched and its mismatched dev sets apart
+    /// (GLUE's two MNLI numbers): the fixture's matched gold labels are
+    /// neutral, contradiction, entailment, the mismatched ones
+    /// contradiction, contradiction, entailment, so always answering
+    /// contradiction scores 1/3 and 2/3.
+    #[test]
+    fn mnli_is_scored_on_its_matched_and_mismatched_dev_sets() {
+        let task = fixture_task("mnli", "MNLI");
         assert_eq!(task.dev_parts, [("", 3), ("_mm", 3)]);
         let contradiction = 0.0;
         let metrics = task.eval_metrics(&[vec![contradiction; 6]]).unwrap();
@@ -418,6 +451,82 @@ mod tests {
         assert!((metrics[0].1 - 1.0 / 3.0).abs() < 1e-12, "{metrics:?}");
         assert!((metrics[1].1 - 2.0 / 3.0).abs() < 1e-12, "{metrics:?}");
         assert!(task.eval_metrics(&[vec![contradiction; 5]]).is_err());
+        // Predictions by name: classes 0, 1, 2, 0, 0, 1 are contradiction,
+        // entailment, neutral (terse's MNLI order) beside the gold labels
+        // above, matched then mismatched.
+        let tsv = task
+            .predictions_tsv(&[vec![0.0, 1.0, 2.0, 0.0, 0.0, 1.0]])
+            .unwrap();
+        assert_eq!(
+            tsv,
+            "index\tprediction\tlabel\n\
+             0\tcontradiction\tneutral\n\
+             1\tentailment\tcontradiction\n\
+             2\tneutral\tentailment\n\
+             3\tcontradiction\tcontradiction\n\
+             4\tcontradiction\tcontradiction\n\
+             5\tentailment\tentailment\n"
+        );
+    }
+
+    /// STS-B's fixture dev scores are 5.000, 4.750, 5.000, 0.000: a model
+    /// that answers one score for every pair has no correlation, NaN (as
+    /// scipy), and the evaluation goes on; predictions stay numbers.
+    #[test]
+    fn stsb_predicts_scores_and_a_constant_model_scores_nan() {
+        let task = fixture_task("stsb", "STS-B");
+        let metrics = task.eval_metrics(&[vec![2.5; 4]]).unwrap();
+        let names: Vec<&str> = metrics.iter().map(|(n, _)| n.as_str()).collect();
+        assert_eq!(names, ["pearson", "spearman"]);
+        assert!(metrics.iter().all(|(_, v)| v.is_nan()), "{metrics:?}");
+        // f32 1.5, 2, 2.5, 3 are exact in f64 and print shortest.
+        let tsv = task.predictions_tsv(&[vec![1.5, 2.0, 2.5, 3.0]]).unwrap();
+        assert_eq!(
+            tsv,
+            "index\tprediction\tlabel\n0\t1.5\t5\n1\t2\t4.75\n2\t2.5\t5\n3\t3\t0\n"
+        );
+    }
+
+    /// GLUE's families (Wang et al. 2019, Table 1): CoLA Matthews, MRPC and
+    /// QQP F1 and accuracy, STS-B Pearson and Spearman, the other five
+    /// accuracy; and what terse-eval reports for each family is the list
+    /// `GlueTask::metrics` holds, in its order.
+    #[test]
+    fn each_glue_task_has_its_metric_family() {
+        use terse_eval::GlueMetricKind::{Accuracy, Correlation, F1AndAccuracy, Matthews};
+        let expected = [
+            (GlueTask::Cola, Matthews),
+            (GlueTask::Sst2, Accuracy),
+            (GlueTask::Mrpc, F1AndAccuracy),
+            (GlueTask::Stsb, Correlation),
+            (GlueTask::Qqp, F1AndAccuracy),
+            (GlueTask::Mnli, Accuracy),
+            (GlueTask::Qnli, Accuracy),
+            (GlueTask::Rte, Accuracy),
+            (GlueTask::Wnli, Accuracy),
+        ];
+        assert_eq!(expected.map(|(task, _)| task), GlueTask::ALL);
+        for (task, kind) in expected {
+            assert_eq!(metric_kind(task), kind, "{task:?}");
+            let outputs = if kind == Correlation {
+                GlueOutputs::Scores {
+                    predictions: &[1.0, 2.0],
+                    labels: &[1.0, 2.0],
+                }
+            } else {
+                GlueOutputs::Classes {
+                    predictions: &[0, 1],
+                    labels: &[0, 1],
+                }
+            };
+            let reported: Vec<&str> = glue_scores(kind, &outputs)
+                .unwrap()
+                .into_iter()
+                .map(|(name, _)| name)
+                .collect();
+            let listed: Vec<&str> = task.metrics().iter().map(|m| m.name()).collect();
+            assert_eq!(reported, listed, "{task:?}");
+        }
     }
 
     #[test]

@@ -143,8 +143,10 @@ impl Task for SquadTask {
     }
 
     fn init(&self, device: &Device) -> Result<Self::Model, TrainError> {
-        self.weights
-            .loaded(BertForQuestionAnswering::new(&self.weights.config, device))
+        self.weights.loaded(
+            BertForQuestionAnswering::new(&self.weights.config, device),
+            &[],
+        )
     }
 
     fn loss(

@@ -12,7 +12,7 @@ use std::path::{Path, PathBuf};
 
 use terse_data::{DataError, WordPiece, minilm, minilm_tokenizer};
 use terse_models::ModelConfig;
-use terse_models::bert::{BertConfig, HfBert, load_hf};
+use terse_models::bert::{BertConfig, HfBert, load_hf_labelled};
 
 use super::export::{copy_as, copy_tokenizer};
 use crate::{Init, TrainError};
@@ -204,12 +204,15 @@ impl Weights {
 
     /// `model` with the encoder (and any matching head) loaded into it; an
     /// encoder tensor the file lacks is an error, a head it lacks starts
-    /// fresh.
-    pub fn loaded<M: HfBert>(&self, mut model: M) -> Result<M, TrainError> {
+    /// fresh. `labels` are the task's class names by index (none for
+    /// regression or a head without classes): a classifier's head is put in
+    /// their order by the names its `config.json` gives it, since another
+    /// framework's order is not terse's.
+    pub fn loaded<M: HfBert>(&self, mut model: M, labels: &[&str]) -> Result<M, TrainError> {
         let Some(file) = &self.file else {
             return Ok(model);
         };
-        let report = load_hf(&mut model, file)?;
+        let report = load_hf_labelled(&mut model, file, labels)?;
         let missing: Vec<&str> = report
             .missing_encoder(M::ENCODER_PREFIX)
             .into_iter()
