@@ -11,6 +11,11 @@
 //!
 //! The rank comes from [`set_rank`], called by the trainer on each rank's
 //! thread (a process started by `mpirun` has one rank, set the same way).
+//!
+//! While the lead rank's thread draws a progress bar ([`draw_around`]),
+//! its terminal lines are written with the bar taken down and drawn again
+//! below them (indicatif's `suspend`): a warning mid-run (an fp16
+//! overflow) otherwise ran into the bar's line.
 
 use std::cell::Cell;
 use std::fs::{File, OpenOptions};
@@ -33,6 +38,62 @@ pub const LOG_FILE: &str = "terse.log";
 
 thread_local! {
     static RANK: Cell<Option<usize>> = const { Cell::new(None) };
+    /// The progress bar this thread draws, if any.
+    static BAR: std::cell::RefCell<Option<indicatif::ProgressBar>> =
+        const { std::cell::RefCell::new(None) };
+    /// Whether this thread is inside the bar's `suspend` already (which
+    /// holds the bar's lock: suspending again would wait on itself).
+    static SUSPENDED: Cell<bool> = const { Cell::new(false) };
+}
+
+/// This thread's terminal lines are written around `bar` until the guard
+/// returned is dropped (however the run ends).
+pub(crate) fn draw_around(bar: &indicatif::ProgressBar) -> DrawnAround {
+    let shown = (!bar.is_hidden()).then(|| bar.clone());
+    BAR.with(|b| *b.borrow_mut() = shown);
+    DrawnAround
+}
+
+/// Lines go straight to stderr again once this is dropped.
+pub(crate) struct DrawnAround;
+
+impl Drop for DrawnAround {
+    fn drop(&mut self) {
+        BAR.with(|b| *b.borrow_mut() = None);
+    }
+}
+
+/// `work` with `bar` taken down (indicatif's `suspend`), this thread's
+/// terminal lines then written as they come.
+pub(crate) fn suspended<R>(bar: &indicatif::ProgressBar, work: impl FnOnce() -> R) -> R {
+    struct Restore(bool);
+    impl Drop for Restore {
+        fn drop(&mut self) {
+            SUSPENDED.with(|s| s.set(self.0));
+        }
+    }
+    let _restore = Restore(SUSPENDED.with(|s| s.replace(true)));
+    bar.suspend(work)
+}
+
+/// Standard error, around this thread's bar (see the module's doc).
+struct Terminal;
+
+impl Write for Terminal {
+    fn write(&mut self, bytes: &[u8]) -> io::Result<usize> {
+        let bar = BAR.with(|b| b.borrow().clone());
+        match bar {
+            Some(bar) if !SUSPENDED.with(Cell::get) => {
+                suspended(&bar, || io::stderr().write_all(bytes))?;
+            }
+            _ => io::stderr().write_all(bytes)?,
+        }
+        Ok(bytes.len())
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        io::stderr().flush()
+    }
 }
 
 /// The open log file and its path (one run per process).
@@ -58,7 +119,7 @@ pub fn init() {
         .unwrap_or(LevelFilter::INFO);
     let stderr = tracing_subscriber::fmt::layer()
         .event_format(LineStart::Terminal)
-        .with_writer(io::stderr)
+        .with_writer(|| Terminal)
         .with_filter(terminal);
     let file = tracing_subscriber::fmt::layer()
         .event_format(LineStart::File)

@@ -1,16 +1,15 @@
 //! What a run reports: one JSON line per optimizer step (written by rank 0
-//! to `metrics.jsonl`, appended to on resume), evaluation lines, and the
-//! end-of-run summary: throughput, the communication share of step time,
-//! and the bytes sent against an fp32 gradient allreduce of the same model.
+//! to `metrics.jsonl`, appended to on resume) and evaluation lines, as
+//! TensorBoard scalars too; the end-of-run summary is `run_summary.rs`.
 
 use std::fs::{File, OpenOptions};
 use std::io::{BufWriter, Write};
 use std::path::{Path, PathBuf};
 
 use serde::Serialize;
-use terse_comm::traffic::{Collective, volume};
 
 use crate::TrainError;
+pub use crate::run_summary::RunSummary;
 use crate::tensorboard::EventWriter;
 
 /// One optimizer step, as logged.
@@ -145,16 +144,25 @@ pub struct MetricsLog {
     /// The same records as TensorBoard scalars (`train/<field>`,
     /// `eval/<metric>`), in an event file beside metrics.jsonl.
     events: Option<EventWriter>,
+    /// Whether the log already holds the evaluation after the step the run
+    /// starts from (a resumed run that stopped before it, on a signal at
+    /// an evaluation step, makes it; one that made it does not again).
+    evaluated_at_start: bool,
 }
 
 impl MetricsLog {
     /// Opens `dir/metrics.jsonl` for appending when `write`, first dropping
-    /// the lines of steps after `from_step` (a resumed run logs them again;
-    /// a fresh run, `from_step` 0, starts an empty log).
+    /// the lines of steps after `from_step` (a resumed run logs them again).
+    /// A run from step 0 — fresh, or resumed with no checkpoint yet —
+    /// starts an empty log and drops the directory's earlier TensorBoard
+    /// event files: its steps replace theirs (kept, TensorBoard drew both).
     pub fn open(dir: &Path, write: bool, from_step: u64) -> Result<Self, TrainError> {
         let path = dir.join("metrics.jsonl");
-        if write && path.exists() {
-            keep_through(&path, from_step)?;
+        let mut evaluated_at_start = false;
+        if write && from_step == 0 {
+            start_over(dir, &path)?;
+        } else if write && path.exists() {
+            evaluated_at_start = keep_through(&path, from_step)?;
         }
         let events = if write {
             Some(EventWriter::create(dir, from_step)?)
@@ -174,7 +182,18 @@ impl MetricsLog {
         } else {
             None
         };
-        Ok(Self { file, path, events })
+        Ok(Self {
+            file,
+            path,
+            events,
+            evaluated_at_start,
+        })
+    }
+
+    /// Whether the log holds the evaluation after the step the run
+    /// started from (`open`'s `from_step`, > 0).
+    pub fn evaluated_at_start(&self) -> bool {
+        self.evaluated_at_start
     }
 
     /// Appends one JSON line and flushes it (a crash loses no logged step),
@@ -224,104 +243,59 @@ fn scalars_of(record: &serde_json::Value) -> (u64, Vec<(String, f64)>) {
     (step, scalars)
 }
 
-/// Rewrites `path` (atomically) with only the lines of steps ≤ `step`.
-fn keep_through(path: &Path, step: u64) -> Result<(), TrainError> {
+/// Rewrites `path` (atomically) with only the lines of steps ≤ `step`;
+/// returns whether an evaluation of step `step` is among them.
+fn keep_through(path: &Path, step: u64) -> Result<bool, TrainError> {
     let io = |source| TrainError::Io {
         path: path.to_path_buf(),
         source,
     };
     let text = std::fs::read_to_string(path).map_err(io)?;
+    let mut evaluated = false;
     let kept: String = text
         .lines()
         .filter(|line| {
-            serde_json::from_str::<serde_json::Value>(line)
-                .ok()
-                .and_then(|v| v.get("step").and_then(serde_json::Value::as_u64))
-                .is_some_and(|s| s <= step)
+            let record = serde_json::from_str::<serde_json::Value>(line).ok();
+            let at = record
+                .as_ref()
+                .and_then(|v| v.get("step").and_then(serde_json::Value::as_u64));
+            if at == Some(step) && record.as_ref().is_some_and(|v| v.get("eval").is_some()) {
+                evaluated = true;
+            }
+            at.is_some_and(|s| s <= step)
         })
         .map(|line| format!("{line}\n"))
         .collect();
     let tmp = path.with_extension("jsonl.tmp");
     std::fs::write(&tmp, kept).map_err(io)?;
-    std::fs::rename(&tmp, path).map_err(io)
+    std::fs::rename(&tmp, path).map_err(io)?;
+    Ok(evaluated)
 }
 
-/// Totals over a run's steps (this session's steps, on resume).
-#[derive(Debug, Clone, Default, Serialize)]
-pub struct RunSummary {
-    /// Steps taken in this session.
-    pub steps: u64,
-    /// Examples processed over all ranks.
-    pub samples: u64,
-    /// Wall seconds in steps.
-    pub seconds: f64,
-    /// Seconds in the optimizer's collectives (rank 0).
-    pub comm_seconds: f64,
-    /// Bytes rank 0 sent.
-    pub bytes_sent: u64,
-    /// Bytes rank 0 would have sent allreducing the fp32 gradient every step.
-    pub fp32_allreduce_bytes: u64,
-    /// Mean loss of the last step.
-    pub final_loss: f64,
-    /// The last evaluation.
-    pub eval: Vec<(String, f64)>,
-    /// The evaluation of the starting point (step 0), when the run made one.
-    pub eval_before: Vec<(String, f64)>,
-}
-
-impl RunSummary {
-    /// Adds one step of a model with `params` parameters on `world` ranks.
-    pub fn add(&mut self, record: &StepRecord, samples: u64, params: usize, world: usize) {
-        let step_s = (record.forward_ms
-            + record.backward_ms
-            + record.comm_ms
-            + record.optimizer_ms
-            + record.device_wait_ms.unwrap_or(0.0))
-            / 1e3;
-        self.steps += 1;
-        self.samples += samples;
-        self.seconds += step_s;
-        self.comm_seconds += record.comm_ms / 1e3;
-        self.bytes_sent += record.bytes_sent;
-        self.fp32_allreduce_bytes += volume(Collective::Allreduce, world, 0, 0, params * 4).0;
-        // An fp16 step skipped for a forward overflow has an inf loss: the
-        // run's last loss is the last finite one.
-        if record.loss.is_finite() {
-            self.final_loss = record.loss;
+/// A run from step 0 in `dir`: no metrics lines and no TensorBoard event
+/// files of an earlier run there.
+fn start_over(dir: &Path, metrics: &Path) -> Result<(), TrainError> {
+    let io = |path: &Path| {
+        let path = path.to_path_buf();
+        move |source| TrainError::Io { path, source }
+    };
+    match std::fs::remove_file(metrics) {
+        Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(io(metrics)(e)),
+        _ => {}
+    }
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return Ok(());
+    };
+    for entry in entries.flatten() {
+        if entry
+            .file_name()
+            .to_string_lossy()
+            .starts_with(crate::tensorboard::EVENT_FILE_PREFIX)
+        {
+            std::fs::remove_file(entry.path()).map_err(io(&entry.path()))?;
         }
     }
-
-    /// The human-readable summary printed at the end of a run.
-    pub fn render(&self) -> String {
-        let throughput = self.samples as f64 / self.seconds.max(1e-9);
-        let share = 100.0 * self.comm_seconds / self.seconds.max(1e-9);
-        let mut out = format!(
-            "{} steps, {} samples in {:.1} s: {throughput:.1} samples/s; communication \
-             {share:.1}% of step time; final loss {:.4}",
-            self.steps, self.samples, self.seconds, self.final_loss
-        );
-        let ratio = self.fp32_allreduce_bytes as f64 / self.bytes_sent.max(1) as f64;
-        if self.fp32_allreduce_bytes > 0 && (ratio - 1.0).abs() < 0.005 {
-            // An uncompressed optimizer: the same bytes, not "1.00× less".
-            out.push_str(&format!(
-                "; sent {:.2} MB per rank, as an fp32 gradient allreduce does",
-                self.bytes_sent as f64 / 1e6
-            ));
-        } else if self.fp32_allreduce_bytes > 0 {
-            out.push_str(&format!(
-                "; sent {:.2} MB per rank, {ratio:.2}× less than an fp32 gradient allreduce ({:.2} MB)",
-                self.bytes_sent as f64 / 1e6,
-                self.fp32_allreduce_bytes as f64 / 1e6
-            ));
-        }
-        for (name, value) in &self.eval {
-            match self.eval_before.iter().find(|(before, _)| before == name) {
-                Some((_, before)) => out.push_str(&format!("; {name} {before:.4} → {value:.4}")),
-                None => out.push_str(&format!("; {name} {value:.4}")),
-            }
-        }
-        out
-    }
+    Ok(())
 }
 
 /// Milliseconds since `since`, as the records report durations.
@@ -477,23 +451,41 @@ mod tests {
     }
 
     #[test]
-    fn the_summary_shows_each_metric_before_and_after_and_the_saving() {
-        let summary = RunSummary {
-            steps: 2,
-            samples: 64,
-            seconds: 4.0,
-            comm_seconds: 1.0,
-            bytes_sent: 1_000_000,
-            fp32_allreduce_bytes: 8_000_000,
-            final_loss: 0.5,
-            eval: vec![("accuracy".into(), 0.75), ("loss".into(), 0.5)],
-            eval_before: vec![("accuracy".into(), 0.5)],
+    fn a_run_from_step_zero_replaces_the_earlier_runs_lines_and_events() {
+        let dir = tempfile::tempdir().unwrap();
+        let metrics = dir.path().join("metrics.jsonl");
+        let lines =
+            "{\"step\":0,\"eval\":{}}\n{\"step\":1}\n{\"step\":1,\"eval\":{}}\n{\"step\":2}\n";
+        std::fs::write(&metrics, lines).unwrap();
+        let events = || {
+            std::fs::read_dir(dir.path())
+                .unwrap()
+                .filter(|e| {
+                    e.as_ref()
+                        .unwrap()
+                        .file_name()
+                        .to_string_lossy()
+                        .starts_with("events")
+                })
+                .count()
         };
+        let resumed = MetricsLog::open(dir.path(), true, 1).unwrap();
+        assert!(resumed.evaluated_at_start());
         assert_eq!(
-            summary.render(),
-            "2 steps, 64 samples in 4.0 s: 16.0 samples/s; communication 25.0% of step time; \
-             final loss 0.5000; sent 1.00 MB per rank, 8.00× less than an fp32 gradient \
-             allreduce (8.00 MB); accuracy 0.5000 → 0.7500; loss 0.5000"
+            std::fs::read_to_string(&metrics).unwrap().lines().count(),
+            3
         );
+        drop(resumed);
+        std::thread::sleep(std::time::Duration::from_millis(1100));
+        assert!(
+            !MetricsLog::open(dir.path(), true, 2)
+                .unwrap()
+                .evaluated_at_start()
+        );
+        assert_eq!(events(), 2);
+        let fresh = MetricsLog::open(dir.path(), true, 0).unwrap();
+        assert!(!fresh.evaluated_at_start());
+        assert_eq!(std::fs::read_to_string(&metrics).unwrap(), "");
+        assert_eq!(events(), 1);
     }
 }

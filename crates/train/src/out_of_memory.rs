@@ -87,6 +87,9 @@ pub struct OutOfMemory {
     pub phase: String,
     /// Whether it happened inside a step (the micro-batch's memory).
     pub in_step: bool,
+    /// Whether it happened in an evaluation (its batches beside the model
+    /// and the optimizer's state).
+    pub evaluating: bool,
     /// The device (`train.device`).
     pub device: String,
     /// The device's memory in all, where its runtime states it.
@@ -109,11 +112,18 @@ impl std::fmt::Display for OutOfMemory {
                  accumulates more micro-batches (`--set train.micro_batch=N`)",
                 self.micro_batch
             )
+        } else if self.evaluating {
+            write!(
+                f,
+                ". The evaluation's batches did not fit beside the model and the optimizer's \
+                 state: evaluate only at the end (`--set train.eval_every=0`), or score a \
+                 checkpoint afterwards with `terse eval`, which holds no optimizer state"
+            )
         } else {
             write!(
                 f,
-                ". Outside a step the model and its state alone did not fit (evaluation runs \
-                 batches of 32)"
+                ". Outside a step, the model and the optimizer's state alone did not fit: a \
+                 smaller model, or a device with more memory"
             )
         }
     }
@@ -148,6 +158,10 @@ pub fn catch<R, E: From<Box<OutOfMemory>>>(
                 Err(E::from(Box::new(OutOfMemory {
                     shortage,
                     in_step: matches!(phase, Some(rank_phase::Phase::Step(_))),
+                    evaluating: matches!(
+                        phase,
+                        Some(rank_phase::Phase::Evaluate(_) | rank_phase::Phase::EvaluateBefore)
+                    ),
                     phase: phase.map_or_else(|| "before the run".to_string(), |p| p.to_string()),
                     device: device.to_string(),
                     capacity: capacity(),
@@ -198,6 +212,7 @@ mod tests {
                 shortage: Shortage::OutOfMemory(3 << 30),
                 phase: "in step 7".into(),
                 in_step: true,
+                evaluating: false,
                 device: "cuda:1".into(),
                 capacity,
                 micro_batch: 64,
@@ -213,6 +228,21 @@ mod tests {
             line(Some(85_031_714_816))
         );
         assert!(line(None).starts_with("in step 7, on cuda:1: out of memory"));
+        // Out of a step, the advice fits the phase.
+        let outside = |evaluating| {
+            OutOfMemory {
+                shortage: Shortage::OutOfMemory(3 << 30),
+                phase: "evaluating after step 7".into(),
+                in_step: false,
+                evaluating,
+                device: "cuda:1".into(),
+                capacity: None,
+                micro_batch: 64,
+            }
+            .to_string()
+        };
+        assert!(outside(true).contains("--set train.eval_every=0"));
+        assert!(outside(false).contains("the model and the optimizer's state alone"));
     }
 
     /// cubecl's own errors, formatted as burn's panic carries them.

@@ -28,6 +28,12 @@ impl ProgressLines {
         })
     }
 
+    /// Counts time from now: the steps' own, after what came before the
+    /// first (the evaluation of the starting point).
+    pub(crate) fn restart(&mut self) {
+        self.start = Instant::now();
+    }
+
     /// Logs step `t`'s line when it is due (every `steps / 20` steps and the
     /// last).
     pub(crate) fn step(&self, t: u64, loss: f64, stage: &str) {

@@ -125,6 +125,10 @@ pub fn record(event: &Event) -> Vec<u8> {
     out
 }
 
+/// How TensorBoard's event files are named (what follows: the time, the
+/// host and the process).
+pub(crate) const EVENT_FILE_PREFIX: &str = "events.out.tfevents.";
+
 /// An event file being written (flushed after every step, so TensorBoard
 /// shows the run live).
 pub struct EventWriter {
@@ -143,7 +147,7 @@ impl EventWriter {
         let now = wall_time();
         let host = crate::run_dir::host_name().unwrap_or_else(|| "localhost".into());
         let path = dir.join(format!(
-            "events.out.tfevents.{}.{host}.{}",
+            "{EVENT_FILE_PREFIX}{}.{host}.{}",
             now as u64,
             std::process::id()
         ));

@@ -93,6 +93,13 @@ impl Trainer<'_> {
             comm.barrier()?;
         }
         let run_start = Instant::now();
+        // The ETA counts steps from here: not the evaluation before them,
+        // nor (the bar's estimate) a resumed run's steps as done at once.
+        run.bar.reset_eta();
+        let drawn = crate::logging::draw_around(&run.bar);
+        if let Some(lines) = &mut run.lines {
+            lines.restart();
+        }
         for t in run.start_step + 1..=self.config.train.steps {
             rank_phase::enter(run.rank, Phase::Step(t));
             let (stepped, record, stop) = run.step(model, t, run_start)?;
@@ -123,8 +130,12 @@ impl Trainer<'_> {
             }
         }
         run.bar.finish_and_clear();
+        drop(drawn);
         rank_phase::enter(run.rank, Phase::Finish);
         let summary = run.finish(&model, &self.run_dir.join("export"))?;
+        if comm.rank() == 0 {
+            self.write_summary(&summary)?;
+        }
         Ok(RunOutcome { model, summary })
     }
 
@@ -276,6 +287,14 @@ impl Trainer<'_> {
         Ok(())
     }
 
+    /// The run's summary as the run directory's `summary.json` (the lead
+    /// rank's): printed at the end, lost with the terminal otherwise.
+    fn write_summary(&self, summary: &RunSummary) -> Result<(), TrainError> {
+        let path = self.run_dir.join("summary.json");
+        let json = serde_json::to_string_pretty(summary).expect("the summary serialises");
+        std::fs::write(&path, json + "\n").map_err(|source| TrainError::Io { path, source })
+    }
+
     /// The resolved config as the run directory's `config.toml` (the lead
     /// rank's).
     fn write_config(&self) -> Result<(), TrainError> {
@@ -350,18 +369,28 @@ impl<T: Task> Run<'_, T> {
             self.lanes.as_ref(),
         )?;
         let (forward_ms, backward_ms) = (local.forward_ms, local.backward_ms);
-        let ReadyGradient {
-            skip,
-            squares,
-            clipped,
-        } = ready_gradient(
+        let ready = ready_gradient(
             &mut self.flat,
             self.scaler.as_mut(),
             &self.scaling,
             cfg.train.max_grad_norm,
             t,
             comm,
-        )?;
+        );
+        if let Err(floor @ TrainError::LossScaleFloor { .. }) = ready {
+            // fp16 overflowing at the scale's floor ends the run as a
+            // divergence: said so in metrics.jsonl too, for its readers.
+            self.log.line(&DivergedRecord {
+                step: t,
+                diverged: true,
+            })?;
+            return Err(floor);
+        }
+        let ReadyGradient {
+            skip,
+            squares,
+            clipped,
+        } = ready?;
         let clock = Instant::now();
         reads.update_starts();
         let (model, report) = self.update(model, skip)?;
@@ -501,10 +530,15 @@ impl<T: Task> Run<'_, T> {
         if let Some(eval) = eval {
             matmul_choice::log_declined(self.config);
             self.summary.eval = eval;
-            self.log.line(&EvalRecord {
-                step: self.config.train.steps,
-                eval: self.summary.eval.clone(),
-            })?;
+            // A finished run resumed (its export failed, say) has its
+            // final evaluation logged already: the same numbers again.
+            let steps = self.config.train.steps;
+            if !(self.start_step == steps && self.log.evaluated_at_start()) {
+                self.log.line(&EvalRecord {
+                    step: steps,
+                    eval: self.summary.eval.clone(),
+                })?;
+            }
             match self.task.export(model, export_dir) {
                 // A model with no export form: the run itself succeeded.
                 Err(e @ TrainError::InvalidRun { .. }) => tracing::warn!("no export: {e}"),

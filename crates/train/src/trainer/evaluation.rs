@@ -13,11 +13,22 @@ use crate::shared_evaluation::evaluate_shared;
 use crate::task::Task;
 
 impl<T: Task> Run<'_, T> {
-    /// The starting point's evaluation, for comparison (pretrained weights
-    /// and an untrained head, or random weights): fresh runs.
+    /// The evaluation a run starts with: a fresh run's of its starting
+    /// point, for comparison (pretrained weights and an untrained head, or
+    /// random weights); a resumed run's at its checkpoint's step when one
+    /// was due there and is not in the log (a signal at an evaluation step
+    /// stops the run after its checkpoint, before the evaluation).
     pub(super) fn evaluate_before(&mut self, model: &T::Model) -> Result<(), TrainError> {
-        if self.start_step == 0 && self.config.train.eval_every > 0 {
+        let (every, start) = (self.config.train.eval_every, self.start_step);
+        if every == 0 {
+            return Ok(());
+        }
+        if start == 0 {
             return self.evaluate(model, 0);
+        }
+        let due = start.is_multiple_of(every) && start < self.config.train.steps;
+        if due && !self.log.evaluated_at_start() {
+            return self.evaluate(model, start);
         }
         Ok(())
     }
@@ -41,8 +52,9 @@ impl<T: Task> Run<'_, T> {
         } else {
             format!("step {t}")
         };
-        self.bar
-            .suspend(|| tracing::info!("{when}: {}", render_eval(&eval)));
+        crate::logging::suspended(&self.bar, || {
+            tracing::info!("{when}: {}", render_eval(&eval));
+        });
         if fresh {
             self.summary.eval_before = eval.clone();
         }
@@ -63,7 +75,8 @@ impl<T: Task> Run<'_, T> {
         let models_agree = fresh || self.optimizer.params_replicated();
         // The run shows progress (a bar, or plain lines off a terminal).
         let show = !self.bar.is_hidden() || self.lines.is_some();
-        self.bar
-            .suspend(|| evaluate_shared(task, &model.valid(), &device, comm, models_agree, show))
+        crate::logging::suspended(&self.bar, || {
+            evaluate_shared(task, &model.valid(), &device, comm, models_agree, show)
+        })
     }
 }
