@@ -19,6 +19,8 @@ mod deepspeed_geometry;
 mod error;
 mod gpu_collectives;
 pub mod launch;
+#[cfg(feature = "mpi")]
+mod launcher_env;
 mod local;
 #[cfg(feature = "mpi")]
 mod mpi;

@@ -90,35 +90,21 @@ impl MpiComm {
     /// Whether this process was started by `mpirun` (OpenMPI, MPICH or a
     /// PMI launcher such as Slurm's `srun`).
     pub fn launched_by_mpirun() -> bool {
-        ["OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_RANK"]
-            .iter()
-            .any(|var| std::env::var_os(var).is_some())
+        crate::launcher_env::launcher(&|var| std::env::var(var).ok()).is_some()
     }
 
     /// The number of processes of the `mpirun` job that started this one,
     /// read from the launcher's environment before MPI starts (`None`: not
     /// started by mpirun; 1 where the launcher does not say).
     pub fn mpirun_processes() -> Option<usize> {
-        Self::launched_by_mpirun().then(|| {
-            ["OMPI_COMM_WORLD_SIZE", "PMI_SIZE"]
-                .iter()
-                .find_map(|var| std::env::var(var).ok()?.parse().ok())
-                .unwrap_or(1)
-        })
+        crate::launcher_env::launcher(&|var| std::env::var(var).ok()).map(|job| job.processes)
     }
 
     /// This process's rank among the job's processes on its node (0 when
     /// not started by mpirun, or the launcher does not say): the GPU it
     /// takes, as PyTorch's `LOCAL_RANK`.
     pub fn node_local_rank() -> usize {
-        [
-            "OMPI_COMM_WORLD_LOCAL_RANK",
-            "MPI_LOCALRANKID",
-            "PMI_LOCAL_RANK",
-        ]
-        .iter()
-        .find_map(|var| std::env::var(var).ok()?.parse().ok())
-        .unwrap_or(0)
+        crate::launcher_env::launcher(&|var| std::env::var(var).ok()).map_or(0, |job| job.node_rank)
     }
 
     fn lock(&self) -> MutexGuard<'_, ()> {

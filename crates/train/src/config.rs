@@ -82,7 +82,9 @@ pub enum TaskConfig {
     Squad {
         /// Window length in word pieces.
         max_seq: usize,
-        /// Window stride.
+        /// Window stride: the step from one window's first context token
+        /// to the next's, as Google's BERT `run_squad.py` (HF's `run_qa`
+        /// names the overlap `doc_stride`).
         doc_stride: usize,
         /// Longest question in word pieces.
         max_query: usize,

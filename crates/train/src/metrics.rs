@@ -68,6 +68,34 @@ pub struct StepRecord {
     pub device_memory_mb: Option<DeviceMemoryMb>,
 }
 
+#[cfg(test)]
+impl StepRecord {
+    /// A record of step `step` with these numbers and nothing else.
+    pub(crate) fn example(step: u64, loss: f64, lr: f64, stage: &str, samples_per_s: f64) -> Self {
+        Self {
+            step,
+            epoch: 0,
+            elapsed_s: 0.0,
+            loss,
+            lr,
+            stage: stage.into(),
+            bytes_sent: 0,
+            collectives: 0,
+            forward_ms: 0.0,
+            backward_ms: 0.0,
+            comm_ms: 0.0,
+            optimizer_ms: 0.0,
+            samples_per_s,
+            grad_norm: 0.0,
+            loss_scale: None,
+            skipped: false,
+            device_wait_ms: None,
+            host_reads: None,
+            device_memory_mb: None,
+        }
+    }
+}
+
 /// A device's memory as cubecl's memory manager counts it, in MB (10⁶
 /// bytes): what PyTorch calls allocated and reserved memory
 /// (`torch.cuda.memory_allocated`, `memory_reserved`), DeepSpeed's `MA` and
@@ -328,27 +356,7 @@ mod tests {
             })
             .collect();
         documented.sort();
-        let record = StepRecord {
-            step: 1,
-            epoch: 0,
-            elapsed_s: 0.0,
-            loss: 0.0,
-            lr: 0.0,
-            stage: String::new(),
-            bytes_sent: 0,
-            collectives: 0,
-            forward_ms: 0.0,
-            backward_ms: 0.0,
-            comm_ms: 0.0,
-            optimizer_ms: 0.0,
-            samples_per_s: 0.0,
-            grad_norm: 0.0,
-            loss_scale: None,
-            skipped: false,
-            device_wait_ms: None,
-            host_reads: None,
-            device_memory_mb: None,
-        };
+        let record = StepRecord::example(1, 0.0, 0.0, "", 0.0);
         let value = serde_json::to_value(&record).unwrap();
         let mut written: Vec<String> = value.as_object().unwrap().keys().cloned().collect();
         written.sort();

@@ -7,6 +7,8 @@ use std::time::Instant;
 
 use indicatif::{ProgressBar, ProgressStyle};
 
+use crate::metrics::StepRecord;
+
 /// Plain progress lines, about twenty per run, for logs that are not a
 /// terminal.
 pub(crate) struct ProgressLines {
@@ -36,7 +38,8 @@ impl ProgressLines {
 
     /// Logs step `t`'s line when it is due (every `steps / 20` steps and the
     /// last).
-    pub(crate) fn step(&self, t: u64, loss: f64, stage: &str) {
+    pub(crate) fn step(&self, record: &StepRecord) {
+        let t = record.step;
         if !t.is_multiple_of(self.every) && t != self.steps {
             return;
         }
@@ -44,12 +47,27 @@ impl ProgressLines {
         let per_step = self.start.elapsed().as_secs_f64() / done as f64;
         let eta = per_step * (self.steps - t) as f64;
         tracing::info!(
-            "step {t}/{} ({:.0}%): loss {loss:.4}, {stage}, {per_step:.2} s/step, ETA {}",
+            "step {t}/{} ({:.0}%): {}, {per_step:.2} s/step, ETA {}",
             self.steps,
             100.0 * t as f64 / self.steps.max(1) as f64,
+            step_state(record),
             clock(eta)
         );
     }
+}
+
+/// What a step's line (and the bar's message) says of it: the loss, the
+/// learning rate, the stage, the step's throughput and, in fp16, the loss
+/// scale (which otherwise shows only in overflow warnings).
+pub(crate) fn step_state(record: &StepRecord) -> String {
+    let mut state = format!(
+        "loss {:.4}, lr {:.3e}, {}, {:.1} samples/s",
+        record.loss, record.lr, record.stage, record.samples_per_s
+    );
+    if let Some(scale) = record.loss_scale {
+        state.push_str(&format!(", loss scale {scale}"));
+    }
+    state
 }
 
 /// `h:mm:ss`.
@@ -76,6 +94,17 @@ pub(crate) fn step_bar(steps: u64, show: bool) -> ProgressBar {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_step_shows_its_loss_lr_stage_throughput_and_loss_scale() {
+        let mut record = StepRecord::example(3, 7.12345, 0.00025, "compressed", 123.45);
+        assert_eq!(
+            step_state(&record),
+            "loss 7.1235, lr 2.500e-4, compressed, 123.5 samples/s"
+        );
+        record.loss_scale = Some(65536.0);
+        assert!(step_state(&record).ends_with(", loss scale 65536"));
+    }
 
     #[test]
     fn clock_reads_hours_minutes_seconds() {

@@ -505,10 +505,9 @@ impl<T: Task> Run<'_, T> {
         let len = self.flat.layout().len();
         self.summary.add(record, global_batch, len, self.world);
         self.bar.inc(1);
-        self.bar
-            .set_message(format!("loss {:.4} {}", record.loss, record.stage));
+        self.bar.set_message(crate::progress::step_state(record));
         if let Some(lines) = &self.lines {
-            lines.step(record.step, record.loss, &record.stage);
+            lines.step(record);
         }
     }
 
