@@ -132,6 +132,15 @@ mkdir -p "$out"
 # Everything printed goes to log.txt too: a call's output tail keeps only
 # its end, and the summary and each row's line are in the middle.
 exec > >(tee -a "$out/log.txt") 2>&1
+tee_pid=$!
+# Milliseconds since the script started (EPOCHREALTIME: $SECONDS ticks in
+# whole seconds of the clock, not of the run).
+now_ms() {
+    local t=${EPOCHREALTIME/[.,]/}
+    echo $((t / 1000 - started_ms))
+}
+started_ms=0
+started_ms=$(now_ms)
 own_details=0
 if [[ -z $details ]]; then
     details=$(mktemp -d "${TMPDIR:-/tmp}/terse-run-details.XXXXXX")
@@ -167,17 +176,17 @@ failed=0
 # What precision the device's f32 matmuls have (TF32 tensor cores on CUDA
 # sm_80+, full f32 elsewhere): the column to compare terse with. Bounded:
 # the first work on the device, where a driver or NVRTC that hangs shows.
-timeout -k 5 60 "$here/bin/model_step" --matmul-precision --presets '' --device "$device" \
+timeout --foreground -k 5 60 "$here/bin/model_step" --matmul-precision --presets '' --device "$device" \
     2> "$details/matmul-precision.err" | tee "$out/matmul-precision.json"
 # started NAME: whether the row NAME may start within --budget; if not, it
 # is named in skipped.txt.
 started() {
     [[ -z $budget ]] && return 0
-    local left=$((budget - SECONDS))
-    if ((left > 0)) && [[ -z $row_limit || $left -ge $row_limit ]]; then
+    local left_ms=$((budget * 1000 - $(now_ms)))
+    if ((left_ms > 0)) && [[ -z $row_limit || $left_ms -ge $((row_limit * 1000)) ]]; then
         return 0
     fi
-    echo "$1: skipped, ${left} s of the --budget left" | tee -a "$details/skipped.txt" >&2
+    echo "$1: skipped, $((left_ms / 1000)) s of the --budget left" | tee -a "$details/skipped.txt" >&2
     return 1
 }
 # row NAME COMMAND...: one row, within --row-limit when one is given (KILL
@@ -370,4 +379,7 @@ if [[ $nccl_check == 1 ]]; then
 fi
 pack
 [[ $own_details == 1 ]] && rm -rf "$details"
+# log.txt whole before run.sh returns: its tee ends once nothing writes.
+exec >&- 2>&-
+wait "$tee_pid"
 exit $failed

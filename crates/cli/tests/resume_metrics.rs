@@ -6,7 +6,8 @@
 //! a run stopped after step 2's checkpoint but before its evaluation (a
 //! signal at an evaluation step) makes that evaluation when resumed; a
 //! `--resume` before the first checkpoint starts over, replacing the
-//! earlier lines and TensorBoard event files rather than adding to them.
+//! earlier lines and TensorBoard event files rather than adding to them;
+//! on 2 local ranks, the ranks agree to skip an evaluation the log holds.
 
 mod common;
 
@@ -106,4 +107,26 @@ fn a_resumed_run_logs_each_evaluation_once() {
     succeeded(&terse(&run, &["--resume"]));
     assert_eq!(evaluated_steps(&run), [0, 2, 4]);
     assert_eq!(event_files(&run), 1);
+}
+
+/// On 2 local ranks, resumed where the log holds the checkpoint step's
+/// evaluation: only the lead rank reads the log, and every rank takes
+/// part in an evaluation, so the ranks must agree to skip it (rank 1
+/// evaluating while rank 0 went on to step 3 ended the job).
+#[test]
+fn ranks_resumed_after_a_logged_evaluation_agree_to_skip_it() {
+    let scratch = tempfile::tempdir().unwrap();
+    let run = scratch.path().join("run");
+    let ranks = [
+        "--local-ranks",
+        "2",
+        "--set",
+        "train.collective_timeout_s=60",
+    ];
+    succeeded(&terse(&run, &ranks));
+    std::fs::remove_dir_all(checkpoint(&run, 4)).unwrap();
+    keep_lines(&run, |v| v["step"].as_u64().unwrap() <= 2);
+    assert_eq!(evaluated_steps(&run), [0, 2]);
+    succeeded(&terse(&run, &[&ranks[..], &["--resume"]].concat()));
+    assert_eq!(evaluated_steps(&run), [0, 2, 4]);
 }

@@ -15,7 +15,7 @@ pub(crate) struct LaunchedJob {
 /// The job that started this process, from the variables of OpenMPI's
 /// `mpirun`, MPICH's (PMI) or a PMIx launcher; `None` when none is set.
 /// Slurm's `srun --mpi=pmix` sets PMIX_RANK but neither OpenMPI's nor
-/// PMI's size: its own variables say the step's size and the node rank.
+/// PMI's size: its step's variables say the size and the node rank.
 pub(crate) fn launcher(var: &dyn Fn(&str) -> Option<String>) -> Option<LaunchedJob> {
     let launched = ["OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_RANK"]
         .iter()
@@ -26,13 +26,10 @@ pub(crate) fn launcher(var: &dyn Fn(&str) -> Option<String>) -> Option<LaunchedJ
             .find_map(|name| var(name)?.trim().parse::<usize>().ok())
     };
     launched.then(|| LaunchedJob {
-        processes: first(&[
-            "OMPI_COMM_WORLD_SIZE",
-            "PMI_SIZE",
-            "SLURM_STEP_NUM_TASKS",
-            "SLURM_NTASKS",
-        ])
-        .unwrap_or(1),
+        // Not SLURM_NTASKS: the allocation's, which another launcher
+        // inside it (mpirun -n 4 in a 16-task sbatch) does not fill.
+        processes: first(&["OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "SLURM_STEP_NUM_TASKS"])
+            .unwrap_or(1),
         node_rank: first(&[
             "OMPI_COMM_WORLD_LOCAL_RANK",
             "MPI_LOCALRANKID",
@@ -75,6 +72,8 @@ mod tests {
             ("SLURM_LOCALID", "1"),
         ];
         assert_eq!(job(&srun), of(8, 1));
+        // A PMIx launcher inside a 16-task allocation, no step of its own.
+        assert_eq!(job(&[("PMIX_RANK", "2"), ("SLURM_NTASKS", "16")]), of(1, 0));
         assert_eq!(job(&[("PMIX_RANK", "0")]), of(1, 0));
     }
 }

@@ -59,7 +59,7 @@ pub(crate) struct DrawnAround;
 
 impl Drop for DrawnAround {
     fn drop(&mut self) {
-        BAR.with(|b| *b.borrow_mut() = None);
+        let _ = BAR.try_with(|b| b.borrow_mut().take());
     }
 }
 
@@ -81,9 +81,11 @@ struct Terminal;
 
 impl Write for Terminal {
     fn write(&mut self, bytes: &[u8]) -> io::Result<usize> {
-        let bar = BAR.with(|b| b.borrow().clone());
+        // try_with: a line logged while this thread's locals are torn down
+        // goes straight out.
+        let bar = BAR.try_with(|b| b.borrow().clone()).ok().flatten();
         match bar {
-            Some(bar) if !SUSPENDED.with(Cell::get) => {
+            Some(bar) if !SUSPENDED.try_with(Cell::get).unwrap_or(true) => {
                 suspended(&bar, || io::stderr().write_all(bytes))?;
             }
             _ => io::stderr().write_all(bytes)?,

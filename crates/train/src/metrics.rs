@@ -300,16 +300,22 @@ fn keep_through(path: &Path, step: u64) -> Result<bool, TrainError> {
     Ok(evaluated)
 }
 
-/// A run from step 0 in `dir`: no metrics lines and no TensorBoard event
-/// files of an earlier run there.
+/// A run from step 0 in `dir`: no metrics lines and, where an earlier run
+/// logged them (its metrics.jsonl is there), no TensorBoard event files.
 fn start_over(dir: &Path, metrics: &Path) -> Result<(), TrainError> {
     let io = |path: &Path| {
         let path = path.to_path_buf();
         move |source| TrainError::Io { path, source }
     };
-    match std::fs::remove_file(metrics) {
-        Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(io(metrics)(e)),
-        _ => {}
+    // Emptied in place, as the append below would open it (a file on a
+    // filesystem that hangs hangs here, where the run names its phase).
+    let emptied = OpenOptions::new().write(true).truncate(true).open(metrics);
+    match emptied {
+        // No earlier run logged here: event files in the directory are
+        // not one's to drop.
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+        Err(e) => return Err(io(metrics)(e)),
+        Ok(_) => {}
     }
     let Ok(entries) = std::fs::read_dir(dir) else {
         return Ok(());
@@ -495,5 +501,11 @@ mod tests {
         assert!(!fresh.evaluated_at_start());
         assert_eq!(std::fs::read_to_string(&metrics).unwrap(), "");
         assert_eq!(events(), 1);
+        // Event files where no terse run logged are not this run's to drop.
+        let other = tempfile::tempdir().unwrap();
+        std::fs::write(other.path().join("events.out.tfevents.1.host.2"), b"").unwrap();
+        drop(MetricsLog::open(other.path(), true, 0).unwrap());
+        let kept = std::fs::read_dir(other.path()).unwrap().count();
+        assert_eq!(kept, 3, "theirs, ours and metrics.jsonl");
     }
 }

@@ -116,8 +116,9 @@ impl std::fmt::Display for OutOfMemory {
             write!(
                 f,
                 ". The evaluation's batches did not fit beside the model and the optimizer's \
-                 state: evaluate only at the end (`--set train.eval_every=0`), or score a \
-                 checkpoint afterwards with `terse eval`, which holds no optimizer state"
+                 state: the run's checkpoints are saved, and `terse eval` scores one holding \
+                 no optimizer state; `--set train.eval_every=0` leaves out the evaluations \
+                 during the run (the final one still runs)"
             )
         } else {
             write!(

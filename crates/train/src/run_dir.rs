@@ -50,6 +50,7 @@ const RUN_OUTPUTS: &[&str] = &[
     "predictions.json",
     "nbest_predictions.json",
     "loss.png",
+    "summary.json",
 ];
 
 /// Claims `dir` for this run: creates it, takes its lock (refusing, with

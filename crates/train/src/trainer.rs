@@ -82,6 +82,9 @@ impl Trainer<'_> {
         comm: &dyn Communicator,
     ) -> Result<RunOutcome<T::Model>, TrainError> {
         let (mut run, mut model) = self.prepare(task, comm)?;
+        // The bar is drawn from here (a resumed run's position): this
+        // thread's terminal lines go around it.
+        let drawn = crate::logging::draw_around(&run.bar);
         self.warn_if_checkpoint_will_not_fit(&model, &mut run.optimizer, run.start_step, comm)?;
         run.evaluate_before(&model)?;
         // Ranks reach this point one after another (local ranks set up in
@@ -96,7 +99,6 @@ impl Trainer<'_> {
         // The ETA counts steps from here: not the evaluation before them,
         // nor (the bar's estimate) a resumed run's steps as done at once.
         run.bar.reset_eta();
-        let drawn = crate::logging::draw_around(&run.bar);
         if let Some(lines) = &mut run.lines {
             lines.restart();
         }
@@ -133,7 +135,9 @@ impl Trainer<'_> {
         drop(drawn);
         rank_phase::enter(run.rank, Phase::Finish);
         let summary = run.finish(&model, &self.run_dir.join("export"))?;
-        if comm.rank() == 0 {
+        // A finished run resumed takes no step: its summary stays the
+        // one the run wrote.
+        if comm.rank() == 0 && summary.steps > 0 {
             self.write_summary(&summary)?;
         }
         Ok(RunOutcome { model, summary })
@@ -427,9 +431,13 @@ impl<T: Task> Run<'_, T> {
             // the step is skipped and the scale lowered, and the run goes
             // on, as DeepSpeed's FP16_Optimizer does (an overflow that
             // persists ends it at the scale's floor).
-            tracing::warn!("step {t}: the loss is {loss} in the skipped fp16 step");
+            if self.rank == 0 {
+                tracing::warn!("step {t}: the loss is {loss} in the skipped fp16 step");
+            }
         } else if !loss.is_finite() {
-            tracing::error!("step {t}: the loss is {loss}: the run diverged");
+            if self.rank == 0 {
+                tracing::error!("step {t}: the loss is {loss}: the run diverged");
+            }
             self.log.line(&DivergedRecord {
                 step: t,
                 diverged: true,
@@ -525,14 +533,18 @@ impl<T: Task> Run<'_, T> {
     /// deadline (a rank 0 stuck there is named instead of leaving the job
     /// waiting in the transport's shutdown).
     fn finish(mut self, model: &T::Model, export_dir: &Path) -> Result<RunSummary, TrainError> {
+        let steps = self.config.train.steps;
+        // Agreed before the evaluation (a collective on every rank).
+        let logged = self.start_step == steps && self.evaluated_at_start()?;
+        rank_phase::enter(self.rank, Phase::Evaluate(steps));
         let eval = self.evaluate_shared(model, false)?;
+        rank_phase::enter(self.rank, Phase::Finish);
         if let Some(eval) = eval {
             matmul_choice::log_declined(self.config);
             self.summary.eval = eval;
             // A finished run resumed (its export failed, say) has its
             // final evaluation logged already: the same numbers again.
-            let steps = self.config.train.steps;
-            if !(self.start_step == steps && self.log.evaluated_at_start()) {
+            if !logged {
                 self.log.line(&EvalRecord {
                     step: steps,
                     eval: self.summary.eval.clone(),

@@ -68,10 +68,10 @@ type TaskData = (
     GlueMetricKind,
 );
 
-/// The [`TaskData`] of task `name`.
 /// The tasks terse fetches itself (GLUE's own need `glue_dir`).
 const STAND_INS: [&str; 3] = ["rt-polarity", "imdb", "snli"];
 
+/// The [`TaskData`] of task `name`.
 fn read_task(name: &str, glue_dir: Option<&Path>) -> Result<TaskData, TrainError> {
     // The stand-ins come from terse's checksummed sources: a glue_dir set
     // for one would be silently ignored (the user meant other data).

@@ -27,10 +27,21 @@ impl<T: Task> Run<'_, T> {
             return self.evaluate(model, 0);
         }
         let due = start.is_multiple_of(every) && start < self.config.train.steps;
-        if due && !self.log.evaluated_at_start() {
+        if due && !self.evaluated_at_start()? {
             return self.evaluate(model, start);
         }
         Ok(())
+    }
+
+    /// Whether the log holds the evaluation after the starting step, as
+    /// the lead rank (the one that reads the log) says it: every rank
+    /// decides alike, since every rank takes part in an evaluation.
+    pub(super) fn evaluated_at_start(&self) -> Result<bool, TrainError> {
+        let mut flag = [u8::from(self.log.evaluated_at_start())];
+        if self.world > 1 {
+            self.comm.broadcast_u8(&mut flag, 0)?;
+        }
+        Ok(flag[0] == 1)
     }
 
     /// The held-out evaluation after step `t` (0: before step 1 of a fresh
