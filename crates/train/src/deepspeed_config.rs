@@ -46,12 +46,7 @@ pub fn translate(path: &str, text: &str, world: usize) -> Result<DeepSpeedConfig
     let root = root
         .as_object()
         .ok_or_else(|| format!("{path}: not a JSON object"))?;
-    if let Some(key) = first_auto(root, "") {
-        return Err(format!(
-            "{path}: `{key}` is \"auto\", a placeholder HuggingFace's Trainer fills in from \
-             its own arguments; terse reads the ds_config alone: write the value"
-        ));
-    }
+    refuse_auto(path, root)?;
     let mut out = DeepSpeedConfig::default();
     let at = |key: &str| format!("{path}: `{key}`");
     for (key, value) in root {
@@ -186,6 +181,17 @@ pub(crate) fn type_of<'a>(value: &'a Value, at: &str) -> Result<&'a str, String>
         .get("type")
         .and_then(Value::as_str)
         .ok_or_else(|| format!("{at}: expected a string"))
+}
+
+/// Refuses HuggingFace's `"auto"` placeholders, naming the first one.
+fn refuse_auto(path: &str, root: &serde_json::Map<String, Value>) -> Result<(), String> {
+    match first_auto(root, "") {
+        Some(key) => Err(format!(
+            "{path}: `{key}` is \"auto\", a placeholder HuggingFace's Trainer fills in from \
+             its own arguments; terse reads the ds_config alone: write the value"
+        )),
+        None => Ok(()),
+    }
 }
 
 /// The dotted key of the first `"auto"` value under `object` (HF's

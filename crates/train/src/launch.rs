@@ -12,8 +12,8 @@ use terse_comm::{Communicator, LocalComm, MpiComm, SingleRank};
 use crate::collective_deadline::CollectiveDeadline;
 use crate::comm_choice::{Backend, CommChoice, Placement};
 use crate::dispatch::{TaskAction, with_task};
-use crate::metrics::RunSummary;
 use crate::run_dir::{self, Existing, RunDirClaim};
+use crate::run_summary::RunSummary;
 use crate::stuck_ranks::{self, StuckRanks};
 use crate::trainer::RunOutcome;
 use crate::{
@@ -149,9 +149,11 @@ fn on_nccl(
     trainer: &Trainer<'_>,
     predictions: &Path,
 ) -> Result<Option<RunSummary>, TrainError> {
+    // Wrapped around the node's GPUs either way: more processes than GPUs
+    // then meet one_gpu_each's advice, not CUDA's "invalid device".
     let gpu = match config.train.device {
         DeviceChoice::Cuda(index) => terse_comm::gpu_of_process(index),
-        _ => MpiComm::node_local_rank(),
+        _ => terse_comm::gpu_of_process(0),
     };
     // `--comm auto` picked NCCL; a machine without it is told the way
     // that needs no NCCL, not only what NCCL lacks.

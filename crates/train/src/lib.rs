@@ -44,7 +44,7 @@ mod rank_exchange;
 mod rank_phase;
 mod ready_gradient;
 pub mod run_dir;
-mod run_summary;
+pub mod run_summary;
 mod shared_evaluation;
 pub mod signals;
 mod step_order;

@@ -9,7 +9,6 @@ use std::path::{Path, PathBuf};
 use serde::Serialize;
 
 use crate::TrainError;
-pub use crate::run_summary::RunSummary;
 use crate::tensorboard::EventWriter;
 
 /// One optimizer step, as logged.

@@ -25,13 +25,12 @@ use crate::collective_deadline::CollectiveDeadline;
 use crate::logging;
 use crate::loss_scale::{LossScaler, LossScaling};
 use crate::matmul_choice;
-use crate::metrics::{
-    DeviceMemoryMb, DivergedRecord, EvalRecord, MetricsLog, RunSummary, StepRecord, ms,
-};
+use crate::metrics::{DeviceMemoryMb, DivergedRecord, MetricsLog, StepRecord, ms};
 use crate::micro_batches::{Lanes, StepPlace, local_gradient};
 use crate::progress::{ProgressLines, step_bar};
 use crate::rank_phase::{self, Phase};
 use crate::ready_gradient::{ReadyGradient, ready_gradient};
+use crate::run_summary::RunSummary;
 use crate::step_order::StepOrder;
 use crate::step_reads::StepReadCounter;
 use crate::task::Task;
@@ -39,6 +38,7 @@ use crate::trainer_checkpoints::next_checkpoint;
 use crate::{RunConfig, TrainError, signals};
 
 mod evaluation;
+mod finish;
 
 /// Serialises seeding + parameter initialisation across the threads of one
 /// process: burn draws initial weights from its one device generator.
@@ -291,14 +291,6 @@ impl Trainer<'_> {
         Ok(())
     }
 
-    /// The run's summary as the run directory's `summary.json` (the lead
-    /// rank's): printed at the end, lost with the terminal otherwise.
-    fn write_summary(&self, summary: &RunSummary) -> Result<(), TrainError> {
-        let path = self.run_dir.join("summary.json");
-        let json = serde_json::to_string_pretty(summary).expect("the summary serialises");
-        std::fs::write(&path, json + "\n").map_err(|source| TrainError::Io { path, source })
-    }
-
     /// The resolved config as the run directory's `config.toml` (the lead
     /// rank's).
     fn write_config(&self) -> Result<(), TrainError> {
@@ -381,20 +373,11 @@ impl<T: Task> Run<'_, T> {
             t,
             comm,
         );
-        if let Err(floor @ TrainError::LossScaleFloor { .. }) = ready {
-            // fp16 overflowing at the scale's floor ends the run as a
-            // divergence: said so in metrics.jsonl too, for its readers.
-            self.log.line(&DivergedRecord {
-                step: t,
-                diverged: true,
-            })?;
-            return Err(floor);
-        }
         let ReadyGradient {
             skip,
             squares,
             clipped,
-        } = ready?;
+        } = self.diverged_if(t, ready)?;
         let clock = Instant::now();
         reads.update_starts();
         let (model, report) = self.update(model, skip)?;
@@ -426,27 +409,7 @@ impl<T: Task> Run<'_, T> {
             report.stage,
             report.traffic.sent()
         );
-        if !loss.is_finite() && skip {
-            // fp16: the forward pass overflowed as well as the gradient;
-            // the step is skipped and the scale lowered, and the run goes
-            // on, as DeepSpeed's FP16_Optimizer does (an overflow that
-            // persists ends it at the scale's floor).
-            if self.rank == 0 {
-                tracing::warn!("step {t}: the loss is {loss} in the skipped fp16 step");
-            }
-        } else if !loss.is_finite() {
-            if self.rank == 0 {
-                tracing::error!("step {t}: the loss is {loss}: the run diverged");
-            }
-            self.log.line(&DivergedRecord {
-                step: t,
-                diverged: true,
-            })?;
-            return Err(TrainError::Diverged {
-                step: t,
-                loss: shared[0],
-            });
-        }
+        self.check_loss(t, shared[0], skip)?;
         let comm_ms = report.comm_time.as_secs_f64() * 1e3;
         let on_device = self.flat.params().is_none();
         let record = StepRecord {
@@ -475,6 +438,49 @@ impl<T: Task> Run<'_, T> {
         self.comm
             .set_deadline(self.deadline.after_step(step_start.elapsed()));
         Ok((model, record, shared[1] > 0.0))
+    }
+
+    /// `ready`, or its error; fp16 overflowing at the loss scale's floor
+    /// ends the run as a divergence, said so in metrics.jsonl too, for its
+    /// readers.
+    fn diverged_if(
+        &mut self,
+        t: u64,
+        ready: Result<ReadyGradient, TrainError>,
+    ) -> Result<ReadyGradient, TrainError> {
+        if let Err(TrainError::LossScaleFloor { .. }) = &ready {
+            self.log.line(&DivergedRecord {
+                step: t,
+                diverged: true,
+            })?;
+        }
+        ready
+    }
+
+    /// Step `t`'s mean loss over the ranks, checked: not finite, it ends the
+    /// run (the diverged line written) but in an fp16 step skipped for an
+    /// overflow, where the forward pass overflowed as well as the gradient:
+    /// the scale is lowered and the run goes on, as DeepSpeed's
+    /// FP16_Optimizer does (an overflow that persists ends it at the
+    /// scale's floor).
+    fn check_loss(&mut self, t: u64, loss: f32, skip: bool) -> Result<(), TrainError> {
+        if loss.is_finite() {
+            return Ok(());
+        }
+        if skip {
+            if self.rank == 0 {
+                tracing::warn!("step {t}: the loss is {loss} in the skipped fp16 step");
+            }
+            return Ok(());
+        }
+        if self.rank == 0 {
+            tracing::error!("step {t}: the loss is {loss}: the run diverged");
+        }
+        self.log.line(&DivergedRecord {
+            step: t,
+            diverged: true,
+        })?;
+        Err(TrainError::Diverged { step: t, loss })
     }
 
     /// The optimizer's step and the stepped parameters written into the
@@ -517,49 +523,6 @@ impl<T: Task> Run<'_, T> {
         if let Some(lines) = &self.lines {
             lines.step(record);
         }
-    }
-
-    /// Ends the optimizer's run after the last step: SLAMB averages the
-    /// parameters over ranks (written into the model); the others leave
-    /// them as they are.
-    fn finish_optimizer(&mut self, model: T::Model) -> Result<T::Model, TrainError> {
-        self.flat.finish(&mut self.optimizer, self.comm)?;
-        Ok(self.flat.write_into(model)?)
-    }
-
-    /// The end of the run: the final evaluation (every rank its share where
-    /// the ranks' parameters agree) and the lead rank's export into
-    /// `export_dir`; the other ranks wait for it in a collective, under the
-    /// deadline (a rank 0 stuck there is named instead of leaving the job
-    /// waiting in the transport's shutdown).
-    fn finish(mut self, model: &T::Model, export_dir: &Path) -> Result<RunSummary, TrainError> {
-        let steps = self.config.train.steps;
-        // Agreed before the evaluation (a collective on every rank).
-        let logged = self.start_step == steps && self.evaluated_at_start()?;
-        rank_phase::enter(self.rank, Phase::Evaluate(steps));
-        let eval = self.evaluate_shared(model, false)?;
-        rank_phase::enter(self.rank, Phase::Finish);
-        if let Some(eval) = eval {
-            matmul_choice::log_declined(self.config);
-            self.summary.eval = eval;
-            // A finished run resumed (its export failed, say) has its
-            // final evaluation logged already: the same numbers again.
-            if !logged {
-                self.log.line(&EvalRecord {
-                    step: steps,
-                    eval: self.summary.eval.clone(),
-                })?;
-            }
-            match self.task.export(model, export_dir) {
-                // A model with no export form: the run itself succeeded.
-                Err(e @ TrainError::InvalidRun { .. }) => tracing::warn!("no export: {e}"),
-                other => other?,
-            }
-        }
-        if self.world > 1 {
-            self.comm.barrier()?;
-        }
-        Ok(self.summary)
     }
 }
 

@@ -89,5 +89,17 @@ impl Drop for NcclComm {
         if live && self.host.world_size() > 1 {
             let _ = self.host.barrier();
         }
+        // cudarc's Drop for Comm panics when ncclCommAbort fails (after a
+        // sticky CUDA error): a finished run would end in a panic's
+        // status 101, so the abort's failure is a warning here.
+        let comm = match self.nccl.get_mut() {
+            Ok(slot) => slot.take(),
+            Err(poisoned) => poisoned.into_inner().take(),
+        };
+        if let Some(comm) = comm
+            && std::panic::catch_unwind(AssertUnwindSafe(|| drop(comm))).is_err()
+        {
+            tracing::warn!("ncclCommAbort failed as the NCCL communicator was closed");
+        }
     }
 }

@@ -10,7 +10,7 @@
 use std::process::ExitCode;
 
 use clap::{Parser, ValueEnum};
-use terse_comm::{Communicator, LocalComm, MpiComm, NcclComm};
+use terse_comm::{Communicator, LocalComm, NcclComm};
 use terse_optim::gpu_exchange_check::check_gpu_exchanges;
 use terse_train::DeviceChoice;
 
@@ -60,7 +60,7 @@ fn main() -> ExitCode {
         Under::Nccl => {
             let gpu = match args.device {
                 DeviceChoice::Cuda(index) => terse_comm::gpu_of_process(index),
-                _ => MpiComm::node_local_rank(),
+                _ => terse_comm::gpu_of_process(0),
             };
             // A machine without the driver or NCCL is told in one line,
             // before NCCL opens the GPU.
