@@ -148,6 +148,18 @@ fn run_cuda(bundle: &Path, python: &Path, args: &[&str]) -> std::process::Output
         .unwrap()
 }
 
+/// A `model_step` in `bundle` that answers the matmul-precision check
+/// and runs each row as the shell script `row`.
+fn stub_model_step(bundle: &Path, row: &str) {
+    write_executable(
+        bundle,
+        "bin/model_step",
+        &format!(
+            "#!/bin/sh\ncase \"$*\" in *--matmul-precision*) echo '{{}}'; exit 0 ;; esac\n{row}\n"
+        ),
+    );
+}
+
 /// `text` as the executable `name` under `bundle`.
 fn write_executable(bundle: &Path, name: &str, text: &str) {
     let path = bundle.join(name);
@@ -167,13 +179,7 @@ fn a_failed_pytorch_row_fails_the_run_and_the_others_still_run() {
 [ "$p" = tf32 ] && { echo "CUDA out of memory" >&2; exit 3; }
 echo "{\"preset\": \"base\", \"batch\": 8, \"precision\": \"$p\", \"samples_per_s\": 1.0}""#;
     let python = with_torch(bundle, row);
-    write_executable(
-        bundle,
-        "bin/model_step",
-        &format!(
-            "#!/bin/sh\ncase \"$*\" in *--matmul-precision*) echo '{{}}'; exit 0 ;; esac\n{row}\n"
-        ),
-    );
+    stub_model_step(bundle, row);
     let out = bundle.join("out");
     let output = run_cuda(bundle, &python, &["--batches", "8", "--precisions", "fp32"]);
     let said = said(&output);
@@ -293,13 +299,7 @@ fn the_run_script_repeats_rows_and_keeps_to_its_budget() {
 [ -n "${STUB_SLEEP:-}" ] && sleep "$STUB_SLEEP"
 echo "{\"preset\": \"base\", \"batch\": $b, \"precision\": \"$p\", \"samples_per_s\": 2.0}""#;
     let python = with_torch(bundle, row);
-    write_executable(
-        bundle,
-        "bin/model_step",
-        &format!(
-            "#!/bin/sh\ncase \"$*\" in *--matmul-precision*) echo '{{}}'; exit 0 ;; esac\n{row}\n"
-        ),
-    );
+    stub_model_step(bundle, row);
     let output = run_cuda(
         bundle,
         &python,
