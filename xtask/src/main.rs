@@ -89,7 +89,22 @@ enum Command {
 /// The checkout's root, whose `configs/`, `runs/` and `target/` every
 /// command names by relative paths.
 fn checkout_root() -> std::path::PathBuf {
-    std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
+    root_of(std::env::var_os("CARGO_MANIFEST_DIR"))
+}
+
+/// The checkout's root from the `CARGO_MANIFEST_DIR` that `cargo run`
+/// (`cargo xtask`) sets for this run, else from the one this binary was
+/// built in. Two checkouts sharing one CARGO_TARGET_DIR share this binary
+/// (cargo finds the same sources fresh and does not rebuild it), and the
+/// path built in is then the other checkout's: `cargo xtask` in the second
+/// was refused with "cd there first", naming the first.
+fn root_of(set_by_cargo: Option<std::ffi::OsString>) -> std::path::PathBuf {
+    set_by_cargo
+        .map_or_else(
+            || std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")),
+            std::path::PathBuf::from,
+        )
+        .join("..")
 }
 
 /// Refuses a working directory other than the checkout's root: `cargo
@@ -204,6 +219,16 @@ mod tests {
         assert_eq!(
             err.kind(),
             clap::error::ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand
+        );
+    }
+
+    #[test]
+    fn the_root_is_the_checkout_cargo_runs_it_for() {
+        let other = std::path::Path::new("/home/me/second-clone/xtask");
+        assert_eq!(super::root_of(Some(other.into())), other.join(".."));
+        assert_eq!(
+            super::root_of(None),
+            Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
         );
     }
 
