@@ -12,11 +12,16 @@ pub(crate) struct LaunchedJob {
     pub(crate) node_rank: usize,
 }
 
+/// [`launcher`] of this process's environment.
+pub(crate) fn from_env() -> Option<LaunchedJob> {
+    launcher(&|var| std::env::var(var).ok())
+}
+
 /// The job that started this process, from the variables of OpenMPI's
 /// `mpirun`, MPICH's (PMI) or a PMIx launcher; `None` when none is set.
 /// Slurm's `srun --mpi=pmix` sets PMIX_RANK but neither OpenMPI's nor
 /// PMI's size: its step's variables say the size and the node rank.
-pub(crate) fn launcher(var: &dyn Fn(&str) -> Option<String>) -> Option<LaunchedJob> {
+fn launcher(var: &dyn Fn(&str) -> Option<String>) -> Option<LaunchedJob> {
     let launched = ["OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_RANK"]
         .iter()
         .any(|name| var(name).is_some());

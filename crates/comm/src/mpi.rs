@@ -90,21 +90,21 @@ impl MpiComm {
     /// Whether this process was started by `mpirun` (OpenMPI, MPICH or a
     /// PMI launcher such as Slurm's `srun`).
     pub fn launched_by_mpirun() -> bool {
-        crate::launcher_env::launcher(&|var| std::env::var(var).ok()).is_some()
+        crate::launcher_env::from_env().is_some()
     }
 
     /// The number of processes of the `mpirun` job that started this one,
     /// read from the launcher's environment before MPI starts (`None`: not
     /// started by mpirun; 1 where the launcher does not say).
     pub fn mpirun_processes() -> Option<usize> {
-        crate::launcher_env::launcher(&|var| std::env::var(var).ok()).map(|job| job.processes)
+        crate::launcher_env::from_env().map(|job| job.processes)
     }
 
     /// This process's rank among the job's processes on its node (0 when
     /// not started by mpirun, or the launcher does not say): the GPU it
     /// takes, as PyTorch's `LOCAL_RANK`.
     pub fn node_local_rank() -> usize {
-        crate::launcher_env::launcher(&|var| std::env::var(var).ok()).map_or(0, |job| job.node_rank)
+        crate::launcher_env::from_env().map_or(0, |job| job.node_rank)
     }
 
     fn lock(&self) -> MutexGuard<'_, ()> {

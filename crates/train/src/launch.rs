@@ -151,10 +151,10 @@ fn on_nccl(
 ) -> Result<Option<RunSummary>, TrainError> {
     // Wrapped around the node's GPUs either way: more processes than GPUs
     // then meet one_gpu_each's advice, not CUDA's "invalid device".
-    let gpu = match config.train.device {
-        DeviceChoice::Cuda(index) => terse_comm::gpu_of_process(index),
-        _ => terse_comm::gpu_of_process(0),
-    };
+    let gpu = terse_comm::gpu_of_process(match config.train.device {
+        DeviceChoice::Cuda(index) => index,
+        _ => 0,
+    });
     // `--comm auto` picked NCCL; a machine without it is told the way
     // that needs no NCCL, not only what NCCL lacks.
     if launch.comm == CommChoice::Auto

@@ -302,33 +302,19 @@ fn keep_through(path: &Path, step: u64) -> Result<bool, TrainError> {
 /// A run from step 0 in `dir`: no metrics lines and, where an earlier run
 /// logged them (its metrics.jsonl is there), no TensorBoard event files.
 fn start_over(dir: &Path, metrics: &Path) -> Result<(), TrainError> {
-    let io = |path: &Path| {
-        let path = path.to_path_buf();
-        move |source| TrainError::Io { path, source }
-    };
     // Emptied in place, as the append below would open it (a file on a
     // filesystem that hangs hangs here, where the run names its phase).
     let emptied = OpenOptions::new().write(true).truncate(true).open(metrics);
     match emptied {
         // No earlier run logged here: event files in the directory are
         // not one's to drop.
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
-        Err(e) => return Err(io(metrics)(e)),
-        Ok(_) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+        Err(source) => Err(TrainError::Io {
+            path: metrics.to_path_buf(),
+            source,
+        }),
+        Ok(_) => crate::run_dir::remove_event_files(dir),
     }
-    let Ok(entries) = std::fs::read_dir(dir) else {
-        return Ok(());
-    };
-    for entry in entries.flatten() {
-        if entry
-            .file_name()
-            .to_string_lossy()
-            .starts_with(crate::tensorboard::EVENT_FILE_PREFIX)
-        {
-            std::fs::remove_file(entry.path()).map_err(io(&entry.path()))?;
-        }
-    }
-    Ok(())
 }
 
 /// Milliseconds since `since`, as the records report durations.

@@ -14,7 +14,7 @@
 
 use std::fs::{self, File, OpenOptions};
 use std::io::{Read, Seek, Write};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use crate::TrainError;
 use crate::checkpoint::{self, io};
@@ -109,9 +109,7 @@ pub fn claim(dir: &Path, existing: Existing) -> Result<RunDirClaim, TrainError> 
         for name in RUN_OUTPUTS {
             remove(&dir.join(name))?;
         }
-        for event_file in tensorboard_files(dir)? {
-            remove(&event_file)?;
-        }
+        remove_event_files(dir)?;
         tracing::info!(
             "--overwrite: removed the earlier run in {} ({earlier})",
             dir.display()
@@ -181,12 +179,19 @@ fn remove_stale_temporaries(dir: &Path) -> Result<(), TrainError> {
     Ok(())
 }
 
-fn tensorboard_files(dir: &Path) -> Result<Vec<PathBuf>, TrainError> {
-    Ok(checkpoint::entries(dir)?
-        .into_iter()
-        .filter(|(name, _)| name.starts_with("events.out.tfevents."))
-        .map(|(_, path)| path)
-        .collect())
+/// How TensorBoard's event files are named (what follows: the time, the
+/// host and the process; `tensorboard.rs` writes them).
+pub(crate) const EVENT_FILE_PREFIX: &str = "events.out.tfevents.";
+
+/// Removes the TensorBoard event files in `dir`: an earlier run's, which a
+/// run replacing it (`--overwrite`, or one from step 0) does not add to.
+pub(crate) fn remove_event_files(dir: &Path) -> Result<(), TrainError> {
+    for (name, path) in checkpoint::entries(dir)? {
+        if name.starts_with(EVENT_FILE_PREFIX) {
+            remove(&path)?;
+        }
+    }
+    Ok(())
 }
 
 fn remove(path: &Path) -> Result<(), TrainError> {

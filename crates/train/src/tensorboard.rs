@@ -125,10 +125,6 @@ pub fn record(event: &Event) -> Vec<u8> {
     out
 }
 
-/// How TensorBoard's event files are named (what follows: the time, the
-/// host and the process).
-pub(crate) const EVENT_FILE_PREFIX: &str = "events.out.tfevents.";
-
 /// An event file being written (flushed after every step, so TensorBoard
 /// shows the run live).
 pub struct EventWriter {
@@ -147,7 +143,8 @@ impl EventWriter {
         let now = wall_time();
         let host = crate::run_dir::host_name().unwrap_or_else(|| "localhost".into());
         let path = dir.join(format!(
-            "{EVENT_FILE_PREFIX}{}.{host}.{}",
+            "{}{}.{host}.{}",
+            crate::run_dir::EVENT_FILE_PREFIX,
             now as u64,
             std::process::id()
         ));

@@ -133,7 +133,6 @@ impl Trainer<'_> {
         }
         run.bar.finish_and_clear();
         drop(drawn);
-        rank_phase::enter(run.rank, Phase::Finish);
         let summary = run.finish(&model, &self.run_dir.join("export"))?;
         // A finished run resumed takes no step: its summary stays the
         // one the run wrote.
@@ -449,12 +448,18 @@ impl<T: Task> Run<'_, T> {
         ready: Result<ReadyGradient, TrainError>,
     ) -> Result<ReadyGradient, TrainError> {
         if let Err(TrainError::LossScaleFloor { .. }) = &ready {
-            self.log.line(&DivergedRecord {
-                step: t,
-                diverged: true,
-            })?;
+            self.log_diverged(t)?;
         }
         ready
+    }
+
+    /// metrics.jsonl's last line for a run ending at step `t` without a
+    /// finite loss (`cargo xtask plot` marks the curve's end there).
+    fn log_diverged(&mut self, t: u64) -> Result<(), TrainError> {
+        self.log.line(&DivergedRecord {
+            step: t,
+            diverged: true,
+        })
     }
 
     /// Step `t`'s mean loss over the ranks, checked: not finite, it ends the
@@ -476,10 +481,7 @@ impl<T: Task> Run<'_, T> {
         if self.rank == 0 {
             tracing::error!("step {t}: the loss is {loss}: the run diverged");
         }
-        self.log.line(&DivergedRecord {
-            step: t,
-            diverged: true,
-        })?;
+        self.log_diverged(t)?;
         Err(TrainError::Diverged { step: t, loss })
     }
 

@@ -58,10 +58,10 @@ fn main() -> ExitCode {
                 .unwrap_or(false)
         }
         Under::Nccl => {
-            let gpu = match args.device {
-                DeviceChoice::Cuda(index) => terse_comm::gpu_of_process(index),
-                _ => terse_comm::gpu_of_process(0),
-            };
+            let gpu = terse_comm::gpu_of_process(match args.device {
+                DeviceChoice::Cuda(index) => index,
+                _ => 0,
+            });
             // A machine without the driver or NCCL is told in one line,
             // before NCCL opens the GPU.
             match NcclComm::start(gpu) {

@@ -68,14 +68,11 @@ type TaskData = (
     GlueMetricKind,
 );
 
-/// The tasks terse fetches itself (GLUE's own need `glue_dir`).
-const STAND_INS: [&str; 3] = ["rt-polarity", "imdb", "snli"];
-
 /// The [`TaskData`] of task `name`.
 fn read_task(name: &str, glue_dir: Option<&Path>) -> Result<TaskData, TrainError> {
     // The stand-ins come from terse's checksummed sources: a glue_dir set
     // for one would be silently ignored (the user meant other data).
-    if STAND_INS.contains(&name)
+    if STAND_IN_TASKS.contains(&name)
         && let Some(dir) = glue_dir
     {
         return Err(invalid(
@@ -531,7 +528,7 @@ mod tests {
 
     #[test]
     fn a_glue_dir_beside_a_stand_in_is_refused_not_ignored() {
-        for name in STAND_INS {
+        for name in STAND_IN_TASKS {
             let refused = read_task(name, Some(Path::new("/data/glue")))
                 .err()
                 .unwrap();

@@ -31,9 +31,9 @@ impl<T: Task> Run<'_, T> {
         export_dir: &Path,
     ) -> Result<RunSummary, TrainError> {
         let steps = self.config.train.steps;
+        rank_phase::enter(self.rank, Phase::Evaluate(steps));
         // Agreed before the evaluation (a collective on every rank).
         let logged = self.start_step == steps && self.evaluated_at_start()?;
-        rank_phase::enter(self.rank, Phase::Evaluate(steps));
         let eval = self.evaluate_shared(model, false)?;
         rank_phase::enter(self.rank, Phase::Finish);
         if let Some(eval) = eval {
